@@ -1,0 +1,190 @@
+/*
+ * pagoda/backend.h: the kernel interface. A backend owns device memory
+ * (buffers) and runs kernels on tensors inside them, in order, on one
+ * stream. The core's forward pass calls only these ops; it never touches
+ * memory a backend owns except through upload/download.
+ *
+ * Threads: every op is [engine thread] unless marked otherwise: the core
+ * calls one backend instance from one thread at a time. Kernels may run
+ * asynchronously; `synchronize` and `download` wait for all earlier work.
+ *
+ * Metadata (token ids, positions, KV slots, block tables) is passed as
+ * host pointers valid only for the duration of the call; a device backend
+ * copies what it needs (it may cache per batch using pagoda_batch.seq_no).
+ *
+ * Errors: every op returns pagoda_status and, on error, reports a message
+ * through host->error(). No op aborts on bad input.
+ */
+#ifndef PAGODA_BACKEND_H
+#define PAGODA_BACKEND_H
+
+#include "pagoda/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a buffer is for (a backend may place them differently). */
+typedef enum pagoda_buffer_purpose {
+    PAGODA_BUF_WEIGHTS = 1,
+    PAGODA_BUF_KV = 2,
+    PAGODA_BUF_ACTIVATIONS = 3,
+    PAGODA_BUF_WORKSPACE = 4
+} pagoda_buffer_purpose;
+
+typedef struct pagoda_backend_info {
+    size_t struct_size;
+    char name[64];            /* "cpu (AVX2, 2 threads, OpenBLAS Haswell)" */
+    uint64_t mem_total;       /* bytes of device memory; host RAM for CPU */
+    uint64_t mem_free;        /* bytes free now */
+    uint32_t alignment;       /* offsets within buffers must be multiples */
+    uint64_t weight_types;    /* bit (1 << pagoda_dtype) for each matmul weight type */
+    uint64_t kv_types;        /* bit (1 << pagoda_dtype) for each KV element type */
+    bool host_memory;         /* buffers live in host RAM (the CPU backend) */
+} pagoda_backend_info;
+
+/*
+ * The KV pool: one buffer laid out by block. For layer l, K (kv=0) or
+ * V (kv=1), block b, slot s in the block, head h, element d, the value is at
+ *   pagoda_kv_offset(layout, l, kv, b) + ((s * n_kv_heads + h) * head_dim + d) * elt
+ * A token's slot number is block * block_size + slot-in-block.
+ */
+typedef struct pagoda_kv_layout {
+    int32_t n_layers;
+    int32_t n_blocks;
+    int32_t block_size;   /* tokens per block */
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t dtype;        /* PAGODA_DTYPE_F32 or PAGODA_DTYPE_F16 */
+} pagoda_kv_layout;
+
+static inline size_t pagoda_kv_block_bytes(const pagoda_kv_layout *L)
+{
+    size_t elt = L->dtype == PAGODA_DTYPE_F32 ? 4 : 2;
+    return (size_t)L->block_size * (size_t)L->n_kv_heads * (size_t)L->head_dim * elt;
+}
+
+static inline size_t pagoda_kv_offset(const pagoda_kv_layout *L, int layer, int kv, int block)
+{
+    return (((size_t)layer * 2 + (size_t)kv) * (size_t)L->n_blocks + (size_t)block) *
+           pagoda_kv_block_bytes(L);
+}
+
+static inline size_t pagoda_kv_pool_bytes(const pagoda_kv_layout *L)
+{
+    return (size_t)L->n_layers * 2 * (size_t)L->n_blocks * pagoda_kv_block_bytes(L);
+}
+
+/* One sequence's part of a flattened batch. Its queries are rows
+ * q_start .. q_start+n_q-1 of the batch, at positions ctx_len-n_q ..
+ * ctx_len-1; after this step's kv_write the cache holds positions
+ * 0 .. ctx_len-1 in the blocks of block_table (in order). */
+typedef struct pagoda_seq_view {
+    int32_t q_start;
+    int32_t n_q;
+    int32_t ctx_len;
+    int32_t n_blocks;
+    const int32_t *block_table;
+} pagoda_seq_view;
+
+/* One step's flattened batch. Built by the core, read by kernels. */
+typedef struct pagoda_batch {
+    uint64_t seq_no;           /* increases by one per step: a key for caching uploads */
+    int32_t n_tokens;
+    const int32_t *tokens;     /* [n_tokens] */
+    const int32_t *positions;  /* [n_tokens] */
+    const int32_t *slots;      /* [n_tokens] KV slot of each token */
+    int32_t n_seqs;
+    const pagoda_seq_view *seqs; /* [n_seqs], rows in order, no gaps */
+} pagoda_batch;
+
+/* Rotary embedding parameters, resolved by the core (so scaling variants,
+ * linear, llama3, YaRN, need no backend change). Pairs are (d, d + n_rot/2)
+ * for NeoX order, (2i, 2i+1) otherwise; dims >= n_rot pass through.
+ * angle(pos, i) = pos * inv_freq[i]; the rotated values are scaled by mscale. */
+typedef struct pagoda_rope_params {
+    int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
+    bool neox;                /* NeoX (half-split) pairing */
+    float mscale;             /* 1.0 unless a scaling method says otherwise */
+    const float *inv_freq;    /* [n_rot / 2] */
+} pagoda_rope_params;
+
+/*
+ * The ops. Required slots are marked; optional ones may be NULL and the
+ * core's fallback is stated.
+ */
+typedef struct pagoda_backend_ops {
+    size_t struct_size;
+
+    /* [any thread] required. Fill *info (the core sets info->struct_size). */
+    int (*info)(void *ctx, pagoda_backend_info *info);
+
+    /* required. Allocate `size` bytes for `purpose`. The backend owns the
+     * memory; the core frees it with buffer_free. Contents undefined. */
+    int (*buffer_alloc)(void *ctx, int purpose, size_t size, pagoda_buffer **out);
+    /* required. NULL is a no-op. */
+    void (*buffer_free)(void *ctx, pagoda_buffer *buf);
+    /* required. Copy host bytes in / out at an offset. download waits for
+     * all earlier kernels. */
+    int (*upload)(void *ctx, pagoda_buffer *buf, size_t offset, const void *src, size_t size);
+    int (*download)(void *ctx, const pagoda_buffer *buf, size_t offset, void *dst, size_t size);
+
+    /* optional. Make a weights buffer of host bytes that stay valid (the
+     * mmap'd model) until the buffer is freed: the CPU backend may use them
+     * in place, a device copies. Fallback: buffer_alloc + upload. */
+    int (*weights_from_host)(void *ctx, const void *host, size_t size, pagoda_buffer **out);
+
+    /* required. out[i, :] = f32(table[ids[i], :]) for i < n; table of any
+     * weight type, out F32 [n x cols]. */
+    int (*get_rows)(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
+                    const pagoda_tensor *out);
+
+    /* required. out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w; w F32 [1 x cols].
+     * out may alias x. */
+    int (*rms_norm)(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w, float eps,
+                    const pagoda_tensor *out);
+
+    /* required. out[T x N] = x[T x K] * w[N x K]^T (+ bias[N] if not NULL).
+     * x, out, bias F32; w any type in info.weight_types. out may not alias x. */
+    int (*matmul)(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
+                  const pagoda_tensor *bias, const pagoda_tensor *out);
+
+    /* required. Rotate x in place: x is F32 [n_tokens x n_heads*head_dim],
+     * token i at positions[i]. */
+    int (*rope)(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t head_dim,
+                const int32_t *positions, const pagoda_rope_params *p);
+
+    /* required. Store the K and V rows of n tokens (F32 [n x kv_heads*head_dim])
+     * into their slots of `layer` in the KV pool. */
+    int (*kv_write)(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *layout, int32_t layer,
+                    const pagoda_tensor *k, const pagoda_tensor *v, const int32_t *slots,
+                    int32_t n);
+
+    /* required. Causal attention for every sequence of the batch: q F32
+     * [n_tokens x n_heads*head_dim], out F32 of the same shape; query head h
+     * reads KV head h / (n_heads / n_kv_heads). scores scaled by `scale`. */
+    int (*attention)(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                     const pagoda_kv_layout *layout, int32_t layer, const pagoda_batch *batch,
+                     int32_t n_heads, float scale, const pagoda_tensor *out);
+
+    /* required. out = silu(gate) * up, all F32 of one shape; out may alias either. */
+    int (*swiglu)(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+                  const pagoda_tensor *out);
+
+    /* required. out = a + b, F32 of one shape; out may alias either. */
+    int (*add)(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
+               const pagoda_tensor *out);
+
+    /* optional. Copy whole KV blocks src[i] -> dst[i] in every layer (for
+     * copy-on-write and swapping). Fallback: download + upload per block. */
+    int (*copy_blocks)(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *layout,
+                       const int32_t *src, const int32_t *dst, int32_t n);
+
+    /* optional. Wait for all submitted work. Fallback: nothing (synchronous). */
+    int (*synchronize)(void *ctx);
+} pagoda_backend_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_BACKEND_H */

@@ -1,0 +1,235 @@
+/*
+ * pagoda/host.h: the table the core hands each plugin instance at create().
+ * It is the only way a plugin reaches the core: logging, its own config
+ * section, error reporting, and (for frontends) the engine: submit, cancel,
+ * tokenize, chat templates, stats, the memory plan, metrics.
+ * Not for: ops a plugin implements (see the per-kind headers).
+ *
+ * Every pointer in the table stays valid until the plugin's destroy()
+ * returns. Slots marked "minor N" were added in ABI minor N; a plugin built
+ * for an older minor sees a shorter struct_size and must not call them.
+ */
+#ifndef PAGODA_HOST_H
+#define PAGODA_HOST_H
+
+#include <stdarg.h>
+#include "pagoda/types.h"
+#include "pagoda/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- requests */
+
+/* Sampling and limits of one request. pagoda_request_defaults() fills the
+ * documented defaults; a frontend then sets what the client gave. */
+typedef struct pagoda_request {
+    size_t struct_size;
+    const char *prompt;          /* UTF-8 text; or NULL when prompt_tokens is set */
+    size_t prompt_len;           /* bytes of prompt */
+    const int32_t *prompt_tokens;/* token ids, used when prompt == NULL */
+    int32_t n_prompt_tokens;
+    bool add_special;            /* add BOS (and the model's other specials) when tokenizing */
+    bool parse_special;          /* text like "<|im_end|>" becomes its special token */
+    int32_t max_tokens;          /* <= 0: up to the context */
+    float temperature;           /* 0: greedy */
+    int32_t top_k;               /* <= 0: off */
+    float top_p;                 /* 1: off */
+    float min_p;                 /* 0: off */
+    float repetition_penalty;    /* 1: off */
+    float presence_penalty;      /* 0: off */
+    float frequency_penalty;     /* 0: off */
+    uint64_t seed;
+    bool has_seed;               /* false: the engine draws a seed */
+    const char *const *stop;     /* stop strings, never part of the output */
+    int32_t n_stop;
+    bool ignore_eos;
+    int32_t priority;            /* lower first, with the priority scheduler */
+    const char *cache_salt;      /* NULL or a string isolating prefix-cache blocks */
+    int32_t logprobs;            /* report the chosen token's logprob and this many top ones (0: none, -1: off) */
+    const int32_t *stop_token_ids; /* extra token ids that end generation (e.g. <|im_end|>) */
+    int32_t n_stop_token_ids;
+} pagoda_request;
+
+#define PAGODA_MAX_TOP_LOGPROBS 20
+
+typedef enum pagoda_finish_reason {
+    PAGODA_FINISH_NONE = 0,      /* not finished (token events) */
+    PAGODA_FINISH_STOP = 1,      /* EOS, a stop token or a stop string */
+    PAGODA_FINISH_LENGTH = 2,    /* max_tokens or the context */
+    PAGODA_FINISH_CANCELLED = 3, /* cancel() or shutdown */
+    PAGODA_FINISH_ERROR = 4
+} pagoda_finish_reason;
+
+static inline const char *pagoda_finish_reason_str(int r)
+{
+    switch (r) {
+    case PAGODA_FINISH_STOP: return "stop";
+    case PAGODA_FINISH_LENGTH: return "length";
+    case PAGODA_FINISH_CANCELLED: return "cancelled";
+    case PAGODA_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+typedef struct pagoda_usage {
+    int32_t prompt_tokens;
+    int32_t completion_tokens;
+    int32_t cached_tokens;       /* prompt tokens served from the prefix cache */
+} pagoda_usage;
+
+typedef struct pagoda_timings {
+    double queue_ms;             /* arrival to first scheduled */
+    double ttft_ms;              /* arrival to first token */
+    double total_ms;             /* arrival to final event */
+    double tpot_ms;              /* mean time per output token after the first */
+    int32_t n_preemptions;
+} pagoda_timings;
+
+typedef enum pagoda_event_type {
+    PAGODA_EVENT_TOKEN = 1,      /* new output text (may be empty while a UTF-8
+                                    character or a possible stop string is held back) */
+    PAGODA_EVENT_FINAL = 2       /* exactly once per accepted request, last */
+} pagoda_event_type;
+
+typedef struct pagoda_top_logprob {
+    int32_t token;
+    float logprob;
+} pagoda_top_logprob;
+
+/* What a request's callback receives. Everything it points to is valid
+ * only during the callback. */
+typedef struct pagoda_event {
+    size_t struct_size;
+    uint64_t id;
+    int32_t type;                /* pagoda_event_type */
+    const char *text;            /* new text since the last event (UTF-8, whole characters) */
+    size_t text_len;
+    int32_t token;               /* the token sampled (TOKEN events), else -1 */
+    float logprob;               /* its log-probability, when logprobs >= 0 */
+    int32_t n_top;               /* entries in top[] */
+    const pagoda_top_logprob *top;
+    int32_t finish_reason;       /* FINAL: pagoda_finish_reason */
+    const char *error;           /* FINAL with PAGODA_FINISH_ERROR: why */
+    pagoda_usage usage;          /* FINAL */
+    pagoda_timings timings;      /* FINAL */
+} pagoda_event;
+
+/* [engine thread] Called for each event of a request. Must not block or
+ * call back into the engine except cancel(). */
+typedef void (*pagoda_event_cb)(void *user, const pagoda_event *ev);
+
+/* ----------------------------------------------------------- engine views */
+
+typedef struct pagoda_model_info {
+    size_t struct_size;
+    char name[128];              /* general.name or the file name */
+    char arch[32];               /* "llama", "qwen2", ... */
+    int32_t n_ctx;               /* max_seq_len in use */
+    int32_t n_vocab;
+    int32_t bos, eos;            /* -1 when absent */
+    int64_t n_params;
+    bool has_chat_template;
+} pagoda_model_info;
+
+typedef struct pagoda_engine_stats {
+    size_t struct_size;
+    int32_t running, waiting;
+    int64_t kv_total_blocks, kv_used_blocks, kv_free_blocks, kv_cached_blocks;
+    int32_t kv_block_size;
+    int64_t prefix_query_tokens, prefix_hit_tokens;
+    int64_t prompt_tokens_total, generation_tokens_total;
+    int64_t requests_finished_total, preemptions_total, steps_total;
+    bool ready;                  /* weights loaded, serving */
+} pagoda_engine_stats;
+
+typedef struct pagoda_chat_message {
+    const char *role;            /* "system", "user", "assistant", ... */
+    const char *content;
+} pagoda_chat_message;
+
+/* --------------------------------------------------------------- the host */
+
+typedef struct pagoda_host {
+    size_t struct_size;
+    uint32_t abi_major, abi_minor;   /* the host's ABI */
+    void *host_ctx;                  /* the core's; opaque to plugins */
+
+    /* [any thread] Log a line with the plugin's name in front. */
+    void (*log)(const struct pagoda_host *h, int level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+    /* [any thread] Typed lookup of a key in this plugin's own section
+     * ([kind.name]); returns the default given here when the key is absent.
+     * Values were validated against the plugin's config_keys at load. The
+     * string is owned by the core and lives as long as the host table. */
+    const char *(*config_str)(const struct pagoda_host *h, const char *key, const char *dflt);
+    int64_t (*config_int)(const struct pagoda_host *h, const char *key, int64_t dflt);
+    double (*config_float)(const struct pagoda_host *h, const char *key, double dflt);
+    bool (*config_bool)(const struct pagoda_host *h, const char *key, bool dflt);
+    /* [any thread] Engine-wide keys of [engine] (e.g. "max_seq_len"), as strings. */
+    const char *(*engine_config)(const struct pagoda_host *h, const char *key);
+
+    /* [any thread] Record an error message for the current call; the core
+     * prints or returns it. Returns `status` so one can write
+     *     return h->error(h, PAGODA_ERR_INVALID, "...", ...); */
+    int (*error)(const struct pagoda_host *h, int status, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+    /* ---- for KV-cache policies [engine thread] */
+    /* Copy KV blocks src[i] -> dst[i] in every layer. */
+    int (*kv_copy_blocks)(const struct pagoda_host *h, const int32_t *src, const int32_t *dst,
+                          int32_t n);
+
+    /* ---- for frontends: the engine. NULL for other kinds. */
+
+    /* [any thread] Queue a request. Tokenizes on the caller's thread and
+     * answers at once: PAGODA_OK with *id, or an error with a reason in err
+     * (prompt longer than the context, queue full = PAGODA_ERR_NOSPACE,
+     * bad parameter = PAGODA_ERR_INVALID, shutting down = PAGODA_ERR_STATE).
+     * On success `cb` gets events on the engine thread, and exactly one
+     * FINAL. The request's pointers need only live during the call. */
+    int (*submit)(const struct pagoda_host *h, const pagoda_request *req, pagoda_event_cb cb,
+                  void *user, uint64_t *id, char *err, size_t err_len);
+    /* [any thread] Cancel a request; its FINAL event (reason cancelled)
+     * follows soon on the engine thread unless it already finished.
+     * PAGODA_ERR_NOT_FOUND if the id is not live. */
+    int (*cancel)(const struct pagoda_host *h, uint64_t id);
+    /* [any thread] Fill a request with defaults (including the config's). */
+    void (*request_defaults)(const struct pagoda_host *h, pagoda_request *req);
+
+    /* [any thread] Text to ids. Writes at most cap ids, sets *n to the full
+     * count (call again with a bigger array if *n > cap). */
+    int (*tokenize)(const struct pagoda_host *h, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *ids, int32_t cap, int32_t *n);
+    /* [any thread] Ids to text. Returns a string the caller frees with
+     * h->free, NULL on a bad id (error reported). */
+    char *(*detokenize)(const struct pagoda_host *h, const int32_t *ids, int32_t n);
+    /* [any thread] The text of one token, as the tokenizer outputs it
+     * (may be a partial UTF-8 sequence). Caller frees with h->free. */
+    char *(*token_text)(const struct pagoda_host *h, int32_t id);
+    /* [any thread] Render chat messages with the model's template, adding the
+     * assistant turn's opening when add_generation_prompt. The caller frees
+     * *out with h->free. The stop token ids the template implies (e.g.
+     * <|im_end|>) are written to stop_ids (cap entries, *n_stop set), may be NULL. */
+    int (*chat_render)(const struct pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                       bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
+                       int32_t *n_stop);
+    void (*free)(const struct pagoda_host *h, void *p);
+
+    /* [any thread] */
+    int (*model_info)(const struct pagoda_host *h, pagoda_model_info *out);
+    int (*stats)(const struct pagoda_host *h, pagoda_engine_stats *out);
+    /* [any thread] The memory plan as JSON / the Prometheus exposition text.
+     * Caller frees with h->free. */
+    char *(*memory_plan_json)(const struct pagoda_host *h);
+    char *(*metrics_text)(const struct pagoda_host *h);
+    /* [any thread] Has a shutdown been asked for (SIGINT/SIGTERM)? */
+    bool (*shutting_down)(const struct pagoda_host *h);
+} pagoda_host;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_HOST_H */

@@ -1,0 +1,89 @@
+/*
+ * pagoda/kvcache.h: KV-cache policies. A policy owns block bookkeeping
+ * only: which block ids a sequence holds, reference counts, prefix hashes
+ * and eviction. The KV memory is one pool the core allocates through the
+ * backend (see pagoda_kv_layout); a policy never touches it, except through
+ * host->kv_copy_blocks for copy-on-write.
+ *
+ * Threads: every op is [engine thread].
+ * Sequences are named by the engine's 64-bit ids.
+ */
+#ifndef PAGODA_KVCACHE_H
+#define PAGODA_KVCACHE_H
+
+#include "pagoda/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pagoda_kv_stats {
+    size_t struct_size;
+    int64_t total_blocks;
+    int64_t free_blocks;     /* immediately allocatable, not holding cached data */
+    int64_t used_blocks;     /* referenced by at least one live sequence */
+    int64_t cached_blocks;   /* unreferenced but kept for prefix reuse (evictable) */
+    int64_t reserved_blocks; /* held for a sequence but not yet written (contiguous) */
+    int64_t query_tokens;    /* prompt tokens looked up in the prefix cache, ever */
+    int64_t hit_tokens;      /* of those, found cached, ever */
+    int64_t evicted_blocks;  /* cached blocks evicted, ever */
+} pagoda_kv_stats;
+/* Invariant the tests hold: free + used + cached == total (reserved blocks
+ * are counted in used). */
+
+/* A new sequence as admit() sees it. */
+typedef struct pagoda_kv_seq {
+    uint64_t id;
+    const int32_t *tokens;    /* the prompt (after a preemption: prompt + output so far) */
+    int32_t n_tokens;
+    int32_t max_total;        /* prompt + max_tokens, capped at max_seq_len */
+    const char *cache_salt;   /* NULL or a string that keeps this sequence's prefix blocks apart */
+} pagoda_kv_seq;
+
+typedef struct pagoda_kvcache_ops {
+    size_t struct_size;
+
+    /* required. Called once after create: the pool has n_blocks blocks of
+     * block_size tokens; max_seq_len bounds any one sequence. */
+    int (*init)(void *ctx, int32_t n_blocks, int32_t block_size, int32_t max_seq_len);
+
+    /* required. Take a new sequence in. On success *n_cached is how many
+     * leading tokens are already in the cache (0 without prefix caching;
+     * always < seq->n_tokens so at least one token is computed) and the
+     * sequence holds blocks for them. PAGODA_ERR_NOSPACE if it does not fit
+     * now (the caller may preempt or wait); nothing is held then. */
+    int (*admit)(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached);
+
+    /* required. Make room so the sequence can hold n_total tokens. Either all
+     * the blocks are found or none is taken (PAGODA_ERR_NOSPACE). */
+    int (*grow)(void *ctx, uint64_t seq_id, int32_t n_total);
+
+    /* optional. The first n_computed tokens of the sequence now hold valid
+     * KV; `tokens` lists them. Full blocks may become shareable. Fallback:
+     * nothing (no prefix caching). */
+    int (*commit)(void *ctx, uint64_t seq_id, const int32_t *tokens, int32_t n_computed);
+
+    /* required. The sequence's block ids in order. *table stays valid until
+     * the next call that changes this sequence. */
+    int (*block_table)(void *ctx, uint64_t seq_id, const int32_t **table, int32_t *n_blocks);
+
+    /* required. The sequence is finished, cancelled or preempted: drop its
+     * references. Committed full blocks may stay cached (prefix policy). */
+    int (*release)(void *ctx, uint64_t seq_id);
+
+    /* required. Fill *st (the core sets st->struct_size). */
+    int (*stats)(void *ctx, pagoda_kv_stats *st);
+
+    /* optional. Blocks admit() would need for this sequence now, counting
+     * cache hits (for schedulers that look before they leap). Fallback: the
+     * core estimates ceil(n_tokens / block_size). */
+    int32_t (*blocks_needed)(void *ctx, const pagoda_kv_seq *seq);
+
+    /* optional. Drop every cached (unreferenced) block. Fallback: nothing. */
+    int (*reset_cache)(void *ctx);
+} pagoda_kvcache_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_KVCACHE_H */

@@ -1,0 +1,11 @@
+/* pagoda/pagoda.h: the whole public SDK in one include. */
+#ifndef PAGODA_PAGODA_H
+#define PAGODA_PAGODA_H
+#include "pagoda/types.h"
+#include "pagoda/plugin.h"
+#include "pagoda/backend.h"
+#include "pagoda/kvcache.h"
+#include "pagoda/scheduler.h"
+#include "pagoda/frontend.h"
+#include "pagoda/host.h"
+#endif

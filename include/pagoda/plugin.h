@@ -1,0 +1,130 @@
+/*
+ * pagoda/plugin.h: what every plugin exports. A plugin is a shared object
+ * with one exported symbol, pagoda_plugin_entry, returning a static const
+ * descriptor. The core checks, in this order: dlopen, the entry symbol, the
+ * ABI version, struct sizes, kind and name against the config, required
+ * slots. Not for: the ops of each kind (backend.h, scheduler.h, kvcache.h,
+ * frontend.h) or the host table (host.h).
+ *
+ * Compatibility rule: same PAGODA_ABI_MAJOR, and the plugin's minor <= the
+ * host's minor. Structs only grow at their end; every struct starts with
+ * struct_size, and the host copies min(struct_size, sizeof) into a zeroed
+ * struct of its own, so an older plugin's missing tail reads as NULL/0.
+ */
+#ifndef PAGODA_PLUGIN_H
+#define PAGODA_PLUGIN_H
+
+#include "pagoda/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PAGODA_ABI_MAJOR 1
+#define PAGODA_ABI_MINOR 0
+
+#define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
+
+typedef enum pagoda_plugin_kind {
+    PAGODA_KIND_BACKEND = 1,
+    PAGODA_KIND_SCHEDULER = 2,
+    PAGODA_KIND_KVCACHE = 3,
+    PAGODA_KIND_FRONTEND = 4
+} pagoda_plugin_kind;
+
+static inline const char *pagoda_kind_name(int kind)
+{
+    switch (kind) {
+    case PAGODA_KIND_BACKEND: return "backend";
+    case PAGODA_KIND_SCHEDULER: return "scheduler";
+    case PAGODA_KIND_KVCACHE: return "kvcache";
+    case PAGODA_KIND_FRONTEND: return "frontend";
+    default: return "unknown";
+    }
+}
+
+struct pagoda_host;
+
+/* Types of a plugin's config keys. */
+typedef enum pagoda_key_type {
+    PAGODA_KEY_STRING = 1,
+    PAGODA_KEY_INT = 2,    /* int64, decimal */
+    PAGODA_KEY_FLOAT = 3,
+    PAGODA_KEY_BOOL = 4,   /* true/false/1/0/yes/no/on/off */
+    PAGODA_KEY_SIZE = 5    /* bytes, with optional K/M/G/T (binary) suffix */
+} pagoda_key_type;
+
+/* One key a plugin accepts in its own section [kind.name]. The core
+ * validates the section against this list before create(): an unknown key
+ * is an error naming file:line and the closest valid key, a value that does
+ * not parse as `type` or falls outside [min, max] names the key, the value
+ * and what is allowed. A list ends with an entry whose name is NULL. */
+typedef struct pagoda_config_key {
+    const char *name;
+    int32_t type;            /* pagoda_key_type */
+    const char *default_str; /* shown by `pagoda plugins -v` and the docs */
+    double min, max;         /* numeric bounds, used when min < max */
+    const char *help;        /* one line */
+} pagoda_config_key;
+
+/*
+ * The descriptor. Static and const in the plugin; the host never writes it.
+ *
+ *   probe  [any thread] optional. How well this plugin can run here, 0..100;
+ *          0 means it cannot, and `why` says why ("no CUDA driver: ...").
+ *          No side effects beyond looking. NULL means 100.
+ *   create [main thread] required. Make one instance. `host` is valid until
+ *          destroy() returns and carries this instance's config section.
+ *          On failure return an error status and write a one-line reason to
+ *          err (it is NUL-terminated by the host if the plugin forgets).
+ *   destroy [main thread] required. Free everything create() made.
+ *   ops    required. Points to the kind's ops table (pagoda_backend_ops,
+ *          ...), which starts with its own struct_size.
+ */
+typedef struct pagoda_plugin_desc {
+    size_t struct_size;       /* sizeof(pagoda_plugin_desc) as the plugin saw it */
+    uint32_t abi_major;       /* PAGODA_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;       /* PAGODA_ABI_MINOR the plugin was built with */
+    int32_t kind;             /* pagoda_plugin_kind */
+    const char *name;         /* the value used in the INI: "cpu", "paged" */
+    const char *version;      /* the plugin's own version, free form */
+    const char *description;  /* one line */
+    const pagoda_config_key *config_keys; /* NULL-name terminated, or NULL for none */
+    int (*probe)(char *why, size_t why_len);
+    int (*create)(const struct pagoda_host *host, void **ctx, char *err, size_t err_len);
+    void (*destroy)(void *ctx);
+    const void *ops;
+} pagoda_plugin_desc;
+
+typedef const pagoda_plugin_desc *(*pagoda_plugin_entry_fn)(uint32_t host_abi_major,
+                                                            uint32_t host_abi_minor);
+
+#if defined(_WIN32)
+#define PAGODA_EXPORT __declspec(dllexport)
+#else
+#define PAGODA_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Writes the one exported symbol. Use once per plugin, at file scope:
+ *     static const pagoda_plugin_desc my_desc = { ... };
+ *     PAGODA_PLUGIN(my_desc)
+ * The entry hands the descriptor over whatever the host's version; the
+ * host does the version check so that its refusal can name both sides. */
+#define PAGODA_PLUGIN(desc)                                                     \
+    PAGODA_EXPORT const pagoda_plugin_desc *pagoda_plugin_entry(uint32_t host_abi_major, \
+                                                                uint32_t host_abi_minor) \
+    {                                                                           \
+        (void)host_abi_major;                                                   \
+        (void)host_abi_minor;                                                   \
+        return &(desc);                                                         \
+    }
+
+/* Fills the leading fields of a descriptor. */
+#define PAGODA_DESC_HEADER(kind_) \
+    .struct_size = sizeof(pagoda_plugin_desc), .abi_major = PAGODA_ABI_MAJOR, \
+    .abi_minor = PAGODA_ABI_MINOR, .kind = (kind_)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_PLUGIN_H */
