@@ -1,0 +1,59 @@
+/* testutil.c: see testutil.h. */
+#include "testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifndef PAGODA_TEST_SOURCE_DIR
+#define PAGODA_TEST_SOURCE_DIR "."
+#endif
+
+static char tu_bufs[8][4096];
+static int tu_next;
+
+static const char *tu_join(const char *env, const char *fallback, const char *rel)
+{
+    const char *base = getenv(env);
+    char *b = tu_bufs[tu_next++ & 7];
+    snprintf(b, sizeof tu_bufs[0], "%s/%s", base ? base : fallback, rel);
+    return b;
+}
+
+const char *tu_src(const char *rel) { return tu_join("PAGODA_SOURCE_DIR", PAGODA_TEST_SOURCE_DIR, rel); }
+const char *tu_build(const char *rel) { return tu_join("PAGODA_BUILD_DIR", ".", rel); }
+
+const char *tu_shared(const char *rel)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "../shared/models/%s", rel);
+    const char *p = tu_src(tmp);
+    return access(p, R_OK) == 0 ? p : NULL;
+}
+
+void tu_rng_seed(tu_rng *r, uint64_t seed) { r->s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull; if (!r->s) r->s = 1; }
+uint64_t tu_rng_u64(tu_rng *r)
+{
+    r->s ^= r->s >> 12; r->s ^= r->s << 25; r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ull;
+}
+float tu_rng_uniform(tu_rng *r) { return (float)((tu_rng_u64(r) >> 40) * (1.0 / 16777216.0)); }
+float tu_rng_normal(tu_rng *r)
+{
+    float u1 = tu_rng_uniform(r), u2 = tu_rng_uniform(r);
+    if (u1 < 1e-12f) u1 = 1e-12f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+void tu_fill_normal(tu_rng *r, float *x, size_t n, float std)
+{
+    for (size_t i = 0; i < n; i++) x[i] = tu_rng_normal(r) * std;
+}
+
+int tu_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
