@@ -36,7 +36,8 @@ typedef struct gguf_value {
             int32_t elem_type;  /* nested arrays: GGUF_T_ARRAY, with data at the nested header */
             uint64_t count;
             const uint8_t *data;
-            uint64_t nbytes;    /* bytes the array occupies in the file */
+            uint64_t nbytes;    /* bytes the elements occupy in the file, from data
+                                 * (the 12-byte type+count header excluded) */
             const gguf_str *strs; /* for string arrays: count entries, parsed at open */
         } arr;
     } v;
@@ -115,6 +116,13 @@ int pagoda_gguf_w_copy(gguf_writer *w, const gguf_kv *kv);
 int pagoda_gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 int pagoda_gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
 int pagoda_gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Any scalar type (val points at a value of that type's C width; strings:
+ * a NUL-terminated char *), any fixed-size element array, and raw value
+ * bytes after the type tag (for tests crafting nested arrays). Keys must be
+ * unique: a repeated key is refused with PAGODA_ERR_INVALID. */
+int pagoda_gguf_w_val(gguf_writer *w, const char *key, int32_t type, const void *val);
+int pagoda_gguf_w_arr(gguf_writer *w, const char *key, int32_t elem_type, const void *v, uint64_t n);
+int pagoda_gguf_w_raw(gguf_writer *w, const char *key, int32_t type, const void *bytes, size_t n);
 /* Declare a tensor (ne[0] innermost). Its bytes come later, in order. */
 int pagoda_gguf_w_tensor(gguf_writer *w, const char *name, int32_t type, uint32_t n_dims,
                          const int64_t *ne);
@@ -122,5 +130,10 @@ int pagoda_gguf_w_tensor(gguf_writer *w, const char *name, int32_t type, uint32_
  * pagoda_gguf_w_data once per tensor in declaration order. */
 int pagoda_gguf_w_begin(gguf_writer *w, FILE *fp);
 int pagoda_gguf_w_data(gguf_writer *w, FILE *fp, const void *data, size_t nbytes);
+/* Streaming alternative: a tensor's bytes in pieces; the tensor is done
+ * when its size is reached. pagoda_gguf_w_finish checks every declared
+ * tensor was written in full and flushes. */
+int pagoda_gguf_w_data_chunk(gguf_writer *w, FILE *fp, const void *data, size_t nbytes);
+int pagoda_gguf_w_finish(gguf_writer *w, FILE *fp);
 
 #endif /* PAGODA_GGUF_H */
