@@ -1,0 +1,44 @@
+/*
+ * runtime.h: everything a configured server is made of, built from a
+ * config: the model, the memory plan, the backend, scheduler and KV-cache
+ * plugin instances, the engine and (for serving) the frontend. `pagoda
+ * serve`, the bench and the tests all build it the same way.
+ * Not for: the engine loop (engine.c) or the CLI (main.c).
+ */
+#ifndef PAGODA_RUNTIME_H
+#define PAGODA_RUNTIME_H
+
+#include "config.h"
+#include "engine.h"
+#include "memplan.h"
+#include "metrics.h"
+#include "plugin_loader.h"
+
+typedef struct pagoda_runtime {
+    pagoda_config *cfg;            /* not owned */
+    pagoda_engine_config ec;
+    pagoda_model *model;
+    pagoda_memplan plan;
+    char *plan_json;
+    pagoda_metrics *metrics;
+    pagoda_plugin *p_backend, *p_sched, *p_kv, *p_front;
+    pagoda_host *h_backend, *h_sched, *h_kv, *h_front;
+    pagoda_backend backend;
+    pagoda_scheduler sched;
+    pagoda_kvcache kv;
+    void *front_ctx;
+    pagoda_engine *engine;
+    int32_t chat_family;           /* pagoda_chat_family */
+} pagoda_runtime;
+
+/* Load the model and the backend, scheduler and KV plugins named by cfg,
+ * compute and print the memory plan, and create (not start) the engine.
+ * with_frontend: also load and create the configured frontend. On error
+ * everything made so far is freed and err says what failed. */
+int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                        pagoda_runtime **out, char *err, size_t err_len);
+/* Stop the engine (every request gets its FINAL), destroy the plugins,
+ * free the model. */
+void pagoda_runtime_close(pagoda_runtime *rt);
+
+#endif /* PAGODA_RUNTIME_H */
