@@ -1,0 +1,493 @@
+/*
+ * backend.c: the "cpu" backend plugin: pagoda_backend_ops over host memory.
+ * Buffers are aligned host allocations (weights used in place from the
+ * mmap'd model); every op checks its tensors against their buffers here,
+ * at the plugin boundary, then calls the kernels in kernels.h, which trust
+ * their arguments.
+ * Not for: kernels (matmul.c, attention.c, ops.c, vecdot*.c).
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas_fix.h"
+#include "cpu_features.h"
+#include "kernels.h"
+#include "pagoda/backend.h"
+#include "pagoda/host.h"
+#include "pagoda/plugin.h"
+
+struct pagoda_buffer {
+    uint8_t *data;
+    size_t size;
+    int purpose;
+    bool owned;      /* false for weights_from_host: the bytes are the caller's */
+};
+
+typedef struct cpu_ctx {
+    const pagoda_host *host;
+    pagoda_cpu_exec ex;
+    int n_threads;
+    char blas_core[32];
+} cpu_ctx;
+
+#define ERR(c, st, ...) \
+    ((c)->host && (c)->host->error ? (c)->host->error((c)->host, (st), __VA_ARGS__) : (st))
+
+/* ------------------------------------------------------------ validation */
+
+/* Does tensor t fit in its buffer, with `dtype` (or any weight type when
+ * dtype < 0) and F32 rows 4-byte aligned? */
+static int check_tensor(cpu_ctx *c, const char *op, const char *what, const pagoda_tensor *t,
+                        int dtype)
+{
+    if (!t || !t->buf) return ERR(c, PAGODA_ERR_INVALID, "%s: %s is NULL", op, what);
+    if (dtype >= 0 && t->dtype != dtype)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s is %s, expected %s", op, what,
+                   pagoda_dtype_name(t->dtype), pagoda_dtype_name(dtype));
+    if (t->rows < 0 || t->cols <= 0)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s has shape %lld x %lld", op, what,
+                   (long long)t->rows, (long long)t->cols);
+    size_t rb = pagoda_dtype_row_bytes(t->dtype, t->cols);
+    if (!rb)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s: %lld columns of %s (type %d) is not a whole number of blocks",
+                   op, what, (long long)t->cols, pagoda_dtype_name(t->dtype), (int)t->dtype);
+    if (t->rows > 1 && t->row_stride < rb)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s row_stride %zu < row size %zu", op, what,
+                   t->row_stride, rb);
+    if (t->dtype == PAGODA_DTYPE_F32 && ((t->offset | t->row_stride) & 3))
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s offset/row_stride not 4-byte aligned", op, what);
+    size_t need = t->rows ? t->offset + (size_t)(t->rows - 1) * t->row_stride + rb : t->offset;
+    if (need > t->buf->size)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: %s needs %zu bytes, its buffer has %zu", op, what,
+                   need, t->buf->size);
+    return PAGODA_OK;
+}
+
+static void *tptr(const pagoda_tensor *t)
+{
+    return t->buf->data + t->offset;
+}
+
+static int check_layout(cpu_ctx *c, const char *op, const pagoda_buffer *kv,
+                        const pagoda_kv_layout *L, int layer)
+{
+    if (!kv || !L) return ERR(c, PAGODA_ERR_INVALID, "%s: KV buffer or layout is NULL", op);
+    if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
+        L->head_dim <= 0)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout has a non-positive dimension", op);
+    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16)
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32 or F16",
+                   op, pagoda_dtype_name(L->dtype));
+    if (pagoda_kv_pool_bytes(L) > kv->size)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout needs %zu bytes, buffer has %zu", op,
+                   pagoda_kv_pool_bytes(L), kv->size);
+    if (layer < 0 || layer >= L->n_layers)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: layer %d outside 0..%d", op, layer, L->n_layers - 1);
+    return PAGODA_OK;
+}
+
+static int same_shape(cpu_ctx *c, const char *op, const pagoda_tensor *a, const pagoda_tensor *b)
+{
+    if (a->rows != b->rows || a->cols != b->cols)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: shapes differ: %lld x %lld vs %lld x %lld", op,
+                   (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    return PAGODA_OK;
+}
+
+#define TRY(expr)                     \
+    do {                              \
+        int st_ = (expr);             \
+        if (st_ != PAGODA_OK) return st_; \
+    } while (0)
+
+/* ------------------------------------------------------------------ info */
+
+static void meminfo(uint64_t *total, uint64_t *avail)
+{
+    *total = *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024ull;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb * 1024ull;
+    }
+    fclose(f);
+}
+
+static int cpu_info(void *ctx, pagoda_backend_info *info)
+{
+    cpu_ctx *c = ctx;
+    size_t sz = info->struct_size ? info->struct_size : sizeof *info;
+    pagoda_backend_info o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sz < sizeof o ? sz : sizeof o;
+    snprintf(o.name, sizeof o.name, "cpu (%s, %d threads, OpenBLAS %s)",
+             pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+    meminfo(&o.mem_total, &o.mem_free);
+    o.alignment = 64;
+    int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
+                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) o.weight_types |= 1ull << types[i];
+    o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
+    o.host_memory = true;
+    memcpy(info, &o, o.struct_size);
+    return PAGODA_OK;
+}
+
+/* --------------------------------------------------------------- buffers */
+
+static int cpu_buffer_alloc(void *ctx, int purpose, size_t size, pagoda_buffer **out)
+{
+    cpu_ctx *c = ctx;
+    if (!out) return ERR(c, PAGODA_ERR_INVALID, "buffer_alloc: out is NULL");
+    *out = NULL;
+    pagoda_buffer *b = calloc(1, sizeof *b);
+    size_t rounded = (size + 63) & ~(size_t)63;
+    if (rounded < size) return ERR(c, PAGODA_ERR_NOMEM, "buffer_alloc: %zu bytes is too large", size);
+    if (b) b->data = aligned_alloc(64, rounded ? rounded : 64);
+    if (!b || !b->data) {
+        free(b);
+        return ERR(c, PAGODA_ERR_NOMEM, "buffer_alloc: cannot allocate %zu bytes of host memory",
+                   size);
+    }
+    b->size = size;
+    b->purpose = purpose;
+    b->owned = true;
+    *out = b;
+    return PAGODA_OK;
+}
+
+static void cpu_buffer_free(void *ctx, pagoda_buffer *buf)
+{
+    if (!buf) return;
+    if (buf->owned) free(buf->data);
+    free(buf);
+}
+
+static int cpu_upload(void *ctx, pagoda_buffer *buf, size_t offset, const void *src, size_t size)
+{
+    cpu_ctx *c = ctx;
+    if (!buf || (!src && size)) return ERR(c, PAGODA_ERR_INVALID, "upload: NULL buffer or source");
+    if (offset > buf->size || size > buf->size - offset)
+        return ERR(c, PAGODA_ERR_INVALID, "upload: %zu bytes at offset %zu overrun a %zu-byte buffer",
+                   size, offset, buf->size);
+    if (!buf->owned) return ERR(c, PAGODA_ERR_INVALID, "upload: buffer wraps read-only host weights");
+    if (size) memcpy(buf->data + offset, src, size);
+    return PAGODA_OK;
+}
+
+static int cpu_download(void *ctx, const pagoda_buffer *buf, size_t offset, void *dst, size_t size)
+{
+    cpu_ctx *c = ctx;
+    if (!buf || (!dst && size)) return ERR(c, PAGODA_ERR_INVALID, "download: NULL buffer or destination");
+    if (offset > buf->size || size > buf->size - offset)
+        return ERR(c, PAGODA_ERR_INVALID, "download: %zu bytes at offset %zu overrun a %zu-byte buffer",
+                   size, offset, buf->size);
+    if (size) memcpy(dst, buf->data + offset, size);
+    return PAGODA_OK;
+}
+
+static int cpu_weights_from_host(void *ctx, const void *host, size_t size, pagoda_buffer **out)
+{
+    cpu_ctx *c = ctx;
+    if (!out || (!host && size)) return ERR(c, PAGODA_ERR_INVALID, "weights_from_host: NULL argument");
+    pagoda_buffer *b = calloc(1, sizeof *b);
+    if (!b) return ERR(c, PAGODA_ERR_NOMEM, "weights_from_host: out of memory");
+    b->data = (uint8_t *)host;  /* used in place, never written */
+    b->size = size;
+    b->purpose = PAGODA_BUF_WEIGHTS;
+    b->owned = false;
+    *out = b;
+    return PAGODA_OK;
+}
+
+/* --------------------------------------------------------------- kernels */
+
+static int cpu_get_rows(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
+                        const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "get_rows", "table", table, -1));
+    TRY(check_tensor(c, "get_rows", "out", out, PAGODA_DTYPE_F32));
+    if (!pagoda_cpu_weight_type_supported(table->dtype))
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "get_rows: table type %s", pagoda_dtype_name(table->dtype));
+    if (n < 0 || (n && !ids) || out->rows < n || out->cols != table->cols)
+        return ERR(c, PAGODA_ERR_INVALID, "get_rows: %d ids into out %lld x %lld (table cols %lld)",
+                   n, (long long)out->rows, (long long)out->cols, (long long)table->cols);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= table->rows)
+            return ERR(c, PAGODA_ERR_INVALID, "get_rows: id %d at %d outside 0..%lld", ids[i], i,
+                       (long long)table->rows - 1);
+    return pagoda_cpu_get_rows(tptr(table), table->dtype, table->row_stride, table->cols, ids, n,
+                               tptr(out), out->row_stride);
+}
+
+static int cpu_rms_norm(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w, float eps,
+                        const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "rms_norm", "x", x, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "rms_norm", "w", w, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "rms_norm", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "rms_norm", x, out));
+    if (w->cols != x->cols || w->rows < 1)
+        return ERR(c, PAGODA_ERR_INVALID, "rms_norm: w has %lld columns, x %lld",
+                   (long long)w->cols, (long long)x->cols);
+    pagoda_cpu_rms_norm(tptr(x), x->row_stride, tptr(w), eps, tptr(out), out->row_stride, x->rows,
+                        x->cols);
+    return PAGODA_OK;
+}
+
+static int cpu_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
+                      const pagoda_tensor *bias, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "matmul", "x", x, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "matmul", "w", w, -1));
+    TRY(check_tensor(c, "matmul", "out", out, PAGODA_DTYPE_F32));
+    if (!pagoda_cpu_weight_type_supported(w->dtype))
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "matmul: weight type %s (%d) is not supported by the cpu backend",
+                   pagoda_dtype_name(w->dtype), (int)w->dtype);
+    if (w->cols != x->cols || out->rows != x->rows || out->cols != w->rows)
+        return ERR(c, PAGODA_ERR_INVALID,
+                   "matmul: x %lld x %lld, w %lld x %lld, out %lld x %lld do not match", (long long)x->rows,
+                   (long long)x->cols, (long long)w->rows, (long long)w->cols, (long long)out->rows,
+                   (long long)out->cols);
+    if (bias) {
+        TRY(check_tensor(c, "matmul", "bias", bias, PAGODA_DTYPE_F32));
+        if (bias->cols != w->rows || bias->rows < 1)
+            return ERR(c, PAGODA_ERR_INVALID, "matmul: bias has %lld columns, expected %lld",
+                       (long long)bias->cols, (long long)w->rows);
+    }
+    int st = pagoda_cpu_matmul(&c->ex, tptr(x), x->row_stride, x->rows, x->cols, tptr(w), w->dtype,
+                               w->row_stride, w->rows, bias ? tptr(bias) : NULL, tptr(out),
+                               out->row_stride);
+    if (st == PAGODA_ERR_NOMEM) return ERR(c, st, "matmul: cannot allocate activation scratch");
+    if (st) return ERR(c, st, "matmul: %s", pagoda_status_str(st));
+    return PAGODA_OK;
+}
+
+static int cpu_rope(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t head_dim,
+                    const int32_t *positions, const pagoda_rope_params *p)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "rope", "x", x, PAGODA_DTYPE_F32));
+    if (!p || !p->inv_freq || (x->rows && !positions))
+        return ERR(c, PAGODA_ERR_INVALID, "rope: NULL params, inv_freq or positions");
+    if (n_heads <= 0 || head_dim <= 0 || (int64_t)n_heads * head_dim > x->cols)
+        return ERR(c, PAGODA_ERR_INVALID, "rope: %d heads x %d dims do not fit %lld columns", n_heads,
+                   head_dim, (long long)x->cols);
+    if (p->n_rot < 0 || p->n_rot % 2 || p->n_rot > head_dim || p->n_rot > 1024)
+        return ERR(c, PAGODA_ERR_INVALID, "rope: n_rot %d must be even and <= head_dim %d (and 1024)",
+                   p->n_rot, head_dim);
+    pagoda_cpu_rope(tptr(x), x->row_stride, x->rows, n_heads, head_dim, positions, p);
+    return PAGODA_OK;
+}
+
+static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32_t layer,
+                        const pagoda_tensor *k, const pagoda_tensor *v, const int32_t *slots,
+                        int32_t n)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_layout(c, "kv_write", kv, L, layer));
+    TRY(check_tensor(c, "kv_write", "k", k, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "kv_write", "v", v, PAGODA_DTYPE_F32));
+    int64_t row = (int64_t)L->n_kv_heads * L->head_dim;
+    if (n < 0 || k->rows < n || v->rows < n || k->cols != row || v->cols != row || (n && !slots))
+        return ERR(c, PAGODA_ERR_INVALID, "kv_write: %d tokens, k %lld x %lld, v %lld x %lld, want cols %lld",
+                   n, (long long)k->rows, (long long)k->cols, (long long)v->rows, (long long)v->cols,
+                   (long long)row);
+    int64_t n_slots = (int64_t)L->n_blocks * L->block_size;
+    for (int32_t i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= n_slots)
+            return ERR(c, PAGODA_ERR_INVALID, "kv_write: slot %d of token %d outside 0..%lld", slots[i],
+                       i, (long long)n_slots - 1);
+    pagoda_cpu_kv_write(kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride, slots, n);
+    return PAGODA_OK;
+}
+
+static int cpu_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                         const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                         int32_t n_heads, float scale, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_layout(c, "attention", kv, L, layer));
+    TRY(check_tensor(c, "attention", "q", q, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "attention", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "attention", q, out));
+    if (!b || b->n_seqs < 0 || (b->n_seqs && !b->seqs))
+        return ERR(c, PAGODA_ERR_INVALID, "attention: NULL batch or sequences");
+    if (n_heads <= 0 || n_heads % L->n_kv_heads || (int64_t)n_heads * L->head_dim != q->cols)
+        return ERR(c, PAGODA_ERR_INVALID,
+                   "attention: %d heads (KV heads %d, head_dim %d) do not match q's %lld columns",
+                   n_heads, L->n_kv_heads, L->head_dim, (long long)q->cols);
+    if (L->head_dim > 1024)
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "attention: head_dim %d > 1024", L->head_dim);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const pagoda_seq_view *sv = &b->seqs[s];
+        if (sv->n_q < 0 || sv->q_start < 0 || (int64_t)sv->q_start + sv->n_q > q->rows ||
+            sv->n_q > sv->ctx_len || (int64_t)sv->n_blocks * L->block_size < sv->ctx_len ||
+            (sv->n_blocks && !sv->block_table))
+            return ERR(c, PAGODA_ERR_INVALID,
+                       "attention: sequence %d (q_start %d, n_q %d, ctx_len %d, %d blocks) does not fit %lld query rows / block size %d",
+                       s, sv->q_start, sv->n_q, sv->ctx_len, sv->n_blocks, (long long)q->rows,
+                       L->block_size);
+        int32_t used = (sv->ctx_len + L->block_size - 1) / L->block_size;
+        for (int32_t i = 0; i < used; i++)
+            if (sv->block_table[i] < 0 || sv->block_table[i] >= L->n_blocks)
+                return ERR(c, PAGODA_ERR_INVALID, "attention: sequence %d block %d is %d, outside 0..%d",
+                           s, i, sv->block_table[i], L->n_blocks - 1);
+    }
+    int st = pagoda_cpu_attention(&c->ex, tptr(q), q->row_stride, kv->data, L, layer, b, n_heads,
+                                  scale, tptr(out), out->row_stride);
+    if (st) return ERR(c, st, "attention: %s", pagoda_status_str(st));
+    return PAGODA_OK;
+}
+
+static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+                      const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "swiglu", "gate", gate, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "swiglu", "up", up, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "swiglu", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "swiglu", gate, up));
+    TRY(same_shape(c, "swiglu", gate, out));
+    pagoda_cpu_swiglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+                      out->row_stride, gate->rows, gate->cols);
+    return PAGODA_OK;
+}
+
+static int cpu_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
+                   const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "add", "a", a, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "add", "b", b, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "add", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "add", a, b));
+    TRY(same_shape(c, "add", a, out));
+    pagoda_cpu_add(tptr(a), a->row_stride, tptr(b), b->row_stride, tptr(out), out->row_stride,
+                   a->rows, a->cols);
+    return PAGODA_OK;
+}
+
+static int cpu_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
+                           const int32_t *src, const int32_t *dst, int32_t n)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_layout(c, "copy_blocks", kv, L, 0));
+    if (n < 0 || (n && (!src || !dst))) return ERR(c, PAGODA_ERR_INVALID, "copy_blocks: bad block lists");
+    for (int32_t i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= L->n_blocks || dst[i] < 0 || dst[i] >= L->n_blocks)
+            return ERR(c, PAGODA_ERR_INVALID, "copy_blocks: pair %d (%d -> %d) outside 0..%d", i, src[i],
+                       dst[i], L->n_blocks - 1);
+    pagoda_cpu_copy_blocks(kv->data, L, src, dst, n);
+    return PAGODA_OK;
+}
+
+static int cpu_synchronize(void *ctx)
+{
+    return PAGODA_OK;  /* every op finishes before it returns */
+}
+
+/* ------------------------------------------------------------ the plugin */
+
+static int cpu_probe(char *why, size_t why_len)
+{
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) return 100;
+    if (why && why_len) snprintf(why, why_len, "no AVX2/FMA/F16C: scalar kernels only (slow)");
+    return 40;
+}
+
+static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
+{
+    *ctxp = NULL;
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_len, "cpu backend: out of memory");
+        return PAGODA_ERR_NOMEM;
+    }
+    c->host = host;
+    int64_t n = host && host->config_int ? host->config_int(host, "threads", 0) : 0;
+    if (n <= 0) n = pagoda_cpu_count();
+    if (n > 256) n = 256;
+    c->n_threads = (int)n;
+    int st = pagoda_threadpool_create(c->n_threads, &c->ex.pool);
+    if (st) {
+        snprintf(err, err_len, "cpu backend: cannot start %d threads: %s", c->n_threads,
+                 pagoda_status_str(st));
+        free(c);
+        return st;
+    }
+    /* sgemm runs on the engine thread while our workers wait: give
+     * OpenBLAS the same number of threads. */
+    openblas_set_num_threads(c->n_threads);
+    const char *core = openblas_get_corename();
+    snprintf(c->blas_core, sizeof c->blas_core, "%s", core ? core : "unknown");
+    if (host && host->log) {
+        if (pagoda_blas_core_is_slow(core))
+            host->log(host, PAGODA_LOG_WARN,
+                      "OpenBLAS chose core type '%s' on a CPU with AVX2: F32 matmuls will run several "
+                      "times slower; start with OPENBLAS_CORETYPE=%s (pagoda's main sets it unless "
+                      "already set)",
+                      c->blas_core, pagoda_blas_coretype_for_cpu());
+        host->log(host, PAGODA_LOG_INFO, "cpu backend: %s kernels, %d threads, OpenBLAS %s",
+                  pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+    }
+    *ctxp = c;
+    return PAGODA_OK;
+}
+
+static void cpu_destroy(void *ctx)
+{
+    cpu_ctx *c = ctx;
+    if (!c) return;
+    pagoda_threadpool_destroy(c->ex.pool);
+    pagoda_cpu_exec_release(&c->ex);
+    free(c);
+}
+
+static const pagoda_backend_ops cpu_ops = {
+    .struct_size = sizeof(pagoda_backend_ops),
+    .info = cpu_info,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .weights_from_host = cpu_weights_from_host,
+    .get_rows = cpu_get_rows,
+    .rms_norm = cpu_rms_norm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .copy_blocks = cpu_copy_blocks,
+    .synchronize = cpu_synchronize,
+};
+
+static const pagoda_config_key cpu_keys[] = {
+    {.name = "threads", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0, .max = 256,
+     .help = "kernel threads (and OpenBLAS threads); 0 = number of online CPUs"},
+    {.name = NULL},
+};
+
+static const pagoda_plugin_desc cpu_desc = {
+    PAGODA_DESC_HEADER(PAGODA_KIND_BACKEND),
+    .name = "cpu",
+    .version = "0.1.0",
+    .description = "CPU kernels: OpenBLAS sgemm, AVX2 int8/F16 matmul, paged attention",
+    .config_keys = cpu_keys,
+    .probe = cpu_probe,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .ops = &cpu_ops,
+};
+
+PAGODA_PLUGIN(cpu_desc)

@@ -1,0 +1,36 @@
+/*
+ * cpu_features.h: which SIMD level the CPU kernels run at. Detected once
+ * from CPUID (__builtin_cpu_supports); tests may force a lower level to
+ * compare each SIMD path against the scalar reference.
+ * Not for: choosing thread counts or BLAS settings (see threadpool.h,
+ * blas_fix.h).
+ */
+#ifndef PAGODA_CPU_FEATURES_H
+#define PAGODA_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+typedef enum pagoda_cpu_isa {
+    PAGODA_CPU_ISA_SCALAR = 0,
+    PAGODA_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    PAGODA_CPU_ISA_AVX512 = 2  /* AVX-512 F/BW/VL (no kernels yet: runs the AVX2 ones) */
+} pagoda_cpu_isa;
+
+/* [any thread] The best level this CPU supports (cached after the first call). */
+int pagoda_cpu_detect_isa(void);
+
+/* [any thread] The level kernels use now: the detected one, or a forced one. */
+int pagoda_cpu_active_isa(void);
+
+/* [main thread] Force kernels to `isa` (clamped to what the CPU supports);
+ * -1 returns to the detected level. Returns the level now active. Meant for
+ * tests and benchmarks; not thread-safe against running kernels. */
+int pagoda_cpu_force_isa(int isa);
+
+/* "scalar", "AVX2", "AVX-512". */
+const char *pagoda_cpu_isa_name(int isa);
+
+/* Number of online CPUs (>= 1). */
+int pagoda_cpu_count(void);
+
+#endif

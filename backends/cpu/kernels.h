@@ -1,0 +1,81 @@
+/*
+ * kernels.h: the CPU backend's kernels on plain pointers (strides in
+ * bytes, as in pagoda_tensor). backend.c validates tensors and calls these;
+ * the unit tests call them directly. Each kernel picks its SIMD path from
+ * pagoda_cpu_active_isa() at call time, so a test can force the scalar
+ * reference and compare.
+ * Not for: argument checking (callers validate; kernels trust shapes),
+ * buffers, or plugin glue.
+ */
+#ifndef PAGODA_CPU_KERNELS_H
+#define PAGODA_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda/backend.h"
+#include "pagoda/types.h"
+#include "threadpool.h"
+
+/* What kernels run on: the thread pool (NULL: the caller alone) and a
+ * scratch area that grows on demand (quantized activations). */
+typedef struct pagoda_cpu_exec {
+    pagoda_threadpool *pool;
+    void *scratch;
+    size_t scratch_size;
+} pagoda_cpu_exec;
+
+/* Scratch of at least `bytes` (64-byte aligned), NULL when out of memory.
+ * Valid until the next call on the same exec. */
+void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes);
+/* Frees the scratch (not the pool). */
+void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
+
+/* True when matmul/get_rows handle weights of this type. */
+int pagoda_cpu_weight_type_supported(int dtype);
+
+/* out[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]), t < T, n < N.
+ * x F32 rows (x_stride bytes apart), w rows of `w_dtype` (K a multiple of
+ * its block), out F32. Quantized weights: the activations are quantized to
+ * int8 blocks once, then integer dot products per block (as llama.cpp).
+ * Returns PAGODA_OK, PAGODA_ERR_NOMEM (scratch) or PAGODA_ERR_UNSUPPORTED. */
+int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                      const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
+                      float *out, size_t out_stride);
+
+/* out[i, :] = f32(table[ids[i], :]); ids already checked against the table. */
+int pagoda_cpu_get_rows(const void *table, int dtype, size_t row_stride, int64_t cols,
+                        const int32_t *ids, int32_t n, float *out, size_t out_stride);
+
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. out may alias x. */
+void pagoda_cpu_rms_norm(const float *x, size_t x_stride, const float *w, float eps, float *out,
+                         size_t out_stride, int64_t rows, int64_t cols);
+
+/* Rotate x in place (rows = tokens, n_heads * head_dim values each). */
+void pagoda_cpu_rope(float *x, size_t x_stride, int64_t n_tokens, int n_heads, int head_dim,
+                     const int32_t *positions, const pagoda_rope_params *p);
+
+/* Store K and V rows of n tokens into their slots of `layer` (pool = the
+ * KV buffer's base). */
+void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const float *k,
+                         size_t k_stride, const float *v, size_t v_stride, const int32_t *slots,
+                         int32_t n);
+
+/* Causal attention of every sequence in `b` over its own blocks; GQA. */
+int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, const void *pool,
+                         const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
+                         float scale, float *out, size_t out_stride);
+
+/* out = silu(gate) * up; out may alias either. */
+void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                       float *out, size_t out_stride, int64_t rows, int64_t cols);
+
+/* out = a + b; out may alias either. */
+void pagoda_cpu_add(const float *a, size_t a_stride, const float *b, size_t b_stride, float *out,
+                    size_t out_stride, int64_t rows, int64_t cols);
+
+/* Copy whole blocks src[i] -> dst[i] in every layer, K and V. */
+void pagoda_cpu_copy_blocks(void *pool, const pagoda_kv_layout *L, const int32_t *src,
+                            const int32_t *dst, int32_t n);
+
+#endif

@@ -1,0 +1,194 @@
+/*
+ * matmul.c: out[T x N] = x[T x K] * w[N x K]^T for every weight type, and
+ * the exec scratch. F32 weights with many rows go to OpenBLAS sgemm; all
+ * else runs our own row-parallel kernels: each thread owns a contiguous
+ * range of output columns (weight rows), so in decode (T = 1) every thread
+ * streams its own slice of the weights once. Quantized weights see the
+ * activations quantized once per call (to int8 blocks, vecdot.h).
+ * Not for: the inner loops themselves (vecdot*.c), argument validation.
+ */
+#include "kernels.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "vecdot.h"
+
+_Static_assert(sizeof(pagoda_blk_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(pagoda_blk_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(pagoda_blk_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* Below this many rows, F32 weights use our own dot (a gemv through BLAS
+ * would wake its threads for a few microseconds of work). */
+#define F32_BLAS_MIN_T 3
+/* Weight rows per tile when T > 1: the tile stays in L2 while every
+ * activation row passes over it. */
+#define ROW_TILE 16
+
+void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes)
+{
+    if (bytes <= ex->scratch_size && ex->scratch) return ex->scratch;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz < 4096) sz = 4096;
+    void *p = aligned_alloc(64, sz);
+    if (!p) return NULL;
+    free(ex->scratch);
+    ex->scratch = p;
+    ex->scratch_size = sz;
+    return p;
+}
+
+void pagoda_cpu_exec_release(pagoda_cpu_exec *ex)
+{
+    free(ex->scratch);
+    ex->scratch = NULL;
+    ex->scratch_size = 0;
+}
+
+int pagoda_cpu_weight_type_supported(int dtype)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_F32:
+    case PAGODA_DTYPE_F16:
+    case PAGODA_DTYPE_BF16:
+    case PAGODA_DTYPE_Q8_0:
+    case PAGODA_DTYPE_Q4_0:
+    case PAGODA_DTYPE_Q4_1:
+    case PAGODA_DTYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+typedef struct mm_task {
+    const pagoda_vecdot_table *vt;
+    const float *x;
+    size_t x_stride;
+    int64_t T, K, N;
+    const uint8_t *w;
+    int dtype;
+    size_t w_stride;
+    const float *bias;
+    float *out;
+    size_t out_stride;
+    uint8_t *xq;          /* quantized activations, xq_stride bytes per row */
+    size_t xq_stride;
+} mm_task;
+
+static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    int64_t per = (n + nth - 1) / nth;
+    *lo = per * ith < n ? per * ith : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+static void quant_task(void *arg, int ith, int nth)
+{
+    mm_task *m = arg;
+    int64_t t0, t1;
+    split(m->T, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+        void *yr = m->xq + t * m->xq_stride;
+        if (m->dtype == PAGODA_DTYPE_Q6_K)
+            m->vt->quant_q8k(xr, yr, m->K);
+        else
+            m->vt->quant_q8a(xr, yr, m->K);
+    }
+}
+
+static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
+{
+    const pagoda_vecdot_table *vt = m->vt;
+    const float *xr = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+    const void *xq = m->xq + t * m->xq_stride;
+    switch (m->dtype) {
+    case PAGODA_DTYPE_F32: return vt->dot_f32((const float *)wr, xr, m->K);
+    case PAGODA_DTYPE_F16: return vt->dot_f16((const uint16_t *)wr, xr, m->K);
+    case PAGODA_DTYPE_BF16: return vt->dot_bf16((const uint16_t *)wr, xr, m->K);
+    case PAGODA_DTYPE_Q8_0: return vt->dot_q8_0(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_Q4_0: return vt->dot_q4_0(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_Q4_1: return vt->dot_q4_1(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_Q6_K: return vt->dot_q6_k(wr, xq, m->K / 256);
+    default: return 0.0f;
+    }
+}
+
+static void dot_task(void *arg, int ith, int nth)
+{
+    mm_task *m = arg;
+    int64_t n0, n1;
+    split(m->N, ith, nth, &n0, &n1);
+    for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
+        int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
+        for (int64_t t = 0; t < m->T; t++) {
+            float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
+            for (int64_t n = nt; n < ne; n++) {
+                float v = dot_one(m, m->w + n * m->w_stride, t);
+                o[n] = m->bias ? v + m->bias[n] : v;
+            }
+        }
+    }
+}
+
+static void sgemm_f32(const float *x, size_t x_stride, int64_t T, int64_t K, const float *w,
+                      size_t w_stride, int64_t N, const float *bias, float *out, size_t out_stride)
+{
+    float beta = 0.0f;
+    if (bias) {
+        for (int64_t t = 0; t < T; t++)
+            memcpy((uint8_t *)out + t * out_stride, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)T, (blasint)N, (blasint)K, 1.0f,
+                x, (blasint)(x_stride / sizeof(float)), w, (blasint)(w_stride / sizeof(float)), beta,
+                out, (blasint)(out_stride / sizeof(float)));
+}
+
+int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                      const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
+                      float *out, size_t out_stride)
+{
+    if (!pagoda_cpu_weight_type_supported(w_dtype)) return PAGODA_ERR_UNSUPPORTED;
+    if (T <= 0 || N <= 0) return PAGODA_OK;
+    if (w_dtype == PAGODA_DTYPE_F32 && T >= F32_BLAS_MIN_T) {
+        sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
+        return PAGODA_OK;
+    }
+    mm_task m = {
+        .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,
+        .w = w, .dtype = w_dtype, .w_stride = w_stride, .bias = bias, .out = out,
+        .out_stride = out_stride,
+    };
+    if (w_dtype == PAGODA_DTYPE_Q6_K)
+        m.xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
+    else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
+             w_dtype == PAGODA_DTYPE_Q4_1)
+        m.xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
+    if (m.xq_stride) {
+        m.xq = pagoda_cpu_scratch(ex, m.xq_stride * (size_t)T);
+        if (!m.xq) return PAGODA_ERR_NOMEM;
+        pagoda_threadpool_run(ex->pool, quant_task, &m);
+    }
+    pagoda_threadpool_run(ex->pool, dot_task, &m);
+    return PAGODA_OK;
+}
+
+int pagoda_cpu_get_rows(const void *table, int dtype, size_t row_stride, int64_t cols,
+                        const int32_t *ids, int32_t n, float *out, size_t out_stride)
+{
+    if (!pagoda_cpu_weight_type_supported(dtype)) return PAGODA_ERR_UNSUPPORTED;
+    for (int32_t i = 0; i < n; i++) {
+        const uint8_t *src = (const uint8_t *)table + (size_t)ids[i] * row_stride;
+        float *dst = (float *)((uint8_t *)out + (size_t)i * out_stride);
+        if (dtype == PAGODA_DTYPE_F32)
+            memcpy(dst, src, (size_t)cols * sizeof(float));
+        else
+            pagoda_dequantize_row(dtype, src, dst, cols);
+    }
+    return PAGODA_OK;
+}

@@ -1,0 +1,171 @@
+/*
+ * vecdot.c: the scalar reference of every inner loop in vecdot.h, written
+ * for clarity: the SIMD variants are tested against these. Also the
+ * run-time choice of table.
+ * Not for: speed (see vecdot_avx2.c).
+ */
+#include "vecdot.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "cpu_features.h"
+#include "quant.h"
+
+/* Max-abs scaling to [-127, 127]; nearbyintf rounds half to even, as the
+ * SIMD round does, so both paths give the same bytes. */
+static void quant_q8a_scalar(const float *x, pagoda_q8a_block *y, int64_t k)
+{
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int q = (int)nearbyintf(xb[j] * id);
+            y[b].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        y[b].d = d;
+        y[b].s = d * (float)sum;
+    }
+}
+
+static void quant_q8k_scalar(const float *x, pagoda_q8k_block *y, int64_t k)
+{
+    for (int64_t b = 0; b < k / 256; b++) {
+        const float *xb = x + b * 256;
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 256; j++) y[b].qs[j] = (int8_t)nearbyintf(xb[j] * id);
+        y[b].d = d;
+    }
+}
+
+static float dot_f32_scalar(const float *w, const float *x, int64_t k)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < k; i++) s += (double)w[i] * x[i];
+    return (float)s;
+}
+
+static float dot_f16_scalar(const uint16_t *w, const float *x, int64_t k)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < k; i++) s += (double)pagoda_fp16_to_fp32(w[i]) * x[i];
+    return (float)s;
+}
+
+static float dot_bf16_scalar(const uint16_t *w, const float *x, int64_t k)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < k; i++) s += (double)pagoda_bf16_to_fp32(w[i]) * x[i];
+    return (float)s;
+}
+
+static float dot_q8_0_scalar(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q8_0 *w = wv;
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += w[b].qs[j] * x[b].qs[j];
+        s += (float)sum * pagoda_fp16_to_fp32(w[b].d) * x[b].d;
+    }
+    return s;
+}
+
+static float dot_q4_0_scalar(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q4_0 *w = wv;
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            sum += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+            sum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
+        }
+        s += (float)sum * pagoda_fp16_to_fp32(w[b].d) * x[b].d;
+    }
+    return s;
+}
+
+static float dot_q4_1_scalar(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q4_1 *w = wv;
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            sum += (w[b].qs[j] & 0x0F) * x[b].qs[j];
+            sum += (w[b].qs[j] >> 4) * x[b].qs[j + 16];
+        }
+        s += (float)sum * pagoda_fp16_to_fp32(w[b].d) * x[b].d +
+             pagoda_fp16_to_fp32(w[b].m) * x[b].s;
+    }
+    return s;
+}
+
+static float dot_q6_k_scalar(const void *wv, const pagoda_q8k_block *x, int64_t nb)
+{
+    const pagoda_blk_q6_k *w = wv;
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ql = w[b].ql, *qh = w[b].qh;
+        const int8_t *sc = w[b].scales, *q8 = x[b].qs;
+        int sum = 0;
+        for (int half = 0; half < 2; half++) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                sum += sc[is + 0] * q1 * q8[l + 0];
+                sum += sc[is + 2] * q2 * q8[l + 32];
+                sum += sc[is + 4] * q3 * q8[l + 64];
+                sum += sc[is + 6] * q4 * q8[l + 96];
+            }
+            ql += 64;
+            qh += 32;
+            sc += 8;
+            q8 += 128;
+        }
+        s += (float)sum * pagoda_fp16_to_fp32(w[b].d) * x[b].d;
+    }
+    return s;
+}
+
+static void axpy_f32_scalar(float *acc, float a, float p, const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) acc[i] = acc[i] * a + p * v[i];
+}
+
+static void axpy_f16_scalar(float *acc, float a, float p, const uint16_t *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) acc[i] = acc[i] * a + p * pagoda_fp16_to_fp32(v[i]);
+}
+
+const pagoda_vecdot_table pagoda_vecdot_scalar = {
+    .quant_q8a = quant_q8a_scalar,
+    .quant_q8k = quant_q8k_scalar,
+    .dot_f32 = dot_f32_scalar,
+    .dot_f16 = dot_f16_scalar,
+    .dot_bf16 = dot_bf16_scalar,
+    .dot_q8_0 = dot_q8_0_scalar,
+    .dot_q4_0 = dot_q4_0_scalar,
+    .dot_q4_1 = dot_q4_1_scalar,
+    .dot_q6_k = dot_q6_k_scalar,
+    .axpy_f32 = axpy_f32_scalar,
+    .axpy_f16 = axpy_f16_scalar,
+};
+
+const pagoda_vecdot_table *pagoda_cpu_vecdot(void)
+{
+    return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
+                                                          : &pagoda_vecdot_scalar;
+}

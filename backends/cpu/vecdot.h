@@ -1,0 +1,64 @@
+/*
+ * vecdot.h: the inner loops of the CPU matmul: one weight row against one
+ * activation row, per weight type, in a scalar reference (vecdot.c) and an
+ * AVX2 variant (vecdot_avx2.c), plus activation quantization. The tables
+ * are picked per call by pagoda_cpu_vecdot_table(isa).
+ * Not for: threading or shapes (matmul.c).
+ */
+#ifndef PAGODA_CPU_VECDOT_H
+#define PAGODA_CPU_VECDOT_H
+
+#include <stdint.h>
+
+/* Activation block for Q8_0/Q4_0/Q4_1 weights: 32 values as int8 with a
+ * float scale (more precise than ggml's f16, same speed); s = d * sum(qs),
+ * which the Q4_1 offset term needs. */
+typedef struct pagoda_q8a_block {
+    float d;
+    float s;
+    int8_t qs[32];
+} pagoda_q8a_block;
+
+/* Activation block for Q6_K weights: 256 values, one scale. */
+typedef struct pagoda_q8k_block {
+    float d;
+    int8_t qs[256];
+} pagoda_q8k_block;
+
+/* Weight blocks as stored in GGUF. */
+typedef struct pagoda_blk_q8_0 { uint16_t d; int8_t qs[32]; } pagoda_blk_q8_0;
+typedef struct pagoda_blk_q4_0 { uint16_t d; uint8_t qs[16]; } pagoda_blk_q4_0;
+typedef struct pagoda_blk_q4_1 { uint16_t d, m; uint8_t qs[16]; } pagoda_blk_q4_1;
+typedef struct pagoda_blk_q6_k {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} pagoda_blk_q6_k;
+
+typedef struct pagoda_vecdot_table {
+    /* Quantize k values of x (k a multiple of 32 / 256). Scalar and SIMD
+     * produce the same bytes (round half to even, x * (1/d)). */
+    void (*quant_q8a)(const float *x, pagoda_q8a_block *y, int64_t k);
+    void (*quant_q8k)(const float *x, pagoda_q8k_block *y, int64_t k);
+    /* Dot products; nb = number of weight blocks, k = values. */
+    float (*dot_f32)(const float *w, const float *x, int64_t k);
+    float (*dot_f16)(const uint16_t *w, const float *x, int64_t k);
+    float (*dot_bf16)(const uint16_t *w, const float *x, int64_t k);
+    float (*dot_q8_0)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    float (*dot_q4_0)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    float (*dot_q4_1)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    float (*dot_q6_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    /* KV helpers for attention:
+     * acc[d] = acc[d] * a + p * v[d] for f16 / f32 v. */
+    void (*axpy_f32)(float *acc, float a, float p, const float *v, int64_t n);
+    void (*axpy_f16)(float *acc, float a, float p, const uint16_t *v, int64_t n);
+} pagoda_vecdot_table;
+
+extern const pagoda_vecdot_table pagoda_vecdot_scalar;
+extern const pagoda_vecdot_table pagoda_vecdot_avx2;
+
+/* The table for the active ISA. */
+const pagoda_vecdot_table *pagoda_cpu_vecdot(void);
+
+#endif

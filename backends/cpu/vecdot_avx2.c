@@ -1,0 +1,355 @@
+/*
+ * vecdot_avx2.c: AVX2 + FMA + F16C variants of the vecdot.h inner loops
+ * (compiled with those flags by file name; called only after CPUID says
+ * so). Int8 dots follow llama.cpp: maddubs (u8 x s8 -> s16 pairs), madd
+ * with ones (-> s32), one FMA per block with the two scales.
+ * Not for: anything the scalar reference does not also do.
+ */
+#include "vecdot.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_max_ps(lo, hi);
+    lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Round 32 floats (4 vectors, already scaled) to int8 in element order. */
+static inline __m256i pack_i8(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256i ia = _mm256_cvtps_epi32(a), ib = _mm256_cvtps_epi32(b);
+    __m256i ic = _mm256_cvtps_epi32(c), id = _mm256_cvtps_epi32(d);
+    __m256i ab = _mm256_packs_epi32(ia, ib);  /* lanes interleave by 128 bits */
+    __m256i cd = _mm256_packs_epi32(ic, id);
+    __m256i r = _mm256_packs_epi16(ab, cd);
+    /* Undo the in-lane packing order: dwords 0 4 1 5 2 6 3 7. */
+    return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline __m256 abs_ps(__m256 v)
+{
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
+
+static void quant_q8a_avx2(const float *x, pagoda_q8a_block *y, int64_t k)
+{
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
+        __m256 v2 = _mm256_loadu_ps(xb + 16), v3 = _mm256_loadu_ps(xb + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps(v0), abs_ps(v1)),
+                                 _mm256_max_ps(abs_ps(v2), abs_ps(v3)));
+        float amax = hmax_ps(m);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        /* cvtps_epi32 rounds to nearest even in the default MXCSR mode. */
+        __m256i q = pack_i8(_mm256_mul_ps(v0, vid), _mm256_mul_ps(v1, vid),
+                            _mm256_mul_ps(v2, vid), _mm256_mul_ps(v3, vid));
+        _mm256_storeu_si256((__m256i *)y[b].qs, q);
+        __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+        __m256i s32 = _mm256_madd_epi16(s16, ones16);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+        s = _mm_hadd_epi32(s, s);
+        s = _mm_hadd_epi32(s, s);
+        y[b].d = d;
+        y[b].s = d * (float)_mm_cvtsi128_si32(s);
+    }
+}
+
+static void quant_q8k_avx2(const float *x, pagoda_q8k_block *y, int64_t k)
+{
+    for (int64_t b = 0; b < k / 256; b++) {
+        const float *xb = x + b * 256;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(xb + j)));
+        float amax = hmax_ps(m);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        for (int j = 0; j < 256; j += 32) {
+            __m256i q = pack_i8(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid),
+                                _mm256_mul_ps(_mm256_loadu_ps(xb + j + 8), vid),
+                                _mm256_mul_ps(_mm256_loadu_ps(xb + j + 16), vid),
+                                _mm256_mul_ps(_mm256_loadu_ps(xb + j + 24), vid));
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), q);
+        }
+        y[b].d = d;
+    }
+}
+
+static float dot_f32_avx2(const float *w, const float *x, int64_t k)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++) s += w[i] * x[i];
+    return s;
+}
+
+static inline __m256 load_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline float bf16(uint16_t h)
+{
+    union { uint32_t u; float f; } c = { .u = (uint32_t)h << 16 };
+    return c.f;
+}
+
+static float dot_f16_avx2(const uint16_t *w, const float *x, int64_t k)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_f16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_f16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++) s += f16(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16_avx2(const uint16_t *w, const float *x, int64_t k)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(load_bf16(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_bf16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_bf16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(load_bf16(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++) s += bf16(w[i]) * x[i];
+    return s;
+}
+
+/* Sum of products of signed int8 pairs as 8 int32 lanes. */
+static inline __m256i dot_i8(__m256i a, __m256i b)
+{
+    __m256i ax = _mm256_sign_epi8(a, a);
+    __m256i sy = _mm256_sign_epi8(b, a);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+}
+
+/* Unsigned a (0..127) times signed b. */
+static inline __m256i dot_u8i8(__m256i a, __m256i b)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+static float dot_q8_0_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q8_0 *w = wv;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i q0 = _mm256_loadu_si256((const __m256i *)w[b].qs);
+        __m256i q1 = _mm256_loadu_si256((const __m256i *)w[b + 1].qs);
+        __m256i p0 = dot_i8(q0, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        __m256i p1 = dot_i8(q1, _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b + 1].d) * x[b + 1].d),
+                               _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; b < nb; b++) {
+        __m256i p = dot_i8(_mm256_loadu_si256((const __m256i *)w[b].qs),
+                           _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* 32 nibbles of a Q4 block as bytes 0..15 in element order. */
+static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+static float dot_q4_0_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q4_0 *w = wv;
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i q0 = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
+        __m256i q1 = _mm256_sub_epi8(unpack_nibbles(w[b + 1].qs), off);
+        __m256i p0 = dot_i8(q0, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        __m256i p1 = dot_i8(q1, _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b + 1].d) * x[b + 1].d),
+                               _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; b < nb; b++) {
+        __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
+        __m256i p = dot_i8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q4_1_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+{
+    const pagoda_blk_q4_1 *w = wv;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i p = dot_u8i8(unpack_nibbles(w[b].qs), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(w[b].m) * x[b].s;
+    }
+    return hsum_ps(acc) + summ;
+}
+
+/* Shuffles that broadcast scales[2i] to bytes 0..7 and scales[2i+1] to 8..15. */
+static const uint8_t q6_shuffle[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+/* Scales of sub-blocks 2i, 2i+1 as int16 lanes 0..7 and 8..15. */
+static inline __m256i q6_scales(__m128i scales, int i)
+{
+    return _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(scales, _mm_loadu_si128((const __m128i *)q6_shuffle[i])));
+}
+
+static float dot_q6_k_avx2(const void *wv, const pagoda_q8k_block *x, int64_t nb)
+{
+    const pagoda_blk_q6_k *w = wv;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i m32s = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q4 = w[b].ql, *qh = w[b].qh;
+        const int8_t *q8 = x[b].qs;
+        const __m128i scales = _mm_loadu_si128((const __m128i *)w[b].scales);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++) {
+            __m256i sc0 = q6_scales(scales, 4 * j + 0);
+            __m256i sc1 = q6_scales(scales, 4 * j + 1);
+            __m256i sc2 = q6_scales(scales, 4 * j + 2);
+            __m256i sc3 = q6_scales(scales, 4 * j + 3);
+            __m256i bits1 = _mm256_loadu_si256((const __m256i *)q4);
+            __m256i bits2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+            __m256i bitsh = _mm256_loadu_si256((const __m256i *)qh);
+            q4 += 64;
+            qh += 32;
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bitsh, m2), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bitsh, 2), m2), 4);
+            __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bitsh, 4), m2), 4);
+            __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bitsh, 6), m2), 4);
+            __m256i v0 = _mm256_or_si256(_mm256_and_si256(bits1, m4), h0);
+            __m256i v1 = _mm256_or_si256(_mm256_and_si256(bits2, m4), h1);
+            __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4), h2);
+            __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4), h3);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)q8);
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 32));
+            __m256i y2 = _mm256_loadu_si256((const __m256i *)(q8 + 64));
+            __m256i y3 = _mm256_loadu_si256((const __m256i *)(q8 + 96));
+            q8 += 128;
+            /* (v - 32) * y = v * y - 32 * y, with v unsigned 0..63. */
+            __m256i p0 = _mm256_sub_epi16(_mm256_maddubs_epi16(v0, y0), _mm256_maddubs_epi16(m32s, y0));
+            __m256i p1 = _mm256_sub_epi16(_mm256_maddubs_epi16(v1, y1), _mm256_maddubs_epi16(m32s, y1));
+            __m256i p2 = _mm256_sub_epi16(_mm256_maddubs_epi16(v2, y2), _mm256_maddubs_epi16(m32s, y2));
+            __m256i p3 = _mm256_sub_epi16(_mm256_maddubs_epi16(v3, y3), _mm256_maddubs_epi16(m32s, y3));
+            p0 = _mm256_madd_epi16(sc0, p0);
+            p1 = _mm256_madd_epi16(sc1, p1);
+            p2 = _mm256_madd_epi16(sc2, p2);
+            p3 = _mm256_madd_epi16(sc3, p3);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1),
+                                                           _mm256_add_epi32(p2, p3)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static void axpy_f32_avx2(float *acc, float a, float p, const float *v, int64_t n)
+{
+    __m256 va = _mm256_set1_ps(a), vp = _mm256_set1_ps(p);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_mul_ps(_mm256_loadu_ps(acc + i), va);
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), r));
+    }
+    for (; i < n; i++) acc[i] = acc[i] * a + p * v[i];
+}
+
+static void axpy_f16_avx2(float *acc, float a, float p, const uint16_t *v, int64_t n)
+{
+    __m256 va = _mm256_set1_ps(a), vp = _mm256_set1_ps(p);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_mul_ps(_mm256_loadu_ps(acc + i), va);
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, load_f16(v + i), r));
+    }
+    for (; i < n; i++) acc[i] = acc[i] * a + p * f16(v[i]);
+}
+
+const pagoda_vecdot_table pagoda_vecdot_avx2 = {
+    .quant_q8a = quant_q8a_avx2,
+    .quant_q8k = quant_q8k_avx2,
+    .dot_f32 = dot_f32_avx2,
+    .dot_f16 = dot_f16_avx2,
+    .dot_bf16 = dot_bf16_avx2,
+    .dot_q8_0 = dot_q8_0_avx2,
+    .dot_q4_0 = dot_q4_0_avx2,
+    .dot_q4_1 = dot_q4_1_avx2,
+    .dot_q6_k = dot_q6_k_avx2,
+    .axpy_f32 = axpy_f32_avx2,
+    .axpy_f16 = axpy_f16_avx2,
+};
+
+#else
+/* Built without AVX2 flags (another architecture): the scalar table. */
+const pagoda_vecdot_table pagoda_vecdot_avx2;
+#endif
