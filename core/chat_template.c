@@ -1,0 +1,353 @@
+/*
+ * chat_template.c: chat message rendering for the common template families
+ * and their detection from a Jinja template by marker substrings (see
+ * chat_template.h for the exact formats).
+ * Not for: evaluating Jinja; a template outside the families renders as
+ * ChatML.
+ */
+#include "chat_template.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pagoda/types.h"
+
+/* ------------------------------------------------------------- detection */
+
+pagoda_chat_family pagoda_chat_detect(const char *t)
+{
+    if (!t || !*t) return PAGODA_CHAT_UNKNOWN;
+    /* Most specific markers first: each family's turn delimiter is unique
+     * to it, except [INST] (Llama 2 and Mistral; <<SYS>> tells them apart)
+     * and <|user|> (Zephyr, but also Phi-3, which ends turns with <|end|>). */
+    if (strstr(t, "<|im_start|>")) return PAGODA_CHAT_CHATML;
+    if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
+    if (strstr(t, "<start_of_turn>")) return PAGODA_CHAT_GEMMA;
+    if (strstr(t, "[INST]")) return strstr(t, "<<SYS>>") ? PAGODA_CHAT_LLAMA2 : PAGODA_CHAT_MISTRAL;
+    if (strstr(t, "<|user|>") && !strstr(t, "<|end|>")) return PAGODA_CHAT_ZEPHYR;
+    return PAGODA_CHAT_UNKNOWN;
+}
+
+static const char *const family_names[] = {
+    [PAGODA_CHAT_CHATML] = "chatml", [PAGODA_CHAT_LLAMA2] = "llama2",
+    [PAGODA_CHAT_LLAMA3] = "llama3", [PAGODA_CHAT_MISTRAL] = "mistral",
+    [PAGODA_CHAT_ZEPHYR] = "zephyr", [PAGODA_CHAT_GEMMA] = "gemma",
+    [PAGODA_CHAT_UNKNOWN] = "unknown",
+};
+
+const char *pagoda_chat_family_name(pagoda_chat_family f)
+{
+    if ((int)f < 0 || f > PAGODA_CHAT_UNKNOWN) return "unknown";
+    return family_names[f];
+}
+
+int pagoda_chat_family_from_name(const char *name, pagoda_chat_family *out)
+{
+    if (!name || !out) return PAGODA_ERR_INVALID;
+    for (int f = 0; f < PAGODA_CHAT_UNKNOWN; f++) {
+        if (strcmp(name, family_names[f]) == 0) {
+            *out = (pagoda_chat_family)f;
+            return PAGODA_OK;
+        }
+    }
+    return PAGODA_ERR_INVALID;
+}
+
+int pagoda_chat_select(const char *config_value, const char *jinja_template,
+                       pagoda_chat_family *out, char *msg, size_t msg_len)
+{
+    if (msg && msg_len) msg[0] = '\0';
+    if (!out) return PAGODA_ERR_INVALID;
+    if (config_value && *config_value && strcmp(config_value, "auto") != 0) {
+        if (pagoda_chat_family_from_name(config_value, out) == PAGODA_OK) return PAGODA_OK;
+        if (msg && msg_len)
+            snprintf(msg, msg_len,
+                     "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
+                     "llama3, mistral, zephyr or gemma",
+                     config_value);
+        return PAGODA_ERR_INVALID;
+    }
+    *out = pagoda_chat_detect(jinja_template);
+    if (*out == PAGODA_CHAT_UNKNOWN) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len,
+                     "chat template: %s; using ChatML (set engine.chat_template to choose a family)",
+                     jinja_template && *jinja_template ? "not recognised"
+                                                       : "the model has none");
+        *out = PAGODA_CHAT_CHATML;
+    }
+    return PAGODA_OK;
+}
+
+/* ------------------------------------------------------------- rendering */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_addn(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap : 256;
+        while (ncap < b->len + n + 1) ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* Appends s without leading and trailing whitespace (Python strip, Jinja trim). */
+static void sb_add_trimmed(sbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    while (n && is_space(*s)) s++, n--;
+    while (n && is_space(s[n - 1])) n--;
+    sb_addn(b, s, n);
+}
+
+static const char *content_of(const pagoda_chat_message *m) { return m->content ? m->content : ""; }
+
+static bool is_role(const pagoda_chat_message *m, const char *r) { return strcmp(m->role, r) == 0; }
+
+static void render_chatml(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    for (int32_t i = 0; i < n; i++) {
+        sb_add(b, "<|im_start|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "\n");
+        sb_add(b, content_of(&msgs[i]));
+        sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
+static void render_llama3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *bos)
+{
+    sb_add(b, bos);
+    for (int32_t i = 0; i < n; i++) {
+        sb_add(b, "<|start_header_id|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "<|end_header_id|>\n\n");
+        sb_add_trimmed(b, content_of(&msgs[i]));
+        sb_add(b, "<|eot_id|>");
+    }
+    if (gen) sb_add(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void render_zephyr(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *eos)
+{
+    for (int32_t i = 0; i < n; i++) {
+        sb_add(b, "<|");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "|>\n");
+        sb_add(b, content_of(&msgs[i]));
+        sb_add(b, eos);
+        sb_add(b, "\n");
+    }
+    if (gen) sb_add(b, "<|assistant|>\n");
+}
+
+/* Llama 2, Mistral and Gemma have no system turn: system text waits in
+ * `sys` and is folded into the next user turn. A system message with no
+ * user turn after it becomes a user turn of its own. */
+static void render_llama2(sbuf *b, const pagoda_chat_message *msgs, int32_t n, const char *bos,
+                          const char *eos)
+{
+    const char *sys = NULL;
+    for (int32_t i = 0; i <= n; i++) {
+        bool last = i == n;
+        if (!last && is_role(&msgs[i], "system")) {
+            sys = content_of(&msgs[i]);
+            continue;
+        }
+        if (!last && is_role(&msgs[i], "assistant")) {
+            sb_add(b, " ");
+            sb_add_trimmed(b, content_of(&msgs[i]));
+            sb_add(b, " ");
+            sb_add(b, eos);
+            continue;
+        }
+        if (last && !sys) break;
+        sb_add(b, bos);
+        sb_add(b, "[INST] ");
+        if (sys) {
+            sb_add(b, "<<SYS>>\n");
+            sb_add_trimmed(b, sys);
+            sb_add(b, "\n<</SYS>>\n\n");
+            sys = NULL;
+        }
+        if (!last) sb_add_trimmed(b, content_of(&msgs[i]));
+        sb_add(b, " [/INST]");
+    }
+}
+
+static void render_mistral(sbuf *b, const pagoda_chat_message *msgs, int32_t n, const char *bos,
+                           const char *eos)
+{
+    const char *sys = NULL;
+    sb_add(b, bos);
+    for (int32_t i = 0; i <= n; i++) {
+        bool last = i == n;
+        if (!last && is_role(&msgs[i], "system")) {
+            sys = content_of(&msgs[i]);
+            continue;
+        }
+        if (!last && is_role(&msgs[i], "assistant")) {
+            sb_add(b, content_of(&msgs[i]));
+            sb_add(b, eos);
+            continue;
+        }
+        if (last && !sys) break;
+        sb_add(b, "[INST] ");
+        if (sys) {
+            sb_add(b, sys);
+            if (!last) sb_add(b, "\n\n");
+            sys = NULL;
+        }
+        if (!last) sb_add(b, content_of(&msgs[i]));
+        sb_add(b, " [/INST]");
+    }
+}
+
+static void render_gemma(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *bos)
+{
+    const char *sys = NULL;
+    sb_add(b, bos);
+    for (int32_t i = 0; i <= n; i++) {
+        bool last = i == n;
+        if (!last && is_role(&msgs[i], "system")) {
+            sys = content_of(&msgs[i]);
+            continue;
+        }
+        if (last && !sys) break;
+        const char *role = last ? "user" : is_role(&msgs[i], "assistant") ? "model" : msgs[i].role;
+        sb_add(b, "<start_of_turn>");
+        sb_add(b, role);
+        sb_add(b, "\n");
+        if (sys && strcmp(role, "user") == 0) {
+            /* Gemma's template prefixes the system text, then trims the whole. */
+            sbuf t = {0};
+            sb_add(&t, sys);
+            if (!last) {
+                sb_add(&t, "\n\n");
+                sb_add(&t, content_of(&msgs[i]));
+            }
+            if (t.oom) b->oom = true;
+            else sb_add_trimmed(b, t.p);
+            free(t.p);
+            sys = NULL;
+        } else {
+            sb_add_trimmed(b, content_of(&msgs[i]));
+        }
+        sb_add(b, "<end_of_turn>\n");
+    }
+    if (gen) sb_add(b, "<start_of_turn>model\n");
+}
+
+int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
+                       bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                       char **out, char *err, size_t err_len)
+{
+#define FAIL(st, ...) do { if (err && err_len) snprintf(err, err_len, __VA_ARGS__); status = (st); goto out; } while (0)
+    int status = PAGODA_OK;
+    sbuf b = {0};
+    if (out) *out = NULL;
+    if (!out) FAIL(PAGODA_ERR_INVALID, "chat render: no output pointer");
+    if (n < 0 || (n > 0 && !msgs)) FAIL(PAGODA_ERR_INVALID, "chat render: %d messages at %p", n, (const void *)msgs);
+    for (int32_t i = 0; i < n; i++)
+        if (!msgs[i].role || !*msgs[i].role)
+            FAIL(PAGODA_ERR_INVALID, "chat render: message %d has no role; give system, user or assistant", i);
+
+    const char *eos = eos_text ? eos_text : "</s>";
+    sb_add(&b, ""); /* an empty conversation still renders to a string */
+    switch (f) {
+    case PAGODA_CHAT_LLAMA2: render_llama2(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
+    case PAGODA_CHAT_LLAMA3:
+        render_llama3(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<|begin_of_text|>");
+        break;
+    case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
+    case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
+    case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
+    case PAGODA_CHAT_CHATML:
+    case PAGODA_CHAT_UNKNOWN:
+    default: render_chatml(&b, msgs, n, add_generation_prompt); break;
+    }
+    if (b.oom) FAIL(PAGODA_ERR_NOMEM, "chat render: out of memory after %zu bytes", b.len);
+    *out = b.p;
+    b.p = NULL;
+out:
+    free(b.p);
+    return status;
+#undef FAIL
+}
+
+const char *const *pagoda_chat_stop_strings(pagoda_chat_family f)
+{
+    static const char *const chatml[] = {"<|im_end|>", NULL};
+    static const char *const llama3[] = {"<|eot_id|>", NULL};
+    static const char *const gemma[] = {"<end_of_turn>", NULL};
+    static const char *const eos[] = {"</s>", NULL};
+    switch (f) {
+    case PAGODA_CHAT_LLAMA3: return llama3;
+    case PAGODA_CHAT_GEMMA: return gemma;
+    case PAGODA_CHAT_LLAMA2:
+    case PAGODA_CHAT_MISTRAL:
+    case PAGODA_CHAT_ZEPHYR: return eos;
+    default: return chatml;
+    }
+}
+
+/* ------------------------------------------------ default system prompt */
+
+bool pagoda_chat_default_system(const char *t, char *buf, size_t buf_len)
+{
+    static const char open[] = "<|im_start|>system";
+    if (!t) return false;
+    for (const char *p = strstr(t, open); p; p = strstr(p + 1, open)) {
+        /* It must start a Jinja string literal: a quote right before it. */
+        if (p == t || (p[-1] != '\'' && p[-1] != '"')) continue;
+        char quote = p[-1];
+        const char *q = p + sizeof open - 1;
+        /* then a newline, written as an escape or as itself */
+        if (q[0] == '\\' && q[1] == 'n') q += 2;
+        else if (q[0] == '\n') q += 1;
+        else continue;
+        /* and literal text up to <|im_end|> inside the same literal; a quote
+         * or an expression first means the text is a variable, not a default */
+        const char *end = strstr(q, "<|im_end|>");
+        if (!end || end == q) continue;
+        bool literal = true;
+        for (const char *c = q; c < end; c++) {
+            if (*c == quote && c[-1] != '\\') { literal = false; break; }
+            if (*c == '{' || *c == '}') { literal = false; break; }
+        }
+        if (!literal) continue;
+        size_t w = 0;
+        for (const char *c = q; c < end; c++) {
+            char ch = *c;
+            if (ch == '\\' && c + 1 < end) {
+                c++;
+                ch = *c == 'n' ? '\n' : *c == 't' ? '\t' : *c;
+            }
+            if (buf && w + 1 < buf_len) buf[w++] = ch;
+        }
+        if (buf && buf_len) buf[w] = '\0';
+        return true;
+    }
+    return false;
+}

@@ -1,0 +1,105 @@
+/*
+ * chat_template.h: turns a list of chat messages into prompt text for the
+ * common template families, recognised from the GGUF's
+ * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
+ * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
+ * mistral|zephyr|gemma`). Also names the stop strings each family implies.
+ * Not for: tokenizing (the engine tokenizes the rendered text with
+ * parse_special = true, add_special = false), tool calls, or templates
+ * outside these families (they fall back to ChatML with a warning).
+ *
+ * Renderings (S system, U user, A assistant; "+gen" is the generation
+ * prompt appended when add_generation_prompt):
+ *   chatml   <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n
+ *            ...  +gen <|im_start|>assistant\n             (roles as given)
+ *   llama2   <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U [/INST]
+ *            (contents stripped; no generation prompt: the turn ends in [/INST])
+ *   llama3   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>
+ *            ... +gen <|start_header_id|>assistant<|end_header_id|>\n\n
+ *            (contents trimmed, as Meta's template does)
+ *   mistral  <s>[INST] S\n\nU [/INST]A</s>[INST] U [/INST]
+ *            (v0.1/v0.2 style; the system text is folded into the next user turn)
+ *   zephyr   <|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\nA</s>\n +gen <|assistant|>\n
+ *   gemma    <bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
+ *            +gen <start_of_turn>model\n  (system folded into the first user
+ *            turn, assistant named model, contents trimmed)
+ * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
+ * every user turn, llama3, mistral, gemma) include its text, since the
+ * engine tokenizes chat prompts with add_special = false. bos_text/eos_text
+ * NULL means the family's usual text ("<s>", "<|begin_of_text|>", "<bos>",
+ * "</s>"); "" means none. ChatML never adds a BOS (Qwen, SmolLM do not).
+ *
+ * Default system prompts (SmolLM2, Qwen2) are not injected by render; a
+ * caller that wants the template's behaviour asks
+ * pagoda_chat_default_system() and prepends a system message when the
+ * conversation has none.
+ *
+ * Threads: every function is pure [any thread].
+ */
+#ifndef PAGODA_CHAT_TEMPLATE_H
+#define PAGODA_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pagoda_chat_family {
+    PAGODA_CHAT_CHATML,
+    PAGODA_CHAT_LLAMA2,
+    PAGODA_CHAT_LLAMA3,
+    PAGODA_CHAT_MISTRAL,
+    PAGODA_CHAT_ZEPHYR,
+    PAGODA_CHAT_GEMMA,
+    PAGODA_CHAT_UNKNOWN
+} pagoda_chat_family;
+
+/* The family a Jinja template belongs to, by its marker substrings.
+ * NULL, empty or unrecognised -> PAGODA_CHAT_UNKNOWN. */
+pagoda_chat_family pagoda_chat_detect(const char *jinja_template);
+
+/* "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma" -> *out and
+ * PAGODA_OK; anything else (including "auto", NULL) -> PAGODA_ERR_INVALID. */
+int pagoda_chat_family_from_name(const char *name, pagoda_chat_family *out);
+
+/* The name above, or "unknown"; never NULL, static storage. */
+const char *pagoda_chat_family_name(pagoda_chat_family f);
+
+/* The family to use from the config value (NULL, "" or "auto": detect from
+ * the template) and the model's template (may be NULL). Falls back to
+ * ChatML when detection fails, writing a one-line warning into msg (msg[0]
+ * is 0 when there is nothing to say). PAGODA_ERR_INVALID with the message
+ * in msg for an unknown name. */
+int pagoda_chat_select(const char *config_value, const char *jinja_template,
+                       pagoda_chat_family *out, char *msg, size_t msg_len);
+
+/* Renders n messages (role and content; a NULL content is empty) in the
+ * family's format (UNKNOWN renders as ChatML), appending the assistant
+ * turn's opening when add_generation_prompt. On PAGODA_OK *out is a
+ * malloc'd NUL-terminated string the caller frees. Errors: NULL arguments,
+ * n < 0, a message without a role (PAGODA_ERR_INVALID), out of memory. */
+int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
+                       bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                       char **out, char *err, size_t err_len);
+
+/* NULL-terminated list of stop strings the family implies (static storage):
+ * chatml/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
+ * llama2/mistral/zephyr "</s>". */
+const char *const *pagoda_chat_stop_strings(pagoda_chat_family f);
+
+/* The default system prompt a ChatML template writes when the conversation
+ * has none (SmolLM2: "You are a helpful AI assistant named SmolLM, trained
+ * by Hugging Face"), recognised as a literal "<|im_start|>system\n...
+ * <|im_end|>" inside one Jinja string. Returns true and copies it
+ * (truncated to buf_len - 1 bytes) into buf; false when there is none. */
+bool pagoda_chat_default_system(const char *jinja_template, char *buf, size_t buf_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_CHAT_TEMPLATE_H */
