@@ -153,13 +153,22 @@ static double rng_uniform(pagoda_sampler *s)
 
 pagoda_sampler *pagoda_sampler_new(const pagoda_sampler_params *p, int32_t n_vocab)
 {
-    if (n_vocab <= 0 || pagoda_sampler_params_validate(p, NULL, 0) != PAGODA_OK) return NULL;
+    if (!p || n_vocab <= 0) return NULL;
     pagoda_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    /* Out-of-range values mean "off" here, so that NULL only ever means
+     * out of memory; submit() tells the client with params_validate. */
     s->p = *p;
+    if (!(s->p.temperature > 0.0f) || !isfinite(s->p.temperature)) s->p.temperature = 0.0f;
+    if (!(s->p.top_p > 0.0f && s->p.top_p < 1.0f)) s->p.top_p = 1.0f;
+    if (!(s->p.min_p > 0.0f)) s->p.min_p = 0.0f;
+    if (s->p.min_p > 1.0f) s->p.min_p = 1.0f;
+    if (!(s->p.repetition_penalty > 0.0f) || !isfinite(s->p.repetition_penalty)) s->p.repetition_penalty = 1.0f;
+    if (!isfinite(s->p.presence_penalty)) s->p.presence_penalty = 0.0f;
+    if (!isfinite(s->p.frequency_penalty)) s->p.frequency_penalty = 0.0f;
     s->n_vocab = n_vocab;
-    s->use_rep = p->repetition_penalty != 1.0f;
-    s->use_out = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    s->use_rep = s->p.repetition_penalty != 1.0f;
+    s->use_out = s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
     if (s->use_rep && p->penalty_last_n > 0) {
         s->ring = malloc(sizeof *s->ring * (size_t)p->penalty_last_n);
         if (!s->ring) {

@@ -67,8 +67,11 @@ void pagoda_sampler_params_default(pagoda_sampler_params *p);
 int pagoda_sampler_params_validate(const pagoda_sampler_params *p, char *err, size_t err_len);
 
 /* A new sampler for a vocabulary of n_vocab tokens; the caller frees it
- * with pagoda_sampler_free. NULL when params are invalid (check them with
- * pagoda_sampler_params_validate first), n_vocab <= 0, or out of memory. */
+ * with pagoda_sampler_free. Parameters outside their range are taken as
+ * "off" (top_p 0 -> 1, repetition_penalty <= 0 -> 1, negative or NaN
+ * temperature -> greedy, min_p clamped to [0, 1]): refuse them earlier with
+ * pagoda_sampler_params_validate. NULL only for p == NULL, n_vocab <= 0 or
+ * out of memory. */
 pagoda_sampler *pagoda_sampler_new(const pagoda_sampler_params *p, int32_t n_vocab);
 void pagoda_sampler_free(pagoda_sampler *s);
 

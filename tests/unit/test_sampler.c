@@ -379,7 +379,13 @@ START_TEST(params_validation)
     p.top_p = 0.0f;
     ck_assert_int_eq(pagoda_sampler_params_validate(&p, err, sizeof err), PAGODA_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err, "top_p"));
-    ck_assert_ptr_null(pagoda_sampler_new(&p, 10));
+    /* new() takes it as "off": top_p 0 samples like top_p 1 */
+    pagoda_sampler *s = pagoda_sampler_new(&p, 10);
+    ck_assert_ptr_nonnull(s);
+    float l[10] = {0};
+    int32_t ids[10];
+    ck_assert_int_eq(pagoda_sampler_candidates(s, l, ids, 10), 10);
+    pagoda_sampler_free(s);
     p = params(-1.0f, 0, 1.0f, 0.0f, 1);
     ck_assert_int_eq(pagoda_sampler_params_validate(&p, err, sizeof err), PAGODA_ERR_INVALID);
     p = params(1.0f, 0, 1.0f, 0.0f, 1);
