@@ -1,0 +1,259 @@
+/*
+ * quant.c: scalar reference conversions and block (de)quantization, laid
+ * out and rounded exactly as ggml's reference code does, so files written
+ * here load in llama.cpp and files from there load here. Depends on libc,
+ * libm and pagoda/types.h only (the CPU plugin compiles this file in).
+ * Not for: speed; SIMD kernels live in the backends and are tested
+ * against these.
+ */
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ------------------------------------------------------------ scalars */
+
+float pagoda_fp16_to_fp32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0) {
+        /* Zero or subnormal: m * 2^-24, exact in f32. */
+        float v = (float)m * 5.9604644775390625e-8f;
+        return u2f(f2u(v) | sign);
+    }
+    if (e == 31) return u2f(sign | 0x7f800000u | (m << 13));
+    return u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+uint16_t pagoda_fp32_to_fp16(float f)
+{
+    uint32_t x = f2u(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        if (ax > 0x7f800000u) /* NaN: keep it quiet and keep the top payload bits */
+            return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+        return sign | 0x7c00;
+    }
+    /* 65520 is halfway between 65504 (max half) and 65536: ties-to-even goes up. */
+    if (ax >= 0x477ff000u) return sign | 0x7c00;
+    if (ax < 0x38800000u) {
+        /* Below 2^-14: a subnormal half. Adding 0.5 puts the f32 ulp at 2^-24,
+         * so the FPU's own round-to-nearest-even does the rounding. */
+        float af = u2f(ax) + 0.5f;
+        return (uint16_t)(sign | (f2u(af) - 0x3f000000u));
+    }
+    /* Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits
+     * to nearest even; a carry into the exponent is correct. */
+    uint32_t odd = (ax >> 13) & 1;
+    ax += 0xc8000fffu + odd;
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+float pagoda_bf16_to_fp32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t pagoda_fp32_to_bf16(float f)
+{
+    uint32_t x = f2u(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* ------------------------------------------------------------ blocks */
+
+static void quant_q8_0(const float *x, pagoda_block_q8_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = pagoda_fp32_to_fp16(d);
+        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+static void quant_q4_0(const float *x, pagoda_block_q4_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        /* The signed value of largest magnitude maps to -8, so the full
+         * range of the nibble is used on that side. */
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = pagoda_fp32_to_fp16(d);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(int8_t)(x[j] * id + 8.5f), q1 = (int)(int8_t)(x[j + 16] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void quant_q4_1(const float *x, pagoda_block_q4_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float min = INFINITY, max = -INFINITY;
+        for (int j = 0; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        const float d = (max - min) / 15.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = pagoda_fp32_to_fp16(d);
+        y[i].m = pagoda_fp32_to_fp16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(int8_t)((x[j] - min) * id + 0.5f);
+            int q1 = (int)(int8_t)((x[j + 16] - min) * id + 0.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void dequant_q6_K(const pagoda_block_q6_K *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = pagoda_fp16_to_fp32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        /* Two halves of 128; in each, 32 lanes l carry four values at
+         * l, l+32, l+64, l+96 from ql nibbles and qh bit pairs. */
+        for (int n = 0; n < 256; n += 128) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+static int check_n(int dtype, int64_t n)
+{
+    int be;
+    if (!pagoda_dtype_block(dtype, &be, NULL)) return PAGODA_ERR_UNSUPPORTED;
+    if (n < 0 || n % be) return PAGODA_ERR_INVALID;
+    return PAGODA_OK;
+}
+
+int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n)
+{
+    int st = check_n(dtype, n);
+    if (st) return st;
+    if (n && (!x || !out)) return PAGODA_ERR_INVALID;
+    switch (dtype) {
+    case PAGODA_DTYPE_F32: memmove(out, x, (size_t)n * 4); return PAGODA_OK;
+    case PAGODA_DTYPE_F16: {
+        uint16_t *o = out;
+        for (int64_t i = 0; i < n; i++) o[i] = pagoda_fp32_to_fp16(x[i]);
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_BF16: {
+        uint16_t *o = out;
+        for (int64_t i = 0; i < n; i++) o[i] = pagoda_fp32_to_bf16(x[i]);
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_Q8_0: quant_q8_0(x, out, n / 32); return PAGODA_OK;
+    case PAGODA_DTYPE_Q4_0: quant_q4_0(x, out, n / 32); return PAGODA_OK;
+    case PAGODA_DTYPE_Q4_1: quant_q4_1(x, out, n / 32); return PAGODA_OK;
+    default: return PAGODA_ERR_UNSUPPORTED;
+    }
+}
+
+int pagoda_dequantize_row(int dtype, const void *x, float *out, int64_t n)
+{
+    int st = check_n(dtype, n);
+    if (st) return st;
+    if (n && (!x || !out)) return PAGODA_ERR_INVALID;
+    switch (dtype) {
+    case PAGODA_DTYPE_F32: memmove(out, x, (size_t)n * 4); return PAGODA_OK;
+    case PAGODA_DTYPE_F16: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2); /* rows inside an mmap may be unaligned */
+            out[i] = pagoda_fp16_to_fp32(h);
+        }
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_BF16: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = pagoda_bf16_to_fp32(h);
+        }
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_Q8_0: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n / 32; i++) {
+            pagoda_block_q8_0 b;
+            memcpy(&b, p + i * 34, 34);
+            const float d = pagoda_fp16_to_fp32(b.d);
+            for (int j = 0; j < 32; j++) out[i * 32 + j] = b.qs[j] * d;
+        }
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_Q4_0: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n / 32; i++) {
+            pagoda_block_q4_0 b;
+            memcpy(&b, p + i * 18, 18);
+            const float d = pagoda_fp16_to_fp32(b.d);
+            for (int j = 0; j < 16; j++) {
+                out[i * 32 + j] = ((b.qs[j] & 0xF) - 8) * d;
+                out[i * 32 + j + 16] = ((b.qs[j] >> 4) - 8) * d;
+            }
+        }
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_Q4_1: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n / 32; i++) {
+            pagoda_block_q4_1 b;
+            memcpy(&b, p + i * 20, 20);
+            const float d = pagoda_fp16_to_fp32(b.d), m = pagoda_fp16_to_fp32(b.m);
+            for (int j = 0; j < 16; j++) {
+                out[i * 32 + j] = (b.qs[j] & 0xF) * d + m;
+                out[i * 32 + j + 16] = (b.qs[j] >> 4) * d + m;
+            }
+        }
+        return PAGODA_OK;
+    }
+    case PAGODA_DTYPE_Q6_K: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n / 256; i++) {
+            pagoda_block_q6_K b;
+            memcpy(&b, p + i * 210, 210);
+            dequant_q6_K(&b, out + i * 256, 1);
+        }
+        return PAGODA_OK;
+    }
+    default: return PAGODA_ERR_UNSUPPORTED;
+    }
+}
+
+_Static_assert(sizeof(pagoda_block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(pagoda_block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(pagoda_block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(pagoda_block_q6_K) == 210, "q6_K block");

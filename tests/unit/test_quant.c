@@ -1,0 +1,276 @@
+/* test_quant.c: the scalar reference conversions in core/quant.c: exact
+ * encodings of known values, exhaustive half/bfloat16 round trips, crafted
+ * blocks with hand-computed quants, and random round trips held to each
+ * type's error bound. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "testutil.h"
+
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+START_TEST(fp16_known)
+{
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(1.0f), 0x3C00);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(-2.0f), 0xC000);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(0.5f), 0x3800);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(0.0f), 0x0000);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(-0.0f), 0x8000);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(65504.0f), 0x7BFF);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(65519.0f), 0x7BFF);   /* below the halfway point */
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(65520.0f), 0x7C00);   /* halfway: even is inf */
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(1e10f), 0x7C00);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(-INFINITY), 0xFC00);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(0.333251953125f), 0x3555);
+    /* Subnormals: 2^-24 is the smallest; 2^-25 ties to even (0); 3*2^-25 ties to 2. */
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(1, -24)), 0x0001);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(1, -25)), 0x0000);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(3, -25)), 0x0002);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(1023, -24)), 0x03FF);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(1, -14)), 0x0400);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(ldexpf(1, -30)), 0x0000);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(-ldexpf(1, -24)), 0x8001);
+    /* Normal ties to even: 1 + 2^-11 -> 1.0; 1 + 3*2^-11 -> 1 + 2^-9 (0x3C02). */
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(1.0f + ldexpf(1, -11)), 0x3C00);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(1.0f + ldexpf(3, -11)), 0x3C02);
+    ck_assert_uint_eq(pagoda_fp32_to_fp16(1.0f + ldexpf(1, -11) + ldexpf(1, -20)), 0x3C01);
+    uint16_t nan = pagoda_fp32_to_fp16(NAN);
+    ck_assert((nan & 0x7C00) == 0x7C00 && (nan & 0x3FF) != 0);
+    ck_assert(pagoda_fp16_to_fp32(0x3C00) == 1.0f);
+    ck_assert(pagoda_fp16_to_fp32(0x7BFF) == 65504.0f);
+    ck_assert(pagoda_fp16_to_fp32(0x0001) == ldexpf(1, -24));
+    ck_assert(pagoda_fp16_to_fp32(0x03FF) == ldexpf(1023, -24));
+    ck_assert(isinf(pagoda_fp16_to_fp32(0x7C00)));
+    ck_assert(isnan(pagoda_fp16_to_fp32(0x7E00)));
+    ck_assert(signbit(pagoda_fp16_to_fp32(0x8000)));
+}
+END_TEST
+
+START_TEST(fp16_exhaustive)
+{
+    /* Every half value survives f16 -> f32 -> f16 unchanged (NaNs stay NaN). */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pagoda_fp16_to_fp32((uint16_t)h);
+        uint16_t back = pagoda_fp32_to_fp16(f);
+        if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) {
+            ck_assert(isnan(f));
+            ck_assert((back & 0x7C00) == 0x7C00 && (back & 0x3FF));
+        } else {
+            ck_assert_msg(back == h, "0x%04x -> %g -> 0x%04x", h, f, back);
+        }
+    }
+    /* Against the compiler's own conversion where it has _Float16. */
+#ifdef __FLT16_MAX__
+    tu_rng rng;
+    tu_rng_seed(&rng, 1);
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)tu_rng_u64(&rng);
+        /* Bias towards the half range: exponents 100..150. */
+        u = (u & 0x807FFFFFu) | ((100u + (u >> 23) % 51u) << 23);
+        float f = u2f(u);
+        _Float16 ref = (_Float16)f;
+        uint16_t rb;
+        memcpy(&rb, &ref, 2);
+        ck_assert_msg(pagoda_fp32_to_fp16(f) == rb, "%a: 0x%04x vs 0x%04x", f,
+                      pagoda_fp32_to_fp16(f), rb);
+    }
+#endif
+}
+END_TEST
+
+START_TEST(bf16)
+{
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(1.0f), 0x3F80);
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(-2.0f), 0xC000);
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(1.0f + ldexpf(1, -8)), 0x3F80);  /* tie to even */
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(1.0f + ldexpf(3, -8)), 0x3F82);  /* tie to even, up */
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(1.0f + ldexpf(1, -8) + ldexpf(1, -20)), 0x3F81);
+    ck_assert_uint_eq(pagoda_fp32_to_bf16(INFINITY), 0x7F80);
+    ck_assert(isnan(pagoda_bf16_to_fp32(pagoda_fp32_to_bf16(NAN))));
+    /* A NaN whose payload lies only in the low bits must not become inf. */
+    ck_assert(isnan(pagoda_bf16_to_fp32(pagoda_fp32_to_bf16(u2f(0x7F800001u)))));
+    ck_assert(pagoda_bf16_to_fp32(0x3F80) == 1.0f);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pagoda_bf16_to_fp32((uint16_t)h);
+        if (isnan(f)) continue;
+        ck_assert_uint_eq(pagoda_fp32_to_bf16(f), h);
+    }
+}
+END_TEST
+
+START_TEST(q8_0_crafted)
+{
+    float x[32];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16);
+    pagoda_block_q8_0 b;
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, &b, 32), 0);
+    /* amax 16: d = 16/127, q = round(x * 127/16). */
+    ck_assert_uint_eq(b.d, pagoda_fp32_to_fp16(16.0f / 127.0f));
+    ck_assert_int_eq(b.qs[0], -127);
+    ck_assert_int_eq(b.qs[16], 0);
+    ck_assert_int_eq(b.qs[17], 8);    /* 7.9375 */
+    ck_assert_int_eq(b.qs[31], 119);  /* 119.0625 */
+    ck_assert_int_eq(b.qs[8], -64);   /* -63.5: roundf goes away from zero */
+    float y[32];
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q8_0, &b, y, 32), 0);
+    ck_assert(y[0] == -127 * pagoda_fp16_to_fp32(b.d));
+    /* All zeros: d = 0 and every quant 0. */
+    memset(x, 0, sizeof x);
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, &b, 32), 0);
+    ck_assert_uint_eq(b.d, 0);
+    for (int j = 0; j < 32; j++) ck_assert_int_eq(b.qs[j], 0);
+}
+END_TEST
+
+START_TEST(q4_crafted)
+{
+    float x[32];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16);
+    pagoda_block_q4_0 b;
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q4_0, x, &b, 32), 0);
+    /* Largest magnitude is -16: d = -16/-8 = 2; q = x/2 + 8, clamped to 15.
+     * Byte j: element j low, element j+16 high. */
+    ck_assert_uint_eq(b.d, 0x4000);
+    ck_assert_uint_eq(b.qs[0], 0x80);             /* x=-16 -> 0, x=0 -> 8 */
+    ck_assert_uint_eq(b.qs[1], (9 << 4) | 1);     /* x=-15 -> 1, x=1 -> 9 */
+    ck_assert_uint_eq(b.qs[15], (15 << 4) | 8);   /* x=-1 -> 8 (7.5+.5 trunc), x=15 -> 16 -> 15 */
+    float y[32];
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q4_0, &b, y, 32), 0);
+    ck_assert(y[0] == -16.0f && y[16] == 0.0f && y[31] == 14.0f);
+
+    for (int j = 0; j < 32; j++) x[j] = (float)j;
+    pagoda_block_q4_1 c;
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q4_1, x, &c, 32), 0);
+    ck_assert_uint_eq(c.m, 0);
+    ck_assert_uint_eq(c.d, pagoda_fp32_to_fp16(31.0f / 15.0f));
+    ck_assert_uint_eq(c.qs[0] & 0xF, 0);
+    ck_assert_uint_eq(c.qs[15] >> 4, 15);
+    ck_assert_uint_eq(c.qs[1] & 0xF, 0);          /* 1*15/31 + .5 = 0.98 -> 0 */
+    ck_assert_uint_eq(c.qs[2] & 0xF, 1);          /* 2*15/31 + .5 = 1.47 -> 1 */
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q4_1, &c, y, 32), 0);
+    ck_assert(fabsf(y[31] - 31.0f) < 0.05f);
+}
+END_TEST
+
+static void roundtrip(int dtype, uint64_t seed, float std, int64_t n)
+{
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    void *q = malloc(pagoda_dtype_row_bytes(dtype, n));
+    tu_fill_normal(&rng, x, (size_t)n, std);
+    x[3] = 0.0f;
+    ck_assert_int_eq(pagoda_quantize_row(dtype, x, q, n), 0);
+    ck_assert_int_eq(pagoda_dequantize_row(dtype, q, y, n), 0);
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0, mn = INFINITY, mx = -INFINITY;
+        for (int j = 0; j < 32; j++) {
+            float v = x[b * 32 + j];
+            amax = fmaxf(amax, fabsf(v));
+            mn = fminf(mn, v);
+            mx = fmaxf(mx, v);
+        }
+        for (int j = 0; j < 32; j++) {
+            float v = x[b * 32 + j], e = fabsf(y[b * 32 + j] - v), bound;
+            switch (dtype) {
+            case PAGODA_DTYPE_F16: bound = fabsf(v) * 0x1p-11f + 0x1p-25f; break;
+            case PAGODA_DTYPE_BF16: bound = fabsf(v) * 0x1p-8f; break;
+            case PAGODA_DTYPE_Q8_0: bound = amax / 127 * (0.5f + 127 * 0x1p-11f) + 1e-7f; break;
+            case PAGODA_DTYPE_Q4_0: bound = amax / 8 * (1.0f + 8 * 0x1p-11f) + 1e-7f; break;
+            case PAGODA_DTYPE_Q4_1: {
+                float d = (mx - mn) / 15;
+                bound = d * 0.5f + (fabsf(mn) + 15 * d) * 0x1p-10f + 1e-7f;
+                break;
+            }
+            default: bound = 0; break;
+            }
+            ck_assert_msg(e <= bound, "%s elem %lld: %g -> %g (err %g > %g)", pagoda_dtype_name(dtype),
+                          (long long)(b * 32 + j), v, y[b * 32 + j], e, bound);
+        }
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+START_TEST(roundtrips)
+{
+    int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
+                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        roundtrip(types[i], 11 + i, 0.02f, 4096);
+        roundtrip(types[i], 99 + i, 3.0f, 4096);
+    }
+}
+END_TEST
+
+/* Pack 6-bit quants q[256] and scales into ggml's Q6_K layout, written from
+ * the layout's description (lane l of each 128-half holds elements l,
+ * l+32, l+64, l+96; ql nibbles low/high for the first/second 64, qh bit
+ * pairs by quarter; one scale per 16 elements). */
+static void pack_q6_K(pagoda_block_q6_K *b, const int *q, const int8_t *sc, uint16_t d)
+{
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < 256; i++) {
+        int half = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
+        int lo = q[i] & 0xF, hi = q[i] >> 4;
+        int qli = half * 64 + l + ((quarter & 1) ? 32 : 0);
+        b->ql[qli] |= (uint8_t)(quarter >= 2 ? lo << 4 : lo);
+        b->qh[half * 32 + l] |= (uint8_t)(hi << (2 * quarter));
+    }
+    memcpy(b->scales, sc, 16);
+    b->d = d;
+}
+
+START_TEST(q6_K_dequant)
+{
+    int q[256];
+    int8_t sc[16];
+    for (int i = 0; i < 256; i++) q[i] = (i * 7 + 3) % 64;
+    for (int k = 0; k < 16; k++) sc[k] = (int8_t)(k * 9 - 70);
+    pagoda_block_q6_K b[2];
+    pack_q6_K(&b[0], q, sc, 0x3800);  /* d = 0.5 */
+    pack_q6_K(&b[1], q, sc, 0x4000);  /* d = 2 */
+    float y[512];
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q6_K, b, y, 512), 0);
+    for (int i = 0; i < 512; i++) {
+        float d = i < 256 ? 0.5f : 2.0f;
+        float want = d * sc[(i % 256) / 16] * (q[i % 256] - 32);
+        ck_assert_msg(y[i] == want, "elem %d: %g != %g", i, y[i], want);
+    }
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+    float x[64] = {0};
+    uint8_t out[256];
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q6_K, x, out, 256), PAGODA_ERR_UNSUPPORTED);
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, out, 33), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(pagoda_quantize_row(13, x, out, 32), PAGODA_ERR_UNSUPPORTED);
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q4_0, out, x, 31), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_Q6_K, out, x, 128), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(pagoda_dequantize_row(99, out, x, 32), PAGODA_ERR_UNSUPPORTED);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("quant");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, fp16_known);
+    tcase_add_test(tc, fp16_exhaustive);
+    tcase_add_test(tc, bf16);
+    tcase_add_test(tc, q8_0_crafted);
+    tcase_add_test(tc, q4_crafted);
+    tcase_add_test(tc, roundtrips);
+    tcase_add_test(tc, q6_K_dequant);
+    tcase_add_test(tc, bad_arguments);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
