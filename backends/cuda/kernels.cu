@@ -1,0 +1,493 @@
+/*
+ * kernels.cu: the CUDA kernels of the CUDA backend and their C launchers
+ * (declared in kernels.h). Plain, readable kernels: one CUDA block per row
+ * or per (token, head), F32 arithmetic everywhere, weight types decoded
+ * per element by load_w<DT>(). This is the only CUDA C++ file, to keep the
+ * build short. Not for: validation (backend.c does it) or cuBLAS.
+ */
+#include "kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "pagoda/types.h"
+
+/* ------------------------------------------------------------ weight decode */
+
+/* GGUF stores halves little-endian and blocks are only 2-byte aligned, so
+ * read bytes rather than trusting a pointer cast. */
+__device__ __forceinline__ float ld_f16(const uint8_t *p)
+{
+    unsigned short h = (unsigned short)(p[0] | (p[1] << 8));
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ float ld_bf16(const uint8_t *p)
+{
+    unsigned int u = ((unsigned int)p[0] | ((unsigned int)p[1] << 8)) << 16;
+    return __uint_as_float(u);
+}
+
+/* Value k of a weight row of type DT, as ggml's dequantize_row_* gives it. */
+template <int DT> __device__ __forceinline__ float load_w(const uint8_t *row, int k);
+
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_F32>(const uint8_t *row, int k)
+{
+    return ((const float *)row)[k];
+}
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_F16>(const uint8_t *row, int k)
+{
+    return ld_f16(row + 2 * (size_t)k);
+}
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_BF16>(const uint8_t *row, int k)
+{
+    return ld_bf16(row + 2 * (size_t)k);
+}
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q8_0>(const uint8_t *row, int k)
+{
+    const uint8_t *b = row + (size_t)(k / 32) * 34;
+    return ld_f16(b) * (float)(int8_t)b[2 + k % 32];
+}
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q4_0>(const uint8_t *row, int k)
+{
+    const uint8_t *b = row + (size_t)(k / 32) * 18;
+    int j = k % 32;
+    uint8_t q = b[2 + (j & 15)];
+    int v = j < 16 ? (q & 15) : (q >> 4);
+    return (float)(v - 8) * ld_f16(b);
+}
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q4_1>(const uint8_t *row, int k)
+{
+    const uint8_t *b = row + (size_t)(k / 32) * 20;
+    int j = k % 32;
+    uint8_t q = b[4 + (j & 15)];
+    int v = j < 16 ? (q & 15) : (q >> 4);
+    return (float)v * ld_f16(b) + ld_f16(b + 2);
+}
+/* Q6_K super-block: ql[128] qh[64] scales[16] d; 256 values in two halves
+ * of 128, each four quarters of 32. */
+template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q6_K>(const uint8_t *row, int k)
+{
+    const uint8_t *b = row + (size_t)(k / 256) * 210;
+    int i = k % 256, n = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
+    uint8_t qlv = b[n * 64 + l + (quarter & 1) * 32];
+    int lo = quarter >= 2 ? (qlv >> 4) : (qlv & 15);
+    int hi = (b[128 + n * 32 + l] >> (2 * quarter)) & 3;
+    int q = (lo | (hi << 4)) - 32;
+    int8_t sc = (int8_t)b[192 + n * 8 + l / 16 + quarter * 2];
+    return ld_f16(b + 208) * (float)sc * (float)q;
+}
+
+/* Calls LAUNCH(DT) for the runtime dtype `dt`; unknown types fall out as
+ * cudaErrorInvalidValue (backend.c refuses them first). */
+#define DISPATCH_DTYPE(dt, LAUNCH)                                  \
+    switch (dt) {                                                   \
+    case PAGODA_DTYPE_F32: LAUNCH(PAGODA_DTYPE_F32); break;         \
+    case PAGODA_DTYPE_F16: LAUNCH(PAGODA_DTYPE_F16); break;         \
+    case PAGODA_DTYPE_BF16: LAUNCH(PAGODA_DTYPE_BF16); break;       \
+    case PAGODA_DTYPE_Q8_0: LAUNCH(PAGODA_DTYPE_Q8_0); break;       \
+    case PAGODA_DTYPE_Q4_0: LAUNCH(PAGODA_DTYPE_Q4_0); break;       \
+    case PAGODA_DTYPE_Q4_1: LAUNCH(PAGODA_DTYPE_Q4_1); break;       \
+    case PAGODA_DTYPE_Q6_K: LAUNCH(PAGODA_DTYPE_Q6_K); break;       \
+    default: return cudaErrorInvalidValue;                          \
+    }
+
+/* ------------------------------------------------------------- reductions */
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Every thread gets the block's sum (or max). `red` holds 32 floats; the
+ * leading barrier lets a block call this twice in a row. */
+__device__ float block_reduce(float v, float *red, bool is_max)
+{
+    v = is_max ? warp_max(v) : warp_sum(v);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int i = 1; i < nw; i++) r = is_max ? fmaxf(r, red[i]) : r + red[i];
+    return r;
+}
+
+/* ---------------------------------------------------------------- get_rows */
+
+template <int DT>
+__global__ void k_get_rows(const uint8_t *table, size_t row_bytes, const int32_t *ids,
+                           int cols, float *out, int64_t ld)
+{
+    const uint8_t *row = table + (size_t)ids[blockIdx.x] * row_bytes;
+    float *o = out + (int64_t)blockIdx.x * ld;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = load_w<DT>(row, c);
+}
+
+extern "C" cudaError_t pcu_get_rows(cudaStream_t s, const uint8_t *table, size_t row_bytes,
+                                    int dtype, const int32_t *ids, int32_t n, int64_t cols,
+                                    float *out, int64_t ld_out)
+{
+    if (n <= 0) return cudaSuccess;
+#define L(DT) k_get_rows<DT><<<n, 256, 0, s>>>(table, row_bytes, ids, (int)cols, out, ld_out)
+    DISPATCH_DTYPE(dtype, L)
+#undef L
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------- matmul helpers */
+
+template <int DT>
+__global__ void k_dequant_f16(const uint8_t *w, size_t row_bytes, int cols, __half *out)
+{
+    const uint8_t *row = w + (size_t)blockIdx.x * row_bytes;
+    __half *o = out + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __float2half(load_w<DT>(row, c));
+}
+
+extern "C" cudaError_t pcu_dequant_f16(cudaStream_t s, const uint8_t *w, size_t row_bytes,
+                                       int dtype, int64_t rows, int64_t cols, void *out_f16)
+{
+    if (rows <= 0) return cudaSuccess;
+#define L(DT) k_dequant_f16<DT><<<(unsigned)rows, 256, 0, s>>>(w, row_bytes, (int)cols, (__half *)out_f16)
+    DISPATCH_DTYPE(dtype, L)
+#undef L
+    return cudaGetLastError();
+}
+
+__global__ void k_f32_to_half(const float *x, int64_t ld, int cols, int bf16, void *out)
+{
+    const float *r = x + (int64_t)blockIdx.x * ld;
+    size_t base = (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        if (bf16)
+            ((__nv_bfloat16 *)out)[base + c] = __float2bfloat16(r[c]);
+        else
+            ((__half *)out)[base + c] = __float2half(r[c]);
+    }
+}
+
+extern "C" cudaError_t pcu_f32_to_half(cudaStream_t s, const float *x, int64_t ld, int64_t rows,
+                                       int64_t cols, int bf16, void *out)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_f32_to_half<<<(unsigned)rows, 256, 0, s>>>(x, ld, (int)cols, bf16, out);
+    return cudaGetLastError();
+}
+
+/* One warp per output column n, all T tokens at once, so each weight byte
+ * is read once per launch: the decode path, where T is the batch size. */
+template <int DT>
+__global__ void k_gemv(const float *x, int64_t ldx, int T, const uint8_t *w, size_t w_row_bytes,
+                       int N, int K, const float *bias, float *out, int64_t ldo)
+{
+    int lane = threadIdx.x & 31;
+    int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= N) return;
+    const uint8_t *row = w + (size_t)n * w_row_bytes;
+    float acc[PAGODA_CUDA_GEMV_MAX_T];
+#pragma unroll
+    for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++) acc[t] = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        float wv = load_w<DT>(row, k);
+#pragma unroll
+        for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++)
+            if (t < T) acc[t] += wv * x[(int64_t)t * ldx + k];
+    }
+#pragma unroll
+    for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < T) out[(int64_t)t * ldo + n] = v + (bias ? bias[n] : 0.0f);
+    }
+}
+
+extern "C" cudaError_t pcu_gemv(cudaStream_t s, const float *x, int64_t ldx, int32_t T,
+                                const uint8_t *w, size_t w_row_bytes, int dtype, int64_t N,
+                                int64_t K, const float *bias, float *out, int64_t ldo)
+{
+    if (T <= 0 || N <= 0) return cudaSuccess;
+    if (T > PAGODA_CUDA_GEMV_MAX_T) return cudaErrorInvalidValue;
+    unsigned blocks = (unsigned)((N + 3) / 4);
+#define L(DT) k_gemv<DT><<<blocks, 128, 0, s>>>(x, ldx, T, w, w_row_bytes, (int)N, (int)K, bias, out, ldo)
+    DISPATCH_DTYPE(dtype, L)
+#undef L
+    return cudaGetLastError();
+}
+
+__global__ void k_add_bias(float *out, int64_t ldo, int N, const float *bias)
+{
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) o[n] += bias[n];
+}
+
+extern "C" cudaError_t pcu_add_bias(cudaStream_t s, float *out, int64_t ldo, int64_t T, int64_t N,
+                                    const float *bias)
+{
+    if (T <= 0) return cudaSuccess;
+    k_add_bias<<<(unsigned)T, 256, 0, s>>>(out, ldo, (int)N, bias);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- rms_norm */
+
+__global__ void k_rms_norm(const float *x, int64_t ldx, const float *w, float eps, int cols,
+                           float *out, int64_t ldo)
+{
+    __shared__ float red[32];
+    const float *r = x + (int64_t)blockIdx.x * ldx;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) ss += r[c] * r[c];
+    ss = block_reduce(ss, red, false);
+    float inv = 1.0f / sqrtf(ss / (float)cols + eps);
+    /* out may alias x: each element is read before it is written, by the
+     * same thread, and the sum was complete before any write. */
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r[c] * inv * w[c];
+}
+
+extern "C" cudaError_t pcu_rms_norm(cudaStream_t s, const float *x, int64_t ldx, const float *w,
+                                    float eps, int64_t rows, int64_t cols, float *out, int64_t ldo)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_rms_norm<<<(unsigned)rows, 256, 0, s>>>(x, ldx, w, eps, (int)cols, out, ldo);
+    return cudaGetLastError();
+}
+
+/* -------------------------------------------------------------------- rope */
+
+__global__ void k_rope(float *x, int64_t ldx, int head_dim, const int32_t *pos,
+                       const float *inv_freq, int n_rot, int neox, float mscale)
+{
+    float *hx = x + (int64_t)blockIdx.x * ldx + (int64_t)blockIdx.y * head_dim;
+    int half = n_rot / 2;
+    double p = (double)pos[blockIdx.x];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        /* The angle in double, as the CPU backend does: pos * inv_freq
+         * reaches thousands of radians, where a float angle is off. */
+        double theta = p * (double)inv_freq[i];
+        float c = (float)cos(theta) * mscale, sn = (float)sin(theta) * mscale;
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = hx[a], x1 = hx[b];
+        hx[a] = x0 * c - x1 * sn;
+        hx[b] = x0 * sn + x1 * c;
+    }
+}
+
+extern "C" cudaError_t pcu_rope(cudaStream_t s, float *x, int64_t ldx, int32_t n_tokens,
+                                int32_t n_heads, int32_t head_dim, const int32_t *pos,
+                                const float *inv_freq, int32_t n_rot, int neox, float mscale)
+{
+    if (n_tokens <= 0 || n_rot <= 0) return cudaSuccess;
+    dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
+    k_rope<<<grid, 64, 0, s>>>(x, ldx, head_dim, pos, inv_freq, n_rot, neox, mscale);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- kv_write */
+
+template <typename KT> __device__ __forceinline__ KT to_kv(float v);
+template <> __device__ __forceinline__ float to_kv<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half(v); }
+
+__device__ __forceinline__ float kv_f(float v) { return v; }
+__device__ __forceinline__ float kv_f(__half v) { return __half2float(v); }
+
+template <typename KT>
+__global__ void k_kv_write(KT *kb, KT *vb, int block_size, int64_t block_elems, int row,
+                           const float *k, int64_t ldk, const float *v, int64_t ldv,
+                           const int32_t *slots)
+{
+    int slot = slots[blockIdx.x];
+    int64_t off = (int64_t)(slot / block_size) * block_elems + (int64_t)(slot % block_size) * row;
+    const float *kr = k + (int64_t)blockIdx.x * ldk, *vr = v + (int64_t)blockIdx.x * ldv;
+    for (int j = threadIdx.x; j < row; j += blockDim.x) {
+        kb[off + j] = to_kv<KT>(kr[j]);
+        vb[off + j] = to_kv<KT>(vr[j]);
+    }
+}
+
+extern "C" cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, int kv_f16,
+                                    int32_t block_size, int64_t block_elems, int64_t row,
+                                    const float *k, int64_t ldk, const float *v, int64_t ldv,
+                                    const int32_t *slots, int32_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    if (kv_f16)
+        k_kv_write<__half><<<n, 128, 0, s>>>((__half *)k_base, (__half *)v_base, block_size,
+                                             block_elems, (int)row, k, ldk, v, ldv, slots);
+    else
+        k_kv_write<float><<<n, 128, 0, s>>>((float *)k_base, (float *)v_base, block_size,
+                                            block_elems, (int)row, k, ldk, v, ldv, slots);
+    return cudaGetLastError();
+}
+
+/* --------------------------------------------------------------- attention */
+
+#define ATT_THREADS 128 /* also the key tile: one score per thread slot */
+
+/* One block per (query token, head). Keys are visited in tiles of
+ * ATT_THREADS: a warp per key computes the score, then the tile is folded
+ * into the running (max, sum, acc) of the online softmax, a thread per
+ * output dimension. */
+template <typename KT>
+__global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo, const KT *kb,
+                            const KT *vb, int block_size, int64_t block_elems, int n_kv_heads,
+                            int hd, int group, float scale, const int32_t *tok_kvlen,
+                            const int32_t *tok_bt, const int32_t *block_tables)
+{
+    extern __shared__ float sm[];
+    float *q_s = sm, *acc = sm + hd, *p_s = acc + hd, *red = p_s + ATT_THREADS;
+    const int t = blockIdx.x, h = blockIdx.y, kvh = h / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int n_keys = tok_kvlen[t];
+    const int32_t *bt = block_tables + tok_bt[t];
+    const float *qr = q + (int64_t)t * ldq + (int64_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        q_s[d] = qr[d];
+        acc[d] = 0.0f;
+    }
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = 0; j0 < n_keys; j0 += ATT_THREADS) {
+        int tile = min(ATT_THREADS, n_keys - j0);
+        for (int jj = warp; jj < tile; jj += nwarps) {
+            int j = j0 + jj;
+            const KT *kp = kb + (int64_t)bt[j / block_size] * block_elems +
+                           ((int64_t)(j % block_size) * n_kv_heads + kvh) * hd;
+            float sacc = 0.0f;
+            for (int d = lane; d < hd; d += 32) sacc += q_s[d] * kv_f(kp[d]);
+            sacc = warp_sum(sacc);
+            if (lane == 0) p_s[jj] = sacc * scale;
+        }
+        __syncthreads();
+        float lm = -INFINITY;
+        for (int jj = threadIdx.x; jj < tile; jj += blockDim.x) lm = fmaxf(lm, p_s[jj]);
+        float m_new = fmaxf(m, block_reduce(lm, red, true));
+        float alpha = expf(m - m_new);
+        float ls = 0.0f;
+        for (int jj = threadIdx.x; jj < tile; jj += blockDim.x) {
+            float p = expf(p_s[jj] - m_new);
+            p_s[jj] = p;
+            ls += p;
+        }
+        l = l * alpha + block_reduce(ls, red, false); /* its barriers publish p_s */
+        m = m_new;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float a = acc[d] * alpha;
+            for (int jj = 0; jj < tile; jj++) {
+                int j = j0 + jj;
+                const KT *vp = vb + (int64_t)bt[j / block_size] * block_elems +
+                               ((int64_t)(j % block_size) * n_kv_heads + kvh) * hd;
+                a += p_s[jj] * kv_f(vp[d]);
+            }
+            acc[d] = a;
+        }
+        __syncthreads(); /* p_s is rewritten by the next tile */
+    }
+    float *o = out + (int64_t)t * ldo + (int64_t)h * hd;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = acc[d] * inv;
+}
+
+extern "C" cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq, float *out,
+                                     int64_t ldo, const void *k_base, const void *v_base,
+                                     int kv_f16, int32_t block_size, int64_t block_elems,
+                                     int32_t n_kv_heads, int32_t head_dim, int32_t n_heads,
+                                     float scale, int32_t n_tokens, const int32_t *tok_kvlen,
+                                     const int32_t *tok_bt, const int32_t *block_tables)
+{
+    if (n_tokens <= 0) return cudaSuccess;
+    dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
+    size_t shmem = (size_t)(2 * head_dim + ATT_THREADS + 32) * sizeof(float);
+    int group = n_heads / n_kv_heads;
+    if (kv_f16)
+        k_attention<__half><<<grid, ATT_THREADS, shmem, s>>>(
+            q, ldq, out, ldo, (const __half *)k_base, (const __half *)v_base, block_size,
+            block_elems, n_kv_heads, head_dim, group, scale, tok_kvlen, tok_bt, block_tables);
+    else
+        k_attention<float><<<grid, ATT_THREADS, shmem, s>>>(
+            q, ldq, out, ldo, (const float *)k_base, (const float *)v_base, block_size,
+            block_elems, n_kv_heads, head_dim, group, scale, tok_kvlen, tok_bt, block_tables);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------ elementwise ops */
+
+__global__ void k_swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *out,
+                         int64_t ldo, int cols)
+{
+    const float *gr = g + (int64_t)blockIdx.x * ldg, *ur = u + (int64_t)blockIdx.x * ldu;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float gv = gr[c];
+        o[c] = gv / (1.0f + expf(-gv)) * ur[c];
+    }
+}
+
+extern "C" cudaError_t pcu_swiglu(cudaStream_t s, const float *g, int64_t ldg, const float *u,
+                                  int64_t ldu, float *out, int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_swiglu<<<(unsigned)rows, 256, 0, s>>>(g, ldg, u, ldu, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+__global__ void k_add(const float *a, int64_t lda, const float *b, int64_t ldb, float *out,
+                      int64_t ldo, int cols)
+{
+    const float *ar = a + (int64_t)blockIdx.x * lda, *br = b + (int64_t)blockIdx.x * ldb;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = ar[c] + br[c];
+}
+
+extern "C" cudaError_t pcu_add(cudaStream_t s, const float *a, int64_t lda, const float *b,
+                               int64_t ldb, float *out, int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_add<<<(unsigned)rows, 256, 0, s>>>(a, lda, b, ldb, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------ copy_blocks */
+
+__global__ void k_copy_blocks(uint8_t *pool, int n_blocks, size_t block_bytes,
+                              const int32_t *src, const int32_t *dst)
+{
+    size_t plane = (size_t)blockIdx.y * (size_t)n_blocks;
+    const uint8_t *sp = pool + (plane + (size_t)src[blockIdx.x]) * block_bytes;
+    uint8_t *dp = pool + (plane + (size_t)dst[blockIdx.x]) * block_bytes;
+    if (block_bytes % 16 == 0) { /* cudaMalloc bases are 256-aligned */
+        const uint4 *s4 = (const uint4 *)sp;
+        uint4 *d4 = (uint4 *)dp;
+        for (size_t i = threadIdx.x; i < block_bytes / 16; i += blockDim.x) d4[i] = s4[i];
+    } else {
+        for (size_t i = threadIdx.x; i < block_bytes; i += blockDim.x) dp[i] = sp[i];
+    }
+}
+
+extern "C" cudaError_t pcu_copy_blocks(cudaStream_t s, uint8_t *pool, int32_t n_planes,
+                                       int32_t n_blocks, size_t block_bytes, const int32_t *src,
+                                       const int32_t *dst, int32_t n)
+{
+    if (n <= 0 || n_planes <= 0) return cudaSuccess;
+    if (n_planes > 65535) return cudaErrorInvalidValue;
+    dim3 grid((unsigned)n, (unsigned)n_planes);
+    k_copy_blocks<<<grid, 256, 0, s>>>(pool, n_blocks, block_bytes, src, dst);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------ image check */
+
+extern "C" cudaError_t pcu_check_image(void)
+{
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, k_add);
+}

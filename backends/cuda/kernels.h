@@ -1,0 +1,91 @@
+/*
+ * kernels.h: the CUDA kernels of the CUDA backend, as plain C launchers
+ * (backend.c is C; kernels.cu is the only CUDA C++ file). Every launcher
+ * enqueues on `stream`, returns cudaGetLastError() of the launch and never
+ * synchronizes. Pointers are device pointers; strides are in elements
+ * (floats for activations) unless named *_bytes.
+ * Not for: argument validation (backend.c checks shapes and ranges at the
+ * op boundary) or cuBLAS calls.
+ */
+#ifndef PAGODA_CUDA_KERNELS_H
+#define PAGODA_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaSuccess when this build holds kernel code the current device can
+ * run (else cudaErrorNoKernelImageForDevice or the like). */
+cudaError_t pcu_check_image(void);
+
+/* Most tokens the direct dequant-GEMV matmul handles per launch. */
+#define PAGODA_CUDA_GEMV_MAX_T 8
+
+/* out[i, c] = f32(table[ids[i], c]); table rows `row_bytes` apart, any of
+ * F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q6_K. */
+cudaError_t pcu_get_rows(cudaStream_t s, const uint8_t *table, size_t row_bytes, int dtype,
+                         const int32_t *ids, int32_t n, int64_t cols, float *out, int64_t ld_out);
+
+/* Dequantise `rows` weight rows into F16, rows contiguous (cols apart). */
+cudaError_t pcu_dequant_f16(cudaStream_t s, const uint8_t *w, size_t row_bytes, int dtype,
+                            int64_t rows, int64_t cols, void *out_f16);
+
+/* F32 [rows x cols] (ld apart) to contiguous F16 (bf16 = 0) or BF16 (bf16 = 1). */
+cudaError_t pcu_f32_to_half(cudaStream_t s, const float *x, int64_t ld, int64_t rows,
+                            int64_t cols, int bf16, void *out);
+
+/* out[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]) for t < T <= GEMV_MAX_T,
+ * with w of any weight type, accumulated in F32. */
+cudaError_t pcu_gemv(cudaStream_t s, const float *x, int64_t ldx, int32_t T, const uint8_t *w,
+                     size_t w_row_bytes, int dtype, int64_t N, int64_t K, const float *bias,
+                     float *out, int64_t ldo);
+
+/* out[t, n] += bias[n]. */
+cudaError_t pcu_add_bias(cudaStream_t s, float *out, int64_t ldo, int64_t T, int64_t N,
+                         const float *bias);
+
+cudaError_t pcu_rms_norm(cudaStream_t s, const float *x, int64_t ldx, const float *w,
+                         float eps, int64_t rows, int64_t cols, float *out, int64_t ldo);
+
+/* In place; pos[n_tokens], inv_freq[n_rot/2] on the device. */
+cudaError_t pcu_rope(cudaStream_t s, float *x, int64_t ldx, int32_t n_tokens, int32_t n_heads,
+                     int32_t head_dim, const int32_t *pos, const float *inv_freq,
+                     int32_t n_rot, int neox, float mscale);
+
+/* k_base/v_base: the layer's K and V start in the pool; block_elems =
+ * values per block; row = n_kv_heads * head_dim values per slot. */
+cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, int kv_f16,
+                         int32_t block_size, int64_t block_elems, int64_t row,
+                         const float *k, int64_t ldk, const float *v, int64_t ldv,
+                         const int32_t *slots, int32_t n);
+
+/* Paged causal attention, one CUDA block per (query token, head).
+ * tok_kvlen[t]: keys token t sees (its position + 1); tok_bt[t]: offset of
+ * its sequence's block table in `block_tables`. */
+cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq, float *out, int64_t ldo,
+                          const void *k_base, const void *v_base, int kv_f16,
+                          int32_t block_size, int64_t block_elems, int32_t n_kv_heads,
+                          int32_t head_dim, int32_t n_heads, float scale, int32_t n_tokens,
+                          const int32_t *tok_kvlen, const int32_t *tok_bt,
+                          const int32_t *block_tables);
+
+/* out = silu(gate) * up and out = a + b over [rows x cols], each with its ld. */
+cudaError_t pcu_swiglu(cudaStream_t s, const float *g, int64_t ldg, const float *u, int64_t ldu,
+                       float *out, int64_t ldo, int64_t rows, int64_t cols);
+cudaError_t pcu_add(cudaStream_t s, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float *out, int64_t ldo, int64_t rows, int64_t cols);
+
+/* Copy blocks src[i] -> dst[i] (device arrays) in every (layer, K/V) plane:
+ * plane p's block b starts at pool + (p * n_blocks + b) * block_bytes. */
+cudaError_t pcu_copy_blocks(cudaStream_t s, uint8_t *pool, int32_t n_planes, int32_t n_blocks,
+                            size_t block_bytes, const int32_t *src, const int32_t *dst,
+                            int32_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_CUDA_KERNELS_H */
