@@ -1,0 +1,284 @@
+/* test_cuda_probe.c: the CUDA backend plugin as the loader sees it: it
+ * dlopens on any machine (libcudart loads without the NVIDIA driver), its
+ * descriptor is a backend named "cuda" of this ABI, and probe() scores 0
+ * with a reason where there is no GPU (create() then fails with that
+ * reason, no crash). On a machine with a GPU, probe scores > 0 and a small
+ * smoke test compares a few ops with plain C references (the conformance
+ * runner compares everything against the CPU backend).
+ * Skips, passing, when backend-cuda.so was not built (no nvcc). */
+#include <math.h>
+#include <unistd.h>
+
+#include "plugin_testhost.h"
+#include "quant.h"
+#include "testutil.h"
+
+static void *g_dl;
+static const pagoda_plugin_desc *g_desc;
+
+/* Loads the plugin once; false when it was not built. */
+static bool load_plugin(void)
+{
+    if (g_desc) return true;
+    const char *path = tu_build("plugins/backend-cuda.so");
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "test_cuda_probe: %s not built, skipping\n", path);
+        return false;
+    }
+    g_dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(g_dl != NULL, "dlopen %s: %s", path, dlerror());
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(g_dl, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    ck_assert_msg(entry != NULL, "no %s in %s", PAGODA_PLUGIN_ENTRY_SYMBOL, path);
+    g_desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    ck_assert_ptr_nonnull(g_desc);
+    return true;
+}
+
+/* The driver exposes /dev/nvidia0 when a GPU is there. */
+static bool gpu_present(void) { return access("/dev/nvidia0", F_OK) == 0; }
+
+START_TEST(test_descriptor)
+{
+    if (!load_plugin()) return;
+    const pagoda_plugin_desc *d = g_desc;
+    ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
+    ck_assert_uint_eq(d->abi_major, PAGODA_ABI_MAJOR);
+    ck_assert_uint_le(d->abi_minor, PAGODA_ABI_MINOR);
+    ck_assert_int_eq(d->kind, PAGODA_KIND_BACKEND);
+    ck_assert_str_eq(d->name, "cuda");
+    ck_assert_ptr_nonnull(d->probe);
+    ck_assert_ptr_nonnull(d->create);
+    ck_assert_ptr_nonnull(d->destroy);
+    const pagoda_backend_ops *ops = d->ops;
+    ck_assert_ptr_nonnull(ops);
+    ck_assert_uint_eq(ops->struct_size, sizeof(pagoda_backend_ops));
+    /* Every slot, required and optional, is implemented. */
+    ck_assert(ops->info && ops->buffer_alloc && ops->buffer_free && ops->upload &&
+              ops->download && ops->weights_from_host && ops->get_rows && ops->rms_norm &&
+              ops->matmul && ops->rope && ops->kv_write && ops->attention && ops->swiglu &&
+              ops->add && ops->copy_blocks && ops->synchronize);
+    ck_assert_ptr_nonnull(d->config_keys);
+    ck_assert_str_eq(d->config_keys[0].name, "device");
+    ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
+    ck_assert_ptr_null(d->config_keys[1].name);
+}
+END_TEST
+
+START_TEST(test_probe_and_create)
+{
+    if (!load_plugin()) return;
+    char why[256] = "";
+    int score = g_desc->probe(why, sizeof why);
+    ck_assert_msg(why[0] != '\0', "probe gave no reason (score %d)", score);
+    th_host th;
+    th_init(&th);
+    char err[512] = "";
+    void *ctx = (void *)&th; /* must be overwritten */
+    int st = g_desc->create(&th.h, &ctx, err, sizeof err);
+    if (!gpu_present()) {
+        ck_assert_msg(score == 0, "no GPU here, yet probe scored %d (%s)", score, why);
+        ck_assert_int_ne(st, PAGODA_OK);
+        ck_assert_ptr_null(ctx);
+        /* create() says why, with probe's reason in it. */
+        ck_assert_msg(strstr(err, why) != NULL, "create: '%s' lacks '%s'", err, why);
+        return;
+    }
+    ck_assert_msg(score > 0, "a GPU is present but probe scored 0: %s", why);
+    ck_assert_msg(st == PAGODA_OK, "create: %s", err);
+    pagoda_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    const pagoda_backend_ops *ops = g_desc->ops;
+    ck_assert_int_eq(ops->info(ctx, &info), PAGODA_OK);
+    ck_assert(info.mem_total > 0 && info.mem_free <= info.mem_total);
+    ck_assert(!info.host_memory);
+    ck_assert(info.weight_types & (1ull << PAGODA_DTYPE_Q8_0));
+    g_desc->destroy(ctx);
+
+    /* A device index that does not exist is refused by name. */
+    th_set(&th, "device", "999");
+    ctx = NULL;
+    ck_assert_int_ne(g_desc->create(&th.h, &ctx, err, sizeof err), PAGODA_OK);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(err, "device"));
+}
+END_TEST
+
+/* ------------------------------------------------ GPU smoke (GPU only) */
+
+typedef struct gpu {
+    th_host th;
+    void *ctx;
+    const pagoda_backend_ops *ops;
+} gpu;
+
+static bool gpu_open(gpu *g)
+{
+    if (!load_plugin() || !gpu_present()) return false;
+    char err[512];
+    th_init(&g->th);
+    g->ops = g_desc->ops;
+    ck_assert_msg(g_desc->create(&g->th.h, &g->ctx, err, sizeof err) == PAGODA_OK, "%s", err);
+    return true;
+}
+
+/* A device tensor holding host rows (of any type, `bytes` per row). */
+static pagoda_tensor dev_tensor(gpu *g, pagoda_buffer **buf, const void *host, int dtype,
+                                int64_t rows, int64_t cols)
+{
+    size_t rb = pagoda_dtype_row_bytes(dtype, cols);
+    ck_assert_int_eq(g->ops->buffer_alloc(g->ctx, PAGODA_BUF_ACTIVATIONS, rb * rows, buf),
+                     PAGODA_OK);
+    if (host) ck_assert_int_eq(g->ops->upload(g->ctx, *buf, 0, host, rb * rows), PAGODA_OK);
+    pagoda_tensor t = {*buf, 0, dtype, rows, cols, rb};
+    return t;
+}
+
+static void expect_close(const float *got, const float *want, size_t n, float tol, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabsf(got[i] - want[i]) <= tol * (1.0f + fabsf(want[i])),
+                      "%s[%zu]: got %g, want %g", what, i, got[i], want[i]);
+}
+
+/* matmul of every path: F32 (cuBLAS SGEMM), Q8_0 and F16 with few tokens
+ * (dequant-GEMV) and many (dequantise + cublasGemmEx), with a bias. */
+START_TEST(test_gpu_matmul)
+{
+    gpu g;
+    if (!gpu_open(&g)) return;
+    enum { K = 64, N = 48, TMAX = 20 };
+    tu_rng r;
+    tu_rng_seed(&r, 7);
+    float w[N * K], x[TMAX * K], bias[N], wq[N * K], ref[TMAX * N], got[TMAX * N];
+    tu_fill_normal(&r, w, N * K, 0.5f);
+    tu_fill_normal(&r, x, TMAX * K, 1.0f);
+    tu_fill_normal(&r, bias, N, 1.0f);
+    const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_F16};
+    const int Ts[] = {2, TMAX};
+    for (int ti = 0; ti < 3; ti++) {
+        int dt = types[ti];
+        uint8_t wbytes[N * K * 4];
+        for (int n = 0; n < N; n++) {
+            size_t rb = pagoda_dtype_row_bytes(dt, K);
+            ck_assert_int_eq(pagoda_quantize_row(dt, w + n * K, wbytes + n * rb, K), PAGODA_OK);
+            ck_assert_int_eq(pagoda_dequantize_row(dt, wbytes + n * rb, wq + n * K, K), PAGODA_OK);
+        }
+        for (int k = 0; k < 2; k++) {
+            int T = Ts[k];
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++) {
+                    double s = bias[n];
+                    for (int kk = 0; kk < K; kk++) s += (double)x[t * K + kk] * wq[n * K + kk];
+                    ref[t * N + n] = (float)s;
+                }
+            pagoda_buffer *bw, *bx, *bb, *bo;
+            pagoda_tensor tw = dev_tensor(&g, &bw, wbytes, dt, N, K);
+            pagoda_tensor tx = dev_tensor(&g, &bx, x, PAGODA_DTYPE_F32, T, K);
+            pagoda_tensor tb = dev_tensor(&g, &bb, bias, PAGODA_DTYPE_F32, 1, N);
+            pagoda_tensor to = dev_tensor(&g, &bo, NULL, PAGODA_DTYPE_F32, T, N);
+            ck_assert_msg(g.ops->matmul(g.ctx, &tx, &tw, &tb, &to) == PAGODA_OK, "%s",
+                          g.th.last_error);
+            ck_assert_int_eq(g.ops->download(g.ctx, bo, 0, got, sizeof(float) * T * N), PAGODA_OK);
+            /* F16 activations on the GemmEx path: ~1e-3 relative. */
+            expect_close(got, ref, (size_t)T * N, dt == PAGODA_DTYPE_F32 ? 1e-4f : 1e-2f,
+                         pagoda_dtype_name(dt));
+            g.ops->buffer_free(g.ctx, bw);
+            g.ops->buffer_free(g.ctx, bx);
+            g.ops->buffer_free(g.ctx, bb);
+            g.ops->buffer_free(g.ctx, bo);
+        }
+    }
+    g_desc->destroy(g.ctx);
+}
+END_TEST
+
+/* Paged attention over two sequences (a 5-token prefill chunk after 3
+ * cached tokens, and one decode token at position 6), GQA 4 heads on 2 KV
+ * heads, F16 KV, blocks scattered in the pool; against a dense reference. */
+START_TEST(test_gpu_attention)
+{
+    gpu g;
+    if (!gpu_open(&g)) return;
+    enum { H = 4, KVH = 2, HD = 32, BS = 4, NB = 8, NT = 6 };
+    pagoda_kv_layout L = {1, NB, BS, KVH, HD, PAGODA_DTYPE_F16};
+    int32_t bt0[] = {5, 2}, bt1[] = {7, 0};
+    /* seq 0: ctx 8, queries at 3..7; seq 1: ctx 7, query at 6 */
+    pagoda_seq_view sv[2] = {{0, 5, 8, 2, bt0}, {5, 1, 7, 2, bt1}};
+    int32_t ctx_len[2] = {8, 7};
+    const int32_t *bts[2] = {bt0, bt1};
+    tu_rng r;
+    tu_rng_seed(&r, 11);
+    /* All keys/values of both sequences, written through kv_write. */
+    float k[2][8][KVH * HD], v[2][8][KVH * HD];
+    tu_fill_normal(&r, &k[0][0][0], sizeof k / sizeof(float), 1.0f);
+    tu_fill_normal(&r, &v[0][0][0], sizeof v / sizeof(float), 1.0f);
+    pagoda_buffer *kv;
+    ck_assert_int_eq(g.ops->buffer_alloc(g.ctx, PAGODA_BUF_KV, pagoda_kv_pool_bytes(&L), &kv),
+                     PAGODA_OK);
+    for (int s = 0; s < 2; s++) {
+        int32_t slots[8];
+        for (int p = 0; p < ctx_len[s]; p++) slots[p] = bts[s][p / BS] * BS + p % BS;
+        pagoda_buffer *bk, *bv;
+        pagoda_tensor tk = dev_tensor(&g, &bk, k[s], PAGODA_DTYPE_F32, ctx_len[s], KVH * HD);
+        pagoda_tensor tv = dev_tensor(&g, &bv, v[s], PAGODA_DTYPE_F32, ctx_len[s], KVH * HD);
+        ck_assert_int_eq(g.ops->kv_write(g.ctx, kv, &L, 0, &tk, &tv, slots, ctx_len[s]),
+                         PAGODA_OK);
+        g.ops->buffer_free(g.ctx, bk);
+        g.ops->buffer_free(g.ctx, bv);
+    }
+    float q[NT * H * HD], ref[NT * H * HD], got[NT * H * HD];
+    tu_fill_normal(&r, q, NT * H * HD, 1.0f);
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < sv[s].n_q; i++) {
+            int t = sv[s].q_start + i, pos = ctx_len[s] - sv[s].n_q + i;
+            for (int h = 0; h < H; h++) {
+                int kh = h / (H / KVH);
+                double sc[8], mx = -1e30, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++)
+                        d += q[(t * H + h) * HD + e] *
+                             pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(k[s][j][kh * HD + e]));
+                    sc[j] = d * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int e = 0; e < HD; e++) {
+                    double o = 0;
+                    for (int j = 0; j <= pos; j++)
+                        o += sc[j] * pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(v[s][j][kh * HD + e]));
+                    ref[(t * H + h) * HD + e] = (float)(o / sum);
+                }
+            }
+        }
+    int32_t toks[NT] = {0}, pos[NT] = {3, 4, 5, 6, 7, 6}, slots[NT] = {0};
+    pagoda_batch b = {1, NT, toks, pos, slots, 2, sv};
+    pagoda_buffer *bq, *bo;
+    pagoda_tensor tq = dev_tensor(&g, &bq, q, PAGODA_DTYPE_F32, NT, H * HD);
+    pagoda_tensor to = dev_tensor(&g, &bo, NULL, PAGODA_DTYPE_F32, NT, H * HD);
+    ck_assert_msg(g.ops->attention(g.ctx, &tq, kv, &L, 0, &b, H, scale, &to) == PAGODA_OK, "%s",
+                  g.th.last_error);
+    ck_assert_int_eq(g.ops->download(g.ctx, bo, 0, got, sizeof got), PAGODA_OK);
+    expect_close(got, ref, NT * H * HD, 1e-4f, "attention");
+    g.ops->buffer_free(g.ctx, bq);
+    g.ops->buffer_free(g.ctx, bo);
+    g.ops->buffer_free(g.ctx, kv);
+    g_desc->destroy(g.ctx);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cuda_probe");
+    TCase *tc = tcase_create("plugin");
+    tcase_add_test(tc, test_descriptor);
+    tcase_add_test(tc, test_probe_and_create);
+    tcase_add_test(tc, test_gpu_matmul);
+    tcase_add_test(tc, test_gpu_attention);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
