@@ -1,0 +1,448 @@
+/*
+ * kvcache-prefix: paged blocks plus automatic prefix caching. Every full
+ * block a sequence has computed is keyed by a hash chain,
+ *     key(0) = XXH3_64(tokens of block 0, seed = root(cache_salt))
+ *     key(i) = XXH3_64(tokens of block i, seed = key(i - 1)),
+ * so a key names the whole prefix up to and including its block. Blocks are
+ * reference-counted and shared between sequences whose prompts start alike.
+ * When a sequence is released its hashed blocks stay cached (unreferenced,
+ * in an LRU list) and are evicted least recently used first, only when an
+ * allocation finds the free list empty.
+ *
+ * Hash collisions: a lookup matches a block only if its key, its parent's
+ * key and its stored tokens are all equal, so two different token blocks
+ * never share KV; two different prefixes would need a 64-bit collision of
+ * their parent keys to be confused.
+ *
+ * A duplicate (a sequence commits a block whose key another block already
+ * holds, e.g. the last prompt block that admit made it recompute) is kept
+ * as a private, unhashed block and goes back to the free list on release;
+ * the table keeps the first one.
+ *
+ * Not for: copy-on-write of partial blocks (only full blocks are shared and
+ * shared blocks are never written), the KV memory itself.
+ *
+ * Config: [kvcache.prefix] has no keys.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "pagoda/host.h"
+#include "pagoda/kvcache.h"
+#include "pagoda/plugin.h"
+
+/* Root seeds of the hash chain: without a salt, and mixed into a salt's hash. */
+#define PREFIX_ROOT_SEED 0x70a60da5eedULL
+
+/* Per block state: ref > 0 is used; ref == 0 and hashed is cached (in the
+ * LRU list); ref == 0 and not hashed is on the free list. */
+typedef struct pblock {
+    int32_t ref;
+    bool hashed;
+    uint64_t key, parent;     /* when hashed */
+    int32_t hnext;            /* next block in the same hash bucket */
+    int32_t lru_prev, lru_next;
+} pblock;
+
+typedef struct prefix_seq {
+    uint64_t id;
+    uint64_t root;            /* chain seed from the salt */
+    int32_t *blocks;
+    int32_t n_blocks, cap;
+    int32_t n_hashed;         /* leading blocks whose key is known (hits + committed) */
+    uint64_t last_key;        /* key of block n_hashed - 1, or root */
+} prefix_seq;
+
+typedef struct prefix {
+    const pagoda_host *host;
+    int32_t n_blocks, block_size, max_seq_len;
+    pblock *b;
+    int32_t *toks;            /* n_blocks x block_size: tokens of hashed blocks */
+    int32_t *buckets;         /* hash heads, -1 when empty */
+    uint64_t bucket_mask;
+    int32_t *free_ids;        /* stack */
+    int32_t n_free;
+    int32_t lru_head, lru_tail, n_lru; /* head = least recently used */
+    int32_t *scratch;         /* hits of one lookup: max_seq_len / block_size + 1 */
+    prefix_seq *seqs;         /* unordered; linear scan (few live sequences) */
+    int32_t n_seqs, cap_seqs;
+    int64_t query_tokens, hit_tokens, evicted;
+} prefix;
+
+static int32_t blocks_for(const prefix *p, int64_t n_tokens)
+{
+    return n_tokens <= 0 ? 0 : (int32_t)((n_tokens + p->block_size - 1) / p->block_size);
+}
+
+static prefix_seq *find_seq(prefix *p, uint64_t id)
+{
+    for (int32_t i = 0; i < p->n_seqs; i++)
+        if (p->seqs[i].id == id) return &p->seqs[i];
+    return NULL;
+}
+
+static uint64_t chain_root(const char *salt)
+{
+    if (!salt || !*salt) return PREFIX_ROOT_SEED;
+    return XXH3_64bits_withSeed(salt, strlen(salt), PREFIX_ROOT_SEED ^ 0x5a17ULL);
+}
+
+static uint64_t block_key(const prefix *p, const int32_t *tokens, uint64_t parent)
+{
+    return XXH3_64bits_withSeed(tokens, (size_t)p->block_size * sizeof(int32_t), parent);
+}
+
+/* ---------------------------------------------------------- hash table */
+
+static int32_t table_find(const prefix *p, uint64_t key, uint64_t parent, const int32_t *tokens)
+{
+    for (int32_t i = p->buckets[key & p->bucket_mask]; i >= 0; i = p->b[i].hnext)
+        if (p->b[i].key == key && p->b[i].parent == parent &&
+            memcmp(p->toks + (size_t)i * p->block_size, tokens, (size_t)p->block_size * sizeof(int32_t)) == 0)
+            return i;
+    return -1;
+}
+
+static void table_insert(prefix *p, int32_t id, uint64_t key, uint64_t parent, const int32_t *tokens)
+{
+    pblock *b = &p->b[id];
+    b->hashed = true;
+    b->key = key;
+    b->parent = parent;
+    memcpy(p->toks + (size_t)id * p->block_size, tokens, (size_t)p->block_size * sizeof(int32_t));
+    int32_t *head = &p->buckets[key & p->bucket_mask];
+    b->hnext = *head;
+    *head = id;
+}
+
+static void table_remove(prefix *p, int32_t id)
+{
+    int32_t *link = &p->buckets[p->b[id].key & p->bucket_mask];
+    while (*link >= 0 && *link != id) link = &p->b[*link].hnext;
+    if (*link == id) *link = p->b[id].hnext;
+    p->b[id].hashed = false;
+    p->b[id].hnext = -1;
+}
+
+/* ---------------------------------------------------------------- LRU */
+
+static void lru_append(prefix *p, int32_t id)
+{
+    p->b[id].lru_prev = p->lru_tail;
+    p->b[id].lru_next = -1;
+    if (p->lru_tail >= 0) p->b[p->lru_tail].lru_next = id;
+    else p->lru_head = id;
+    p->lru_tail = id;
+    p->n_lru++;
+}
+
+static void lru_remove(prefix *p, int32_t id)
+{
+    pblock *b = &p->b[id];
+    if (b->lru_prev >= 0) p->b[b->lru_prev].lru_next = b->lru_next;
+    else p->lru_head = b->lru_next;
+    if (b->lru_next >= 0) p->b[b->lru_next].lru_prev = b->lru_prev;
+    else p->lru_tail = b->lru_prev;
+    b->lru_prev = b->lru_next = -1;
+    p->n_lru--;
+}
+
+/* A block with ref = 1: from the free list, else the least recently used
+ * cached block, evicted. The caller checked that one exists. */
+static int32_t alloc_block(prefix *p)
+{
+    int32_t id;
+    if (p->n_free > 0) {
+        id = p->free_ids[--p->n_free];
+    } else {
+        id = p->lru_head;
+        lru_remove(p, id);
+        table_remove(p, id);
+        p->evicted++;
+    }
+    p->b[id].ref = 1;
+    return id;
+}
+
+/* Longest chain of cached full blocks starting the sequence's tokens,
+ * capped so at least one token is left to compute. Writes the block ids to
+ * p->scratch; returns their count and the last key in *last_key. */
+static int32_t lookup(const prefix *p, const pagoda_kv_seq *seq, uint64_t *last_key)
+{
+    uint64_t parent = chain_root(seq->cache_salt);
+    int32_t max_hit = (seq->n_tokens - 1) / p->block_size;
+    int32_t k = 0;
+    for (; k < max_hit; k++) {
+        const int32_t *t = seq->tokens + (size_t)k * p->block_size;
+        uint64_t key = block_key(p, t, parent);
+        int32_t id = table_find(p, key, parent, t);
+        if (id < 0) break;
+        p->scratch[k] = id;
+        parent = key;
+    }
+    *last_key = parent;
+    return k;
+}
+
+static int seq_reserve(prefix_seq *s, int32_t n)
+{
+    if (n <= s->cap) return PAGODA_OK;
+    int32_t cap = s->cap ? s->cap : 4;
+    while (cap < n) cap *= 2;
+    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+    if (!nb) return PAGODA_ERR_NOMEM;
+    s->blocks = nb;
+    s->cap = cap;
+    return PAGODA_OK;
+}
+
+/* ------------------------------------------------------------- the ops */
+
+static int prefix_create(const pagoda_host *host, void **ctx, char *err, size_t err_len)
+{
+    prefix *p = calloc(1, sizeof(*p));
+    (void)err;
+    (void)err_len;
+    if (!p) return PAGODA_ERR_NOMEM;
+    p->host = host;
+    p->lru_head = p->lru_tail = -1;
+    *ctx = p;
+    return PAGODA_OK;
+}
+
+static void prefix_destroy(void *ctx)
+{
+    prefix *p = ctx;
+    if (!p) return;
+    for (int32_t i = 0; i < p->n_seqs; i++) free(p->seqs[i].blocks);
+    free(p->seqs);
+    free(p->b);
+    free(p->toks);
+    free(p->buckets);
+    free(p->free_ids);
+    free(p->scratch);
+    free(p);
+}
+
+static int prefix_init(void *ctx, int32_t n_blocks, int32_t block_size, int32_t max_seq_len)
+{
+    prefix *p = ctx;
+    if (n_blocks <= 0 || block_size <= 0 || max_seq_len <= 0)
+        return p->host->error(p->host, PAGODA_ERR_INVALID,
+                              "kvcache.prefix: init needs positive sizes, got %d blocks of %d tokens, "
+                              "max_seq_len %d", n_blocks, block_size, max_seq_len);
+    if (p->b) return p->host->error(p->host, PAGODA_ERR_STATE, "kvcache.prefix: init called twice");
+    uint64_t nb = 16;
+    while (nb < 2 * (uint64_t)n_blocks) nb *= 2;
+    p->b = calloc((size_t)n_blocks, sizeof(pblock));
+    p->toks = malloc((size_t)n_blocks * (size_t)block_size * sizeof(int32_t));
+    p->buckets = malloc(nb * sizeof(int32_t));
+    p->free_ids = malloc((size_t)n_blocks * sizeof(int32_t));
+    p->scratch = malloc(((size_t)max_seq_len / (size_t)block_size + 2) * sizeof(int32_t));
+    if (!p->b || !p->toks || !p->buckets || !p->free_ids || !p->scratch) {
+        free(p->b);
+        free(p->toks);
+        free(p->buckets);
+        free(p->free_ids);
+        free(p->scratch);
+        p->b = NULL;
+        p->toks = p->buckets = p->free_ids = p->scratch = NULL;
+        return PAGODA_ERR_NOMEM;
+    }
+    for (uint64_t i = 0; i < nb; i++) p->buckets[i] = -1;
+    p->bucket_mask = nb - 1;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        p->b[i].hnext = p->b[i].lru_prev = p->b[i].lru_next = -1;
+        p->free_ids[i] = n_blocks - 1 - i; /* first allocations get 0, 1, 2, ... */
+    }
+    p->n_free = n_blocks;
+    p->n_blocks = n_blocks;
+    p->block_size = block_size;
+    p->max_seq_len = max_seq_len;
+    return PAGODA_OK;
+}
+
+static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
+{
+    prefix *p = ctx;
+    int st;
+    if (!p->b) return p->host->error(p->host, PAGODA_ERR_STATE, "kvcache.prefix: admit before init");
+    if (seq->n_tokens <= 0 || seq->n_tokens > p->max_seq_len || !seq->tokens)
+        return p->host->error(p->host, PAGODA_ERR_INVALID,
+                              "kvcache.prefix: sequence %llu has %d tokens, expected 1..%d with a token array",
+                              (unsigned long long)seq->id, seq->n_tokens, p->max_seq_len);
+    if (find_seq(p, seq->id))
+        return p->host->error(p->host, PAGODA_ERR_STATE, "kvcache.prefix: sequence %llu admitted twice",
+                              (unsigned long long)seq->id);
+    uint64_t last_key;
+    int32_t k = lookup(p, seq, &last_key);
+    int32_t need_new = blocks_for(p, seq->n_tokens) - k;
+    /* Hit blocks that sit in the LRU list stop being evictable once taken. */
+    int32_t hit_cached = 0;
+    for (int32_t i = 0; i < k; i++) hit_cached += p->b[p->scratch[i]].ref == 0;
+    if (need_new > p->n_free + p->n_lru - hit_cached) return PAGODA_ERR_NOSPACE;
+
+    if (p->n_seqs == p->cap_seqs) {
+        int32_t cap = p->cap_seqs ? p->cap_seqs * 2 : 16;
+        prefix_seq *ns = realloc(p->seqs, (size_t)cap * sizeof(*ns));
+        if (!ns) return PAGODA_ERR_NOMEM;
+        p->seqs = ns;
+        p->cap_seqs = cap;
+    }
+    prefix_seq s = {.id = seq->id, .root = chain_root(seq->cache_salt), .n_hashed = k, .last_key = last_key};
+    st = seq_reserve(&s, k + need_new);
+    if (st != PAGODA_OK) return st;
+    /* Take the hits first so that allocating the rest cannot evict them. */
+    for (int32_t i = 0; i < k; i++) {
+        int32_t id = p->scratch[i];
+        if (p->b[id].ref == 0) lru_remove(p, id);
+        p->b[id].ref++;
+        s.blocks[s.n_blocks++] = id;
+    }
+    for (int32_t i = 0; i < need_new; i++) s.blocks[s.n_blocks++] = alloc_block(p);
+    p->seqs[p->n_seqs++] = s;
+    /* Counted on success only, so a sequence retried while the pool is
+     * full does not inflate the hit rate's denominator. */
+    p->query_tokens += seq->n_tokens;
+    p->hit_tokens += (int64_t)k * p->block_size;
+    if (n_cached) *n_cached = k * p->block_size;
+    return PAGODA_OK;
+}
+
+static int prefix_grow(void *ctx, uint64_t seq_id, int32_t n_total)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s)
+        return p->host->error(p->host, PAGODA_ERR_NOT_FOUND, "kvcache.prefix: grow of unknown sequence %llu",
+                              (unsigned long long)seq_id);
+    if (n_total > p->max_seq_len)
+        return p->host->error(p->host, PAGODA_ERR_INVALID,
+                              "kvcache.prefix: sequence %llu asks for %d tokens, max_seq_len is %d",
+                              (unsigned long long)seq_id, n_total, p->max_seq_len);
+    int32_t need = blocks_for(p, n_total) - s->n_blocks;
+    if (need <= 0) return PAGODA_OK;
+    if (need > p->n_free + p->n_lru) return PAGODA_ERR_NOSPACE;
+    int st = seq_reserve(s, s->n_blocks + need);
+    if (st != PAGODA_OK) return st;
+    for (int32_t i = 0; i < need; i++) s->blocks[s->n_blocks++] = alloc_block(p);
+    return PAGODA_OK;
+}
+
+static int prefix_commit(void *ctx, uint64_t seq_id, const int32_t *tokens, int32_t n_computed)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s)
+        return p->host->error(p->host, PAGODA_ERR_NOT_FOUND, "kvcache.prefix: commit of unknown sequence %llu",
+                              (unsigned long long)seq_id);
+    int32_t full = n_computed / p->block_size;
+    if (full > s->n_blocks) full = s->n_blocks; /* tokens beyond the blocks held cannot be valid */
+    uint64_t parent = s->last_key;
+    for (int32_t i = s->n_hashed; i < full; i++) {
+        const int32_t *t = tokens + (size_t)i * p->block_size;
+        uint64_t key = block_key(p, t, parent);
+        int32_t id = s->blocks[i];
+        if (!p->b[id].hashed && table_find(p, key, parent, t) < 0) table_insert(p, id, key, parent, t);
+        parent = key;
+    }
+    if (full > s->n_hashed) {
+        s->n_hashed = full;
+        s->last_key = parent;
+    }
+    return PAGODA_OK;
+}
+
+static int prefix_block_table(void *ctx, uint64_t seq_id, const int32_t **table, int32_t *n_blocks)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s) return PAGODA_ERR_NOT_FOUND;
+    *table = s->blocks;
+    *n_blocks = s->n_blocks;
+    return PAGODA_OK;
+}
+
+static int prefix_release(void *ctx, uint64_t seq_id)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s) return PAGODA_ERR_NOT_FOUND;
+    /* Last block first: a chain's tail becomes least recently used before
+     * its head, so eviction cuts chains from the end and the head, which
+     * more prompts share, stays reachable longest. */
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--) {
+        int32_t id = s->blocks[i];
+        if (--p->b[id].ref > 0) continue;
+        if (p->b[id].hashed) lru_append(p, id);
+        else p->free_ids[p->n_free++] = id;
+    }
+    free(s->blocks);
+    *s = p->seqs[--p->n_seqs];
+    return PAGODA_OK;
+}
+
+static int prefix_stats(void *ctx, pagoda_kv_stats *st)
+{
+    prefix *p = ctx;
+    st->total_blocks = p->n_blocks;
+    st->free_blocks = p->n_free;
+    st->cached_blocks = p->n_lru;
+    st->used_blocks = p->n_blocks - p->n_free - p->n_lru;
+    st->reserved_blocks = 0;
+    st->query_tokens = p->query_tokens;
+    st->hit_tokens = p->hit_tokens;
+    st->evicted_blocks = p->evicted;
+    return PAGODA_OK;
+}
+
+/* New blocks admit would take now. Cached hits cost nothing; note that
+ * hits sitting in the LRU list also leave the evictable pool. */
+static int32_t prefix_blocks_needed(void *ctx, const pagoda_kv_seq *seq)
+{
+    prefix *p = ctx;
+    uint64_t last_key;
+    if (!p->b || seq->n_tokens <= 0 || !seq->tokens) return blocks_for(p, seq->n_tokens);
+    int32_t k = seq->n_tokens <= p->max_seq_len ? lookup(p, seq, &last_key) : 0;
+    return blocks_for(p, seq->n_tokens) - k;
+}
+
+static int prefix_reset_cache(void *ctx)
+{
+    prefix *p = ctx;
+    while (p->lru_head >= 0) {
+        int32_t id = p->lru_head;
+        lru_remove(p, id);
+        table_remove(p, id);
+        p->free_ids[p->n_free++] = id;
+    }
+    return PAGODA_OK;
+}
+
+static const pagoda_kvcache_ops prefix_ops = {
+    .struct_size = sizeof(pagoda_kvcache_ops),
+    .init = prefix_init,
+    .admit = prefix_admit,
+    .grow = prefix_grow,
+    .commit = prefix_commit,
+    .block_table = prefix_block_table,
+    .release = prefix_release,
+    .stats = prefix_stats,
+    .blocks_needed = prefix_blocks_needed,
+    .reset_cache = prefix_reset_cache,
+};
+
+static const pagoda_plugin_desc prefix_desc = {
+    PAGODA_DESC_HEADER(PAGODA_KIND_KVCACHE),
+    .name = "prefix",
+    .version = "1.0",
+    .description = "paged KV blocks with automatic prefix caching (hash-chained full blocks, LRU eviction)",
+    .config_keys = NULL,
+    .probe = NULL,
+    .create = prefix_create,
+    .destroy = prefix_destroy,
+    .ops = &prefix_ops,
+};
+
+PAGODA_PLUGIN(prefix_desc)
