@@ -1,0 +1,483 @@
+/* test_config.c: the INI config: parsing, [engine] checks, section names,
+ * plugin-section validation, --set, sizes and paths, with the exact error
+ * texts users see. */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "testutil.h"
+
+static char g_dir[256];   /* a fresh temp folder per test */
+static char g_path[512];  /* g_dir/sub/test.ini */
+static char g_err[2048];
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/pagoda-test-config-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    snprintf(g_path, sizeof g_path, "%s/test.ini", sub);
+    g_err[0] = '\0';
+}
+
+static void teardown(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void write_ini(const char *text)
+{
+    FILE *f = fopen(g_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Load text, expect failure, and return the message. */
+static const char *load_err(const char *text)
+{
+    write_ini(text);
+    pagoda_config *c = pagoda_config_load(g_path, g_err, sizeof g_err);
+    ck_assert_msg(c == NULL, "expected an error for:\n%s", text);
+    return g_err;
+}
+
+static pagoda_config *load_ok(const char *text)
+{
+    write_ini(text);
+    pagoda_config *c = pagoda_config_load(g_path, g_err, sizeof g_err);
+    ck_assert_msg(c != NULL, "unexpected error: %s", g_err);
+    return c;
+}
+
+/* The message must equal "<g_path>:<line>: <rest>". */
+static void assert_at(const char *err, int line, const char *rest)
+{
+    char want[4096];
+    snprintf(want, sizeof want, "%s:%d: %s", g_path, line, rest);
+    ck_assert_str_eq(err, want);
+}
+
+START_TEST(test_parse_values_and_lines)
+{
+    pagoda_config *c = load_ok("; a comment\n"
+                               "[engine]\n"
+                               "backend = cpu   ; inline comment\n"
+                               "# another comment\n"
+                               "block_size = 32\n"
+                               "\n"
+                               "[frontend.http]\n"
+                               "port = 9000\n");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "backend"), "cpu");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "32");
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "port"), "9000");
+    ck_assert_ptr_null(pagoda_config_get(c, "engine", "seed"));
+    char buf[1024], want[1024];
+    snprintf(want, sizeof want, "%s:5", g_path);
+    ck_assert_str_eq(pagoda_config_where(c, "engine", "block_size", buf, sizeof buf), want);
+    snprintf(want, sizeof want, "%s:8", g_path);
+    ck_assert_str_eq(pagoda_config_where(c, "frontend.http", "port", buf, sizeof buf), want);
+    ck_assert_ptr_null(pagoda_config_where(c, "engine", "seed", buf, sizeof buf));
+    /* Entries in file order. */
+    const char *s, *k, *v;
+    ck_assert(pagoda_config_entry(c, 2, &s, &k, &v));
+    ck_assert_str_eq(s, "frontend.http");
+    ck_assert_str_eq(k, "port");
+    ck_assert(!pagoda_config_entry(c, 3, &s, &k, &v));
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_engine_defaults)
+{
+    pagoda_config *c = pagoda_config_new_empty();
+    pagoda_engine_config ec;
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(ec.model, "");
+    ck_assert_str_eq(ec.backend, "cpu");
+    ck_assert_str_eq(ec.scheduler, "continuous");
+    ck_assert_str_eq(ec.kvcache, "paged");
+    ck_assert_str_eq(ec.frontend, "http");
+    ck_assert_int_eq(ec.max_seq_len, 0);
+    ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_F16);
+    ck_assert_uint_eq(ec.memory_budget, 0);
+    ck_assert_double_eq_tol(ec.gpu_memory_utilization, 0.9, 1e-9);
+    ck_assert_uint_eq(ec.seed, 0);
+    ck_assert_int_eq(ec.kv_cache_tokens, 0);
+    ck_assert_int_eq(ec.block_size, 16);
+    ck_assert_str_eq(ec.chat_template, "auto");
+    ck_assert_int_eq(ec.default_max_tokens, 256);
+    ck_assert_float_eq_tol(ec.temperature, 1.0f, 1e-6f);
+    ck_assert_float_eq_tol(ec.top_p, 1.0f, 1e-6f);
+    ck_assert_int_eq(ec.top_k, 0);
+    ck_assert_float_eq_tol(ec.min_p, 0.0f, 1e-6f);
+    ck_assert_int_eq(ec.max_queue, 1024);
+    ck_assert_int_eq(ec.log_level, PAGODA_LOG_INFO);
+    ck_assert_str_eq(pagoda_config_engine_str(c, "block_size"), "16");
+    ck_assert_str_eq(pagoda_config_engine_str(c, "memory_budget"), "auto");
+    ck_assert_ptr_null(pagoda_config_engine_str(c, "no_such_key"));
+    ck_assert_ptr_null(pagoda_config_file(c));
+    ck_assert_str_eq(pagoda_config_dir(c), ".");
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_engine_values)
+{
+    pagoda_config *c = load_ok("[engine]\n"
+                               "model = ../models/m.gguf\n"
+                               "kv_dtype = f32\n"
+                               "memory_budget = 1.5G\n"
+                               "gpu_memory_utilization = 0.5\n"
+                               "seed = 1234\n"
+                               "kv_cache_tokens = 8192\n"
+                               "chat_template = chatml\n"
+                               "temperature = 0\n"
+                               "top_p = 0.95\n"
+                               "top_k = 40\n"
+                               "min_p = 0.05\n"
+                               "max_queue = 7\n"
+                               "log_level = debug\n"
+                               "max_seq_len = 512\n"
+                               "default_max_tokens = 0\n"
+                               "scheduler = static\n");
+    pagoda_engine_config ec;
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/sub/../models/m.gguf", g_dir);
+    ck_assert_str_eq(ec.model, want);
+    ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_F32);
+    ck_assert_uint_eq(ec.memory_budget, 1610612736ull);
+    ck_assert_double_eq_tol(ec.gpu_memory_utilization, 0.5, 1e-9);
+    ck_assert_uint_eq(ec.seed, 1234);
+    ck_assert_int_eq(ec.kv_cache_tokens, 8192);
+    ck_assert_str_eq(ec.chat_template, "chatml");
+    ck_assert_float_eq_tol(ec.temperature, 0.0f, 1e-9f);
+    ck_assert_float_eq_tol(ec.top_p, 0.95f, 1e-6f);
+    ck_assert_int_eq(ec.top_k, 40);
+    ck_assert_float_eq_tol(ec.min_p, 0.05f, 1e-6f);
+    ck_assert_int_eq(ec.max_queue, 7);
+    ck_assert_int_eq(ec.log_level, PAGODA_LOG_DEBUG);
+    ck_assert_int_eq(ec.max_seq_len, 512);
+    ck_assert_int_eq(ec.default_max_tokens, 0);
+    ck_assert_str_eq(ec.scheduler, "static");
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_model_path_resolution)
+{
+    /* Absolute paths stay; relative ones are joined to the file's folder. */
+    pagoda_config *c = load_ok("[engine]\nmodel = /abs/m.gguf\n[backend.x]\npath = lib/backend-x.so\n");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "model"), "/abs/m.gguf");
+    char want[1024];
+    snprintf(want, sizeof want, "%s/sub/lib/backend-x.so", g_dir);
+    ck_assert_str_eq(pagoda_config_get(c, "backend.x", "path"), want);
+    /* A --set path stays relative to the current folder. */
+    ck_assert_int_eq(pagoda_config_set(c, "engine.model=rel/m.gguf", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "model"), "rel/m.gguf");
+    pagoda_config_free(c);
+
+    /* The bundled default config points at the bundled model. */
+    c = pagoda_config_load(tu_src("configs/default.ini"), g_err, sizeof g_err);
+    ck_assert_msg(c != NULL, "%s", g_err);
+    pagoda_engine_config ec;
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_msg(access(ec.model, R_OK) == 0, "model %s not found", ec.model);
+    ck_assert_str_eq(ec.frontend, "http");
+    pagoda_config_free(c);
+    c = pagoda_config_load(tu_src("configs/cpu-ci.ini"), g_err, sizeof g_err);
+    ck_assert_msg(c != NULL, "%s", g_err);
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_msg(access(ec.model, R_OK) == 0, "model %s not found", ec.model);
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_unknown_section)
+{
+    assert_at(load_err("[engine]\nbackend = cpu\n[engine2]\nx = 1\n"), 3,
+              "unknown section [engine2]; did you mean [engine]? (valid: [engine], "
+              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME])");
+    assert_at(load_err("[backnd.cpu]\nthreads = 2\n"), 1,
+              "unknown section [backnd.cpu]; did you mean [backend.cpu]? (valid: [engine], "
+              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME])");
+    /* Found even with no key in it. */
+    assert_at(load_err("[engine]\n\n[schedular.static]\n"), 3,
+              "unknown section [schedular.static]; did you mean [scheduler.static]? (valid: "
+              "[engine], [backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME])");
+    assert_at(load_err("[backend]\nx = 1\n"), 1,
+              "unknown section [backend]; did you mean [backend.NAME] (a plugin section is "
+              "[kind.name])? (valid: [engine], [backend.NAME], [scheduler.NAME], "
+              "[kvcache.NAME], [frontend.NAME])");
+    assert_at(load_err("[backend.a/b]\n"), 1,
+              "unknown section [backend.a/b]: the plugin name after 'backend.' must be letters, "
+              "digits, '_' or '-'");
+    /* [foo.bar]: some kind is suggested, the section is named. */
+    const char *e = load_err("\n[foo.bar]\nk = v\n");
+    char want[600];
+    snprintf(want, sizeof want, "%s:2: unknown section [foo.bar]; did you mean [", g_path);
+    ck_assert_msg(strncmp(e, want, strlen(want)) == 0, "%s", e);
+    /* Sections of plugins not in use are fine. */
+    pagoda_config *c = load_ok("[scheduler.static]\nanything = 1\n[kvcache.prefix]\n");
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_unknown_engine_key)
+{
+    assert_at(load_err("[engine]\nbackend = cpu\nblok_size = 16\n"), 3,
+              "unknown key 'blok_size' in [engine]; did you mean 'block_size'?");
+    assert_at(load_err("[engine]\ntemprature = 0.7\n"), 2,
+              "unknown key 'temprature' in [engine]; did you mean 'temperature'?");
+}
+END_TEST
+
+START_TEST(test_bad_engine_values)
+{
+    assert_at(load_err("[engine]\nblock_size = abc\n"), 2,
+              "bad value for engine.block_size: 'abc'; expected an integer from 1 to 1024");
+    assert_at(load_err("[engine]\nblock_size = 0\n"), 2,
+              "bad value for engine.block_size: '0'; expected an integer from 1 to 1024");
+    assert_at(load_err("[engine]\nblock_size = 16x\n"), 2,
+              "bad value for engine.block_size: '16x'; expected an integer from 1 to 1024");
+    assert_at(load_err("[engine]\nmemory_budget = 12Q\n"), 2,
+              "bad value for engine.memory_budget: '12Q'; expected a size in bytes like 4096, "
+              "512M, 8G or 1.5G, or auto");
+    assert_at(load_err("[engine]\nkv_dtype = f8\n"), 2,
+              "bad value for engine.kv_dtype: 'f8'; expected one of f16|f32");
+    assert_at(load_err("[engine]\nchat_template = vicuna\n"), 2,
+              "bad value for engine.chat_template: 'vicuna'; expected one of "
+              "auto|chatml|llama2|llama3|mistral|zephyr|gemma");
+    assert_at(load_err("[engine]\ntemperature = hot\n"), 2,
+              "bad value for engine.temperature: 'hot'; expected a number from 0 to 100");
+    assert_at(load_err("[engine]\ntop_p = 1.5\n"), 2,
+              "bad value for engine.top_p: '1.5'; expected a number from 0 to 1");
+    assert_at(load_err("[engine]\nlog_level = loud\n"), 2,
+              "bad value for engine.log_level: 'loud'; expected one of error|warn|info|debug");
+    assert_at(load_err("[engine]\nbackend = my/backend\n"), 2,
+              "bad value for engine.backend: 'my/backend'; expected a plugin name (letters, "
+              "digits, '_' or '-')");
+    /* The first error by line wins. */
+    assert_at(load_err("[engine]\nblock_size = 1\nseed = -1\n[bogus]\n"), 3,
+              "bad value for engine.seed: '-1'; expected an integer from 0 to 9200000000000000000");
+    pagoda_config *c = load_ok("[engine]\nmemory_budget = auto\n");
+    pagoda_engine_config ec;
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_uint_eq(ec.memory_budget, 0);
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_syntax_errors)
+{
+    assert_at(load_err("[engine]\nbackend = cpu\nthis line has no equals sign\n"), 3,
+              "syntax error: expected [section], key = value, or a comment starting with ; or #");
+    assert_at(load_err("[engine]\nbackend = cpu\nbackend = cuda\n"), 3,
+              "[engine] backend is set twice (first at line 2); keep one");
+    assert_at(load_err("block_size = 16\n[engine]\n"), 1,
+              "key 'block_size' is outside any section; put it under [engine] or a [kind.name] "
+              "plugin section");
+    /* Multi-line values are off: an indented continuation is an error. */
+    assert_at(load_err("[engine]\nmodel = a\n  b\n"), 3,
+              "syntax error: expected [section], key = value, or a comment starting with ; or #");
+    char want[1024];
+    pagoda_config *c = pagoda_config_load("/nonexistent/pagoda.ini", g_err, sizeof g_err);
+    ck_assert_ptr_null(c);
+    snprintf(want, sizeof want, "cannot open config file /nonexistent/pagoda.ini: No such file or directory");
+    ck_assert_str_eq(g_err, want);
+}
+END_TEST
+
+START_TEST(test_long_line)
+{
+    /* inih's default line limit is 200 bytes; ours is 8K. */
+    char text[4000], value[3000];
+    memset(value, 'a', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    snprintf(text, sizeof text, "[engine]\nmodel = /%s\nblock_size = 8\n", value + 1);
+    pagoda_config *c = load_ok(text);
+    ck_assert_uint_eq(strlen(pagoda_config_get(c, "engine", "model")), sizeof value - 1);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "8");
+    char buf[1024], want[1024];
+    snprintf(want, sizeof want, "%s:3", g_path);
+    ck_assert_str_eq(pagoda_config_where(c, "engine", "block_size", buf, sizeof buf), want);
+    pagoda_config_free(c);
+    /* Beyond the limit: refused, not silently split. */
+    static char huge[20000], htext[21000];
+    memset(huge, 'b', sizeof huge - 1);
+    snprintf(htext, sizeof htext, "[engine]\nmodel = %s\n", huge);
+    assert_at(load_err(htext), 2, "line longer than 8189 bytes");
+}
+END_TEST
+
+START_TEST(test_set_overrides)
+{
+    pagoda_config *c = load_ok("[engine]\nblock_size = 16\n[backend.cpu]\nthreads = 2\n");
+    char buf[256];
+    ck_assert_int_eq(pagoda_config_set(c, "engine.block_size=32", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "32");
+    ck_assert_str_eq(pagoda_config_where(c, "engine", "block_size", buf, sizeof buf), "--set");
+    ck_assert_int_eq(pagoda_config_set(c, "engine.block_size = 64", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "64");
+    /* Dotted plugin sections: the key is after the last dot. */
+    ck_assert_int_eq(pagoda_config_set(c, "backend.cpu.threads=4", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(pagoda_config_get(c, "backend.cpu", "threads"), "4");
+    ck_assert_int_eq(pagoda_config_set(c, "frontend.http.port=9001", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "port"), "9001");
+    pagoda_engine_config ec;
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(ec.block_size, 64);
+
+    /* Errors: same checks as a file line, named --set. */
+    ck_assert_int_eq(pagoda_config_set(c, "engine.blok_size=3", g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set: unknown key 'blok_size' in [engine]; did you mean 'block_size'?");
+    ck_assert_int_eq(pagoda_config_set(c, "engine.block_size=big", g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set: bad value for engine.block_size: 'big'; expected an integer from 1 to 1024");
+    ck_assert_int_eq(pagoda_config_set(c, "engin.block_size=3", g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set: unknown section [engin]; did you mean [engine]? (valid: [engine], "
+                            "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME])");
+    ck_assert_int_eq(pagoda_config_set(c, "block_size", g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set 'block_size': expected section.key=value (e.g. engine.block_size=32)");
+    ck_assert_int_eq(pagoda_config_set(c, "block_size=3", g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set 'block_size=3': expected section.key=value (e.g. engine.block_size=32)");
+    /* A failed --set changes nothing. */
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "64");
+    pagoda_config_free(c);
+
+    /* On an empty config too. */
+    c = pagoda_config_new_empty();
+    ck_assert_int_eq(pagoda_config_set(c, "engine.kv_dtype=f32", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_F32);
+    pagoda_config_free(c);
+}
+END_TEST
+
+static const pagoda_config_key test_keys[] = {
+    { "threads", PAGODA_KEY_INT, "1", 1, 64, "worker threads" },
+    { "scratch", PAGODA_KEY_SIZE, "16M", 0, 0, "scratch memory" },
+    { "fast", PAGODA_KEY_BOOL, "false", 0, 0, "go fast" },
+    { "ratio", PAGODA_KEY_FLOAT, "0.5", 0, 1, "a share" },
+    { "name", PAGODA_KEY_STRING, "", 0, 0, "a name" },
+    { NULL, 0, NULL, 0, 0, NULL },
+};
+
+START_TEST(test_validate_section)
+{
+    pagoda_config *c = load_ok("[backend.x]\nthreads = 8\nscratch = 512M\nfast = yes\nratio = 0.25\n"
+                               "name = anything at all\npath = /opt/backend-x.so\n");
+    ck_assert_int_eq(pagoda_config_validate_section(c, "backend.x", test_keys, g_err, sizeof g_err),
+                     PAGODA_OK);
+    /* An absent section is valid. */
+    ck_assert_int_eq(pagoda_config_validate_section(c, "backend.y", test_keys, g_err, sizeof g_err),
+                     PAGODA_OK);
+    pagoda_config_free(c);
+
+    struct { const char *text; int line; const char *rest; } cases[] = {
+        { "[backend.x]\nthreads = 8\nthread = 2\n", 3,
+          "unknown key 'thread' in [backend.x]; did you mean 'threads'? (valid keys: threads, "
+          "scratch, fast, ratio, name, path)" },
+        { "[backend.x]\nthreads = 65\n", 2,
+          "bad value for backend.x.threads: '65'; expected an integer from 1 to 64" },
+        { "[backend.x]\nscratch = lots\n", 2,
+          "bad value for backend.x.scratch: 'lots'; expected a size in bytes like 4096, 512M, 8G or 1.5G" },
+        { "[backend.x]\nfast = maybe\n", 2,
+          "bad value for backend.x.fast: 'maybe'; expected true or false (also yes/no, on/off, 1/0)" },
+        { "[backend.x]\nratio = 2\n", 2,
+          "bad value for backend.x.ratio: '2'; expected a number from 0 to 1" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c = load_ok(cases[i].text);
+        ck_assert_int_eq(pagoda_config_validate_section(c, "backend.x", test_keys, g_err, sizeof g_err),
+                         PAGODA_ERR_INVALID);
+        assert_at(g_err, cases[i].line, cases[i].rest);
+        pagoda_config_free(c);
+    }
+    /* A --set key is validated the same way, named --set. */
+    c = pagoda_config_new_empty();
+    ck_assert_int_eq(pagoda_config_set(c, "backend.x.fats=1", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(pagoda_config_validate_section(c, "backend.x", test_keys, g_err, sizeof g_err),
+                     PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--set: unknown key 'fats' in [backend.x]; did you mean 'fast'? (valid "
+                            "keys: threads, scratch, fast, ratio, name, path)");
+    pagoda_config_free(c);
+    /* A plugin with no keys takes only path. */
+    c = load_ok("[scheduler.s]\nfoo = 1\n");
+    ck_assert_int_eq(pagoda_config_validate_section(c, "scheduler.s", NULL, g_err, sizeof g_err),
+                     PAGODA_ERR_INVALID);
+    assert_at(g_err, 2, "unknown key 'foo' in [scheduler.s]; did you mean 'path'? (valid keys: path)");
+    pagoda_config_free(c);
+}
+END_TEST
+
+START_TEST(test_parsers)
+{
+    uint64_t s;
+    struct { const char *in; uint64_t want; } good[] = {
+        { "4096", 4096 }, { "1K", 1024 }, { "512M", 536870912ull }, { "8G", 8589934592ull },
+        { "1.5G", 1610612736ull }, { "8GiB", 8589934592ull }, { "2gb", 2147483648ull },
+        { "1T", 1099511627776ull }, { "0", 0 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ck_assert_msg(pagoda_parse_size(good[i].in, &s) == 0, "%s", good[i].in);
+        ck_assert_uint_eq(s, good[i].want);
+    }
+    const char *bad[] = { "", "-1", "1.5", "G", "12Q", "1GG", "abc", " 1G" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(pagoda_parse_size(bad[i], &s) == -1, "'%s' parsed", bad[i]);
+    int64_t v;
+    ck_assert_int_eq(pagoda_parse_int("-42", &v), 0);
+    ck_assert_int_eq(v, -42);
+    ck_assert_int_eq(pagoda_parse_int("4.2", &v), -1);
+    ck_assert_int_eq(pagoda_parse_int("", &v), -1);
+    double d;
+    ck_assert_int_eq(pagoda_parse_float("2.5e-1", &d), 0);
+    ck_assert_double_eq_tol(d, 0.25, 1e-12);
+    ck_assert_int_eq(pagoda_parse_float("nan", &d), -1);
+    bool b;
+    ck_assert_int_eq(pagoda_parse_bool("On", &b), 0);
+    ck_assert(b);
+    ck_assert_int_eq(pagoda_parse_bool("no", &b), 0);
+    ck_assert(!b);
+    ck_assert_int_eq(pagoda_parse_bool("2", &b), -1);
+    ck_assert_uint_eq(pagoda_levenshtein("kitten", "sitting"), 3);
+    ck_assert_uint_eq(pagoda_levenshtein("", "abc"), 3);
+    ck_assert_uint_eq(pagoda_levenshtein("same", "same"), 0);
+    const char *cands[] = { "threads", "scratch", "fast" };
+    ck_assert_str_eq(pagoda_closest("thread", cands, 3), "threads");
+    ck_assert_ptr_null(pagoda_closest("x", cands, 0));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *t = tcase_create("config");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_parse_values_and_lines);
+    tcase_add_test(t, test_engine_defaults);
+    tcase_add_test(t, test_engine_values);
+    tcase_add_test(t, test_model_path_resolution);
+    tcase_add_test(t, test_unknown_section);
+    tcase_add_test(t, test_unknown_engine_key);
+    tcase_add_test(t, test_bad_engine_values);
+    tcase_add_test(t, test_syntax_errors);
+    tcase_add_test(t, test_long_line);
+    tcase_add_test(t, test_set_overrides);
+    tcase_add_test(t, test_validate_section);
+    tcase_add_test(t, test_parsers);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
