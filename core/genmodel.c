@@ -1,0 +1,445 @@
+/*
+ * genmodel.c: `pagoda gen-model`: a random-weight Llama GGUF of a real
+ * shape. Metadata as llama.cpp writes it, tensor names and layouts as
+ * llama.cpp reads them, weights ~N(0, 0.02) and norms 1.0. Each tensor is
+ * generated and quantized a chunk of rows at a time straight into the
+ * file, from its own seeded stream, so memory stays small and the bytes
+ * depend only on the arguments.
+ * Not for: converting real checkpoints.
+ */
+#define _GNU_SOURCE
+#include "genmodel.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "pagoda/types.h"
+#include "quant.h"
+
+static const pagoda_model_shape shapes[] = {
+    /* name            dim  layers heads kv  ffn   vocab  ctx */
+    {"llama-110M",     768, 12,    12,   12, 2048, 32000, 1024},
+    {"tinyllama-1.1B", 2048, 22,   32,   4,  5632, 32000, 2048},
+    {"tiny",           64,  2,     4,    2,  128,  512,   512},
+};
+
+const pagoda_model_shape *pagoda_model_shape_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof shapes / sizeof shapes[0]; i++)
+        if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ random */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct rng { uint64_t s; } rng;
+
+static inline uint64_t rng_next(rng *r)
+{
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ull;
+}
+
+/* Approximately normal: the sum of four 16-bit uniforms (Irwin-Hall, n=4)
+ * has variance 4/12, so scaling by sqrt(3) gives unit variance. One
+ * generator call per value, no transcendental functions: fast enough to
+ * write a billion weights in seconds. */
+static void fill_normal(rng *r, float *x, size_t n, float std)
+{
+    const float scale = std * 1.7320508f / 65536.0f;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = rng_next(r);
+        int32_t s = (int32_t)(u & 0xFFFF) + (int32_t)((u >> 16) & 0xFFFF) +
+                    (int32_t)((u >> 32) & 0xFFFF) + (int32_t)(u >> 48) - 131070;
+        x[i] = (float)s * scale;
+    }
+}
+
+/* ------------------------------------------------------------ vocabulary */
+
+/* Bijective base-26: 0 -> "a", 25 -> "z", 26 -> "aa". */
+static void letters(uint32_t j, char *out)
+{
+    char tmp[16];
+    int n = 0;
+    j++;
+    while (j && n < 15) {
+        j--;
+        tmp[n++] = (char)('a' + j % 26);
+        j /= 26;
+    }
+    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    out[n] = 0;
+}
+
+/* A generated SPM-style vocabulary: <unk> <s> </s>, the 256 byte tokens,
+ * printable ASCII, "▁", then "▁a", "▁b", ... up to n tokens. */
+static int write_generated_vocab(gguf_writer *w, int n, char *err, size_t err_len)
+{
+    int st = PAGODA_ERR_NOMEM;
+    char **tok = calloc((size_t)n, sizeof *tok);
+    float *score = calloc((size_t)n, sizeof *score);
+    int32_t *type = calloc((size_t)n, sizeof *type);
+    if (!tok || !score || !type) goto out;
+    int k = 0;
+    const char *special[3] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3 && k < n; i++, k++) {
+        tok[k] = strdup(special[i]);
+        type[k] = i == 0 ? 2 : 3; /* unknown, control */
+    }
+    for (int b = 0; b < 256 && k < n; b++, k++) {
+        if (asprintf(&tok[k], "<0x%02X>", b) < 0) tok[k] = NULL;
+        type[k] = 6; /* byte */
+    }
+    for (int c = 0x21; c < 0x7F && k < n; c++, k++) {
+        char s[2] = {(char)c, 0};
+        tok[k] = strdup(s);
+        type[k] = 1;
+        score[k] = -(float)k;
+    }
+    if (k < n) {
+        tok[k] = strdup("\xe2\x96\x81");
+        type[k] = 1;
+        score[k] = -(float)k;
+        k++;
+    }
+    for (uint32_t j = 0; k < n; j++, k++) {
+        char l[16];
+        letters(j, l);
+        if (asprintf(&tok[k], "\xe2\x96\x81%s", l) < 0) tok[k] = NULL;
+        type[k] = 1;
+        score[k] = -(float)k;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tok[i]) goto out;
+    st = pagoda_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    if (!st) st = pagoda_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)n);
+    if (!st) st = pagoda_gguf_w_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
+    if (!st) st = pagoda_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n);
+    if (!st) st = pagoda_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (!st) st = pagoda_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (!st) st = pagoda_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (!st) st = pagoda_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (!st) st = pagoda_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
+out:
+    if (st && err && err_len) snprintf(err, err_len, "generated vocabulary: %s", pagoda_status_str(st));
+    if (tok)
+        for (int i = 0; i < n; i++) free(tok[i]);
+    free(tok);
+    free(score);
+    free(type);
+    return st;
+}
+
+/* ------------------------------------------------------------ tensors */
+
+typedef struct gtensor {
+    char name[64];
+    int type;
+    uint32_t n_dims;
+    int64_t ne[2];
+    bool norm;
+} gtensor;
+
+/* llama.cpp's GGUF ftype for the main type, for tools that show it. */
+static uint32_t file_type(int dtype)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_F32: return 0;
+    case PAGODA_DTYPE_F16: return 1;
+    case PAGODA_DTYPE_Q4_0: return 2;
+    case PAGODA_DTYPE_Q4_1: return 3;
+    case PAGODA_DTYPE_Q8_0: return 7;
+    case PAGODA_DTYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* Generate one tensor in chunks of whole rows, quantize, stream out. */
+static int write_tensor(gguf_writer *w, FILE *fp, const gtensor *t, uint64_t seed, uint64_t idx,
+                        float *buf, void *qbuf, size_t chunk_elems)
+{
+    uint64_t s = seed ^ (idx * 0xD1B54A32D192ED03ull);
+    rng r = {splitmix64(&s) | 1};
+    int64_t rows = t->ne[1], cols = t->ne[0];
+    int64_t rows_per = (int64_t)(chunk_elems / (size_t)cols);
+    if (rows_per < 1) rows_per = 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
+        int64_t nr = rows - r0 < rows_per ? rows - r0 : rows_per;
+        size_t n = (size_t)(nr * cols);
+        if (t->norm)
+            for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
+        else
+            fill_normal(&r, buf, n, 0.02f);
+        int st = pagoda_quantize_row(t->type, buf, qbuf, (int64_t)n);
+        if (st) return st;
+        st = pagoda_gguf_w_data_chunk(w, fp, qbuf, pagoda_dtype_row_bytes(t->type, (int64_t)n));
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
+int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
+{
+    int st = PAGODA_ERR_INVALID;
+    gguf_file *vf = NULL;
+    gguf_writer *w = NULL;
+    FILE *fp = NULL;
+    gtensor *ts = NULL;
+    float *buf = NULL;
+    void *qbuf = NULL;
+    char *tmp = NULL;
+    char name[128];
+    if (err && err_len) err[0] = 0;
+    const pagoda_model_shape *sh = o ? pagoda_model_shape_find(o->shape) : NULL;
+    if (!sh) {
+        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny)",
+                 o && o->shape ? o->shape : "");
+        goto out;
+    }
+    int dt = o->dtype;
+    if (dt != PAGODA_DTYPE_F32 && dt != PAGODA_DTYPE_F16 && dt != PAGODA_DTYPE_BF16 &&
+        dt != PAGODA_DTYPE_Q8_0 && dt != PAGODA_DTYPE_Q4_0 && dt != PAGODA_DTYPE_Q4_1) {
+        snprintf(err, err_len, "type %s (%d) cannot be generated (use F32, F16, BF16, Q8_0, Q4_0 or Q4_1)",
+                 pagoda_dtype_name(dt), dt);
+        goto out;
+    }
+    if (!o->out || !*o->out) {
+        snprintf(err, err_len, "no output file (--out FILE)");
+        goto out;
+    }
+    int layers = o->layers > 0 ? o->layers : sh->n_layers;
+    if (layers > 1000) {
+        snprintf(err, err_len, "--layers %d is more than 1000", layers);
+        goto out;
+    }
+    int dim = sh->dim, head_dim = sh->dim / sh->n_heads, kv_dim = head_dim * sh->n_kv_heads;
+    int vocab = sh->vocab;
+
+    w = pagoda_gguf_writer_new();
+    if (!w) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
+    snprintf(name, sizeof name, "pagoda-random-%s", sh->name);
+    st = pagoda_gguf_w_str(w, "general.architecture", "llama");
+    if (!st) st = pagoda_gguf_w_str(w, "general.name", name);
+    if (!st) st = pagoda_gguf_w_u32(w, "general.alignment", 32);
+    if (!st) st = pagoda_gguf_w_u32(w, "general.file_type", file_type(dt));
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.context_length", (uint32_t)sh->context);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.embedding_length", (uint32_t)dim);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.block_count", (uint32_t)layers);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)sh->ffn);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)sh->n_heads);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)sh->n_kv_heads);
+    if (!st) st = pagoda_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!st) st = pagoda_gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
+    if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
+
+    if (o->vocab) {
+        vf = pagoda_gguf_open(o->vocab, err, err_len);
+        if (!vf) { st = PAGODA_ERR_INVALID; goto out; }
+        const gguf_kv *tk = pagoda_gguf_find(vf, "tokenizer.ggml.tokens");
+        if (!tk || tk->val.type != GGUF_T_ARRAY || tk->val.v.arr.elem_type != GGUF_T_STRING ||
+            tk->val.v.arr.count == 0 || tk->val.v.arr.count > 1000000) {
+            snprintf(err, err_len, "%s: no usable tokenizer.ggml.tokens string array", o->vocab);
+            st = PAGODA_ERR_INVALID;
+            goto out;
+        }
+        /* The embedding must cover every token the vocabulary can produce. */
+        vocab = (int)tk->val.v.arr.count;
+        for (uint64_t i = 0; i < vf->n_kv; i++) {
+            const gguf_kv *kv = &vf->kv[i];
+            if (kv->key.len >= 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0) {
+                st = pagoda_gguf_w_copy(w, kv);
+                if (st) {
+                    snprintf(err, err_len, "%s: copying key '%.*s': %s", o->vocab,
+                             (int)kv->key.len, kv->key.ptr, pagoda_status_str(st));
+                    goto out;
+                }
+            }
+        }
+    } else {
+        st = write_generated_vocab(w, vocab, err, err_len);
+        if (st) goto out;
+    }
+    st = pagoda_gguf_w_u32(w, "llama.vocab_size", (uint32_t)vocab);
+    if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
+
+    /* Tensor list, in llama.cpp's order. */
+    size_t n_t = 3 + (size_t)layers * 9;
+    ts = calloc(n_t, sizeof *ts);
+    if (!ts) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
+    size_t k = 0;
+#define ADD(nm_fmt, layer, tp, d0, d1, is_norm) do {                              \
+        snprintf(ts[k].name, sizeof ts[k].name, nm_fmt, layer);                   \
+        ts[k].type = (tp); ts[k].ne[0] = (d0); ts[k].ne[1] = (d1);                \
+        ts[k].n_dims = (d1) > 1 || !(is_norm) ? 2 : 1; ts[k].norm = (is_norm); k++; \
+    } while (0)
+    ADD("token_embd.weight%.0d", 0, dt, dim, vocab, false);
+    ADD("output_norm.weight%.0d", 0, PAGODA_DTYPE_F32, dim, 1, true);
+    ADD("output.weight%.0d", 0, dt, dim, vocab, false);
+    for (int l = 0; l < layers; l++) {
+        ADD("blk.%d.attn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        ADD("blk.%d.attn_q.weight", l, dt, dim, dim, false);
+        ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
+        ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
+        ADD("blk.%d.attn_output.weight", l, dt, dim, dim, false);
+        ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
+        ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
+        ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+    }
+#undef ADD
+    for (size_t i = 0; i < n_t; i++) {
+        st = pagoda_gguf_w_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne);
+        if (st) { snprintf(err, err_len, "tensor %s: %s", ts[i].name, pagoda_status_str(st)); goto out; }
+    }
+
+    if (asprintf(&tmp, "%s.tmp", o->out) < 0) { tmp = NULL; st = PAGODA_ERR_NOMEM; goto out; }
+    fp = fopen(tmp, "wb");
+    if (!fp) {
+        st = PAGODA_ERR_IO;
+        snprintf(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
+        goto out;
+    }
+    setvbuf(fp, NULL, _IOFBF, 1 << 22);
+    /* About 4 MB of F32 per chunk (whole rows), and its quantized form. */
+    const size_t chunk = 1u << 20;
+    size_t max_cols = (size_t)(sh->ffn > dim ? sh->ffn : dim);
+    size_t cap = chunk > max_cols ? chunk : max_cols;
+    buf = malloc(cap * sizeof *buf);
+    qbuf = malloc(cap * sizeof *buf);
+    if (!buf || !qbuf) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
+    st = pagoda_gguf_w_begin(w, fp);
+    for (size_t i = 0; !st && i < n_t; i++)
+        st = write_tensor(w, fp, &ts[i], o->seed, i, buf, qbuf, chunk);
+    if (!st) st = pagoda_gguf_w_finish(w, fp);
+    if (st) { snprintf(err, err_len, "%s: write failed: %s", tmp, pagoda_status_str(st)); goto out; }
+    if (fclose(fp) != 0) {
+        fp = NULL;
+        st = PAGODA_ERR_IO;
+        snprintf(err, err_len, "%s: write failed: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fp = NULL;
+    if (rename(tmp, o->out) != 0) {
+        st = PAGODA_ERR_IO;
+        snprintf(err, err_len, "rename %s -> %s: %s", tmp, o->out, strerror(errno));
+        goto out;
+    }
+    st = PAGODA_OK;
+out:
+    if (fp) fclose(fp);
+    if (st && tmp) unlink(tmp);
+    free(tmp);
+    free(buf);
+    free(qbuf);
+    free(ts);
+    pagoda_gguf_writer_free(w);
+    pagoda_gguf_close(vf);
+    return st;
+}
+
+/* ------------------------------------------------------------ CLI */
+
+static int parse_dtype(const char *s)
+{
+    static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
+                                PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    for (size_t i = 0; s && i < sizeof types / sizeof types[0]; i++)
+        if (strcasecmp(s, pagoda_dtype_name(types[i])) == 0) return types[i];
+    return -1;
+}
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f, "usage: pagoda gen-model --shape NAME --type T --out FILE [--vocab VOCAB.gguf]\n"
+               "                        [--seed N] [--layers N]\n"
+               "  --shape   llama-110M | tinyllama-1.1B | tiny\n"
+               "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (norms stay F32)\n"
+               "  --vocab   copy every tokenizer.* key from this GGUF (default: a generated\n"
+               "            SPM-style vocabulary of the shape's size)\n"
+               "  --seed    weights seed (default 42)\n"
+               "  --layers  override the shape's layer count\n");
+}
+
+int pagoda_cmd_gen_model(int argc, char **argv)
+{
+    pagoda_genmodel_opts o = {.seed = 42, .dtype = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { gen_usage(stdout); return 0; }
+        const char *eq = strchr(a, '=');
+        size_t alen = eq ? (size_t)(eq - a) : strlen(a);
+        if (eq) v = eq + 1;
+        else if (i + 1 < argc) v = argv[i + 1];
+        if (!v) {
+            fprintf(stderr, "pagoda gen-model: %s needs a value\n", a);
+            gen_usage(stderr);
+            return 2;
+        }
+        char *end = NULL;
+#define OPT(s) (alen == strlen(s) && strncmp(a, s, alen) == 0)
+        if (OPT("--shape")) o.shape = v;
+        else if (OPT("--out")) o.out = v;
+        else if (OPT("--vocab")) o.vocab = v;
+        else if (OPT("--type")) {
+            o.dtype = parse_dtype(v);
+            if (o.dtype < 0) {
+                fprintf(stderr, "pagoda gen-model: --type %s: expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1\n", v);
+                return 2;
+            }
+        } else if (OPT("--seed")) {
+            errno = 0;
+            o.seed = strtoull(v, &end, 0);
+            if (errno || !*v || *end) { fprintf(stderr, "pagoda gen-model: --seed %s: not a number\n", v); return 2; }
+        } else if (OPT("--layers")) {
+            errno = 0;
+            long l = strtol(v, &end, 10);
+            if (errno || !*v || *end || l < 1 || l > 1000) {
+                fprintf(stderr, "pagoda gen-model: --layers %s: expected 1..1000\n", v);
+                return 2;
+            }
+            o.layers = (int)l;
+        } else {
+            fprintf(stderr, "pagoda gen-model: unknown option %s\n", a);
+            gen_usage(stderr);
+            return 2;
+        }
+#undef OPT
+        if (!eq) i++;
+    }
+    if (!o.shape || !o.out || o.dtype < 0) {
+        fprintf(stderr, "pagoda gen-model: --shape, --type and --out are required\n");
+        gen_usage(stderr);
+        return 2;
+    }
+    if (!pagoda_model_shape_find(o.shape)) {
+        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny)\n",
+                o.shape);
+        return 2;
+    }
+    char err[1024];
+    int st = pagoda_gen_model(&o, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "pagoda gen-model: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "pagoda gen-model: wrote %s (%s, %s)\n", o.out, o.shape, pagoda_dtype_name(o.dtype));
+    return 0;
+}
