@@ -268,8 +268,10 @@ START_TEST(pretok_llama3)
     SPLIT("llama-bpe", "ied 4 \xC2\xBD months", "ied", " ", "4", " ", "\xC2\xBD", " months"); /* ½ is \p{N} */
     SPLIT("llama-bpe", "x   ", "x", "   ");
     SPLIT("llama3", "ab 12", "ab", " ", "12");
-    /* U+017F (long s) must not count as 's' in a contraction. */
-    SPLIT("llama-bpe", "it'\xC5\xBF", "it", "'\xC5\xBF");
+    /* U+017F (long s) must not count as 's' in a contraction (as with
+     * llama.cpp's [sS]): the apostrophe leads the letters instead. */
+    SPLIT("llama-bpe", "it'\xC5\xBFt", "it", "'\xC5\xBFt");
+    SPLIT("llama-bpe", "it'st", "it", "'s", "t");
 }
 END_TEST
 
@@ -544,6 +546,124 @@ START_TEST(gpt2_specials_and_roundtrip)
 }
 END_TEST
 
+/* Write a small vocabulary to a temporary GGUF and load it. */
+static pagoda_tokenizer *synthetic(const char *model, const char *pre, const char *const *toks,
+                                   const float *scores, const int32_t *types, uint64_t n,
+                                   const char *const *merges, uint64_t n_merges, int add_bos,
+                                   int add_eos, int space_prefix)
+{
+    char path[] = "/tmp/pagoda-tokv-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *fp = fdopen(fd, "wb");
+    gguf_writer *w = pagoda_gguf_writer_new();
+    ck_assert_int_eq(pagoda_gguf_w_str(w, "tokenizer.ggml.model", model), PAGODA_OK);
+    if (pre) ck_assert_int_eq(pagoda_gguf_w_str(w, "tokenizer.ggml.pre", pre), PAGODA_OK);
+    ck_assert_int_eq(pagoda_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, n), PAGODA_OK);
+    if (scores) ck_assert_int_eq(pagoda_gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, n), PAGODA_OK);
+    ck_assert_int_eq(pagoda_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, n), PAGODA_OK);
+    if (merges) ck_assert_int_eq(pagoda_gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, n_merges), PAGODA_OK);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1), PAGODA_OK);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2), PAGODA_OK);
+    if (add_bos >= 0) ck_assert_int_eq(pagoda_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", add_bos), PAGODA_OK);
+    if (add_eos >= 0) ck_assert_int_eq(pagoda_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", add_eos), PAGODA_OK);
+    if (space_prefix >= 0)
+        ck_assert_int_eq(pagoda_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", space_prefix), PAGODA_OK);
+    ck_assert_int_eq(pagoda_gguf_w_begin(w, fp), PAGODA_OK);
+    fclose(fp);
+    pagoda_gguf_writer_free(w);
+    char err[256] = "";
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    pagoda_tokenizer *t = pagoda_tokenizer_load(f, err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+    return t;
+}
+
+START_TEST(synthetic_spm_flags)
+{
+    /* ids: 0 <unk>, 1 <s>, 2 </s>, 3 <|im_end|>, 4 <|user|>, 5 a, 6 b,
+     * 7 ab, 8 ▁a, 9..264 <0x00>..<0xFF> */
+    const char *toks[9 + 256];
+    float scores[9 + 256];
+    int32_t types[9 + 256];
+    static char names[256][8];
+    const char *fixed[] = { "<unk>", "<s>", "</s>", "<|im_end|>", "<|user|>", "a", "b", "ab", "\xE2\x96\x81" "a" };
+    const int32_t ftypes[] = { 2, 3, 3, 3, 4, 1, 1, 1, 1 };
+    for (int i = 0; i < 9; i++) { toks[i] = fixed[i]; types[i] = ftypes[i]; scores[i] = 0.0f; }
+    scores[7] = -2.0f;
+    scores[8] = -1.0f;
+    for (int b = 0; b < 256; b++) {
+        snprintf(names[b], sizeof names[b], "<0x%02X>", b);
+        toks[9 + b] = names[b];
+        types[9 + b] = 6;
+        scores[9 + b] = 0.0f;
+    }
+    pagoda_tokenizer *t = synthetic("llama", NULL, toks, scores, types, 9 + 256, NULL, 0, 1, 1, 0);
+    ck_assert(pagoda_tokenizer_is_eog(t, 3));  /* <|im_end|> by name */
+    ck_assert(pagoda_tokenizer_is_eog(t, 2));
+    ck_assert(!pagoda_tokenizer_is_eog(t, 4));
+    /* The user-defined token is cut out even without parse_special; with
+     * add_space_prefix false no ▁ is added; add_eos_token appends EOS. */
+    int32_t n;
+    int32_t *ids = tok(t, "ab<|user|>a", 11, true, false, &n);
+    const int32_t want[] = { 1, 7, 4, 5, 2 };
+    ck_assert_int_eq(n, 5);
+    ck_assert(memcmp(ids, want, sizeof want) == 0);
+    free(ids);
+    /* A control token is text unless parse_special: '<' etc. fall back to bytes. */
+    ids = tok(t, "<|im_end|>", 10, false, false, &n);
+    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(ids[0], 9 + '<');
+    free(ids);
+    ids = tok(t, "<|im_end|>", 10, false, true, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ids[0], 3);
+    free(ids);
+    /* " a": ▁a (score -1) is a token; "a b" then merges to ab. */
+    ids = tok(t, " ab", 3, false, false, &n);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ids[0], 8);   /* ▁a outscores ab */
+    ck_assert_int_eq(ids[1], 6);
+    free(ids);
+    size_t l;
+    const char *p = pagoda_token_bytes(t, 4, false, &l); /* user-defined: its text */
+    ck_assert(l == 8 && memcmp(p, "<|user|>", 8) == 0);
+    pagoda_tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(synthetic_bpe_ranks)
+{
+    /* "Ġ" is GPT-2's space. Merge ranks decide: "a b" (rank 0) applies
+     * before "Ġ a" (rank 1), so " ab" is Ġ + ab, not Ġa + b. */
+    const char *toks[] = { "a", "<s>", "</s>", "b", "ab", "\xC4\xA0", "\xC4\xA0" "a", "<|im_start|>" };
+    const int32_t types[] = { 1, 3, 3, 1, 1, 1, 1, 3 };
+    const char *merges[] = { "a b", "\xC4\xA0 a" };
+    pagoda_tokenizer *t = synthetic("gpt2", "no-such-pre", toks, NULL, types, 8, merges, 2, -1, -1, -1);
+    int32_t n;
+    int32_t *ids = tok(t, " ab", 3, true, false, &n);
+    ck_assert_int_eq(n, 2); /* no BOS: BPE default */
+    ck_assert_int_eq(ids[0], 5);
+    ck_assert_int_eq(ids[1], 4);
+    free(ids);
+    ids = tok(t, " a", 2, false, false, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ids[0], 6);
+    free(ids);
+    ids = tok(t, "<|im_start|> ab", 15, false, true, &n);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 7);
+    free(ids);
+    size_t l;
+    const char *p = pagoda_token_bytes(t, 6, false, &l);
+    ck_assert(l == 2 && memcmp(p, " a", 2) == 0);
+    pagoda_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(load_errors)
 {
     /* A file without a vocabulary is refused with a message. */
@@ -609,6 +729,8 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(bpe, gpt2_reference_cases);
     tcase_add_test(bpe, gpt2_specials_and_roundtrip);
     tcase_add_test(bpe, load_errors);
+    tcase_add_test(bpe, synthetic_spm_flags);
+    tcase_add_test(bpe, synthetic_bpe_ranks);
     suite_add_tcase(s, bpe);
     return s;
 }
