@@ -9,14 +9,15 @@
 #define PAGODA_TEST_SOURCE_DIR "."
 #endif
 
-static char tu_bufs[8][4096];
+static char tu_bufs[8][8192];
 static int tu_next;
 
 static const char *tu_join(const char *env, const char *fallback, const char *rel)
 {
     const char *base = getenv(env);
     char *b = tu_bufs[tu_next++ & 7];
-    snprintf(b, sizeof tu_bufs[0], "%s/%s", base ? base : fallback, rel);
+    int n = snprintf(b, sizeof tu_bufs[0], "%s/%s", base ? base : fallback, rel);
+    if (n < 0 || (size_t)n >= sizeof tu_bufs[0]) b[0] = 0; /* a path that long is a bug */
     return b;
 }
 
@@ -25,8 +26,9 @@ const char *tu_build(const char *rel) { return tu_join("PAGODA_BUILD_DIR", ".", 
 
 const char *tu_shared(const char *rel)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "../shared/models/%s", rel);
+    char tmp[1024];
+    int n = snprintf(tmp, sizeof tmp, "../shared/models/%s", rel);
+    if (n < 0 || (size_t)n >= sizeof tmp) return NULL;
     const char *p = tu_src(tmp);
     return access(p, R_OK) == 0 ? p : NULL;
 }
