@@ -1,0 +1,77 @@
+/*
+ * server.c: `pagoda --config FILE`. Signals are blocked in every thread and
+ * taken by one watcher thread with sigwait, which asks the frontend to stop
+ * (never from inside a signal handler). Once the frontend returns, the
+ * engine is stopped, which ends every request still in flight with a FINAL.
+ */
+#include "server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "host.h"
+#include "runtime.h"
+
+typedef struct watcher {
+    pagoda_runtime *rt;
+    sigset_t set;
+} watcher;
+
+static void *watch_signals(void *arg)
+{
+    watcher *w = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&w->set, &sig)) continue;
+        if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
+        pagoda_log(PAGODA_LOG_INFO, "%s: stopping (in-flight requests end with a final event)",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+        w->rt->shutting_down = 1;
+        if (w->rt->p_front && w->rt->front_ctx) w->rt->p_front->ops.frontend.stop(w->rt->front_ctx);
+    }
+}
+
+int pagoda_serve(pagoda_config *cfg)
+{
+    char err[1024] = "";
+    watcher w = {0};
+    sigemptyset(&w.set);
+    sigaddset(&w.set, SIGINT);
+    sigaddset(&w.set, SIGTERM);
+    sigaddset(&w.set, SIGUSR2);
+    /* blocked before any thread exists, so every thread inherits the mask */
+    pthread_sigmask(SIG_BLOCK, &w.set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pagoda_runtime *rt = NULL;
+    int st = pagoda_runtime_open(cfg, true, true, &rt, err, sizeof err);
+    if (st) {
+        pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+        return st == PAGODA_ERR_INVALID ? 2 : 1;
+    }
+    w.rt = rt;
+    pthread_t th;
+    bool have_watcher = pthread_create(&th, NULL, watch_signals, &w) == 0;
+    st = pagoda_engine_start(rt->engine);
+    if (st) {
+        pagoda_log(PAGODA_LOG_ERROR, "could not start the engine thread");
+    } else {
+        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", rt->model->name,
+                   pagoda_host_section(rt->h_front));
+        st = rt->p_front->ops.frontend.run(rt->front_ctx);
+        if (st) {
+            const char *e = pagoda_host_last_error(rt->h_front);
+            pagoda_log(PAGODA_LOG_ERROR, "frontend %s: %s", pagoda_host_section(rt->h_front),
+                       e && *e ? e : pagoda_status_str(st));
+        }
+    }
+    if (have_watcher) {
+        pthread_kill(th, SIGUSR2);
+        pthread_join(th, NULL);
+    }
+    pagoda_runtime_close(rt);
+    return st ? 1 : 0;
+}
