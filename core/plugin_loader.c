@@ -550,7 +550,7 @@ int pagoda_plugins_print(FILE *out, bool verbose)
                     int t = k->type >= 1 && k->type <= 5 ? k->type : 0;
                     fprintf(out, "      %s (%s, default %s", k->name, tn[t],
                             k->default_str && *k->default_str ? k->default_str : "none");
-                    if (k->min < k->max) fprintf(out, ", %g..%g", k->min, k->max);
+                    if (k->min < k->max) fprintf(out, ", %.15g..%.15g", k->min, k->max);
                     fprintf(out, "): %s\n", k->help ? k->help : "");
                 }
             }
