@@ -1,0 +1,943 @@
+/* test_http.c: the HTTP frontend plugin (plugins/frontend/http.c) driven
+ * over loopback with libcurl against the fake engine host (fake_engine.h):
+ * every route, streaming and not, OpenAI response shapes, every error
+ * status, cancel on client disconnect, and drain on stop(). */
+#include <dlfcn.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fake_engine.h"
+#include "testutil.h"
+
+#ifdef PAGODA_HAVE_CURL
+#include <curl/curl.h>
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct srv {
+    fake_engine *f;
+    void *lib;
+    const pagoda_plugin_desc *desc;
+    const pagoda_frontend_ops *ops;
+    void *ctx;
+    pthread_t th;
+    int rc;
+    int port;
+    char dir[64];
+    char port_file[128];
+    fake_kv cfg[16];
+    int n_cfg;
+} srv;
+
+static void *run_thread(void *arg)
+{
+    srv *s = arg;
+    s->rc = s->ops->run(s->ctx);
+    return NULL;
+}
+
+static void srv_start_with(srv *s, const fake_kv *extra, int n_extra, void (*tweak)(fake_engine *))
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_http_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(s->dir));
+    snprintf(s->port_file, sizeof s->port_file, "%s/port", s->dir);
+    s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
+    s->cfg[s->n_cfg++] = (fake_kv){"port_file", s->port_file};
+    for (int i = 0; i < n_extra; i++) s->cfg[s->n_cfg++] = extra[i];
+    s->f = fake_engine_new(s->cfg, s->n_cfg);
+    if (tweak) tweak(s->f);
+
+    const char *dir = getenv("PAGODA_PLUGIN_PATH");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
+    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    ck_assert_ptr_nonnull(entry);
+    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    ck_assert_ptr_nonnull(s->desc);
+    ck_assert_int_eq(s->desc->kind, PAGODA_KIND_FRONTEND);
+    ck_assert_str_eq(s->desc->name, "http");
+    s->ops = s->desc->ops;
+    char err[256] = {0};
+    ck_assert_int_eq(s->desc->create(&s->f->host, &s->ctx, err, sizeof err), PAGODA_OK);
+    pthread_create(&s->th, NULL, run_thread, s);
+    /* wait for the port file (bounded; the bound is a safety net, not asserted) */
+    for (int i = 0; i < 1000; i++) {
+        FILE *fp = fopen(s->port_file, "r");
+        if (fp) {
+            int ok = fscanf(fp, "%d", &s->port) == 1;
+            fclose(fp);
+            if (ok && s->port > 0) break;
+        }
+        usleep(10000);
+    }
+    ck_assert_int_gt(s->port, 0);
+}
+
+static void srv_start(srv *s, const fake_kv *extra, int n_extra) { srv_start_with(s, extra, n_extra, NULL); }
+
+static void srv_stop(srv *s)
+{
+    s->ops->stop(s->ctx);
+    pthread_join(s->th, NULL);
+    ck_assert_int_eq(s->rc, PAGODA_OK);
+    ck_assert_int_eq(fake_live(s->f), 0);
+    s->desc->destroy(s->ctx);
+    dlclose(s->lib);
+    fake_engine_free(s->f);
+    unlink(s->port_file);
+    rmdir(s->dir);
+}
+
+typedef struct resp {
+    long status;
+    char *body;
+    size_t len;
+    char ctype[128];
+    int abort_after;   /* >0: abort the transfer once this many body bytes arrived */
+} resp;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *u)
+{
+    resp *r = u;
+    size_t k = sz * n;
+    r->body = realloc(r->body, r->len + k + 1);
+    memcpy(r->body + r->len, p, k);
+    r->len += k;
+    r->body[r->len] = 0;
+    if (r->abort_after > 0 && r->len >= (size_t)r->abort_after) return 0; /* hang up */
+    return k;
+}
+
+/* One request; body may be NULL. extra_hdr may be NULL. timeout_ms 0: none. */
+static void http_req(srv *s, const char *method, const char *path, const char *body, size_t body_len,
+                     const char *extra_hdr, resp *r, long timeout_ms)
+{
+    CURL *c = curl_easy_init();
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, "Expect:");
+    if (extra_hdr) h = curl_slist_append(h, extra_hdr);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body_len);
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (timeout_ms) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    CURLcode cc = curl_easy_perform(c);
+    if (cc == CURLE_OK) {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+        char *ct = NULL;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+        if (ct) snprintf(r->ctype, sizeof r->ctype, "%s", ct);
+    } else {
+        r->status = -1;
+    }
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+}
+
+static json_t *post_json(srv *s, const char *path, const char *body, long *status)
+{
+    resp r = {0};
+    http_req(s, "POST", path, body, strlen(body), NULL, &r, 0);
+    *status = r.status;
+    json_error_t e;
+    json_t *j = r.body ? json_loads(r.body, 0, &e) : NULL;
+    ck_assert_msg(j != NULL, "POST %s -> %ld, body not JSON: %s", path, r.status, r.body ? r.body : "(none)");
+    free(r.body);
+    return j;
+}
+
+static const char *jget_str(json_t *j, const char *path)
+{
+    /* dotted path with numeric parts as array indices */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = j;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
+        if (json_is_array(cur)) cur = json_array_get(cur, (size_t)atoi(tok));
+        else cur = json_object_get(cur, tok);
+    }
+    return json_is_string(cur) ? json_string_value(cur) : NULL;
+}
+
+static json_t *jget(json_t *j, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = j;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
+        if (json_is_array(cur)) cur = json_array_get(cur, (size_t)atoi(tok));
+        else cur = json_object_get(cur, tok);
+    }
+    return cur;
+}
+
+static long long jint(json_t *j, const char *path)
+{
+    json_t *v = jget(j, path);
+    ck_assert_msg(json_is_integer(v), "%s is not an integer", path);
+    return json_integer_value(v);
+}
+
+/* Parses an SSE body into JSON chunks; *done set when the stream ended with [DONE]. */
+static int parse_sse(const char *body, json_t **chunks, int cap, int *done)
+{
+    int n = 0;
+    *done = 0;
+    const char *p = body;
+    while (p && *p) {
+        const char *end = strstr(p, "\n\n");
+        ck_assert_msg(end != NULL, "SSE event not terminated by a blank line: %s", p);
+        ck_assert_msg(strncmp(p, "data: ", 6) == 0, "SSE line not 'data: ': %.40s", p);
+        ck_assert_msg(!*done, "data after [DONE]");
+        size_t len = (size_t)(end - p - 6);
+        if (len == 6 && !strncmp(p + 6, "[DONE]", 6)) {
+            *done = 1;
+        } else {
+            json_error_t e;
+            json_t *j = json_loadb(p + 6, len, 0, &e);
+            ck_assert_msg(j != NULL, "bad SSE JSON: %.*s", (int)len, p + 6);
+            ck_assert_int_lt(n, cap);
+            chunks[n++] = j;
+        }
+        p = end + 2;
+    }
+    return n;
+}
+
+static void expect_error(srv *s, const char *path, const char *body, long want, const char *needle,
+                         const char *param)
+{
+    long st;
+    json_t *j = post_json(s, path, body, &st);
+    ck_assert_msg(st == want, "%s %s -> %ld, want %ld", path, body, st, want);
+    const char *msg = jget_str(j, "error.message");
+    ck_assert_ptr_nonnull(msg);
+    ck_assert_ptr_nonnull(jget_str(j, "error.type"));
+    ck_assert_ptr_nonnull(jget(j, "error.code")); /* present (may be null) */
+    if (needle) ck_assert_msg(strstr(msg, needle) != NULL, "message '%s' lacks '%s'", msg, needle);
+    if (param) {
+        const char *pp = jget_str(j, "error.param");
+        ck_assert_msg(pp && !strcmp(pp, param), "param %s, want %s", pp ? pp : "null", param);
+    }
+    json_decref(j);
+}
+
+/* --------------------------------------------------------------- tests */
+
+START_TEST(test_simple_routes)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    resp r = {0};
+    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/v1/models", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *j = json_loads(r.body, 0, NULL);
+    ck_assert_str_eq(jget_str(j, "object"), "list");
+    ck_assert_str_eq(jget_str(j, "data.0.id"), "fake-model");
+    ck_assert_str_eq(jget_str(j, "data.0.object"), "model");
+    ck_assert_int_eq(json_array_size(jget(j, "data")), 1);
+    json_decref(j);
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/metrics", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "# HELP fake_metric A test metric.\n# TYPE fake_metric gauge\nfake_metric 42\n");
+    ck_assert_ptr_nonnull(strstr(r.ctype, "text/plain; version=0.0.4"));
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/v1/memory", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "{\"weights_bytes\":1234,\"kv_blocks\":56}");
+    ck_assert_ptr_nonnull(strstr(r.ctype, "application/json"));
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/nope", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 404);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"error\""));
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/v1/completions", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 405);
+    free(r.body);
+
+    memset(&r, 0, sizeof r);
+    http_req(&s, "POST", "/health", "{}", 2, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 405);
+    free(r.body);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_completion_basic)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions",
+                          "{\"model\":\"whatever\",\"prompt\":\"hello big world\",\"max_tokens\":10,"
+                          "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"min_p\":0.1,\"seed\":42,"
+                          "\"stop\":[\"xx\",\"yy\"],\"presence_penalty\":0.5,\"frequency_penalty\":0.25,"
+                          "\"repetition_penalty\":1.1,\"ignore_eos\":true,\"priority\":3,"
+                          "\"cache_salt\":\"s1\",\"unknown_field\":{\"a\":[1,2]}}",
+                          &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_str_eq(jget_str(j, "object"), "text_completion");
+    ck_assert_int_eq(strncmp(jget_str(j, "id"), "cmpl-", 5), 0);
+    ck_assert_str_eq(jget_str(j, "model"), "fake-model");
+    ck_assert_int_eq(strncmp(jget_str(j, "system_fingerprint"), "pagoda-", 7), 0);
+    ck_assert_int_gt(jint(j, "created"), 1600000000);
+    ck_assert_int_eq(json_array_size(jget(j, "choices")), 1);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello big world");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "stop");
+    ck_assert_int_eq(jint(j, "choices.0.index"), 0);
+    ck_assert(json_is_null(jget(j, "choices.0.logprobs")));
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens"), 4); /* BOS + 3 words */
+    ck_assert_int_eq(jint(j, "usage.completion_tokens"), 3);
+    ck_assert_int_eq(jint(j, "usage.total_tokens"), 7);
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens_details.cached_tokens"), 0);
+    json_decref(j);
+
+    /* what reached the engine */
+    fake_engine *f = s.f;
+    ck_assert_int_eq(f->n_log, 1);
+    fake_logged *l = &f->log[0];
+    ck_assert_str_eq(l->prompt, "hello big world");
+    ck_assert_int_eq(l->req.max_tokens, 10);
+    ck_assert_float_eq_tol(l->req.temperature, 0.5f, 1e-6);
+    ck_assert_float_eq_tol(l->req.top_p, 0.9f, 1e-6);
+    ck_assert_int_eq(l->req.top_k, 5);
+    ck_assert_float_eq_tol(l->req.min_p, 0.1f, 1e-6);
+    ck_assert(l->req.has_seed);
+    ck_assert_uint_eq(l->req.seed, 42);
+    ck_assert_int_eq(l->n_stop, 2);
+    ck_assert_str_eq(l->stop[0], "xx");
+    ck_assert_str_eq(l->stop[1], "yy");
+    ck_assert_float_eq_tol(l->req.presence_penalty, 0.5f, 1e-6);
+    ck_assert_float_eq_tol(l->req.frequency_penalty, 0.25f, 1e-6);
+    ck_assert_float_eq_tol(l->req.repetition_penalty, 1.1f, 1e-6);
+    ck_assert(l->req.ignore_eos);
+    ck_assert_int_eq(l->req.priority, 3);
+    ck_assert_str_eq(l->cache_salt, "s1");
+    ck_assert(l->req.add_special);
+    ck_assert(!l->req.parse_special);
+    ck_assert_int_eq(l->req.logprobs, -1);
+
+    /* max_tokens reached -> length; a stop string ends with stop */
+    j = post_json(&s, "/v1/completions", "{\"prompt\":\"a b c d e\",\"max_tokens\":2}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "a b");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "length");
+    json_decref(j);
+    j = post_json(&s, "/v1/completions", "{\"prompt\":\"a b c d e\",\"stop\":\"c\"}", &st);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "a b");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "stop");
+    json_decref(j);
+    /* max_completion_tokens wins over max_tokens */
+    j = post_json(&s, "/v1/completions", "{\"prompt\":\"a b c d e\",\"max_tokens\":4,\"max_completion_tokens\":1}", &st);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "a");
+    json_decref(j);
+    /* token-id prompt */
+    j = post_json(&s, "/v1/completions", "{\"prompt\":[10,11]}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello big");
+    json_decref(j);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_completion_multi)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions",
+                          "{\"prompt\":[\"one two\",\"three\"],\"n\":2,\"seed\":7,\"max_tokens\":5}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(json_array_size(jget(j, "choices")), 4);
+    const char *want[] = {"one two", "one two", "three", "three"};
+    for (int i = 0; i < 4; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "choices.%d.text", i);
+        ck_assert_str_eq(jget_str(j, p), want[i]);
+        snprintf(p, sizeof p, "choices.%d.index", i);
+        ck_assert_int_eq(jint(j, p), i);
+    }
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens"), 3 + 2); /* once per prompt, not per n */
+    ck_assert_int_eq(jint(j, "usage.completion_tokens"), 6);
+    json_decref(j);
+    ck_assert_int_eq(s.f->n_log, 4);
+    ck_assert_uint_eq(s.f->log[0].req.seed, 7);
+    ck_assert_uint_eq(s.f->log[1].req.seed, 8);
+    ck_assert_uint_eq(s.f->log[2].req.seed, 7);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_chat_basic)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/chat/completions",
+                          "{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},"
+                          "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},"
+                          "{\"type\":\"text\",\"text\":\"there\"}]}],\"max_completion_tokens\":50}",
+                          &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_str_eq(s.f->last_render, "<|system|>be nice\n<|user|>hi there\n<|assistant|>");
+    ck_assert_str_eq(jget_str(j, "object"), "chat.completion");
+    ck_assert_int_eq(strncmp(jget_str(j, "id"), "chatcmpl-", 9), 0);
+    ck_assert_str_eq(jget_str(j, "choices.0.message.role"), "assistant");
+    ck_assert_str_eq(jget_str(j, "choices.0.message.content"),
+                     "<|system|>be nice <|user|>hi there <|assistant|>");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "stop");
+    json_decref(j);
+    fake_logged *l = &s.f->log[0];
+    ck_assert(l->req.parse_special);
+    ck_assert(!l->req.add_special);
+    ck_assert_int_eq(l->req.n_stop_token_ids, 1);
+    ck_assert_int_eq(l->stop_ids[0], FAKE_EOS);
+    ck_assert_int_eq(l->req.max_tokens, 50);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_logprobs)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions", "{\"prompt\":\"hello big world\",\"logprobs\":2}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(s.f->log[0].req.logprobs, 2);
+    json_t *lp = jget(j, "choices.0.logprobs");
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "tokens")), 3);
+    ck_assert_str_eq(jget_str(lp, "tokens.0"), "hello");
+    ck_assert_str_eq(jget_str(lp, "tokens.2"), "world");
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "token_logprobs.1")), -0.5, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "top_logprobs.0.hello")), -0.5, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "top_logprobs.0.</s>")), -1.5, 1e-6);
+    ck_assert_int_eq(jint(lp, "text_offset.0"), 0);
+    ck_assert_int_eq(jint(lp, "text_offset.1"), 5);  /* "hello" */
+    ck_assert_int_eq(jint(lp, "text_offset.2"), 9);  /* "hello big" */
+    json_decref(j);
+
+    j = post_json(&s, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,\"top_logprobs\":1}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(s.f->log[1].req.logprobs, 1);
+    json_t *c = jget(j, "choices.0.logprobs.content");
+    ck_assert_int_eq(json_array_size(c), 2); /* "<|user|>hi", "<|assistant|>" */
+    ck_assert_str_eq(jget_str(c, "0.token"), "<|user|>hi");
+    ck_assert_double_eq_tol(json_real_value(jget(c, "0.logprob")), -0.5, 1e-6);
+    ck_assert_int_eq(json_array_size(jget(c, "0.bytes")), 10);
+    ck_assert_int_eq(jint(c, "0.bytes.0"), '<');
+    ck_assert_int_eq(json_array_size(jget(c, "0.top_logprobs")), 1);
+    ck_assert_str_eq(jget_str(c, "0.top_logprobs.0.token"), "<|user|>hi");
+    json_decref(j);
+
+    /* logprobs: true without top_logprobs -> logprobs 0 (chosen token only) */
+    j = post_json(&s, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true}", &st);
+    ck_assert_int_eq(s.f->log[2].req.logprobs, 0);
+    ck_assert_int_eq(json_array_size(jget(j, "choices.0.logprobs.content.0.top_logprobs")), 0);
+    json_decref(j);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_stream_completion)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    resp r = {0};
+    const char *body = "{\"prompt\":\"hello big world\",\"stream\":true}";
+    http_req(&s, "POST", "/v1/completions", body, strlen(body), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.ctype, "text/event-stream"));
+    json_t *ch[64];
+    int done;
+    int n = parse_sse(r.body, ch, 64, &done);
+    ck_assert(done);
+    ck_assert_int_eq(n, 4); /* 3 tokens + final */
+    char text[256] = {0};
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(jget_str(ch[i], "object"), "text_completion");
+        ck_assert_int_eq(strncmp(jget_str(ch[i], "id"), "cmpl-", 5), 0);
+        ck_assert_int_eq(json_array_size(jget(ch[i], "choices")), 1);
+        strcat(text, jget_str(ch[i], "choices.0.text"));
+        if (i < n - 1) ck_assert(json_is_null(jget(ch[i], "choices.0.finish_reason")));
+        ck_assert_ptr_null(json_object_get(ch[i], "usage")); /* only with include_usage */
+    }
+    ck_assert_str_eq(text, "hello big world");
+    ck_assert_str_eq(jget_str(ch[n - 1], "choices.0.finish_reason"), "stop");
+    /* every chunk has the same id */
+    ck_assert_str_eq(jget_str(ch[0], "id"), jget_str(ch[n - 1], "id"));
+    for (int i = 0; i < n; i++) json_decref(ch[i]);
+    free(r.body);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_stream_chat_usage)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    resp r = {0};
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"yo\"}],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true},\"n\":2}";
+    http_req(&s, "POST", "/v1/chat/completions", body, strlen(body), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *ch[64];
+    int done;
+    int n = parse_sse(r.body, ch, 64, &done);
+    ck_assert(done);
+    /* per choice: role + 2 tokens + final = 4; 2 choices; + usage chunk */
+    ck_assert_int_eq(n, 9);
+    char text[2][128] = {{0}, {0}};
+    int roles = 0, finals = 0;
+    for (int i = 0; i < n - 1; i++) {
+        ck_assert_str_eq(jget_str(ch[i], "object"), "chat.completion.chunk");
+        ck_assert(json_is_null(json_object_get(ch[i], "usage")));
+        ck_assert_ptr_nonnull(json_object_get(ch[i], "usage"));
+        int idx = (int)jint(ch[i], "choices.0.index");
+        json_t *delta = jget(ch[i], "choices.0.delta");
+        ck_assert_ptr_nonnull(delta);
+        if (json_object_get(delta, "role")) {
+            ck_assert_str_eq(jget_str(delta, "role"), "assistant");
+            ck_assert_int_eq(finals, 0);
+            roles++;
+        } else if (json_is_string(jget(ch[i], "choices.0.finish_reason"))) {
+            ck_assert_str_eq(jget_str(ch[i], "choices.0.finish_reason"), "stop");
+            ck_assert_int_eq(json_object_size(delta), 0);
+            finals++;
+        } else {
+            strcat(text[idx], jget_str(delta, "content"));
+        }
+    }
+    ck_assert_int_eq(roles, 2);
+    ck_assert_int_eq(finals, 2);
+    ck_assert_str_eq(text[0], "<|user|>yo <|assistant|>");
+    ck_assert_str_eq(text[1], "<|user|>yo <|assistant|>");
+    json_t *u = ch[n - 1];
+    ck_assert_int_eq(json_array_size(json_object_get(u, "choices")), 0);
+    ck_assert_int_eq(jint(u, "usage.prompt_tokens"), 2); /* counted once for n = 2 */
+    ck_assert_int_eq(jint(u, "usage.completion_tokens"), 4);
+    ck_assert_int_eq(jint(u, "usage.total_tokens"), 6);
+    for (int i = 0; i < n; i++) json_decref(ch[i]);
+    free(r.body);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_bad_requests)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    const char *C = "/v1/completions", *CH = "/v1/chat/completions";
+    expect_error(&s, C, "{\"prompt\": \"a\"", 400, "malformed JSON", NULL);
+    expect_error(&s, C, "[1,2]", 400, "JSON object", NULL);
+    expect_error(&s, C, "", 400, "malformed JSON", NULL);
+    expect_error(&s, C, "{\"prompt\":\"a\",\"temperature\":3}", 400, "[0, 2]", "temperature");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"temperature\":\"hot\"}", 400, "temperature", "temperature");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"top_p\":0}", 400, "(0, 1]", "top_p");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", "max_tokens");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"max_tokens\":1.5}", 400, "integer", "max_tokens");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"n\":17}", 400, "[1, 16]", "n");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"min_p\":-1}", 400, "min_p", "min_p");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"presence_penalty\":5}", 400, "[-2, 2]", "presence_penalty");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", "logprobs");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+                        "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", 400, "at most 16", "stop");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"stop\":5}", 400, "stop", "stop");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"stream\":\"yes\"}", 400, "stream", "stream");
+    expect_error(&s, C, "{\"max_tokens\":3}", 400, "required", "prompt");
+    expect_error(&s, C, "{\"prompt\":5}", 400, "prompt", "prompt");
+    expect_error(&s, C, "{\"prompt\":[]}", 400, "prompt", "prompt");
+    expect_error(&s, C, "{\"prompt\":[\"a\", 5]}", 400, "prompt", "prompt");
+    expect_error(&s, C, "{\"prompt\":[1, -2]}", 400, "token ids", "prompt");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"seed\":99999999999999999999999999}", 400, "malformed JSON", NULL);
+    expect_error(&s, C, "{\"prompt\":\"a\",\"temperature\":1e999}", 400, "malformed JSON", NULL);
+    expect_error(&s, C, "{\"prompt\":\"a\",\"model\":5}", 400, "model", "model");
+    expect_error(&s, CH, "{\"messages\":[]}", 400, "messages", "messages");
+    expect_error(&s, CH, "{\"messages\":[{\"content\":\"x\"}]}", 400, "role", "messages");
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "content", "messages");
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+                 "text", "messages");
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
+                 "logprobs", "top_logprobs");
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}", 400,
+                 "true or false", "logprobs");
+    /* prompt + max_tokens over the context: the engine's numbers pass through */
+    expect_error(&s, C, "{\"prompt\":\"a b\",\"max_tokens\":200}", 400, "maximum context length is 128", NULL);
+
+    /* invalid UTF-8 inside a JSON string */
+    expect_error(&s, C, "{\"prompt\":\"a\xff\xfe\"}", 400, "malformed JSON", NULL);
+    /* nested far deeper than jansson's depth limit */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 32);
+    size_t k = 0;
+    k += (size_t)sprintf(deep, "{\"prompt\":");
+    for (size_t i = 0; i < depth; i++) deep[k++] = '[';
+    for (size_t i = 0; i < depth; i++) deep[k++] = ']';
+    deep[k++] = '}';
+    deep[k] = 0;
+    expect_error(&s, C, deep, 400, "malformed JSON", NULL);
+    free(deep);
+    /* an embedded NUL */
+    resp r = {0};
+    http_req(&s, "POST", C, "{\"prompt\":\"a\\u0000b\"}", 21, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 400);
+    free(r.body);
+    ck_assert_int_eq(s.f->n_log, 0); /* nothing reached the engine */
+
+    /* the server still answers after all that */
+    long st;
+    json_t *j = post_json(&s, C, "{\"prompt\":\"ok\"}", &st);
+    ck_assert_int_eq(st, 200);
+    json_decref(j);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_engine_failure)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions", "{\"prompt\":\"please FAIL\"}", &st);
+    ck_assert_int_eq(st, 500);
+    ck_assert_ptr_nonnull(strstr(jget_str(j, "error.message"), "fake failure"));
+    json_decref(j);
+    /* streaming: an error object in the stream, then [DONE] */
+    resp r = {0};
+    const char *body = "{\"prompt\":\"FAIL\",\"stream\":true}";
+    http_req(&s, "POST", "/v1/completions", body, strlen(body), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *ch[8];
+    int done;
+    int n = parse_sse(r.body, ch, 8, &done);
+    ck_assert(done);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(jget_str(ch[0], "error.message"), "fake failure");
+    json_decref(ch[0]);
+    free(r.body);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_auth)
+{
+    srv s;
+    fake_kv extra[] = {{"api_key", "sekrit"}};
+    srv_start(&s, extra, 1);
+    resp r = {0};
+    http_req(&s, "GET", "/v1/models", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_ptr_nonnull(strstr(r.body, "invalid_api_key"));
+    free(r.body);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer wrong", &r, 0);
+    ck_assert_int_eq(r.status, 401);
+    free(r.body);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer sekri", &r, 0);
+    ck_assert_int_eq(r.status, 401);
+    free(r.body);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/metrics", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 401);
+    free(r.body);
+    memset(&r, 0, sizeof r);
+    const char *b = "{\"prompt\":\"a\"}";
+    http_req(&s, "POST", "/v1/completions", b, strlen(b), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 401);
+    free(r.body);
+    ck_assert_int_eq(s.f->n_log, 0);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "POST", "/v1/completions", b, strlen(b), "Authorization: Bearer sekrit", &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    free(r.body);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    free(r.body);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_body_limit)
+{
+    srv s;
+    fake_kv extra[] = {{"max_body_bytes", "2048"}};
+    srv_start(&s, extra, 1);
+    char *big = malloc(5000);
+    memset(big, ' ', 4999);
+    memcpy(big, "{\"prompt\":\"", 11);
+    memcpy(big + 4999 - 3, "x\"}", 3);
+    big[4999] = 0;
+    expect_error(&s, "/v1/completions", big, 413, "max_body_bytes", NULL);
+    free(big);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions", "{\"prompt\":\"small\"}", &st);
+    ck_assert_int_eq(st, 200);
+    json_decref(j);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_busy_and_shutdown_status)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    s.f->submit_status = PAGODA_ERR_NOSPACE;
+    snprintf(s.f->submit_err, sizeof s.f->submit_err, "queue full (256 waiting)");
+    expect_error(&s, "/v1/completions", "{\"prompt\":\"a\"}", 429, "queue full", NULL);
+    /* with n = 3 the first failure refuses the whole request */
+    expect_error(&s, "/v1/completions", "{\"prompt\":\"a\",\"n\":3}", 429, "queue full", NULL);
+    s.f->submit_status = 0;
+
+    s.f->ready = 0;
+    resp r = {0};
+    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 503);
+    free(r.body);
+    s.f->ready = 1;
+
+    s.f->shutting = 1;
+    expect_error(&s, "/v1/completions", "{\"prompt\":\"a\"}", 503, "shutting down", NULL);
+    memset(&r, 0, sizeof r);
+    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
+    ck_assert_int_eq(r.status, 503);
+    free(r.body);
+    s.f->shutting = 0;
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_tokenize)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/tokenize", "{\"prompt\":\"a b a\"}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(jint(j, "count"), 4);
+    ck_assert_int_eq(jint(j, "max_model_len"), 128);
+    ck_assert_int_eq(jint(j, "tokens.0"), FAKE_BOS);
+    ck_assert_int_eq(jint(j, "tokens.1"), jint(j, "tokens.3"));
+    ck_assert_int_ne(jint(j, "tokens.1"), jint(j, "tokens.2"));
+    int a = (int)jint(j, "tokens.1"), b = (int)jint(j, "tokens.2");
+    json_decref(j);
+    j = post_json(&s, "/tokenize", "{\"prompt\":\"a b a\",\"add_special_tokens\":false}", &st);
+    ck_assert_int_eq(jint(j, "count"), 3);
+    ck_assert_int_eq(jint(j, "tokens.0"), a);
+    json_decref(j);
+    char body[128];
+    snprintf(body, sizeof body, "{\"tokens\":[%d,%d]}", b, a);
+    j = post_json(&s, "/detokenize", body, &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_str_eq(jget_str(j, "prompt"), "b a");
+    json_decref(j);
+    expect_error(&s, "/detokenize", "{\"tokens\":[99999]}", 400, "vocabulary", "tokens");
+    expect_error(&s, "/detokenize", "{\"tokens\":\"x\"}", 400, "tokens", "tokens");
+    expect_error(&s, "/tokenize", "{\"prompt\":3}", 400, "prompt", "prompt");
+    expect_error(&s, "/tokenize", "nope", 400, "malformed", NULL);
+    srv_stop(&s);
+}
+END_TEST
+
+/* A client that hangs up mid-stream cancels its request. */
+static void slow(fake_engine *f) { f->step_us = 5000; }
+
+START_TEST(test_disconnect_stream)
+{
+    srv s;
+    srv_start_with(&s, NULL, 0, slow);
+    resp r = {.abort_after = 1};
+    const char *body = "{\"prompt\":\"go on forever\",\"stream\":true,\"max_tokens\":100}";
+    http_req(&s, "POST", "/v1/completions", body, strlen(body), NULL, &r, 0);
+    ck_assert_int_eq(r.status, -1); /* we aborted */
+    free(r.body);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_cancel, 1, 30), 1);
+    ck_assert_uint_eq(s.f->cancels[0], s.f->log[0].id);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_final, 1, 30), 1);
+    ck_assert_int_lt(s.f->n_tokens_emitted, 100);
+    srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_disconnect_blocking)
+{
+    srv s;
+    srv_start_with(&s, NULL, 0, slow);
+    resp r = {0};
+    const char *body = "{\"prompt\":\"go on forever\",\"max_tokens\":100}";
+    /* the client gives up long before 100 tokens at 5 ms each */
+    http_req(&s, "POST", "/v1/completions", body, strlen(body), NULL, &r, 150);
+    ck_assert_int_eq(r.status, -1);
+    free(r.body);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_cancel, 1, 30), 1);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_final, 1, 30), 1);
+    ck_assert_int_lt(s.f->n_tokens_emitted, 100);
+    srv_stop(&s);
+}
+END_TEST
+
+typedef struct bg {
+    srv *s;
+    const char *body;
+    resp r;
+} bg;
+
+static void *bg_post(void *arg)
+{
+    bg *b = arg;
+    http_req(b->s, "POST", "/v1/completions", b->body, strlen(b->body), NULL, &b->r, 0);
+    return NULL;
+}
+
+/* stop() with requests in flight: each is cancelled, gets its FINAL, the
+ * stream ends properly, and run() returns 0. */
+START_TEST(test_stop_drains)
+{
+    srv s;
+    srv_start_with(&s, NULL, 0, slow);
+    bg a = {.s = &s, .body = "{\"prompt\":\"stream forever\",\"stream\":true,\"max_tokens\":120}"};
+    bg b = {.s = &s, .body = "{\"prompt\":\"block forever\",\"max_tokens\":120}"};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, bg_post, &a);
+    pthread_create(&tb, NULL, bg_post, &b);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_log, 2, 30), 2);
+    ck_assert_int_ge(fake_wait_count(s.f, &s.f->n_tokens_emitted, 4, 30), 4);
+    s.f->shutting = 1; /* as the core does on SIGTERM */
+    s.ops->stop(s.ctx);
+    pthread_join(s.th, NULL);
+    ck_assert_int_eq(s.rc, PAGODA_OK);
+    ck_assert_int_eq(fake_live(s.f), 0);
+    ck_assert_int_eq(s.f->n_final, 2);
+    ck_assert_int_ge(s.f->n_cancel, 2);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    /* the stream was finished, not cut */
+    ck_assert_int_eq(a.r.status, 200);
+    json_t *ch[256];
+    int done;
+    int n = parse_sse(a.r.body, ch, 256, &done);
+    ck_assert(done);
+    ck_assert_str_eq(jget_str(ch[n - 1], "choices.0.finish_reason"), "abort");
+    for (int i = 0; i < n; i++) json_decref(ch[i]);
+    /* the blocking one was answered */
+    ck_assert_int_eq(b.r.status, 503);
+    free(a.r.body);
+    free(b.r.body);
+    /* stop() twice is fine; run() after stop returns at once */
+    s.ops->stop(s.ctx);
+    ck_assert_int_eq(s.ops->run(s.ctx), PAGODA_OK);
+    s.desc->destroy(s.ctx);
+    dlclose(s.lib);
+    fake_engine_free(s.f);
+    unlink(s.port_file);
+    rmdir(s.dir);
+}
+END_TEST
+
+START_TEST(test_descriptor_keys)
+{
+    const char *dir = getenv("PAGODA_PLUGIN_PATH");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_ptr_nonnull(lib);
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    const pagoda_plugin_desc *d = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    const char *want[] = {"host", "port", "api_key", "max_body_bytes", "threads", "timeout_s", "port_file",
+                          "served_model_name"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        int found = 0;
+        for (const pagoda_config_key *k = d->config_keys; k->name; k++)
+            if (!strcmp(k->name, want[i])) found = 1;
+        ck_assert_msg(found, "key %s not declared", want[i]);
+    }
+    ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
+    ck_assert_uint_eq(((const pagoda_frontend_ops *)d->ops)->struct_size, sizeof(pagoda_frontend_ops));
+    dlclose(lib);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("http");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_descriptor_keys);
+    tcase_add_test(tc, test_simple_routes);
+    tcase_add_test(tc, test_completion_basic);
+    tcase_add_test(tc, test_completion_multi);
+    tcase_add_test(tc, test_chat_basic);
+    tcase_add_test(tc, test_logprobs);
+    tcase_add_test(tc, test_stream_completion);
+    tcase_add_test(tc, test_stream_chat_usage);
+    tcase_add_test(tc, test_bad_requests);
+    tcase_add_test(tc, test_engine_failure);
+    tcase_add_test(tc, test_auth);
+    tcase_add_test(tc, test_body_limit);
+    tcase_add_test(tc, test_busy_and_shutdown_status);
+    tcase_add_test(tc, test_tokenize);
+    tcase_add_test(tc, test_disconnect_stream);
+    tcase_add_test(tc, test_disconnect_blocking);
+    tcase_add_test(tc, test_stop_drains);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = tu_run(suite());
+    curl_global_cleanup();
+    return rc;
+}
+
+#else /* !PAGODA_HAVE_CURL */
+START_TEST(test_skipped)
+{
+    fprintf(stderr, "test_http: libcurl not found at configure time; HTTP tests skipped\n");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("skip");
+    tcase_add_test(tc, test_skipped);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
+#endif
