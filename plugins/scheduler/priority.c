@@ -115,19 +115,24 @@ static int prio_schedule(void *ctx, const pagoda_sched_env *env)
         if (!st.chunked && sc_chunk_for(&st, sc_remaining_if_admitted(&st, w)) == 0) break;
         /* Seats and blocks are bought by preempting lower priorities; the
          * token budget is not. */
-        bool stop = false;
+        bool stop = false, never = false;
         for (;;) {
             rc = st.seats > 0 ? env->admit(env->opaque, w->id) : PAGODA_ERR_NOSPACE;
             if (rc == PAGODA_OK) break;
             if (rc != PAGODA_ERR_NOSPACE) return rc;
             pagoda_sched_seq *v = victim_for(run, n_run, w);
             if (!v) {
+                /* Refused by an empty pool: it can never fit. Let the rest
+                 * run rather than stall behind it; once nothing else is
+                 * left the engine fails it. */
+                never = st.seats == st.max_seqs;
                 stop = true;
                 break;
             }
             rc = sc_preempt(&st, v);
             if (rc != PAGODA_OK) return rc;
         }
+        if (never) continue;
         if (stop) break;
         st.seats--;
         int32_t k = sc_chunk(&st, w);

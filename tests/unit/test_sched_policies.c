@@ -512,6 +512,19 @@ START_TEST(priority_orders_and_preempts)
 }
 END_TEST
 
+START_TEST(priority_skips_what_never_fits)
+{
+    /* 4 blocks in all: the urgent 40-token prompt can never be admitted;
+     * it must not hold up the rest (the engine fails it once alone) */
+    fenv *e = fe_open("priority", 4, 4, NULL);
+    uint64_t big = fe_add(e, 40, 1, 0), small = fe_add(e, 4, 1, 1);
+    fe_step(e);
+    ck_assert_int_eq(seq_of(e, big)->s.state, PAGODA_SEQ_WAITING);
+    ck_assert_int_eq(planned(e, small), 4);
+    fe_close(e);
+}
+END_TEST
+
 /* ----------------------------------------------------------- simulation */
 
 static void simulate(const char *name, const char *chunked, uint64_t seed)
@@ -590,6 +603,7 @@ static Suite *suite(void)
     tcase_add_test(tc, static_waits_for_batch);
     tcase_add_test(tc, static_preempts_and_readmits_member);
     tcase_add_test(tc, priority_orders_and_preempts);
+    tcase_add_test(tc, priority_skips_what_never_fits);
     tcase_add_loop_test(tc, simulate_continuous, 0, 3);
     tcase_add_loop_test(tc, simulate_continuous_unchunked, 0, 2);
     tcase_add_loop_test(tc, simulate_static, 0, 2);
