@@ -1,0 +1,94 @@
+/*
+ * memplan.h: the memory plan, computed from a GGUF header alone (no
+ * weights are read): weight bytes by type, KV bytes per token, activation
+ * and workspace bytes for the batch limits, a fixed runtime overhead, and
+ * from the memory budget the KV pool (blocks, tokens, sequences that fit).
+ * Printed at start-up, served as JSON, and run standalone as `pagoda plan`.
+ * Not for: allocating anything; the engine allocates what the plan says.
+ */
+#ifndef PAGODA_MEMPLAN_H
+#define PAGODA_MEMPLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gguf.h"
+#include "pagoda/types.h"
+
+#define PAGODA_MEMPLAN_OVERHEAD (64ull << 20)   /* runtime overhead: code, heaps, threads */
+#define PAGODA_MEMPLAN_UTIL 0.9                 /* share of MemAvailable an auto budget takes */
+#define PAGODA_MEMPLAN_N_FIT 4                  /* sequence lengths reported: 512, 2K, 8K, 32K */
+
+typedef struct pagoda_memplan_opts {
+    uint64_t memory_budget;     /* bytes; 0 = auto: MemAvailable x PAGODA_MEMPLAN_UTIL */
+    int kv_dtype;               /* PAGODA_DTYPE_F16 or PAGODA_DTYPE_F32. NB: F32 is 0, so
+                                 * start from pagoda_memplan_opts_default() (F16) */
+    int64_t max_seq_len;        /* 0 = the model's context length */
+    int64_t max_batched_tokens; /* 0 = 512: tokens one forward pass takes */
+    int64_t max_num_seqs;       /* 0 = 16: sequences one step runs */
+    int64_t block_size;         /* 0 = 16: tokens per KV block */
+} pagoda_memplan_opts;
+
+/* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
+void pagoda_memplan_opts_default(pagoda_memplan_opts *o);
+
+typedef struct pagoda_memplan {
+    /* The model, from the header. */
+    char arch[32];
+    int64_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, vocab, context;
+    uint64_t n_params;
+    uint64_t weight_bytes;                          /* sum of every tensor's bytes */
+    uint64_t weight_bytes_by_type[PAGODA_DTYPE_COUNT_];
+    uint64_t weight_params_by_type[PAGODA_DTYPE_COUNT_];
+    /* Limits actually used (defaults filled in). */
+    int kv_dtype;
+    int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
+    /* KV: 2 (K and V) x layers x kv_heads x head_dim x bytes per value. */
+    uint64_t kv_value_bytes;
+    uint64_t kv_bytes_per_token;
+    uint64_t kv_bytes_per_block;
+    /* Activations (F32): per token (4*dim + q_dim + 2*kv_dim + 2*ffn) floats
+     * for max_batched_tokens, plus logits of max_num_seqs x vocab. */
+    uint64_t act_floats_per_token;
+    uint64_t act_bytes;                             /* includes logits_bytes */
+    uint64_t logits_bytes;
+    /* Workspace: quantized activations (max_batched_tokens x max(dim, ffn)
+     * bytes) and attention scores (max_num_seqs x heads x max_seq_len f32). */
+    uint64_t qscratch_bytes, att_scratch_bytes, workspace_bytes;
+    uint64_t overhead_bytes;
+    uint64_t fixed_bytes;                           /* weights + act + workspace + overhead */
+    /* The budget and what it leaves for the KV pool. */
+    bool budget_auto;
+    uint64_t mem_available;                         /* MemAvailable when auto, else 0 */
+    uint64_t budget_bytes;
+    bool fits;                                      /* fixed fits and one max_seq_len sequence fits */
+    uint64_t shortfall_bytes;                       /* how much more memory fitting needs */
+    char reason[200];                               /* why it does not fit; "" when it does */
+    uint64_t kv_pool_bytes;                         /* kv_blocks x kv_bytes_per_block */
+    uint64_t kv_blocks, kv_tokens;
+    struct {
+        int64_t len;
+        bool exceeds;                               /* len > max_seq_len: not servable */
+        uint64_t seqs;                              /* whole sequences of len that fit */
+    } fit[PAGODA_MEMPLAN_N_FIT];
+} pagoda_memplan;
+
+/* Fill out from f's header and o (NULL = defaults). 0, or a status with a
+ * message in err (a missing key, a bad option, /proc/meminfo unreadable).
+ * A plan that does not fit is still a success: see out->fits. */
+int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *o, pagoda_memplan *out,
+                           char *err, size_t n);
+/* A readable table. */
+void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp);
+/* The plan as a JSON object (malloc'd string; free() it), or NULL. */
+char *pagoda_memplan_json(const pagoda_memplan *p);
+
+/* The CLI: argv[0] is the subcommand name ("plan"), options follow:
+ *   --model FILE [--memory SIZE] [--kv-dtype f16|f32] [--max-seq-len N]
+ *   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N] [--json]
+ * Exit code: 0 the model fits, 1 it does not (or the file is bad), 2 usage. */
+int pagoda_cmd_plan(int argc, char **argv);
+
+#endif /* PAGODA_MEMPLAN_H */

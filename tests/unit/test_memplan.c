@@ -1,0 +1,220 @@
+/* test_memplan.c: the memory plan from a GGUF header: the bundled model's
+ * KV bytes per token and weight bytes, the documented activation and
+ * workspace formulas, the KV pool arithmetic from a budget, a budget too
+ * small to fit, sequence lengths beyond max_seq_len, JSON, CLI. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "genmodel.h"
+#include "gguf.h"
+#include "memplan.h"
+#include "testutil.h"
+
+static gguf_file *open_stories(void)
+{
+    char err[512];
+    gguf_file *f = pagoda_gguf_open(tu_src("models/stories260K.gguf"), err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    return f;
+}
+
+START_TEST(stories_plan)
+{
+    gguf_file *f = open_stories();
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 1ull << 30;
+    pagoda_memplan p;
+    char err[256];
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_str_eq(p.arch, "llama");
+    ck_assert_int_eq(p.n_layers, 5);
+    ck_assert_int_eq(p.n_kv_heads, 4);
+    ck_assert_int_eq(p.head_dim, 8);  /* dim 64 / 8 heads */
+    /* 2 x 5 layers x 4 kv heads x 8 head_dim x 2 bytes (f16). */
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2 * 5 * 4 * 8 * 2);
+    ck_assert_uint_eq(p.kv_bytes_per_block, 640 * 16);
+    uint64_t sum = 0, params = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        sum += f->tensors[i].nbytes;
+        params += (uint64_t)(f->tensors[i].ne[0] * f->tensors[i].ne[1] * f->tensors[i].ne[2] * f->tensors[i].ne[3]);
+    }
+    ck_assert_uint_eq(p.weight_bytes, sum);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_F32], sum);
+    ck_assert_uint_eq(p.n_params, params);
+    ck_assert_uint_eq(p.weight_bytes, params * 4);
+    /* Activations: 4*64 + 64 + 2*32 + 2*172 = 728 floats a token, 512 tokens,
+     * plus logits 16 x 512. */
+    ck_assert_uint_eq(p.act_floats_per_token, 728);
+    ck_assert_uint_eq(p.logits_bytes, 16 * 512 * 4);
+    ck_assert_uint_eq(p.act_bytes, 512ull * 728 * 4 + 16 * 512 * 4);
+    /* Workspace: 512 x max(64, 172) bytes + 16 seqs x 8 heads x 512 x 4. */
+    ck_assert_uint_eq(p.workspace_bytes, 512ull * 172 + 16ull * 8 * 512 * 4);
+    ck_assert_uint_eq(p.overhead_bytes, 64ull << 20);
+    ck_assert_uint_eq(p.fixed_bytes, p.weight_bytes + p.act_bytes + p.workspace_bytes + p.overhead_bytes);
+    /* The pool: whole blocks of what is left. */
+    uint64_t left = (1ull << 30) - p.fixed_bytes;
+    ck_assert_uint_eq(p.kv_blocks, left / (640 * 16));
+    ck_assert_uint_eq(p.kv_tokens, p.kv_blocks * 16);
+    ck_assert(p.fits);
+    ck_assert_str_eq(p.reason, "");
+    /* Context 512: only the 512-token row is servable. */
+    ck_assert_int_eq(p.max_seq_len, 512);
+    ck_assert_int_eq(p.fit[0].len, 512);
+    ck_assert(!p.fit[0].exceeds);
+    ck_assert_uint_eq(p.fit[0].seqs, p.kv_blocks / 32);
+    for (int i = 1; i < 4; i++) {
+        ck_assert(p.fit[i].exceeds);
+        ck_assert_uint_eq(p.fit[i].seqs, 0);
+    }
+    /* F32 KV doubles the per-token bytes. */
+    o.kv_dtype = PAGODA_DTYPE_F32;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 1280);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
+START_TEST(too_small)
+{
+    gguf_file *f = open_stories();
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 32ull << 20;  /* less than the fixed 64 MiB overhead */
+    pagoda_memplan p;
+    char err[256];
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(!p.fits);
+    ck_assert_uint_eq(p.kv_blocks, 0);
+    ck_assert_uint_eq(p.fit[0].seqs, 0);
+    ck_assert_uint_ge(p.shortfall_bytes, p.fixed_bytes - o.memory_budget);
+    ck_assert_msg(strstr(p.reason, "budget"), "%s", p.reason);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    pagoda_memplan_print(&p, fp);
+    fclose(fp);
+    ck_assert_msg(strstr(buf, "DOES NOT FIT"), "%s", buf);
+    free(buf);
+    /* Room for the fixed part but not one whole 512-token sequence (32 blocks). */
+    o.memory_budget = p.fixed_bytes + 640 * 16 * 31;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(!p.fits);
+    ck_assert_uint_eq(p.kv_blocks, 31);
+    ck_assert_uint_eq(p.shortfall_bytes, 640 * 16);
+    ck_assert_msg(strstr(p.reason, "max_seq_len"), "%s", p.reason);
+    o.memory_budget += 640 * 16;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(p.fits);
+    ck_assert_uint_eq(p.fit[0].seqs, 1);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
+START_TEST(options_and_limits)
+{
+    gguf_file *f = open_stories();
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 1ull << 30;
+    pagoda_memplan p;
+    char err[256];
+    o.max_seq_len = 100;
+    o.block_size = 32;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(p.fit[0].exceeds);  /* 512 > 100 */
+    ck_assert_uint_eq(p.fit[0].seqs, 0);
+    ck_assert_uint_eq(p.workspace_bytes, 512ull * 172 + 16ull * 8 * 100 * 4);
+    o.max_seq_len = 4096;  /* beyond the model's context */
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "max_seq_len 4096"), "%s", err);
+    o.max_seq_len = 0;
+    o.kv_dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "Q8_0"), "%s", err);
+    /* NULL opts: defaults with an auto budget from /proc/meminfo. */
+    ck_assert_int_eq(pagoda_memplan_compute(f, NULL, &p, err, sizeof err), 0);
+    ck_assert(p.budget_auto);
+    ck_assert_uint_gt(p.mem_available, 0);
+    ck_assert_uint_eq(p.kv_value_bytes, 2);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
+START_TEST(generated_gqa_and_json)
+{
+    /* A generated tiny model: 2 layers, 2 KV heads of 16. */
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 1};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2 * 2 * 2 * 16 * 2);
+    ck_assert_uint_gt(p.weight_bytes_by_type[PAGODA_DTYPE_Q8_0], 0);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_F32], (2 * 2 + 1) * 64 * 4);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_F32] + p.weight_bytes_by_type[PAGODA_DTYPE_Q8_0],
+                      p.weight_bytes);
+    char *js = pagoda_memplan_json(&p);
+    ck_assert_ptr_nonnull(js);
+    json_error_t je;
+    json_t *root = json_loads(js, 0, &je);
+    ck_assert_msg(root, "%s", je.text);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "kv"), "bytes_per_token")), 256);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "kv"), "blocks")), (json_int_t)p.kv_blocks);
+    ck_assert(json_is_true(json_object_get(root, "fits")));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(root, "weights_by_type"), "Q8_0"), "bytes")),
+                     (json_int_t)p.weight_bytes_by_type[PAGODA_DTYPE_Q8_0]);
+    json_t *seqs = json_object_get(root, "sequences");
+    ck_assert_int_eq(json_array_size(seqs), 4);
+    ck_assert(json_is_true(json_object_get(json_array_get(seqs, 1), "exceeds_max_seq_len")));
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+
+    /* The CLI: exit 0 when it fits, 1 when not, 2 for usage. */
+    char *a1[] = {"plan", "--model", path, "--memory", "256M", "--json"};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    ck_assert_int_eq(pagoda_cmd_plan(6, a1), 0);
+    char *a2[] = {"plan", "--model", path, "--memory=16M", "--kv-dtype", "f32"};
+    ck_assert_int_eq(pagoda_cmd_plan(6, a2), 1);
+    fclose(stdout);
+    stdout = saved;
+    char *a3[] = {"plan", "--model", path, "--memory", "lots"};
+    ck_assert_int_eq(pagoda_cmd_plan(5, a3), 2);
+    char *a4[] = {"plan", "--memory", "1G"};
+    ck_assert_int_eq(pagoda_cmd_plan(3, a4), 2);
+    char *a5[] = {"plan", "--model", path, "--kv-dtype", "q4"};
+    ck_assert_int_eq(pagoda_cmd_plan(5, a5), 2);
+    char *a6[] = {"plan", "--model", "/nonexistent.gguf", "--memory", "1G"};
+    ck_assert_int_eq(pagoda_cmd_plan(5, a6), 1);
+    unlink(path);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("memplan");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, stories_plan);
+    tcase_add_test(tc, too_small);
+    tcase_add_test(tc, options_and_limits);
+    tcase_add_test(tc, generated_gqa_and_json);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
