@@ -20,13 +20,17 @@ step "build ($B, sm_90 only)"
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
   cmake --build "$B" -j"$J" || { echo "build failed"; exit 1; }
 
+# Where the build put the binaries (core/pagoda today).
+PAGODA=$(find "$B" -name pagoda -type f -perm -u+x | head -1)
+CONF=$(find "$B" -name pagoda-conformance -type f -perm -u+x | head -1)
+
 step "probe and smoke test (test_cuda_probe)"
-"$B/pagoda" plugins 2>&1 | grep -i cuda
+"$PAGODA" plugins 2>&1 | grep -i cuda
 (cd "$B" && ctest -R 'cuda' --output-on-failure) || fail=1
 
 step "conformance: CUDA against CPU"
-if [ -x "$B/pagoda-conformance" ]; then
-  "$B/pagoda-conformance" --backend cuda || fail=1
+if [ -n "$CONF" ]; then
+  "$CONF" --backend cuda || fail=1
 else
   echo "pagoda-conformance not built yet: skipped"
 fi
@@ -34,7 +38,7 @@ fi
 # Times one request through the server: prefill (long prompt, 1 token)
 # and decode (short prompt, 128 tokens; both within cpu-ci.ini's 256 context), a few runs each.
 bench() { # <config> <port>
-  "$B/pagoda" --config "$1" --set frontend.http.port="$2" --set engine.log_level=warn &
+  "$PAGODA" --config "$1" --set frontend.http.port="$2" --set engine.log_level=warn &
   local pid=$! url="http://127.0.0.1:$2" ok=0
   for _ in $(seq 100); do curl -sf "$url/health" >/dev/null && { ok=1; break; }; sleep 0.2; done
   if [ $ok = 1 ]; then
