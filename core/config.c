@@ -141,12 +141,29 @@ size_t pagoda_levenshtein(const char *a, const char *b)
     return p[lb];
 }
 
+/* How far word is from cand: the edit distance, or, when word looks like
+ * the start of cand ("blok" for "block_size"), the distance to cand's
+ * first strlen(word) characters plus one, whichever is smaller. */
+static size_t suggest_score(const char *word, const char *cand)
+{
+    size_t d = pagoda_levenshtein(word, cand);
+    size_t lw = strlen(word);
+    if (lw >= 3 && strlen(cand) > lw && lw < 255) {
+        char head[256];
+        memcpy(head, cand, lw);
+        head[lw] = '\0';
+        size_t dp = pagoda_levenshtein(word, head) + 1;
+        if (dp < d) d = dp;
+    }
+    return d;
+}
+
 const char *pagoda_closest(const char *word, const char *const *cands, size_t n)
 {
     const char *best = NULL;
     size_t bd = (size_t)-1;
     for (size_t i = 0; i < n; i++) {
-        size_t d = pagoda_levenshtein(word, cands[i]);
+        size_t d = suggest_score(word, cands[i]);
         if (d < bd) { bd = d; best = cands[i]; }
     }
     return best;

@@ -115,7 +115,9 @@ int pagoda_parse_bool(const char *s, bool *out);
  * what is allowed in why ("an integer from 1 to 1024"). */
 int pagoda_config_check_value(const pagoda_config_key *k, const char *value, char *why, size_t n);
 
-/* Edit distance, and the candidate closest to word (NULL when n == 0). */
+/* Edit distance (with adjacent transpositions), and the candidate closest
+ * to word, a candidate that word starts like ranking close (NULL when
+ * n == 0; the first of equals wins). */
 size_t pagoda_levenshtein(const char *a, const char *b);
 const char *pagoda_closest(const char *word, const char *const *cands, size_t n);
 

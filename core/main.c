@@ -1,7 +1,7 @@
 /*
  * core/main.c: the `pagoda` command line. Parses arguments, loads the
  * config with its --set overrides and hands over to the subcommand: serve
- * (the default), plugins. Exit codes: 0 ok, 1 runtime error, 2 usage or
+ * (the default), plugins, plan (memplan.c), gen-model (genmodel.c). Exit codes: 0 ok, 1 runtime error, 2 usage or
  * config error.
  * Not for: any serving logic (server.c), plugin loading (plugin_loader.c).
  */
@@ -13,6 +13,7 @@
 #include "config.h"
 #include "genmodel.h"
 #include "log.h"
+#include "memplan.h"
 #include "plugin_loader.h"
 #include "server.h"
 
@@ -52,6 +53,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda [serve] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
             "       pagoda plugins [-v]\n"
+            "       pagoda plan --model FILE [--memory SIZE] [...]\n"
             "       pagoda gen-model --shape NAME --type T --out FILE [...]\n"
             "       pagoda --help | --version\n"
             "\n"
@@ -69,6 +71,8 @@ static void usage(FILE *f)
             "  plugins [-v]           list the plugins in the search path, with ABI, version,\n"
             "                         probe result or the reason one is refused; -v adds\n"
             "                         their config keys\n"
+            "  plan ...               the memory plan of a model under a budget, without\n"
+            "                         loading weights (pagoda plan --help)\n"
             "  gen-model ...          write a random-weight Llama GGUF of a real shape\n"
             "                         (pagoda gen-model --help)\n"
             "\n"
@@ -183,10 +187,11 @@ int main(int argc, char **argv)
 {
     openblas_coretype_setup(); /* first: see the comment on the function */
     if (argc >= 2 && strcmp(argv[1], "plugins") == 0) return cmd_plugins(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "plan") == 0) return pagoda_cmd_plan(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "gen-model") == 0) return pagoda_cmd_gen_model(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cmd_serve(argc, argv, 2);
     if (argc >= 2 && argv[1][0] != '-') {
-        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, gen-model; see pagoda "
+        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan, gen-model; see pagoda "
                         "--help)\n", argv[1]);
         return EXIT_USAGE;
     }

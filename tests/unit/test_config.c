@@ -455,6 +455,9 @@ START_TEST(test_parsers)
     ck_assert_uint_eq(pagoda_levenshtein("same", "same"), 0);
     const char *cands[] = { "threads", "scratch", "fast" };
     ck_assert_str_eq(pagoda_closest("thread", cands, 3), "threads");
+    ck_assert_str_eq(pagoda_closest("fats", cands, 3), "fast");
+    const char *ek[] = { "seed", "block_size", "top_k" };
+    ck_assert_str_eq(pagoda_closest("blok", ek, 3), "block_size");
     ck_assert_ptr_null(pagoda_closest("x", cands, 0));
 }
 END_TEST
