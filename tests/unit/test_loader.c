@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -483,6 +484,74 @@ START_TEST(test_host_table)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- CLI */
+
+/* Run the built `pagoda` with args (stdout and stderr together); returns
+ * its exit code and the output in g_out. */
+static char g_out[65536];
+static int run_pagoda(const char *env, const char *cwd, const char *args)
+{
+    const char *bin = tu_build("core/pagoda");
+    ck_assert_msg(access(bin, X_OK) == 0, "%s not built (build every target before the tests)", bin);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' %s 2>&1", cwd ? cwd : g_tmp, env ? env : "", bin,
+             args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(g_out, 1, sizeof g_out - 1, p);
+    g_out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_cli)
+{
+    char want[2048];
+    ck_assert_int_eq(run_pagoda(NULL, NULL, "--version"), 0);
+    snprintf(want, sizeof want, "pagoda %s (plugin ABI 1.0)\n", PAGODA_VERSION_STRING);
+    ck_assert_str_eq(g_out, want);
+    ck_assert_int_eq(run_pagoda(NULL, NULL, "--help"), 0);
+    ck_assert_msg(strncmp(g_out, "usage: pagoda", 13) == 0, "%s", g_out);
+    ck_assert_int_eq(run_pagoda(NULL, NULL, "--bogus"), 2);
+    ck_assert_str_eq(g_out, "pagoda: unknown argument '--bogus' (see pagoda --help)\n");
+    ck_assert_int_eq(run_pagoda(NULL, NULL, "frobnicate"), 2);
+    /* No --config and no configs/default.ini here. */
+    ck_assert_int_eq(run_pagoda(NULL, NULL, ""), 2);
+    ck_assert_str_eq(g_out, "pagoda: no config file: give --config FILE (the default "
+                            "configs/default.ini was not found in the current folder); see pagoda --help\n");
+    ck_assert_int_eq(run_pagoda(NULL, NULL, "--config /nonexistent/x.ini"), 2);
+    ck_assert_str_eq(g_out, "pagoda: cannot open config file /nonexistent/x.ini: No such file or directory\n");
+    char args[2048];
+    snprintf(args, sizeof args, "--config '%s' --set engine.blok=1", tu_src("configs/default.ini"));
+    ck_assert_int_eq(run_pagoda(NULL, NULL, args), 2);
+    ck_assert_str_eq(g_out, "pagoda: --set: unknown key 'blok' in [engine]; did you mean 'block_size'?\n");
+    /* The source tree's folder holds configs/default.ini: it is the default. */
+    ck_assert_int_eq(run_pagoda(NULL, tu_src(""), "--set engine.kv_dtype=f8"), 2);
+    ck_assert_msg(strstr(g_out, "pagoda: --set: bad value for engine.kv_dtype: 'f8'; expected one of f16|f32\n"),
+                  "%s", g_out);
+
+    /* `pagoda plugins` shows refused plugins with their reason. */
+    char env[1200];
+    snprintf(env, sizeof env, "PAGODA_PLUGIN_PATH='%s'", g_fx);
+    ck_assert_int_eq(run_pagoda(env, NULL, "plugins"), 0);
+    snprintf(want, sizeof want, "backend.wrongmajor  REFUSED\n    plugin %s/backend-wrongmajor.so: "
+             "built for pagoda ABI 2.0, this pagoda is ABI 1.0: the major version must match", g_fx);
+    ck_assert_msg(strstr(g_out, want), "%s", g_out);
+    ck_assert_int_eq(run_pagoda(env, NULL, "plugins -q"), 2);
+
+    /* The server does not start with a plugin it refuses. */
+    snprintf(args, sizeof args, "--config '%s' --set engine.backend=wrongmajor",
+             tu_src("configs/cpu-ci.ini"));
+    int rc = run_pagoda(env, NULL, args);
+    ck_assert_int_ne(rc, 0);
+    snprintf(want, sizeof want, "plugin %s/backend-wrongmajor.so: built for pagoda ABI 2.0, this "
+             "pagoda is ABI 1.0: the major version must match; rebuild the plugin against this "
+             "pagoda's SDK", g_fx);
+    ck_assert_msg(strstr(g_out, want), "%s", g_out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("loader");
@@ -506,6 +575,10 @@ static Suite *suite(void)
     tcase_add_test(t, test_plugins_listing);
     tcase_add_test(t, test_host_table);
     suite_add_tcase(s, t);
+    TCase *cli = tcase_create("cli");
+    tcase_add_checked_fixture(cli, setup, teardown);
+    tcase_add_test(cli, test_cli);
+    suite_add_tcase(s, cli);
     return s;
 }
 
