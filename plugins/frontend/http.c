@@ -346,11 +346,13 @@ static void on_event(void *user, const pagoda_event *ev)
     pthread_cond_broadcast(&hr->cv);
     pthread_mutex_unlock(&hr->mu);
     if (final) {
+        /* release first: run() waits for inflight == 0, so fe must not be
+         * touched after that count drops */
+        hreq_release(hr);
         pthread_mutex_lock(&fe->mu);
         fe->inflight--;
         pthread_cond_broadcast(&fe->cv);
         pthread_mutex_unlock(&fe->mu);
-        hreq_release(hr);
     }
 }
 

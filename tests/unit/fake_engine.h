@@ -49,6 +49,7 @@ typedef struct fake_logged {
     int32_t stop_ids[16];
     char *cache_salt;
     uint64_t id;
+    int finals_at_submit;        /* FINALs sent before this request came */
 } fake_logged;
 
 typedef struct fake_req {
@@ -82,6 +83,7 @@ typedef struct fake_engine {
 
     /* controls, set by the test (under no lock before use, or fake_lock) */
     int submit_status;           /* != 0: submit fails with it */
+    int nospace_left;            /* > 0: that many more submits fail with NOSPACE */
     char submit_err[256];
     int ready, shutting;
     int n_ctx;
@@ -307,6 +309,14 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
         snprintf(err, err_len, "%s", f->submit_err);
         return f->submit_status;
     }
+    pthread_mutex_lock(&f->mu);
+    int full = f->nospace_left > 0;
+    if (full) f->nospace_left--;
+    pthread_mutex_unlock(&f->mu);
+    if (full) {
+        snprintf(err, err_len, "queue full");
+        return PAGODA_ERR_NOSPACE;
+    }
     if (f->shutting) {
         snprintf(err, err_len, "the server is shutting down");
         return PAGODA_ERR_STATE;
@@ -364,6 +374,7 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
         for (int i = 0; i < req->n_stop_token_ids && i < 16; i++) l->stop_ids[i] = req->stop_token_ids[i];
         l->cache_salt = req->cache_salt ? strdup(req->cache_salt) : NULL;
         l->id = r->id;
+        l->finals_at_submit = f->n_final;
     }
     fake_req **tail = &f->live;
     while (*tail) tail = &(*tail)->next;

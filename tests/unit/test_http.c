@@ -90,8 +90,8 @@ static void srv_stop(srv *s)
     ck_assert_int_eq(s->rc, PAGODA_OK);
     ck_assert_int_eq(fake_live(s->f), 0);
     s->desc->destroy(s->ctx);
+    fake_engine_free(s->f); /* joins the engine thread, which may still be in plugin code */
     dlclose(s->lib);
-    fake_engine_free(s->f);
     unlink(s->port_file);
     rmdir(s->dir);
 }
@@ -861,8 +861,8 @@ START_TEST(test_stop_drains)
     s.ops->stop(s.ctx);
     ck_assert_int_eq(s.ops->run(s.ctx), PAGODA_OK);
     s.desc->destroy(s.ctx);
-    dlclose(s.lib);
     fake_engine_free(s.f);
+    dlclose(s.lib);
     unlink(s.port_file);
     rmdir(s.dir);
 }
