@@ -74,8 +74,9 @@ typedef struct gguf_file {
 
 /* Map and validate a file. On failure returns NULL and writes a message
  * naming the file, what is wrong and where (byte offset) to err. Only the
- * header and metadata are touched when header_only (for `pagoda plan`):
- * tensor data bounds are still checked against the file size. */
+ * header, metadata and tensor infos are read (tensor data bounds are
+ * checked against the file size, its bytes are not touched), so opening is
+ * cheap for `pagoda plan` whatever the model size. */
 gguf_file *pagoda_gguf_open(const char *path, char *err, size_t err_len);
 /* Same, over bytes in memory (not copied; must outlive the file). */
 gguf_file *pagoda_gguf_open_mem(const void *data, size_t size, const char *name, char *err,
