@@ -57,7 +57,9 @@ static void *worker_main(void *varg)
     pagoda_threadpool *p = wa->p;
     int ith = wa->ith;
     free(wa);
-    unsigned seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+    /* Not a load of gen: a task may have been announced before this
+     * thread got to run, and it must not be skipped. */
+    unsigned seen = 0;
     for (;;) {
         unsigned g;
         long t0 = now_ns();

@@ -1,0 +1,610 @@
+/*
+ * test_cpu_kernels.c: every CPU kernel against a plain reference, on seeded
+ * random inputs, with the scalar and the AVX2 path forced in turn.
+ * Tolerances (why each is what it is):
+ *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
+ *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
+ *  - matmul quantized: activations are quantized to int8 (step d = amax/127
+ *    per 32 or 256 values). Against the same product computed in double
+ *    from the dequantized weights and the dequantized int8 activations:
+ *    1e-5 * sum|x*w| + 1e-5 (only float rounding left). Against the plain
+ *    f32 product: per output the hard bound sum_k |w_k| * d_k / 2, and the
+ *    RMS of err / sigma over all outputs <= 2, sigma^2 = sum_k w_k^2 d_k^2 / 12
+ *    (rounding error uniform in +-d/2).
+ *  - scalar vs AVX2 matmul: same integer sums, float order differs: 1e-5.
+ *  - rms_norm, swiglu, rope: 1e-5 relative / absolute (values O(1)).
+ *  - attention: against a dense softmax in double over the values as stored
+ *    (rounded to F16 for an F16 cache): 1e-4 absolute (outputs O(1)).
+ *  - get_rows, kv_write (F32), copy_blocks, add: exact.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_features.h"
+#include "kernels.h"
+#include "quant.h"
+#include "testutil.h"
+#include "threadpool.h"
+#include "vecdot.h"
+
+static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2};
+#define N_ISAS 2
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* ------------------------------------------------------------ thread pool */
+
+typedef struct pool_probe {
+    int hits[16];
+    int nth_seen;
+} pool_probe;
+
+static void pool_fn(void *arg, int ith, int nth)
+{
+    pool_probe *p = arg;
+    __atomic_fetch_add(&p->hits[ith], 1, __ATOMIC_RELAXED);
+    p->nth_seen = nth;
+}
+
+START_TEST(test_threadpool_runs_each_thread_once)
+{
+    for (int n = 1; n <= 4; n++) {
+        pagoda_threadpool *tp = NULL;
+        ck_assert_int_eq(pagoda_threadpool_create(n, &tp), PAGODA_OK);
+        ck_assert_int_eq(pagoda_threadpool_size(tp), n);
+        for (int r = 0; r < 500; r++) {
+            pool_probe p;
+            memset(&p, 0, sizeof p);
+            pagoda_threadpool_run(tp, pool_fn, &p);
+            ck_assert_int_eq(p.nth_seen, n);
+            for (int i = 0; i < 16; i++) ck_assert_int_eq(p.hits[i], i < n ? 1 : 0);
+        }
+        pagoda_threadpool_destroy(tp);
+    }
+    pool_probe p;
+    memset(&p, 0, sizeof p);
+    pagoda_threadpool_run(NULL, pool_fn, &p);
+    ck_assert_int_eq(p.hits[0], 1);
+    ck_assert_int_eq(p.nth_seen, 1);
+}
+END_TEST
+
+/* ----------------------------------------------------- activation quant */
+
+START_TEST(test_quant_activations_scalar_equals_avx2)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
+    tu_rng r;
+    tu_rng_seed(&r, 11);
+    int K = 1024;
+    float *x = xmalloc(sizeof(float) * K);
+    tu_fill_normal(&r, x, K, 3.0f);
+    for (int j = 0; j < 32; j++) x[64 + j] = 0.0f;  /* an all-zero block */
+    x[5] = 0.5f * (127.0f / 127.0f);                 /* some exact halves */
+    pagoda_q8a_block a[32], b[32];
+    pagoda_vecdot_scalar.quant_q8a(x, a, K);
+    pagoda_vecdot_avx2.quant_q8a(x, b, K);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    ck_assert(a[2].d == 0.0f && a[2].s == 0.0f);
+    pagoda_q8k_block c[4], d[4];
+    pagoda_vecdot_scalar.quant_q8k(x, c, K);
+    pagoda_vecdot_avx2.quant_q8k(x, d, K);
+    ck_assert_int_eq(memcmp(c, d, sizeof c), 0);
+    /* The values come back within half a step. */
+    for (int i = 0; i < K; i++) {
+        float deq = a[i / 32].qs[i % 32] * a[i / 32].d;
+        ck_assert_float_le(fabsf(deq - x[i]), a[i / 32].d * 0.5f * 1.0001f + 1e-30f);
+    }
+    free(x);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- matmul */
+
+/* Random weights of `dtype` [N x K]; Q6_K has no quantizer, so its blocks
+ * are random bytes with a small scale (every bit pattern is valid). */
+static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
+{
+    size_t rb = pagoda_dtype_row_bytes(dtype, K);
+    ck_assert_uint_gt(rb, 0);
+    *stride = rb;
+    uint8_t *w = xmalloc(rb * (size_t)N);
+    float *row = xmalloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        if (dtype == PAGODA_DTYPE_Q6_K) {
+            uint8_t *p = w + (size_t)n * rb;
+            for (size_t i = 0; i < rb; i++) p[i] = (uint8_t)tu_rng_u64(r);
+            for (int64_t b = 0; b < K / 256; b++) {
+                pagoda_block_q6_K *blk = (pagoda_block_q6_K *)(p + b * 210);
+                blk->d = pagoda_fp32_to_fp16(0.0005f + 0.002f * tu_rng_uniform(r));
+            }
+        } else {
+            tu_fill_normal(r, row, (size_t)K, 0.5f);
+            ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
+        }
+    }
+    free(row);
+    return w;
+}
+
+typedef struct mm_case {
+    int64_t T, K, N;
+} mm_case;
+
+static const mm_case MM_CASES[] = {
+    {1, 256, 37}, {3, 512, 61}, {7, 768, 130}, {1, 1024, 5}, {16, 256, 33},
+};
+
+static void check_matmul_type(int dtype)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 100 + (uint64_t)dtype);
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(3, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    for (size_t ci = 0; ci < sizeof MM_CASES / sizeof MM_CASES[0]; ci++) {
+        int64_t T = MM_CASES[ci].T, K = MM_CASES[ci].K, N = MM_CASES[ci].N;
+        size_t ws;
+        uint8_t *w = make_weights(&r, dtype, N, K, &ws);
+        /* x rows padded (stride > row) to check strides are honoured. */
+        size_t xs = sizeof(float) * (size_t)(K + 8), os = sizeof(float) * (size_t)(N + 3);
+        float *x = xmalloc(xs * (size_t)T), *bias = xmalloc(sizeof(float) * (size_t)N);
+        float *wd = xmalloc(sizeof(float) * (size_t)(N * K));
+        float *out[N_ISAS];
+        tu_fill_normal(&r, x, xs / sizeof(float) * (size_t)T, 1.0f);
+        tu_fill_normal(&r, bias, (size_t)N, 1.0f);
+        for (int64_t n = 0; n < N; n++)
+            ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
+        bool quant = dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
+                     dtype != PAGODA_DTYPE_BF16;
+        int qb = dtype == PAGODA_DTYPE_Q6_K ? 256 : 32;
+        for (int ii = 0; ii < N_ISAS; ii++) {
+            pagoda_cpu_force_isa(ISAS[ii]);
+            out[ii] = xmalloc(os * (size_t)T);
+            const float *b = (ci & 1) ? bias : NULL;
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, xs, T, K, w, dtype, ws, N, b, out[ii], os),
+                             PAGODA_OK);
+            double z_sq = 0.0;
+            for (int64_t t = 0; t < T; t++) {
+                const float *xr = (const float *)((const uint8_t *)x + t * xs);
+                /* The activations as the kernel sees them. */
+                float *xq = xmalloc(sizeof(float) * (size_t)K), *dstep = xmalloc(sizeof(float) * (size_t)K);
+                for (int64_t k0 = 0; k0 < K; k0 += qb) {
+                    float amax = 0.0f;
+                    for (int j = 0; j < qb; j++) amax = fmaxf(amax, fabsf(xr[k0 + j]));
+                    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                    for (int j = 0; j < qb; j++) {
+                        xq[k0 + j] = quant ? nearbyintf(xr[k0 + j] * id) * d : xr[k0 + j];
+                        dstep[k0 + j] = quant ? d : 0.0f;
+                    }
+                }
+                for (int64_t n = 0; n < N; n++) {
+                    const float *wr = wd + n * K;
+                    double exact = 0.0, seen = 0.0, mag = 0.0, bound = 0.0, var = 0.0;
+                    for (int64_t k = 0; k < K; k++) {
+                        exact += (double)xr[k] * wr[k];
+                        seen += (double)xq[k] * wr[k];
+                        mag += fabs((double)xr[k] * wr[k]);
+                        bound += fabs((double)wr[k]) * dstep[k] * 0.5;
+                        var += (double)wr[k] * wr[k] * dstep[k] * dstep[k] / 12.0;
+                    }
+                    if (b) {
+                        exact += b[n];
+                        seen += b[n];
+                    }
+                    float got = ((const float *)((const uint8_t *)out[ii] + t * os))[n];
+                    double tol = 1e-5 * mag + 1e-5;
+                    ck_assert_msg(fabs(got - seen) <= tol,
+                                  "%s isa %d T=%lld K=%lld N=%lld t=%lld n=%lld: got %.7g want %.7g (tol %.3g)",
+                                  pagoda_dtype_name(dtype), ISAS[ii], (long long)T, (long long)K,
+                                  (long long)N, (long long)t, (long long)n, got, seen, tol);
+                    if (quant) {
+                        ck_assert_msg(fabs(got - exact) <= bound * 1.001 + tol,
+                                      "%s: |%.7g - %.7g| above the rounding bound %.3g",
+                                      pagoda_dtype_name(dtype), got, exact, bound);
+                        if (var > 0) z_sq += (got - exact) * (got - exact) / var;
+                    }
+                }
+                free(xq);
+                free(dstep);
+            }
+            if (quant) {
+                double z_rms = sqrt(z_sq / (double)(T * N));
+                ck_assert_msg(z_rms <= 2.0, "%s: RMS error %.2f sigma", pagoda_dtype_name(dtype), z_rms);
+            }
+        }
+        /* The two paths agree closely (same integer sums). */
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < N; n++) {
+                float a = ((const float *)((const uint8_t *)out[0] + t * os))[n];
+                float c = ((const float *)((const uint8_t *)out[1] + t * os))[n];
+                ck_assert_msg(fabsf(a - c) <= 1e-5f * (fabsf(a) + 10.0f),
+                              "%s scalar %.7g vs AVX2 %.7g", pagoda_dtype_name(dtype), a, c);
+            }
+        for (int ii = 0; ii < N_ISAS; ii++) free(out[ii]);
+        free(x);
+        free(bias);
+        free(wd);
+        free(w);
+    }
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+}
+
+START_TEST(test_matmul_f32) { check_matmul_type(PAGODA_DTYPE_F32); }
+END_TEST
+START_TEST(test_matmul_f16) { check_matmul_type(PAGODA_DTYPE_F16); }
+END_TEST
+START_TEST(test_matmul_bf16) { check_matmul_type(PAGODA_DTYPE_BF16); }
+END_TEST
+START_TEST(test_matmul_q8_0) { check_matmul_type(PAGODA_DTYPE_Q8_0); }
+END_TEST
+START_TEST(test_matmul_q4_0) { check_matmul_type(PAGODA_DTYPE_Q4_0); }
+END_TEST
+START_TEST(test_matmul_q4_1) { check_matmul_type(PAGODA_DTYPE_Q4_1); }
+END_TEST
+START_TEST(test_matmul_q6_k) { check_matmul_type(PAGODA_DTYPE_Q6_K); }
+END_TEST
+
+START_TEST(test_matmul_rejects_unknown_type)
+{
+    pagoda_cpu_exec ex = {0};
+    float x[32] = {0}, out[1];
+    ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, 128, 1, 32, x, 12, 128, 1, NULL, out, 4),
+                     PAGODA_ERR_UNSUPPORTED);
+}
+END_TEST
+
+/* --------------------------------------------------------------- get_rows */
+
+START_TEST(test_get_rows_every_type)
+{
+    static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
+                                PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
+                                PAGODA_DTYPE_Q6_K};
+    tu_rng r;
+    tu_rng_seed(&r, 5);
+    int64_t V = 11, C = 512;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        size_t ws;
+        uint8_t *w = make_weights(&r, types[ti], V, C, &ws);
+        int32_t ids[] = {3, 0, 10, 3, 7};
+        float *out = xmalloc(sizeof(float) * 5 * (size_t)C), *ref = xmalloc(sizeof(float) * (size_t)C);
+        ck_assert_int_eq(pagoda_cpu_get_rows(w, types[ti], ws, C, ids, 5, out, sizeof(float) * C),
+                         PAGODA_OK);
+        for (int i = 0; i < 5; i++) {
+            pagoda_dequantize_row(types[ti], w + ids[i] * ws, ref, C);
+            ck_assert_int_eq(memcmp(ref, out + i * C, sizeof(float) * (size_t)C), 0);
+        }
+        free(out);
+        free(ref);
+        free(w);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ small ops */
+
+START_TEST(test_rms_norm_swiglu_add)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 9);
+    int64_t R = 5, C = 77;
+    float *x = xmalloc(sizeof(float) * R * C), *w = xmalloc(sizeof(float) * C);
+    float *y = xmalloc(sizeof(float) * R * C), *o = xmalloc(sizeof(float) * R * C);
+    tu_fill_normal(&r, x, (size_t)(R * C), 2.0f);
+    tu_fill_normal(&r, w, (size_t)C, 1.0f);
+    tu_fill_normal(&r, y, (size_t)(R * C), 1.0f);
+    size_t s = sizeof(float) * C;
+    pagoda_cpu_rms_norm(x, s, w, 1e-5f, o, s, R, C);
+    for (int64_t i = 0; i < R; i++) {
+        double ss = 0;
+        for (int64_t c = 0; c < C; c++) ss += (double)x[i * C + c] * x[i * C + c];
+        double sc = 1.0 / sqrt(ss / C + 1e-5);
+        for (int64_t c = 0; c < C; c++) {
+            double want = x[i * C + c] * sc * w[c];
+            ck_assert_double_le(fabs(o[i * C + c] - want), 1e-5 * (fabs(want) + 1));
+        }
+    }
+    /* In place gives the same bytes. */
+    memcpy(y, x, sizeof(float) * R * C);
+    pagoda_cpu_rms_norm(y, s, w, 1e-5f, y, s, R, C);
+    ck_assert_int_eq(memcmp(y, o, sizeof(float) * R * C), 0);
+
+    tu_fill_normal(&r, y, (size_t)(R * C), 1.0f);
+    pagoda_cpu_swiglu(x, s, y, s, o, s, R, C);
+    for (int64_t i = 0; i < R * C; i++) {
+        double g = x[i], want = g / (1.0 + exp(-g)) * y[i];
+        ck_assert_double_le(fabs(o[i] - want), 1e-5 * (fabs(want) + 1));
+    }
+    pagoda_cpu_add(x, s, y, s, o, s, R, C);
+    for (int64_t i = 0; i < R * C; i++) ck_assert(o[i] == x[i] + y[i]);
+    float *x2 = xmalloc(sizeof(float) * R * C);
+    memcpy(x2, x, sizeof(float) * R * C);
+    pagoda_cpu_add(x2, s, y, s, x2, s, R, C); /* out aliases a */
+    ck_assert_int_eq(memcmp(x2, o, sizeof(float) * R * C), 0);
+    free(x2);
+    free(x);
+    free(w);
+    free(y);
+    free(o);
+}
+END_TEST
+
+/* -------------------------------------------------------------------- rope */
+
+START_TEST(test_rope_normal_neox_direct)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 21);
+    int n_heads = 3, hd = 64, n_rot = 48, T = 4;
+    int32_t pos[] = {0, 1, 777, 4999};
+    float inv[24];
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / n_rot);
+    size_t rs = sizeof(float) * (size_t)(n_heads * hd);
+    float *x = xmalloc(rs * T), *a = xmalloc(rs * T), *b = xmalloc(rs * T);
+    tu_fill_normal(&r, x, (size_t)(T * n_heads * hd), 1.0f);
+    for (int neox = 0; neox < 2; neox++) {
+        pagoda_rope_params p = {.n_rot = n_rot, .neox = neox, .mscale = neox ? 0.9f : 1.0f, .inv_freq = inv};
+        memcpy(a, x, rs * T);
+        pagoda_cpu_rope(a, rs, T, n_heads, hd, pos, &p);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                const float *xi = x + (t * n_heads + h) * hd;
+                const float *ai = a + (t * n_heads + h) * hd;
+                for (int i = 0; i < n_rot / 2; i++) {
+                    int ia = neox ? i : 2 * i, ib = neox ? i + n_rot / 2 : 2 * i + 1;
+                    double th = (double)pos[t] * inv[i];
+                    double wa = (xi[ia] * cos(th) - xi[ib] * sin(th)) * p.mscale;
+                    double wb = (xi[ia] * sin(th) + xi[ib] * cos(th)) * p.mscale;
+                    ck_assert_double_le(fabs(ai[ia] - wa), 1e-5);
+                    ck_assert_double_le(fabs(ai[ib] - wb), 1e-5);
+                }
+                for (int d = n_rot; d < hd; d++) ck_assert(ai[d] == xi[d]); /* pass through */
+            }
+    }
+    /* NeoX on a half-split permutation of x equals normal on x. */
+    pagoda_rope_params pn = {.n_rot = n_rot, .neox = false, .mscale = 1.0f, .inv_freq = inv};
+    pagoda_rope_params px = {.n_rot = n_rot, .neox = true, .mscale = 1.0f, .inv_freq = inv};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *xi = x + (t * n_heads + h) * hd;
+            float *bi = b + (t * n_heads + h) * hd;
+            for (int i = 0; i < n_rot / 2; i++) {
+                bi[i] = xi[2 * i];
+                bi[i + n_rot / 2] = xi[2 * i + 1];
+            }
+            for (int d = n_rot; d < hd; d++) bi[d] = xi[d];
+        }
+    memcpy(a, x, rs * T);
+    pagoda_cpu_rope(a, rs, T, n_heads, hd, pos, &pn);
+    pagoda_cpu_rope(b, rs, T, n_heads, hd, pos, &px);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *ai = a + (t * n_heads + h) * hd, *bi = b + (t * n_heads + h) * hd;
+            for (int i = 0; i < n_rot / 2; i++) {
+                ck_assert(ai[2 * i] == bi[i]);
+                ck_assert(ai[2 * i + 1] == bi[i + n_rot / 2]);
+            }
+        }
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* -------------------------------------------------- kv_write + attention */
+
+typedef struct seq_spec {
+    int n_q, ctx_len;
+} seq_spec;
+
+static void check_attention(int kv_dtype, int head_dim, int block_size)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 1000 + (uint64_t)kv_dtype * 7 + (uint64_t)head_dim + (uint64_t)block_size);
+    const int n_heads = 8, n_kv = 2, n_layers = 2, layer = 1;
+    /* Prefill from scratch, a decode token, a later prefill chunk. */
+    const seq_spec spec[3] = {{13, 13}, {1, 37}, {9, 29}};
+    pagoda_kv_layout L = {.n_layers = n_layers, .n_blocks = 24, .block_size = block_size,
+                          .n_kv_heads = n_kv, .head_dim = head_dim, .dtype = kv_dtype};
+    uint8_t *pool = xmalloc(pagoda_kv_pool_bytes(&L));
+    memset(pool, 0x7f, pagoda_kv_pool_bytes(&L)); /* garbage outside the slots used */
+    /* Shuffled block ids shared out among the sequences. */
+    int32_t perm[24];
+    for (int i = 0; i < 24; i++) perm[i] = i;
+    for (int i = 23; i > 0; i--) {
+        int j = (int)(tu_rng_u64(&r) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *tables[3];
+    int nb[3], used = 0;
+    int kvw = n_kv * head_dim, qw = n_heads * head_dim;
+    float *K[3], *V[3];
+    for (int s = 0; s < 3; s++) {
+        nb[s] = (spec[s].ctx_len + block_size - 1) / block_size;
+        ck_assert_int_le(used + nb[s], 24);
+        tables[s] = perm + used;
+        used += nb[s];
+        K[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        V[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        tu_fill_normal(&r, K[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
+        tu_fill_normal(&r, V[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
+        /* Earlier steps wrote the cached prefix, one token at a time. */
+        for (int p = 0; p < spec[s].ctx_len - spec[s].n_q; p++) {
+            int32_t slot = tables[s][p / block_size] * block_size + p % block_size;
+            pagoda_cpu_kv_write(pool, &L, layer, K[s] + p * kvw, 0, V[s] + p * kvw, 0, &slot, 1);
+        }
+    }
+    /* This step's batch: rows of the three sequences, in order. */
+    int n_tok = 0;
+    pagoda_seq_view views[3];
+    for (int s = 0; s < 3; s++) {
+        views[s] = (pagoda_seq_view){.q_start = n_tok, .n_q = spec[s].n_q,
+                                     .ctx_len = spec[s].ctx_len, .n_blocks = nb[s],
+                                     .block_table = tables[s]};
+        n_tok += spec[s].n_q;
+    }
+    float *kstep = xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
+    float *vstep = xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
+    int32_t *slots = xmalloc(sizeof(int32_t) * (size_t)n_tok);
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < spec[s].n_q; i++) {
+            int p = spec[s].ctx_len - spec[s].n_q + i, row = views[s].q_start + i;
+            memcpy(kstep + row * kvw, K[s] + p * kvw, sizeof(float) * (size_t)kvw);
+            memcpy(vstep + row * kvw, V[s] + p * kvw, sizeof(float) * (size_t)kvw);
+            slots[row] = tables[s][p / block_size] * block_size + p % block_size;
+        }
+    size_t kvs = sizeof(float) * (size_t)kvw;
+    pagoda_cpu_kv_write(pool, &L, layer, kstep, kvs, vstep, kvs, slots, n_tok);
+    /* The cache holds exactly what was written (rounded for F16). */
+    for (int s = 0; s < 3; s++)
+        for (int p = 0; p < spec[s].ctx_len; p++)
+            for (int kv = 0; kv < 2; kv++) {
+                const uint8_t *base = pool + pagoda_kv_offset(&L, layer, kv, tables[s][p / block_size]);
+                for (int e = 0; e < kvw; e++) {
+                    float src = (kv ? V[s] : K[s])[p * kvw + e];
+                    size_t idx = (size_t)(p % block_size) * kvw + e;
+                    float got = kv_dtype == PAGODA_DTYPE_F32
+                                    ? ((const float *)base)[idx]
+                                    : pagoda_fp16_to_fp32(((const uint16_t *)base)[idx]);
+                    float want = kv_dtype == PAGODA_DTYPE_F32 ? src
+                                                              : pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(src));
+                    ck_assert(got == want);
+                }
+            }
+    float *q = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
+    tu_fill_normal(&r, q, (size_t)(n_tok * qw), 1.0f);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    pagoda_batch batch = {.seq_no = 1, .n_tokens = n_tok, .slots = slots, .n_seqs = 3, .seqs = views};
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(3, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    float *out = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
+    double *sc = xmalloc(sizeof(double) * 64);
+    for (int ii = 0; ii < N_ISAS; ii++) {
+        pagoda_cpu_force_isa(ISAS[ii]);
+        memset(out, 0, sizeof(float) * (size_t)(n_tok * qw));
+        ck_assert_int_eq(pagoda_cpu_attention(&ex, q, sizeof(float) * qw, pool, &L, layer, &batch,
+                                              n_heads, scale, out, sizeof(float) * qw),
+                         PAGODA_OK);
+        for (int s = 0; s < 3; s++)
+            for (int i = 0; i < spec[s].n_q; i++) {
+                int pos = spec[s].ctx_len - spec[s].n_q + i, row = views[s].q_start + i;
+                for (int h = 0; h < n_heads; h++) {
+                    int kh = h / (n_heads / n_kv);
+                    const float *qh = q + row * qw + h * head_dim;
+                    double mx = -1e300, sum = 0;
+                    for (int j = 0; j <= pos; j++) {
+                        double d = 0;
+                        for (int e = 0; e < head_dim; e++) {
+                            float kval = K[s][j * kvw + kh * head_dim + e];
+                            if (kv_dtype == PAGODA_DTYPE_F16) kval = pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(kval));
+                            d += (double)qh[e] * kval;
+                        }
+                        sc[j] = d * scale;
+                        if (sc[j] > mx) mx = sc[j];
+                    }
+                    for (int j = 0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
+                    for (int e = 0; e < head_dim; e++) {
+                        double o = 0;
+                        for (int j = 0; j <= pos; j++) {
+                            float vval = V[s][j * kvw + kh * head_dim + e];
+                            if (kv_dtype == PAGODA_DTYPE_F16) vval = pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(vval));
+                            o += sc[j] * vval;
+                        }
+                        o /= sum;
+                        float got = out[row * qw + h * head_dim + e];
+                        ck_assert_msg(fabs(got - o) <= 1e-4,
+                                      "attention kv %s hd %d bs %d isa %d seq %d q %d head %d dim %d: %.6f vs %.6f",
+                                      pagoda_dtype_name(kv_dtype), head_dim, block_size, ISAS[ii], s, i, h, e,
+                                      got, o);
+                    }
+                }
+            }
+    }
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+    for (int s = 0; s < 3; s++) {
+        free(K[s]);
+        free(V[s]);
+    }
+    free(sc);
+    free(out);
+    free(q);
+    free(kstep);
+    free(vstep);
+    free(slots);
+    free(pool);
+}
+
+START_TEST(test_attention_f32_kv) { check_attention(PAGODA_DTYPE_F32, 64, 8); }
+END_TEST
+START_TEST(test_attention_f16_kv) { check_attention(PAGODA_DTYPE_F16, 64, 16); }
+END_TEST
+START_TEST(test_attention_odd_head_dim) { check_attention(PAGODA_DTYPE_F16, 36, 4); check_attention(PAGODA_DTYPE_F32, 36, 5); }
+END_TEST
+
+START_TEST(test_copy_blocks)
+{
+    pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 2,
+                          .head_dim = 8, .dtype = PAGODA_DTYPE_F16};
+    size_t bytes = pagoda_kv_pool_bytes(&L), bb = pagoda_kv_block_bytes(&L);
+    uint8_t *pool = xmalloc(bytes), *before = xmalloc(bytes);
+    for (size_t i = 0; i < bytes; i++) pool[i] = (uint8_t)(i * 31 + 7);
+    memcpy(before, pool, bytes);
+    int32_t src[] = {1, 4}, dst[] = {5, 0};
+    pagoda_cpu_copy_blocks(pool, &L, src, dst, 2);
+    for (int l = 0; l < 3; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int b = 0; b < 6; b++) {
+                int from = b == 5 ? 1 : b == 0 ? 4 : b;
+                ck_assert_int_eq(memcmp(pool + pagoda_kv_offset(&L, l, kv, b),
+                                        before + pagoda_kv_offset(&L, l, kv, from), bb), 0);
+            }
+    free(pool);
+    free(before);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cpu_kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_threadpool_runs_each_thread_once);
+    tcase_add_test(tc, test_quant_activations_scalar_equals_avx2);
+    tcase_add_test(tc, test_matmul_f32);
+    tcase_add_test(tc, test_matmul_f16);
+    tcase_add_test(tc, test_matmul_bf16);
+    tcase_add_test(tc, test_matmul_q8_0);
+    tcase_add_test(tc, test_matmul_q4_0);
+    tcase_add_test(tc, test_matmul_q4_1);
+    tcase_add_test(tc, test_matmul_q6_k);
+    tcase_add_test(tc, test_matmul_rejects_unknown_type);
+    tcase_add_test(tc, test_get_rows_every_type);
+    tcase_add_test(tc, test_rms_norm_swiglu_add);
+    tcase_add_test(tc, test_rope_normal_neox_direct);
+    tcase_add_test(tc, test_attention_f32_kv);
+    tcase_add_test(tc, test_attention_f16_kv);
+    tcase_add_test(tc, test_attention_odd_head_dim);
+    tcase_add_test(tc, test_copy_blocks);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(suite());
+}
