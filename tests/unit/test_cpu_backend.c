@@ -1,0 +1,311 @@
+/*
+ * test_cpu_backend.c: the cpu backend as the core sees it: dlopen the
+ * built plugin ($PAGODA_PLUGIN_PATH/backend-cpu.so), read its descriptor,
+ * create it with a fake host, and drive the ops table end to end
+ * (alloc, upload, kernels, download), including the errors the boundary
+ * must report instead of crashing.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pagoda/backend.h"
+#include "pagoda/host.h"
+#include "pagoda/plugin.h"
+#include "quant.h"
+#include "testutil.h"
+
+static char last_error[1024];
+static int n_errors;
+static int64_t cfg_threads = 2;
+
+static void fake_log(const pagoda_host *h, int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[cpu test log %d] ", level);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int fake_error(const pagoda_host *h, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    n_errors++;
+    return status;
+}
+
+static const char *fake_str(const pagoda_host *h, const char *key, const char *dflt) { return dflt; }
+static int64_t fake_int(const pagoda_host *h, const char *key, int64_t dflt)
+{
+    return strcmp(key, "threads") == 0 ? cfg_threads : dflt;
+}
+static double fake_float(const pagoda_host *h, const char *key, double dflt) { return dflt; }
+static bool fake_bool(const pagoda_host *h, const char *key, bool dflt) { return dflt; }
+static const char *fake_engine(const pagoda_host *h, const char *key) { return NULL; }
+
+static const pagoda_host fake_host = {
+    .struct_size = sizeof(pagoda_host),
+    .abi_major = PAGODA_ABI_MAJOR,
+    .abi_minor = PAGODA_ABI_MINOR,
+    .log = fake_log,
+    .config_str = fake_str,
+    .config_int = fake_int,
+    .config_float = fake_float,
+    .config_bool = fake_bool,
+    .engine_config = fake_engine,
+    .error = fake_error,
+};
+
+typedef struct loaded {
+    void *dl;
+    const pagoda_plugin_desc *desc;
+    const pagoda_backend_ops *ops;
+    void *ctx;
+} loaded;
+
+static loaded load_backend(void)
+{
+    loaded L = {0};
+    const char *dir = getenv("PAGODA_PLUGIN_PATH");
+    char path[4096];
+    if (dir)
+        snprintf(path, sizeof path, "%s/backend-cpu.so", dir);
+    else
+        snprintf(path, sizeof path, "%s", tu_build("plugins/backend-cpu.so"));
+    L.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(L.dl != NULL, "dlopen %s: %s", path, dlerror());
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(L.dl, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    ck_assert_ptr_nonnull(entry);
+    L.desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    ck_assert_ptr_nonnull(L.desc);
+    L.ops = L.desc->ops;
+    char err[256] = "";
+    ck_assert_int_eq(L.desc->create(&fake_host, &L.ctx, err, sizeof err), PAGODA_OK);
+    ck_assert_ptr_nonnull(L.ctx);
+    return L;
+}
+
+static void unload(loaded *L)
+{
+    L->desc->destroy(L->ctx);
+    dlclose(L->dl);
+}
+
+START_TEST(test_descriptor)
+{
+    loaded L = load_backend();
+    const pagoda_plugin_desc *d = L.desc;
+    ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
+    ck_assert_uint_eq(d->abi_major, PAGODA_ABI_MAJOR);
+    ck_assert_int_eq(d->kind, PAGODA_KIND_BACKEND);
+    ck_assert_str_eq(d->name, "cpu");
+    ck_assert_ptr_nonnull(d->config_keys);
+    ck_assert_str_eq(d->config_keys[0].name, "threads");
+    ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
+    ck_assert_ptr_null(d->config_keys[1].name);
+    char why[128] = "";
+    int score = d->probe(why, sizeof why);
+    ck_assert_int_gt(score, 0);
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        ck_assert_int_eq(score, 100);
+    const pagoda_backend_ops *o = L.ops;
+    ck_assert_uint_eq(o->struct_size, sizeof(pagoda_backend_ops));
+    ck_assert(o->info && o->buffer_alloc && o->buffer_free && o->upload && o->download &&
+              o->get_rows && o->rms_norm && o->matmul && o->rope && o->kv_write &&
+              o->attention && o->swiglu && o->add);
+    ck_assert(o->weights_from_host && o->copy_blocks && o->synchronize);
+
+    pagoda_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ck_assert_int_eq(o->info(L.ctx, &info), PAGODA_OK);
+    ck_assert_msg(strncmp(info.name, "cpu (", 5) == 0 && strstr(info.name, "2 threads"),
+                  "name '%s'", info.name);
+    ck_assert(info.host_memory);
+    ck_assert_uint_eq(info.alignment, 64);
+    ck_assert_uint_gt(info.mem_total, 0);
+    ck_assert_uint_le(info.mem_free, info.mem_total);
+    int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
+                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
+    for (int i = 0; i < 7; i++) ck_assert(info.weight_types & (1ull << types[i]));
+    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
+    fprintf(stderr, "cpu backend info: %s\n", info.name);
+    unload(&L);
+}
+END_TEST
+
+static pagoda_tensor tens(pagoda_buffer *b, size_t off, int dtype, int64_t rows, int64_t cols)
+{
+    return (pagoda_tensor){.buf = b, .offset = off, .dtype = dtype, .rows = rows, .cols = cols,
+                           .row_stride = pagoda_dtype_row_bytes(dtype, cols)};
+}
+
+START_TEST(test_matmul_end_to_end)
+{
+    loaded L = load_backend();
+    const pagoda_backend_ops *o = L.ops;
+    tu_rng r;
+    tu_rng_seed(&r, 77);
+    enum { T = 3, K = 256, N = 45 };
+    float x[T * K], wf[N * K], bias[N], out[T * N], wd[K];
+    tu_fill_normal(&r, x, T * K, 1.0f);
+    tu_fill_normal(&r, wf, N * K, 0.3f);
+    tu_fill_normal(&r, bias, N, 1.0f);
+    size_t rb = pagoda_dtype_row_bytes(PAGODA_DTYPE_Q8_0, K);
+    uint8_t *wq = malloc(rb * N);
+    for (int n = 0; n < N; n++)
+        ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, wf + n * K, wq + n * rb, K), PAGODA_OK);
+
+    /* Activations, bias and output in one activations buffer; weights in place. */
+    pagoda_buffer *act = NULL, *wbuf = NULL;
+    size_t off_x = 0, off_b = 64 * 64, off_o = off_b + 256;
+    ck_assert_int_eq(o->buffer_alloc(L.ctx, PAGODA_BUF_ACTIVATIONS, off_o + sizeof out, &act), PAGODA_OK);
+    ck_assert_int_eq(o->weights_from_host(L.ctx, wq, rb * N, &wbuf), PAGODA_OK);
+    ck_assert_int_eq(o->upload(L.ctx, act, off_x, x, sizeof x), PAGODA_OK);
+    ck_assert_int_eq(o->upload(L.ctx, act, off_b, bias, sizeof bias), PAGODA_OK);
+    pagoda_tensor tx = tens(act, off_x, PAGODA_DTYPE_F32, T, K);
+    pagoda_tensor tw = tens(wbuf, 0, PAGODA_DTYPE_Q8_0, N, K);
+    pagoda_tensor tb = tens(act, off_b, PAGODA_DTYPE_F32, 1, N);
+    pagoda_tensor to = tens(act, off_o, PAGODA_DTYPE_F32, T, N);
+    ck_assert_int_eq(o->matmul(L.ctx, &tx, &tw, &tb, &to), PAGODA_OK);
+    ck_assert_int_eq(o->synchronize(L.ctx), PAGODA_OK);
+    ck_assert_int_eq(o->download(L.ctx, act, off_o, out, sizeof out), PAGODA_OK);
+    for (int n = 0; n < N; n++) {
+        pagoda_dequantize_row(PAGODA_DTYPE_Q8_0, wq + n * rb, wd, K);
+        for (int t = 0; t < T; t++) {
+            double ref = bias[n], mag = fabs(bias[n]);
+            for (int k = 0; k < K; k++) {
+                ref += (double)x[t * K + k] * wd[k];
+                mag += fabs((double)x[t * K + k] * wd[k]);
+            }
+            /* int8 activations: about 1% of the magnitude at worst. */
+            ck_assert_msg(fabs(out[t * N + n] - ref) <= 0.01 * mag + 1e-4, "t %d n %d: %f vs %f", t, n,
+                          out[t * N + n], ref);
+        }
+    }
+
+    /* The boundary refuses bad shapes and ranges with a message. */
+    n_errors = 0;
+    pagoda_tensor bad = tens(act, off_x, PAGODA_DTYPE_F32, T, K - 32);
+    ck_assert_int_eq(o->matmul(L.ctx, &bad, &tw, NULL, &to), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(n_errors, 1);
+    ck_assert_ptr_nonnull(strstr(last_error, "matmul"));
+    pagoda_tensor huge = tens(act, off_o, PAGODA_DTYPE_F32, 1000, N);
+    ck_assert_int_eq(o->matmul(L.ctx, &tx, &tw, NULL, &huge), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(o->upload(L.ctx, act, off_o, out, 1 << 20), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(o->upload(L.ctx, wbuf, 0, out, 4), PAGODA_ERR_INVALID); /* read-only weights */
+    int32_t ids[2] = {0, N};
+    pagoda_tensor rows_out = tens(act, off_o, PAGODA_DTYPE_F32, 2, K);
+    ck_assert_int_eq(o->get_rows(L.ctx, &tw, ids, 2, &rows_out), PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last_error, "get_rows"));
+    pagoda_tensor odd = tens(wbuf, 0, 12, N, K); /* a type the backend does not know */
+    odd.row_stride = rb;
+    ck_assert_int_ne(o->matmul(L.ctx, &tx, &odd, NULL, &to), PAGODA_OK);
+
+    o->buffer_free(L.ctx, act);
+    o->buffer_free(L.ctx, wbuf);
+    o->buffer_free(L.ctx, NULL);
+    free(wq);
+    unload(&L);
+}
+END_TEST
+
+/* One decode token through kv_write + attention: with a single cached key
+ * the softmax is 1, so the output is that token's V row (per KV group). */
+START_TEST(test_attention_end_to_end)
+{
+    loaded L = load_backend();
+    const pagoda_backend_ops *o = L.ops;
+    pagoda_kv_layout lay = {.n_layers = 1, .n_blocks = 4, .block_size = 4, .n_kv_heads = 1,
+                            .head_dim = 8, .dtype = PAGODA_DTYPE_F32};
+    pagoda_buffer *kv = NULL, *act = NULL;
+    ck_assert_int_eq(o->buffer_alloc(L.ctx, PAGODA_BUF_KV, pagoda_kv_pool_bytes(&lay), &kv), PAGODA_OK);
+    ck_assert_int_eq(o->buffer_alloc(L.ctx, PAGODA_BUF_ACTIVATIONS, 4096, &act), PAGODA_OK);
+    float k[8], v[8], q[16];
+    for (int i = 0; i < 8; i++) {
+        k[i] = 0.1f * i;
+        v[i] = (float)i - 3.0f;
+    }
+    for (int i = 0; i < 16; i++) q[i] = 0.5f;
+    o->upload(L.ctx, act, 0, k, sizeof k);
+    o->upload(L.ctx, act, 64, v, sizeof v);
+    o->upload(L.ctx, act, 128, q, sizeof q);
+    pagoda_tensor tk = tens(act, 0, PAGODA_DTYPE_F32, 1, 8), tv = tens(act, 64, PAGODA_DTYPE_F32, 1, 8);
+    pagoda_tensor tq = tens(act, 128, PAGODA_DTYPE_F32, 1, 16), tout = tens(act, 256, PAGODA_DTYPE_F32, 1, 16);
+    int32_t slot = 2 * 4 + 0; /* block 2, first slot */
+    ck_assert_int_eq(o->kv_write(L.ctx, kv, &lay, 0, &tk, &tv, &slot, 1), PAGODA_OK);
+    int32_t table[1] = {2};
+    pagoda_seq_view sv = {.q_start = 0, .n_q = 1, .ctx_len = 1, .n_blocks = 1, .block_table = table};
+    int32_t pos = 0;
+    pagoda_batch b = {.seq_no = 1, .n_tokens = 1, .tokens = &pos, .positions = &pos, .slots = &slot,
+                      .n_seqs = 1, .seqs = &sv};
+    ck_assert_int_eq(o->attention(L.ctx, &tq, kv, &lay, 0, &b, 2, 0.35f, &tout), PAGODA_OK);
+    float out[16];
+    ck_assert_int_eq(o->download(L.ctx, act, 256, out, sizeof out), PAGODA_OK);
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 8; d++) ck_assert_float_eq_tol(out[h * 8 + d], v[d], 1e-6f);
+    /* A block id outside the pool is refused. */
+    table[0] = 9;
+    ck_assert_int_eq(o->attention(L.ctx, &tq, kv, &lay, 0, &b, 2, 0.35f, &tout), PAGODA_ERR_INVALID);
+    slot = 99;
+    ck_assert_int_eq(o->kv_write(L.ctx, kv, &lay, 0, &tk, &tv, &slot, 1), PAGODA_ERR_INVALID);
+    pagoda_kv_layout q8 = lay;
+    q8.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(o->kv_write(L.ctx, kv, &q8, 0, &tk, &tv, &slot, 1), PAGODA_ERR_UNSUPPORTED);
+    /* copy_blocks moves block 2 to block 0. */
+    int32_t src = 2, dst = 0;
+    ck_assert_int_eq(o->copy_blocks(L.ctx, kv, &lay, &src, &dst, 1), PAGODA_OK);
+    float back[8];
+    ck_assert_int_eq(o->download(L.ctx, kv, pagoda_kv_offset(&lay, 0, 1, 0), back, sizeof back), PAGODA_OK);
+    ck_assert_int_eq(memcmp(back, v, sizeof v), 0);
+    o->buffer_free(L.ctx, kv);
+    o->buffer_free(L.ctx, act);
+    unload(&L);
+}
+END_TEST
+
+START_TEST(test_threads_default_is_cpu_count)
+{
+    cfg_threads = 0;
+    loaded L = load_backend();
+    pagoda_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ck_assert_int_eq(L.ops->info(L.ctx, &info), PAGODA_OK);
+    char want[32];
+    snprintf(want, sizeof want, "%ld threads", sysconf(_SC_NPROCESSORS_ONLN));
+    ck_assert_msg(strstr(info.name, want) != NULL, "'%s' lacks '%s'", info.name, want);
+    unload(&L);
+    cfg_threads = 2;
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cpu_backend");
+    TCase *tc = tcase_create("plugin");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_descriptor);
+    tcase_add_test(tc, test_matmul_end_to_end);
+    tcase_add_test(tc, test_attention_end_to_end);
+    tcase_add_test(tc, test_threads_default_is_cpu_count);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(suite());
+}
