@@ -34,10 +34,17 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
+/* From this many rows on, non-F32 weights are dequantized a tile at a time
+ * and multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm
+ * beats int8 dots); below it, the activations are quantized (decode:
+ * bandwidth-bound, where reading fewer weight bytes wins). */
+#define PAGODA_CPU_GEMM_MIN_T 32
+
 /* out[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]), t < T, n < N.
  * x F32 rows (x_stride bytes apart), w rows of `w_dtype` (K a multiple of
- * its block), out F32. Quantized weights: the activations are quantized to
- * int8 blocks once, then integer dot products per block (as llama.cpp).
+ * its block), out F32. Quantized weights with T < PAGODA_CPU_GEMM_MIN_T:
+ * the activations are quantized to int8 blocks once, then integer dot
+ * products per block (as llama.cpp); otherwise exact F32 products.
  * Returns PAGODA_OK, PAGODA_ERR_NOMEM (scratch) or PAGODA_ERR_UNSUPPORTED. */
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,

@@ -24,6 +24,8 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
 /* Below this many rows, F32 weights use our own dot (a gemv through BLAS
  * would wake its threads for a few microseconds of work). */
 #define F32_BLAS_MIN_T 3
+/* Weight rows dequantized per sgemm call on the many-rows path. */
+#define GEMM_TILE_N 256
 /* Weight rows per tile when T > 1: the tile stays in L2 while every
  * activation row passes over it. */
 #define ROW_TILE 16
@@ -149,6 +151,45 @@ static void sgemm_f32(const float *x, size_t x_stride, int64_t T, int64_t K, con
                 out, (blasint)(out_stride / sizeof(float)));
 }
 
+typedef struct deq_task {
+    const pagoda_vecdot_table *vt;
+    const uint8_t *w;
+    int dtype;
+    size_t w_stride;
+    int64_t K, n0, n1;
+    float *tile;          /* [(n1 - n0) x K] */
+} deq_task;
+
+static void deq_worker(void *arg, int ith, int nth)
+{
+    deq_task *d = arg;
+    int64_t lo, hi;
+    split(d->n1 - d->n0, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        d->vt->dequant(d->dtype, d->w + (size_t)(d->n0 + i) * d->w_stride, d->tile + i * d->K,
+                       d->K);
+}
+
+/* Many rows of non-F32 weights: dequantize GEMM_TILE_N weight rows (in the
+ * pool), multiply them with sgemm (OpenBLAS's threads), next tile. */
+static int gemm_dequant(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                        const void *w, int dtype, size_t w_stride, int64_t N, const float *bias,
+                        float *out, size_t out_stride)
+{
+    int64_t tn = N < GEMM_TILE_N ? N : GEMM_TILE_N;
+    float *tile = pagoda_cpu_scratch(ex, sizeof(float) * (size_t)(tn * K));
+    if (!tile) return PAGODA_ERR_NOMEM;
+    for (int64_t n0 = 0; n0 < N; n0 += tn) {
+        int64_t n1 = n0 + tn < N ? n0 + tn : N;
+        deq_task d = {.vt = pagoda_cpu_vecdot(), .w = w, .dtype = dtype, .w_stride = w_stride, .K = K, .n0 = n0, .n1 = n1,
+                      .tile = tile};
+        pagoda_threadpool_run(ex->pool, deq_worker, &d);
+        sgemm_f32(x, x_stride, T, K, tile, sizeof(float) * (size_t)K, n1 - n0,
+                  bias ? bias + n0 : NULL, out + n0, out_stride);
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
                       float *out, size_t out_stride)
@@ -159,6 +200,8 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
         return PAGODA_OK;
     }
+    if (T >= PAGODA_CPU_GEMM_MIN_T)
+        return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
     mm_task m = {
         .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,
         .w = w, .dtype = w_dtype, .w_stride = w_stride, .bias = bias, .out = out,

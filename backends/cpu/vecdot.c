@@ -150,7 +150,13 @@ static void axpy_f16_scalar(float *acc, float a, float p, const uint16_t *v, int
     for (int64_t i = 0; i < n; i++) acc[i] = acc[i] * a + p * pagoda_fp16_to_fp32(v[i]);
 }
 
+static void dequant_scalar(int dtype, const void *w, float *out, int64_t k)
+{
+    pagoda_dequantize_row(dtype, w, out, k);
+}
+
 const pagoda_vecdot_table pagoda_vecdot_scalar = {
+    .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,
     .dot_f32 = dot_f32_scalar,

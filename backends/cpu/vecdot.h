@@ -49,6 +49,8 @@ typedef struct pagoda_vecdot_table {
     float (*dot_q4_0)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     float (*dot_q4_1)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     float (*dot_q6_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    /* One weight row of k values to F32 (the sgemm path of prefill). */
+    void (*dequant)(int dtype, const void *w, float *out, int64_t k);
     /* KV helpers for attention:
      * acc[d] = acc[d] * a + p * v[d] for f16 / f32 v. */
     void (*axpy_f32)(float *acc, float a, float p, const float *v, int64_t n);

@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "quant.h"
+
 static inline float hsum_ps(__m256 v)
 {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -335,7 +337,65 @@ static void axpy_f16_avx2(float *acc, float a, float p, const uint16_t *v, int64
     for (; i < n; i++) acc[i] = acc[i] * a + p * f16(v[i]);
 }
 
+/* 32 int8 values times d into out[0..31]. */
+static inline void store_scaled_i8(float *out, __m256i q, __m256 d)
+{
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(out, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+    _mm256_storeu_ps(out + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(out + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+    _mm256_storeu_ps(out + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+}
+
+static void dequant_avx2(int dtype, const void *wv, float *out, int64_t k)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_F16: {
+        const uint16_t *w = wv;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, load_f16(w + i));
+        for (; i < k; i++) out[i] = f16(w[i]);
+        return;
+    }
+    case PAGODA_DTYPE_BF16: {
+        const uint16_t *w = wv;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, load_bf16(w + i));
+        for (; i < k; i++) out[i] = bf16(w[i]);
+        return;
+    }
+    case PAGODA_DTYPE_Q8_0: {
+        const pagoda_blk_q8_0 *w = wv;
+        for (int64_t b = 0; b < k / 32; b++)
+            store_scaled_i8(out + b * 32, _mm256_loadu_si256((const __m256i *)w[b].qs),
+                            _mm256_set1_ps(f16(w[b].d)));
+        return;
+    }
+    case PAGODA_DTYPE_Q4_0: {
+        const pagoda_blk_q4_0 *w = wv;
+        for (int64_t b = 0; b < k / 32; b++)
+            store_scaled_i8(out + b * 32, _mm256_sub_epi8(unpack_nibbles(w[b].qs), _mm256_set1_epi8(8)),
+                            _mm256_set1_ps(f16(w[b].d)));
+        return;
+    }
+    case PAGODA_DTYPE_Q4_1: {
+        const pagoda_blk_q4_1 *w = wv;
+        for (int64_t b = 0; b < k / 32; b++) {
+            float *o = out + b * 32;
+            store_scaled_i8(o, unpack_nibbles(w[b].qs), _mm256_set1_ps(f16(w[b].d)));
+            __m256 m = _mm256_set1_ps(f16(w[b].m));
+            for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), m));
+        }
+        return;
+    }
+    default:
+        pagoda_dequantize_row(dtype, wv, out, k);
+        return;
+    }
+}
+
 const pagoda_vecdot_table pagoda_vecdot_avx2 = {
+    .dequant = dequant_avx2,
     .quant_q8a = quant_q8a_avx2,
     .quant_q8k = quant_q8k_avx2,
     .dot_f32 = dot_f32_avx2,

@@ -4,7 +4,8 @@
  * Tolerances (why each is what it is):
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
- *  - matmul quantized: activations are quantized to int8 (step d = amax/127
+ *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T: exact weights, sgemm: as above.
+ *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
  *    per 32 or 256 values). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:
  *    1e-5 * sum|x*w| + 1e-5 (only float rounding left). Against the plain
@@ -140,6 +141,7 @@ typedef struct mm_case {
 
 static const mm_case MM_CASES[] = {
     {1, 256, 37}, {3, 512, 61}, {7, 768, 130}, {1, 1024, 5}, {16, 256, 33},
+    {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles */
 };
 
 static void check_matmul_type(int dtype)
@@ -163,7 +165,7 @@ static void check_matmul_type(int dtype)
         for (int64_t n = 0; n < N; n++)
             ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
         bool quant = dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
-                     dtype != PAGODA_DTYPE_BF16;
+                     dtype != PAGODA_DTYPE_BF16 && T < PAGODA_CPU_GEMM_MIN_T;
         int qb = dtype == PAGODA_DTYPE_Q6_K ? 256 : 32;
         for (int ii = 0; ii < N_ISAS; ii++) {
             pagoda_cpu_force_isa(ISAS[ii]);
@@ -286,6 +288,32 @@ START_TEST(test_get_rows_every_type)
         }
         free(out);
         free(ref);
+        free(w);
+    }
+}
+END_TEST
+
+START_TEST(test_dequant_avx2_matches_reference)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
+    static const int types[] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
+                                PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
+    tu_rng r;
+    tu_rng_seed(&r, 6);
+    int64_t C = 768;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        size_t ws;
+        uint8_t *w = make_weights(&r, types[ti], 3, C, &ws);
+        float *a = xmalloc(sizeof(float) * (size_t)C), *b = xmalloc(sizeof(float) * (size_t)C);
+        for (int n = 0; n < 3; n++) {
+            pagoda_dequantize_row(types[ti], w + n * ws, a, C);
+            pagoda_vecdot_avx2.dequant(types[ti], w + n * ws, b, C);
+            for (int64_t i = 0; i < C; i++)
+                ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(a[i]), "%s [%lld]: %g vs %g",
+                              pagoda_dtype_name(types[ti]), (long long)i, a[i], b[i]);
+        }
+        free(a);
+        free(b);
         free(w);
     }
 }
@@ -594,6 +622,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q6_k);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
+    tcase_add_test(tc, test_dequant_avx2_matches_reference);
     tcase_add_test(tc, test_rms_norm_swiglu_add);
     tcase_add_test(tc, test_rope_normal_neox_direct);
     tcase_add_test(tc, test_attention_f32_kv);
