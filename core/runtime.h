@@ -29,6 +29,7 @@ typedef struct pagoda_runtime {
     void *front_ctx;
     pagoda_engine *engine;
     int32_t chat_family;           /* pagoda_chat_family */
+    volatile int shutting_down;    /* a signal asked the server to stop */
 } pagoda_runtime;
 
 /* Load the model and the backend, scheduler and KV plugins named by cfg,
@@ -40,5 +41,9 @@ int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
 /* Stop the engine (every request gets its FINAL), destroy the plugins,
  * free the model. */
 void pagoda_runtime_close(pagoda_runtime *rt);
+
+/* The memory plan as metric gauges (name, help, value); returns the count. */
+int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g, int cap);
+bool pagoda_runtime_shutting_down(const pagoda_runtime *rt);
 
 #endif /* PAGODA_RUNTIME_H */

@@ -549,9 +549,9 @@ typedef struct params {
 
 static int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
 {
-    double d;
-    int64_t i;
-    int b, r;
+    double d = 0;
+    int64_t i = 0;
+    int b = 0, r;
     h->request_defaults(h, &p->req);
     p->req.struct_size = sizeof p->req;
     p->n = 1;

@@ -43,7 +43,7 @@ static void teardown(void)
 
 static void copy_file(const char *from, const char *to)
 {
-    char cmd[3000];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\" && cp '%s' '%s'", to, from, to);
     ck_assert_int_eq(system(cmd), 0);
 }

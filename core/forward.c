@@ -1,0 +1,262 @@
+/*
+ * forward.c: the forward pass, one plain function over backend ops, in the
+ * spirit of llama2.c's run.c. Each step runs every token of a flattened
+ * batch (prefill chunks and decode tokens of many sequences) through all
+ * layers at once; attention reads each sequence's KV through its block
+ * table. Not for: choosing the batch or sampling.
+ */
+#include "forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+
+#define ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The activation tensors, in the order they are carved from one buffer. */
+size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
+{
+    size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+    size_t per_tok = 3 * (size_t)hp->dim + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->ffn;
+    size_t per_logit = (size_t)hp->dim + (size_t)hp->n_vocab;
+    /* + 64 bytes of alignment slack per tensor (11 tensors) */
+    return ((size_t)T * per_tok + (size_t)S * per_logit) * sizeof(float) + 11 * 64;
+}
+
+static pagoda_tensor weight(const pagoda_forward *fw, const gguf_tensor *t)
+{
+    pagoda_tensor w = {0};
+    if (!t) return w;
+    w.buf = fw->weights;
+    w.offset = t->offset;
+    w.dtype = t->type;
+    w.cols = t->ne[0];
+    w.rows = t->n_dims >= 2 ? t->ne[1] : 1;
+    w.row_stride = pagoda_dtype_row_bytes(t->type, t->ne[0]);
+    return w;
+}
+
+static pagoda_tensor act(pagoda_forward *fw, size_t *off, int64_t rows, int64_t cols)
+{
+    pagoda_tensor t = {.buf = fw->act, .offset = *off, .dtype = PAGODA_DTYPE_F32,
+                       .rows = rows, .cols = cols, .row_stride = (size_t)cols * 4};
+    *off = align_up(*off + (size_t)rows * (size_t)cols * 4, 64);
+    return t;
+}
+
+static const char *be_error(const pagoda_backend *be)
+{
+    const char *e = be->host ? pagoda_host_last_error(be->host) : NULL;
+    return e && *e ? e : "no message";
+}
+
+int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                        int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
+                        int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
+{
+    memset(fw, 0, sizeof *fw);
+    fw->model = m;
+    fw->be = be;
+    fw->max_tokens = max_tokens;
+    fw->max_logits = max_logits;
+    const pagoda_hparams *hp = &m->hp;
+    int st;
+
+    /* weights: the whole data section of the file, used in place where the
+     * backend can (CPU), copied to the device otherwise */
+    const gguf_file *g = m->gguf;
+    const void *data = g->map + g->data_offset;
+    fw->weight_bytes = g->size - g->data_offset;
+    if (be->ops.weights_from_host)
+        st = be->ops.weights_from_host(be->ctx, data, fw->weight_bytes, &fw->weights);
+    else {
+        st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_WEIGHTS, fw->weight_bytes, &fw->weights);
+        if (!st) st = be->ops.upload(be->ctx, fw->weights, 0, data, fw->weight_bytes);
+    }
+    if (st) {
+        ERR("backend could not take the weights (%zu bytes): %s", fw->weight_bytes, be_error(be));
+        goto fail;
+    }
+    fw->tok_embd = weight(fw, m->tok_embd);
+    fw->output_norm = weight(fw, m->output_norm);
+    fw->output = weight(fw, m->output);
+    fw->layers = calloc((size_t)hp->n_layers, sizeof *fw->layers);
+    if (!fw->layers) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+    for (int l = 0; l < hp->n_layers; l++) {
+        const pagoda_layer_tensors *L = &m->layers[l];
+        pagoda_forward_layer *F = &fw->layers[l];
+        F->attn_norm = weight(fw, L->attn_norm);
+        F->wq = weight(fw, L->wq); F->wk = weight(fw, L->wk); F->wv = weight(fw, L->wv);
+        F->wo = weight(fw, L->wo);
+        F->has_bias = L->bq != NULL;
+        F->bq = weight(fw, L->bq); F->bk = weight(fw, L->bk); F->bv = weight(fw, L->bv);
+        F->has_qk_norm = L->q_norm != NULL;
+        F->q_norm = weight(fw, L->q_norm); F->k_norm = weight(fw, L->k_norm);
+        F->ffn_norm = weight(fw, L->ffn_norm);
+        F->w_gate = weight(fw, L->w_gate); F->w_up = weight(fw, L->w_up);
+        F->w_down = weight(fw, L->w_down);
+        const pagoda_tensor *ws[] = {&F->wq, &F->wk, &F->wv, &F->wo, &F->w_gate, &F->w_up, &F->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            if (!(be->info.weight_types & (1ull << ws[i]->dtype))) {
+                ERR("backend %s cannot multiply %s weights (layer %d)", be->info.name,
+                    pagoda_dtype_name(ws[i]->dtype), l);
+                st = PAGODA_ERR_UNSUPPORTED;
+                goto fail;
+            }
+        }
+    }
+    if (!(be->info.weight_types & (1ull << fw->output.dtype)) ||
+        !(be->info.weight_types & (1ull << fw->tok_embd.dtype))) {
+        ERR("backend %s cannot use %s/%s embedding/output weights", be->info.name,
+            pagoda_dtype_name(fw->tok_embd.dtype), pagoda_dtype_name(fw->output.dtype));
+        st = PAGODA_ERR_UNSUPPORTED;
+        goto fail;
+    }
+
+    /* activations */
+    fw->act_bytes = pagoda_forward_act_bytes(hp, max_tokens, max_logits);
+    st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_ACTIVATIONS, fw->act_bytes, &fw->act);
+    if (st) {
+        ERR("backend could not allocate %zu bytes of activations: %s", fw->act_bytes, be_error(be));
+        goto fail;
+    }
+    int64_t T = max_tokens, S = max_logits;
+    int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    size_t off = 0;
+    fw->x = act(fw, &off, T, hp->dim);
+    fw->xb = act(fw, &off, T, hp->dim);
+    fw->xb2 = act(fw, &off, T, hp->dim);
+    fw->q = act(fw, &off, T, q_dim);
+    fw->att = act(fw, &off, T, q_dim);
+    fw->k = act(fw, &off, T, kv_dim);
+    fw->v = act(fw, &off, T, kv_dim);
+    fw->hb = act(fw, &off, T, hp->ffn);
+    fw->hb2 = act(fw, &off, T, hp->ffn);
+    fw->xl = act(fw, &off, S, hp->dim);
+    fw->logits = act(fw, &off, S, hp->n_vocab);
+    if (off > fw->act_bytes) {
+        ERR("internal: activation layout %zu > %zu bytes", off, fw->act_bytes);
+        st = PAGODA_ERR_INTERNAL;
+        goto fail;
+    }
+
+    /* KV pool */
+    fw->kv_layout = (pagoda_kv_layout){.n_layers = hp->n_layers, .n_blocks = n_blocks,
+                                       .block_size = block_size, .n_kv_heads = hp->n_kv_heads,
+                                       .head_dim = hp->head_dim, .dtype = kv_dtype};
+    fw->kv_bytes = pagoda_kv_pool_bytes(&fw->kv_layout);
+    st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_KV, fw->kv_bytes, &fw->kv);
+    if (st) {
+        ERR("backend could not allocate the KV pool (%d blocks, %zu bytes): %s", n_blocks,
+            fw->kv_bytes, be_error(be));
+        goto fail;
+    }
+
+    fw->inv_freq = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
+    if (!fw->inv_freq) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+    pagoda_model_rope_inv_freq(m, fw->inv_freq);
+    return PAGODA_OK;
+fail:
+    pagoda_forward_free(fw);
+    return st ? st : PAGODA_ERR_INTERNAL;
+}
+
+void pagoda_forward_free(pagoda_forward *fw)
+{
+    if (!fw->be) return;
+    pagoda_backend *be = fw->be;
+    be->ops.buffer_free(be->ctx, fw->kv);
+    be->ops.buffer_free(be->ctx, fw->act);
+    be->ops.buffer_free(be->ctx, fw->weights);
+    free(fw->layers);
+    free(fw->inv_freq);
+    memset(fw, 0, sizeof *fw);
+}
+
+/* A view of the first n rows of an activation tensor. */
+static pagoda_tensor rows(pagoda_tensor t, int64_t n)
+{
+    t.rows = n;
+    return t;
+}
+
+/* The same bytes seen as [rows*cols/c x c] (per-head views). */
+static pagoda_tensor reshape(pagoda_tensor t, int64_t c)
+{
+    t.rows = t.rows * t.cols / c;
+    t.cols = c;
+    t.row_stride = (size_t)c * 4;
+    return t;
+}
+
+int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
+                       int32_t n_logits, float *logits_out, char *err, size_t err_len)
+{
+    const pagoda_hparams *hp = &fw->model->hp;
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    int32_t T = batch->n_tokens;
+    if (T <= 0 || T > fw->max_tokens || n_logits < 0 || n_logits > fw->max_logits) {
+        ERR("batch of %d tokens / %d logit rows exceeds the sizes %d / %d", T, n_logits,
+            fw->max_tokens, fw->max_logits);
+        return PAGODA_ERR_INVALID;
+    }
+    pagoda_tensor x = rows(fw->x, T), xb = rows(fw->xb, T), xb2 = rows(fw->xb2, T);
+    pagoda_tensor q = rows(fw->q, T), k = rows(fw->k, T), v = rows(fw->v, T);
+    pagoda_tensor att = rows(fw->att, T), hb = rows(fw->hb, T), hb2 = rows(fw->hb2, T);
+    pagoda_rope_params rope = {.n_rot = hp->rope_dims, .neox = hp->rope_neox, .mscale = 1.0f,
+                               .inv_freq = fw->inv_freq};
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const char *what = "";
+    int st;
+#define CALL(name, expr) do { what = name; if ((st = (expr))) goto fail; } while (0)
+
+    CALL("get_rows(token_embd)", o->get_rows(c, &fw->tok_embd, batch->tokens, T, &x));
+    for (int l = 0; l < hp->n_layers; l++) {
+        const pagoda_forward_layer *L = &fw->layers[l];
+        /* attention block */
+        CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
+        CALL("matmul(attn_q)", o->matmul(c, &xb, &L->wq, L->has_bias ? &L->bq : NULL, &q));
+        CALL("matmul(attn_k)", o->matmul(c, &xb, &L->wk, L->has_bias ? &L->bk : NULL, &k));
+        CALL("matmul(attn_v)", o->matmul(c, &xb, &L->wv, L->has_bias ? &L->bv : NULL, &v));
+        if (L->has_qk_norm) {
+            pagoda_tensor qh = reshape(q, hp->head_dim), kh = reshape(k, hp->head_dim);
+            CALL("rms_norm(attn_q_norm)", o->rms_norm(c, &qh, &L->q_norm, hp->rms_eps, &qh));
+            CALL("rms_norm(attn_k_norm)", o->rms_norm(c, &kh, &L->k_norm, hp->rms_eps, &kh));
+        }
+        CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, &rope));
+        CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, &rope));
+        CALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, l, &k, &v, batch->slots, T));
+        CALL("attention", o->attention(c, &q, fw->kv, &fw->kv_layout, l, batch, hp->n_heads,
+                                       scale, &att));
+        CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        CALL("add", o->add(c, &x, &xb2, &x));
+        /* feed-forward block */
+        CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
+        CALL("matmul(ffn_gate)", o->matmul(c, &xb, &L->w_gate, NULL, &hb));
+        CALL("matmul(ffn_up)", o->matmul(c, &xb, &L->w_up, NULL, &hb2));
+        CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
+        CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
+        CALL("add", o->add(c, &x, &xb2, &x));
+    }
+    if (n_logits > 0) {
+        pagoda_tensor xl = rows(fw->xl, n_logits), logits = rows(fw->logits, n_logits);
+        CALL("get_rows(last)", o->get_rows(c, &x, logit_rows, n_logits, &xl));
+        CALL("rms_norm(output_norm)", o->rms_norm(c, &xl, &fw->output_norm, hp->rms_eps, &xl));
+        CALL("matmul(output)", o->matmul(c, &xl, &fw->output, NULL, &logits));
+        CALL("download(logits)", o->download(c, fw->act, logits.offset, logits_out,
+                                             (size_t)n_logits * (size_t)hp->n_vocab * 4));
+    } else if (o->synchronize) {
+        CALL("synchronize", o->synchronize(c));
+    }
+#undef CALL
+    return PAGODA_OK;
+fail:
+    ERR("backend op %s failed (%s): %s", what, pagoda_status_str(st), be_error(fw->be));
+    return st;
+}

@@ -1,0 +1,70 @@
+/*
+ * forward.h: the transformer forward pass over a flattened batch, in the
+ * spirit of llama2.c's run.c, calling only backend ops. It owns the
+ * activation buffer and the KV pool (allocated through the backend) and the
+ * tensor views of the weights. Not for: deciding what runs (engine.c) or
+ * sampling (sampler.c).
+ */
+#ifndef PAGODA_FORWARD_H
+#define PAGODA_FORWARD_H
+
+#include "pagoda/backend.h"
+#include "model.h"
+
+/* A backend instance as the core holds it: the ops table copied into a
+ * zeroed struct of this SDK's size, and the plugin's context. */
+typedef struct pagoda_backend {
+    pagoda_backend_ops ops;
+    void *ctx;
+    pagoda_backend_info info;
+    const struct pagoda_host *host;   /* the instance's host table: its last error */
+} pagoda_backend;
+
+typedef struct pagoda_forward_layer {
+    pagoda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
+    pagoda_tensor ffn_norm, w_gate, w_up, w_down;
+    bool has_bias, has_qk_norm;
+} pagoda_forward_layer;
+
+typedef struct pagoda_forward {
+    const pagoda_model *model;
+    pagoda_backend *be;
+    int32_t max_tokens;      /* rows of the activation buffers */
+    int32_t max_logits;      /* rows of logits per step */
+    pagoda_buffer *weights;  /* the GGUF data section */
+    pagoda_buffer *act;
+    pagoda_buffer *kv;
+    pagoda_kv_layout kv_layout;
+    size_t act_bytes, kv_bytes, weight_bytes;
+    pagoda_tensor tok_embd, output_norm, output;
+    pagoda_forward_layer *layers;
+    /* activations, F32: shape comments give [rows x cols] at full size */
+    pagoda_tensor x;         /* [T x dim]   residual stream */
+    pagoda_tensor xb;        /* [T x dim]   normed input of a block */
+    pagoda_tensor xb2;       /* [T x dim]   a block's output before the residual add */
+    pagoda_tensor q;         /* [T x q_dim] */
+    pagoda_tensor k, v;      /* [T x kv_dim] */
+    pagoda_tensor att;       /* [T x q_dim] attention output */
+    pagoda_tensor hb, hb2;   /* [T x ffn]   gate and up projections */
+    pagoda_tensor xl;        /* [S x dim]   rows that produce logits */
+    pagoda_tensor logits;    /* [S x vocab] */
+    float *inv_freq;         /* [rope_dims / 2] */
+} pagoda_forward;
+
+/* Activation bytes the pass needs for T tokens and S logit rows (the memory
+ * plan uses the same formula). */
+size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S);
+
+/* Make weight tensors, the activation buffer and a KV pool of n_blocks
+ * blocks of block_size tokens in kv_dtype. */
+int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                        int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
+                        int32_t block_size, int32_t kv_dtype, char *err, size_t err_len);
+void pagoda_forward_free(pagoda_forward *fw);
+
+/* Run one step. logit_rows[i] (< batch->n_tokens) are the rows whose
+ * logits are written to logits_out[i * n_vocab ...] (host memory). */
+int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
+                       int32_t n_logits, float *logits_out, char *err, size_t err_len);
+
+#endif /* PAGODA_FORWARD_H */

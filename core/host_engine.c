@@ -1,0 +1,179 @@
+/*
+ * host_engine.c: the engine half of the host table (submit, cancel,
+ * tokenize, chat templates, stats, memory plan, metrics, KV block copy),
+ * as thin adapters from a pagoda_host to the runtime it serves.
+ * Not for: config lookups and logging (host.c) or the engine itself.
+ */
+#include "host_engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+#include "host.h"
+#include "log.h"
+#include "tokenizer.h"
+
+static pagoda_runtime *rt_of(const pagoda_host *h) { return pagoda_host_engine(h); }
+
+static int h_submit(const pagoda_host *h, const pagoda_request *req, pagoda_event_cb cb, void *user,
+                    uint64_t *id, char *err, size_t err_len)
+{
+    pagoda_runtime *rt = rt_of(h);
+    int st = pagoda_engine_submit(rt->engine, req, cb, user, id, err, err_len);
+    if (rt->metrics)
+        pagoda_metrics_count(rt->metrics, st ? PAGODA_COUNTER_REQUESTS_REJECTED
+                                             : PAGODA_COUNTER_REQUESTS_RECEIVED, 1);
+    return st;
+}
+
+static int h_cancel(const pagoda_host *h, uint64_t id) { return pagoda_engine_cancel(rt_of(h)->engine, id); }
+
+static void h_request_defaults(const pagoda_host *h, pagoda_request *req)
+{
+    pagoda_engine_request_defaults(rt_of(h)->engine, req);
+}
+
+static int h_tokenize(const pagoda_host *h, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *ids, int32_t cap, int32_t *n)
+{
+    return pagoda_tokenize(rt_of(h)->model->tok, text, len, add_special, parse_special, ids, cap, n);
+}
+
+static char *h_detokenize(const pagoda_host *h, const int32_t *ids, int32_t n)
+{
+    const pagoda_tokenizer *t = rt_of(h)->model->tok;
+    int32_t nv = pagoda_tokenizer_n_vocab(t);
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= nv) {
+            free(out);
+            h->error(h, PAGODA_ERR_INVALID, "token id %d at index %d is out of range (0..%d)",
+                     ids[i], i, nv - 1);
+            return NULL;
+        }
+        size_t l = 0;
+        const char *b = pagoda_token_bytes(t, ids[i], false, &l);
+        if (len + l + 1 > cap) {
+            cap = (cap + l) * 2;
+            char *p = realloc(out, cap);
+            if (!p) { free(out); return NULL; }
+            out = p;
+        }
+        memcpy(out + len, b, l);
+        len += l;
+    }
+    out[len] = 0;
+    return out;
+}
+
+static char *h_token_text(const pagoda_host *h, int32_t id)
+{
+    const pagoda_tokenizer *t = rt_of(h)->model->tok;
+    if (id < 0 || id >= pagoda_tokenizer_n_vocab(t)) return NULL;
+    size_t l = 0;
+    const char *b = pagoda_token_bytes(t, id, false, &l);
+    char *s = malloc(l + 1);
+    if (!s) return NULL;
+    memcpy(s, b, l);
+    s[l] = 0;
+    return s;
+}
+
+static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                         bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
+                         int32_t *n_stop)
+{
+    pagoda_runtime *rt = rt_of(h);
+    const pagoda_tokenizer *t = rt->model->tok;
+    int32_t bos = pagoda_tokenizer_bos(t), eos = pagoda_tokenizer_eos(t);
+    const char *bos_text = bos >= 0 ? pagoda_tokenizer_piece(t, bos) : NULL;
+    const char *eos_text = eos >= 0 ? pagoda_tokenizer_piece(t, eos) : NULL;
+    char err[256] = "";
+    int st = pagoda_chat_render((pagoda_chat_family)rt->chat_family, msgs, n, add_generation_prompt,
+                                bos_text, eos_text, out, err, sizeof err);
+    if (st) return h->error(h, st, "%s", err);
+    int32_t k = 0;
+    const char *const *stops = pagoda_chat_stop_strings((pagoda_chat_family)rt->chat_family);
+    for (int i = 0; stops && stops[i] && stop_ids && k < cap; i++) {
+        int32_t id = pagoda_tokenizer_find(t, stops[i]);
+        if (id >= 0) stop_ids[k++] = id;
+    }
+    if (n_stop) *n_stop = k;
+    return PAGODA_OK;
+}
+
+static void h_free(const pagoda_host *h, void *p) { (void)h; free(p); }
+
+static int h_model_info(const pagoda_host *h, pagoda_model_info *out)
+{
+    pagoda_runtime *rt = rt_of(h);
+    const pagoda_model *m = rt->model;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    snprintf(out->name, sizeof out->name, "%s", m->name);
+    snprintf(out->arch, sizeof out->arch, "%s", m->hp.arch);
+    out->n_ctx = pagoda_engine_get_opts(rt->engine)->max_seq_len;
+    out->n_vocab = m->hp.n_vocab;
+    out->bos = pagoda_tokenizer_bos(m->tok);
+    out->eos = pagoda_tokenizer_eos(m->tok);
+    out->n_params = m->n_params;
+    out->has_chat_template = m->chat_template != NULL;
+    return PAGODA_OK;
+}
+
+static int h_stats(const pagoda_host *h, pagoda_engine_stats *out)
+{
+    pagoda_engine_get_stats(rt_of(h)->engine, out);
+    return PAGODA_OK;
+}
+
+static char *h_memory_plan_json(const pagoda_host *h)
+{
+    pagoda_runtime *rt = rt_of(h);
+    return rt->plan_json ? strdup(rt->plan_json) : NULL;
+}
+
+static char *h_metrics_text(const pagoda_host *h)
+{
+    pagoda_runtime *rt = rt_of(h);
+    if (!rt->metrics) return NULL;
+    pagoda_engine_stats st;
+    pagoda_engine_get_stats(rt->engine, &st);
+    pagoda_metric_gauge g[16];
+    int n = pagoda_runtime_plan_gauges(rt, g, 16);
+    return pagoda_metrics_render(rt->metrics, &st, g, n);
+}
+
+static bool h_shutting_down(const pagoda_host *h) { return pagoda_runtime_shutting_down(rt_of(h)); }
+
+static int h_kv_copy_blocks(const pagoda_host *h, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    return pagoda_engine_copy_blocks(rt_of(h)->engine, src, dst, n);
+}
+
+void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend)
+{
+    pagoda_host slots;
+    memset(&slots, 0, sizeof slots);
+    slots.kv_copy_blocks = h_kv_copy_blocks;
+    if (frontend) {
+        slots.submit = h_submit;
+        slots.cancel = h_cancel;
+        slots.request_defaults = h_request_defaults;
+        slots.tokenize = h_tokenize;
+        slots.detokenize = h_detokenize;
+        slots.token_text = h_token_text;
+        slots.chat_render = h_chat_render;
+        slots.free = h_free;
+        slots.model_info = h_model_info;
+        slots.stats = h_stats;
+        slots.memory_plan_json = h_memory_plan_json;
+        slots.metrics_text = h_metrics_text;
+        slots.shutting_down = h_shutting_down;
+    }
+    pagoda_host_set_engine(h, rt);
+    pagoda_host_set_engine_slots(h, &slots);
+}

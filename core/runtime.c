@@ -1,0 +1,201 @@
+/*
+ * runtime.c: builds a configured server from a config, in the order a user
+ * can follow in the log: model header and memory plan first (nothing
+ * allocated yet), then the plugins (each checked by the loader), then the
+ * weights and the KV pool through the backend, then the engine. Every
+ * failure names what failed and frees what was made.
+ */
+#include "runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+#include "host.h"
+#include "host_engine.h"
+#include "log.h"
+
+#define ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+/* Load kind/name, make its host table and create an instance. */
+static int make_plugin(pagoda_runtime *rt, int kind, const char *name, pagoda_plugin **p,
+                       pagoda_host **h, void **ctx, char *err, size_t err_len)
+{
+    int st = pagoda_plugin_load(rt->cfg, kind, name, p, err, err_len);
+    if (st) return st;
+    *h = pagoda_host_new(rt->cfg, kind, name);
+    if (!*h) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
+    pagoda_host_attach_engine(*h, rt, kind == PAGODA_KIND_FRONTEND);
+    st = pagoda_plugin_create(*p, *h, ctx, err, err_len);
+    if (st) return st;
+    pagoda_log(PAGODA_LOG_INFO, "%s.%s %s loaded from %s", pagoda_kind_name(kind), name,
+               (*p)->desc.version ? (*p)->desc.version : "", (*p)->path);
+    return PAGODA_OK;
+}
+
+int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g, int cap)
+{
+    const pagoda_memplan *p = &rt->plan;
+    pagoda_metric_gauge all[] = {
+        {"pagoda_memory_weights_bytes", "Bytes of model weights", (double)p->weight_bytes},
+        {"pagoda_memory_kv_pool_bytes", "Bytes of the KV cache pool", (double)p->kv_pool_bytes},
+        {"pagoda_memory_activations_bytes", "Bytes of activation buffers", (double)p->act_bytes},
+        {"pagoda_memory_workspace_bytes", "Bytes of kernel workspace", (double)p->workspace_bytes},
+        {"pagoda_memory_overhead_bytes", "Bytes of runtime overhead", (double)p->overhead_bytes},
+        {"pagoda_kv_bytes_per_token", "KV cache bytes per token", (double)p->kv_bytes_per_token},
+        {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && n < cap; i++) g[n++] = all[i];
+    return n;
+}
+
+bool pagoda_runtime_shutting_down(const pagoda_runtime *rt) { return rt->shutting_down != 0; }
+
+int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                        pagoda_runtime **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    pagoda_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
+    rt->cfg = cfg;
+    int st = pagoda_config_engine(cfg, &rt->ec, err, err_len);
+    if (st) goto fail;
+    pagoda_log_set_level(rt->ec.log_level);
+    if (!rt->ec.model[0]) {
+        ERR("no model: set [engine] model = PATH in the config or --set engine.model=PATH");
+        st = PAGODA_ERR_INVALID;
+        goto fail;
+    }
+
+    /* the model: header, tensors, tokenizer (weights stay mapped, unread) */
+    rt->model = pagoda_model_open(rt->ec.model, err, err_len);
+    if (!rt->model) { st = PAGODA_ERR_INVALID; goto fail; }
+    const pagoda_hparams *hp = &rt->model->hp;
+    pagoda_log(PAGODA_LOG_INFO, "model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, "
+               "context %d, %.1fM parameters", rt->model->name, hp->arch, hp->n_layers, hp->dim,
+               hp->n_heads, hp->n_kv_heads, hp->n_vocab, hp->n_ctx_train,
+               (double)rt->model->n_params / 1e6);
+
+    char msg[256] = "";
+    pagoda_chat_family fam;
+    st = pagoda_chat_select(rt->ec.chat_template, rt->model->chat_template, &fam, msg, sizeof msg);
+    if (st) { ERR("engine.chat_template: %s", msg); goto fail; }
+    if (msg[0]) pagoda_log(PAGODA_LOG_WARN, "%s", msg);
+    rt->chat_family = fam;
+
+    /* the plugins; the scheduler's budgets size the plan */
+    st = make_plugin(rt, PAGODA_KIND_BACKEND, rt->ec.backend, &rt->p_backend, &rt->h_backend,
+                     &rt->backend.ctx, err, err_len);
+    if (st) goto fail;
+    rt->backend.ops = rt->p_backend->ops.backend;
+    rt->backend.host = rt->h_backend;
+    rt->backend.info.struct_size = sizeof rt->backend.info;
+    rt->backend.ops.info(rt->backend.ctx, &rt->backend.info);
+    pagoda_log(PAGODA_LOG_INFO, "backend: %s", rt->backend.info.name);
+
+    st = make_plugin(rt, PAGODA_KIND_SCHEDULER, rt->ec.scheduler, &rt->p_sched, &rt->h_sched,
+                     &rt->sched.ctx, err, err_len);
+    if (st) goto fail;
+    rt->sched.ops = rt->p_sched->ops.scheduler;
+    rt->sched.name = rt->p_sched->desc.name;
+    st = make_plugin(rt, PAGODA_KIND_KVCACHE, rt->ec.kvcache, &rt->p_kv, &rt->h_kv, &rt->kv.ctx,
+                     err, err_len);
+    if (st) goto fail;
+    rt->kv.ops = rt->p_kv->ops.kvcache;
+    rt->kv.name = rt->p_kv->desc.name;
+
+    int32_t max_seqs = 0, max_tokens = 0;
+    rt->sched.ops.limits(rt->sched.ctx, &max_seqs, &max_tokens);
+
+    /* the memory plan, before anything large is allocated */
+    pagoda_memplan_opts po;
+    pagoda_memplan_opts_default(&po);
+    po.memory_budget = rt->ec.memory_budget;
+    if (!po.memory_budget && !rt->backend.info.host_memory)
+        po.memory_budget = (uint64_t)((double)rt->backend.info.mem_free * rt->ec.gpu_memory_utilization);
+    po.kv_dtype = rt->ec.kv_dtype;
+    po.max_seq_len = rt->ec.max_seq_len;
+    po.max_batched_tokens = max_tokens;
+    po.max_num_seqs = max_seqs;
+    po.block_size = rt->ec.block_size;
+    st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
+    if (st) goto fail;
+    int64_t want_tokens = rt->ec.kv_cache_tokens;
+    if (want_tokens <= 0 && rt->plan.budget_auto &&
+        rt->plan.kv_tokens > (uint64_t)(max_seqs * rt->plan.max_seq_len)) {
+        /* an automatic budget on host memory would otherwise take most of
+         * the machine's RAM for a small model: more than every seat at full
+         * length is never needed at once */
+        want_tokens = (int64_t)max_seqs * rt->plan.max_seq_len;
+    }
+    if (want_tokens > 0) {
+        /* an explicit pool size overrides the budget (experiments, tests) */
+        pagoda_memplan *p = &rt->plan;
+        p->kv_blocks = (uint64_t)((want_tokens + p->block_size - 1) / p->block_size);
+        p->kv_tokens = p->kv_blocks * (uint64_t)p->block_size;
+        p->kv_pool_bytes = p->kv_blocks * p->kv_bytes_per_block;
+        p->fits = true;
+        p->reason[0] = 0;
+        for (int i = 0; i < PAGODA_MEMPLAN_N_FIT; i++)
+            p->fit[i].seqs = p->fit[i].exceeds ? 0 : p->kv_tokens / (uint64_t)p->fit[i].len;
+    }
+    if (print_plan) pagoda_memplan_print(&rt->plan, stderr);
+    rt->plan_json = pagoda_memplan_json(&rt->plan);
+    if (!rt->plan.fits || rt->plan.kv_blocks == 0) {
+        ERR("the model does not fit: %s (see the memory plan; lower max_seq_len or "
+            "max_batched_tokens, or raise memory_budget)", rt->plan.reason);
+        st = PAGODA_ERR_NOSPACE;
+        goto fail;
+    }
+
+    rt->metrics = pagoda_metrics_new();
+    if (!rt->metrics) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+
+    pagoda_engine_opts eo = {
+        .max_seq_len = (int32_t)rt->plan.max_seq_len, .n_blocks = (int32_t)rt->plan.kv_blocks,
+        .block_size = rt->ec.block_size, .kv_dtype = rt->ec.kv_dtype,
+        .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
+        .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
+        .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,
+    };
+    st = pagoda_engine_create(rt->model, &rt->backend, &rt->sched, &rt->kv, &eo, &rt->engine,
+                              err, err_len);
+    if (st) goto fail;
+    pagoda_engine_set_metrics(rt->engine, rt->metrics);
+
+    if (with_frontend) {
+        st = make_plugin(rt, PAGODA_KIND_FRONTEND, rt->ec.frontend, &rt->p_front, &rt->h_front,
+                         &rt->front_ctx, err, err_len);
+        if (st) goto fail;
+    }
+    *out = rt;
+    return PAGODA_OK;
+fail:
+    pagoda_runtime_close(rt);
+    return st ? st : PAGODA_ERR_INTERNAL;
+}
+
+void pagoda_runtime_close(pagoda_runtime *rt)
+{
+    if (!rt) return;
+    if (rt->engine) pagoda_engine_stop(rt->engine);
+    if (rt->p_front) pagoda_plugin_destroy(rt->p_front, rt->front_ctx);
+    pagoda_engine_free(rt->engine);
+    if (rt->p_kv) pagoda_plugin_destroy(rt->p_kv, rt->kv.ctx);
+    if (rt->p_sched) pagoda_plugin_destroy(rt->p_sched, rt->sched.ctx);
+    if (rt->p_backend) pagoda_plugin_destroy(rt->p_backend, rt->backend.ctx);
+    pagoda_host_free(rt->h_front);
+    pagoda_host_free(rt->h_kv);
+    pagoda_host_free(rt->h_sched);
+    pagoda_host_free(rt->h_backend);
+    pagoda_plugin_free(rt->p_front);
+    pagoda_plugin_free(rt->p_kv);
+    pagoda_plugin_free(rt->p_sched);
+    pagoda_plugin_free(rt->p_backend);
+    pagoda_metrics_free(rt->metrics);
+    free(rt->plan_json);
+    pagoda_model_free(rt->model);
+    free(rt);
+}

@@ -1,0 +1,281 @@
+/* test_engine.c: the invariants of DESIGN.md on the bundled model, through
+ * the real plugins: greedy output is the same whatever scheduler and KV
+ * policy serve it, also under preemption; KV accounting holds after every
+ * step and an idle engine holds no sequence blocks; every request gets
+ * exactly one final event, also under cancel and shutdown; stop strings
+ * never leak. */
+#include "engine_testutil.h"
+
+#define N_REQ 24
+
+static const char *prompts[] = {
+    "Once upon a time",
+    "Once upon a time, there was a little girl",
+    "One day, a big bear",
+    "The cat sat",
+    "Lily and Ben went to the park. They saw",
+    "Once upon a time, there was a little girl named Lily. She loved to play",
+    "Tom had a red ball",
+    "",
+};
+#define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
+
+static int32_t max_tokens_of(int i) { return 5 + (i * 37) % 90; }
+
+typedef struct run_out {
+    et_result r[N_REQ];
+} run_out;
+
+/* Run the mixed workload on one scheduler x KV policy; check invariants. */
+static void run_combo(const char *sched, const char *kv, const char *extra, run_out *out)
+{
+    char s1[64], s2[64];
+    snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
+    snprintf(s2, sizeof s2, "engine.kvcache=%s", kv);
+    const char *settings[] = {s1, s2, "engine.max_seq_len=256", extra ? extra : "engine.kv_dtype=f32", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    pagoda_engine_set_check_invariants(rt->engine, true);
+    for (int i = 0; i < N_REQ; i++) {
+        et_result_init(&out->r[i]);
+        et_submit(rt, prompts[i % N_PROMPTS], max_tokens_of(i), &out->r[i], 0.0f);
+    }
+    pagoda_engine_wait_idle(rt->engine);
+    for (int i = 0; i < N_REQ; i++) {
+        ck_assert_msg(out->r[i].n_final == 1, "%s/%s request %d: %d final events", sched, kv, i,
+                      out->r[i].n_final);
+        ck_assert_msg(out->r[i].finish_reason == PAGODA_FINISH_LENGTH, "%s/%s request %d: %s (%s)",
+                      sched, kv, i, pagoda_finish_reason_str(out->r[i].finish_reason), out->r[i].error);
+        ck_assert_int_eq(out->r[i].n_tokens, max_tokens_of(i));
+        ck_assert_int_eq(out->r[i].n_text_events_after_final, 0);
+    }
+    ck_assert_int_eq(pagoda_engine_invariant_failures(rt->engine), 0);
+    pagoda_kv_stats st;
+    pagoda_engine_kv_stats(rt->engine, &st);
+    ck_assert_int_eq(st.used_blocks, 0);
+    ck_assert_int_eq(st.free_blocks + st.cached_blocks, st.total_blocks);
+    et_close(rt, cfg);
+}
+
+static void assert_same(const run_out *a, const run_out *b, const char *what)
+{
+    for (int i = 0; i < N_REQ; i++) {
+        ck_assert_int_eq(a->r[i].n_tokens, b->r[i].n_tokens);
+        for (int t = 0; t < a->r[i].n_tokens; t++)
+            ck_assert_msg(a->r[i].tokens[t] == b->r[i].tokens[t],
+                          "%s: request %d differs at token %d (%d vs %d)", what, i, t,
+                          a->r[i].tokens[t], b->r[i].tokens[t]);
+        ck_assert_str_eq(a->r[i].text, b->r[i].text);
+    }
+}
+
+static run_out *reference(void)
+{
+    static run_out *ref;
+    if (!ref) {
+        ref = calloc(1, sizeof *ref);
+        /* each request alone: max_num_seqs 1 serves them one at a time */
+        run_combo("continuous", "paged", "scheduler.continuous.max_num_seqs=1", ref);
+    }
+    return ref;
+}
+
+static const char *scheds[] = {"continuous", "static", "priority"};
+static const char *kvs[] = {"paged", "contiguous", "prefix"};
+
+START_TEST(same_output_every_combo)
+{
+    run_out *ref = reference();
+    run_out *got = calloc(1, sizeof *got);
+    const char *sched = scheds[_i / 3], *kv = kvs[_i % 3];
+    run_combo(sched, kv, NULL, got);
+    char what[64];
+    snprintf(what, sizeof what, "%s x %s", sched, kv);
+    assert_same(ref, got, what);
+    free(got);
+}
+END_TEST
+
+START_TEST(preemption_keeps_output)
+{
+    run_out *ref = reference();
+    run_out *got = calloc(1, sizeof *got);
+    /* 10 blocks of 16 tokens for 24 requests of up to ~110 tokens: the
+     * continuous scheduler must preempt, and resume with identical text */
+    char s1[64];
+    snprintf(s1, sizeof s1, "engine.kv_cache_tokens=%d", 160);
+    const char *settings[] = {"engine.max_seq_len=256", "engine.kv_dtype=f32", s1, NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    pagoda_engine_set_check_invariants(rt->engine, true);
+    for (int i = 0; i < N_REQ; i++) {
+        et_result_init(&got->r[i]);
+        et_submit(rt, prompts[i % N_PROMPTS], max_tokens_of(i), &got->r[i], 0.0f);
+    }
+    pagoda_engine_wait_idle(rt->engine);
+    pagoda_engine_stats st;
+    pagoda_engine_get_stats(rt->engine, &st);
+    ck_assert_msg(st.preemptions_total > 0, "no preemption happened; the test needs a smaller pool");
+    ck_assert_int_eq(pagoda_engine_invariant_failures(rt->engine), 0);
+    for (int i = 0; i < N_REQ; i++) ck_assert_int_eq(got->r[i].n_final, 1);
+    assert_same(ref, got, "preempted");
+    et_close(rt, cfg);
+    free(got);
+}
+END_TEST
+
+START_TEST(cancel_and_shutdown_give_one_final)
+{
+    const char *settings[] = {"engine.max_seq_len=512", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    pagoda_engine_set_check_invariants(rt->engine, true);
+    enum { N = 16 };
+    et_result *r = calloc(N, sizeof *r);
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        et_result_init(&r[i]);
+        ids[i] = et_submit(rt, prompts[i % N_PROMPTS], 400, &r[i], 0.8f);
+    }
+    for (int i = 0; i < N; i += 2) ck_assert_int_eq(pagoda_engine_cancel(rt->engine, ids[i]), 0);
+    ck_assert_int_eq(pagoda_engine_cancel(rt->engine, 999999), PAGODA_ERR_NOT_FOUND);
+    /* shut down with the rest in flight */
+    pagoda_engine_stop(rt->engine);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(r[i].n_final, 1);
+        if (i % 2 == 0) ck_assert_int_eq(r[i].finish_reason, PAGODA_FINISH_CANCELLED);
+        ck_assert_int_eq(r[i].n_text_events_after_final, 0);
+    }
+    pagoda_kv_stats st;
+    pagoda_engine_kv_stats(rt->engine, &st);
+    ck_assert_int_eq(st.used_blocks, 0);
+    ck_assert_int_eq(pagoda_engine_invariant_failures(rt->engine), 0);
+    /* submit after shutdown is refused */
+    pagoda_request req;
+    pagoda_engine_request_defaults(rt->engine, &req);
+    req.prompt = "x";
+    req.prompt_len = 1;
+    uint64_t id;
+    char err[256];
+    ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r[0], &id, err, sizeof err),
+                     PAGODA_ERR_STATE);
+    free(r);
+    et_close(rt, cfg);
+}
+END_TEST
+
+START_TEST(stop_strings_never_leak)
+{
+    const char *settings[] = {NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    et_result *base = calloc(1, sizeof *base), *r = calloc(1, sizeof *r);
+    et_result_init(base);
+    et_submit(rt, "Once upon a time", 80, base, 0.0f);
+    pagoda_engine_wait_idle(rt->engine);
+    /* pick a stop string that spans a token boundary: 5 bytes from the middle */
+    const char *text = base->text;
+    ck_assert_uint_gt(strlen(text), 40);
+    char stop[8];
+    memcpy(stop, text + 30, 5);
+    stop[5] = 0;
+    const char *first = strstr(text, stop);
+    size_t want_len = (size_t)(first - text);
+
+    pagoda_request req;
+    pagoda_engine_request_defaults(rt->engine, &req);
+    req.prompt = "Once upon a time";
+    req.prompt_len = strlen(req.prompt);
+    req.max_tokens = 80;
+    req.temperature = 0;
+    req.ignore_eos = true;
+    const char *stops[] = {"zzzz-never", stop};
+    req.stop = stops;
+    req.n_stop = 2;
+    uint64_t id;
+    char err[256];
+    et_result_init(r);
+    ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, r, &id, err, sizeof err), 0);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r->finish_reason, PAGODA_FINISH_STOP);
+    ck_assert_uint_eq(r->text_len, want_len);
+    ck_assert_int_eq(strncmp(r->text, text, want_len), 0);
+    ck_assert_ptr_null(strstr(r->text, stop));
+    free(base);
+    free(r);
+    et_close(rt, cfg);
+}
+END_TEST
+
+START_TEST(bad_requests_refused_with_numbers)
+{
+    const char *settings[] = {"engine.max_seq_len=64", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    pagoda_request req;
+    pagoda_engine_request_defaults(rt->engine, &req);
+    req.prompt = "Once upon a time";
+    req.prompt_len = strlen(req.prompt);
+    req.max_tokens = 100;
+    uint64_t id;
+    char err[256] = "";
+    et_result r;
+    et_result_init(&r);
+    ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r, &id, err, sizeof err),
+                     PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(err, "100") && strstr(err, "64"), "message: %s", err);
+    req.max_tokens = 10;
+    req.temperature = -1;
+    ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r, &id, err, sizeof err),
+                     PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "temperature"));
+    ck_assert_int_eq(r.n_final, 0);
+    et_close(rt, cfg);
+}
+END_TEST
+
+START_TEST(seeded_sampling_reproducible)
+{
+    const char *settings[] = {NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    et_result *r = calloc(3, sizeof *r);
+    for (int i = 0; i < 3; i++) {
+        et_result_init(&r[i]);
+        pagoda_request req;
+        pagoda_engine_request_defaults(rt->engine, &req);
+        req.prompt = "Once upon a time";
+        req.prompt_len = strlen(req.prompt);
+        req.max_tokens = 60;
+        req.temperature = 1.0f;
+        req.ignore_eos = true;
+        req.has_seed = true;
+        req.seed = i == 2 ? 43 : 42;
+        uint64_t id;
+        char err[256];
+        ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r[i], &id, err, sizeof err), 0);
+    }
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_str_eq(r[0].text, r[1].text);
+    ck_assert_str_ne(r[0].text, r[2].text);
+    free(r);
+    et_close(rt, cfg);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("invariants");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, same_output_every_combo, 0, 9);
+    tcase_add_test(tc, preemption_keeps_output);
+    tcase_add_test(tc, cancel_and_shutdown_give_one_final);
+    tcase_add_test(tc, stop_strings_never_leak);
+    tcase_add_test(tc, bad_requests_refused_with_numbers);
+    tcase_add_test(tc, seeded_sampling_reproducible);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
