@@ -208,40 +208,53 @@ static inline __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
+/* (q - 8) . y = q . y - 8 * sum(y): the nibbles stay unsigned for maddubs
+ * (no sign juggling), and sum(y) * d_y is the activation block's s. */
 static float dot_q4_0_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
 {
     const pagoda_blk_q4_0 *w = wv;
-    const __m256i off = _mm256_set1_epi8(8);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    float corr = 0.0f;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        __m256i q0 = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
-        __m256i q1 = _mm256_sub_epi8(unpack_nibbles(w[b + 1].qs), off);
-        __m256i p0 = dot_i8(q0, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        __m256i p1 = dot_i8(q1, _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b + 1].d) * x[b + 1].d),
-                               _mm256_cvtepi32_ps(p1), acc1);
+        float d0 = f16(w[b].d), d1 = f16(w[b + 1].d);
+        __m256i p0 = dot_u8i8(unpack_nibbles(w[b].qs), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        __m256i p1 = dot_u8i8(unpack_nibbles(w[b + 1].qs),
+                              _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[b].d), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * x[b + 1].d), _mm256_cvtepi32_ps(p1), acc1);
+        corr += d0 * x[b].s + d1 * x[b + 1].s;
     }
     for (; b < nb; b++) {
-        __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
-        __m256i p = dot_i8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc0);
+        float d0 = f16(w[b].d);
+        __m256i p = dot_u8i8(unpack_nibbles(w[b].qs), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[b].d), _mm256_cvtepi32_ps(p), acc0);
+        corr += d0 * x[b].s;
     }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) - 8.0f * corr;
 }
 
 static float dot_q4_1_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
 {
     const pagoda_blk_q4_1 *w = wv;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     float summ = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i p0 = dot_u8i8(unpack_nibbles(w[b].qs), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        __m256i p1 = dot_u8i8(unpack_nibbles(w[b + 1].qs),
+                              _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b + 1].d) * x[b + 1].d),
+                               _mm256_cvtepi32_ps(p1), acc1);
+        summ += f16(w[b].m) * x[b].s + f16(w[b + 1].m) * x[b + 1].s;
+    }
+    for (; b < nb; b++) {
         __m256i p = dot_u8i8(unpack_nibbles(w[b].qs), _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * x[b].d), _mm256_cvtepi32_ps(p), acc0);
         summ += f16(w[b].m) * x[b].s;
     }
-    return hsum_ps(acc) + summ;
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
 }
 
 /* Shuffles that broadcast scales[2i] to bytes 0..7 and scales[2i+1] to 8..15. */
