@@ -239,7 +239,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st) st = pagoda_gguf_w_str(w, "general.name", name);
     if (!st) st = pagoda_gguf_w_u32(w, "general.alignment", 32);
     if (!st) st = pagoda_gguf_w_u32(w, "general.file_type", file_type(dt));
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.context_length", (uint32_t)sh->context);
+    if (!st) st = pagoda_gguf_w_u32(w, "llama.context_length", (uint32_t)(o->context > 0 ? o->context : sh->context));
     if (!st) st = pagoda_gguf_w_u32(w, "llama.embedding_length", (uint32_t)dim);
     if (!st) st = pagoda_gguf_w_u32(w, "llama.block_count", (uint32_t)layers);
     if (!st) st = pagoda_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)sh->ffn);

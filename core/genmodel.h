@@ -28,6 +28,7 @@ typedef struct pagoda_genmodel_opts {
                              * for a generated SPM-style vocabulary */
     uint64_t seed;
     int layers;             /* 0 = the shape's count */
+    int context;            /* 0 = the shape's context length (the bench's long-prompt runs) */
 } pagoda_genmodel_opts;
 
 /* Writes the model; 0 or a pagoda_status with a message in err. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "config.h"
 #include "genmodel.h"
 #include "log.h"
@@ -55,6 +56,7 @@ static void usage(FILE *f)
             "       pagoda plugins [-v]\n"
             "       pagoda plan --model FILE [--memory SIZE] [...]\n"
             "       pagoda gen-model --shape NAME --type T --out FILE [...]\n"
+            "       pagoda bench [--compare NAME] [...]\n"
             "       pagoda --help | --version\n"
             "\n"
             "Runs the LLM inference server described by an INI file (see docs/config.md).\n"
@@ -75,6 +77,8 @@ static void usage(FILE *f)
             "                         loading weights (pagoda plan --help)\n"
             "  gen-model ...          write a random-weight Llama GGUF of a real shape\n"
             "                         (pagoda gen-model --help)\n"
+            "  bench ...              benchmark the engine in-process, rooflines, policy\n"
+            "                         comparisons (pagoda bench --help)\n"
             "\n"
             "Plugins are searched in: the section's `path` key, $PAGODA_PLUGIN_PATH\n"
             "(colon-separated), the build tree, the installed plugin folder.\n"
@@ -189,9 +193,10 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "plugins") == 0) return cmd_plugins(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "plan") == 0) return pagoda_cmd_plan(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "gen-model") == 0) return pagoda_cmd_gen_model(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "bench") == 0) return pagoda_cmd_bench(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cmd_serve(argc, argv, 2);
     if (argc >= 2 && argv[1][0] != '-') {
-        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan, gen-model; see pagoda "
+        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan, gen-model, bench; see pagoda "
                         "--help)\n", argv[1]);
         return EXIT_USAGE;
     }
