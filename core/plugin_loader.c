@@ -24,6 +24,12 @@
 #ifndef PAGODA_PLUGIN_INSTALL_DIR
 #define PAGODA_PLUGIN_INSTALL_DIR ""
 #endif
+#ifndef PAGODA_BUILD_ROOT
+#define PAGODA_BUILD_ROOT ""
+#endif
+#ifndef PAGODA_PLUGIN_RELATIVE_DIR
+#define PAGODA_PLUGIN_RELATIVE_DIR ""
+#endif
 
 /* The ABI 1.0 size of a struct: up to and including its last 1.0 slot.
  * Slots added in later minors are appended after these, so these sizes
@@ -103,9 +109,43 @@ static void set_err(char *err, size_t n, const char *fmt, ...)
 static char g_build_dir[4096] = PAGODA_PLUGIN_BUILD_DIR;
 static char g_install_dir[4096] = PAGODA_PLUGIN_INSTALL_DIR;
 static char g_env_copy[8192];
+static bool g_dirs_overridden;  /* set_builtin_dirs was called: search exactly those */
+static char g_exe_plugin_dir[4096];
+
+/* Where the running program lives decides two folders. An installed
+ * program (not under the build tree PAGODA_BUILD_ROOT) skips the build
+ * tree's folder, so it never picks up stale plugins from wherever it was
+ * built; and it also searches <its bin>/PAGODA_PLUGIN_RELATIVE_DIR, so a
+ * prefix installed with `cmake --install --prefix P` (other than the one
+ * configured) still finds its own plugins. */
+static bool exe_in_build_tree(const char *exe)
+{
+    char root[4096];
+    if (!*exe || !*PAGODA_BUILD_ROOT || !realpath(PAGODA_BUILD_ROOT, root)) return true;
+    size_t l = strlen(root);
+    return strncmp(exe, root, l) == 0 && exe[l] == '/';
+}
+
+static void exe_dirs(bool *in_build, const char **rel_dir)
+{
+    char exe[4096] = "";
+    if (!realpath("/proc/self/exe", exe)) exe[0] = '\0';
+    *in_build = exe_in_build_tree(exe);
+    *rel_dir = NULL;
+    char *slash = strrchr(exe, '/');
+    if (!slash || !*PAGODA_PLUGIN_RELATIVE_DIR) return;
+    *slash = '\0';
+    char cand[8192], rc[4096], ri[4096];
+    snprintf(cand, sizeof cand, "%s/%s", exe, PAGODA_PLUGIN_RELATIVE_DIR);
+    if (!realpath(cand, rc)) return;                       /* no such folder */
+    if (realpath(g_install_dir, ri) && strcmp(rc, ri) == 0) return; /* the same one */
+    snprintf(g_exe_plugin_dir, sizeof g_exe_plugin_dir, "%s", rc);
+    *rel_dir = g_exe_plugin_dir;
+}
 
 void pagoda_plugin_set_builtin_dirs(const char *build_dir, const char *install_dir)
 {
+    g_dirs_overridden = build_dir || install_dir;
     snprintf(g_build_dir, sizeof g_build_dir, "%s", build_dir ? build_dir : PAGODA_PLUGIN_BUILD_DIR);
     snprintf(g_install_dir, sizeof g_install_dir, "%s",
              install_dir ? install_dir : PAGODA_PLUGIN_INSTALL_DIR);
@@ -124,9 +164,16 @@ static size_t search_dirs_src(const char **dirs, const char **src, size_t cap)
         if (src) src[n] = "PAGODA_PLUGIN_PATH";
         n++;
     }
-    if (*g_build_dir && n < cap) {
+    bool in_build = true;
+    const char *rel_dir = NULL;
+    if (!g_dirs_overridden) exe_dirs(&in_build, &rel_dir);
+    if (*g_build_dir && in_build && n < cap) {
         if (src) src[n] = "build tree";
         dirs[n++] = g_build_dir;
+    }
+    if (rel_dir && n < cap) {
+        if (src) src[n] = "installed, next to the program";
+        dirs[n++] = rel_dir;
     }
     if (*g_install_dir && n < cap) {
         if (src) src[n] = "installed";

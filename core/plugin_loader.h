@@ -6,7 +6,10 @@
  *      plugin section; an explicit path that does not load is an error, no
  *      other place is tried),
  *   2. each folder of $PAGODA_PLUGIN_PATH (colon-separated), in order,
- *   3. the build tree's plugin folder (PAGODA_PLUGIN_BUILD_DIR),
+ *   3. the build tree's plugin folder (PAGODA_PLUGIN_BUILD_DIR), only for a
+ *      program that runs from the build tree (PAGODA_BUILD_ROOT),
+ *   3b. for an installed program, <its folder>/PAGODA_PLUGIN_RELATIVE_DIR when
+ *      that exists and is not folder 4 (an install under another prefix),
  *   4. the installed plugin folder (PAGODA_PLUGIN_INSTALL_DIR),
  * looking for the file <kind>-<name>.so.
  *

@@ -1,0 +1,678 @@
+/*
+ * cases.c: every backend op against a plain-C reference on fresh random
+ * inputs. References run in double from the exact inputs the backend got
+ * (dequantized with core/quant.c, F16 KV rounded the IEEE way), never
+ * through the CPU backend's kernels, which are under test like any other.
+ *
+ * Errors are normalized so one tolerance fits every shape:
+ *   matmul: |got - want| / sum_k |x_k w_nk| per output (the bound that
+ *           accumulation and activation quantization errors scale with);
+ *   others: max |got - want| / max |want| over the tensor.
+ * Not for: the harness (conformance.c) or the end-to-end model run.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conformance.h"
+#include "quant.h"
+
+#define ROWP(base, stride, r) ((float *)((uint8_t *)(base) + (size_t)(r) * (stride)))
+
+static bool has_type(const cf *c, int dt)
+{
+    return (c->info.weight_types >> dt) & 1;
+}
+
+static const int k_all_types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
+                                  PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
+                                  PAGODA_DTYPE_Q6_K};
+#define N_TYPES (sizeof k_all_types / sizeof k_all_types[0])
+
+/* Matmul tolerance per weight type (normalized as above). A backend may
+ * round activations to the weight's precision (F16, BF16) or to 8 bits
+ * (quantized types, as ggml's int8 dots do). */
+static double matmul_tol(int dt)
+{
+    switch (dt) {
+    case PAGODA_DTYPE_F32: return 1e-4;
+    case PAGODA_DTYPE_F16: return 2e-3;
+    case PAGODA_DTYPE_BF16: return 1e-2;
+    default: return 1.5e-2;
+    }
+}
+
+/* Random weights of `dt`, n_rows x cols, as stored bytes (packed rows),
+ * and their exact f32 values. Q6_K has no quantizer here: its blocks are
+ * random bytes with a small scale, which is every bit as valid. */
+static int make_weights(cf *c, int dt, int64_t rows, int64_t cols, uint8_t **bytes, float **vals)
+{
+    size_t rb = pagoda_dtype_row_bytes(dt, cols);
+    *bytes = malloc(rb * (size_t)rows);
+    *vals = malloc(sizeof(float) * (size_t)(rows * cols));
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    int st = PAGODA_ERR_NOMEM;
+    if (!*bytes || !*vals || !tmp) goto out;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = *bytes + rb * (size_t)r;
+        if (dt == PAGODA_DTYPE_Q6_K) {
+            for (int64_t b = 0; b < cols / PAGODA_QK_K; b++) {
+                pagoda_block_q6_K blk;
+                for (size_t i = 0; i < sizeof blk.ql; i++) blk.ql[i] = (uint8_t)cf_rand(c);
+                for (size_t i = 0; i < sizeof blk.qh; i++) blk.qh[i] = (uint8_t)cf_rand(c);
+                for (size_t i = 0; i < sizeof blk.scales; i++)
+                    blk.scales[i] = (int8_t)(cf_randint(c, 128) - 64);
+                blk.d = pagoda_fp32_to_fp16(cf_uniform(c, 2e-4f, 6e-4f));
+                memcpy(row + (size_t)b * sizeof blk, &blk, sizeof blk);
+            }
+        } else {
+            cf_fill(c, tmp, (size_t)cols, -1.0f, 1.0f);
+            if ((st = pagoda_quantize_row(dt, tmp, row, cols))) goto out;
+        }
+        if ((st = pagoda_dequantize_row(dt, row, *vals + r * cols, cols))) goto out;
+    }
+    st = PAGODA_OK;
+out:
+    free(tmp);
+    if (st) {
+        free(*bytes);
+        free(*vals);
+        *bytes = NULL;
+        *vals = NULL;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------- upload/download */
+
+static void case_roundtrip(cf *c)
+{
+    const char *op = "upload/download";
+    size_t sizes[] = {1, 1000, 65536 + 7};
+    for (size_t si = 0; si < 3; si++) {
+        size_t n = sizes[si];
+        char shape[96];
+        snprintf(shape, sizeof shape, "%zu bytes + patch + partial", n);
+        uint8_t *a = malloc(n), *b = malloc(n);
+        pagoda_buffer *buf = NULL;
+        int st;
+        if (!a || !b) goto next;
+        for (size_t i = 0; i < n; i++) a[i] = (uint8_t)cf_rand(c);
+        if ((st = c->ops->buffer_alloc(c->be, PAGODA_BUF_ACTIVATIONS, n, &buf)) || !buf) {
+            cf_record_call(c, op, shape, "buffer_alloc", st ? st : PAGODA_ERR_INTERNAL);
+            goto next;
+        }
+        if ((st = c->ops->upload(c->be, buf, 0, a, n))) { cf_record_call(c, op, shape, "upload", st); goto next; }
+        /* a patch in the middle, then one past the last byte of nothing */
+        size_t po = n / 3, pn = n - po > 333 ? 333 : n - po;
+        for (size_t i = 0; i < pn; i++) a[po + i] = (uint8_t)cf_rand(c);
+        if ((st = c->ops->upload(c->be, buf, po, a + po, pn))) { cf_record_call(c, op, shape, "upload (patch)", st); goto next; }
+        if ((st = c->ops->upload(c->be, buf, n, a, 0))) { cf_record_call(c, op, shape, "upload (0 bytes at the end)", st); goto next; }
+        memset(b, 0, n);
+        if ((st = c->ops->download(c->be, buf, 0, b, n))) { cf_record_call(c, op, shape, "download", st); goto next; }
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++) if (a[i] != b[i]) bad = i;
+        if (bad == n) {
+            size_t qo = n / 2, qn = n - qo > 77 ? 77 : n - qo;
+            memset(b, 0, n);
+            if ((st = c->ops->download(c->be, buf, qo, b, qn))) { cf_record_call(c, op, shape, "download (partial)", st); goto next; }
+            for (size_t i = 0; i < qn && bad == n; i++) if (a[qo + i] != b[i]) bad = qo + i;
+        }
+        if (bad == n) cf_record(c, op, shape, 0, 0, CF_PASS, " ");
+        else cf_record(c, op, shape, 1, 0, CF_FAIL, "byte %zu differs after the round trip", bad);
+next:
+        if (buf) c->ops->buffer_free(c->be, buf);
+        free(a);
+        free(b);
+    }
+}
+
+/* ------------------------------------------------------------- get_rows */
+
+static void case_get_rows(cf *c, int dt, int64_t n_rows, int64_t cols, int32_t n, bool from_host)
+{
+    const char *op = from_host ? "weights_from_host" : "get_rows";
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s table %lld x %lld, %d ids", pagoda_dtype_name(dt),
+             (long long)n_rows, (long long)cols, n);
+    uint8_t *wb = NULL;
+    float *wv = NULL, *got = NULL;
+    double *want = NULL;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+    pagoda_buffer *tb = NULL, *ob = NULL;
+    pagoda_tensor tt, ot;
+    int st;
+    if (!ids || make_weights(c, dt, n_rows, cols, &wb, &wv)) goto oom;
+    for (int32_t i = 0; i < n; i++) ids[i] = cf_randint(c, (int32_t)n_rows);
+    if (n > 2) ids[1] = ids[0];                    /* a repeated id */
+    if (n > 3) ids[n - 1] = (int32_t)n_rows - 1;   /* the last row */
+    size_t rb = pagoda_dtype_row_bytes(dt, cols);
+    if (from_host) {
+        if ((st = c->ops->weights_from_host(c->be, wb, rb * (size_t)n_rows, &tb)) || !tb) {
+            cf_record_call(c, op, shape, "weights_from_host", st ? st : PAGODA_ERR_INTERNAL);
+            goto out;
+        }
+        tt = (pagoda_tensor){.buf = tb, .offset = 0, .dtype = dt, .rows = n_rows, .cols = cols,
+                             .row_stride = rb};
+    } else if ((st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, dt, n_rows, cols, 0, wb, &tb, &tt))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload (table)", st);
+        goto out;
+    }
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, n, cols, 0, NULL, &ob, &ot))) {
+        cf_record_call(c, op, shape, "buffer_alloc (out)", st);
+        goto out;
+    }
+    if ((st = c->ops->get_rows(c->be, &tt, ids, n, &ot))) { cf_record_call(c, op, shape, "get_rows", st); goto out; }
+    got = malloc(sizeof(float) * (size_t)(n * cols));
+    want = malloc(sizeof(double) * (size_t)(n * cols));
+    if (!got || !want) goto oom;
+    if ((st = cf_tensor_get(c, &ot, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < cols; j++) want[i * cols + j] = wv[ids[i] * cols + j];
+    double err = cf_max_rel_err(got, want, (size_t)(n * cols)), tol = 1e-6;
+    cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL, "rows differ from the dequantized table");
+    goto out;
+oom:
+    cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+out:
+    cf_buffer_free(c, tb);
+    cf_buffer_free(c, ob);
+    free(wb); free(wv); free(got); free(want); free(ids);
+}
+
+/* --------------------------------------------------------------- matmul */
+
+static void case_matmul(cf *c, int dt, int64_t T, int64_t K, int64_t N, bool bias)
+{
+    const char *op = "matmul";
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s T=%lld K=%lld N=%lld%s", pagoda_dtype_name(dt), (long long)T,
+             (long long)K, (long long)N, bias ? " +bias" : "");
+    uint8_t *wb = NULL;
+    float *wv = NULL, *x = malloc(sizeof(float) * (size_t)(T * K)), *bv = malloc(sizeof(float) * (size_t)N);
+    float *got = malloc(sizeof(float) * (size_t)(T * N));
+    pagoda_buffer *xb = NULL, *wbuf = NULL, *bb = NULL, *obuf = NULL;
+    pagoda_tensor xt, wt, bt, ot;
+    int st;
+    if (!x || !bv || !got || make_weights(c, dt, N, K, &wb, &wv)) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    cf_fill(c, x, (size_t)(T * K), -1.0f, 1.0f);
+    cf_fill(c, bv, (size_t)N, -0.5f, 0.5f);
+    /* x with padded rows when T > 1: the forward pass hands views too */
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, K, T > 1 ? c->align : 0, x, &xb, &xt)) ||
+        (st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, dt, N, K, 0, wb, &wbuf, &wt)) ||
+        (bias && (st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, PAGODA_DTYPE_F32, 1, N, 0, bv, &bb, &bt))) ||
+        (st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, N, 0, NULL, &obuf, &ot))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload", st);
+        goto out;
+    }
+    if ((st = c->ops->matmul(c->be, &xt, &wt, bias ? &bt : NULL, &ot))) { cf_record_call(c, op, shape, "matmul", st); goto out; }
+    if ((st = cf_tensor_get(c, &ot, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
+    double err = 0;
+    int64_t wr = 0, wc = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = bias ? bv[n] : 0.0, mag = bias ? fabs(bv[n]) : 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)x[t * K + k] * wv[n * K + k];
+                s += p;
+                mag += fabs(p);
+            }
+            double g = got[t * N + n];
+            double e = isfinite(g) ? fabs(g - s) / (mag + 1e-30) : INFINITY;
+            if (e > err) { err = e; wr = t; wc = n; }
+        }
+    double tol = matmul_tol(dt);
+    cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL, "worst at out[%lld][%lld]",
+              (long long)wr, (long long)wc);
+out:
+    cf_buffer_free(c, xb); cf_buffer_free(c, wbuf); cf_buffer_free(c, bb); cf_buffer_free(c, obuf);
+    free(wb); free(wv); free(x); free(bv); free(got);
+}
+
+/* ------------------------------------------- rms_norm, swiglu, add, rope */
+
+/* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add; alias: out is a. */
+static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alias, bool padded)
+{
+    static const char *names[] = {"rms_norm", "swiglu", "add"};
+    const char *op = names[which];
+    char shape[160];
+    snprintf(shape, sizeof shape, "%lld x %lld%s%s", (long long)rows, (long long)cols,
+             alias ? " in place" : "", padded ? " strided" : "");
+    size_t n = (size_t)(rows * cols);
+    int64_t brows = which == 0 ? 1 : rows;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * (size_t)(brows * cols));
+    float *got = malloc(sizeof(float) * n);
+    double *want = malloc(sizeof(double) * n);
+    pagoda_buffer *ab = NULL, *bb = NULL, *ob = NULL;
+    pagoda_tensor at, bt, ot;
+    int st;
+    float eps = 1e-5f;
+    if (!a || !b || !got || !want) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    cf_fill(c, a, n, -3.0f, 3.0f);
+    cf_fill(c, b, (size_t)(brows * cols), which == 0 ? 0.5f : -2.0f, which == 0 ? 1.5f : 2.0f);
+    size_t pad = padded ? c->align : 0;
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, rows, cols, pad, a, &ab, &at)) ||
+        (st = cf_tensor_new(c, which == 0 ? PAGODA_BUF_WEIGHTS : PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32,
+                            brows, cols, pad, b, &bb, &bt)) ||
+        (!alias && (st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, rows, cols, 0, NULL, &ob, &ot)))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload", st);
+        goto out;
+    }
+    const pagoda_tensor *out = alias ? &at : &ot;
+    if (which == 0) st = c->ops->rms_norm(c->be, &at, &bt, eps, out);
+    else if (which == 1) st = c->ops->swiglu(c->be, &at, &bt, out);
+    else st = c->ops->add(c->be, &at, &bt, out);
+    if (st) { cf_record_call(c, op, shape, op, st); goto out; }
+    if ((st = cf_tensor_get(c, out, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *ar = a + r * cols, *br = b + (which == 0 ? 0 : r * cols);
+        double ss = 0;
+        if (which == 0) {
+            for (int64_t j = 0; j < cols; j++) ss += (double)ar[j] * ar[j];
+            ss = 1.0 / sqrt(ss / (double)cols + eps);
+        }
+        for (int64_t j = 0; j < cols; j++) {
+            double v;
+            if (which == 0) v = ar[j] * ss * br[j];
+            else if (which == 1) v = ar[j] / (1.0 + exp(-(double)ar[j])) * br[j];
+            else v = (double)ar[j] + br[j];
+            want[r * cols + j] = v;
+        }
+    }
+    double err = cf_max_rel_err(got, want, n), tol = 1e-5;
+    cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL, "values differ from the reference");
+out:
+    cf_buffer_free(c, ab); cf_buffer_free(c, bb); cf_buffer_free(c, ob);
+    free(a); free(b); free(got); free(want);
+}
+
+static void case_rope(cf *c, int64_t T, int n_heads, int hd, int n_rot, bool neox, float mscale)
+{
+    const char *op = "rope";
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s T=%lld heads=%d head_dim=%d n_rot=%d mscale=%g",
+             neox ? "neox" : "normal", (long long)T, n_heads, hd, n_rot, mscale);
+    int64_t cols = (int64_t)n_heads * hd;
+    size_t n = (size_t)(T * cols);
+    float *x = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    double *want = malloc(sizeof(double) * n);
+    float inv[512];
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    pagoda_buffer *xb = NULL;
+    pagoda_tensor xt;
+    int st;
+    if (!x || !got || !want || !pos) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    cf_fill(c, x, n, -2.0f, 2.0f);
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)n_rot);
+    /* positions from 0 to a few thousand, where angle precision matters */
+    for (int64_t t = 0; t < T; t++) pos[t] = t == 0 ? 0 : cf_randint(c, 4096);
+    pagoda_rope_params p = {.n_rot = n_rot, .neox = neox, .mscale = mscale, .inv_freq = inv};
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, cols, T > 1 ? c->align : 0, x, &xb, &xt))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload", st);
+        goto out;
+    }
+    if ((st = c->ops->rope(c->be, &xt, n_heads, hd, pos, &p))) { cf_record_call(c, op, shape, "rope", st); goto out; }
+    if ((st = cf_tensor_get(c, &xt, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
+    for (size_t i = 0; i < n; i++) want[i] = x[i];
+    int half = n_rot / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *v = x + t * cols + (int64_t)h * hd;
+            double *w = want + t * cols + (int64_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+                double ang = (double)pos[t] * (double)inv[i];
+                double cs = cos(ang) * mscale, sn = sin(ang) * mscale;
+                w[ia] = v[ia] * cs - v[ib] * sn;
+                w[ib] = v[ia] * sn + v[ib] * cs;
+            }
+        }
+    /* 1e-4 allows an angle computed in float at positions of a few thousand
+     * only barely: the CPU backend computes it in double. */
+    double err = cf_max_rel_err(got, want, n), tol = 1e-4;
+    cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL, "values differ from the reference");
+out:
+    cf_buffer_free(c, xb);
+    free(x); free(got); free(want); free(pos);
+}
+
+/* ------------------------------------------------- kv_write + attention */
+
+typedef struct seq_spec { int32_t hist, n_q; } seq_spec;
+
+static float kv_round(int kvdt, float v)
+{
+    return kvdt == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(v)) : v;
+}
+
+static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
+                           const seq_spec *ss, int n_seqs)
+{
+    char shape[192];
+    int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d seqs",
+                       pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
+    for (int s = 0; s < n_seqs && len < (int)sizeof shape - 16; s++)
+        len += snprintf(shape + len, sizeof shape - (size_t)len, " %d+%d", ss[s].hist, ss[s].n_q);
+    if (!((c->info.kv_types >> kvdt) & 1)) {
+        cf_record(c, "attention", shape, 0, 0, CF_SKIP, "KV type %s not advertised in info.kv_types",
+                  pagoda_dtype_name(kvdt));
+        return;
+    }
+    int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
+    pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt};
+    int32_t total_blocks = 0, T = 0, H = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        total_blocks += (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
+        T += ss[s].n_q;
+        H += ss[s].hist;
+    }
+    L.n_blocks = total_blocks + 3;
+    const int layer = 1;
+    size_t elt = kvdt == PAGODA_DTYPE_F32 ? 4 : 2, pool_bytes = pagoda_kv_pool_bytes(&L);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)total_blocks);
+    pagoda_seq_view *views = calloc((size_t)n_seqs, sizeof *views);
+    float *kh = malloc(sizeof(float) * (size_t)((H + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H + T) * kvrow));
+    int32_t *hslots = malloc(sizeof(int32_t) * (size_t)(H + 1)), *slots = malloc(sizeof(int32_t) * (size_t)T);
+    int32_t *positions = malloc(sizeof(int32_t) * (size_t)T), *tokens = calloc((size_t)T, sizeof(int32_t));
+    int64_t *seq_base = malloc(sizeof(int64_t) * (size_t)n_seqs); /* first row of each seq in kh/vh */
+    float *q = malloc(sizeof(float) * (size_t)(T * qcols)), *got = malloc(sizeof(float) * (size_t)(T * qcols));
+    double *want = malloc(sizeof(double) * (size_t)(T * qcols));
+    uint8_t *pool0 = malloc(pool_bytes), *pool1 = malloc(pool_bytes);
+    double *sc = NULL;
+    pagoda_buffer *kvb = NULL, *hkb = NULL, *hvb = NULL, *nkb = NULL, *nvb = NULL, *qb = NULL, *ob = NULL;
+    pagoda_tensor hkt, hvt, nkt, nvt, qt, ot;
+    int st;
+    if (!perm || !tables || !views || !kh || !vh || !hslots || !slots || !positions || !tokens ||
+        !seq_base || !q || !got || !want || !pool0 || !pool1) {
+        cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    /* Blocks in a shuffled order so a backend that assumes contiguous
+     * blocks fails. */
+    for (int32_t i = 0; i < L.n_blocks; i++) perm[i] = i;
+    for (int32_t i = L.n_blocks - 1; i > 0; i--) {
+        int32_t j = cf_randint(c, i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    /* Rows of kh/vh: each sequence's history then its new tokens. */
+    int32_t tb = 0, qrow = 0, hi = 0;
+    int64_t base = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int32_t ctx = ss[s].hist + ss[s].n_q, nb = (ctx + bs - 1) / bs + 1;
+        views[s] = (pagoda_seq_view){.q_start = qrow, .n_q = ss[s].n_q, .ctx_len = ctx,
+                                     .n_blocks = nb, .block_table = tables + tb};
+        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[tb + i];
+        seq_base[s] = base;
+        for (int32_t p = 0; p < ctx; p++) {
+            int32_t slot = tables[tb + p / bs] * bs + p % bs;
+            if (p < ss[s].hist) hslots[hi++] = slot;
+            else {
+                slots[qrow + p - ss[s].hist] = slot;
+                positions[qrow + p - ss[s].hist] = p;
+            }
+        }
+        tb += nb;
+        qrow += ss[s].n_q;
+        base += ctx;
+    }
+    cf_fill(c, kh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, vh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
+    /* The pool starts as random finite values, so writes to the wrong
+     * slot or layer show. */
+    for (size_t i = 0; i < pool_bytes / elt; i++) {
+        float v = cf_uniform(c, -4.0f, 4.0f);
+        if (elt == 4) memcpy(pool0 + i * 4, &v, 4);
+        else { uint16_t h = pagoda_fp32_to_fp16(v); memcpy(pool0 + i * 2, &h, 2); }
+    }
+    /* Packed copies of the history rows and the new rows, in slot order. */
+    float *hk = malloc(sizeof(float) * (size_t)((H + 1) * kvrow)), *hv = malloc(sizeof(float) * (size_t)((H + 1) * kvrow));
+    float *nk = malloc(sizeof(float) * (size_t)(T * kvrow)), *nv = malloc(sizeof(float) * (size_t)(T * kvrow));
+    if (!hk || !hv || !nk || !nv) {
+        free(hk); free(hv); free(nk); free(nv);
+        cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    {
+        int32_t h = 0, r = 0;
+        for (int s = 0; s < n_seqs; s++)
+            for (int32_t p = 0; p < ss[s].hist + ss[s].n_q; p++) {
+                const float *ks = kh + (seq_base[s] + p) * kvrow, *vs = vh + (seq_base[s] + p) * kvrow;
+                if (p < ss[s].hist) {
+                    memcpy(hk + h * kvrow, ks, sizeof(float) * (size_t)kvrow);
+                    memcpy(hv + h * kvrow, vs, sizeof(float) * (size_t)kvrow);
+                    h++;
+                } else {
+                    memcpy(nk + r * kvrow, ks, sizeof(float) * (size_t)kvrow);
+                    memcpy(nv + r * kvrow, vs, sizeof(float) * (size_t)kvrow);
+                    r++;
+                }
+            }
+    }
+    st = c->ops->buffer_alloc(c->be, PAGODA_BUF_KV, pool_bytes, &kvb);
+    if (!st) st = c->ops->upload(c->be, kvb, 0, pool0, pool_bytes);
+    if (!st && H) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, H, kvrow, 0, hk, &hkb, &hkt);
+    if (!st && H) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, H, kvrow, 0, hv, &hvb, &hvt);
+    /* The new K/V rows strided, as the forward pass's views of a fused QKV are. */
+    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, kvrow, c->align, nk, &nkb, &nkt);
+    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, kvrow, c->align, nv, &nvb, &nvt);
+    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, q, &qb, &qt);
+    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, NULL, &ob, &ot);
+    free(hk); free(hv); free(nk); free(nv);
+    if (st) { cf_record_call(c, "kv_write", shape, "buffer_alloc/upload", st); goto out; }
+
+    /* An earlier step wrote the history; this step writes the new tokens. */
+    if (H && (st = c->ops->kv_write(c->be, kvb, &L, layer, &hkt, &hvt, hslots, H))) {
+        cf_record_call(c, "kv_write", shape, "kv_write (history)", st);
+        goto out;
+    }
+    if ((st = c->ops->kv_write(c->be, kvb, &L, layer, &nkt, &nvt, slots, T))) {
+        cf_record_call(c, "kv_write", shape, "kv_write", st);
+        goto out;
+    }
+    pagoda_batch batch = {.seq_no = 1, .n_tokens = T, .tokens = tokens, .positions = positions,
+                          .slots = slots, .n_seqs = n_seqs, .seqs = views};
+    if ((st = c->ops->attention(c->be, &qt, kvb, &L, layer, &batch, n_heads, 1.0f / sqrtf((float)hd), &ot))) {
+        cf_record_call(c, "attention", shape, "attention", st);
+        goto out;
+    }
+    if ((st = cf_tensor_get(c, &ot, got)) || (st = c->ops->download(c->be, kvb, 0, pool1, pool_bytes))) {
+        cf_record_call(c, "attention", shape, "download", st);
+        goto out;
+    }
+
+    /* kv_write: every written slot holds its row (rounded to the KV type),
+     * every other byte of the pool is as it was. */
+    {
+        double kerr = 0;
+        size_t slot_bytes = (size_t)kvrow * elt;
+        for (int s = 0; s < n_seqs; s++)
+            for (int32_t p = 0; p < views[s].ctx_len; p++) {
+                int32_t blk = views[s].block_table[p / bs], sl = p % bs;
+                for (int kv = 0; kv < 2; kv++) {
+                    size_t off = pagoda_kv_offset(&L, layer, kv, blk) + (size_t)sl * slot_bytes;
+                    const float *src = (kv ? vh : kh) + (seq_base[s] + p) * kvrow;
+                    for (int64_t j = 0; j < kvrow; j++) {
+                        float g, w = kv_round(kvdt, src[j]);
+                        if (elt == 4) memcpy(&g, pool1 + off + (size_t)j * 4, 4);
+                        else { uint16_t h; memcpy(&h, pool1 + off + (size_t)j * 2, 2); g = pagoda_fp16_to_fp32(h); }
+                        double e = isfinite(g) ? fabs((double)g - w) : INFINITY;
+                        if (e > kerr) kerr = e;
+                    }
+                    memcpy(pool0 + off, pool1 + off, slot_bytes); /* expected from here on */
+                }
+            }
+        size_t bad = pool_bytes;
+        for (size_t i = 0; i < pool_bytes && bad == pool_bytes; i++) if (pool0[i] != pool1[i]) bad = i;
+        if (bad != pool_bytes)
+            cf_record(c, "kv_write", shape, 1, 0, CF_FAIL,
+                      "byte %zu of the pool changed, outside the slots written (layer %zu, K/V %zu, block %zu)",
+                      bad, bad / (2 * (size_t)L.n_blocks * pagoda_kv_block_bytes(&L)),
+                      bad / ((size_t)L.n_blocks * pagoda_kv_block_bytes(&L)) % 2,
+                      bad / pagoda_kv_block_bytes(&L) % (size_t)L.n_blocks);
+        else
+            cf_record(c, "kv_write", shape, kerr, 1e-6, kerr <= 1e-6 ? CF_PASS : CF_FAIL,
+                      "stored values differ from the rows written (rounded to %s)", pagoda_dtype_name(kvdt));
+    }
+
+    /* attention: causal softmax over each sequence's own keys, GQA. */
+    {
+        int32_t maxctx = 0;
+        for (int s = 0; s < n_seqs; s++) if (views[s].ctx_len > maxctx) maxctx = views[s].ctx_len;
+        sc = malloc(sizeof(double) * (size_t)maxctx);
+        if (!sc) { cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory"); goto out; }
+        double scale = 1.0 / sqrt((double)hd);
+        int group = n_heads / n_kv;
+        for (int s = 0; s < n_seqs; s++)
+            for (int32_t i = 0; i < views[s].n_q; i++) {
+                int32_t row = views[s].q_start + i, n_keys = ss[s].hist + i + 1;
+                for (int h = 0; h < n_heads; h++) {
+                    const float *qv = q + row * qcols + (int64_t)h * hd;
+                    int kvh = h / group;
+                    double m = -INFINITY, l = 0;
+                    for (int32_t j = 0; j < n_keys; j++) {
+                        const float *kr = kh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
+                        double d = 0;
+                        for (int e = 0; e < hd; e++) d += (double)qv[e] * kv_round(kvdt, kr[e]);
+                        sc[j] = d * scale;
+                        if (sc[j] > m) m = sc[j];
+                    }
+                    for (int32_t j = 0; j < n_keys; j++) { sc[j] = exp(sc[j] - m); l += sc[j]; }
+                    double *w = want + row * qcols + (int64_t)h * hd;
+                    for (int e = 0; e < hd; e++) w[e] = 0;
+                    for (int32_t j = 0; j < n_keys; j++) {
+                        const float *vr = vh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
+                        for (int e = 0; e < hd; e++) w[e] += sc[j] / l * kv_round(kvdt, vr[e]);
+                    }
+                }
+            }
+        double err = cf_max_rel_err(got, want, (size_t)(T * qcols));
+        double tol = kvdt == PAGODA_DTYPE_F32 ? 1e-4 : 5e-4;
+        cf_record(c, "attention", shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
+                  "outputs differ from causal softmax attention over the block tables");
+    }
+out:
+    cf_buffer_free(c, kvb); cf_buffer_free(c, hkb); cf_buffer_free(c, hvb); cf_buffer_free(c, nkb);
+    cf_buffer_free(c, nvb); cf_buffer_free(c, qb); cf_buffer_free(c, ob);
+    free(perm); free(tables); free(views); free(kh); free(vh); free(hslots); free(slots);
+    free(positions); free(tokens); free(seq_base); free(q); free(got); free(want); free(pool0);
+    free(pool1); free(sc);
+}
+
+/* ---------------------------------------------------------- copy_blocks */
+
+static void case_copy_blocks(cf *c, int kvdt)
+{
+    const char *op = "copy_blocks";
+    pagoda_kv_layout L = {.n_layers = 2, .n_blocks = 12, .block_size = 4, .n_kv_heads = 2,
+                          .head_dim = 16, .dtype = kvdt};
+    int32_t src[] = {0, 5, 7}, dst[] = {3, 9, 1};
+    char shape[128];
+    snprintf(shape, sizeof shape, "KV %s 2 layers, 12 blocks of 4, 0->3 5->9 7->1", pagoda_dtype_name(kvdt));
+    if (!c->ops->copy_blocks) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot is NULL: the core downloads and uploads blocks");
+        return;
+    }
+    if (!((c->info.kv_types >> kvdt) & 1)) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "KV type not advertised");
+        return;
+    }
+    size_t n = pagoda_kv_pool_bytes(&L), bb = pagoda_kv_block_bytes(&L);
+    uint8_t *a = malloc(n), *b = malloc(n);
+    pagoda_buffer *kv = NULL;
+    int st;
+    if (!a || !b) { cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory"); goto out; }
+    for (size_t i = 0; i < n; i++) a[i] = (uint8_t)cf_rand(c);
+    if ((st = c->ops->buffer_alloc(c->be, PAGODA_BUF_KV, n, &kv)) || (st = c->ops->upload(c->be, kv, 0, a, n))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload", st);
+        goto out;
+    }
+    if ((st = c->ops->copy_blocks(c->be, kv, &L, src, dst, 3))) { cf_record_call(c, op, shape, "copy_blocks", st); goto out; }
+    if ((st = c->ops->download(c->be, kv, 0, b, n))) { cf_record_call(c, op, shape, "download", st); goto out; }
+    for (int l = 0; l < L.n_layers; l++)
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++)
+                memcpy(a + pagoda_kv_offset(&L, l, k, dst[i]), a + pagoda_kv_offset(&L, l, k, src[i]), bb);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++) if (a[i] != b[i]) bad = i;
+    if (bad == n) cf_record(c, op, shape, 0, 0, CF_PASS, " ");
+    else cf_record(c, op, shape, 1, 0, CF_FAIL, "pool byte %zu (block %zu) differs from the expected copy",
+                   bad, bad / bb % (size_t)L.n_blocks);
+out:
+    if (kv) c->ops->buffer_free(c->be, kv);
+    free(a);
+    free(b);
+}
+
+/* ------------------------------------------------------------- the list */
+
+void cf_run_all_ops(cf *c)
+{
+    case_roundtrip(c);
+
+    for (size_t i = 0; i < N_TYPES; i++) {
+        int dt = k_all_types[i];
+        if (!has_type(c, dt)) {
+            cf_record(c, "get_rows", pagoda_dtype_name(dt), 0, 0, CF_SKIP, "not in info.weight_types");
+            cf_record(c, "matmul", pagoda_dtype_name(dt), 0, 0, CF_SKIP, "not in info.weight_types");
+            continue;
+        }
+        case_get_rows(c, dt, 50, 256, 1, false);
+        case_get_rows(c, dt, 50, 512, 37, false);
+        static const int64_t shapes[][3] = {{1, 256, 96}, {5, 512, 64}, {33, 256, 130}, {64, 512, 48}};
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int bias = 0; bias < 2; bias++)
+                case_matmul(c, dt, shapes[s][0], shapes[s][1], shapes[s][2], bias);
+        if (dt != PAGODA_DTYPE_Q6_K) case_matmul(c, dt, 3, 96, 40, true); /* K of 3 blocks of 32 */
+    }
+    if (c->ops->weights_from_host) {
+        if (has_type(c, PAGODA_DTYPE_F32)) case_get_rows(c, PAGODA_DTYPE_F32, 20, 64, 9, true);
+    } else {
+        cf_record(c, "weights_from_host", "-", 0, 0, CF_SKIP, "optional slot is NULL: the core uses buffer_alloc + upload");
+    }
+
+    case_rowwise(c, 0, 1, 64, false, false);
+    case_rowwise(c, 0, 7, 256, false, true);
+    case_rowwise(c, 0, 33, 172, true, false);
+    case_rowwise(c, 1, 1, 172, false, false);
+    case_rowwise(c, 1, 37, 256, true, true);
+    case_rowwise(c, 2, 1, 64, false, false);
+    case_rowwise(c, 2, 37, 172, true, true);
+
+    for (int neox = 0; neox < 2; neox++) {
+        case_rope(c, 1, 4, 64, 64, neox, 1.0f);
+        case_rope(c, 40, 8, 32, 16, neox, 1.0f);   /* partial rotation */
+        case_rope(c, 5, 2, 128, 128, neox, 0.75f); /* scaled */
+    }
+
+    static const seq_spec mixed[] = {{0, 37}, {49, 1}, {15, 10}, {0, 1}};
+    static const seq_spec long_mix[] = {{0, 5}, {100, 1}, {31, 33}, {7, 1}};
+    static const seq_spec decode[] = {{0, 1}, {3, 1}, {16, 1}};
+    static const int kvtypes[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4);    /* MHA, prefill + decode */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4);  /* GQA 4:1, T > 32 */
+        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3);    /* the bundled model's heads */
+    }
+    case_copy_blocks(c, PAGODA_DTYPE_F32);
+    case_copy_blocks(c, PAGODA_DTYPE_F16);
+
+    if (c->ops->synchronize) {
+        int st = c->ops->synchronize(c->be);
+        if (st) cf_record_call(c, "synchronize", "-", "synchronize", st);
+        else cf_record(c, "synchronize", "-", 0, 0, CF_PASS, " ");
+    }
+}
