@@ -18,7 +18,12 @@
  * path is absurdly long; that is acceptable here. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
+#include <ctype.h>
 #include <dlfcn.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -35,6 +40,7 @@
 #include "genmodel.h"
 #include "log.h"
 #include "memplan.h"
+#include "model.h"
 #include "runtime.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
@@ -413,6 +419,73 @@ static int submit_req(pagoda_runtime *rt, run_ctx *c, req_rec *r, const pagoda_b
     }
 }
 
+/* Turn a finished run's records into res; takes rec and c's trace, frees c. */
+static int finish_result(run_ctx *c, req_rec *rec, int32_t n, const pagoda_engine_stats *s0,
+                         const pagoda_engine_stats *s1, bench_result *res, char *err, size_t err_len)
+{
+    res->n_req = n;
+    double t_end = 0, t_start = 1e300;
+    double *ttft = malloc(sizeof(double) * (size_t)n), *e2e = malloc(sizeof(double) * (size_t)n);
+    if (!ttft || !e2e) {
+        free(ttft);
+        free(e2e);
+        free(rec);
+        run_ctx_free(c);
+        ERR("out of memory");
+        return PAGODA_ERR_NOMEM;
+    }
+    size_t n_lat = 0;
+    for (int32_t i = 0; i < n; i++) {
+        req_rec *r = &rec[i];
+        if (r->t_submit < t_start) t_start = r->t_submit;
+        if (r->failed) { res->n_err++; continue; }
+        res->n_ok++;
+        if (r->t_end > t_end) t_end = r->t_end;
+        res->gen_tokens += r->n_tok;
+        res->prompt_tokens += r->n_prompt;
+        res->cached_tokens += r->cached;
+        ttft[n_lat] = (r->t_first - r->t_submit) * 1e3;
+        e2e[n_lat++] = (r->t_end - r->t_submit) * 1e3;
+    }
+    res->wall_s = t_end > t_start ? t_end - t_start : 0;
+    if (res->wall_s > 0) {
+        res->gen_tps = (double)res->gen_tokens / res->wall_s;
+        res->total_tps = (double)(res->gen_tokens + res->prompt_tokens) / res->wall_s;
+    }
+    pagoda_bench_pcts_of(ttft, n_lat, &res->ttft);
+    pagoda_bench_pcts_of(e2e, n_lat, &res->e2e);
+    pagoda_bench_pcts_of(c->itl, c->n_itl, &res->itl);
+    free(ttft);
+    free(e2e);
+    double util_sum = 0, run_sum = 0;
+    for (size_t i = 0; i < c->n_trace; i++) {
+        trace_pt *p = &c->trace[i];
+        double u = p->kv_total ? (double)p->kv_used / (double)p->kv_total : 0;
+        if (u > res->kv_util_peak) res->kv_util_peak = u;
+        if (p->running > res->peak_running) res->peak_running = p->running;
+        util_sum += u;
+        run_sum += p->running;
+    }
+    if (c->n_trace) {
+        res->kv_util_mean = util_sum / (double)c->n_trace;
+        res->running_mean = run_sum / (double)c->n_trace;
+    }
+    res->kv_blocks = s1->kv_total_blocks;
+    res->kv_block_size = s1->kv_block_size;
+    res->preemptions = s1->preemptions_total - s0->preemptions_total;
+    res->prefix_query = s1->prefix_query_tokens - s0->prefix_query_tokens;
+    res->prefix_hit = s1->prefix_hit_tokens - s0->prefix_hit_tokens;
+    res->reqs = rec;
+    res->trace = c->trace;
+    res->n_trace = c->n_trace;
+    c->trace = NULL;
+    if (res->n_err) pagoda_log(PAGODA_LOG_WARN, "bench %s: %d of %d requests failed; the first: %s",
+                               res->label, res->n_err, n, c->first_error);
+    run_ctx_free(c);
+    return PAGODA_OK;
+}
+
+
 /* Drive the engine through the workload and fill res. */
 static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
                         const pagoda_bench_req *reqs, bench_result *res, char *err, size_t err_len)
@@ -464,67 +537,7 @@ static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
     pagoda_engine_stats s1;
     pagoda_engine_get_stats(rt->engine, &s1);
 
-    /* the numbers */
-    res->n_req = n;
-    double t_end = 0, t_start = 1e300;
-    double *ttft = malloc(sizeof(double) * (size_t)n), *e2e = malloc(sizeof(double) * (size_t)n);
-    if (!ttft || !e2e) {
-        free(ttft);
-        free(e2e);
-        free(rec);
-        run_ctx_free(&c);
-        ERR("out of memory");
-        return PAGODA_ERR_NOMEM;
-    }
-    size_t n_lat = 0;
-    for (int32_t i = 0; i < n; i++) {
-        req_rec *r = &rec[i];
-        if (r->t_submit < t_start) t_start = r->t_submit;
-        if (r->failed) { res->n_err++; continue; }
-        res->n_ok++;
-        if (r->t_end > t_end) t_end = r->t_end;
-        res->gen_tokens += r->n_tok;
-        res->prompt_tokens += r->n_prompt;
-        res->cached_tokens += r->cached;
-        ttft[n_lat] = (r->t_first - r->t_submit) * 1e3;
-        e2e[n_lat++] = (r->t_end - r->t_submit) * 1e3;
-    }
-    res->wall_s = t_end > t_start ? t_end - t_start : 0;
-    if (res->wall_s > 0) {
-        res->gen_tps = (double)res->gen_tokens / res->wall_s;
-        res->total_tps = (double)(res->gen_tokens + res->prompt_tokens) / res->wall_s;
-    }
-    pagoda_bench_pcts_of(ttft, n_lat, &res->ttft);
-    pagoda_bench_pcts_of(e2e, n_lat, &res->e2e);
-    pagoda_bench_pcts_of(c.itl, c.n_itl, &res->itl);
-    free(ttft);
-    free(e2e);
-    double util_sum = 0, run_sum = 0;
-    for (size_t i = 0; i < c.n_trace; i++) {
-        trace_pt *p = &c.trace[i];
-        double u = p->kv_total ? (double)p->kv_used / (double)p->kv_total : 0;
-        if (u > res->kv_util_peak) res->kv_util_peak = u;
-        if (p->running > res->peak_running) res->peak_running = p->running;
-        util_sum += u;
-        run_sum += p->running;
-    }
-    if (c.n_trace) {
-        res->kv_util_mean = util_sum / (double)c.n_trace;
-        res->running_mean = run_sum / (double)c.n_trace;
-    }
-    res->kv_blocks = s1.kv_total_blocks;
-    res->kv_block_size = s1.kv_block_size;
-    res->preemptions = s1.preemptions_total - s0.preemptions_total;
-    res->prefix_query = s1.prefix_query_tokens - s0.prefix_query_tokens;
-    res->prefix_hit = s1.prefix_hit_tokens - s0.prefix_hit_tokens;
-    res->reqs = rec;
-    res->trace = c.trace;
-    res->n_trace = c.n_trace;
-    c.trace = NULL;
-    if (res->n_err) pagoda_log(PAGODA_LOG_WARN, "bench %s: %d of %d requests failed; the first: %s",
-                               res->label, res->n_err, n, c.first_error);
-    run_ctx_free(&c);
-    return PAGODA_OK;
+    return finish_result(&c, rec, n, &s0, &s1, res, err, err_len);
 }
 
 /* One request of fixed lengths, alone, with fresh random tokens: the
@@ -556,6 +569,268 @@ static int run_single(pagoda_runtime *rt, int32_t n_prompt, int32_t n_out, uint6
     result_free(&r);
     pagoda_bench_workload_free(q, 1);
     return st;
+}
+
+/* ================================================================ serving */
+
+/* The serving benchmark: the same workload through the HTTP frontend, as
+ * `stream: true` completions with the prompt given as token ids, from
+ * `concurrency` client threads (closed loop). TTFT is the first streamed
+ * chunk, ITL the gaps between chunks (a token whose text is held back,
+ * e.g. half a UTF-8 character, arrives with the next), token counts from
+ * the usage chunk. A small HTTP/1.1 client of its own (chunked transfer
+ * decoding included) keeps the binary free of libcurl. */
+
+typedef struct http_run {
+    const char *host;
+    int port;
+    const pagoda_bench_req *reqs;
+    req_rec *rec;
+    int32_t n, next;
+    run_ctx *c;
+} http_run;
+
+static int http_connect(const char *host, int port)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, ps, &hints, &ai) || !ai) return -1;
+    int fd = -1;
+    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
+        if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen)) { close(fd); fd = -1; }
+    }
+    freeaddrinfo(ai);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+/* One SSE event's JSON: a text chunk (a token time), the usage, an error. */
+static void http_event(run_ctx *c, req_rec *r, const char *data, size_t len)
+{
+    if (len == 6 && memcmp(data, "[DONE]", 6) == 0) return;
+    json_error_t je;
+    json_t *o = json_loadb(data, len, 0, &je);
+    if (!o) return;
+    double t = now_s() - c->t0;
+    json_t *usage = json_object_get(o, "usage");
+    json_t *choices = json_object_get(o, "choices");
+    pthread_mutex_lock(&c->mu);
+    if (json_object_get(o, "error")) {
+        r->failed = true;
+        json_t *m = json_object_get(json_object_get(o, "error"), "message");
+        if (!c->first_error[0])
+            snprintf(c->first_error, sizeof c->first_error, "%s", json_is_string(m) ? json_string_value(m) : "error");
+    }
+    if (json_is_object(usage)) {
+        r->n_tok = (int32_t)json_integer_value(json_object_get(usage, "completion_tokens"));
+        json_t *d = json_object_get(usage, "prompt_tokens_details");
+        if (json_is_object(d)) r->cached = (int32_t)json_integer_value(json_object_get(d, "cached_tokens"));
+    }
+    json_t *ch = json_array_get(choices, 0);
+    json_t *text = json_object_get(ch, "text");
+    if (json_is_string(text) && json_string_length(text) > 0) {
+        if (r->t_first == 0) r->t_first = t;
+        else if (c->n_itl < c->cap_itl) c->itl[c->n_itl++] = (t - r->t_last) * 1e3;
+        r->t_last = t;
+    }
+    pthread_mutex_unlock(&c->mu);
+    json_decref(o);
+}
+
+/* POST one request and read its stream to the end. */
+static void http_one(http_run *h, int32_t i)
+{
+    run_ctx *c = h->c;
+    req_rec *r = &h->rec[i];
+    const pagoda_bench_req *q = &h->reqs[i];
+    r->run = c;
+    r->n_prompt = q->n_prompt;
+    r->max_tokens = q->max_tokens;
+    r->shared = q->shared;
+    json_t *body = json_object(), *ids = json_array();
+    for (int32_t k = 0; k < q->n_prompt; k++) json_array_append_new(ids, json_integer(q->prompt[k]));
+    json_object_set_new(body, "prompt", ids);
+    json_object_set_new(body, "max_tokens", json_integer(q->max_tokens));
+    json_object_set_new(body, "temperature", json_real(0));
+    json_object_set_new(body, "ignore_eos", json_true());
+    json_object_set_new(body, "stream", json_true());
+    json_t *so = json_object();
+    json_object_set_new(so, "include_usage", json_true());
+    json_object_set_new(body, "stream_options", so);
+    char *js = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    size_t jl = js ? strlen(js) : 0;
+    char head[512];
+    int hl = snprintf(head, sizeof head,
+                      "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", h->host, h->port, jl);
+    char *raw = NULL, *bodybuf = NULL;
+    size_t raw_len = 0, raw_cap = 0, body_len = 0, body_cap = 0, raw_pos = 0, ev_pos = 0;
+    bool in_body = false, chunked = false, done = false;
+    int status = 0;
+    int64_t chunk_left = -1; /* -1: a size line comes next */
+    pthread_mutex_lock(&c->mu);
+    r->t_submit = now_s() - c->t0;
+    pthread_mutex_unlock(&c->mu);
+    int fd = js ? http_connect(h->host, h->port) : -1;
+    if (fd < 0 || write(fd, head, (size_t)hl) != hl || write(fd, js, jl) != (ssize_t)jl) {
+        pthread_mutex_lock(&c->mu);
+        r->failed = true;
+        if (!c->first_error[0])
+            snprintf(c->first_error, sizeof c->first_error, "cannot reach %s:%d: %s", h->host, h->port, strerror(errno));
+        pthread_mutex_unlock(&c->mu);
+        goto out;
+    }
+    for (;;) {
+        if (raw_cap - raw_len < 16384) {
+            size_t nc = raw_cap ? raw_cap * 2 : 65536;
+            char *p = realloc(raw, nc);
+            if (!p) break;
+            raw = p;
+            raw_cap = nc;
+        }
+        ssize_t got = read(fd, raw + raw_len, raw_cap - raw_len);
+        if (got <= 0) break;
+        raw_len += (size_t)got;
+        if (!in_body) {
+            char *e = memmem(raw, raw_len, "\r\n\r\n", 4);
+            if (!e) continue;
+            *e = 0;
+            sscanf(raw, "HTTP/%*s %d", &status);
+            for (char *p = raw; *p; p++) *p = (char)tolower((unsigned char)*p);
+            chunked = strstr(raw, "transfer-encoding: chunked") != NULL;
+            raw_pos = (size_t)(e - raw) + 4;
+            in_body = true;
+        }
+        /* move decoded bytes to bodybuf */
+        while (raw_pos < raw_len && !done) {
+            size_t take;
+            if (chunked) {
+                if (chunk_left < 0) {
+                    char *nl = memmem(raw + raw_pos, raw_len - raw_pos, "\r\n", 2);
+                    if (!nl) break;
+                    chunk_left = strtoll(raw + raw_pos, NULL, 16);
+                    raw_pos = (size_t)(nl - raw) + 2;
+                    if (chunk_left == 0) { done = true; break; }
+                    continue;
+                }
+                if (chunk_left == 0) { /* the CRLF after a chunk's data */
+                    if (raw_len - raw_pos < 2) break;
+                    raw_pos += 2;
+                    chunk_left = -1;
+                    continue;
+                }
+                take = raw_len - raw_pos < (size_t)chunk_left ? raw_len - raw_pos : (size_t)chunk_left;
+                chunk_left -= (int64_t)take;
+            } else {
+                take = raw_len - raw_pos;
+            }
+            if (body_len + take + 1 > body_cap) {
+                size_t nc = (body_cap ? body_cap * 2 : 65536) + take;
+                char *p = realloc(bodybuf, nc);
+                if (!p) { done = true; break; }
+                bodybuf = p;
+                body_cap = nc;
+            }
+            memcpy(bodybuf + body_len, raw + raw_pos, take);
+            body_len += take;
+            raw_pos += take;
+        }
+        /* complete events */
+        for (;;) {
+            char *e = body_len > ev_pos ? memmem(bodybuf + ev_pos, body_len - ev_pos, "\n\n", 2) : NULL;
+            if (!e) break;
+            if (status == 200 && e - (bodybuf + ev_pos) > 6 && !memcmp(bodybuf + ev_pos, "data: ", 6))
+                http_event(c, r, bodybuf + ev_pos + 6, (size_t)(e - bodybuf) - ev_pos - 6);
+            ev_pos = (size_t)(e - bodybuf) + 2;
+        }
+        if (done) break;
+        /* drop consumed raw bytes (headers included) */
+        if (raw_pos > 0) {
+            memmove(raw, raw + raw_pos, raw_len - raw_pos);
+            raw_len -= raw_pos;
+            raw_pos = 0;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    if (status != 200) {
+        r->failed = true;
+        if (!c->first_error[0]) {
+            size_t bl = body_len < 200 ? body_len : 200;
+            snprintf(c->first_error, sizeof c->first_error, "HTTP %d: %.*s", status, (int)bl, bodybuf ? bodybuf : "");
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+out:
+    if (fd >= 0) close(fd);
+    pthread_mutex_lock(&c->mu);
+    r->t_end = now_s() - c->t0;
+    if (r->t_first == 0 && !r->failed) {
+        r->failed = true;
+        if (!c->first_error[0]) snprintf(c->first_error, sizeof c->first_error, "no token was streamed");
+    }
+    c->n_done++;
+    pthread_mutex_unlock(&c->mu);
+    free(js);
+    free(raw);
+    free(bodybuf);
+}
+
+static void *http_client(void *arg)
+{
+    http_run *h = arg;
+    for (;;) {
+        pthread_mutex_lock(&h->c->mu);
+        int32_t i = h->next < h->n ? h->next++ : -1;
+        pthread_mutex_unlock(&h->c->mu);
+        if (i < 0) return NULL;
+        http_one(h, i);
+    }
+}
+
+/* Run the workload against host:port; rt (in-process server) or NULL. */
+static int run_workload_http(pagoda_runtime *rt, const char *host, int port,
+                             const pagoda_bench_workload *w, const pagoda_bench_req *reqs,
+                             bench_result *res, char *err, size_t err_len)
+{
+    int32_t n = w->n_requests;
+    size_t cap_itl = 0;
+    for (int32_t i = 0; i < n; i++) cap_itl += (size_t)reqs[i].max_tokens;
+    run_ctx c;
+    req_rec *rec = calloc((size_t)n, sizeof *rec);
+    if (!rec || run_ctx_init(&c, cap_itl)) {
+        free(rec);
+        ERR("out of memory for the run");
+        return PAGODA_ERR_NOMEM;
+    }
+    pagoda_engine_stats s0 = {0}, s1 = {0};
+    if (rt) pagoda_engine_get_stats(rt->engine, &s0);
+    c.t0 = now_s();
+    c.tracing = true;
+    if (rt) pagoda_engine_set_step_hook(rt->engine, on_step, &c);
+    http_run h = {.host = host, .port = port, .reqs = reqs, .rec = rec, .n = n, .c = &c};
+    int nt = w->concurrency < n ? w->concurrency : n;
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    int started = 0;
+    for (int i = 0; th && i < nt; i++)
+        if (pthread_create(&th[i], NULL, http_client, &h) == 0) started++;
+    if (started == 0) http_client(&h);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    if (rt) {
+        pagoda_engine_wait_idle(rt->engine);
+        pthread_mutex_lock(&c.mu);
+        c.tracing = false;
+        pthread_mutex_unlock(&c.mu);
+        pagoda_engine_set_step_hook(rt->engine, NULL, NULL);
+        pagoda_engine_get_stats(rt->engine, &s1);
+    }
+    return finish_result(&c, rec, n, &s0, &s1, res, err, err_len);
 }
 
 /* ================================================================ rooflines */
@@ -692,6 +967,9 @@ typedef struct bench_opts {
     uint64_t memory;  /* quant comparison: the budget the KV left is planned under */
     int threads;
     bool quiet;
+    bool serve;              /* the workload through the in-process HTTP frontend */
+    const char *http;        /* HOST:PORT of a running server */
+    int32_t vocab_size;      /* token ids drawn for --http without --model */
 } bench_opts;
 
 static void bench_usage(FILE *f)
@@ -723,6 +1001,10 @@ static void bench_usage(FILE *f)
 "  --concurrency N       closed loop: N requests in flight\n"
 "  --rate R              open loop: Poisson arrivals, R requests/s\n"
 "  --seed N              workload seed (default 1)\n"
+"serving (HTTP, closed loop at --concurrency, streamed completions of token ids):\n"
+"  --serve               start the HTTP frontend in-process and drive it over TCP\n"
+"  --http HOST:PORT      drive a running pagoda server instead\n"
+"  --vocab-size N        --http without --model: draw ids below N (default 32000)\n"
 "reports:\n"
 "  --roofline            also measure read bandwidth and the sgemm rate, single-stream\n"
 "                        decode and prefill, and print them against their bounds\n"
@@ -834,7 +1116,8 @@ static int model_for(const bench_opts *o, const char *type, char *out, size_t ou
  * model, the user's --set, then the side's own settings (which win, so a
  * comparison always compares what it says). */
 static int open_side(const bench_opts *o, const char *model, const char *const *side_sets,
-                     pagoda_config **cfg_out, pagoda_runtime **rt_out, char *err, size_t err_len)
+                     const char *port_file, pagoda_config **cfg_out, pagoda_runtime **rt_out,
+                     char *err, size_t err_len)
 {
     *cfg_out = NULL;
     *rt_out = NULL;
@@ -855,7 +1138,15 @@ static int open_side(const bench_opts *o, const char *model, const char *const *
     for (int i = 0; i < o->n_sets && !st; i++) st = pagoda_config_set(cfg, o->sets[i], err, err_len);
     for (int i = 0; side_sets && side_sets[i] && !st; i++)
         st = pagoda_config_set(cfg, side_sets[i], err, err_len);
-    if (!st) st = pagoda_runtime_open(cfg, false, false, rt_out, err, err_len);
+    if (port_file) {
+        /* the in-process server: a free port on loopback, written to a file */
+        const char *fe[] = {"engine.frontend=http", "frontend.http.host=127.0.0.1",
+                            "frontend.http.port=0", NULL};
+        for (int i = 0; fe[i] && !st; i++) st = pagoda_config_set(cfg, fe[i], err, err_len);
+        snprintf(buf, sizeof buf, "frontend.http.port_file=%s", port_file);
+        if (!st) st = pagoda_config_set(cfg, buf, err, err_len);
+    }
+    if (!st) st = pagoda_runtime_open(cfg, port_file != NULL, false, rt_out, err, err_len);
     if (!st && pagoda_engine_start((*rt_out)->engine)) {
         ERR("the engine did not start");
         st = PAGODA_ERR_INTERNAL;
@@ -870,6 +1161,42 @@ static int open_side(const bench_opts *o, const char *model, const char *const *
     return PAGODA_OK;
 }
 
+static void *frontend_thread(void *arg)
+{
+    pagoda_runtime *rt = arg;
+    int st = rt->p_front->ops.frontend.run(rt->front_ctx);
+    if (st) pagoda_log(PAGODA_LOG_ERROR, "bench: the HTTP frontend stopped: %s", pagoda_status_str(st));
+    return NULL;
+}
+
+/* Start the runtime's HTTP frontend, run the workload through it, stop it. */
+static int serve_workload(pagoda_runtime *rt, const char *port_file, const pagoda_bench_workload *w,
+                          const pagoda_bench_req *reqs, bench_result *res, char *err, size_t err_len)
+{
+    pthread_t th;
+    if (pthread_create(&th, NULL, frontend_thread, rt)) { ERR("cannot start the frontend thread"); return PAGODA_ERR_INTERNAL; }
+    int port = 0;
+    for (int i = 0; i < 1000 && port <= 0; i++) { /* up to 10 s for the port file */
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1) port = 0;
+            fclose(f);
+        }
+        if (port <= 0) usleep(10000);
+    }
+    int st;
+    if (port <= 0) {
+        ERR("the HTTP frontend wrote no port to %s", port_file);
+        st = PAGODA_ERR_IO;
+    } else {
+        st = run_workload_http(rt, "127.0.0.1", port, w, reqs, res, err, err_len);
+    }
+    rt->p_front->ops.frontend.stop(rt->front_ctx);
+    pthread_join(th, NULL);
+    unlink(port_file);
+    return st;
+}
+
 /* Which parts of a side to run. */
 enum { SIDE_WORKLOAD = 1, SIDE_DECODE = 2, SIDE_PREFILL = 4 };
 
@@ -882,7 +1209,10 @@ static int run_side(const bench_opts *o, const char *label, const char *model,
     pagoda_config *cfg = NULL;
     pagoda_runtime *rt = NULL;
     pagoda_bench_req *reqs = NULL;
-    int st = open_side(o, model, side_sets, &cfg, &rt, err, err_len);
+    char port_file[256];
+    snprintf(port_file, sizeof port_file, "/tmp/pagoda-bench-%d.port", (int)getpid());
+    unlink(port_file);
+    int st = open_side(o, model, side_sets, o->serve ? port_file : NULL, &cfg, &rt, err, err_len);
     if (st) return st;
     const char *base = strrchr(rt->ec.model, '/');
     snprintf(res->model, sizeof res->model, "%s", base ? base + 1 : rt->ec.model);
@@ -924,7 +1254,8 @@ static int run_side(const bench_opts *o, const char *label, const char *model,
                 st = PAGODA_ERR_INVALID;
                 goto out;
             }
-        st = run_workload(rt, &o->w, reqs, res, err, err_len);
+        if (o->serve) st = serve_workload(rt, port_file, &o->w, reqs, res, err, err_len);
+        else st = run_workload(rt, &o->w, reqs, res, err, err_len);
     }
 out:
     pagoda_bench_workload_free(reqs, o->w.n_requests);
@@ -1410,6 +1741,51 @@ static int do_single(const bench_opts *o, roofline *rf)
     return PAGODA_OK;
 }
 
+/* --http HOST:PORT: the workload against a running server. */
+static int do_http(const bench_opts *o)
+{
+    char err[2048] = "", host[256];
+    const char *colon = strrchr(o->http, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    if (!colon || port <= 0 || port > 65535 || (size_t)(colon - o->http) >= sizeof host) {
+        fprintf(stderr, "pagoda bench: --http %s: expected HOST:PORT\n", o->http);
+        return PAGODA_ERR_INVALID;
+    }
+    snprintf(host, sizeof host, "%.*s", (int)(colon - o->http), o->http);
+    int32_t V = o->vocab_size;
+    if (o->model) {
+        gguf_file *g = pagoda_gguf_open(o->model, err, sizeof err);
+        pagoda_hparams hp;
+        if (!g || pagoda_hparams_read(g, &hp, err, sizeof err)) {
+            fprintf(stderr, "bench: %s\n", err);
+            pagoda_gguf_close(g);
+            return PAGODA_ERR_INVALID;
+        }
+        V = hp.n_vocab;
+        const gguf_tensor *te = pagoda_gguf_tensor(g, "token_embd.weight");
+        if (V <= 0 && te) V = (int32_t)te->ne[1]; /* the header may leave it to the tokenizer */
+        pagoda_gguf_close(g);
+    }
+    pagoda_bench_req *reqs = NULL;
+    bench_result r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.label, sizeof r.label, "http");
+    int st = pagoda_bench_workload_make(&o->w, V > 1024 ? 259 : 3, V, &reqs, err, sizeof err);
+    if (!st) st = run_workload_http(NULL, host, port, &o->w, reqs, &r, err, sizeof err);
+    if (!st && r.n_ok == 0) st = PAGODA_ERR_IO; /* the reason was logged */
+    if (st) {
+        if (err[0]) fprintf(stderr, "bench: %s\n", err);
+    } else {
+        printf("\nserving %s:%d, %d requests at concurrency %d\n", host, port, o->w.n_requests, o->w.concurrency);
+        print_results(stdout, &r, 1);
+        if (o->json) write_json(o->json, o, NULL, &r, 1, NULL, NULL);
+        if (o->csv) write_csv(o->csv, &r, 1);
+    }
+    pagoda_bench_workload_free(reqs, o->w.n_requests);
+    result_free(&r);
+    return st;
+}
+
 /* ================================================================ CLI */
 
 int pagoda_cmd_bench(int argc, char **argv)
@@ -1422,6 +1798,7 @@ int pagoda_cmd_bench(int argc, char **argv)
     o.memory = 4ull << 30;
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = nc > 0 ? (int)nc : 1;
+    o.vocab_size = 32000;
     char err[512];
     bool frac_given = false;
     /* the comparison first: its defaults sit under the user's flags */
@@ -1437,6 +1814,7 @@ int pagoda_cmd_bench(int argc, char **argv)
         const char *a = argv[i], *v = NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { bench_usage(stdout); return EXIT_OK; }
         if (strcmp(a, "--roofline") == 0) { o.roofline = true; continue; }
+        if (strcmp(a, "--serve") == 0) { o.serve = true; continue; }
         const char *eq = strchr(a, '=');
         size_t alen = eq && strncmp(a, "--", 2) == 0 ? (size_t)(eq - a) : strlen(a);
         if (eq && strncmp(a, "--", 2) == 0) v = eq + 1;
@@ -1462,6 +1840,7 @@ int pagoda_cmd_bench(int argc, char **argv)
         else if (OPT("--csv")) o.csv = v;
         else if (OPT("--plot")) o.plot = v;
         else if (OPT("--compare")) o.compare = v;
+        else if (OPT("--http")) o.http = v;
         else if (OPT("--prompt-len")) st = pagoda_bench_dist_parse(v, &o.w.prompt_len, err, sizeof err);
         else if (OPT("--output-len")) st = pagoda_bench_dist_parse(v, &o.w.output_len, err, sizeof err);
         else if (OPT("--memory")) {
@@ -1499,6 +1878,7 @@ int pagoda_cmd_bench(int argc, char **argv)
             INTOPT("--decode-tokens", o.decode_tokens, 2, 100000)
             INTOPT("--prefill-tokens", o.prefill_tokens, 1, 1000000)
             INTOPT("--threads", o.threads, 1, 64)
+            INTOPT("--vocab-size", o.vocab_size, 2, 10000000)
             else {
                 fprintf(stderr, "pagoda bench: unknown option '%s' (see pagoda bench --help)\n", a);
                 return EXIT_USAGE;
@@ -1529,6 +1909,10 @@ int pagoda_cmd_bench(int argc, char **argv)
     roofline rf;
     memset(&rf, 0, sizeof rf);
     if (o.roofline) measure_roofline(&o, &rf);
-    int st = o.compare ? do_compare(&o, &rf) : do_single(&o, &rf);
+    if (o.http && (o.serve || o.compare)) {
+        fprintf(stderr, "pagoda bench: --http drives a server of its own: no --serve or --compare\n");
+        return EXIT_USAGE;
+    }
+    int st = o.http ? do_http(&o) : o.compare ? do_compare(&o, &rf) : do_single(&o, &rf);
     return st == PAGODA_OK ? EXIT_OK : st == PAGODA_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
 }

@@ -313,6 +313,22 @@ START_TEST(bench_compare_kv_counts)
 }
 END_TEST
 
+START_TEST(bench_serve_counts)
+{
+    /* the same workload through the in-process HTTP frontend: token counts
+     * come from the streamed usage chunk */
+    static const char *const args[] = {"--serve", "--requests", "5", "--prompt-len", "6-12",
+                                       "--output-len", "7", "--concurrency", "2"};
+    json_t *root = run_bench(args, 9);
+    json_t *r = json_array_get(json_object_get(root, "results"), 0);
+    ck_assert_int_eq(jint(r, "requests_ok"), 5);
+    ck_assert_int_eq(jint(r, "requests_failed"), 0);
+    ck_assert_int_eq(jint(r, "generated_tokens"), 35);
+    ck_assert_int_le(jint(r, "running_peak"), 2);
+    json_decref(root);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("bench");
@@ -330,6 +346,7 @@ static Suite *suite(void)
     tcase_set_timeout(tr, 600);
     tcase_add_test(tr, bench_run_counts);
     tcase_add_test(tr, bench_compare_kv_counts);
+    tcase_add_test(tr, bench_serve_counts);
     suite_add_tcase(s, tr);
     return s;
 }
