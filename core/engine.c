@@ -754,7 +754,7 @@ static bool step(pagoda_engine *e)
         if (e->seqs[i]->s.state == PAGODA_SEQ_WAITING) waiting[n_wait++] = e->seqs[i];
     seq **running = malloc(sizeof(seq *) * (size_t)(e->n_running ? e->n_running : 1));
     if (!running) { free(waiting); return false; }
-    memcpy(running, e->running, sizeof(seq *) * (size_t)e->n_running);
+    if (e->n_running) memcpy(running, e->running, sizeof(seq *) * (size_t)e->n_running);
     pagoda_sched_env env = {
         .struct_size = sizeof env, .opaque = e,
         .waiting = (pagoda_sched_seq *const *)waiting, .n_waiting = n_wait,
@@ -900,7 +900,7 @@ static void *engine_main(void *arg)
         /* cancels: ids not live (already finished) are dropped */
         int32_t nc = e->n_cancels;
         uint64_t ids[nc > 0 ? nc : 1];
-        memcpy(ids, e->cancels, sizeof(uint64_t) * (size_t)nc);
+        if (nc) memcpy(ids, e->cancels, sizeof(uint64_t) * (size_t)nc);
         e->n_cancels = 0;
         bool stopping = e->stopping;
         e->n_waiting_pub = 0;

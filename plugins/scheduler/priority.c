@@ -103,12 +103,12 @@ static int prio_schedule(void *ctx, const pagoda_sched_env *env)
     if (rc != PAGODA_OK) return rc;
     pagoda_sched_seq **run = p->x.a, **wait = p->x.b;
     int32_t n_run = env->n_running;
-    qsort(run, (size_t)n_run, sizeof(*run), sc_cmp_priority);
+    if (n_run > 1) qsort(run, (size_t)n_run, sizeof(*run), sc_cmp_priority);
     rc = sc_plan_in_order(&st, run, n_run);
     if (rc != PAGODA_OK || st.preempted_for_space) return rc != PAGODA_OK ? rc : sc_flush(&st);
 
     if (env->n_waiting) memcpy(wait, env->waiting, (size_t)env->n_waiting * sizeof(*wait));
-    qsort(wait, (size_t)env->n_waiting, sizeof(*wait), sc_cmp_priority);
+    if (env->n_waiting > 1) qsort(wait, (size_t)env->n_waiting, sizeof(*wait), sc_cmp_priority);
     for (int32_t i = 0; i < env->n_waiting; i++) {
         pagoda_sched_seq *w = wait[i];
         if (w->state != PAGODA_SEQ_WAITING) continue;
