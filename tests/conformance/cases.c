@@ -200,7 +200,13 @@ static void case_matmul(cf *c, int dt, int64_t T, int64_t K, int64_t N, bool bia
         goto out;
     }
     cf_fill(c, x, (size_t)(T * K), -1.0f, 1.0f);
-    cf_fill(c, bv, (size_t)N, -0.5f, 0.5f);
+    /* Bias as large as a typical output, so a bias dropped or halved shows
+     * through the quantized types' tolerance too. */
+    for (int64_t n = 0; n < N; n++) {
+        double rs = 0;
+        for (int64_t k = 0; k < K; k++) rs += fabs(wv[n * K + k]);
+        bv[n] = cf_uniform(c, -0.5f, 0.5f) * (float)rs;
+    }
     /* x with padded rows when T > 1: the forward pass hands views too */
     if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, K, T > 1 ? c->align : 0, x, &xb, &xt)) ||
         (st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, dt, N, K, 0, wb, &wbuf, &wt)) ||

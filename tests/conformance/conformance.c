@@ -313,7 +313,7 @@ static int generate(const opts *o, const char *backend, const char *model, const
     int st = config_for(&o2, &cfg);
     if (st) { snprintf(err, err_len, "bad settings"); return st; }
     char buf[PATH_MAX + 64];
-    const char *kv[] = {"engine.log_level=warn", "engine.kv_cache_tokens=1024", NULL};
+    const char *kv[] = {o->verbose ? "engine.log_level=warn" : "engine.log_level=error", "engine.kv_cache_tokens=1024", NULL};
     snprintf(buf, sizeof buf, "engine.model=%s", model);
     st = pagoda_config_set(cfg, buf, err, err_len);
     for (int i = 0; kv[i] && !st; i++) st = pagoda_config_set(cfg, kv[i], err, err_len);
