@@ -192,7 +192,8 @@ static void usage(FILE *f)
             "inputs (tolerances per weight type), then the bundled model's greedy tokens\n"
             "end to end through it. --plugin loads that file instead of searching\n"
             "PAGODA_PLUGIN_PATH and the plugin folders. --model: another GGUF (its tokens\n"
-            "are then compared with the cpu backend's). Exit 0: conformant; 1: a case\n"
+            "are then compared with the cpu backend's, for information). Exit 0:\n"
+            "conformant; 1: a case\n"
             "failed; 2: usage or load error.\n");
 }
 
@@ -424,10 +425,19 @@ static void e2e(cf *c, const opts *o, const char *model, const char *golden, boo
             if (i >= r->n || r->tokens[i] != w[i]) { n_diff++; if (first < 0) first = i; }
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %d tokens vs %s", n_gen,
                  use_golden ? "golden" : "cpu");
-        if (n_diff)
+        if (n_diff && !use_golden) {
+            /* Another model has no golden tokens, and the cpu backend rounds
+             * activations (8-bit for quantized weights), which legitimately
+             * changes greedy paths on near-ties: reported, not failed. */
+            cf_record(c, "model", shape, n_diff, 0, CF_SKIP,
+                      "informational: %d of %d tokens differ from the cpu backend's, first at %d (got %d, cpu %d)",
+                      n_diff, n_gen, first, first < r->n ? r->tokens[first] : -1, w[first]);
+            printf("NOTE model %s: %s\n", shape, c->res[c->n_res - 1].why);
+        } else if (n_diff) {
             cf_record(c, "model", shape, n_diff, 0, CF_FAIL,
                       "%d of %d tokens differ, first at %d (got %d, want %d)", n_diff, n_gen, first,
                       first < r->n ? r->tokens[first] : -1, w[first]);
+        }
         else
             cf_record(c, "model", shape, 0, 0, CF_PASS, " ");
 next:
