@@ -1,7 +1,8 @@
 /*
- * genmodel.c: `pagoda gen-model`: a random-weight Llama GGUF of a real
- * shape. Metadata as llama.cpp writes it, tensor names and layouts as
- * llama.cpp reads them, weights ~N(0, 0.02) and norms 1.0. Each tensor is
+ * genmodel.c: `pagoda gen-model`: a random-weight GGUF of a real shape,
+ * architecture llama (default), qwen2 or qwen3. Metadata as llama.cpp's
+ * converter writes it, tensor names and layouts as llama.cpp reads them,
+ * weights ~N(0, 0.02) and norms 1.0 unless asked otherwise. Each tensor is
  * generated and quantized a chunk of rows at a time straight into the
  * file, from its own seeded stream, so memory stays small and the bytes
  * depend only on the arguments.
@@ -12,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "model.h"
 #include "pagoda/types.h"
 #include "quant.h"
 
@@ -149,13 +152,45 @@ out:
 
 /* ------------------------------------------------------------ tensors */
 
+enum { GT_WEIGHT, GT_NORM, GT_BIAS, GT_VALUES };
+
 typedef struct gtensor {
     char name[64];
     int type;
     uint32_t n_dims;
     int64_t ne[2];
-    bool norm;
+    int kind;              /* GT_*: what fills it */
+    const float *values;   /* GT_VALUES: the whole tensor */
 } gtensor;
+
+typedef struct gen_values {
+    float std, norm_std, bias_std;
+} gen_values;
+
+/* Llama 3.1's rope scaling as convert_hf_to_gguf.py turns it into
+ * rope_freqs.weight: a divisor of each frequency (1 for short wavelengths,
+ * `factor` for long ones, smoothed between). */
+#define LLAMA3_THETA 500000.0
+#define LLAMA3_FACTOR 8.0
+#define LLAMA3_LOW 1.0
+#define LLAMA3_HIGH 4.0
+#define LLAMA3_ORIG_CTX 8192.0
+
+static void llama3_factors(int head_dim, float *out)
+{
+    const double low_wl = LLAMA3_ORIG_CTX / LLAMA3_LOW, high_wl = LLAMA3_ORIG_CTX / LLAMA3_HIGH;
+    for (int i = 0; i < head_dim / 2; i++) {
+        /* the converter computes the frequencies in float32 */
+        float freq = (float)(1.0 / pow(LLAMA3_THETA, (double)(2 * i) / head_dim));
+        double wl = 2.0 * M_PI / freq;
+        if (wl < high_wl) out[i] = 1.0f;
+        else if (wl > low_wl) out[i] = (float)LLAMA3_FACTOR;
+        else {
+            double smooth = (LLAMA3_ORIG_CTX / wl - LLAMA3_LOW) / (LLAMA3_HIGH - LLAMA3_LOW);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / LLAMA3_FACTOR + smooth));
+        }
+    }
+}
 
 /* llama.cpp's GGUF ftype for the main type, for tools that show it. */
 static uint32_t file_type(int dtype)
@@ -173,7 +208,7 @@ static uint32_t file_type(int dtype)
 
 /* Generate one tensor in chunks of whole rows, quantize, stream out. */
 static int write_tensor(gguf_writer *w, FILE *fp, const gtensor *t, uint64_t seed, uint64_t idx,
-                        float *buf, void *qbuf, size_t chunk_elems)
+                        const gen_values *gv, float *buf, void *qbuf, size_t chunk_elems)
 {
     uint64_t s = seed ^ (idx * 0xD1B54A32D192ED03ull);
     rng r = {splitmix64(&s) | 1};
@@ -183,10 +218,15 @@ static int write_tensor(gguf_writer *w, FILE *fp, const gtensor *t, uint64_t see
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
         int64_t nr = rows - r0 < rows_per ? rows - r0 : rows_per;
         size_t n = (size_t)(nr * cols);
-        if (t->norm)
+        if (t->kind == GT_VALUES)
+            memcpy(buf, t->values + r0 * cols, n * sizeof *buf);
+        else if (t->kind == GT_NORM && gv->norm_std > 0) {
+            fill_normal(&r, buf, n, gv->norm_std);
+            for (size_t i = 0; i < n; i++) buf[i] += 1.0f;
+        } else if (t->kind == GT_NORM)
             for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         else
-            fill_normal(&r, buf, n, 0.02f);
+            fill_normal(&r, buf, n, t->kind == GT_BIAS ? gv->bias_std : gv->std);
         int st = pagoda_quantize_row(t->type, buf, qbuf, (int64_t)n);
         if (st) return st;
         st = pagoda_gguf_w_data_chunk(w, fp, qbuf, pagoda_dtype_row_bytes(t->type, (int64_t)n));
@@ -205,7 +245,8 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     float *buf = NULL;
     void *qbuf = NULL;
     char *tmp = NULL;
-    char name[128];
+    char name[128], key[160];
+    float *rope_factors = NULL;
     if (err && err_len) err[0] = 0;
     const pagoda_model_shape *sh = o ? pagoda_model_shape_find(o->shape) : NULL;
     if (!sh) {
@@ -229,25 +270,53 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         snprintf(err, err_len, "--layers %d is more than 1000", layers);
         goto out;
     }
-    int dim = sh->dim, head_dim = sh->dim / sh->n_heads, kv_dim = head_dim * sh->n_kv_heads;
+    const char *arch = o->arch ? o->arch : "llama";
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3) {
+        snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3)", arch);
+        goto out;
+    }
+    if (o->rope_scaling < PAGODA_ROPE_SCALING_NONE || o->rope_scaling > PAGODA_ROPE_SCALING_LLAMA3) {
+        snprintf(err, err_len, "unknown rope scaling %d", o->rope_scaling);
+        goto out;
+    }
+    if (o->head_dim < 0 || o->head_dim % 2 || o->head_dim > 1024 || o->std < 0 || o->norm_std < 0) {
+        snprintf(err, err_len, "head dim %d (even, <= 1024) or std %g / norm std %g (>= 0) out of range",
+                 o->head_dim, (double)o->std, (double)o->norm_std);
+        goto out;
+    }
+    int dim = sh->dim, head_dim = o->head_dim ? o->head_dim : sh->dim / sh->n_heads;
+    int q_dim = head_dim * sh->n_heads, kv_dim = head_dim * sh->n_kv_heads;
     int vocab = sh->vocab;
+    gen_values gv = {.std = o->std > 0 ? o->std : 0.02f, .norm_std = o->norm_std};
+    gv.bias_std = 4 * gv.std;
+    double theta = qwen2 || qwen3 ? 1000000.0 : 10000.0;
+    if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) theta = LLAMA3_THETA;
+#define AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
 
     w = pagoda_gguf_writer_new();
     if (!w) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
-    snprintf(name, sizeof name, "pagoda-random-%s", sh->name);
-    st = pagoda_gguf_w_str(w, "general.architecture", "llama");
+    if (qwen2 || qwen3) snprintf(name, sizeof name, "pagoda-random-%s-%s", arch, sh->name);
+    else snprintf(name, sizeof name, "pagoda-random-%s", sh->name);
+    st = pagoda_gguf_w_str(w, "general.architecture", arch);
     if (!st) st = pagoda_gguf_w_str(w, "general.name", name);
     if (!st) st = pagoda_gguf_w_u32(w, "general.alignment", 32);
     if (!st) st = pagoda_gguf_w_u32(w, "general.file_type", file_type(dt));
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.context_length", (uint32_t)(o->context > 0 ? o->context : sh->context));
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.embedding_length", (uint32_t)dim);
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.block_count", (uint32_t)layers);
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)sh->ffn);
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)sh->n_heads);
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)sh->n_kv_heads);
-    if (!st) st = pagoda_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st) st = pagoda_gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
-    if (!st) st = pagoda_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("context_length"), (uint32_t)(o->context > 0 ? o->context : sh->context));
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("embedding_length"), (uint32_t)dim);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("block_count"), (uint32_t)layers);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("feed_forward_length"), (uint32_t)sh->ffn);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count"), (uint32_t)sh->n_heads);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count_kv"), (uint32_t)sh->n_kv_heads);
+    if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
+    if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)head_dim);
+    if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
+    if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.freq_base"), (float)theta);
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_LINEAR) {
+        st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "linear");
+        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
+    }
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
     if (o->vocab) {
@@ -277,34 +346,55 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         st = write_generated_vocab(w, vocab, err, err_len);
         if (st) goto out;
     }
-    st = pagoda_gguf_w_u32(w, "llama.vocab_size", (uint32_t)vocab);
+    st = pagoda_gguf_w_u32(w, AKEY("vocab_size"), (uint32_t)vocab);
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
     /* Tensor list, in llama.cpp's order. */
-    size_t n_t = 3 + (size_t)layers * 9;
+    size_t n_t = 4 + (size_t)layers * 12;
     ts = calloc(n_t, sizeof *ts);
     if (!ts) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     size_t k = 0;
-#define ADD(nm_fmt, layer, tp, d0, d1, is_norm) do {                              \
+#define ADDK(nm_fmt, layer, tp, d0, d1, knd) do {                                 \
         snprintf(ts[k].name, sizeof ts[k].name, nm_fmt, layer);                   \
         ts[k].type = (tp); ts[k].ne[0] = (d0); ts[k].ne[1] = (d1);                \
-        ts[k].n_dims = (d1) > 1 || !(is_norm) ? 2 : 1; ts[k].norm = (is_norm); k++; \
+        ts[k].kind = (knd); ts[k].n_dims = (knd) == GT_WEIGHT ? 2 : 1; k++;       \
     } while (0)
+#define ADD(nm_fmt, layer, tp, d0, d1, is_norm) \
+    ADDK(nm_fmt, layer, tp, d0, d1, (is_norm) ? GT_NORM : GT_WEIGHT)
     ADD("token_embd.weight%.0d", 0, dt, dim, vocab, false);
     ADD("output_norm.weight%.0d", 0, PAGODA_DTYPE_F32, dim, 1, true);
-    ADD("output.weight%.0d", 0, dt, dim, vocab, false);
+    if (!o->tied) ADD("output.weight%.0d", 0, dt, dim, vocab, false);
+    if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) {
+        rope_factors = malloc(sizeof *rope_factors * (size_t)(head_dim / 2));
+        if (!rope_factors) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
+        llama3_factors(head_dim, rope_factors);
+        ADDK("rope_freqs.weight%.0d", 0, PAGODA_DTYPE_F32, head_dim / 2, 1, GT_VALUES);
+        ts[k - 1].values = rope_factors;
+    }
     for (int l = 0; l < layers; l++) {
         ADD("blk.%d.attn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
-        ADD("blk.%d.attn_q.weight", l, dt, dim, dim, false);
+        ADD("blk.%d.attn_q.weight", l, dt, dim, q_dim, false);
         ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
         ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
-        ADD("blk.%d.attn_output.weight", l, dt, dim, dim, false);
+        if (qwen2) {
+            ADDK("blk.%d.attn_q.bias", l, PAGODA_DTYPE_F32, q_dim, 1, GT_BIAS);
+            ADDK("blk.%d.attn_k.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
+            ADDK("blk.%d.attn_v.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
+        }
+        if (qwen3) {
+            ADD("blk.%d.attn_q_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
+            ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
+        }
+        ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
         ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
         ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
         ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
     }
 #undef ADD
+#undef ADDK
+#undef AKEY
+    n_t = k;
     for (size_t i = 0; i < n_t; i++) {
         st = pagoda_gguf_w_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne);
         if (st) { snprintf(err, err_len, "tensor %s: %s", ts[i].name, pagoda_status_str(st)); goto out; }
@@ -321,13 +411,14 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     /* About 4 MB of F32 per chunk (whole rows), and its quantized form. */
     const size_t chunk = 1u << 20;
     size_t max_cols = (size_t)(sh->ffn > dim ? sh->ffn : dim);
+    if ((size_t)q_dim > max_cols) max_cols = (size_t)q_dim;
     size_t cap = chunk > max_cols ? chunk : max_cols;
     buf = malloc(cap * sizeof *buf);
     qbuf = malloc(cap * sizeof *buf);
     if (!buf || !qbuf) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     st = pagoda_gguf_w_begin(w, fp);
     for (size_t i = 0; !st && i < n_t; i++)
-        st = write_tensor(w, fp, &ts[i], o->seed, i, buf, qbuf, chunk);
+        st = write_tensor(w, fp, &ts[i], o->seed, i, &gv, buf, qbuf, chunk);
     if (!st) st = pagoda_gguf_w_finish(w, fp);
     if (st) { snprintf(err, err_len, "%s: write failed: %s", tmp, pagoda_status_str(st)); goto out; }
     if (fclose(fp) != 0) {
@@ -350,6 +441,7 @@ out:
     free(buf);
     free(qbuf);
     free(ts);
+    free(rope_factors);
     pagoda_gguf_writer_free(w);
     pagoda_gguf_close(vf);
     return st;
@@ -369,13 +461,21 @@ static int parse_dtype(const char *s)
 static void gen_usage(FILE *f)
 {
     fprintf(f, "usage: pagoda gen-model --shape NAME --type T --out FILE [--vocab VOCAB.gguf]\n"
-               "                        [--seed N] [--layers N]\n"
+               "                        [--seed N] [--layers N] [--arch A] [--rope-scaling S]\n"
+               "                        [--tied] [--std S] [--norm-std S] [--head-dim N]\n"
                "  --shape   llama-110M | tinyllama-1.1B | tiny\n"
                "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (norms stay F32)\n"
                "  --vocab   copy every tokenizer.* key from this GGUF (default: a generated\n"
                "            SPM-style vocabulary of the shape's size)\n"
                "  --seed    weights seed (default 42)\n"
-               "  --layers  override the shape's layer count\n");
+               "  --layers  override the shape's layer count\n"
+               "  --arch    llama (default) | qwen2 (QKV biases ~N(0, 4*std)) | qwen3 (Q/K norms)\n"
+               "  --rope-scaling  none (default) | linear (factor 4) | llama3 (rope_freqs.weight:\n"
+               "            factor 8, low 1, high 4, original context 8192; theta 500000)\n"
+               "  --tied    no output.weight (the output matrix is token_embd)\n"
+               "  --std     weight standard deviation (default 0.02)\n"
+               "  --norm-std  norm weights 1 + N(0, S) (default 0: exactly 1)\n"
+               "  --head-dim  head dimension other than dim/heads (attention.key_length)\n");
 }
 
 int pagoda_cmd_gen_model(int argc, char **argv)
@@ -384,6 +484,7 @@ int pagoda_cmd_gen_model(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { gen_usage(stdout); return 0; }
+        if (strcmp(a, "--tied") == 0) { o.tied = true; continue; }
         const char *eq = strchr(a, '=');
         size_t alen = eq ? (size_t)(eq - a) : strlen(a);
         if (eq) v = eq + 1;
@@ -398,6 +499,38 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         if (OPT("--shape")) o.shape = v;
         else if (OPT("--out")) o.out = v;
         else if (OPT("--vocab")) o.vocab = v;
+        else if (OPT("--arch")) {
+            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3")) {
+                fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2 or qwen3\n", v);
+                return 2;
+            }
+            o.arch = v;
+        } else if (OPT("--rope-scaling")) {
+            if (!strcmp(v, "none")) o.rope_scaling = PAGODA_ROPE_SCALING_NONE;
+            else if (!strcmp(v, "linear")) o.rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
+            else if (!strcmp(v, "llama3")) o.rope_scaling = PAGODA_ROPE_SCALING_LLAMA3;
+            else {
+                fprintf(stderr, "pagoda gen-model: --rope-scaling %s: expected none, linear or llama3\n", v);
+                return 2;
+            }
+        } else if (OPT("--std") || OPT("--norm-std")) {
+            errno = 0;
+            float f = strtof(v, &end);
+            if (errno || !*v || *end || !(f >= 0 && f <= 10)) {
+                fprintf(stderr, "pagoda gen-model: %.*s %s: expected a number in 0..10\n", (int)alen, a, v);
+                return 2;
+            }
+            if (OPT("--std")) o.std = f;
+            else o.norm_std = f;
+        } else if (OPT("--head-dim")) {
+            errno = 0;
+            long hd = strtol(v, &end, 10);
+            if (errno || !*v || *end || hd < 2 || hd > 1024 || hd % 2) {
+                fprintf(stderr, "pagoda gen-model: --head-dim %s: expected an even 2..1024\n", v);
+                return 2;
+            }
+            o.head_dim = (int)hd;
+        }
         else if (OPT("--type")) {
             o.dtype = parse_dtype(v);
             if (o.dtype < 0) {
@@ -440,6 +573,7 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         fprintf(stderr, "pagoda gen-model: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "pagoda gen-model: wrote %s (%s, %s)\n", o.out, o.shape, pagoda_dtype_name(o.dtype));
+    fprintf(stderr, "pagoda gen-model: wrote %s (%s %s, %s)\n", o.out, o.arch ? o.arch : "llama",
+            o.shape, pagoda_dtype_name(o.dtype));
     return 0;
 }

@@ -1,13 +1,15 @@
 /*
- * genmodel.h: `pagoda gen-model`, which writes a random-weight Llama GGUF
- * (v3) of a real shape, for benchmarks and tests of models pagoda cannot
- * ship. Weights are seeded (same arguments, same bytes), streamed to disk
+ * genmodel.h: `pagoda gen-model`, which writes a random-weight GGUF (v3)
+ * of a real shape, llama by default or qwen2/qwen3, with optional rope
+ * scaling and tied output, for benchmarks and tests of models pagoda
+ * cannot ship. Weights are seeded (same arguments, same bytes), streamed to disk
  * so a 1.1B model needs only a few MB of RAM.
  * Not for: meaningful text: the weights are noise.
  */
 #ifndef PAGODA_GENMODEL_H
 #define PAGODA_GENMODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +31,15 @@ typedef struct pagoda_genmodel_opts {
     uint64_t seed;
     int layers;             /* 0 = the shape's count */
     int context;            /* 0 = the shape's context length (the bench's long-prompt runs) */
+    /* Architecture variants (all zero/NULL: plain llama as before). */
+    const char *arch;       /* "llama" (NULL), "qwen2" (QKV biases), "qwen3" (Q/K norms) */
+    int rope_scaling;       /* pagoda_rope_scaling (model.h): linear writes factor 4;
+                             * llama3 writes rope_freqs.weight (factor 8, low 1, high 4,
+                             * original context 8192) and rope theta 500000 */
+    bool tied;              /* no output.weight: the output is token_embd */
+    float std;              /* weight standard deviation; 0 = 0.02 */
+    float norm_std;         /* norm weights are 1 + N(0, norm_std); 0 = exactly 1 */
+    int head_dim;           /* 0 = dim / heads; else written as attention.key_length */
 } pagoda_genmodel_opts;
 
 /* Writes the model; 0 or a pagoda_status with a message in err. */
@@ -36,6 +47,8 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len);
 
 /* The CLI: argv[0] is the subcommand name ("gen-model"), options follow:
  *   --shape NAME --type T --out FILE [--vocab VOCAB.gguf] [--seed N] [--layers N]
+ *   [--arch llama|qwen2|qwen3] [--rope-scaling none|linear|llama3] [--tied]
+ *   [--std S] [--norm-std S] [--head-dim N]
  * Returns a process exit code: 0 ok, 1 failure, 2 usage error. */
 int pagoda_cmd_gen_model(int argc, char **argv);
 
