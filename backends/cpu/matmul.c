@@ -29,6 +29,11 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
 /* Weight rows per tile when T > 1: the tile stays in L2 while every
  * activation row passes over it. */
 #define ROW_TILE 16
+/* Rows of activations quantized on the caller instead of in the pool. */
+#define QUANT_INLINE_T 4
+/* Row parts per thread, and the smallest part. */
+#define PARTS_PER_THREAD 4
+#define MIN_ROWS_PER_PART 16
 
 void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes)
 {
@@ -79,6 +84,9 @@ typedef struct mm_task {
     size_t out_stride;
     uint8_t *xq;          /* quantized activations, xq_stride bytes per row */
     size_t xq_stride;
+    int64_t rows_per_part;
+    void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
+                 size_t);
 } mm_task;
 
 static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
@@ -88,11 +96,8 @@ static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-static void quant_task(void *arg, int ith, int nth)
+static void quant_rows(mm_task *m, int64_t t0, int64_t t1)
 {
-    mm_task *m = arg;
-    int64_t t0, t1;
-    split(m->T, ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         const float *xr = (const float *)((const uint8_t *)m->x + t * m->x_stride);
         void *yr = m->xq + t * m->xq_stride;
@@ -101,6 +106,14 @@ static void quant_task(void *arg, int ith, int nth)
         else
             m->vt->quant_q8a(xr, yr, m->K);
     }
+}
+
+static void quant_task(void *arg, int ith, int nth)
+{
+    mm_task *m = arg;
+    int64_t t0, t1;
+    split(m->T, ith, nth, &t0, &t1);
+    quant_rows(m, t0, t1);
 }
 
 static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
@@ -120,20 +133,46 @@ static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
     }
 }
 
-static void dot_task(void *arg, int ith, int nth)
+/* The row x token block kernel for this weight type, if it has one. */
+static void (*gemm_fn(const mm_task *m))(const void *, size_t, int64_t, const void *, size_t, int64_t,
+                                        int64_t, float *, size_t)
+{
+    switch (m->dtype) {
+    case PAGODA_DTYPE_Q8_0: return m->vt->gemm_q8_0;
+    case PAGODA_DTYPE_Q4_0: return m->vt->gemm_q4_0;
+    case PAGODA_DTYPE_F16: return m->vt->gemm_f16;
+    default: return NULL;
+    }
+}
+
+/* One part: rows [n0, n1) for every token, ROW_TILE rows at a time so the
+ * tile stays in cache while all tokens pass over it. */
+static void dot_task(void *arg, int part, int n_parts)
 {
     mm_task *m = arg;
-    int64_t n0, n1;
-    split(m->N, ith, nth, &n0, &n1);
+    int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
+    if (n1 > m->N) n1 = m->N;
+    (void)n_parts;
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-        for (int64_t t = 0; t < m->T; t++) {
-            float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
-            for (int64_t n = nt; n < ne; n++) {
-                float v = dot_one(m, m->w + n * m->w_stride, t);
-                o[n] = m->bias ? v + m->bias[n] : v;
+        if (m->gemm) {
+            if (m->xq)
+                m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xq, m->xq_stride, m->T,
+                        m->K / 32, m->out + nt, m->out_stride);
+            else
+                m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x, m->x_stride, m->T,
+                        m->K, m->out + nt, m->out_stride);
+        } else {
+            for (int64_t t = 0; t < m->T; t++) {
+                float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
+                for (int64_t n = nt; n < ne; n++) o[n] = dot_one(m, m->w + n * m->w_stride, t);
             }
         }
+        if (m->bias)
+            for (int64_t t = 0; t < m->T; t++) {
+                float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
+                for (int64_t n = nt; n < ne; n++) o[n] += m->bias[n];
+            }
     }
 }
 
@@ -215,9 +254,23 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
     if (m.xq_stride) {
         m.xq = pagoda_cpu_scratch(ex, m.xq_stride * (size_t)T);
         if (!m.xq) return PAGODA_ERR_NOMEM;
-        pagoda_threadpool_run(ex->pool, quant_task, &m);
+        /* A few rows quantize in about a microsecond: cheaper than waking
+         * the pool for it. */
+        if (T <= QUANT_INLINE_T)
+            quant_rows(&m, 0, T);
+        else
+            pagoda_threadpool_run(ex->pool, quant_task, &m);
     }
-    pagoda_threadpool_run(ex->pool, dot_task, &m);
+    m.gemm = gemm_fn(&m);
+    /* A few parts per thread, whole 4-row tiles: a thread the OS took away
+     * for a while leaves its parts to the others (threadpool.h). */
+    int nth = pagoda_threadpool_size(ex->pool);
+    int64_t want = (int64_t)nth * PARTS_PER_THREAD;
+    int64_t rpp = (N + want - 1) / want;
+    rpp = (rpp + 3) / 4 * 4;
+    if (rpp < MIN_ROWS_PER_PART) rpp = MIN_ROWS_PER_PART;
+    m.rows_per_part = rpp;
+    pagoda_threadpool_run_parts(ex->pool, dot_task, &m, (int)((N + rpp - 1) / rpp));
     return PAGODA_OK;
 }
 

@@ -1,9 +1,14 @@
 /*
- * threadpool.c: see threadpool.h. A generation counter announces each
- * task; workers spin on it for a short time (a decode step dispatches a
- * few hundred tasks, each well under a millisecond) and then sleep on a
- * condition variable so an idle server burns no CPU. The caller works as
- * thread 0 and then waits for a pending counter to drop to zero.
+ * threadpool.c: see threadpool.h. A task is cut into parts; the caller and
+ * the workers claim parts from one atomic word (generation << 32 | next
+ * part) and the caller returns when the count of finished parts reaches
+ * the total. Nobody waits for a particular thread: on a loaded machine a
+ * worker the kernel has descheduled simply claims nothing, and the caller
+ * (or the other workers) do its share; a worker that wakes late sees a new
+ * generation in the word and cannot claim a part of a finished task.
+ * Workers spin on the word for a short time (a decode step dispatches a few
+ * hundred tasks, each well under a millisecond) and then sleep on a
+ * condition variable so an idle server burns no CPU.
  * Not for: nested parallelism (a task must not call run on the same pool).
  */
 #include "threadpool.h"
@@ -11,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -32,11 +38,14 @@ struct pagoda_threadpool {
     int started;                /* workers actually started */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;            /* bumped once per task */
-    atomic_int pending;         /* workers still running the current task */
+    /* generation << 32 | parts not yet claimed; a new generation with
+     * n_parts once per task, then counts down to 0 */
+    _Alignas(64) atomic_uint_least64_t state;
+    _Alignas(64) atomic_int done;   /* parts finished in this generation */
+    _Atomic(pagoda_task_fn) fn;
+    _Atomic(void *) arg;
+    atomic_int n_parts;
     atomic_int stop;
-    pagoda_task_fn fn;
-    void *arg;
 };
 
 typedef struct worker_arg {
@@ -51,25 +60,48 @@ static long now_ns(void)
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
+/* Claim and run parts of generation `gen` until none are left. The task's
+ * fields are read between loading the word and the compare-exchange; its
+ * success proves the word did not move in between (generations only grow,
+ * the count only falls within one), so the fields were still `gen`'s: a
+ * new task is published only after every part of the old one finished. */
+static void work(pagoda_threadpool *p, uint32_t gen)
+{
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(s >> 32) != gen) return;
+        int left = (int)(uint32_t)s;
+        if (left <= 0) return;
+        int n_parts = atomic_load_explicit(&p->n_parts, memory_order_relaxed);
+        pagoda_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s - 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        fn(arg, n_parts - left, n_parts);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+    }
+}
+
 static void *worker_main(void *varg)
 {
     worker_arg *wa = varg;
     pagoda_threadpool *p = wa->p;
-    int ith = wa->ith;
     free(wa);
-    /* Not a load of gen: a task may have been announced before this
-     * thread got to run, and it must not be skipped. */
-    unsigned seen = 0;
+    /* Generation 0 is never a task: the first run publishes generation 1. */
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint32_t g;
         long t0 = now_ns();
         for (int i = 0;; i++) {
-            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+            g = (uint32_t)(atomic_load_explicit(&p->state, memory_order_acquire) >> 32);
             if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
             CPU_RELAX();
             if ((i & 255) == 255 && now_ns() - t0 > SPIN_NS) {
                 pthread_mutex_lock(&p->mu);
-                while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+                while ((g = (uint32_t)(atomic_load_explicit(&p->state, memory_order_acquire) >>
+                                       32)) == seen &&
                        !atomic_load_explicit(&p->stop, memory_order_relaxed))
                     pthread_cond_wait(&p->cv, &p->mu);
                 pthread_mutex_unlock(&p->mu);
@@ -78,8 +110,7 @@ static void *worker_main(void *varg)
         }
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
         seen = g;
-        p->fn(p->arg, ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        work(p, g);
     }
     return NULL;
 }
@@ -88,13 +119,18 @@ int pagoda_threadpool_create(int n_threads, pagoda_threadpool **out)
 {
     *out = NULL;
     if (n_threads < 1) n_threads = 1;
-    pagoda_threadpool *p = calloc(1, sizeof *p);
+    pagoda_threadpool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
     if (!p) return PAGODA_ERR_NOMEM;
     p->n = n_threads;
+    p->threads = NULL;
+    p->started = 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->done, 0);
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->arg, NULL);
+    atomic_init(&p->n_parts, 0);
     atomic_init(&p->stop, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
@@ -141,27 +177,38 @@ int pagoda_threadpool_size(const pagoda_threadpool *p)
     return p ? p->n : 1;
 }
 
-void pagoda_threadpool_run(pagoda_threadpool *p, pagoda_task_fn fn, void *arg)
+void pagoda_threadpool_run_parts(pagoda_threadpool *p, pagoda_task_fn fn, void *arg, int n_parts)
 {
-    if (!p || p->n == 1) {
-        fn(arg, 0, 1);
+    if (n_parts <= 0) return;
+    if (!p || p->n == 1 || n_parts == 1) {
+        for (int i = 0; i < n_parts; i++) fn(arg, i, n_parts);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    /* The mutex orders the bump against a worker that is about to sleep. */
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_parts, n_parts, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t gen = (uint32_t)(atomic_load_explicit(&p->state, memory_order_relaxed) >> 32) + 1;
+    if (gen == 0) gen = 1;  /* 0 is the workers' "nothing seen yet" */
+    /* The mutex orders the bump against a worker that is about to sleep;
+     * the release publishes fn/arg/n_parts/done with the new generation. */
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    atomic_store_explicit(&p->state, (uint64_t)gen << 32 | (uint32_t)n_parts, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, p->n);
-    /* Yield after a while: on an oversubscribed machine a worker may be
-     * waiting for our core. */
-    for (long i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
-        if (i < (1L << 16))
+    work(p, gen);
+    /* Only parts a worker claimed and has not finished remain. Yield after
+     * a while: on an oversubscribed machine that worker may be waiting for
+     * our core. */
+    for (long i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_parts; i++) {
+        if (i < (1L << 14))
             CPU_RELAX();
         else
             sched_yield();
     }
+}
+
+void pagoda_threadpool_run(pagoda_threadpool *p, pagoda_task_fn fn, void *arg)
+{
+    pagoda_threadpool_run_parts(p, fn, arg, pagoda_threadpool_size(p));
 }

@@ -155,7 +155,25 @@ static void dequant_scalar(int dtype, const void *w, float *out, int64_t k)
     pagoda_dequantize_row(dtype, w, out, k);
 }
 
+/* The reference for the row x token blocks: one dot per pair. */
+#define GEMM_BY_DOTS(name, dot, xtype)                                                            \
+    static void name(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride, \
+                     int64_t T, int64_t n, float *out, size_t out_stride)                        \
+    {                                                                                             \
+        for (int64_t t = 0; t < T; t++) {                                                         \
+            const xtype *xr = (const xtype *)((const uint8_t *)x + t * x_stride);                \
+            float *o = (float *)((uint8_t *)out + t * out_stride);                                \
+            for (int64_t r = 0; r < nr; r++) o[r] = dot((const void *)((const uint8_t *)w + r * w_stride), xr, n); \
+        }                                                                                         \
+    }
+GEMM_BY_DOTS(gemm_q8_0_scalar, dot_q8_0_scalar, pagoda_q8a_block)
+GEMM_BY_DOTS(gemm_q4_0_scalar, dot_q4_0_scalar, pagoda_q8a_block)
+GEMM_BY_DOTS(gemm_f16_scalar, dot_f16_scalar, float)
+
 const pagoda_vecdot_table pagoda_vecdot_scalar = {
+    .gemm_q8_0 = gemm_q8_0_scalar,
+    .gemm_q4_0 = gemm_q4_0_scalar,
+    .gemm_f16 = gemm_f16_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,

@@ -8,6 +8,7 @@
 #ifndef PAGODA_CPU_VECDOT_H
 #define PAGODA_CPU_VECDOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Activation block for Q8_0/Q4_0/Q4_1 weights: 32 values as int8 with a
@@ -49,6 +50,19 @@ typedef struct pagoda_vecdot_table {
     float (*dot_q4_0)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     float (*dot_q4_1)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     float (*dot_q6_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    /* A block of weight rows times a block of tokens: out[t][n] = dot(row
+     * n of w, token t of x) for n < nr, t < T. The AVX2 kernels load a
+     * few rows once for several tokens (register tiles of rows x tokens),
+     * which is what makes batched decode and prefill cheaper per token
+     * than T separate dots. x: T rows x_stride bytes apart, each nb
+     * quantized blocks (q8_0/q4_0) or k floats (f16); out: rows out_stride
+     * bytes apart. Same results as the dots above up to float order. */
+    void (*gemm_q8_0)(const void *w, size_t w_stride, int64_t nr, const void *x,
+                      size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q4_0)(const void *w, size_t w_stride, int64_t nr, const void *x,
+                      size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_f16)(const void *w, size_t w_stride, int64_t nr, const void *x,
+                     size_t x_stride, int64_t T, int64_t k, float *out, size_t out_stride);
     /* One weight row of k values to F32 (the sgemm path of prefill). */
     void (*dequant)(int dtype, const void *w, float *out, int64_t k);
     /* KV helpers for attention:

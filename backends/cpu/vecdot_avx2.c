@@ -407,7 +407,140 @@ static void dequant_avx2(int dtype, const void *wv, float *out, int64_t k)
     }
 }
 
+/* ---------------------------------------------------------------- tiles
+ * Register tiles of RB weight rows x TB tokens, one accumulator each, over
+ * all blocks of the rows: a row's block is loaded (and prepared: sign,
+ * nibble unpack, scale) once for TB tokens, a token's block once for RB
+ * rows. Per pair and block that leaves sign + maddubs + madd + convert +
+ * scale + fma (Q8_0), where single dots also repeat every load and the
+ * scale conversion. RB * TB <= 8 accumulators, plus the prepared rows,
+ * fit the 16 ymm registers. */
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+FORCE_INLINE void store_tile(__m256 acc[4][4], int RB, int TB, float *out, size_t os)
+{
+    for (int t = 0; t < TB; t++) {
+        float *o = (float *)((uint8_t *)out + t * os);
+        for (int r = 0; r < RB; r++) o[r] = hsum_ps(acc[r][t]);
+    }
+}
+
+FORCE_INLINE void tile_q8_0(const uint8_t *w, size_t ws, int RB, const uint8_t *x, size_t xs,
+                            int TB, int64_t nb, float *out, size_t os)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv[4], aw[4];
+        __m256 dw[4];
+        for (int r = 0; r < RB; r++) {
+            const pagoda_blk_q8_0 *wb = (const pagoda_blk_q8_0 *)(w + r * ws) + b;
+            wv[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+            aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            dw[r] = _mm256_set1_ps(f16(wb->d));
+        }
+        for (int t = 0; t < TB; t++) {
+            const pagoda_q8a_block *xb = (const pagoda_q8a_block *)(x + t * xs) + b;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            __m256 dx = _mm256_broadcast_ss(&xb->d);
+            for (int r = 0; r < RB; r++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    store_tile(acc, RB, TB, out, os);
+}
+
+/* (q - 8) . y = q . y - 8 . y: unsigned nibbles go straight into maddubs;
+ * 8 . y is computed once per token block and subtracted in int16. */
+FORCE_INLINE void tile_q4_0(const uint8_t *w, size_t ws, int RB, const uint8_t *x, size_t xs,
+                            int TB, int64_t nb, float *out, size_t os)
+{
+    const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
+    __m256 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv[4];
+        __m256 dw[4];
+        for (int r = 0; r < RB; r++) {
+            const pagoda_blk_q4_0 *wb = (const pagoda_blk_q4_0 *)(w + r * ws) + b;
+            wv[r] = unpack_nibbles(wb->qs);
+            dw[r] = _mm256_set1_ps(f16(wb->d));
+        }
+        for (int t = 0; t < TB; t++) {
+            const pagoda_q8a_block *xb = (const pagoda_q8a_block *)(x + t * xs) + b;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            __m256i off = _mm256_maddubs_epi16(eights, xv);
+            __m256 dx = _mm256_broadcast_ss(&xb->d);
+            for (int r = 0; r < RB; r++) {
+                __m256i p = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(wv[r], xv), off), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    store_tile(acc, RB, TB, out, os);
+}
+
+/* F16 rows converted with F16C, F32 tokens: RB x TB FMAs per 8 values. */
+FORCE_INLINE void tile_f16(const uint8_t *w, size_t ws, int RB, const uint8_t *x, size_t xs,
+                           int TB, int64_t k, float *out, size_t os)
+{
+    __m256 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) acc[r][t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 wv[4];
+        for (int r = 0; r < RB; r++) wv[r] = load_f16((const uint16_t *)(w + r * ws) + i);
+        for (int t = 0; t < TB; t++) {
+            __m256 xv = _mm256_loadu_ps((const float *)(x + t * xs) + i);
+            for (int r = 0; r < RB; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    store_tile(acc, RB, TB, out, os);
+    for (; i < k; i++)
+        for (int t = 0; t < TB; t++) {
+            float *o = (float *)((uint8_t *)out + t * os);
+            const float *xr = (const float *)(x + t * xs);
+            for (int r = 0; r < RB; r++) o[r] += f16(((const uint16_t *)(w + r * ws))[i]) * xr[i];
+        }
+}
+
+/* Walk the rows x tokens block in tiles: 2 rows x 4 tokens where there are
+ * tokens to share, 4 rows x 1 token for single tokens, edges smaller. */
+#define GEMM_TILES(name, tile)                                                                   \
+    static void name(const void *wv, size_t ws, int64_t nr, const void *xv, size_t xs,          \
+                     int64_t T, int64_t n, float *out, size_t os)                                \
+    {                                                                                            \
+        const uint8_t *w = wv, *x = xv;                                                          \
+        int64_t t = 0;                                                                           \
+        for (; t + 4 <= T; t += 4) {                                                             \
+            const uint8_t *xt = x + t * xs;                                                      \
+            float *ot = (float *)((uint8_t *)out + t * os);                                      \
+            int64_t r = 0;                                                                       \
+            for (; r + 2 <= nr; r += 2) tile(w + r * ws, ws, 2, xt, xs, 4, n, ot + r, os);       \
+            if (r < nr) tile(w + r * ws, ws, 1, xt, xs, 4, n, ot + r, os);                       \
+        }                                                                                        \
+        for (; t < T; t++) {                                                                     \
+            const uint8_t *xt = x + t * xs;                                                      \
+            float *ot = (float *)((uint8_t *)out + t * os);                                      \
+            int64_t r = 0;                                                                       \
+            for (; r + 4 <= nr; r += 4) tile(w + r * ws, ws, 4, xt, xs, 1, n, ot + r, os);       \
+            for (; r < nr; r++) tile(w + r * ws, ws, 1, xt, xs, 1, n, ot + r, os);               \
+        }                                                                                        \
+    }
+GEMM_TILES(gemm_q8_0_avx2, tile_q8_0)
+GEMM_TILES(gemm_q4_0_avx2, tile_q4_0)
+GEMM_TILES(gemm_f16_avx2, tile_f16)
+
 const pagoda_vecdot_table pagoda_vecdot_avx2 = {
+    .gemm_q8_0 = gemm_q8_0_avx2,
+    .gemm_q4_0 = gemm_q4_0_avx2,
+    .gemm_f16 = gemm_f16_avx2,
     .dequant = dequant_avx2,
     .quant_q8a = quant_q8a_avx2,
     .quant_q8k = quant_q8k_avx2,

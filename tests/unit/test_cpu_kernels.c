@@ -77,6 +77,35 @@ START_TEST(test_threadpool_runs_each_thread_once)
 }
 END_TEST
 
+static void parts_fn(void *arg, int part, int n_parts)
+{
+    int *hits = arg;
+    ck_assert_int_lt(part, n_parts);
+    __atomic_fetch_add(&hits[part], 1, __ATOMIC_RELAXED);
+}
+
+/* Every part runs exactly once, whatever the part count and however the
+ * threads race for them, across many back-to-back tasks (a late worker must
+ * never run a part of a finished task). */
+START_TEST(test_threadpool_parts_each_once)
+{
+    for (int n = 1; n <= 3; n++) {
+        pagoda_threadpool *tp = NULL;
+        ck_assert_int_eq(pagoda_threadpool_create(n, &tp), PAGODA_OK);
+        for (int r = 0; r < 2000; r++) {
+            int n_parts = r % 37;
+            int hits[40] = {0};
+            pagoda_threadpool_run_parts(tp, parts_fn, hits, n_parts);
+            for (int i = 0; i < 40; i++) ck_assert_int_eq(hits[i], i < n_parts ? 1 : 0);
+        }
+        pagoda_threadpool_destroy(tp);
+    }
+    int hits[5] = {0};
+    pagoda_threadpool_run_parts(NULL, parts_fn, hits, 5);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(hits[i], 1);
+}
+END_TEST
+
 /* ----------------------------------------------------- activation quant */
 
 START_TEST(test_quant_activations_scalar_equals_avx2)
@@ -141,6 +170,7 @@ typedef struct mm_case {
 
 static const mm_case MM_CASES[] = {
     {1, 256, 37}, {3, 512, 61}, {7, 768, 130}, {1, 1024, 5}, {16, 256, 33},
+    {5, 256, 7}, {2, 512, 3}, {9, 256, 65}, /* tile edges: odd rows, 4 + 1 tokens */
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles */
 };
 
@@ -612,6 +642,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("kernels");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_threadpool_runs_each_thread_once);
+    tcase_add_test(tc, test_threadpool_parts_each_once);
     tcase_add_test(tc, test_quant_activations_scalar_equals_avx2);
     tcase_add_test(tc, test_matmul_f32);
     tcase_add_test(tc, test_matmul_f16);
