@@ -762,6 +762,7 @@ static bool step(pagoda_engine *e)
         .block_size = e->opts.block_size,
         .admit = env_admit, .grow = env_grow, .preempt = env_preempt,
         .blocks_needed = env_blocks_needed, .free_blocks = env_free_blocks, .plan = env_plan,
+        .max_seq_len = e->opts.max_seq_len,
     };
     e->n_plan = 0;
     int st = e->sched->ops.schedule(e->sched->ctx, &env);

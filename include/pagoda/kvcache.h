@@ -50,12 +50,14 @@ typedef struct pagoda_kvcache_ops {
     /* required. Take a new sequence in. On success *n_cached is how many
      * leading tokens are already in the cache (0 without prefix caching;
      * always < seq->n_tokens so at least one token is computed) and the
-     * sequence holds blocks for them. PAGODA_ERR_NOSPACE if it does not fit
+     * sequence holds blocks for its whole prompt (cached blocks shared,
+     * the rest fresh). PAGODA_ERR_NOSPACE if it does not fit
      * now (the caller may preempt or wait); nothing is held then. */
     int (*admit)(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached);
 
     /* required. Make room so the sequence can hold n_total tokens. Either all
-     * the blocks are found or none is taken (PAGODA_ERR_NOSPACE). */
+     * the blocks are found or none is taken (PAGODA_ERR_NOSPACE). Asking
+     * for fewer tokens than it holds changes nothing. */
     int (*grow)(void *ctx, uint64_t seq_id, int32_t n_total);
 
     /* optional. The first n_computed tokens of the sequence now hold valid

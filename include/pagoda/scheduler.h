@@ -62,7 +62,8 @@ typedef struct pagoda_sched_env {
     /* Make KV room for n_total tokens of a running sequence: 0 or NOSPACE. */
     int (*grow)(void *opaque, uint64_t seq_id, int32_t n_total);
     /* Preempt a running sequence by recompute: its blocks are released, it
-     * becomes WAITING with n_computed = 0 and keeps every token produced. */
+     * becomes WAITING with n_computed = 0 and keeps every token produced.
+     * If it was already planned this step, that plan entry is dropped. */
     int (*preempt)(void *opaque, uint64_t seq_id);
     /* Blocks the sequence would need to be admitted now, and free blocks. */
     int32_t (*blocks_needed)(void *opaque, uint64_t seq_id);
@@ -70,6 +71,8 @@ typedef struct pagoda_sched_env {
     /* Add to this step's plan: run n_tokens (>= 1) of a RUNNING sequence
      * for which grow(n_computed + n_tokens) succeeded. */
     int (*plan)(void *opaque, uint64_t seq_id, int32_t n_tokens);
+    /* The context per sequence in use (the resolved [engine] max_seq_len). */
+    int32_t max_seq_len;
 } pagoda_sched_env;
 
 typedef struct pagoda_scheduler_ops {
