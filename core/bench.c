@@ -295,7 +295,8 @@ typedef struct bench_result {
     size_t n_trace;
     /* model and roofline figures (quant comparison, --roofline) */
     uint64_t weight_bytes, plan_kv_tokens, plan_budget;
-    int64_t plan_seqs_2k;
+    int64_t plan_seqs_2k;      /* whole sequences of plan_ctx tokens the KV left holds */
+    int64_t plan_ctx;
     double bytes_per_token, flops_per_token;
     double decode_tps, prefill_tps;  /* single stream; 0 when not measured */
     int32_t prefill_len;
@@ -841,16 +842,23 @@ typedef struct bw_arg {
     uint64_t sum;
 } bw_arg;
 
+typedef uint64_t bw_vec __attribute__((vector_size(16)));
+
 static void *bw_thread(void *arg)
 {
     bw_arg *a = arg;
-    /* eight independent sums: the loop is bound by memory, not by adds */
-    uint64_t s[8] = {0};
+    /* eight independent 16-byte sums (SSE2, every x86-64 has it): the
+     * loop is bound by memory, not by loads or adds */
+    const bw_vec *v = (const bw_vec *)a->p;
+    size_t nv = a->n / 2;
+    bw_vec s[8] = {{0}};
     size_t i = 0;
-    for (; i + 8 <= a->n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a->p[i + k];
-    for (; i < a->n; i++) s[0] += a->p[i];
-    a->sum = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+    for (; i + 8 <= nv; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += v[i + k];
+    uint64_t t = 0;
+    for (; i < nv; i++) t += v[i][0] + v[i][1];
+    for (int k = 0; k < 8; k++) t += s[k][0] + s[k][1];
+    a->sum = t;
     return NULL;
 }
 
@@ -859,7 +867,7 @@ static void *bw_thread(void *arg)
 static double measure_bandwidth(int threads, size_t bytes, int reps)
 {
     size_t n = bytes / sizeof(uint64_t);
-    uint64_t *buf = malloc(n * sizeof *buf);
+    uint64_t *buf = aligned_alloc(64, n * sizeof *buf);
     if (!buf) return 0;
     for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page first */
     if (threads < 1) threads = 1;
@@ -871,7 +879,9 @@ static double measure_bandwidth(int threads, size_t bytes, int reps)
     for (int r = 0; r < reps; r++) {
         double t = now_s();
         for (int k = 0; k < threads; k++) {
-            size_t lo = n * (size_t)k / (size_t)threads, hi = n * (size_t)(k + 1) / (size_t)threads;
+            /* even offsets keep each share 16-byte aligned */
+            size_t lo = (n * (size_t)k / (size_t)threads) & ~(size_t)1,
+                   hi = k + 1 == threads ? n : (n * (size_t)(k + 1) / (size_t)threads) & ~(size_t)1;
             a[k] = (bw_arg){buf + lo, hi - lo, 0};
             if (pthread_create(&th[k], NULL, bw_thread, &a[k])) a[k].n = 0, bw_thread(&a[k]), th[k] = 0;
         }
@@ -1029,17 +1039,17 @@ static int compare_defaults(const char *name, bench_opts *o)
 {
     pagoda_bench_workload *w = &o->w;
     if (strcmp(name, "sched") == 0) {
-        w->n_requests = 48;
+        w->n_requests = 16;
         w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 32, 128};
         w->output_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 16, 512};
-        w->concurrency = 48;
+        w->concurrency = 16;
     } else if (strcmp(name, "kv") == 0) {
-        w->n_requests = 64;
-        w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 32, 64};
-        w->output_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 32, 64};
-        w->concurrency = 64;
+        w->n_requests = 48;
+        w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 16, 32};
+        w->output_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 16, 32};
+        w->concurrency = 48;
     } else if (strcmp(name, "prefix") == 0) {
-        w->n_requests = 12;
+        w->n_requests = 4;
         w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_UNIFORM, 16, 48};
         w->output_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 16, 16};
         w->shared_prefix = 2000;
@@ -1049,7 +1059,7 @@ static int compare_defaults(const char *name, bench_opts *o)
     } else if (strcmp(name, "quant") == 0 || strcmp(name, "batch") == 0) {
         w->n_requests = 16;
         w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 16, 16};
-        w->output_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 128, 128};
+        w->output_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 64, 64};
         w->concurrency = 16;
     } else {
         return -1;
@@ -1381,7 +1391,8 @@ static int write_json(const char *path, const bench_opts *o, const char *compare
         if (x->plan_budget) {
             json_object_set_new(j, "plan_budget_bytes", json_integer((json_int_t)x->plan_budget));
             json_object_set_new(j, "plan_kv_tokens", json_integer((json_int_t)x->plan_kv_tokens));
-            json_object_set_new(j, "plan_seqs_2k", json_integer(x->plan_seqs_2k));
+            json_object_set_new(j, "plan_full_context_seqs", json_integer(x->plan_seqs_2k));
+            json_object_set_new(j, "plan_max_seq_len", json_integer(x->plan_ctx));
         }
         json_array_append_new(arr, j);
     }
@@ -1571,8 +1582,7 @@ static int do_compare(const bench_opts *o, roofline *rf)
         static const char *const side[] = {"engine.kv_cache_tokens=4096", NULL};
         for (n = 0; n < 3; n++) {
             if ((st = model_for(o, types[n], model, sizeof model, err, sizeof err))) goto out;
-            st = run_side(o, types[n], model, side, SIDE_DECODE | SIDE_PREFILL | SIDE_WORKLOAD, &r[n],
-                          err, sizeof err);
+            st = run_side(o, types[n], model, side, SIDE_DECODE | SIDE_PREFILL, &r[n], err, sizeof err);
             if (st) goto out;
             /* the KV left: the memory plan under the same budget */
             gguf_file *g = pagoda_gguf_open(model, err, sizeof err);
@@ -1584,20 +1594,20 @@ static int do_compare(const bench_opts *o, roofline *rf)
             if (!pagoda_memplan_compute(g, &po, &p, err, sizeof err)) {
                 r[n].plan_budget = p.budget_bytes;
                 r[n].plan_kv_tokens = p.kv_tokens;
-                for (int i = 0; i < PAGODA_MEMPLAN_N_FIT; i++)
-                    if (p.fit[i].len == 2048) r[n].plan_seqs_2k = p.fit[i].exceeds ? -1 : (int64_t)p.fit[i].seqs;
+                r[n].plan_seqs_2k = p.max_seq_len > 0 ? (int64_t)(p.kv_tokens / (uint64_t)p.max_seq_len) : 0;
+                r[n].plan_ctx = p.max_seq_len;
             }
             pagoda_gguf_close(g);
         }
-        printf("\nquantization: %s, decode single stream (%d tokens), prefill %d tokens, batch of %d\n",
-               o->shape ? o->shape : "llama-110M", o->decode_tokens, r[0].prefill_len, o->w.concurrency);
-        printf("%-8s %10s %12s %12s %14s %14s %16s\n", "type", "weights MB", "decode tok/s",
-               "prefill t/s", "batch gen t/s", "KV tokens left", "2K seqs (budget)");
+        printf("\nquantization: %s, decode single stream (%d tokens), prefill %d tokens\n",
+               o->shape ? o->shape : "llama-110M", o->decode_tokens, r[0].prefill_len);
+        printf("%-8s %10s %12s %12s %14s %16s\n", "type", "weights MB", "decode tok/s",
+               "prefill t/s", "KV tokens left", "full-context seqs");
         for (int i = 0; i < n; i++)
-            printf("%-8s %10.1f %12.1f %12.1f %14.1f %14llu %10lld (%.1fG)\n", r[i].label,
-                   (double)r[i].weight_bytes / 1e6, r[i].decode_tps, r[i].prefill_tps, r[i].gen_tps,
+            printf("%-8s %10.1f %12.1f %12.1f %14llu %6lld x %lld (budget %.1fG)\n", r[i].label,
+                   (double)r[i].weight_bytes / 1e6, r[i].decode_tps, r[i].prefill_tps,
                    (unsigned long long)r[i].plan_kv_tokens, (long long)r[i].plan_seqs_2k,
-                   (double)r[i].plan_budget / (1u << 30));
+                   (long long)r[i].plan_ctx, (double)r[i].plan_budget / (1u << 30));
         printf("decode speed-up vs F16: Q8_0 %.2fx, Q4_0 %.2fx; weights vs F16: Q8_0 %.2f, Q4_0 %.2f\n",
                ratio(r[1].decode_tps, r[0].decode_tps), ratio(r[2].decode_tps, r[0].decode_tps),
                ratio((double)r[1].weight_bytes, (double)r[0].weight_bytes),
@@ -1612,9 +1622,15 @@ static int do_compare(const bench_opts *o, roofline *rf)
             const char *labels[3] = {types[0], types[1], types[2]};
             double v[3];
             for (int i = 0; i < 3; i++) v[i] = r[i].decode_tps;
-            plot_bars(o->plot, "compare-quant-decode", "single-stream decode tok/s", "tok/s", labels, v, 3);
+            char t1[160];
+            snprintf(t1, sizeof t1, "%s: single-stream decode tok/s", o->shape ? o->shape : "llama-110M");
+            char f1[160];
+            snprintf(f1, sizeof f1, "compare-quant-%s-decode", o->shape ? o->shape : "llama-110M");
+            plot_bars(o->plot, f1, t1, "tok/s", labels, v, 3);
             for (int i = 0; i < 3; i++) v[i] = (double)r[i].weight_bytes / 1e6;
-            plot_bars(o->plot, "compare-quant-weights", "weights MB", "MB", labels, v, 3);
+            snprintf(t1, sizeof t1, "%s: weights MB", o->shape ? o->shape : "llama-110M");
+            snprintf(f1, sizeof f1, "compare-quant-%s-weights", o->shape ? o->shape : "llama-110M");
+            plot_bars(o->plot, f1, t1, "MB", labels, v, 3);
         }
         goto report;
     }
@@ -1622,9 +1638,9 @@ static int do_compare(const bench_opts *o, roofline *rf)
     if ((st = resolve_model(o, NULL, model, sizeof model, err, sizeof err))) goto out;
     const char *mp = model[0] ? model : NULL;
     if (strcmp(name, "sched") == 0) {
-        static const char *const a[] = {"engine.scheduler=continuous", "scheduler.continuous.max_num_seqs=16",
+        static const char *const a[] = {"engine.scheduler=continuous", "scheduler.continuous.max_num_seqs=8",
                                         "engine.kv_cache_tokens=16384", NULL};
-        static const char *const b[] = {"engine.scheduler=static", "scheduler.static.batch_size=16",
+        static const char *const b[] = {"engine.scheduler=static", "scheduler.static.batch_size=8",
                                         "engine.kv_cache_tokens=16384", NULL};
         if ((st = run_side(o, "continuous", mp, a, SIDE_WORKLOAD, &r[0], err, sizeof err))) goto out;
         if ((st = run_side(o, "static", mp, b, SIDE_WORKLOAD, &r[1], err, sizeof err))) goto out;
@@ -1690,6 +1706,7 @@ static int do_compare(const bench_opts *o, roofline *rf)
         st = PAGODA_ERR_INVALID;
         goto out;
     }
+    if (o->roofline) print_roofline(rf);
     if (o->plot) {
         char title[128];
         snprintf(title, sizeof title, "%s: %s vs %s", name, r[0].label, r[1].label);
