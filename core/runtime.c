@@ -136,8 +136,21 @@ int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
         p->kv_blocks = (uint64_t)((want_tokens + p->block_size - 1) / p->block_size);
         p->kv_tokens = p->kv_blocks * (uint64_t)p->block_size;
         p->kv_pool_bytes = p->kv_blocks * p->kv_bytes_per_block;
-        p->fits = true;
-        p->reason[0] = 0;
+        /* the pool is fixed now; what is left to check is the budget */
+        uint64_t need = p->fixed_bytes + p->kv_pool_bytes;
+        p->fits = p->budget_bytes == 0 || need <= p->budget_bytes;
+        if (p->fits) {
+            p->reason[0] = 0;
+            p->shortfall_bytes = 0;
+        } else {
+            p->shortfall_bytes = need - p->budget_bytes;
+            snprintf(p->reason, sizeof p->reason,
+                     "weights, activations, workspace and overhead (%.1f MiB) plus the KV pool of "
+                     "%lld tokens (%.1f MiB) need %.1f MiB, the budget is %.1f MiB",
+                     (double)p->fixed_bytes / 1048576.0, (long long)p->kv_tokens,
+                     (double)p->kv_pool_bytes / 1048576.0, (double)need / 1048576.0,
+                     (double)p->budget_bytes / 1048576.0);
+        }
         for (int i = 0; i < PAGODA_MEMPLAN_N_FIT; i++)
             p->fit[i].seqs = p->fit[i].exceeds ? 0 : p->kv_tokens / (uint64_t)p->fit[i].len;
     }
