@@ -229,6 +229,19 @@ static int gemm_dequant(pagoda_cpu_exec *ex, const float *x, size_t x_stride, in
     return PAGODA_OK;
 }
 
+/* PAGODA_CPU_GEMM_MIN_T in the environment overrides the crossover (for
+ * measuring both paths on a machine); read once. */
+static int64_t gemm_min_t(void)
+{
+    static int64_t v = -1;
+    if (v < 0) {
+        const char *e = getenv("PAGODA_CPU_GEMM_MIN_T");
+        int64_t t = e && *e ? atoll(e) : PAGODA_CPU_GEMM_MIN_T;
+        v = t > 0 ? t : PAGODA_CPU_GEMM_MIN_T;
+    }
+    return v;
+}
+
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
                       float *out, size_t out_stride)
@@ -239,7 +252,7 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
         return PAGODA_OK;
     }
-    if (T >= PAGODA_CPU_GEMM_MIN_T)
+    if (T >= gemm_min_t())
         return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
     mm_task m = {
         .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,
