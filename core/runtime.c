@@ -15,6 +15,7 @@
 #include "host.h"
 #include "host_engine.h"
 #include "log.h"
+#include "progress.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
@@ -173,6 +174,11 @@ int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,
     };
+    /* read the weights in now, under a progress bar, rather than as page
+     * faults inside the first requests */
+    const gguf_file *wg = rt->model->gguf;
+    (void)pagoda_prefault_weights(wg->map + wg->data_offset, wg->size - wg->data_offset,
+                                  "loading weights");
     st = pagoda_engine_create(rt->model, &rt->backend, &rt->sched, &rt->kv, &eo, &rt->engine,
                               err, err_len);
     if (st) goto fail;
