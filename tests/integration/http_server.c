@@ -807,11 +807,14 @@ static void test_metrics(const server *s)
         if (f) { fwrite(t, 1, r.body.len, f); fclose(f); }
         snprintf(cmd, sizeof cmd, "promtool check metrics < %s > %s.out 2>&1", path, path);
         int rc = system(cmd);
-        if (rc != 0) {
+        {
             snprintf(cmd, sizeof cmd, "cat %s.out >&2", path);
             if (system(cmd)) {}
         }
-        CHECK(rc == 0, "promtool check metrics failed (rc %d)", rc);
+        struct stat sb;
+        snprintf(cmd, sizeof cmd, "%s.out", path);
+        /* lint findings are printed with a zero status in some versions: none allowed */
+        CHECK(rc == 0 && stat(cmd, &sb) == 0 && sb.st_size == 0, "promtool check metrics failed (rc %d)", rc);
     }
     resp_free(&r);
 }
@@ -1025,6 +1028,7 @@ static void test_sigterm(const char *slow)
     CHECK((p->status == 200 && jget_str(j, "choices.0.finish_reason")) ||
               (p->status == 503 && jget_str(j, "error.message")),
           "plain request: %ld %.200s", p->status, p->body.p ? p->body.p : "");
+    printf("SIGTERM: the plain request was answered %ld\n", p->status);
     json_decref(j);
     int wst = server_stop(&s, 0 /* already signalled: just wait */);
     CHECK(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "drain exit status %d", wst);
