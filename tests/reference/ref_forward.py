@@ -278,7 +278,21 @@ def expectation_set(m, q8act):
     }, logits
 
 
+def check_against_llama2c(n=60):
+    """The reference itself, on a trained model: stories260K's greedy
+    tokens as llama2.c's run.c produced them (tests/data)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "tests/data/stories260K.golden.json")) as f:
+        want = json.load(f)["cases"][0]["generated_tokens"]   # prompt tokens after BOS first
+    m = Model(os.path.join(root, "models/stories260K.gguf"))
+    got, _ = greedy(m, [1] + want[:4], n)
+    if got != want[4:4 + n]:
+        raise SystemExit(f"reference disagrees with llama2.c on stories260K: {got} vs {want[4:4 + n]}")
+    print(f"reference reproduces llama2.c's {n} greedy tokens of stories260K", file=sys.stderr)
+
+
 def make_expectations(pagoda, out_json):
+    check_against_llama2c()
     cases = []
     with tempfile.TemporaryDirectory() as d:
         for name, dtype, args0, seed in CASES:

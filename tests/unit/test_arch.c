@@ -1,0 +1,448 @@
+/* test_arch.c: pagoda's forward pass on every architecture variant (llama
+ * with separate/tied output and none/linear/llama3 rope scaling; qwen2 with
+ * QKV biases, separate/tied; qwen3 with Q/K norms, with a head dim other
+ * than dim/heads and tied; F32 and Q8_0 weights; GQA throughout) agrees with
+ * an independent numpy reference (tests/reference/ref_forward.py). The
+ * expectations are committed data (tests/data/arch_reference.json): the
+ * test regenerates each tiny random model with `pagoda gen-model` and checks
+ * its bytes are the ones the expectations were made from. Each case runs
+ * (1) the forward pass directly, prompt then 32 greedy decode steps over a
+ * scrambled block table, comparing every position's logits and every
+ * greedy token; (2) the whole sequence as one prefill (the many-rows
+ * matmul path); (3) the whole runtime (engine, scheduler, paged KV,
+ * sampler) from token ids, comparing the 32 greedy tokens.
+ *
+ * Tolerances. The reference computes in float64 on the dequantized
+ * weights. pagoda accumulates in float32 (AVX2 dots, OpenBLAS sgemm)
+ * through 2 layers: measured errors are ~2e-6 on logits of magnitude <= 4.
+ * We allow 1e-4 x max|logit| (~3e-4); every deliberate bug tried (NeoX vs
+ * adjacent RoPE pairs, a bias or a norm weight dropped or swapped, linear or
+ * llama3 factors ignored, GQA heads mapped modulo, attention scaled by
+ * dim/heads instead of head_dim) moves logits by 1e-2..1.
+ * Q8_0: where the backend dequantizes weights (many rows) the result is the
+ * exact math again, same tolerance. Where it rounds the activations to int8
+ * blocks (few rows: decode, short prompts; llama.cpp does the same) logits
+ * move ~4e-2 from the exact math, so those paths are compared with the
+ * reference's "q8_activations" set, which rounds the activations the same
+ * way; measured error ~1e-6, allowed 2e-3 (one activation landing on the
+ * other side of a rounding boundary moves a product by d*|w| ~ 1e-3).
+ * Greedy tokens must match exactly; the test checks the reference's
+ * smallest top-1 margin along the path exceeds twice the tolerance, so the
+ * comparison cannot hinge on rounding (ref_forward.py picks seeds so). */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "forward.h"
+#include "genmodel.h"
+#include "kernels.h"   /* PAGODA_CPU_GEMM_MIN_T: which matmul path a batch takes */
+#include "gguf.h"
+#include "model.h"
+#include "runtime.h"
+#include "testutil.h"
+
+/* Q8_0 weights on the int8-activation path, against the reference that
+ * rounds activations the same way (see the comment at the top). */
+#define Q8ACT_TOL 2e-3
+
+static char g_dir[] = "/tmp/pagoda_arch_XXXXXX";
+
+static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(g_dir)); }
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(g_dir, "/tmp/pagoda_arch_XXXXXX");
+}
+
+static json_t *g_ref;
+
+/* What the engine streamed for one request (the callback runs on the
+ * engine thread; wait_idle orders it before the reads). */
+typedef struct gen_result {
+    int32_t tokens[256];
+    int32_t n_tokens;
+    int n_final;
+    char error[512];
+} gen_result;
+
+static void gen_cb(void *user, const pagoda_event *ev)
+{
+    gen_result *r = user;
+    if (ev->type == PAGODA_EVENT_TOKEN && ev->token >= 0 && r->n_tokens < 256)
+        r->tokens[r->n_tokens++] = ev->token;
+    if (ev->type == PAGODA_EVENT_FINAL) {
+        r->n_final++;
+        if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
+    }
+}
+
+static json_t *ref(void)
+{
+    if (!g_ref) {
+        json_error_t je;
+        g_ref = json_load_file(tu_src("tests/data/arch_reference.json"), 0, &je);
+        ck_assert_msg(g_ref != NULL, "arch_reference.json: %s (line %d)", je.text, je.line);
+    }
+    return g_ref;
+}
+
+static json_t *find_case(const char *name)
+{
+    json_t *cases = json_object_get(ref(), "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    }
+    ck_abort_msg("case %s not in arch_reference.json", name);
+    return NULL;
+}
+
+static uint64_t fnv1a64_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    uint64_t h = 0xCBF29CE484222325ull;
+    int ch;
+    while ((ch = getc(f)) != EOF) h = (h ^ (uint64_t)(unsigned char)ch) * 0x100000001B3ull;
+    fclose(f);
+    return h;
+}
+
+/* Write the case's model with the recorded gen-model arguments. */
+static void gen_case(json_t *c, const char *out)
+{
+    json_t *args = json_object_get(c, "gen_model_args");
+    char *argv[40];
+    int argc = 0;
+    argv[argc++] = "gen-model";
+    for (size_t i = 0; i < json_array_size(args) && argc < 36; i++)
+        argv[argc++] = (char *)json_string_value(json_array_get(args, i));
+    argv[argc++] = "--out";
+    argv[argc++] = (char *)out;
+    ck_assert_int_eq(pagoda_cmd_gen_model(argc, argv), 0);
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)fnv1a64_file(out));
+    ck_assert_msg(!strcmp(want, json_string_value(json_object_get(c, "fnv1a64"))),
+                  "%s: gen-model wrote different bytes than the expectations were made from "
+                  "(fnv1a64 %s): regenerate them with tests/reference/ref_forward.py",
+                  json_string_value(json_object_get(c, "name")), want);
+}
+
+static pagoda_runtime *open_rt(pagoda_config **cfg_out, const char *model)
+{
+    char err[1024] = "", buf[700];
+    pagoda_config *cfg = pagoda_config_new_empty();
+    ck_assert_ptr_nonnull(cfg);
+    snprintf(buf, sizeof buf, "engine.model=%s", model);
+    const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
+                              "engine.kv_cache_tokens=256", "engine.max_seq_len=128", NULL};
+    for (int i = 0; settings[i]; i++)
+        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
+                      settings[i], err);
+    pagoda_runtime *rt = NULL;
+    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0,
+                  "runtime_open %s: %s", model, err);
+    *cfg_out = cfg;
+    return rt;
+}
+
+typedef struct arch_check {
+    const char *name;
+    json_t *set;        /* one expectation set: exact or q8_activations */
+    int32_t n_vocab;
+    double tol;
+    int n_compared;
+    double max_err;
+} arch_check;
+
+static arch_check make_check(const char *name, json_t *set, int32_t n_vocab, bool q8act)
+{
+    ck_assert_ptr_nonnull(set);
+    arch_check a = {.name = name, .set = set, .n_vocab = n_vocab};
+    double max_abs = json_number_value(json_object_get(set, "max_abs_logit"));
+    a.tol = q8act ? Q8ACT_TOL : 1e-4 * (max_abs > 1 ? max_abs : 1);
+    return a;
+}
+
+/* Compare one row of pagoda's logits with the reference's top-k at
+ * position p (and the full vector where the reference has it). */
+static void check_row(arch_check *a, const float *lg, int p, const char *path)
+{
+    json_t *row = json_array_get(json_object_get(a->set, "top"), (size_t)p);
+    ck_assert_ptr_nonnull(row);
+    json_t *ids = json_object_get(row, "ids"), *vals = json_object_get(row, "logits");
+    for (size_t i = 0; i < json_array_size(ids); i++) {
+        int id = (int)json_integer_value(json_array_get(ids, i));
+        double want = json_number_value(json_array_get(vals, i)), err = fabs(lg[id] - want);
+        if (err > a->max_err) a->max_err = err;
+        a->n_compared++;
+        ck_assert_msg(err <= a->tol, "%s (%s): position %d token %d: logit %.6f, reference %.6f "
+                      "(tolerance %.1e)", a->name, path, p, id, lg[id], want, a->tol);
+    }
+    json_t *fp = json_object_get(a->set, "full_positions");
+    for (size_t k = 0; k < json_array_size(fp); k++) {
+        if (json_integer_value(json_array_get(fp, k)) != p) continue;
+        json_t *full = json_array_get(json_object_get(a->set, "full_logits"), k);
+        ck_assert_int_eq((int)json_array_size(full), a->n_vocab);
+        for (int v = 0; v < a->n_vocab; v++) {
+            double err = fabs(lg[v] - json_number_value(json_array_get(full, (size_t)v)));
+            if (err > a->max_err) a->max_err = err;
+            a->n_compared++;
+            ck_assert_msg(err <= a->tol, "%s (%s): position %d, all logits: token %d off by %.2e",
+                          a->name, path, p, v, err);
+        }
+    }
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* prompt + generated of one expectation set; returns the total count. */
+static int32_t set_tokens(json_t *set, int32_t *toks, int32_t cap)
+{
+    json_t *jp = json_object_get(ref(), "prompt"), *jg = json_object_get(set, "generated");
+    int32_t n = 0;
+    for (size_t i = 0; i < json_array_size(jp) && n < cap; i++)
+        toks[n++] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < json_array_size(jg) && n < cap; i++)
+        toks[n++] = (int32_t)json_integer_value(json_array_get(jg, i));
+    return n;
+}
+
+static void run_case(const char *name)
+{
+    json_t *c = find_case(name);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s.gguf", g_dir, name);
+    gen_case(c, path);
+
+    pagoda_config *cfg;
+    pagoda_runtime *rt = open_rt(&cfg, path);
+    const pagoda_hparams *hp = &rt->model->hp;
+    const int32_t V = hp->n_vocab;
+    ck_assert_str_eq(hp->arch, json_string_value(json_object_get(c, "arch")));
+    ck_assert_int_eq(hp->tied_output, json_is_true(json_object_get(c, "tied")));
+    ck_assert_int_eq(hp->head_dim, (int)json_integer_value(json_object_get(c, "head_dim")));
+
+    /* Which expectations each path meets: F32 weights always the exact
+     * math; Q8_0 weights the exact math where the backend dequantizes the
+     * weights (many rows), the int8-activation math where it rounds the
+     * activations (few rows). */
+    bool q8 = !strcmp(json_string_value(json_object_get(c, "type")), "Q8_0");
+    int32_t n_prompt = (int32_t)json_array_size(json_object_get(ref(), "prompt"));
+    int32_t n_gen = (int32_t)json_integer_value(json_object_get(ref(), "n_generate"));
+    int32_t n_all = n_prompt + n_gen - 1;   /* positions with reference logits */
+    json_t *exact = json_object_get(c, "exact"), *q8a = json_object_get(c, "q8_activations");
+    bool pre_q8a = q8 && n_all < PAGODA_CPU_GEMM_MIN_T;
+    arch_check dec = make_check(name, q8 ? q8a : exact, V, q8);
+    arch_check pre = make_check(name, pre_q8a ? q8a : exact, V, pre_q8a);
+    /* a reference tie would make the greedy comparison hinge on rounding */
+    ck_assert_msg(json_number_value(json_object_get(dec.set, "min_greedy_margin")) > 2 * dec.tol,
+                  "%s: reference margin below twice the tolerance: pick another seed", name);
+
+    /* The forward pass directly: 8 blocks of 16 slots in a scrambled order,
+     * so positions cross blocks that are not adjacent in the pool. */
+    pagoda_forward fw;
+    char err[1024] = "";
+    const int32_t bs = 16, table[8] = {5, 2, 7, 0, 3, 6, 1, 4};
+    ck_assert_msg(pagoda_forward_init(&fw, rt->model, &rt->backend, 64, 64, 8, bs,
+                                      PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
+    float *logits = malloc(sizeof(float) * 64 * (size_t)V);
+    int32_t pos[64], slots[64], rows_out[64];
+    for (int32_t i = 0; i < 64; i++) {
+        pos[i] = i;
+        slots[i] = table[i / bs] * bs + i % bs;
+        rows_out[i] = i;
+    }
+    uint64_t seq_no = 0;
+
+    /* 1. the prompt (F32: one prefill; Q8_0: a token at a time, to stay
+     *    on the int8-activation path), then greedy decoding of pagoda's
+     *    own choices, one token per step */
+    int32_t want[128], mine[128];
+    ck_assert_int_eq(set_tokens(dec.set, want, 128), n_prompt + n_gen);
+    memcpy(mine, want, sizeof(int32_t) * (size_t)n_prompt);
+    int32_t done = 0, n_greedy = 0;
+    while (done < n_all) {
+        int32_t n = done == 0 && !q8 ? n_prompt : 1, start = done;
+        pagoda_seq_view sv = {.q_start = 0, .n_q = n, .ctx_len = start + n, .n_blocks = 8,
+                              .block_table = table};
+        pagoda_batch b = {.seq_no = ++seq_no, .n_tokens = n, .tokens = mine + start,
+                          .positions = pos + start, .slots = slots + start, .n_seqs = 1,
+                          .seqs = &sv};
+        ck_assert_msg(pagoda_forward_run(&fw, &b, rows_out, n, logits, err, sizeof err) == 0,
+                      "%s", err);
+        done = start + n;
+        for (int32_t r = 0; r < n; r++)
+            check_row(&dec, logits + (size_t)r * (size_t)V, start + r, "decode");
+        if (done < n_prompt) continue;
+        int32_t next = argmax(logits + (size_t)(n - 1) * (size_t)V, V);
+        ck_assert_msg(next == want[done], "%s: greedy token %d is %d, reference %d", name,
+                      done - n_prompt, next, want[done]);
+        mine[done] = next;
+        n_greedy++;
+    }
+    ck_assert_int_eq(n_greedy, n_gen);
+
+    /* 2. the whole sequence as one prefill (the many-rows matmul path) */
+    {
+        int32_t toks[128];
+        set_tokens(pre.set, toks, 128);
+        pagoda_seq_view sv = {.q_start = 0, .n_q = n_all, .ctx_len = n_all, .n_blocks = 8,
+                              .block_table = table};
+        pagoda_batch b = {.seq_no = ++seq_no, .n_tokens = n_all, .tokens = toks,
+                          .positions = pos, .slots = slots, .n_seqs = 1, .seqs = &sv};
+        ck_assert_msg(pagoda_forward_run(&fw, &b, rows_out, n_all, logits, err, sizeof err) == 0,
+                      "%s", err);
+        for (int32_t r = 0; r < n_all; r++)
+            check_row(&pre, logits + (size_t)r * (size_t)V, r, "prefill");
+    }
+    pagoda_forward_free(&fw);
+    free(logits);
+
+    /* 3. the whole runtime: engine, scheduler, paged KV, greedy sampler.
+     *    Its prompt prefill takes the few-rows path like the decode steps. */
+    ck_assert_msg(!q8 || n_prompt < PAGODA_CPU_GEMM_MIN_T,
+                  "the Q8_0 prompt must stay below the CPU backend's many-rows threshold");
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    pagoda_request req;
+    pagoda_engine_request_defaults(rt->engine, &req);
+    req.prompt = NULL;
+    req.prompt_tokens = want;
+    req.n_prompt_tokens = n_prompt;
+    req.max_tokens = n_gen;
+    req.temperature = 0.0f;
+    req.ignore_eos = true;
+    req.add_special = false;   /* the prompt already starts with BOS */
+    gen_result *r = calloc(1, sizeof *r);
+    uint64_t id;
+    ck_assert_msg(pagoda_engine_submit(rt->engine, &req, gen_cb, r, &id, err, sizeof err) == 0,
+                  "submit: %s", err);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r->n_final, 1);
+    ck_assert_msg(r->error[0] == 0, "%s", r->error);
+    ck_assert_int_eq(r->n_tokens, n_gen);
+    for (int32_t i = 0; i < n_gen; i++)
+        ck_assert_msg(r->tokens[i] == want[n_prompt + i], "%s: engine token %d is %d, reference %d",
+                      name, i, r->tokens[i], want[n_prompt + i]);
+    free(r);
+    pagoda_runtime_close(rt);
+    pagoda_config_free(cfg);
+    fprintf(stderr, "arch %-18s decode: %d logits within %.1e (largest error %.2e), %d greedy "
+            "tokens equal; prefill: %d logits within %.1e (largest error %.2e)\n", name,
+            dec.n_compared, dec.tol, dec.max_err, n_gen, pre.n_compared, pre.tol, pre.max_err);
+}
+
+START_TEST(llama) { run_case("llama"); }
+END_TEST
+START_TEST(llama_tied) { run_case("llama-tied"); }
+END_TEST
+START_TEST(llama_rope_linear) { run_case("llama-rope-linear"); }
+END_TEST
+START_TEST(llama_rope_llama3) { run_case("llama-rope-llama3"); }
+END_TEST
+START_TEST(qwen2) { run_case("qwen2"); }
+END_TEST
+START_TEST(qwen2_tied) { run_case("qwen2-tied"); }
+END_TEST
+START_TEST(qwen3) { run_case("qwen3"); }
+END_TEST
+START_TEST(qwen3_tied) { run_case("qwen3-tied"); }
+END_TEST
+START_TEST(llama_q8_0) { run_case("llama-q8_0"); }
+END_TEST
+START_TEST(qwen3_q8_0) { run_case("qwen3-q8_0"); }
+END_TEST
+
+/* The variants bind what they should: the hyperparameters and tensors
+ * model.c derives from what gen-model wrote. */
+START_TEST(bindings)
+{
+    static const struct {
+        const char *args[6];
+        const char *arch;
+        bool bias, qk_norm, tied;
+        int head_dim, scaling;
+        float theta, factor;
+    } want[] = {
+        {{"--arch", "llama"}, "llama", false, false, false, 16, PAGODA_ROPE_SCALING_NONE, 1e4f, 1},
+        {{"--arch", "llama", "--tied"}, "llama", false, false, true, 16, PAGODA_ROPE_SCALING_NONE, 1e4f, 1},
+        {{"--rope-scaling", "linear"}, "llama", false, false, false, 16, PAGODA_ROPE_SCALING_LINEAR, 1e4f, 4},
+        {{"--rope-scaling", "llama3"}, "llama", false, false, false, 16, PAGODA_ROPE_SCALING_LLAMA3, 5e5f, 1},
+        {{"--arch", "qwen2"}, "qwen2", true, false, false, 16, PAGODA_ROPE_SCALING_NONE, 1e6f, 1},
+        {{"--arch", "qwen3", "--head-dim", "32"}, "qwen3", false, true, false, 32, PAGODA_ROPE_SCALING_NONE, 1e6f, 1},
+    };
+    char path[600];
+    snprintf(path, sizeof path, "%s/b.gguf", g_dir);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char *argv[16] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path};
+        int argc = 7;
+        for (int j = 0; j < 6 && want[i].args[j]; j++) argv[argc++] = (char *)want[i].args[j];
+        ck_assert_int_eq(pagoda_cmd_gen_model(argc, argv), 0);
+        char err[512] = "";
+        pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+        ck_assert_msg(m, "%s", err);
+        ck_assert_str_eq(m->hp.arch, want[i].arch);
+        ck_assert_int_eq(m->hp.qkv_bias, want[i].bias);
+        ck_assert_int_eq(m->layers[1].bq != NULL, want[i].bias);
+        ck_assert_int_eq(m->hp.qk_norm, want[i].qk_norm);
+        ck_assert_int_eq(m->layers[1].k_norm != NULL, want[i].qk_norm);
+        ck_assert_int_eq(m->hp.tied_output, want[i].tied);
+        ck_assert(want[i].tied ? m->output == m->tok_embd : m->output != m->tok_embd);
+        ck_assert_int_eq(m->hp.head_dim, want[i].head_dim);
+        ck_assert_int_eq(m->layers[0].wq->ne[1], 4 * want[i].head_dim);
+        ck_assert_int_eq(m->hp.rope_scaling, want[i].scaling);
+        ck_assert_int_eq(m->hp.rope_neox, strcmp(want[i].arch, "llama") != 0);
+        ck_assert_float_eq(m->hp.rope_theta, want[i].theta);
+        float inv[16];
+        pagoda_model_rope_inv_freq(m, inv);
+        /* first frequency: theta^0 / factor (llama3 leaves short wavelengths
+         * alone); last of llama3: divided by 8 */
+        ck_assert_float_eq_tol(inv[0], 1.0f / want[i].factor, 1e-7f);
+        if (want[i].scaling == PAGODA_ROPE_SCALING_LLAMA3) {
+            int half = m->hp.rope_dims / 2;
+            double base = pow(5e5, -2.0 * (half - 1) / m->hp.rope_dims);
+            ck_assert_double_eq_tol(inv[half - 1], base / 8, base * 1e-6);
+        }
+        pagoda_model_free(m);
+    }
+    char *bad[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--arch", "gpt2"};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, bad), 2);
+    char *bad2[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--rope-scaling", "yarn"};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, bad2), 2);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("arch");
+    TCase *tc = tcase_create("reference");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, bindings);
+    tcase_add_test(tc, llama);
+    tcase_add_test(tc, llama_tied);
+    tcase_add_test(tc, llama_rope_linear);
+    tcase_add_test(tc, llama_rope_llama3);
+    tcase_add_test(tc, qwen2);
+    tcase_add_test(tc, qwen2_tied);
+    tcase_add_test(tc, qwen3);
+    tcase_add_test(tc, qwen3_tied);
+    tcase_add_test(tc, llama_q8_0);
+    tcase_add_test(tc, qwen3_q8_0);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
