@@ -20,18 +20,39 @@ static int h_submit(const pagoda_host *h, const pagoda_request *req, pagoda_even
                     uint64_t *id, char *err, size_t err_len)
 {
     pagoda_runtime *rt = rt_of(h);
-    int st = pagoda_engine_submit(rt->engine, req, cb, user, id, err, err_len);
+    /* a request that arrives while the weights load waits for them */
+    pagoda_engine *e = pagoda_runtime_wait_loaded(rt);
+    int st;
+    if (!e) {
+        snprintf(err, err_len, "the model failed to load; the server is stopping");
+        st = PAGODA_ERR_STATE;
+    } else {
+        st = pagoda_engine_submit(e, req, cb, user, id, err, err_len);
+    }
     if (rt->metrics)
         pagoda_metrics_count(rt->metrics, st ? PAGODA_COUNTER_REQUESTS_REJECTED
                                              : PAGODA_COUNTER_REQUESTS_RECEIVED, 1);
     return st;
 }
 
-static int h_cancel(const pagoda_host *h, uint64_t id) { return pagoda_engine_cancel(rt_of(h)->engine, id); }
+static int h_cancel(const pagoda_host *h, uint64_t id)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e ? pagoda_engine_cancel(e, id) : PAGODA_ERR_NOT_FOUND;
+}
 
 static void h_request_defaults(const pagoda_host *h, pagoda_request *req)
 {
-    pagoda_engine_request_defaults(rt_of(h)->engine, req);
+    pagoda_runtime *rt = rt_of(h);
+    pagoda_engine *e = pagoda_runtime_engine(rt);
+    pagoda_engine_request_defaults(e, req);
+    if (!e) { /* still loading: the config's defaults all the same */
+        req->max_tokens = rt->ec.default_max_tokens;
+        req->temperature = rt->ec.temperature;
+        req->top_k = rt->ec.top_k;
+        req->top_p = rt->ec.top_p > 0 ? rt->ec.top_p : 1.0f;
+        req->min_p = rt->ec.min_p;
+    }
 }
 
 static int h_tokenize(const pagoda_host *h, const char *text, size_t len, bool add_special,
@@ -115,7 +136,7 @@ static int h_model_info(const pagoda_host *h, pagoda_model_info *out)
     out->struct_size = sizeof *out;
     snprintf(out->name, sizeof out->name, "%s", m->name);
     snprintf(out->arch, sizeof out->arch, "%s", m->hp.arch);
-    out->n_ctx = pagoda_engine_get_opts(rt->engine)->max_seq_len;
+    out->n_ctx = (int32_t)rt->plan.max_seq_len;
     out->n_vocab = m->hp.n_vocab;
     out->bos = pagoda_tokenizer_bos(m->tok);
     out->eos = pagoda_tokenizer_eos(m->tok);
@@ -126,7 +147,13 @@ static int h_model_info(const pagoda_host *h, pagoda_model_info *out)
 
 static int h_stats(const pagoda_host *h, pagoda_engine_stats *out)
 {
-    pagoda_engine_get_stats(rt_of(h)->engine, out);
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    if (e) {
+        pagoda_engine_get_stats(e, out);
+    } else { /* loading: not ready */
+        memset(out, 0, sizeof *out);
+        out->struct_size = sizeof *out;
+    }
     return PAGODA_OK;
 }
 
@@ -141,7 +168,7 @@ static char *h_metrics_text(const pagoda_host *h)
     pagoda_runtime *rt = rt_of(h);
     if (!rt->metrics) return NULL;
     pagoda_engine_stats st;
-    pagoda_engine_get_stats(rt->engine, &st);
+    h_stats(h, &st);
     pagoda_metric_gauge g[16];
     int n = pagoda_runtime_plan_gauges(rt, g, 16);
     return pagoda_metrics_render(rt->metrics, &st, g, n);
@@ -151,7 +178,8 @@ static bool h_shutting_down(const pagoda_host *h) { return pagoda_runtime_shutti
 
 static int h_kv_copy_blocks(const pagoda_host *h, const int32_t *src, const int32_t *dst, int32_t n)
 {
-    return pagoda_engine_copy_blocks(rt_of(h)->engine, src, dst, n);
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e ? pagoda_engine_copy_blocks(e, src, dst, n) : PAGODA_ERR_STATE;
 }
 
 void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend)

@@ -54,13 +54,15 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
 
 bool pagoda_runtime_shutting_down(const pagoda_runtime *rt) { return rt->shutting_down != 0; }
 
-int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
-                        pagoda_runtime **out, char *err, size_t err_len)
+int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                           pagoda_runtime **out, char *err, size_t err_len)
 {
     *out = NULL;
     pagoda_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
     rt->cfg = cfg;
+    pthread_mutex_init(&rt->load_mu, NULL);
+    pthread_cond_init(&rt->load_cv, NULL);
     int st = pagoda_config_engine(cfg, &rt->ec, err, err_len);
     if (st) goto fail;
     pagoda_log_set_level(rt->ec.log_level);
@@ -167,6 +169,35 @@ int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
     rt->metrics = pagoda_metrics_new();
     if (!rt->metrics) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
 
+    if (with_frontend) {
+        /* the frontend comes up before the weights: it answers 503 (health,
+         * submit) until pagoda_runtime_load publishes the engine */
+        st = make_plugin(rt, PAGODA_KIND_FRONTEND, rt->ec.frontend, &rt->p_front, &rt->h_front,
+                         &rt->front_ctx, err, err_len);
+        if (st) goto fail;
+    }
+    *out = rt;
+    return PAGODA_OK;
+fail:
+    pagoda_runtime_close(rt);
+    return st ? st : PAGODA_ERR_INTERNAL;
+}
+
+int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                        pagoda_runtime **out, char *err, size_t err_len)
+{
+    int st = pagoda_runtime_prepare(cfg, with_frontend, print_plan, out, err, err_len);
+    if (st) return st;
+    st = pagoda_runtime_load(*out, false, err, err_len);
+    if (st) {
+        pagoda_runtime_close(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_len)
+{
     pagoda_engine_opts eo = {
         .max_seq_len = (int32_t)rt->plan.max_seq_len, .n_blocks = (int32_t)rt->plan.kv_blocks,
         .block_size = rt->ec.block_size, .kv_dtype = rt->ec.kv_dtype,
@@ -179,21 +210,46 @@ int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
     const gguf_file *wg = rt->model->gguf;
     (void)pagoda_prefault_weights(wg->map + wg->data_offset, wg->size - wg->data_offset,
                                   "loading weights");
-    st = pagoda_engine_create(rt->model, &rt->backend, &rt->sched, &rt->kv, &eo, &rt->engine,
-                              err, err_len);
-    if (st) goto fail;
-    pagoda_engine_set_metrics(rt->engine, rt->metrics);
-
-    if (with_frontend) {
-        st = make_plugin(rt, PAGODA_KIND_FRONTEND, rt->ec.frontend, &rt->p_front, &rt->h_front,
-                         &rt->front_ctx, err, err_len);
-        if (st) goto fail;
+    pagoda_engine *e = NULL;
+    int st = pagoda_engine_create(rt->model, &rt->backend, &rt->sched, &rt->kv, &eo, &e, err,
+                                  err_len);
+    if (st) return st;
+    pagoda_engine_set_metrics(e, rt->metrics);
+    st = start ? pagoda_engine_start(e) : PAGODA_OK;
+    if (st) {
+        ERR("could not start the engine thread");
+        pagoda_engine_free(e);
+        return st;
     }
-    *out = rt;
+    /* published last: frontends on other threads read it to decide whether
+     * the server is ready */
+    pthread_mutex_lock(&rt->load_mu);
+    __atomic_store_n(&rt->engine, e, __ATOMIC_RELEASE);
+    rt->load_state = 1;
+    pthread_cond_broadcast(&rt->load_cv);
+    pthread_mutex_unlock(&rt->load_mu);
     return PAGODA_OK;
-fail:
-    pagoda_runtime_close(rt);
-    return st ? st : PAGODA_ERR_INTERNAL;
+}
+
+void pagoda_runtime_load_failed(pagoda_runtime *rt)
+{
+    pthread_mutex_lock(&rt->load_mu);
+    rt->load_state = -1;
+    pthread_cond_broadcast(&rt->load_cv);
+    pthread_mutex_unlock(&rt->load_mu);
+}
+
+pagoda_engine *pagoda_runtime_wait_loaded(pagoda_runtime *rt)
+{
+    pthread_mutex_lock(&rt->load_mu);
+    while (rt->load_state == 0) pthread_cond_wait(&rt->load_cv, &rt->load_mu);
+    pthread_mutex_unlock(&rt->load_mu);
+    return pagoda_runtime_engine(rt);
+}
+
+pagoda_engine *pagoda_runtime_engine(const pagoda_runtime *rt)
+{
+    return __atomic_load_n(&rt->engine, __ATOMIC_ACQUIRE);
 }
 
 void pagoda_runtime_close(pagoda_runtime *rt)
@@ -216,5 +272,7 @@ void pagoda_runtime_close(pagoda_runtime *rt)
     pagoda_metrics_free(rt->metrics);
     free(rt->plan_json);
     pagoda_model_free(rt->model);
+    pthread_mutex_destroy(&rt->load_mu);
+    pthread_cond_destroy(&rt->load_cv);
     free(rt);
 }

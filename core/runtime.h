@@ -8,6 +8,8 @@
 #ifndef PAGODA_RUNTIME_H
 #define PAGODA_RUNTIME_H
 
+#include <pthread.h>
+
 #include "config.h"
 #include "engine.h"
 #include "memplan.h"
@@ -30,14 +32,32 @@ typedef struct pagoda_runtime {
     pagoda_engine *engine;
     int32_t chat_family;           /* pagoda_chat_family */
     volatile int shutting_down;    /* a signal asked the server to stop */
+    pthread_mutex_t load_mu;       /* guards load_state */
+    pthread_cond_t load_cv;
+    int load_state;                /* 0 loading, 1 serving, -1 loading failed */
 } pagoda_runtime;
 
-/* Load the model and the backend, scheduler and KV plugins named by cfg,
- * compute and print the memory plan, and create (not start) the engine.
- * with_frontend: also load and create the configured frontend. On error
+/* Open the model (header, tensors, tokenizer), load the backend, scheduler
+ * and KV plugins named by cfg, and compute (and print) the memory plan;
+ * refuse a model that does not fit. with_frontend: also load and create
+ * the configured frontend, which can serve (health 503) before the
+ * weights are in. No engine yet: see pagoda_runtime_load. On error
  * everything made so far is freed and err says what failed. */
+int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                           pagoda_runtime **out, char *err, size_t err_len);
+/* Read the weights in (progress bar), create the engine (and start its
+ * thread when start); then pagoda_runtime_engine() is not NULL. */
+int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_len);
+/* prepare + load without starting: the caller starts rt->engine (tests,
+ * bench, conformance). */
 int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
                         pagoda_runtime **out, char *err, size_t err_len);
+/* [any thread] The running engine, or NULL while loading. */
+pagoda_engine *pagoda_runtime_engine(const pagoda_runtime *rt);
+/* [any thread] Wait until loading ended; the engine, or NULL if it failed. */
+pagoda_engine *pagoda_runtime_wait_loaded(pagoda_runtime *rt);
+/* Loading failed: wake every waiter. */
+void pagoda_runtime_load_failed(pagoda_runtime *rt);
 /* Stop the engine (every request gets its FINAL), destroy the plugins,
  * free the model. */
 void pagoda_runtime_close(pagoda_runtime *rt);

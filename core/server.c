@@ -34,6 +34,29 @@ static void *watch_signals(void *arg)
     }
 }
 
+typedef struct loader {
+    pagoda_runtime *rt;
+    int st;
+    char err[1024];
+} loader;
+
+/* Reads the weights in and starts the engine while the frontend already
+ * answers (health: 503, requests wait). A failure stops the frontend. */
+static void *load_weights(void *arg)
+{
+    loader *l = arg;
+    l->st = pagoda_runtime_load(l->rt, true, l->err, sizeof l->err);
+    if (l->st) {
+        pagoda_log(PAGODA_LOG_ERROR, "%s", l->err);
+        pagoda_runtime_load_failed(l->rt);
+        l->rt->p_front->ops.frontend.stop(l->rt->front_ctx);
+    } else {
+        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", l->rt->model->name,
+                   pagoda_host_section(l->rt->h_front));
+    }
+    return NULL;
+}
+
 int pagoda_serve(pagoda_config *cfg)
 {
     char err[1024] = "";
@@ -47,27 +70,28 @@ int pagoda_serve(pagoda_config *cfg)
     signal(SIGPIPE, SIG_IGN);
 
     pagoda_runtime *rt = NULL;
-    int st = pagoda_runtime_open(cfg, true, true, &rt, err, sizeof err);
+    int st = pagoda_runtime_prepare(cfg, true, true, &rt, err, sizeof err);
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "%s", err);
         return st == PAGODA_ERR_INVALID ? 2 : 1;
     }
     w.rt = rt;
-    pthread_t th;
+    pthread_t th, lt;
     bool have_watcher = pthread_create(&th, NULL, watch_signals, &w) == 0;
-    st = pagoda_engine_start(rt->engine);
-    if (st) {
-        pagoda_log(PAGODA_LOG_ERROR, "could not start the engine thread");
-    } else {
-        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", rt->model->name,
-                   pagoda_host_section(rt->h_front));
-        st = rt->p_front->ops.frontend.run(rt->front_ctx);
-        if (st) {
-            const char *e = pagoda_host_last_error(rt->h_front);
-            pagoda_log(PAGODA_LOG_ERROR, "frontend %s: %s", pagoda_host_section(rt->h_front),
-                       e && *e ? e : pagoda_status_str(st));
-        }
+    loader l = {.rt = rt};
+    if (pthread_create(&lt, NULL, load_weights, &l)) {
+        pagoda_log(PAGODA_LOG_ERROR, "could not start the loading thread");
+        pagoda_runtime_close(rt);
+        return 1;
     }
+    st = rt->p_front->ops.frontend.run(rt->front_ctx);
+    if (st) {
+        const char *e = pagoda_host_last_error(rt->h_front);
+        pagoda_log(PAGODA_LOG_ERROR, "frontend %s: %s", pagoda_host_section(rt->h_front),
+                   e && *e ? e : pagoda_status_str(st));
+    }
+    pthread_join(lt, NULL);
+    if (!st && l.st) st = l.st;
     if (have_watcher) {
         pthread_kill(th, SIGUSR2);
         pthread_join(th, NULL);
