@@ -21,70 +21,24 @@
  */
 #include "sched_common.h"
 
-typedef struct cont {
-    const pagoda_host *host;
-    int32_t max_seqs, max_tokens, hard_tokens, long_prefill;
-    bool chunked;
-    sc_scratch x;
-} cont;
+/* The context is the shared sc_batching (sched_common.h). */
+typedef sc_batching cont;
 
 static const pagoda_config_key cont_keys[] = {
-    {.name = "max_num_seqs", .type = PAGODA_KEY_INT, .default_str = "64", .min = 1, .max = 65536,
-     .help = "most sequences running (holding KV) and planned in one step"},
-    {.name = "max_batched_tokens", .type = PAGODA_KEY_INT, .default_str = "512", .min = 1, .max = 1048576,
-     .help = "most tokens (prefill chunks + decodes) computed in one step"},
-    {.name = "chunked_prefill", .type = PAGODA_KEY_BOOL, .default_str = "true",
-     .help = "split long prompts over steps so decodes keep running beside them"},
-    {.name = "long_prefill_token_threshold", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0,
-     .max = 1048576, .help = "with chunked prefill: most prompt tokens one sequence computes per step (0: off)"},
+    SC_BATCHING_KEYS,
     {.name = NULL},
 };
 
 static int cont_create(const pagoda_host *host, void **ctx, char *err, size_t err_len)
 {
-    int64_t seqs = host->config_int(host, "max_num_seqs", 64);
-    int64_t toks = host->config_int(host, "max_batched_tokens", 512);
-    int64_t lp = host->config_int(host, "long_prefill_token_threshold", 0);
-    if (seqs < 1 || seqs > 65536 || toks < 1 || toks > 1048576 || lp < 0 || lp > 1048576) {
-        snprintf(err, err_len,
-                 "[scheduler.continuous] max_num_seqs = %lld, max_batched_tokens = %lld, "
-                 "long_prefill_token_threshold = %lld: expected 1..65536, 1..1048576, 0..1048576",
-                 (long long)seqs, (long long)toks, (long long)lp);
-        return PAGODA_ERR_INVALID;
-    }
-    cont *c = calloc(1, sizeof(*c));
-    if (!c) return PAGODA_ERR_NOMEM;
-    c->host = host;
-    c->max_seqs = (int32_t)seqs;
-    c->max_tokens = (int32_t)toks;
-    c->long_prefill = (int32_t)lp;
-    c->chunked = host->config_bool(host, "chunked_prefill", true);
-    c->hard_tokens = sc_hard_tokens(host, c->max_tokens, c->chunked);
-    *ctx = c;
-    return PAGODA_OK;
-}
-
-static void cont_destroy(void *ctx)
-{
-    cont *c = ctx;
-    if (!c) return;
-    sc_scratch_free(&c->x);
-    free(c);
-}
-
-static int cont_limits(void *ctx, int32_t *max_num_seqs, int32_t *max_batched_tokens)
-{
-    cont *c = ctx;
-    *max_num_seqs = c->max_seqs;
-    *max_batched_tokens = c->hard_tokens;
-    return PAGODA_OK;
+    return sc_batching_create(host, "scheduler.continuous", ctx, err, err_len);
 }
 
 static int cont_schedule(void *ctx, const pagoda_sched_env *env)
 {
     cont *c = ctx;
     sc_step st;
-    int rc = sc_begin(&st, &c->x, env, c->max_seqs, c->max_tokens, c->hard_tokens, c->chunked, c->long_prefill);
+    int rc = sc_batching_begin(&st, c, env);
     if (rc == PAGODA_OK) rc = sc_copy_running(&c->x, env);
     if (rc == PAGODA_OK) rc = sc_plan_in_order(&st, c->x.a, env->n_running);
     if (rc != PAGODA_OK) return rc;
@@ -116,7 +70,7 @@ static int cont_schedule(void *ctx, const pagoda_sched_env *env)
 
 static const pagoda_scheduler_ops cont_ops = {
     .struct_size = sizeof(pagoda_scheduler_ops),
-    .limits = cont_limits,
+    .limits = sc_batching_limits,
     .schedule = cont_schedule,
     .on_arrival = NULL,
     .on_finish = NULL,
@@ -130,7 +84,7 @@ static const pagoda_plugin_desc cont_desc = {
     .config_keys = cont_keys,
     .probe = NULL,
     .create = cont_create,
-    .destroy = cont_destroy,
+    .destroy = sc_batching_destroy,
     .ops = &cont_ops,
 };
 

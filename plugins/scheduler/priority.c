@@ -21,63 +21,17 @@
  */
 #include "sched_common.h"
 
-typedef struct prio {
-    const pagoda_host *host;
-    int32_t max_seqs, max_tokens, hard_tokens, long_prefill;
-    bool chunked;
-    sc_scratch x;
-} prio;
+/* The context is the shared sc_batching (sched_common.h). */
+typedef sc_batching prio;
 
 static const pagoda_config_key prio_keys[] = {
-    {.name = "max_num_seqs", .type = PAGODA_KEY_INT, .default_str = "64", .min = 1, .max = 65536,
-     .help = "most sequences running (holding KV) and planned in one step"},
-    {.name = "max_batched_tokens", .type = PAGODA_KEY_INT, .default_str = "512", .min = 1, .max = 1048576,
-     .help = "most tokens (prefill chunks + decodes) computed in one step"},
-    {.name = "chunked_prefill", .type = PAGODA_KEY_BOOL, .default_str = "true",
-     .help = "split long prompts over steps so decodes keep running beside them"},
-    {.name = "long_prefill_token_threshold", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0,
-     .max = 1048576, .help = "with chunked prefill: most prompt tokens one sequence computes per step (0: off)"},
+    SC_BATCHING_KEYS,
     {.name = NULL},
 };
 
 static int prio_create(const pagoda_host *host, void **ctx, char *err, size_t err_len)
 {
-    int64_t seqs = host->config_int(host, "max_num_seqs", 64);
-    int64_t toks = host->config_int(host, "max_batched_tokens", 512);
-    int64_t lp = host->config_int(host, "long_prefill_token_threshold", 0);
-    if (seqs < 1 || seqs > 65536 || toks < 1 || toks > 1048576 || lp < 0 || lp > 1048576) {
-        snprintf(err, err_len,
-                 "[scheduler.priority] max_num_seqs = %lld, max_batched_tokens = %lld, "
-                 "long_prefill_token_threshold = %lld: expected 1..65536, 1..1048576, 0..1048576",
-                 (long long)seqs, (long long)toks, (long long)lp);
-        return PAGODA_ERR_INVALID;
-    }
-    prio *p = calloc(1, sizeof(*p));
-    if (!p) return PAGODA_ERR_NOMEM;
-    p->host = host;
-    p->max_seqs = (int32_t)seqs;
-    p->max_tokens = (int32_t)toks;
-    p->long_prefill = (int32_t)lp;
-    p->chunked = host->config_bool(host, "chunked_prefill", true);
-    p->hard_tokens = sc_hard_tokens(host, p->max_tokens, p->chunked);
-    *ctx = p;
-    return PAGODA_OK;
-}
-
-static void prio_destroy(void *ctx)
-{
-    prio *p = ctx;
-    if (!p) return;
-    sc_scratch_free(&p->x);
-    free(p);
-}
-
-static int prio_limits(void *ctx, int32_t *max_num_seqs, int32_t *max_batched_tokens)
-{
-    prio *p = ctx;
-    *max_num_seqs = p->max_seqs;
-    *max_batched_tokens = p->hard_tokens;
-    return PAGODA_OK;
+    return sc_batching_create(host, "scheduler.priority", ctx, err, err_len);
 }
 
 /* The running sequence to give up for `w`: strictly lower priority than
@@ -97,7 +51,7 @@ static int prio_schedule(void *ctx, const pagoda_sched_env *env)
 {
     prio *p = ctx;
     sc_step st;
-    int rc = sc_begin(&st, &p->x, env, p->max_seqs, p->max_tokens, p->hard_tokens, p->chunked, p->long_prefill);
+    int rc = sc_batching_begin(&st, p, env);
     if (rc == PAGODA_OK) rc = sc_copy_running(&p->x, env);
     if (rc == PAGODA_OK) rc = sc_grow_array(&p->x.b, &p->x.cap_b, env->n_waiting);
     if (rc != PAGODA_OK) return rc;
@@ -165,7 +119,7 @@ static int prio_schedule(void *ctx, const pagoda_sched_env *env)
 
 static const pagoda_scheduler_ops prio_ops = {
     .struct_size = sizeof(pagoda_scheduler_ops),
-    .limits = prio_limits,
+    .limits = sc_batching_limits,
     .schedule = prio_schedule,
     .on_arrival = NULL,
     .on_finish = NULL,
@@ -179,7 +133,7 @@ static const pagoda_plugin_desc prio_desc = {
     .config_keys = prio_keys,
     .probe = NULL,
     .create = prio_create,
-    .destroy = prio_destroy,
+    .destroy = sc_batching_destroy,
     .ops = &prio_ops,
 };
 

@@ -234,4 +234,77 @@ static inline int32_t sc_hard_tokens(const pagoda_host *h, int32_t max_tokens, b
     return max_tokens;
 }
 
+/*
+ * The continuous-batching configuration that continuous.c and priority.c
+ * share: the same keys, the same checks, the same limits(). Each plugin
+ * keeps its own context type name for readability; both are sc_batching.
+ */
+typedef struct sc_batching {
+    const pagoda_host *host;
+    int32_t max_seqs, max_tokens, hard_tokens, long_prefill;
+    bool chunked;
+    sc_scratch x;
+} sc_batching;
+
+/* The key table rows; a macro (not an array) so that static.c, which
+ * includes this header without using them, has no unused variable. */
+#define SC_BATCHING_KEYS                                                                                       \
+    {.name = "max_num_seqs", .type = PAGODA_KEY_INT, .default_str = "64", .min = 1, .max = 65536,            \
+     .help = "most sequences running (holding KV) and planned in one step"},                                 \
+    {.name = "max_batched_tokens", .type = PAGODA_KEY_INT, .default_str = "512", .min = 1, .max = 1048576,   \
+     .help = "most tokens (prefill chunks + decodes) computed in one step"},                                 \
+    {.name = "chunked_prefill", .type = PAGODA_KEY_BOOL, .default_str = "true",                              \
+     .help = "split long prompts over steps so decodes keep running beside them"},                           \
+    {.name = "long_prefill_token_threshold", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0,           \
+     .max = 1048576, .help = "with chunked prefill: most prompt tokens one sequence computes per step (0: off)"}
+
+/* create() of a batching scheduler; `section` (e.g. "scheduler.priority")
+ * names the plugin's config section in the error message. */
+static inline int sc_batching_create(const pagoda_host *host, const char *section, void **ctx, char *err,
+                                     size_t err_len)
+{
+    int64_t seqs = host->config_int(host, "max_num_seqs", 64);
+    int64_t toks = host->config_int(host, "max_batched_tokens", 512);
+    int64_t lp = host->config_int(host, "long_prefill_token_threshold", 0);
+    if (seqs < 1 || seqs > 65536 || toks < 1 || toks > 1048576 || lp < 0 || lp > 1048576) {
+        snprintf(err, err_len,
+                 "[%s] max_num_seqs = %lld, max_batched_tokens = %lld, "
+                 "long_prefill_token_threshold = %lld: expected 1..65536, 1..1048576, 0..1048576",
+                 section, (long long)seqs, (long long)toks, (long long)lp);
+        return PAGODA_ERR_INVALID;
+    }
+    sc_batching *b = calloc(1, sizeof(*b));
+    if (!b) return PAGODA_ERR_NOMEM;
+    b->host = host;
+    b->max_seqs = (int32_t)seqs;
+    b->max_tokens = (int32_t)toks;
+    b->long_prefill = (int32_t)lp;
+    b->chunked = host->config_bool(host, "chunked_prefill", true);
+    b->hard_tokens = sc_hard_tokens(host, b->max_tokens, b->chunked);
+    *ctx = b;
+    return PAGODA_OK;
+}
+
+static inline void sc_batching_destroy(void *ctx)
+{
+    sc_batching *b = ctx;
+    if (!b) return;
+    sc_scratch_free(&b->x);
+    free(b);
+}
+
+static inline int sc_batching_limits(void *ctx, int32_t *max_num_seqs, int32_t *max_batched_tokens)
+{
+    sc_batching *b = ctx;
+    *max_num_seqs = b->max_seqs;
+    *max_batched_tokens = b->hard_tokens;
+    return PAGODA_OK;
+}
+
+/* sc_begin with a batching scheduler's settings. */
+static inline int sc_batching_begin(sc_step *st, sc_batching *b, const pagoda_sched_env *env)
+{
+    return sc_begin(st, &b->x, env, b->max_seqs, b->max_tokens, b->hard_tokens, b->chunked, b->long_prefill);
+}
+
 #endif
