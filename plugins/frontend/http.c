@@ -42,39 +42,20 @@
 #include <unistd.h>
 
 #include "pagoda/pagoda.h"
+#include "request_fields.h"
 
 #ifndef PAGODA_VERSION_STRING
 #define PAGODA_VERSION_STRING "0.1.0"
 #endif
 
 #define POLL_MS 100            /* how often a waiting thread checks its client */
-#define MAX_STOP 16
+#define MAX_STOP RF_MAX_STOP
 #define MAX_CHOICES 256        /* prompts x n */
 #define DRAIN_GRACE_S 10       /* after the last FINAL, time given to responses in flight */
 
 /* ------------------------------------------------------------- helpers */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static int sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return -1;
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-static int sb_str(sbuf *b, const char *s) { return sb_put(b, s, strlen(s)); }
+/* sbuf, sb_put, sb_str: request_fields.h */
 
 /* Bytes as a JSON string; invalid UTF-8 (a partial token text) becomes U+FFFD. */
 static json_t *jstr(const char *s, size_t n)
@@ -479,64 +460,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 
 /* ----------------------------------------------------- request parsing */
 
-/* A parameter error: the field and the message for the 400. */
-typedef struct perr {
-    char param[64];
-    char msg[512];
-} perr;
-
-static int fail(perr *pe, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(perr *pe, const char *param, const char *fmt, ...)
-{
-    snprintf(pe->param, sizeof pe->param, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(pe->msg, sizeof pe->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* Number field in [lo, hi] (lo excluded when lo_open). 1 set, 0 absent or null, -1 bad. */
-static int get_num(json_t *o, const char *key, double lo, double hi, int lo_open, double *out, perr *pe)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    const char *range_l = lo_open ? "(" : "[";
-    if (!json_is_number(v))
-        return fail(pe, key, "'%s' must be a number in %s%g, %g]", key, range_l, lo, hi);
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi) || (lo_open && d == lo))
-        return fail(pe, key, "'%s' must be in %s%g, %g], got %g", key, range_l, lo, hi, d);
-    *out = d;
-    return 1;
-}
-
-static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, perr *pe)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v) &&
-        json_real_value(v) > -9e18 && json_real_value(v) < 9e18) {
-        *out = (int64_t)json_real_value(v);
-    } else if (json_is_integer(v)) {
-        *out = json_integer_value(v);
-    } else {
-        return fail(pe, key, "'%s' must be an integer in [%lld, %lld]", key, (long long)lo, (long long)hi);
-    }
-    if (*out < lo || *out > hi)
-        return fail(pe, key, "'%s' must be in [%lld, %lld], got %lld", key, (long long)lo,
-                    (long long)hi, (long long)*out);
-    return 1;
-}
-
-static int get_bool(json_t *o, const char *key, int *out, perr *pe)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return fail(pe, key, "'%s' must be true or false", key);
-    *out = json_is_true(v);
-    return 1;
-}
+/* perr, fail, get_num, get_int, get_bool, rf_parse_sampling: request_fields.h */
 
 /* Sampling fields shared by both endpoints, into req (already defaulted). */
 typedef struct params {
@@ -549,7 +473,6 @@ typedef struct params {
 
 static int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
 {
-    double d = 0;
     int64_t i = 0;
     int b = 0, r;
     h->request_defaults(h, &p->req);
@@ -560,62 +483,12 @@ static int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, pe
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
         return fail(pe, "model", "'model' must be a string");
+    if (rf_parse_sampling(o, &p->req, p->stop, pe) < 0) return -1;
     /* max_completion_tokens is the newer name and wins when both are given. */
-    if ((r = get_int(o, "max_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
-    if (r) p->req.max_tokens = (int32_t)i;
     if ((r = get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
     if (r) p->req.max_tokens = (int32_t)i;
-    if ((r = get_num(o, "temperature", 0, 2, 0, &d, pe)) < 0) return -1;
-    if (r) p->req.temperature = (float)d;
-    if ((r = get_num(o, "top_p", 0, 1, 1, &d, pe)) < 0) return -1;
-    if (r) p->req.top_p = (float)d;
-    if ((r = get_int(o, "top_k", -1, INT32_MAX, &i, pe)) < 0) return -1;
-    if (r) p->req.top_k = (int32_t)i;
-    if ((r = get_num(o, "min_p", 0, 1, 0, &d, pe)) < 0) return -1;
-    if (r) p->req.min_p = (float)d;
-    if ((r = get_num(o, "presence_penalty", -2, 2, 0, &d, pe)) < 0) return -1;
-    if (r) p->req.presence_penalty = (float)d;
-    if ((r = get_num(o, "frequency_penalty", -2, 2, 0, &d, pe)) < 0) return -1;
-    if (r) p->req.frequency_penalty = (float)d;
-    if ((r = get_num(o, "repetition_penalty", 0, 10, 1, &d, pe)) < 0) return -1;
-    if (r) p->req.repetition_penalty = (float)d;
-    if ((r = get_int(o, "seed", INT64_MIN, INT64_MAX, &i, pe)) < 0) return -1;
-    if (r) {
-        p->req.seed = (uint64_t)i;
-        p->req.has_seed = true;
-    }
     if ((r = get_int(o, "n", 1, 16, &i, pe)) < 0) return -1;
     if (r) p->n = (int)i;
-    if ((r = get_bool(o, "ignore_eos", &b, pe)) < 0) return -1;
-    if (r) p->req.ignore_eos = b;
-    if ((r = get_int(o, "priority", INT32_MIN, INT32_MAX, &i, pe)) < 0) return -1;
-    if (r) p->req.priority = (int32_t)i;
-    json_t *salt = json_object_get(o, "cache_salt");
-    if (salt && !json_is_null(salt)) {
-        if (!json_is_string(salt) || !json_string_length(salt))
-            return fail(pe, "cache_salt", "'cache_salt' must be a non-empty string");
-        p->req.cache_salt = json_string_value(salt);
-    }
-
-    json_t *stop = json_object_get(o, "stop");
-    p->req.n_stop = 0;
-    if (stop && json_is_string(stop)) {
-        if (!json_string_length(stop)) return fail(pe, "stop", "'stop' strings must not be empty");
-        p->stop[p->req.n_stop++] = json_string_value(stop);
-    } else if (stop && json_is_array(stop)) {
-        if (json_array_size(stop) > MAX_STOP)
-            return fail(pe, "stop", "'stop' takes at most %d strings, got %zu", MAX_STOP, json_array_size(stop));
-        size_t k;
-        json_t *s;
-        json_array_foreach(stop, k, s) {
-            if (!json_is_string(s) || !json_string_length(s))
-                return fail(pe, "stop", "'stop' must be a non-empty string or a list of them");
-            p->stop[p->req.n_stop++] = json_string_value(s);
-        }
-    } else if (stop && !json_is_null(stop)) {
-        return fail(pe, "stop", "'stop' must be a string or a list of at most %d strings", MAX_STOP);
-    }
-    p->req.stop = p->req.n_stop ? p->stop : NULL;
 
     if ((r = get_bool(o, "stream", &b, pe)) < 0) return -1;
     if (r) p->stream = b;

@@ -25,35 +25,17 @@
 #include <unistd.h>
 
 #include "pagoda/pagoda.h"
+#include "request_fields.h"
 
 #ifndef PAGODA_VERSION_STRING
 #define PAGODA_VERSION_STRING "0.1.0"
 #endif
 
-#define MAX_STOP 16
+#define MAX_STOP RF_MAX_STOP
 #define MAX_LINE (64u << 20)   /* a longer line is refused, the rest still served */
 #define RETRY_MS 50            /* queue full: try again this often (and on every FINAL) */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static int sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return -1;
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
+/* sbuf, sb_put: request_fields.h */
 
 typedef struct stdin_fe stdin_fe;
 
@@ -280,26 +262,6 @@ static int render(stdin_fe *fe, const pagoda_chat_message *m, int n, parsed *p)
 
 #define FAIL(...) do { snprintf(p->err, sizeof p->err, __VA_ARGS__); return -1; } while (0)
 
-static int num_field(json_t *o, const char *k, double lo, double hi, double *out, parsed *p)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
-        FAIL("'%s' must be a number in [%g, %g]", k, lo, hi);
-    *out = json_number_value(v);
-    return 1;
-}
-
-static int int_field(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *out, parsed *p)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        FAIL("'%s' must be an integer in [%lld, %lld]", k, (long long)lo, (long long)hi);
-    *out = json_integer_value(v);
-    return 1;
-}
-
 /* A JSON line into p. Returns 0, or -1 with p->err (p->id set when known). */
 static int parse_json_line(stdin_fe *fe, const char *line, size_t len, parsed *p)
 {
@@ -313,60 +275,9 @@ static int parse_json_line(stdin_fe *fe, const char *line, size_t len, parsed *p
     else if (id && !json_is_null(id)) FAIL("'id' must be a string or an integer");
 
     base_request(fe, &p->req);
-    double d;
-    int64_t i;
-    int r;
-    if ((r = int_field(o, "max_tokens", 1, INT32_MAX, &i, p)) < 0) return -1;
-    if (r) p->req.max_tokens = (int32_t)i;
-    if ((r = num_field(o, "temperature", 0, 2, &d, p)) < 0) return -1;
-    if (r) p->req.temperature = (float)d;
-    if ((r = num_field(o, "top_p", 0, 1, &d, p)) < 0) return -1;
-    if (r) {
-        if (d == 0) FAIL("'top_p' must be in (0, 1]");
-        p->req.top_p = (float)d;
-    }
-    if ((r = int_field(o, "top_k", -1, INT32_MAX, &i, p)) < 0) return -1;
-    if (r) p->req.top_k = (int32_t)i;
-    if ((r = num_field(o, "min_p", 0, 1, &d, p)) < 0) return -1;
-    if (r) p->req.min_p = (float)d;
-    if ((r = num_field(o, "presence_penalty", -2, 2, &d, p)) < 0) return -1;
-    if (r) p->req.presence_penalty = (float)d;
-    if ((r = num_field(o, "frequency_penalty", -2, 2, &d, p)) < 0) return -1;
-    if (r) p->req.frequency_penalty = (float)d;
-    if ((r = num_field(o, "repetition_penalty", 1e-6, 10, &d, p)) < 0) return -1;
-    if (r) p->req.repetition_penalty = (float)d;
-    if ((r = int_field(o, "seed", INT64_MIN, INT64_MAX, &i, p)) < 0) return -1;
-    if (r) {
-        p->req.seed = (uint64_t)i;
-        p->req.has_seed = true;
-    }
-    if ((r = int_field(o, "priority", INT32_MIN, INT32_MAX, &i, p)) < 0) return -1;
-    if (r) p->req.priority = (int32_t)i;
-    json_t *v = json_object_get(o, "ignore_eos");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) FAIL("'ignore_eos' must be true or false");
-        p->req.ignore_eos = json_is_true(v);
-    }
-    v = json_object_get(o, "cache_salt");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v)) FAIL("'cache_salt' must be a string");
-        p->req.cache_salt = json_string_value(v);
-    }
-    v = json_object_get(o, "stop");
-    if (v && json_is_string(v)) {
-        p->stop[p->req.n_stop++] = json_string_value(v);
-    } else if (v && json_is_array(v)) {
-        if (json_array_size(v) > MAX_STOP) FAIL("'stop' takes at most %d strings", MAX_STOP);
-        size_t k;
-        json_t *s;
-        json_array_foreach(v, k, s) {
-            if (!json_is_string(s) || !json_string_length(s)) FAIL("'stop' must hold non-empty strings");
-            p->stop[p->req.n_stop++] = json_string_value(s);
-        }
-    } else if (v && !json_is_null(v)) {
-        FAIL("'stop' must be a string or a list of strings");
-    }
-    p->req.stop = p->req.n_stop ? p->stop : NULL;
+    /* The same fields, ranges and messages as the HTTP API's. */
+    perr pe;
+    if (rf_parse_sampling(o, &p->req, p->stop, &pe) < 0) FAIL("%s", pe.msg);
 
     json_t *prompt = json_object_get(o, "prompt");
     json_t *msgs = json_object_get(o, "messages");
@@ -391,7 +302,7 @@ static int parse_json_line(stdin_fe *fe, const char *line, size_t len, parsed *p
         m[k].role = json_string_value(role);
         m[k].content = json_string_value(content);
     }
-    r = render(fe, m, (int)n, p);
+    int r = render(fe, m, (int)n, p);
     free(m);
     return r;
 }
