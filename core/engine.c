@@ -588,6 +588,26 @@ static int env_grow(void *opaque, uint64_t id, int32_t n_total)
     return e->kv->ops.grow(e->kv->ctx, id, n_total);
 }
 
+/* Takes q out of arr[0..*n), keeping the order (admission order matters
+ * to the schedulers); nothing when q is not there. */
+static void drop_seq(seq **arr, int32_t *n, const seq *q)
+{
+    for (int32_t i = 0; i < *n; i++) {
+        if (arr[i] != q) continue;
+        memmove(&arr[i], &arr[i + 1], sizeof(seq *) * (size_t)(*n - i - 1));
+        (*n)--;
+        return;
+    }
+}
+
+/* Takes entry i out of the step's plan, keeping the order. */
+static void drop_plan_entry(pagoda_engine *e, int32_t i)
+{
+    memmove(&e->plan_seq[i], &e->plan_seq[i + 1], sizeof(seq *) * (size_t)(e->n_plan - i - 1));
+    memmove(&e->plan_n[i], &e->plan_n[i + 1], sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
+    e->n_plan--;
+}
+
 static int env_preempt(void *opaque, uint64_t id)
 {
     pagoda_engine *e = opaque;
@@ -597,19 +617,11 @@ static int env_preempt(void *opaque, uint64_t id)
     q->s.state = PAGODA_SEQ_WAITING;
     q->s.n_computed = 0;
     q->s.n_preemptions++;
-    for (int32_t i = 0; i < e->n_running; i++) {
-        if (e->running[i] == q) {
-            memmove(&e->running[i], &e->running[i + 1], sizeof(seq *) * (size_t)(e->n_running - i - 1));
-            e->n_running--;
-            break;
-        }
-    }
+    drop_seq(e->running, &e->n_running, q);
     /* a planned entry for it is dropped */
     for (int32_t i = 0; i < e->n_plan; i++) {
         if (e->plan_seq[i] == q) {
-            memmove(&e->plan_seq[i], &e->plan_seq[i + 1], sizeof(seq *) * (size_t)(e->n_plan - i - 1));
-            memmove(&e->plan_n[i], &e->plan_n[i + 1], sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
-            e->n_plan--;
+            drop_plan_entry(e, i);
             break;
         }
     }
@@ -661,20 +673,8 @@ static int env_plan(void *opaque, uint64_t id, int32_t n_tokens)
 
 static void remove_seq(pagoda_engine *e, seq *q)
 {
-    for (int32_t i = 0; i < e->n_seqs; i++) {
-        if (e->seqs[i] == q) {
-            memmove(&e->seqs[i], &e->seqs[i + 1], sizeof(seq *) * (size_t)(e->n_seqs - i - 1));
-            e->n_seqs--;
-            break;
-        }
-    }
-    for (int32_t i = 0; i < e->n_running; i++) {
-        if (e->running[i] == q) {
-            memmove(&e->running[i], &e->running[i + 1], sizeof(seq *) * (size_t)(e->n_running - i - 1));
-            e->n_running--;
-            break;
-        }
-    }
+    drop_seq(e->seqs, &e->n_seqs, q);
+    drop_seq(e->running, &e->n_running, q);
     seq_free(q);
     pthread_mutex_lock(&e->mu);
     e->n_live--;
@@ -809,9 +809,7 @@ static bool step(pagoda_engine *e)
                      e->kv->name, nb, start + n);
             pagoda_log(PAGODA_LOG_ERROR, "%s", err);
             /* drop it from the plan and end it */
-            memmove(&e->plan_seq[i], &e->plan_seq[i + 1], sizeof(seq *) * (size_t)(e->n_plan - i - 1));
-            memmove(&e->plan_n[i], &e->plan_n[i + 1], sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
-            e->n_plan--;
+            drop_plan_entry(e, i);
             i--;
             finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
             continue;
