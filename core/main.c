@@ -1,8 +1,8 @@
 /*
  * core/main.c: the `pagoda` command line. Parses arguments, loads the
  * config with its --set overrides and hands over to the subcommand: serve
- * (the default), plugins, plan (memplan.c), gen-model (genmodel.c). Exit codes: 0 ok, 1 runtime error, 2 usage or
- * config error.
+ * (the default), plugins, plan (memplan.c), gen-model (genmodel.c), bench
+ * (bench.c). Exit codes: 0 ok, 1 runtime error, 2 usage or config error.
  * Not for: any serving logic (server.c), plugin loading (plugin_loader.c).
  */
 #include <stdio.h>
