@@ -4,9 +4,11 @@
  * stream. The core's forward pass calls only these ops; it never touches
  * memory a backend owns except through upload/download.
  *
- * Threads: every op is [engine thread] unless marked otherwise: the core
- * calls one backend instance from one thread at a time. Kernels may run
- * asynchronously; `synchronize` and `download` wait for all earlier work.
+ * Threads: every op is [engine thread] unless marked otherwise (buffers
+ * and the weights are also made on the loading thread before the engine
+ * thread starts): the core calls one backend instance from one thread at
+ * a time. Kernels may run asynchronously; `synchronize` and `download`
+ * wait for all earlier work.
  *
  * Metadata (token ids, positions, KV slots, block tables) is passed as
  * host pointers valid only for the duration of the call; a device backend
@@ -130,8 +132,9 @@ typedef struct pagoda_backend_ops {
     int (*download)(void *ctx, const pagoda_buffer *buf, size_t offset, void *dst, size_t size);
 
     /* optional. Make a weights buffer of host bytes that stay valid (the
-     * mmap'd model) until the buffer is freed: the CPU backend may use them
-     * in place, a device copies. Fallback: buffer_alloc + upload. */
+     * mmap'd model, owned by the core) until the buffer is freed with
+     * buffer_free: the CPU backend may use them in place, a device copies.
+     * Fallback: buffer_alloc + upload. */
     int (*weights_from_host)(void *ctx, const void *host, size_t size, pagoda_buffer **out);
 
     /* required. out[i, :] = f32(table[ids[i], :]) for i < n; table of any

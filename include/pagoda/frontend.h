@@ -3,10 +3,13 @@
  * requests into host->submit() calls and streams the events back. It
  * reaches the engine only through the host table it got at create().
  *
- * The core calls run() on the main thread once the engine is serving; run()
- * blocks until the frontend is done (stdin at EOF with every request
- * finished) or stop() was called. The core calls stop() on SIGINT/SIGTERM
- * from a watcher thread (never from inside a signal handler).
+ * The core calls run() on the main thread right after create(), while the
+ * weights may still be loading (host->stats reports ready = false, and
+ * host->submit waits for the load); run() blocks until the frontend is
+ * done (stdin at EOF with every request finished) or stop() was called.
+ * The core calls stop() on SIGINT/SIGTERM from a watcher thread (never
+ * from inside a signal handler), and from the loading thread when the
+ * weights fail to load.
  */
 #ifndef PAGODA_FRONTEND_H
 #define PAGODA_FRONTEND_H

@@ -8,6 +8,11 @@
  * Every pointer in the table stays valid until the plugin's destroy()
  * returns. Slots marked "minor N" were added in ABI minor N; a plugin built
  * for an older minor sees a shorter struct_size and must not call them.
+ * Which slots are set: log, config_*, engine_config, error and free for
+ * every kind; kv_copy_blocks for every kind (meant for KV policies); the
+ * engine slots (submit .. shutting_down) for frontends only, NULL for the
+ * other kinds. All of them are provided by the core: a plugin never
+ * needs a fallback for a slot its kind is given.
  */
 #ifndef PAGODA_HOST_H
 #define PAGODA_HOST_H
@@ -161,31 +166,40 @@ typedef struct pagoda_host {
         __attribute__((format(printf, 3, 4)));
 
     /* [any thread] Typed lookup of a key in this plugin's own section
-     * ([kind.name]); returns the default given here when the key is absent.
-     * Values were validated against the plugin's config_keys at load. The
-     * string is owned by the core and lives as long as the host table. */
+     * ([kind.name]); returns the default given here when the key is absent
+     * (config_str returns dflt itself then). Values were validated against
+     * the plugin's config_keys at load. A returned string is owned by the
+     * core and lives as long as the host table; do not free it. */
     const char *(*config_str)(const struct pagoda_host *h, const char *key, const char *dflt);
     int64_t (*config_int)(const struct pagoda_host *h, const char *key, int64_t dflt);
     double (*config_float)(const struct pagoda_host *h, const char *key, double dflt);
     bool (*config_bool)(const struct pagoda_host *h, const char *key, bool dflt);
-    /* [any thread] Engine-wide keys of [engine] (e.g. "max_seq_len"), as strings. */
+    /* [any thread] Engine-wide keys of [engine] (e.g. "max_seq_len"), as
+     * strings: the configured value or the key's default; NULL for a key
+     * [engine] does not have. Owned by the core; do not free. */
     const char *(*engine_config)(const struct pagoda_host *h, const char *key);
 
-    /* [any thread] Record an error message for the current call; the core
-     * prints or returns it. Returns `status` so one can write
+    /* [any thread] Record an error message for the current call (the last
+     * one recorded wins; the format is copied); the core prints or returns
+     * it. Returns `status` so one can write
      *     return h->error(h, PAGODA_ERR_INVALID, "...", ...); */
     int (*error)(const struct pagoda_host *h, int status, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
     /* ---- for KV-cache policies [engine thread] */
-    /* Copy KV blocks src[i] -> dst[i] in every layer. */
+    /* Copy KV blocks src[i] -> dst[i] in every layer (through the backend's
+     * copy_blocks, or its fallback). PAGODA_ERR_STATE before the engine
+     * serves (so not from init()). The arrays need only live during the
+     * call. */
     int (*kv_copy_blocks)(const struct pagoda_host *h, const int32_t *src, const int32_t *dst,
                           int32_t n);
 
     /* ---- for frontends: the engine. NULL for other kinds. */
 
     /* [any thread] Queue a request. Tokenizes on the caller's thread and
-     * answers at once: PAGODA_OK with *id, or an error with a reason in err
+     * answers at once (except while the server still loads the weights:
+     * then it first waits for them, and answers PAGODA_ERR_STATE if the
+     * load failed): PAGODA_OK with *id, or an error with a reason in err
      * (prompt longer than the context, queue full = PAGODA_ERR_NOSPACE,
      * bad parameter = PAGODA_ERR_INVALID, shutting down = PAGODA_ERR_STATE).
      * On success `cb` gets events on the engine thread, and exactly one
@@ -196,11 +210,14 @@ typedef struct pagoda_host {
      * follows soon on the engine thread unless it already finished.
      * PAGODA_ERR_NOT_FOUND if the id is not live. */
     int (*cancel)(const struct pagoda_host *h, uint64_t id);
-    /* [any thread] Fill a request with defaults (including the config's). */
+    /* [any thread] Fill a request with defaults (including the config's
+     * [engine] sampling keys); also while the weights load. The caller then
+     * sets struct_size and what the client gave. */
     void (*request_defaults)(const struct pagoda_host *h, pagoda_request *req);
 
-    /* [any thread] Text to ids. Writes at most cap ids, sets *n to the full
-     * count (call again with a bigger array if *n > cap). */
+    /* [any thread] Text to ids. Writes at most cap ids into the caller's
+     * array, sets *n to the full count (call again with a bigger array if
+     * *n > cap). */
     int (*tokenize)(const struct pagoda_host *h, const char *text, size_t len, bool add_special,
                     bool parse_special, int32_t *ids, int32_t cap, int32_t *n);
     /* [any thread] Ids to text. Returns a string the caller frees with
@@ -216,13 +233,18 @@ typedef struct pagoda_host {
     int (*chat_render)(const struct pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
                        bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
                        int32_t *n_stop);
+    /* [any thread] Frees what detokenize, token_text, chat_render,
+     * memory_plan_json and metrics_text returned. NULL is a no-op. */
     void (*free)(const struct pagoda_host *h, void *p);
 
-    /* [any thread] */
+    /* [any thread] Fill the caller's *out (struct_size set by the host).
+     * ABI 1.0 writes the whole struct as this header defines it: pass a
+     * struct of this header's size. stats() works while the weights load
+     * and reports ready = false (all counts 0) until the engine serves. */
     int (*model_info)(const struct pagoda_host *h, pagoda_model_info *out);
     int (*stats)(const struct pagoda_host *h, pagoda_engine_stats *out);
     /* [any thread] The memory plan as JSON / the Prometheus exposition text.
-     * Caller frees with h->free. */
+     * Caller frees with h->free; NULL when not available. */
     char *(*memory_plan_json)(const struct pagoda_host *h);
     char *(*metrics_text)(const struct pagoda_host *h);
     /* [any thread] Has a shutdown been asked for (SIGINT/SIGTERM)? */

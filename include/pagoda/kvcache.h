@@ -5,8 +5,9 @@
  * backend (see pagoda_kv_layout); a policy never touches it, except through
  * host->kv_copy_blocks for copy-on-write.
  *
- * Threads: every op is [engine thread].
- * Sequences are named by the engine's 64-bit ids.
+ * Threads: init is called on the thread that loads the model, before the
+ * engine thread starts; every other op is [engine thread]. Never two at
+ * once. Sequences are named by the engine's 64-bit ids.
  */
 #ifndef PAGODA_KVCACHE_H
 #define PAGODA_KVCACHE_H
@@ -31,7 +32,9 @@ typedef struct pagoda_kv_stats {
 /* Invariant the tests hold: free + used + cached == total (reserved blocks
  * are counted in used). */
 
-/* A new sequence as admit() sees it. */
+/* A new sequence as admit() sees it. It and what it points to (tokens,
+ * cache_salt) are the engine's and valid only during the call: copy what
+ * must be kept (a prefix hash, the salt). */
 typedef struct pagoda_kv_seq {
     uint64_t id;
     const int32_t *tokens;    /* the prompt (after a preemption: prompt + output so far) */
@@ -77,8 +80,8 @@ typedef struct pagoda_kvcache_ops {
     int (*stats)(void *ctx, pagoda_kv_stats *st);
 
     /* optional. Blocks admit() would need for this sequence now, counting
-     * cache hits (for schedulers that look before they leap). Fallback: the
-     * core estimates ceil(n_tokens / block_size). */
+     * cache hits (for schedulers that look before they leap); no side
+     * effect. Fallback: the core estimates ceil(n_tokens / block_size). */
     int32_t (*blocks_needed)(void *ctx, const pagoda_kv_seq *seq);
 
     /* optional. Drop every cached (unreferenced) block. Fallback: nothing. */

@@ -73,13 +73,23 @@ typedef struct pagoda_config_key {
  *   probe  [any thread] optional. How well this plugin can run here, 0..100;
  *          0 means it cannot, and `why` says why ("no CUDA driver: ...").
  *          No side effects beyond looking. NULL means 100.
- *   create [main thread] required. Make one instance. `host` is valid until
- *          destroy() returns and carries this instance's config section.
- *          On failure return an error status and write a one-line reason to
- *          err (it is NUL-terminated by the host if the plugin forgets).
- *   destroy [main thread] required. Free everything create() made.
+ *   create [main thread] required. Make one instance and store it in *ctx;
+ *          the plugin owns it, and the host hands it back to every op and
+ *          to destroy(). `host` is valid until destroy() returns and carries
+ *          this instance's config section. On failure return an error
+ *          status, leave nothing allocated, and write a one-line reason to
+ *          err (it is NUL-terminated by the host if the plugin forgets);
+ *          destroy() is then not called.
+ *   destroy [main thread] required. Free everything create() made; called
+ *          once per successful create(), never with a NULL ctx.
  *   ops    required. Points to the kind's ops table (pagoda_backend_ops,
- *          ...), which starts with its own struct_size.
+ *          ...), which starts with its own struct_size. The host copies
+ *          the table at load time, so it may be static const.
+ *
+ * name is required (non-empty, equal to the INI's value); version and
+ * description are optional (NULL prints as "-" / "(no description)").
+ * Every string and the config_keys list are read while the plugin is
+ * loaded and must stay valid until it is unloaded: static storage.
  */
 typedef struct pagoda_plugin_desc {
     size_t struct_size;       /* sizeof(pagoda_plugin_desc) as the plugin saw it */

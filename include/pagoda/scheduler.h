@@ -4,7 +4,9 @@
  * tokens (a prefill chunk or one decode token), and whom to preempt when KV
  * blocks run out. The policy decides; the core carries the plan out.
  *
- * Threads: every op is [engine thread].
+ * Threads: limits() is also called on the loading thread (memory plan,
+ * engine creation) before the engine thread starts; every other op is
+ * [engine thread]. Never two at once.
  *
  * Token accounting of a sequence: n_tokens tokens are known (the prompt,
  * then each sampled token); the first n_computed of them have KV in the
@@ -65,7 +67,9 @@ typedef struct pagoda_sched_env {
      * becomes WAITING with n_computed = 0 and keeps every token produced.
      * If it was already planned this step, that plan entry is dropped. */
     int (*preempt)(void *opaque, uint64_t seq_id);
-    /* Blocks the sequence would need to be admitted now, and free blocks. */
+    /* Blocks the sequence would need to be admitted now (the KV policy's
+     * blocks_needed, or ceil(n_tokens / block_size) without it), and
+     * blocks free or evictable now. Both always set by the core. */
     int32_t (*blocks_needed)(void *opaque, uint64_t seq_id);
     int32_t (*free_blocks)(void *opaque);
     /* Add to this step's plan: run n_tokens (>= 1) of a RUNNING sequence
@@ -82,12 +86,16 @@ typedef struct pagoda_scheduler_ops {
      * sizes activations by them. */
     int (*limits)(void *ctx, int32_t *max_num_seqs, int32_t *max_batched_tokens);
 
-    /* required. Fill this step's plan through env->plan. Planning nothing
-     * while sequences wait and none run is allowed only if nothing fits. */
+    /* required. Fill this step's plan through env->plan. env and its arrays
+     * are valid only during the call. Planning nothing while sequences wait
+     * and none run is allowed only if nothing fits (the engine then fails
+     * the head of the queue with a "needs N KV blocks" error). An error
+     * return is logged and the step is skipped (nothing runs this step). */
     int (*schedule)(void *ctx, const pagoda_sched_env *env);
 
     /* optional. A sequence arrived / finished (finished, cancelled or failed).
-     * Fallback: nothing. */
+     * seq is the engine's and valid only during the call. Fallback:
+     * nothing (a policy can find out from the env snapshots instead). */
     void (*on_arrival)(void *ctx, const pagoda_sched_seq *seq);
     void (*on_finish)(void *ctx, uint64_t seq_id);
 } pagoda_scheduler_ops;
