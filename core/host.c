@@ -2,6 +2,7 @@
  * core/host.c: see host.h. The record behind host_ctx is allocated together
  * with the table, so one free releases both and the table's address stays
  * stable for the plugin's lifetime.
+ * Not for: the engine slots (host_engine.c fills those).
  */
 #include "host.h"
 

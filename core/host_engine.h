@@ -1,6 +1,7 @@
 /*
  * host_engine.h: fills the engine slots of a plugin instance's host table
  * (submit, cancel, tokenize, ... for frontends; kv_copy_blocks for all).
+ * Not for: the table itself, logging or config lookups (host.h).
  */
 #ifndef PAGODA_HOST_ENGINE_H
 #define PAGODA_HOST_ENGINE_H

@@ -1,6 +1,7 @@
 /*
  * core/log.c: see log.h. Timestamps are local wall-clock time with
  * milliseconds; they are for people reading the log, never for measuring.
+ * Not for: metrics (metrics.c) or user-facing CLI output (stdout).
  */
 #include "log.h"
 

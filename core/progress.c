@@ -4,6 +4,7 @@
  * percentage changes, so a slow terminal never slows the load; without a
  * terminal (a log file, systemd, CI) it becomes at most four ordinary log
  * lines, one each time a quarter of the total is passed.
+ * Not for: request progress or any timing that is measured.
  */
 #include "progress.h"
 

@@ -4,6 +4,8 @@
  * allocated yet), then the plugins (each checked by the loader), then the
  * weights and the KV pool through the backend, then the engine. Every
  * failure names what failed and frees what was made.
+ * Not for: signals or running the frontend (server.c), the serving loop
+ * (engine.c).
  */
 #include "runtime.h"
 

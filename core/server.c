@@ -3,6 +3,9 @@
  * taken by one watcher thread with sigwait, which asks the frontend to stop
  * (never from inside a signal handler). Once the frontend returns, the
  * engine is stopped, which ends every request still in flight with a FINAL.
+ * The weights load on a thread of their own while the frontend already
+ * answers. Not for: building the runtime (runtime.c) or other subcommands
+ * (main.c).
  */
 #include "server.h"
 

@@ -2,6 +2,7 @@
  * server.h: `pagoda --config FILE`: build the runtime with its frontend,
  * start the engine, run the frontend until it returns or SIGINT/SIGTERM
  * asks it to stop, drain, and tear everything down.
+ * Not for: tests and tools that drive an engine in-process (runtime.h).
  */
 #ifndef PAGODA_SERVER_H
 #define PAGODA_SERVER_H

@@ -16,6 +16,9 @@
  *
  * Errors: every op returns pagoda_status and, on error, reports a message
  * through host->error(). No op aborts on bad input.
+ *
+ * Not for: scheduling or KV bookkeeping (scheduler.h, kvcache.h) or model
+ * structure: the forward pass lives in the core.
  */
 #ifndef PAGODA_BACKEND_H
 #define PAGODA_BACKEND_H

@@ -10,6 +10,8 @@
  * The core calls stop() on SIGINT/SIGTERM from a watcher thread (never
  * from inside a signal handler), and from the loading thread when the
  * weights fail to load.
+ *
+ * Not for: anything engine-side; a frontend sees only the host table.
  */
 #ifndef PAGODA_FRONTEND_H
 #define PAGODA_FRONTEND_H

@@ -8,6 +8,9 @@
  * Threads: init is called on the thread that loads the model, before the
  * engine thread starts; every other op is [engine thread]. Never two at
  * once. Sequences are named by the engine's 64-bit ids.
+ *
+ * Not for: the KV memory or its layout (backend.h) or who runs when
+ * (scheduler.h).
  */
 #ifndef PAGODA_KVCACHE_H
 #define PAGODA_KVCACHE_H

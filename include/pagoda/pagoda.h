@@ -1,4 +1,5 @@
-/* pagoda/pagoda.h: the whole public SDK in one include. */
+/* pagoda/pagoda.h: the whole public SDK in one include.
+ * Not for: declarations of its own; see the headers it includes. */
 #ifndef PAGODA_PAGODA_H
 #define PAGODA_PAGODA_H
 #include "pagoda/types.h"

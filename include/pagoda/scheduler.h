@@ -13,6 +13,8 @@
  * cache. Scheduling n tokens of a sequence computes tokens n_computed ..
  * n_computed + n - 1; when that reaches n_tokens the step samples the next
  * token. A decoding sequence therefore has n_tokens - n_computed == 1.
+ *
+ * Not for: block bookkeeping (kvcache.h) or running the plan (the core).
  */
 #ifndef PAGODA_SCHEDULER_H
 #define PAGODA_SCHEDULER_H
