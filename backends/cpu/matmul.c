@@ -84,6 +84,8 @@ typedef struct mm_task {
     size_t out_stride;
     uint8_t *xq;          /* quantized activations, xq_stride bytes per row */
     size_t xq_stride;
+    uint8_t *xp;          /* xq rearranged by vt->prep_q4_0 (Q4_0 only), or NULL */
+    size_t xp_stride;
     int64_t rows_per_part;
     void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
                  size_t);
@@ -105,6 +107,7 @@ static void quant_rows(mm_task *m, int64_t t0, int64_t t1)
             m->vt->quant_q8k(xr, yr, m->K);
         else
             m->vt->quant_q8a(xr, yr, m->K);
+        if (m->xp) m->vt->prep_q4_0(yr, (pagoda_q4x_group *)(m->xp + t * m->xp_stride), m->K / 32);
     }
 }
 
@@ -156,7 +159,10 @@ static void dot_task(void *arg, int part, int n_parts)
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
         if (m->gemm) {
-            if (m->xq)
+            if (m->xp)
+                m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xp, m->xp_stride, m->T,
+                        m->K / 32, m->out + nt, m->out_stride);
+            else if (m->xq)
                 m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xq, m->xq_stride, m->T,
                         m->K / 32, m->out + nt, m->out_stride);
             else
@@ -264,9 +270,14 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
              w_dtype == PAGODA_DTYPE_Q4_1)
         m.xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
+    if (w_dtype == PAGODA_DTYPE_Q4_0 && m.vt->prep_q4_0)
+        m.xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
     if (m.xq_stride) {
-        m.xq = pagoda_cpu_scratch(ex, m.xq_stride * (size_t)T);
+        /* One scratch: the q8a rows, then (Q4_0) their rearranged copy. */
+        size_t xq_bytes = (m.xq_stride * (size_t)T + 63) & ~(size_t)63;
+        m.xq = pagoda_cpu_scratch(ex, xq_bytes + m.xp_stride * (size_t)T);
         if (!m.xq) return PAGODA_ERR_NOMEM;
+        if (m.xp_stride) m.xp = m.xq + xq_bytes;
         /* A few rows quantize in about a microsecond: cheaper than waking
          * the pool for it. */
         if (T <= QUANT_INLINE_T)

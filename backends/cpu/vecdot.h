@@ -26,6 +26,26 @@ typedef struct pagoda_q8k_block {
     int8_t qs[256];
 } pagoda_q8k_block;
 
+/* Activations for Q4_0 weights as the AVX2 kernel reads them, four blocks
+ * per group: a Q4_0 block keeps element j in the low nibble of byte j and
+ * element 16 + j in the high one, so one 256-bit load of two weight blocks
+ * masks into [lo halves of both | ...] and [hi halves of both]; the
+ * activations are stored already in that order (no shuffle per weight row)
+ * with what each pair of blocks needs beside it. Pair p = blocks 2p, 2p+1:
+ *   qs[2p]   = block 2p qs[0..15]  | block 2p+1 qs[0..15]
+ *   qs[2p+1] = block 2p qs[16..31] | block 2p+1 qs[16..31]
+ *   off[p]   = 8 * (adjacent pair sums of qs[2p] + of qs[2p+1]) as int16,
+ *              the -8 nibble offset, subtracted in int16 by the tiles
+ *   dx[p]    = d of block 2p in lanes 0-3, of block 2p+1 in lanes 4-7
+ *   s[j]     = the q8a block's s (d * sum qs), the same offset in float
+ * Blocks past the row's end (nb not a multiple of 4) are zero. */
+typedef struct pagoda_q4x_group {
+    int8_t qs[4][32];
+    int16_t off[2][16];
+    float dx[2][8];
+    float s[4];
+} pagoda_q4x_group;
+
 /* Weight blocks as stored in GGUF. */
 typedef struct pagoda_blk_q8_0 { uint16_t d; int8_t qs[32]; } pagoda_blk_q8_0;
 typedef struct pagoda_blk_q4_0 { uint16_t d; uint8_t qs[16]; } pagoda_blk_q4_0;
@@ -55,7 +75,8 @@ typedef struct pagoda_vecdot_table {
      * few rows once for several tokens (register tiles of rows x tokens),
      * which is what makes batched decode and prefill cheaper per token
      * than T separate dots. x: T rows x_stride bytes apart, each nb
-     * quantized blocks (q8_0/q4_0) or k floats (f16); out: rows out_stride
+     * quantized blocks (q8_0; q4_0: prep_q4_0's groups where the table
+     * has one) or k floats (f16); out: rows out_stride
      * bytes apart. Same results as the dots above up to float order. */
     void (*gemm_q8_0)(const void *w, size_t w_stride, int64_t nr, const void *x,
                       size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
@@ -63,6 +84,9 @@ typedef struct pagoda_vecdot_table {
                       size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_f16)(const void *w, size_t w_stride, int64_t nr, const void *x,
                      size_t x_stride, int64_t T, int64_t k, float *out, size_t out_stride);
+    /* Rearrange nb q8a blocks of one token into (nb + 3) / 4 groups for
+     * gemm_q4_0. NULL in a table whose gemm_q4_0 reads q8a blocks. */
+    void (*prep_q4_0)(const pagoda_q8a_block *x, pagoda_q4x_group *y, int64_t nb);
     /* One weight row of k values to F32 (the sgemm path of prefill). */
     void (*dequant)(int dtype, const void *w, float *out, int64_t k);
     /* KV helpers for attention:
