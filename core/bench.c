@@ -272,7 +272,6 @@ typedef struct run_ctx {
     size_t n_itl, cap_itl;
     trace_pt *trace;
     size_t n_trace, cap_trace;
-    bool tracing;
     char first_error[256];
 } run_ctx;
 
@@ -340,16 +339,34 @@ static void on_event(void *user, const pagoda_event *ev)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The step hook's target. The engine reads its hook pointer and user
+ * pointer without a lock, so the hook is set once per runtime (to this
+ * static, which never dangles) and left in place; a run attaches its
+ * run_ctx here for its duration. */
+static struct {
+    pthread_mutex_t mu;
+    run_ctx *cur;
+} g_hook = {PTHREAD_MUTEX_INITIALIZER, NULL};
+
+static void hook_attach(run_ctx *c)
+{
+    pthread_mutex_lock(&g_hook.mu);
+    g_hook.cur = c;
+    pthread_mutex_unlock(&g_hook.mu);
+}
+
 /* [engine thread] after every step: the trace behind the KV and
  * concurrency numbers and the timeline plots */
 static void on_step(void *user, pagoda_engine *e)
 {
-    run_ctx *c = user;
+    (void)user;
     pagoda_engine_stats st;
     pagoda_engine_get_stats(e, &st);
-    double t = now_s() - c->t0;
-    pthread_mutex_lock(&c->mu);
-    if (c->tracing) {
+    pthread_mutex_lock(&g_hook.mu);
+    run_ctx *c = g_hook.cur;
+    if (c) {
+        double t = now_s() - c->t0;
+        pthread_mutex_lock(&c->mu);
         if (c->n_trace == c->cap_trace) {
             size_t nc = c->cap_trace ? c->cap_trace * 2 : 1024;
             trace_pt *p = realloc(c->trace, nc * sizeof *p);
@@ -359,8 +376,9 @@ static void on_step(void *user, pagoda_engine *e)
             c->trace[c->n_trace++] = (trace_pt){t, st.running, st.waiting, st.kv_used_blocks,
                                                 st.kv_cached_blocks, st.kv_total_blocks,
                                                 st.generation_tokens_total};
+        pthread_mutex_unlock(&c->mu);
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&g_hook.mu);
 }
 
 static int run_ctx_init(run_ctx *c, size_t cap_itl)
@@ -506,8 +524,7 @@ static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
     pagoda_engine_stats s0;
     pagoda_engine_get_stats(rt->engine, &s0);
     c.t0 = now_s();
-    c.tracing = true;
-    pagoda_engine_set_step_hook(rt->engine, on_step, &c);
+    hook_attach(&c);
 
     int32_t next = 0;
     if (w->rate > 0) {
@@ -533,10 +550,7 @@ static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
     while (c.n_done < n) pthread_cond_wait(&c.cv, &c.mu);
     pthread_mutex_unlock(&c.mu);
     pagoda_engine_wait_idle(rt->engine);
-    pthread_mutex_lock(&c.mu);
-    c.tracing = false;
-    pthread_mutex_unlock(&c.mu);
-    pagoda_engine_set_step_hook(rt->engine, NULL, NULL);
+    hook_attach(NULL);
     pagoda_engine_stats s1;
     pagoda_engine_get_stats(rt->engine, &s1);
 
@@ -816,8 +830,7 @@ static int run_workload_http(pagoda_runtime *rt, const char *host, int port,
     pagoda_engine_stats s0 = {0}, s1 = {0};
     if (rt) pagoda_engine_get_stats(rt->engine, &s0);
     c.t0 = now_s();
-    c.tracing = true;
-    if (rt) pagoda_engine_set_step_hook(rt->engine, on_step, &c);
+    if (rt) hook_attach(&c);
     http_run h = {.host = host, .port = port, .reqs = reqs, .rec = rec, .n = n, .c = &c};
     int nt = w->concurrency < n ? w->concurrency : n;
     pthread_t *th = calloc((size_t)nt, sizeof *th);
@@ -829,10 +842,7 @@ static int run_workload_http(pagoda_runtime *rt, const char *host, int port,
     free(th);
     if (rt) {
         pagoda_engine_wait_idle(rt->engine);
-        pthread_mutex_lock(&c.mu);
-        c.tracing = false;
-        pthread_mutex_unlock(&c.mu);
-        pagoda_engine_set_step_hook(rt->engine, NULL, NULL);
+        hook_attach(NULL);
         pagoda_engine_get_stats(rt->engine, &s1);
     }
     return finish_result(&c, rec, n, &s0, &s1, res, err, err_len);
@@ -1165,6 +1175,7 @@ static int open_side(const bench_opts *o, const char *model, const char *const *
         if (!st) st = pagoda_config_set(cfg, buf, err, err_len);
     }
     if (!st) st = pagoda_runtime_open(cfg, port_file != NULL, false, rt_out, err, err_len);
+    if (!st) pagoda_engine_set_step_hook((*rt_out)->engine, on_step, NULL);
     if (!st && pagoda_engine_start((*rt_out)->engine)) {
         ERR("the engine did not start");
         st = PAGODA_ERR_INTERNAL;
