@@ -63,23 +63,28 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int head, 
         const uint8_t *vb = a->pool + pagoda_kv_offset(L, a->layer, 1, blk) +
                             (size_t)kvh * hd * elt + (size_t)s0 * slot_bytes;
         float cm = -INFINITY;
-        for (int32_t j = 0; j < cnt; j++) {
-            const void *k = kb + (size_t)j * slot_bytes;
-            float s = elt == 4 ? vt->dot_f32(k, q, hd) : vt->dot_f16(k, q, hd);
-            sc[j] = s * a->scale;
-            if (sc[j] > cm) cm = sc[j];
+        if (elt == 4) {
+            for (int32_t j = 0; j < cnt; j++)
+                sc[j] = vt->dot_f32((const float *)(kb + (size_t)j * slot_bytes), q, hd) * a->scale;
+        } else {
+            vt->scores_f16((const uint16_t *)kb, slot_bytes, cnt, q, hd, a->scale, sc);
         }
+        for (int32_t j = 0; j < cnt; j++)
+            if (sc[j] > cm) cm = sc[j];
         float nm = cm > m ? cm : m;
         float alpha = m == -INFINITY ? 0.0f : expf(m - nm);
         l *= alpha;
+        /* sc becomes the weights p. */
         for (int32_t j = 0; j < cnt; j++) {
-            float p = expf(sc[j] - nm);
-            l += p;
-            const void *v = vb + (size_t)j * slot_bytes;
-            if (elt == 4)
-                vt->axpy_f32(acc, j == 0 ? alpha : 1.0f, p, v, hd);
-            else
-                vt->axpy_f16(acc, j == 0 ? alpha : 1.0f, p, v, hd);
+            sc[j] = expf(sc[j] - nm);
+            l += sc[j];
+        }
+        if (elt == 4) {
+            for (int32_t j = 0; j < cnt; j++)
+                vt->axpy_f32(acc, j == 0 ? alpha : 1.0f, sc[j],
+                             (const float *)(vb + (size_t)j * slot_bytes), hd);
+        } else {
+            vt->accum_f16(acc, alpha, sc, (const uint16_t *)vb, slot_bytes, cnt, hd);
         }
         m = nm;
         j0 += cnt;

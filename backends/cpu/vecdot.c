@@ -150,6 +150,23 @@ static void axpy_f16_scalar(float *acc, float a, float p, const uint16_t *v, int
     for (int64_t i = 0; i < n; i++) acc[i] = acc[i] * a + p * pagoda_fp16_to_fp32(v[i]);
 }
 
+static void scores_f16_scalar(const uint16_t *k, size_t stride, int n, const float *q, int hd,
+                              float scale, float *sc)
+{
+    for (int j = 0; j < n; j++)
+        sc[j] = scale * dot_f16_scalar((const uint16_t *)((const uint8_t *)k + j * stride), q, hd);
+}
+
+static void accum_f16_scalar(float *acc, float alpha, const float *p, const uint16_t *v,
+                             size_t stride, int n, int hd)
+{
+    for (int j = 0; j < n; j++)
+        axpy_f16_scalar(acc, j == 0 ? alpha : 1.0f, p[j],
+                        (const uint16_t *)((const uint8_t *)v + j * stride), hd);
+    if (n == 0)
+        for (int d = 0; d < hd; d++) acc[d] *= alpha;
+}
+
 static void dequant_scalar(int dtype, const void *w, float *out, int64_t k)
 {
     pagoda_dequantize_row(dtype, w, out, k);
@@ -186,6 +203,8 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .dot_q6_k = dot_q6_k_scalar,
     .axpy_f32 = axpy_f32_scalar,
     .axpy_f16 = axpy_f16_scalar,
+    .scores_f16 = scores_f16_scalar,
+    .accum_f16 = accum_f16_scalar,
 };
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void)

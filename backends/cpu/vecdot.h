@@ -93,6 +93,14 @@ typedef struct pagoda_vecdot_table {
      * acc[d] = acc[d] * a + p * v[d] for f16 / f32 v. */
     void (*axpy_f32)(float *acc, float a, float p, const float *v, int64_t n);
     void (*axpy_f16)(float *acc, float a, float p, const uint16_t *v, int64_t n);
+    /* A chunk of n F16 keys / values of one head (rows stride bytes
+     * apart, hd values each), so the head's running sums stay in registers
+     * across keys instead of a call, a load and a store per key:
+     *   sc[j] = scale * dot(k_j, q);   acc = acc * alpha + sum_j p[j] v_j. */
+    void (*scores_f16)(const uint16_t *k, size_t stride, int n, const float *q, int hd, float scale,
+                       float *sc);
+    void (*accum_f16)(float *acc, float alpha, const float *p, const uint16_t *v, size_t stride,
+                      int n, int hd);
 } pagoda_vecdot_table;
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;

@@ -358,6 +358,79 @@ static void axpy_f16_avx2(float *acc, float a, float p, const uint16_t *v, int64
     for (; i < n; i++) acc[i] = acc[i] * a + p * f16(v[i]);
 }
 
+/* Four keys at a time share each load of q; a key's sum is one register
+ * (hd / 8 dependent FMAs, four chains in flight). */
+static void scores_f16_avx2(const uint16_t *k, size_t stride, int n, const float *q, int hd,
+                            float scale, float *sc)
+{
+    int hd8 = hd & ~7;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const uint16_t *k0 = (const uint16_t *)((const uint8_t *)k + j * stride);
+        const uint16_t *k1 = (const uint16_t *)((const uint8_t *)k0 + stride);
+        const uint16_t *k2 = (const uint16_t *)((const uint8_t *)k1 + stride);
+        const uint16_t *k3 = (const uint16_t *)((const uint8_t *)k2 + stride);
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < hd8; d += 8) {
+            __m256 qv = _mm256_loadu_ps(q + d);
+            a0 = _mm256_fmadd_ps(load_f16(k0 + d), qv, a0);
+            a1 = _mm256_fmadd_ps(load_f16(k1 + d), qv, a1);
+            a2 = _mm256_fmadd_ps(load_f16(k2 + d), qv, a2);
+            a3 = _mm256_fmadd_ps(load_f16(k3 + d), qv, a3);
+        }
+        float s0 = hsum_ps(a0), s1 = hsum_ps(a1), s2 = hsum_ps(a2), s3 = hsum_ps(a3);
+        for (int d = hd8; d < hd; d++) {
+            s0 += f16(k0[d]) * q[d];
+            s1 += f16(k1[d]) * q[d];
+            s2 += f16(k2[d]) * q[d];
+            s3 += f16(k3[d]) * q[d];
+        }
+        sc[j] = scale * s0;
+        sc[j + 1] = scale * s1;
+        sc[j + 2] = scale * s2;
+        sc[j + 3] = scale * s3;
+    }
+    for (; j < n; j++) sc[j] = scale * dot_f16_avx2((const uint16_t *)((const uint8_t *)k + j * stride), q, hd);
+}
+
+/* 32 columns of acc at a time stay in registers over all n values. */
+static void accum_f16_avx2(float *acc, float alpha, const float *p, const uint16_t *v, size_t stride,
+                           int n, int hd)
+{
+    __m256 va = _mm256_set1_ps(alpha);
+    int d = 0;
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + d), va);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8), va);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 16), va);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 24), va);
+        for (int j = 0; j < n; j++) {
+            const uint16_t *vj = (const uint16_t *)((const uint8_t *)v + j * stride) + d;
+            __m256 pj = _mm256_broadcast_ss(p + j);
+            a0 = _mm256_fmadd_ps(pj, load_f16(vj), a0);
+            a1 = _mm256_fmadd_ps(pj, load_f16(vj + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, load_f16(vj + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, load_f16(vj + 24), a3);
+        }
+        _mm256_storeu_ps(acc + d, a0);
+        _mm256_storeu_ps(acc + d + 8, a1);
+        _mm256_storeu_ps(acc + d + 16, a2);
+        _mm256_storeu_ps(acc + d + 24, a3);
+    }
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + d), va);
+        for (int j = 0; j < n; j++)
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j),
+                                 load_f16((const uint16_t *)((const uint8_t *)v + j * stride) + d), a0);
+        _mm256_storeu_ps(acc + d, a0);
+    }
+    for (; d < hd; d++) {
+        float a = acc[d] * alpha;
+        for (int j = 0; j < n; j++) a += p[j] * f16(((const uint16_t *)((const uint8_t *)v + j * stride))[d]);
+        acc[d] = a;
+    }
+}
+
 /* 32 int8 values times d into out[0..31]. */
 static inline void store_scaled_i8(float *out, __m256i q, __m256 d)
 {
@@ -666,6 +739,8 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .dot_q6_k = dot_q6_k_avx2,
     .axpy_f32 = axpy_f32_avx2,
     .axpy_f16 = axpy_f16_avx2,
+    .scores_f16 = scores_f16_avx2,
+    .accum_f16 = accum_f16_avx2,
 };
 
 #else
