@@ -113,8 +113,21 @@ static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
     const char *bos_text = bos >= 0 ? pagoda_tokenizer_piece(t, bos) : NULL;
     const char *eos_text = eos >= 0 ? pagoda_tokenizer_piece(t, eos) : NULL;
     char err[256] = "";
-    int st = pagoda_chat_render((pagoda_chat_family)rt->chat_family, msgs, n, add_generation_prompt,
-                                bos_text, eos_text, out, err, sizeof err);
+    /* The model's template may write a default system turn when the
+     * conversation has none (SmolLM2's does): do what it does. */
+    char sys[1024];
+    pagoda_chat_message *with_sys = NULL;
+    if (n > 0 && msgs && msgs[0].role && strcmp(msgs[0].role, "system") && rt->model->chat_template &&
+        pagoda_chat_default_system(rt->model->chat_template, sys, sizeof sys)) {
+        with_sys = malloc(sizeof *with_sys * ((size_t)n + 1));
+        if (!with_sys) return h->error(h, PAGODA_ERR_NOMEM, "out of memory");
+        with_sys[0] = (pagoda_chat_message){.role = "system", .content = sys};
+        memcpy(with_sys + 1, msgs, sizeof *with_sys * (size_t)n);
+    }
+    int st = pagoda_chat_render((pagoda_chat_family)rt->chat_family, with_sys ? with_sys : msgs,
+                                with_sys ? n + 1 : n, add_generation_prompt, bos_text, eos_text, out,
+                                err, sizeof err);
+    free(with_sys);
     if (st) return h->error(h, st, "%s", err);
     int32_t k = 0;
     const char *const *stops = pagoda_chat_stop_strings((pagoda_chat_family)rt->chat_family);
