@@ -22,7 +22,7 @@ chats rendered by the model's own Jinja template):
     as float, q = round-half-even(x * (1/d))) ("q8": what a Q4_1 x Q8
     kernel computes, up to float summation order).
 The spread between "f32" and "q8" measures what activation quantization
-alone does to the logits; the test's tolerances are derived from it (see
+alone does to the logits; the test's q8 bound is derived from it (see
 "tolerance" in the output and docs/models.md).
 
 Tokenization: >= 50 varied strings, encoded by Hugging Face `tokenizers`
@@ -32,7 +32,7 @@ Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False)]
 — what GGUF's pre name "smollm" stands for). transformers' GGUF converter
 drops the Digits step; the script reports where that matters.
 
-Usage (about 2 minutes on 2 cores):
+Usage (about 15 minutes on 2 busy cores):
   python3 -m venv /work/venv-ref
   /work/venv-ref/bin/pip install torch transformers tokenizers accelerate gguf
   models/get-model smollm2
