@@ -234,9 +234,9 @@ def main():
             print(f"transformers' GGUF converter (no Digits split) differs on {s!r}: {alt} vs {ids}")
         strings.append({"text": s, "parse_special": special, "ids": ids})
 
-    # Tolerances (see docs/models.md): the q8 emulation should match pagoda's
-    # decode path up to float summation order; f32 differs from it by the
-    # activation-quantization spread measured here.
+    # The largest |f32 - q8| over every compared logit: what activation
+    # rounding alone does here. The test bounds pagoda's q8 logits by twice
+    # it (q8 is ill-conditioned on this model; see docs/models.md).
     tol = {
         "measured_f32_vs_q8_max": round(spread_max, 5),
     }
