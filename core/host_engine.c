@@ -141,12 +141,18 @@ static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
 
 static void h_free(const pagoda_host *h, void *p) { (void)h; free(p); }
 
-static int h_model_info(const pagoda_host *h, pagoda_model_info *out)
+/* A plugin built for an older minor passes a shorter struct: write no more
+ * than it has room for (its struct_size; 0 is taken as this SDK's size). */
+static size_t room(size_t caller, size_t ours) { return caller && caller < ours ? caller : ours; }
+
+static int h_model_info(const pagoda_host *h, pagoda_model_info *dst)
 {
     pagoda_runtime *rt = rt_of(h);
     const pagoda_model *m = rt->model;
+    size_t n = room(dst->struct_size, sizeof *dst);
+    pagoda_model_info info, *out = &info;
     memset(out, 0, sizeof *out);
-    out->struct_size = sizeof *out;
+    out->struct_size = n;
     snprintf(out->name, sizeof out->name, "%s", m->name);
     snprintf(out->arch, sizeof out->arch, "%s", m->hp.arch);
     out->n_ctx = (int32_t)rt->plan.max_seq_len;
@@ -155,18 +161,22 @@ static int h_model_info(const pagoda_host *h, pagoda_model_info *out)
     out->eos = pagoda_tokenizer_eos(m->tok);
     out->n_params = m->n_params;
     out->has_chat_template = m->chat_template != NULL;
+    memcpy(dst, out, n);
     return PAGODA_OK;
 }
 
-static int h_stats(const pagoda_host *h, pagoda_engine_stats *out)
+static int h_stats(const pagoda_host *h, pagoda_engine_stats *dst)
 {
     pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    size_t n = room(dst->struct_size, sizeof *dst);
+    pagoda_engine_stats st;
     if (e) {
-        pagoda_engine_get_stats(e, out);
+        pagoda_engine_get_stats(e, &st);
     } else { /* loading: not ready */
-        memset(out, 0, sizeof *out);
-        out->struct_size = sizeof *out;
+        memset(&st, 0, sizeof st);
     }
+    st.struct_size = n;
+    memcpy(dst, &st, n);
     return PAGODA_OK;
 }
 
@@ -180,7 +190,7 @@ static char *h_metrics_text(const pagoda_host *h)
 {
     pagoda_runtime *rt = rt_of(h);
     if (!rt->metrics) return NULL;
-    pagoda_engine_stats st;
+    pagoda_engine_stats st = {.struct_size = sizeof st};
     h_stats(h, &st);
     pagoda_metric_gauge g[16];
     int n = pagoda_runtime_plan_gauges(rt, g, 16);
