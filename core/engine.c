@@ -72,6 +72,7 @@ struct pagoda_engine {
     uint64_t next_id, next_arrival;
     int32_t n_live;              /* inbox + seqs, for wait_idle and max_queue */
     int32_t n_waiting_pub, n_running_pub;
+    pagoda_kv_stats kv_pub;      /* the KV policy's stats as of the last step */
 
     /* engine thread only */
     seq **seqs;                  /* live sequences, arrival order */
@@ -162,6 +163,8 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
             e->opts.block_size);
         goto fail;
     }
+    e->kv_pub.struct_size = sizeof e->kv_pub;
+    kv->ops.stats(kv->ctx, &e->kv_pub);
     int32_t T = e->max_batched_tokens, S = e->max_num_seqs, V = m->hp.n_vocab;
     e->b_tokens = malloc(sizeof(int32_t) * (size_t)T);
     e->b_pos = malloc(sizeof(int32_t) * (size_t)T);
@@ -906,6 +909,10 @@ static void *engine_main(void *arg)
         for (int32_t i = 0; i < e->n_seqs; i++)
             e->n_waiting_pub += e->seqs[i]->s.state == PAGODA_SEQ_WAITING;
         e->n_running_pub = e->n_running;
+        /* published under the lock so other threads never read a policy's
+         * counters while this thread changes them */
+        e->kv_pub.struct_size = sizeof e->kv_pub;
+        e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
         if (!stopping && nc == 0 && e->n_seqs == 0) {
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
@@ -930,6 +937,7 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
     }
     e->n_waiting_pub = e->n_running_pub = 0;
+    e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
     pthread_cond_broadcast(&e->idle_cv);
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -956,12 +964,8 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
 {
     memset(st, 0, sizeof *st);
     st->struct_size = sizeof *st;
-    pagoda_kv_stats kv = {.struct_size = sizeof kv};
-    /* KV stats are read without the engine thread's cooperation: they are
-     * counters a policy updates on the engine thread; a torn read only
-     * skews a gauge for one scrape. */
-    e->kv->ops.stats(e->kv->ctx, &kv);
     pthread_mutex_lock(&e->mu);
+    pagoda_kv_stats kv = e->kv_pub;
     st->running = e->n_running_pub;
     st->waiting = e->n_waiting_pub + e->n_inbox;
     st->prompt_tokens_total = e->prompt_tokens_total;

@@ -65,7 +65,9 @@ void pagoda_engine_request_defaults(const pagoda_engine *e, pagoda_request *req)
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st);
 /* Wait until no request is queued or running (for tests and the bench). */
 void pagoda_engine_wait_idle(pagoda_engine *e);
-/* The KV policy's stats, read on the engine's lock. */
+/* The KV policy's stats, read directly: call it on the engine thread (a step
+ * hook) or while the engine is idle. pagoda_engine_get_stats is the
+ * [any thread] view. */
 int pagoda_engine_kv_stats(pagoda_engine *e, pagoda_kv_stats *st);
 /* A hook called on the engine thread after every step (tests, bench). */
 void pagoda_engine_set_step_hook(pagoda_engine *e, void (*hook)(void *user, pagoda_engine *e),
