@@ -140,7 +140,7 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
         e->opts.max_seq_len = m->hp.n_ctx_train;
     if (e->opts.block_size <= 0) e->opts.block_size = 16;
     if (e->opts.max_queue <= 0) e->opts.max_queue = 1024;
-    if (e->opts.default_max_tokens <= 0) e->opts.default_max_tokens = 256;
+    if (e->opts.default_max_tokens < 0) e->opts.default_max_tokens = 0;
 
     st = sched->ops.limits(sched->ctx, &e->max_num_seqs, &e->max_batched_tokens);
     if (st || e->max_num_seqs <= 0 || e->max_batched_tokens <= 0) {
@@ -244,7 +244,7 @@ void pagoda_engine_request_defaults(const pagoda_engine *e, pagoda_request *r)
     memset(r, 0, sizeof *r);
     r->struct_size = sizeof *r;
     r->add_special = true;
-    r->max_tokens = e ? e->opts.default_max_tokens : 256;
+    r->max_tokens = 0; /* not given: default_max_tokens, capped by the context */
     r->temperature = e ? e->opts.temperature : 1.0f;
     r->top_k = e ? e->opts.top_k : 0;
     r->top_p = e && e->opts.top_p > 0 ? e->opts.top_p : 1.0f;
@@ -338,7 +338,11 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
         st = PAGODA_ERR_INVALID;
         goto fail;
     }
+    /* Not given: the configured default, but never more than the context
+     * leaves (a long prompt must not fail for a limit the client never set). */
     int32_t max_new = req.max_tokens > 0 ? req.max_tokens : ctx - n;
+    if (req.max_tokens <= 0 && e->opts.default_max_tokens > 0 && e->opts.default_max_tokens < max_new)
+        max_new = e->opts.default_max_tokens;
     if (req.max_tokens > 0 && (int64_t)n + req.max_tokens > ctx) {
         ERR("the prompt (%d tokens) plus max_tokens (%d) is %lld tokens, more than the context "
             "of %d tokens", n, req.max_tokens, (long long)n + req.max_tokens, ctx);

@@ -47,7 +47,7 @@ static void h_request_defaults(const pagoda_host *h, pagoda_request *req)
     pagoda_engine *e = pagoda_runtime_engine(rt);
     pagoda_engine_request_defaults(e, req);
     if (!e) { /* still loading: the config's defaults all the same */
-        req->max_tokens = rt->ec.default_max_tokens;
+        req->max_tokens = 0; /* the engine applies default_max_tokens */
         req->temperature = rt->ec.temperature;
         req->top_k = rt->ec.top_k;
         req->top_p = rt->ec.top_p > 0 ? rt->ec.top_p : 1.0f;

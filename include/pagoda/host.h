@@ -37,7 +37,9 @@ typedef struct pagoda_request {
     int32_t n_prompt_tokens;
     bool add_special;            /* add BOS (and the model's other specials) when tokenizing */
     bool parse_special;          /* text like "<|im_end|>" becomes its special token */
-    int32_t max_tokens;          /* <= 0: up to the context */
+    int32_t max_tokens;          /* <= 0 (not given): [engine] default_max_tokens, capped
+                                    to what the context leaves; > 0: exactly this limit,
+                                    refused if prompt + max_tokens exceeds the context */
     float temperature;           /* 0: greedy */
     int32_t top_k;               /* <= 0: off */
     float top_p;                 /* 1: off */

@@ -230,6 +230,16 @@ START_TEST(bad_requests_refused_with_numbers)
                      PAGODA_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err, "temperature"));
     ck_assert_int_eq(r.n_final, 0);
+    /* no max_tokens given: the default (256) is capped to what the 64-token
+     * context leaves, not refused */
+    req.temperature = 0;
+    req.max_tokens = 0;
+    req.ignore_eos = true;
+    ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r, &id, err, sizeof err), 0);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r.n_final, 1);
+    ck_assert_int_eq(r.finish_reason, PAGODA_FINISH_LENGTH);
+    ck_assert_int_eq(r.usage.prompt_tokens + r.usage.completion_tokens, 64);
     et_close(rt, cfg);
 }
 END_TEST
