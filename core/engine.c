@@ -834,7 +834,9 @@ static bool step(pagoda_engine *e)
         if (start + n == q->s.n_tokens) e->logit_rows[n_logits++] = T - 1;
     }
     if (e->n_plan == 0) return true;
-    pagoda_batch batch = {.seq_no = ++e->step_no, .n_tokens = T, .tokens = e->b_tokens,
+    /* step_no is read by stats on other threads */
+    uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
+    pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
     st = pagoda_forward_run(&e->fw, &batch, e->logit_rows, n_logits, e->logits, err, sizeof err);
@@ -976,7 +978,7 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->generation_tokens_total = e->generation_tokens_total;
     st->requests_finished_total = e->finished_total;
     st->preemptions_total = e->preemptions_total;
-    st->steps_total = (int64_t)e->step_no;
+    st->steps_total = (int64_t)__atomic_load_n(&e->step_no, __ATOMIC_RELAXED);
     st->ready = e->started && !e->stopping;
     pthread_mutex_unlock(&e->mu);
     st->kv_total_blocks = kv.total_blocks;

@@ -54,7 +54,10 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
     return n;
 }
 
-bool pagoda_runtime_shutting_down(const pagoda_runtime *rt) { return rt->shutting_down != 0; }
+bool pagoda_runtime_shutting_down(const pagoda_runtime *rt)
+{
+    return __atomic_load_n(&rt->shutting_down, __ATOMIC_ACQUIRE) != 0;
+}
 
 int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
                            pagoda_runtime **out, char *err, size_t err_len)

@@ -31,7 +31,7 @@ typedef struct pagoda_runtime {
     void *front_ctx;
     pagoda_engine *engine;
     int32_t chat_family;           /* pagoda_chat_family */
-    volatile int shutting_down;    /* a signal asked the server to stop */
+    int shutting_down;             /* a signal asked the server to stop (atomic access) */
     pthread_mutex_t load_mu;       /* guards load_state */
     pthread_cond_t load_cv;
     int load_state;                /* 0 loading, 1 serving, -1 loading failed */

@@ -32,7 +32,7 @@ static void *watch_signals(void *arg)
         if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
         pagoda_log(PAGODA_LOG_INFO, "%s: stopping (in-flight requests end with a final event)",
                    sig == SIGINT ? "SIGINT" : "SIGTERM");
-        w->rt->shutting_down = 1;
+        __atomic_store_n(&w->rt->shutting_down, 1, __ATOMIC_RELEASE);
         if (w->rt->p_front && w->rt->front_ctx) w->rt->p_front->ops.frontend.stop(w->rt->front_ctx);
     }
 }
