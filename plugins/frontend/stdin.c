@@ -6,7 +6,7 @@
  * finishes. Chat mode (input is a terminal, or mode = chat): each line is a
  * user turn, rendered with the chat template, the reply streamed to the
  * output and appended to the conversation.
- * Not for: anything network-facing (see http.c).
+ * Not for: anything network-facing (see http/).
  *
  * Threading: one thread (the core's, in run()) reads, submits and writes.
  * The engine's callback only appends to the request under fe->mu and pokes

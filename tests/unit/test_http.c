@@ -1,4 +1,4 @@
-/* test_http.c: the HTTP frontend plugin (plugins/frontend/http.c) driven
+/* test_http.c: the HTTP frontend plugin (plugins/frontend/http/) driven
  * over loopback with libcurl against the fake engine host (fake_engine.h):
  * every route, streaming and not, OpenAI response shapes, every error
  * status, cancel on client disconnect, and drain on stop(). */

@@ -1,0 +1,157 @@
+/*
+ * dispatch.c: from MHD to a route: the per-connection state, the body read
+ * in pieces (an oversize one refused with 413 without keeping it), the
+ * Bearer key check (every route but /health), the route table (404, 405
+ * with Allow), and the completion notice that cancels and releases.
+ * Not for: what a route does (endpoints.c, generate.c).
+ */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dispatch.h"
+#include "endpoints.h"
+#include "generate.h"
+#include "hreq.h"
+#include "reply.h"
+
+enum { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_MEMORY, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+
+static const struct {
+    const char *path;
+    const char *method;
+    int route;
+} routes[] = {
+    {"/health", "GET", R_HEALTH},
+    {"/v1/models", "GET", R_MODELS},
+    {"/metrics", "GET", R_METRICS},
+    {"/v1/memory", "GET", R_MEMORY},
+    {"/v1/completions", "POST", R_COMPLETIONS},
+    {"/v1/chat/completions", "POST", R_CHAT},
+    {"/tokenize", "POST", R_TOKENIZE},
+    {"/detokenize", "POST", R_DETOKENIZE},
+};
+
+static int auth_ok(http_fe *fe, struct MHD_Connection *conn)
+{
+    if (!fe->api_key[0]) return 1;
+    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!a || strncasecmp(a, "Bearer ", 7)) return 0;
+    a += 7;
+    while (*a == ' ') a++;
+    /* compare every byte whatever the first difference, so timing says nothing */
+    size_t la = strlen(a), lk = strlen(fe->api_key);
+    unsigned diff = (unsigned)(la ^ lk);
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned char)fe->api_key[i] ^ (unsigned char)(i < la ? a[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const char *url,
+                                const char *method, conn_state *cs)
+{
+    const pagoda_host *h = fe->host;
+    int is_health = !strcmp(url, "/health");
+    if (!is_health && !auth_ok(fe, conn)) {
+        return send_json_hdr(conn, MHD_HTTP_UNAUTHORIZED,
+                             error_json("invalid_request_error",
+                                        "missing or wrong API key: send 'Authorization: Bearer <api_key>'",
+                                        NULL, "invalid_api_key"),
+                             MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
+    int route = R_NONE, path_known = 0;
+    const char *allow = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        if (strcmp(url, routes[i].path)) continue;
+        path_known = 1;
+        allow = routes[i].method;
+        if (!strcmp(method, routes[i].method) ||
+            (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET")))
+            route = routes[i].route;
+    }
+    if (!path_known)
+        return send_error(conn, MHD_HTTP_NOT_FOUND, "not_found_error", NULL, NULL,
+                          "no route %s %s", method, url);
+    if (route == R_NONE) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s takes %s, not %s", url, allow, method);
+        return send_json_hdr(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                             error_json("invalid_request_error", msg, NULL, "method_not_allowed"),
+                             MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    if (cs->too_large)
+        return send_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL,
+                          "request_too_large", "the body is larger than max_body_bytes (%lld)",
+                          (long long)fe->max_body);
+
+    switch (route) {
+    case R_HEALTH: return route_health(fe, conn);
+    case R_MODELS: return route_models(fe, conn);
+    case R_METRICS: return route_metrics(fe, conn);
+    case R_MEMORY: return route_memory(fe, conn);
+    case R_TOKENIZE: return route_tokenize(fe, conn, cs);
+    case R_DETOKENIZE: return route_detokenize(fe, conn, cs);
+    default: break;
+    }
+    pthread_mutex_lock(&fe->mu);
+    int stopping = fe->stop_req;
+    pthread_mutex_unlock(&fe->mu);
+    if (stopping || h->shutting_down(h))
+        return send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
+                          "the server is shutting down");
+    return route_generate(fe, conn, cs, route == R_CHAT ? KIND_CHAT : KIND_COMPLETION);
+}
+
+enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
+{
+    http_fe *fe = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs) return MHD_NO;
+        *con_cls = cs;
+        /* refuse an announced oversize body before reading it */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)fe->max_body) {
+            cs->too_large = 1;
+            return send_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL,
+                              "request_too_large", "the body is larger than max_body_bytes (%lld)",
+                              (long long)fe->max_body);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!cs->too_large) {
+            if (cs->body.len + *upload_data_size > (size_t)fe->max_body) {
+                cs->too_large = 1;
+                free(cs->body.p);
+                memset(&cs->body, 0, sizeof cs->body);
+            } else if (sb_put(&cs->body, upload_data, *upload_data_size) < 0) {
+                return MHD_NO;
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(fe, conn, url, method, cs);
+}
+
+void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    conn_state *cs = *con_cls;
+    if (!cs) return;
+    if (cs->hr) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) hreq_cancel(cs->hr);
+        hreq_release(cs->hr);
+    }
+    free(cs->body.p);
+    free(cs);
+    *con_cls = NULL;
+}

@@ -1,0 +1,212 @@
+/*
+ * generate.c: the generation routes, POST /v1/completions and
+ * /v1/chat/completions: the parsed body becomes one engine submission per
+ * prompt x n (seeds offset per sample, chat templates rendered by the
+ * host), refused with the right status when the engine will not take it;
+ * then the response is either a stream or a wait for every FINAL.
+ * Not for: field checks (parse.c) or writing the events out (output.c).
+ */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "output.h"
+#include "parse.h"
+#include "reply.h"
+
+static enum MHD_Result submit_error(struct MHD_Connection *conn, int st, const char *err)
+{
+    switch (st) {
+    case PAGODA_ERR_INVALID:
+        return send_error(conn, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, NULL, "%s",
+                          err[0] ? err : "invalid request");
+    case PAGODA_ERR_NOSPACE:
+        return send_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_error", NULL, "queue_full",
+                          "%s", err[0] ? err : "the request queue is full, retry later");
+    case PAGODA_ERR_STATE:
+        return send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL, "%s",
+                          err[0] ? err : "the server is shutting down");
+    default:
+        return send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
+                          "submit failed: %s%s%s", pagoda_status_str(st), err[0] ? ": " : "", err);
+    }
+}
+
+enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_state *cs,
+                                      int kind)
+{
+    const pagoda_host *h = fe->host;
+    json_error_t jerr;
+    perr pe = {{0}, {0}};
+    prompt_in *prompts = NULL;
+    int n_prompts = 0;
+    pagoda_chat_message *msgs = NULL;
+    char **owned = NULL;
+    int n_msgs = 0;
+    char *rendered = NULL;
+    int32_t stop_ids[16];
+    int32_t n_stop_ids = 0;
+    enum MHD_Result ret;
+    params p;
+    memset(&p, 0, sizeof p);
+
+    json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
+    if (!root) {
+        ret = BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+                  jerr.column);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        ret = BAD(conn, NULL, "the body must be a JSON object");
+        goto out;
+    }
+    if (parse_common(h, root, kind, &p, &pe) < 0) goto bad;
+    if (kind == KIND_COMPLETION) {
+        if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
+    } else {
+        if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
+        if (!h->chat_render) {
+            ret = BAD(conn, "messages", "this server cannot render chat templates");
+            goto out;
+        }
+        int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
+        if (st != PAGODA_OK || !rendered) {
+            ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
+                      "have a chat template?)", pagoda_status_str(st));
+            goto out;
+        }
+        if (n_stop_ids > 16) n_stop_ids = 16;
+        n_prompts = 1;
+    }
+    if (n_prompts * p.n > MAX_CHOICES) {
+        ret = BAD(conn, "n", "prompts x n must be at most %d, got %d", MAX_CHOICES, n_prompts * p.n);
+        goto out;
+    }
+    if (h->shutting_down(h)) {
+        ret = send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
+                         "the server is shutting down");
+        goto out;
+    }
+
+    hreq *hr = hreq_new(fe, kind, n_prompts * p.n);
+    if (!hr) {
+        ret = MHD_NO;
+        goto out;
+    }
+    cs->hr = hr;
+    hr->stream = p.stream;
+    hr->include_usage = p.stream && p.include_usage;
+    hr->logprobs = p.logprobs;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    hr->sock = ci ? ci->connect_fd : -1;
+    snprintf(hr->model, sizeof hr->model, "%s", fe->served_name);
+
+    for (int pi = 0; pi < n_prompts; pi++) {
+        for (int j = 0; j < p.n; j++) {
+            choice *c = &hr->choices[pi * p.n + j];
+            c->first_of_prompt = j == 0;
+            pagoda_request rq = p.req;
+            if (kind == KIND_CHAT) {
+                rq.prompt = rendered;
+                rq.prompt_len = strlen(rendered);
+                rq.parse_special = true;
+                rq.add_special = false;
+                rq.stop_token_ids = n_stop_ids ? stop_ids : NULL;
+                rq.n_stop_token_ids = n_stop_ids;
+            } else if (prompts[pi].tokens) {
+                rq.prompt = NULL;
+                rq.prompt_tokens = prompts[pi].tokens;
+                rq.n_prompt_tokens = prompts[pi].n_tokens;
+            } else {
+                rq.prompt = prompts[pi].text;
+                rq.prompt_len = prompts[pi].len;
+            }
+            /* n samples with one seed would all be equal: offset it per sample */
+            if (rq.has_seed) rq.seed += (uint64_t)j;
+
+            pthread_mutex_lock(&fe->mu);
+            int stopping = fe->stop_req;
+            if (!stopping) fe->inflight++;
+            pthread_mutex_unlock(&fe->mu);
+            if (stopping) {
+                hreq_cancel(hr);
+                ret = send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
+                                 "the server is shutting down");
+                goto out;
+            }
+            pthread_mutex_lock(&hr->mu);
+            hr->refs++;
+            hr->finals_pending++;
+            c->submitted = 1;
+            pthread_mutex_unlock(&hr->mu);
+            char err[512] = {0};
+            uint64_t id = 0;
+            int st = h->submit(h, &rq, on_event, c, &id, err, sizeof err);
+            if (st != PAGODA_OK) {
+                pthread_mutex_lock(&hr->mu);
+                hr->refs--;
+                hr->finals_pending--;
+                c->submitted = 0;
+                pthread_mutex_unlock(&hr->mu);
+                pthread_mutex_lock(&fe->mu);
+                fe->inflight--;
+                pthread_cond_broadcast(&fe->cv);
+                pthread_mutex_unlock(&fe->mu);
+                hreq_cancel(hr);
+                ret = submit_error(conn, st, err);
+                goto out;
+            }
+            pthread_mutex_lock(&hr->mu);
+            c->id = id;
+            c->id_known = 1;
+            pthread_mutex_unlock(&hr->mu);
+            pthread_mutex_lock(&fe->mu);
+            stopping = fe->stop_req;
+            pthread_mutex_unlock(&fe->mu);
+            if (stopping) hreq_cancel(hr); /* stop() may have missed it */
+        }
+    }
+
+    if (hr->stream) {
+        if (kind == KIND_CHAT) sse_role_chunks(hr);
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                   sse_reader, hr, sse_free);
+        if (!r) {
+            hreq_cancel(hr);
+            ret = MHD_NO;
+            goto out;
+        }
+        pthread_mutex_lock(&hr->mu);
+        hr->refs++;
+        pthread_mutex_unlock(&hr->mu);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        goto out;
+    }
+
+    if (wait_finals(hr) < 0) {
+        ret = MHD_NO; /* nobody to answer */
+        goto out;
+    }
+    ret = answer_full(conn, hr);
+    goto out;
+
+bad:
+    ret = BAD(conn, pe.param[0] ? pe.param : NULL, "%s", pe.msg);
+out:
+    if (rendered) h->free(h, rendered);
+    for (int i = 0; owned && i < n_msgs; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    free_prompts(prompts, n_prompts);
+    json_decref(root);
+    return ret;
+}

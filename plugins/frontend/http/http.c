@@ -1,0 +1,241 @@
+/*
+ * http.c: the HTTP frontend (`frontend = http`): an OpenAI-compatible server
+ * on libmicrohttpd + jansson. /v1/completions and /v1/chat/completions
+ * (streaming as server-sent events or one JSON answer), /v1/models,
+ * /tokenize, /detokenize, /health, /metrics, /v1/memory.
+ * This file is the plugin itself: its config keys, create/destroy, run()
+ * (start MHD, wait for stop, drain) and stop(). The rest of the folder:
+ * dispatch.c (MHD callbacks, auth, routing), endpoints.c (the routes that
+ * do not generate), generate.c (submitting completions and chats), parse.c
+ * (request bodies), output.c (SSE and JSON answers from engine events),
+ * hreq.c (a request's state and lifetime), reply.c (plain answers, errors).
+ * Not for: tokenizing, templates or sampling: all of that is the engine's,
+ * reached through the host table.
+ *
+ * Threading: MHD runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION),
+ * so a handler may block: a non-streaming request waits in its handler for
+ * its FINAL events, a streaming one blocks in the content reader until the
+ * next event. The engine's callback never blocks: it copies the event onto
+ * the request's queue under the request's mutex and signals. While waiting,
+ * a thread peeks at its socket every POLL_MS so a client that went away
+ * cancels its requests even when no byte is being written.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <microhttpd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pagoda/pagoda.h"
+#include "dispatch.h"
+#include "hreq.h"
+
+#define DRAIN_GRACE_S 10       /* after the last FINAL, time given to responses in flight */
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    http_fe *fe = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    fe->host->log(fe->host, PAGODA_LOG_DEBUG, "microhttpd: %s", line);
+}
+
+/* ------------------------------------------------------------- plugin */
+
+static int http_run(void *ctx)
+{
+    http_fe *fe = ctx;
+    const pagoda_host *h = fe->host;
+    pthread_mutex_lock(&fe->mu);
+    int early = fe->stop_req;
+    pthread_mutex_unlock(&fe->mu);
+    if (early) return PAGODA_OK;
+
+    struct sockaddr_in sa4;
+    struct sockaddr_in6 sa6;
+    struct sockaddr *sa;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    memset(&sa4, 0, sizeof sa4);
+    memset(&sa6, 0, sizeof sa6);
+    if (inet_pton(AF_INET, fe->bind_host, &sa4.sin_addr) == 1) {
+        sa4.sin_family = AF_INET;
+        sa4.sin_port = htons((uint16_t)fe->port);
+        sa = (struct sockaddr *)&sa4;
+    } else if (inet_pton(AF_INET6, fe->bind_host, &sa6.sin6_addr) == 1) {
+        sa6.sin6_family = AF_INET6;
+        sa6.sin6_port = htons((uint16_t)fe->port);
+        sa = (struct sockaddr *)&sa6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        return h->error(h, PAGODA_ERR_INVALID,
+                        "[frontend.http] host = %s is not an IPv4 or IPv6 address (e.g. 127.0.0.1, "
+                        "0.0.0.0, ::1)", fe->bind_host);
+    }
+    fe->started = time(NULL);
+    fe->d = MHD_start_daemon(flags, (uint16_t)fe->port, NULL, NULL, on_access, fe,
+                             MHD_OPTION_SOCK_ADDR, sa,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, fe,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)fe->threads,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)fe->timeout_s,
+                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, fe,
+                             MHD_OPTION_END);
+    if (!fe->d)
+        return h->error(h, PAGODA_ERR_IO,
+                        "cannot listen on %s:%d (port taken or no permission): pick another "
+                        "[frontend.http] port, or 0 for any free one", fe->bind_host, fe->port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(fe->d, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? di->port : fe->port;
+    if (fe->port_file[0]) {
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp", fe->port_file);
+        FILE *f = fopen(tmp, "w");
+        /* written then renamed, so a reader never sees a half-written number */
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0 || rename(tmp, fe->port_file) != 0)
+            h->log(h, PAGODA_LOG_WARN, "cannot write port_file %s: %s", fe->port_file, strerror(errno));
+    }
+    h->log(h, PAGODA_LOG_INFO, "listening on http://%s:%d (model %s)", fe->bind_host, port,
+           fe->served_name);
+
+    pthread_mutex_lock(&fe->mu);
+    fe->running = 1;
+    while (!fe->stop_req) pthread_cond_wait(&fe->cv, &fe->mu);
+    pthread_mutex_unlock(&fe->mu);
+
+    /* Drain: stop accepting, cancel everything in flight, wait for every FINAL
+     * (the engine guarantees one each), give responses a grace period, close. */
+    MHD_socket lfd = MHD_quiesce_daemon(fe->d);
+    uint64_t *ids = NULL;
+    int n = 0;
+    pthread_mutex_lock(&fe->mu);
+    int cap = 0;
+    for (hreq *hr = fe->list; hr; hr = hr->next) cap += hr->n_choices;
+    ids = malloc(sizeof *ids * (size_t)(cap + 1));
+    for (hreq *hr = fe->list; hr && ids; hr = hr->next) {
+        pthread_mutex_lock(&hr->mu);
+        for (int i = 0; i < hr->n_choices; i++) {
+            choice *c = &hr->choices[i];
+            if (c->id_known && !c->final && !c->cancel_sent) {
+                c->cancel_sent = 1;
+                ids[n++] = c->id;
+            }
+        }
+        pthread_mutex_unlock(&hr->mu);
+    }
+    pthread_mutex_unlock(&fe->mu);
+    h->log(h, PAGODA_LOG_INFO, "stopping: cancelling %d request(s) in flight", n);
+    for (int i = 0; i < n; i++) h->cancel(h, ids[i]);
+    free(ids);
+    pthread_mutex_lock(&fe->mu);
+    while (fe->inflight > 0) pthread_cond_wait(&fe->cv, &fe->mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += DRAIN_GRACE_S;
+    while (fe->live > 0)
+        if (pthread_cond_timedwait(&fe->cv, &fe->mu, &dl) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&fe->mu);
+    MHD_stop_daemon(fe->d);
+    fe->d = NULL;
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    h->log(h, PAGODA_LOG_INFO, "stopped");
+    return PAGODA_OK;
+}
+
+static void http_stop(void *ctx)
+{
+    http_fe *fe = ctx;
+    pthread_mutex_lock(&fe->mu);
+    fe->stop_req = 1;
+    pthread_cond_broadcast(&fe->cv);
+    pthread_mutex_unlock(&fe->mu);
+}
+
+static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_len)
+{
+    http_fe *fe = calloc(1, sizeof *fe);
+    if (!fe) {
+        snprintf(err, err_len, "out of memory");
+        return PAGODA_ERR_NOMEM;
+    }
+    fe->host = h;
+    snprintf(fe->bind_host, sizeof fe->bind_host, "%s", h->config_str(h, "host", "127.0.0.1"));
+    fe->port = (int)h->config_int(h, "port", 8080);
+    snprintf(fe->api_key, sizeof fe->api_key, "%s", h->config_str(h, "api_key", ""));
+    fe->max_body = h->config_int(h, "max_body_bytes", 8 << 20);
+    fe->threads = (int)h->config_int(h, "threads", 256);
+    fe->timeout_s = (int)h->config_int(h, "timeout_s", 600);
+    snprintf(fe->port_file, sizeof fe->port_file, "%s", h->config_str(h, "port_file", ""));
+    const char *name = h->config_str(h, "served_model_name", "");
+    if (name && name[0]) {
+        snprintf(fe->served_name, sizeof fe->served_name, "%s", name);
+    } else {
+        pagoda_model_info mi = {.struct_size = sizeof mi};
+        if (h->model_info(h, &mi) == PAGODA_OK && mi.name[0])
+            snprintf(fe->served_name, sizeof fe->served_name, "%s", mi.name);
+        else
+            snprintf(fe->served_name, sizeof fe->served_name, "pagoda");
+    }
+    if (fe->port < 0 || fe->port > 65535 || fe->max_body < 1 || fe->threads < 1 || fe->timeout_s < 0) {
+        snprintf(err, err_len, "[frontend.http] port must be 0..65535, max_body_bytes >= 1, threads >= 1, "
+                 "timeout_s >= 0");
+        free(fe);
+        return PAGODA_ERR_INVALID;
+    }
+    pthread_mutex_init(&fe->mu, NULL);
+    pthread_cond_init(&fe->cv, NULL);
+    *ctx = fe;
+    return PAGODA_OK;
+}
+
+static void http_destroy(void *ctx)
+{
+    http_fe *fe = ctx;
+    if (!fe) return;
+    if (fe->d) MHD_stop_daemon(fe->d);
+    pthread_mutex_destroy(&fe->mu);
+    pthread_cond_destroy(&fe->cv);
+    free(fe);
+}
+
+static const pagoda_config_key http_keys[] = {
+    {"host", PAGODA_KEY_STRING, "127.0.0.1", 0, 0, "address to listen on (IPv4 or IPv6 literal)"},
+    {"port", PAGODA_KEY_INT, "8080", 0, 65535, "TCP port; 0 picks a free one (see port_file)"},
+    {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health needs 'Authorization: Bearer <key>'"},
+    {"max_body_bytes", PAGODA_KEY_SIZE, "8M", 1024, 1073741824.0, "largest request body; more is a 413"},
+    {"threads", PAGODA_KEY_INT, "256", 1, 65536, "most concurrent connections (one thread each)"},
+    {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle connection timeout in seconds (0: none)"},
+    {"port_file", PAGODA_KEY_STRING, "", 0, 0, "write the bound port to this file once listening"},
+    {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
+    {NULL, 0, NULL, 0, 0, NULL},
+};
+
+static const pagoda_frontend_ops http_ops = {
+    .struct_size = sizeof(pagoda_frontend_ops),
+    .run = http_run,
+    .stop = http_stop,
+};
+
+static const pagoda_plugin_desc http_desc = {
+    PAGODA_DESC_HEADER(PAGODA_KIND_FRONTEND),
+    .name = "http",
+    .version = PAGODA_VERSION_STRING,
+    .description = "OpenAI-compatible HTTP server (completions, chat, SSE streaming, metrics)",
+    .config_keys = http_keys,
+    .probe = NULL,
+    .create = http_create,
+    .destroy = http_destroy,
+    .ops = &http_ops,
+};
+
+PAGODA_PLUGIN(http_desc)
