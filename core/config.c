@@ -1,7 +1,9 @@
 /*
  * core/config.c: see config.h. inih does the INI syntax; this file keeps
- * each key with its origin (file:line or --set) and does every check.
- * Not for: plugin search or loading (plugin_loader.c).
+ * each key with its origin (file:line or --set) and checks sections,
+ * [engine] keys and plugin sections, naming where a bad key was set.
+ * Not for: plugin search or loading (plugin_loader.c); parsing and
+ * checking one value and the closest-name suggestions (config_value.c).
  *
  * inih (Debian's build) calls the handler without a line number, so a
  * line-counting reader is handed to ini_parse_stream: inih reads one line,
@@ -13,13 +15,13 @@
 
 #include <errno.h>
 #include <ini.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "config_internal.h"
 #include "log.h"
 
 #define CFG_MAX_LINE 8192 /* longest line accepted, in bytes */
@@ -113,62 +115,6 @@ static char *trim(char *s)
     return s;
 }
 
-/* Optimal string alignment distance: Levenshtein plus adjacent
- * transpositions, since "fats" for "fast" is the typo people make. */
-size_t pagoda_levenshtein(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    size_t r0[256], r1[256], r2[256]; /* rows i-2, i-1, i */
-    if (lb >= 255) return la > lb ? la : lb; /* names are short; beyond, no ranking */
-    size_t *pp = r0, *p = r1, *c = r2;
-    for (size_t j = 0; j <= lb; j++) p[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        c[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            size_t best = p[j - 1] + cost;
-            if (p[j] + 1 < best) best = p[j] + 1;
-            if (c[j - 1] + 1 < best) best = c[j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < best)
-                best = pp[j - 2] + 1;
-            c[j] = best;
-        }
-        size_t *t = pp;
-        pp = p;
-        p = c;
-        c = t;
-    }
-    return p[lb];
-}
-
-/* How far word is from cand: the edit distance, or, when word looks like
- * the start of cand ("blok" for "block_size"), the distance to cand's
- * first strlen(word) characters plus one, whichever is smaller. */
-static size_t suggest_score(const char *word, const char *cand)
-{
-    size_t d = pagoda_levenshtein(word, cand);
-    size_t lw = strlen(word);
-    if (lw >= 3 && strlen(cand) > lw && lw < 255) {
-        char head[256];
-        memcpy(head, cand, lw);
-        head[lw] = '\0';
-        size_t dp = pagoda_levenshtein(word, head) + 1;
-        if (dp < d) d = dp;
-    }
-    return d;
-}
-
-const char *pagoda_closest(const char *word, const char *const *cands, size_t n)
-{
-    const char *best = NULL;
-    size_t bd = (size_t)-1;
-    for (size_t i = 0; i < n; i++) {
-        size_t d = suggest_score(word, cands[i]);
-        if (d < bd) { bd = d; best = cands[i]; }
-    }
-    return best;
-}
-
 /* Name of a plugin: letters, digits, '_' and '-' (it becomes a file name). */
 static bool valid_plugin_name(const char *s)
 {
@@ -178,142 +124,6 @@ static bool valid_plugin_name(const char *s)
               *s == '_' || *s == '-'))
             return false;
     return true;
-}
-
-/* ------------------------------------------------------------ value parsers */
-
-int pagoda_parse_int(const char *s, int64_t *out)
-{
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) return -1;
-    if (out) *out = v;
-    return 0;
-}
-
-int pagoda_parse_float(const char *s, double *out)
-{
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    if (out) *out = v;
-    return 0;
-}
-
-int pagoda_parse_bool(const char *s, bool *out)
-{
-    static const char *t[] = { "true", "1", "yes", "on" }, *f[] = { "false", "0", "no", "off" };
-    if (!s) return -1;
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(s, t[i]) == 0) { if (out) *out = true; return 0; }
-        if (strcasecmp(s, f[i]) == 0) { if (out) *out = false; return 0; }
-    }
-    return -1;
-}
-
-int pagoda_parse_size(const char *s, uint64_t *out)
-{
-    if (!s || !((*s >= '0' && *s <= '9') || *s == '.')) return -1; /* no sign, no blank */
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'b' || *end == 'B') end++;
-    if (*end) return -1;
-    double bytes = v * mul;
-    if (bytes >= 1.8e19) return -1;
-    /* A fraction of a byte is not a size: "1.5" is refused, "1.5K" is not. */
-    if (mul == 1 && bytes != floor(bytes)) return -1;
-    if (out) *out = (uint64_t)(bytes + 0.5);
-    return 0;
-}
-
-static void describe_allowed(const pagoda_config_key *k, const char *choices, bool auto_ok,
-                             char *why, size_t n)
-{
-    bool bounded = k->min < k->max;
-    switch (k->type) {
-    case PAGODA_KEY_INT:
-        if (bounded) snprintf(why, n, "an integer from %.0f to %.0f", k->min, k->max);
-        else snprintf(why, n, "an integer");
-        break;
-    case PAGODA_KEY_FLOAT:
-        if (bounded) snprintf(why, n, "a number from %g to %g", k->min, k->max);
-        else snprintf(why, n, "a number");
-        break;
-    case PAGODA_KEY_BOOL: snprintf(why, n, "true or false (also yes/no, on/off, 1/0)"); break;
-    case PAGODA_KEY_SIZE:
-        snprintf(why, n, "a size in bytes like 4096, 512M, 8G or 1.5G%s%s",
-                 bounded ? " within the bounds" : "", auto_ok ? ", or auto" : "");
-        break;
-    default:
-        if (choices) snprintf(why, n, "one of %s", choices);
-        else snprintf(why, n, "a string");
-        break;
-    }
-}
-
-static int check_value_ex(const pagoda_config_key *k, const char *choices, bool auto_ok,
-                          const char *v, char *why, size_t n)
-{
-    bool bounded = k->min < k->max;
-    bool ok = true;
-    switch (k->type) {
-    case PAGODA_KEY_INT: {
-        int64_t x;
-        ok = pagoda_parse_int(v, &x) == 0 && (!bounded || ((double)x >= k->min && (double)x <= k->max));
-        break;
-    }
-    case PAGODA_KEY_FLOAT: {
-        double x;
-        ok = pagoda_parse_float(v, &x) == 0 && (!bounded || (x >= k->min && x <= k->max));
-        break;
-    }
-    case PAGODA_KEY_BOOL: ok = pagoda_parse_bool(v, NULL) == 0; break;
-    case PAGODA_KEY_SIZE: {
-        uint64_t x;
-        if (auto_ok && strcasecmp(v, "auto") == 0) break;
-        ok = pagoda_parse_size(v, &x) == 0 && (!bounded || ((double)x >= k->min && (double)x <= k->max));
-        break;
-    }
-    default:
-        if (choices) {
-            ok = false;
-            size_t lv = strlen(v);
-            for (const char *p = choices; *p;) {
-                const char *bar = strchr(p, '|');
-                size_t l = bar ? (size_t)(bar - p) : strlen(p);
-                if (l == lv && strncmp(p, v, l) == 0) { ok = true; break; }
-                p += l + (bar ? 1 : 0);
-            }
-        }
-        break;
-    }
-    if (ok) return 0;
-    describe_allowed(k, choices, auto_ok, why, n);
-    if (k->type == PAGODA_KEY_SIZE && bounded) {
-        size_t l = strlen(why);
-        snprintf(why + l, n - l, " (from %.0f to %.0f bytes)", k->min, k->max);
-    }
-    return -1;
-}
-
-int pagoda_config_check_value(const pagoda_config_key *k, const char *value, char *why, size_t n)
-{
-    return check_value_ex(k, NULL, false, value ? value : "", why, n);
 }
 
 /* ------------------------------------------------------------ storage */
@@ -453,7 +263,7 @@ static int check_engine_entry(const pagoda_config *c, const cfg_entry *e, char *
         return PAGODA_ERR_INVALID;
     }
     char why[256];
-    if (check_value_ex(&k->k, k->choices, k->auto_ok, e->raw, why, sizeof why) != 0) {
+    if (pagoda_config_check_value_ex(&k->k, k->choices, k->auto_ok, e->raw, why, sizeof why) != 0) {
         set_err(err, n, "%s: bad value for engine.%s: '%s'; expected %s", where, e->key, e->raw,
                 why);
         return PAGODA_ERR_INVALID;
@@ -795,7 +605,7 @@ int pagoda_config_validate_section(const pagoda_config *c, const char *section,
             return PAGODA_ERR_INVALID;
         }
         char why[256];
-        if (check_value_ex(k, NULL, false, e->raw, why, sizeof why) != 0) {
+        if (pagoda_config_check_value_ex(k, NULL, false, e->raw, why, sizeof why) != 0) {
             set_err(err, err_len, "%s: bad value for %s.%s: '%s'; expected %s", where, section,
                     e->key, e->raw, why);
             return PAGODA_ERR_INVALID;
