@@ -853,13 +853,58 @@ START_TEST(test_stop_drains)
     ck_assert(done);
     ck_assert_str_eq(jget_str(ch[n - 1], "choices.0.finish_reason"), "abort");
     for (int i = 0; i < n; i++) json_decref(ch[i]);
-    /* the blocking one was answered */
-    ck_assert_int_eq(b.r.status, 503);
+    /* the blocking one was answered with what it had (test_stop_partial_text) */
+    ck_assert_int_eq(b.r.status, 200);
     free(a.r.body);
     free(b.r.body);
     /* stop() twice is fine; run() after stop returns at once */
     s.ops->stop(s.ctx);
     ck_assert_int_eq(s.ops->run(s.ctx), PAGODA_OK);
+    s.desc->destroy(s.ctx);
+    fake_engine_free(s.f);
+    dlclose(s.lib);
+    unlink(s.port_file);
+    rmdir(s.dir);
+}
+END_TEST
+
+/* A non-streaming request cut short by shutdown: 200 with the text
+ * generated so far and finish_reason "abort", as a stream ends (not a 503
+ * that throws the text away). Alone in the engine, so every token counted
+ * is its own. */
+START_TEST(test_stop_partial_text)
+{
+    srv s;
+    srv_start_with(&s, NULL, 0, slow);
+    bg b = {.s = &s, .body = "{\"prompt\":\"block forever\",\"max_tokens\":120}"};
+    pthread_t tb;
+    pthread_create(&tb, NULL, bg_post, &b);
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_log, 1, 30), 1);
+    ck_assert_int_ge(fake_wait_count(s.f, &s.f->n_tokens_emitted, 3, 30), 3);
+    s.f->shutting = 1; /* as the core does on SIGTERM */
+    s.ops->stop(s.ctx);
+    pthread_join(s.th, NULL);
+    ck_assert_int_eq(s.rc, PAGODA_OK);
+    ck_assert_int_eq(fake_live(s.f), 0);
+    pthread_join(tb, NULL);
+    int emitted = s.f->n_tokens_emitted; /* the engine is done with it */
+    ck_assert_int_lt(emitted, 120);
+    ck_assert_int_eq(b.r.status, 200);
+    json_error_t e;
+    json_t *j = json_loads(b.r.body, 0, &e);
+    ck_assert_msg(j != NULL, "body not JSON: %s", b.r.body);
+    ck_assert_str_eq(jget_str(j, "object"), "text_completion");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "abort");
+    ck_assert_int_eq(jint(j, "usage.completion_tokens"), emitted);
+    /* the text is exactly the words emitted: "block forever block ..." */
+    char want[2048] = "";
+    for (int i = 0; i < emitted; i++) {
+        strcat(want, i ? " " : "");
+        strcat(want, i % 2 ? "forever" : "block");
+    }
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), want);
+    json_decref(j);
+    free(b.r.body);
     s.desc->destroy(s.ctx);
     fake_engine_free(s.f);
     dlclose(s.lib);
@@ -913,6 +958,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_disconnect_stream);
     tcase_add_test(tc, test_disconnect_blocking);
     tcase_add_test(tc, test_stop_drains);
+    tcase_add_test(tc, test_stop_partial_text);
     suite_add_tcase(s, tc);
     return s;
 }
