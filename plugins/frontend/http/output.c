@@ -321,6 +321,10 @@ int wait_finals(hreq *hr)
     return gone ? -1 : 0;
 }
 
+/* A choice cut short (cancelled, shutdown included) is answered like a
+ * stream ends: 200, the text so far, finish_reason "abort"; a 503 would
+ * throw away text the client paid for, and a stream cannot take back its
+ * 200 either. Only an engine error fails the whole answer. */
 enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
 {
     int chat = hr->kind == KIND_CHAT;
@@ -329,9 +333,6 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
         if (c->finish_reason == PAGODA_FINISH_ERROR)
             return send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
                               "generation failed: %s", c->error ? c->error : "unknown error");
-        if (c->finish_reason == PAGODA_FINISH_CANCELLED && hr->fe->host->shutting_down(hr->fe->host))
-            return send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
-                              "the server is shutting down");
     }
     json_t *o = base_obj(hr, chat ? "chat.completion" : "text_completion");
     json_t *arr = json_array();

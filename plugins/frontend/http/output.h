@@ -27,7 +27,9 @@ void sse_free(void *cls);
  * Returns 0, or -1 when the client went away (its requests are cancelled). */
 int wait_finals(hreq *hr);
 
-/* The JSON answer of a non-streaming request once wait_finals returned 0. */
+/* The JSON answer of a non-streaming request once wait_finals returned 0:
+ * 500 when a choice failed, else 200 with every choice's text so far (a
+ * cancelled one, e.g. by shutdown, with finish_reason "abort"). */
 enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr);
 
 #endif /* PAGODA_HTTP_OUTPUT_H */
