@@ -31,6 +31,10 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
 #define ROW_TILE 16
 /* Rows of activations quantized on the caller instead of in the pool. */
 #define QUANT_INLINE_T 4
+/* From this many tokens on, Q8_0 / Q4_0 run the tokens-in-lanes kernels
+ * (vecdot.h gemm_*_x8): at 8 tokens a group is full; below it the padding
+ * lanes cost more than the 2 x 4 tiles lose. */
+#define X8_MIN_T 8
 /* Row parts per thread, and the smallest part. */
 #define PARTS_PER_THREAD 4
 #define MIN_ROWS_PER_PART 16
@@ -86,6 +90,12 @@ typedef struct mm_task {
     size_t xq_stride;
     uint8_t *xp;          /* xq rearranged by vt->prep_q4_0 (Q4_0 only), or NULL */
     size_t xp_stride;
+    pagoda_q8x8_block *x8; /* xq interleaved by eights (gemm_x8), or NULL */
+    void (*gemm_x8)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t,
+                    float *, size_t);
+    float *xf8;           /* x transposed by eights (gemm_f16_x8), or NULL */
+    void (*gemm_f16_x8)(const void *, size_t, int64_t, const float *, int64_t, int64_t, float *,
+                        size_t);
     int64_t rows_per_part;
     void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
                  size_t);
@@ -117,6 +127,33 @@ static void quant_task(void *arg, int ith, int nth)
     int64_t t0, t1;
     split(m->T, ith, nth, &t0, &t1);
     quant_rows(m, t0, t1);
+}
+
+/* x8 path: each thread quantizes whole groups of eight tokens and
+ * interleaves them. */
+static void quant_x8_task(void *arg, int ith, int nth)
+{
+    mm_task *m = arg;
+    int64_t g0, g1, nb = m->K / 32;
+    split((m->T + 7) / 8, ith, nth, &g0, &g1);
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t t0 = 8 * g, t1 = t0 + 8 < m->T ? t0 + 8 : m->T;
+        quant_rows(m, t0, t1);
+        pagoda_cpu_prep_x8((const pagoda_q8a_block *)(m->xq + t0 * m->xq_stride), m->xq_stride,
+                           (int)(t1 - t0), nb, m->x8 + g * nb);
+    }
+}
+
+static void prep_f32_x8_task(void *arg, int ith, int nth)
+{
+    mm_task *m = arg;
+    int64_t g0, g1;
+    split((m->T + 7) / 8, ith, nth, &g0, &g1);
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t t0 = 8 * g, nt = m->T - t0 < 8 ? m->T - t0 : 8;
+        pagoda_cpu_prep_f32_x8((const float *)((const uint8_t *)m->x + t0 * m->x_stride), m->x_stride,
+                               (int)nt, m->K, m->xf8 + g * m->K * 8);
+    }
 }
 
 static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
@@ -158,7 +195,13 @@ static void dot_task(void *arg, int part, int n_parts)
     (void)n_parts;
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-        if (m->gemm) {
+        if (m->xf8) {
+            m->gemm_f16_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xf8, m->T, m->K,
+                           m->out + nt, m->out_stride);
+        } else if (m->x8) {
+            m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8, m->T, m->K / 32,
+                       m->out + nt, m->out_stride);
+        } else if (m->gemm) {
             if (m->xp)
                 m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xp, m->xp_stride, m->T,
                         m->K / 32, m->out + nt, m->out_stride);
@@ -270,20 +313,35 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
              w_dtype == PAGODA_DTYPE_Q4_1)
         m.xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
-    if (w_dtype == PAGODA_DTYPE_Q4_0 && m.vt->prep_q4_0)
+    if (T >= X8_MIN_T)
+        m.gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? m.vt->gemm_q8_0_x8
+                  : w_dtype == PAGODA_DTYPE_Q4_0 ? m.vt->gemm_q4_0_x8 : NULL;
+    if (w_dtype == PAGODA_DTYPE_Q4_0 && m.vt->prep_q4_0 && !m.gemm_x8)
         m.xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
     if (m.xq_stride) {
-        /* One scratch: the q8a rows, then (Q4_0) their rearranged copy. */
+        /* One scratch: the q8a rows, then (Q4_0) their rearranged copy or
+         * (x8) their groups of eight. */
         size_t xq_bytes = (m.xq_stride * (size_t)T + 63) & ~(size_t)63;
-        m.xq = pagoda_cpu_scratch(ex, xq_bytes + m.xp_stride * (size_t)T);
+        size_t x8_bytes = m.gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block) : 0;
+        m.xq = pagoda_cpu_scratch(ex, xq_bytes + m.xp_stride * (size_t)T + x8_bytes);
         if (!m.xq) return PAGODA_ERR_NOMEM;
         if (m.xp_stride) m.xp = m.xq + xq_bytes;
-        /* A few rows quantize in about a microsecond: cheaper than waking
-         * the pool for it. */
-        if (T <= QUANT_INLINE_T)
+        if (m.gemm_x8) {
+            m.x8 = (pagoda_q8x8_block *)(m.xq + xq_bytes);
+            pagoda_threadpool_run(ex->pool, quant_x8_task, &m);
+        } else if (T <= QUANT_INLINE_T) {
+            /* A few rows quantize in about a microsecond: cheaper than
+             * waking the pool for it. */
             quant_rows(&m, 0, T);
-        else
+        } else {
             pagoda_threadpool_run(ex->pool, quant_task, &m);
+        }
+    }
+    if (w_dtype == PAGODA_DTYPE_F16 && T >= X8_MIN_T && m.vt->gemm_f16_x8) {
+        m.gemm_f16_x8 = m.vt->gemm_f16_x8;
+        m.xf8 = pagoda_cpu_scratch(ex, sizeof(float) * 8 * (size_t)K * (size_t)((T + 7) / 8));
+        if (!m.xf8) return PAGODA_ERR_NOMEM;
+        pagoda_threadpool_run(ex->pool, prep_f32_x8_task, &m);
     }
     m.gemm = gemm_fn(&m);
     /* A few parts per thread, whole 4-row tiles: a thread the OS took away

@@ -183,6 +183,40 @@ static void dequant_scalar(int dtype, const void *w, float *out, int64_t k)
             for (int64_t r = 0; r < nr; r++) o[r] = dot((const void *)((const uint8_t *)w + r * w_stride), xr, n); \
         }                                                                                         \
     }
+void pagoda_cpu_prep_x8(const pagoda_q8a_block *x, size_t x_stride, int nt, int64_t nb,
+                        pagoda_q8x8_block *y)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        pagoda_q8x8_block *o = &y[b];
+        for (int t = 0; t < 8; t++) {
+            if (t >= nt) {
+                for (int g = 0; g < 8; g++) memset(&o->qs[g][4 * t], 0, 4);
+                o->d[t] = 0.0f;
+                o->s8[t] = 0;
+                continue;
+            }
+            const pagoda_q8a_block *xb = (const pagoda_q8a_block *)((const uint8_t *)x + t * x_stride) + b;
+            int32_t sum = 0;
+            for (int g = 0; g < 8; g++) memcpy(&o->qs[g][4 * t], &xb->qs[4 * g], 4);
+            for (int j = 0; j < 32; j++) sum += xb->qs[j];
+            o->d[t] = xb->d;
+            o->s8[t] = 8 * sum;
+        }
+    }
+}
+
+void pagoda_cpu_prep_f32_x8(const float *x, size_t x_stride, int nt, int64_t k, float *y)
+{
+    for (int t = 0; t < 8; t++) {
+        if (t >= nt) {
+            for (int64_t i = 0; i < k; i++) y[i * 8 + t] = 0.0f;
+            continue;
+        }
+        const float *xr = (const float *)((const uint8_t *)x + t * x_stride);
+        for (int64_t i = 0; i < k; i++) y[i * 8 + t] = xr[i];
+    }
+}
+
 GEMM_BY_DOTS(gemm_q8_0_scalar, dot_q8_0_scalar, pagoda_q8a_block)
 GEMM_BY_DOTS(gemm_q4_0_scalar, dot_q4_0_scalar, pagoda_q8a_block)
 GEMM_BY_DOTS(gemm_f16_scalar, dot_f16_scalar, float)

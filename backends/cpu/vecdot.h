@@ -46,6 +46,31 @@ typedef struct pagoda_q4x_group {
     float s[4];
 } pagoda_q4x_group;
 
+/* Activations of eight tokens for the tokens-in-lanes kernels (gemm_*_x8),
+ * one block position: the 4-byte group g of token t sits in 32-bit lane t
+ * of row g, so one broadcast of four weight bytes meets the same four
+ * positions of all eight tokens in a single maddubs, and the eight sums
+ * land in the eight lanes of one register (no horizontal sums, one scale
+ * multiply per row and block for all eight tokens). Tokens past the batch
+ * are zero (d = 0), so they add nothing and are never stored.
+ *   qs[g][4t + j] = token t's qs[4g + j]
+ *   d[t]          = token t's scale
+ *   s8[t]         = 8 * sum of token t's qs (the Q4_0 nibble offset) */
+typedef struct pagoda_q8x8_block {
+    int8_t qs[8][32];
+    float d[8];
+    int32_t s8[8];
+} pagoda_q8x8_block;
+
+/* Interleave nt <= 8 tokens' q8a rows (x_stride bytes apart, nb blocks
+ * each) into nb x8 blocks. Plain C: it is a copy, T * K bytes per call. */
+void pagoda_cpu_prep_x8(const pagoda_q8a_block *x, size_t x_stride, int nt, int64_t nb,
+                        pagoda_q8x8_block *y);
+
+/* Transpose nt <= 8 F32 rows (x_stride bytes apart, k values) into
+ * y[k][8], lanes past nt zero. */
+void pagoda_cpu_prep_f32_x8(const float *x, size_t x_stride, int nt, int64_t k, float *y);
+
 /* Weight blocks as stored in GGUF. */
 typedef struct pagoda_blk_q8_0 { uint16_t d; int8_t qs[32]; } pagoda_blk_q8_0;
 typedef struct pagoda_blk_q4_0 { uint16_t d; uint8_t qs[16]; } pagoda_blk_q4_0;
@@ -84,6 +109,18 @@ typedef struct pagoda_vecdot_table {
                       size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_f16)(const void *w, size_t w_stride, int64_t nr, const void *x,
                      size_t x_stride, int64_t T, int64_t k, float *out, size_t out_stride);
+    /* Weight rows x T tokens in groups of eight (pagoda_prep_x8's blocks:
+     * group i = tokens 8i..8i+7, nb blocks each, the last group padded):
+     * out[t][n] for n < nr, t < T. NULL where the table has none (the
+     * matmul then uses gemm_q8_0 / gemm_q4_0). */
+    void (*gemm_q8_0_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q4_0_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* F16 weights x T F32 tokens transposed by eights (pagoda_cpu_prep_f32_x8:
+     * group i = k x 8 floats, token 8i + j in lane j). NULL: gemm_f16. */
+    void (*gemm_f16_x8)(const void *w, size_t w_stride, int64_t nr, const float *x, int64_t T,
+                        int64_t k, float *out, size_t out_stride);
     /* Rearrange nb q8a blocks of one token into (nb + 3) / 4 groups for
      * gemm_q4_0. NULL in a table whose gemm_q4_0 reads q8a blocks. */
     void (*prep_q4_0)(const pagoda_q8a_block *x, pagoda_q4x_group *y, int64_t nb);
