@@ -918,6 +918,10 @@ static void gemm_q4_0_x8_avx2(const void *wv, size_t ws, int64_t nr, const pagod
  * per FMA) where the 4 x 2 tiles above spend a load of x per two FMAs and
  * a horizontal sum per output. */
 #define F16X8_KC 256
+#ifndef F16X8_RB2
+#define F16X8_RB2 4
+#endif
+#define F16X8_PF 2048 /* bytes ahead on each weight row */
 
 FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *x0, const float *x1,
                               int NO, int nt0, int nt1, int64_t k, float *out, size_t os)
@@ -931,6 +935,16 @@ FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *
         UNROLL(8) for (int r = 0; r < RB; r++) {
             const uint16_t *wr = (const uint16_t *)(w + r * ws) + k0;
             int i = 0;
+            /* The rows are RB interleaved streams read in bursts: without
+             * the prefetch each burst waits for DRAM (a third of the
+             * kernel's samples sat on these stores). */
+            for (; i + 32 <= kc; i += 32) {
+                _mm_prefetch((const char *)(wr + i) + F16X8_PF, _MM_HINT_T0);
+                _mm256_store_ps(&buf[r][i], load_f16(wr + i));
+                _mm256_store_ps(&buf[r][i + 8], load_f16(wr + i + 8));
+                _mm256_store_ps(&buf[r][i + 16], load_f16(wr + i + 16));
+                _mm256_store_ps(&buf[r][i + 24], load_f16(wr + i + 24));
+            }
             for (; i + 8 <= kc; i += 8) _mm256_store_ps(&buf[r][i], load_f16(wr + i));
             for (; i < kc; i++) buf[r][i] = f16(wr[i]);
         }
@@ -959,14 +973,18 @@ static void gemm_f16_x8_avx2(const void *wv, size_t ws, int64_t nr, const float 
 {
     const uint8_t *w = wv;
     for (int64_t r = 0; r < nr;) {
-        int rb = T <= 8 && nr - r >= 8 ? 8 : nr - r >= 4 ? 4 : 1;
+        int rb = T <= 8 && nr - r >= 8 ? 8 : nr - r >= F16X8_RB2 ? F16X8_RB2 : nr - r >= 4 ? 4 : 1;
         for (int64_t t = 0; t < T;) {
             int nt0 = T - t < 8 ? (int)(T - t) : 8;
             int nt1 = T - t - 8 <= 0 ? 0 : T - t - 8 < 8 ? (int)(T - t - 8) : 8;
             const float *x0 = x + (t / 8) * k * 8, *x1 = x0 + k * 8;
             float *o = (float *)((uint8_t *)out + t * os) + r;
             const uint8_t *wr = w + r * ws;
-            if (rb == 8)
+            if (rb == F16X8_RB2 && rb != 4 && nt1)
+                tile_f16_x8(wr, ws, F16X8_RB2, x0, x1, 2, nt0, nt1, k, o, os);
+            else if (rb == F16X8_RB2 && rb != 4)
+                tile_f16_x8(wr, ws, F16X8_RB2, x0, x0, 1, nt0, 0, k, o, os);
+            else if (rb == 8)
                 tile_f16_x8(wr, ws, 8, x0, x0, 1, nt0, 0, k, o, os);
             else if (rb == 4 && nt1)
                 tile_f16_x8(wr, ws, 4, x0, x1, 2, nt0, nt1, k, o, os);
