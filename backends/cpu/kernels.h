@@ -10,6 +10,7 @@
 #ifndef PAGODA_CPU_KERNELS_H
 #define PAGODA_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,17 +35,25 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
-/* From this many rows on, non-F32 weights are dequantized a tile at a time
- * and multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm
- * beats int8 dots); below it, the activations are quantized (decode:
- * bandwidth-bound, where reading fewer weight bytes wins). */
+/* From this many rows on, F16 / BF16 / Q4_1 / Q6_K weights are
+ * dequantized a tile at a time and multiplied with OpenBLAS sgemm
+ * (prefill: compute-bound, where sgemm beats their dots); below it the
+ * activations are quantized (decode: bandwidth-bound, where reading fewer
+ * weight bytes wins). Q8_0 and Q4_0 keep quantized activations at every T
+ * (their tokens-in-lanes kernels beat sgemm). PAGODA_CPU_GEMM_MIN_T in
+ * the environment sets one crossover for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
+
+/* True when pagoda_cpu_matmul computes exact F32 products for T rows of
+ * this weight type (F32/F16/BF16 always; quantized types on the sgemm
+ * path), false when it quantizes the activations to int8 blocks first. */
+bool pagoda_cpu_matmul_exact(int dtype, int64_t T);
 
 /* out[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]), t < T, n < N.
  * x F32 rows (x_stride bytes apart), w rows of `w_dtype` (K a multiple of
- * its block), out F32. Quantized weights with T < PAGODA_CPU_GEMM_MIN_T:
- * the activations are quantized to int8 blocks once, then integer dot
- * products per block (as llama.cpp); otherwise exact F32 products.
+ * its block), out F32. Quantized weights where pagoda_cpu_matmul_exact is
+ * false: the activations are quantized to int8 blocks once, then integer
+ * dot products per block (as llama.cpp); otherwise exact F32 products.
  * Returns PAGODA_OK, PAGODA_ERR_NOMEM (scratch) or PAGODA_ERR_UNSUPPORTED. */
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,

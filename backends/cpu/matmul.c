@@ -10,6 +10,7 @@
 #include "kernels.h"
 
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,10 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
  * (vecdot.h gemm_*_x8): at 8 tokens a group is full; below it the padding
  * lanes cost more than the 2 x 4 tiles lose. */
 #define X8_MIN_T 8
+/* Tokens per pass of the x8 kernels over a part's rows (a multiple of 8). */
+#ifndef X8_T_CHUNK
+#define X8_T_CHUNK 64
+#endif
 /* Row parts per thread, and the smallest part. */
 #define PARTS_PER_THREAD 4
 #define MIN_ROWS_PER_PART 16
@@ -193,14 +198,27 @@ static void dot_task(void *arg, int part, int n_parts)
     int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
     if (n1 > m->N) n1 = m->N;
     (void)n_parts;
+    if (m->x8) {
+        /* Many tokens (prefill): X8_T_CHUNK at a time over the part's rows,
+         * so the chunk's activations stay in L2 while the rows pass. */
+        int64_t nb = m->K / 32;
+        for (int64_t t0 = 0; t0 < m->T; t0 += X8_T_CHUNK) {
+            int64_t tn = m->T - t0 < X8_T_CHUNK ? m->T - t0 : X8_T_CHUNK;
+            float *o = (float *)((uint8_t *)m->out + t0 * m->out_stride);
+            for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
+                int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
+                m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8 + (t0 / 8) * nb, tn,
+                           nb, o + nt, m->out_stride);
+            }
+        }
+    }
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-        if (m->xf8) {
+        if (m->x8) {
+            /* done above */
+        } else if (m->xf8) {
             m->gemm_f16_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xf8, m->T, m->K,
                            m->out + nt, m->out_stride);
-        } else if (m->x8) {
-            m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8, m->T, m->K / 32,
-                       m->out + nt, m->out_stride);
         } else if (m->gemm) {
             if (m->xp)
                 m->gemm(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xp, m->xp_stride, m->T,
@@ -278,17 +296,36 @@ static int gemm_dequant(pagoda_cpu_exec *ex, const float *x, size_t x_stride, in
     return PAGODA_OK;
 }
 
-/* PAGODA_CPU_GEMM_MIN_T in the environment overrides the crossover (for
- * measuring both paths on a machine); read once. */
-static int64_t gemm_min_t(void)
+/* PAGODA_CPU_GEMM_MIN_T in the environment overrides the crossover for
+ * every type (for measuring both paths on a machine, and for tests that
+ * force one arithmetic); read once. 0: not set. */
+static int64_t gemm_min_t_env(void)
 {
     static int64_t v = -1;
     if (v < 0) {
         const char *e = getenv("PAGODA_CPU_GEMM_MIN_T");
-        int64_t t = e && *e ? atoll(e) : PAGODA_CPU_GEMM_MIN_T;
-        v = t > 0 ? t : PAGODA_CPU_GEMM_MIN_T;
+        int64_t t = e && *e ? atoll(e) : 0;
+        v = t > 0 ? t : 0;
     }
     return v;
+}
+
+/* Q8_0 and Q4_0 have the tokens-in-lanes int8 kernels, which beat
+ * dequantize + sgemm at every T (110M, 512-token prefill: Q8_0 ~0.95 ->
+ * 0.71 s, Q4_0 ~0.95 -> 0.65 s): no crossover unless the environment
+ * sets one. */
+static bool has_x8(int dtype)
+{
+    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0;
+}
+
+bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
+{
+    if (dtype == PAGODA_DTYPE_F32 || dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16)
+        return true;
+    int64_t env = gemm_min_t_env();
+    if (env) return T >= env;
+    return !has_x8(dtype) && T >= PAGODA_CPU_GEMM_MIN_T;
 }
 
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
@@ -301,7 +338,8 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
         return PAGODA_OK;
     }
-    if (T >= gemm_min_t())
+    int64_t env = gemm_min_t_env();
+    if (env ? T >= env : !has_x8(w_dtype) && T >= PAGODA_CPU_GEMM_MIN_T)
         return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
     mm_task m = {
         .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,

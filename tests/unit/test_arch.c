@@ -39,7 +39,7 @@
 
 #include "forward.h"
 #include "genmodel.h"
-#include "kernels.h"   /* PAGODA_CPU_GEMM_MIN_T: which matmul path a batch takes */
+#include "kernels.h"   /* pagoda_cpu_matmul_exact: which matmul path a batch takes */
 #include "gguf.h"
 #include "model.h"
 #include "runtime.h"
@@ -236,15 +236,15 @@ static void run_case(const char *name)
     ck_assert_int_eq(hp->head_dim, (int)json_integer_value(json_object_get(c, "head_dim")));
 
     /* Which expectations each path meets: F32 weights always the exact
-     * math; Q8_0 weights the exact math where the backend dequantizes the
-     * weights (many rows), the int8-activation math where it rounds the
-     * activations (few rows). */
+     * math; Q8_0 weights the int8-activation math (the backend rounds the
+     * activations at every batch size unless PAGODA_CPU_GEMM_MIN_T is set;
+     * pagoda_cpu_matmul_exact says which). */
     bool q8 = !strcmp(json_string_value(json_object_get(c, "type")), "Q8_0");
     int32_t n_prompt = (int32_t)json_array_size(json_object_get(ref(), "prompt"));
     int32_t n_gen = (int32_t)json_integer_value(json_object_get(ref(), "n_generate"));
     int32_t n_all = n_prompt + n_gen - 1;   /* positions with reference logits */
     json_t *exact = json_object_get(c, "exact"), *q8a = json_object_get(c, "q8_activations");
-    bool pre_q8a = q8 && n_all < PAGODA_CPU_GEMM_MIN_T;
+    bool pre_q8a = q8 && !pagoda_cpu_matmul_exact(PAGODA_DTYPE_Q8_0, n_all);
     arch_check dec = make_check(name, q8 ? q8a : exact, V, q8);
     arch_check pre = make_check(name, pre_q8a ? q8a : exact, V, pre_q8a);
     /* a reference tie would make the greedy comparison hinge on rounding */
@@ -313,8 +313,8 @@ static void run_case(const char *name)
 
     /* 3. the whole runtime: engine, scheduler, paged KV, greedy sampler.
      *    Its prompt prefill takes the few-rows path like the decode steps. */
-    ck_assert_msg(!q8 || n_prompt < PAGODA_CPU_GEMM_MIN_T,
-                  "the Q8_0 prompt must stay below the CPU backend's many-rows threshold");
+    ck_assert_msg(!q8 || !pagoda_cpu_matmul_exact(PAGODA_DTYPE_Q8_0, n_prompt),
+                  "the Q8_0 prompt must take the CPU backend's int8-activation path");
     ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
     pagoda_request req;
     pagoda_engine_request_defaults(rt->engine, &req);

@@ -4,7 +4,8 @@
  * Tolerances (why each is what it is):
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
- *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T: exact weights, sgemm: as above.
+ *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1/Q6_K weights:
+ *    exact weights, sgemm: as above (Q8_0/Q4_0 stay quantized).
  *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
  *    per 32 or 256 values). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:
@@ -178,7 +179,8 @@ static const mm_case MM_CASES[] = {
      * 2 + 1 with 1 token in the last, 4 groups with 7 in the last, rows
      * 8 / 4 / 1 at a time, F16 K chunks of 256 plus a tail. */
     {8, 256, 13}, {17, 96, 9}, {31, 64, 21}, {24, 320, 11}, {16, 544, 6},
-    {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles */
+    {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
+    {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
 };
 
 static void check_matmul_type(int dtype)
@@ -202,8 +204,7 @@ static void check_matmul_type(int dtype)
         tu_fill_normal(&r, bias, (size_t)N, 1.0f);
         for (int64_t n = 0; n < N; n++)
             ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
-        bool quant = dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
-                     dtype != PAGODA_DTYPE_BF16 && T < PAGODA_CPU_GEMM_MIN_T;
+        bool quant = !pagoda_cpu_matmul_exact(dtype, T);
         int qb = dtype == PAGODA_DTYPE_Q6_K ? 256 : 32;
         for (int ii = 0; ii < N_ISAS; ii++) {
             pagoda_cpu_force_isa(ISAS[ii]);
