@@ -798,7 +798,13 @@ FORCE_INLINE void tile_q8_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
     for (int64_t b = 0; b < nb; b++) {
         const pagoda_q8x8_block *xb = &x[b];
         __m256i ia[8];
-        UNROLL(8) for (int r = 0; r < RB; r++) ia[r] = _mm256_setzero_si256();
+        UNROLL(8) for (int r = 0; r < RB; r++) {
+            ia[r] = _mm256_setzero_si256();
+            /* The same place in the next tile's rows (a row is a few
+             * hundred bytes: too short a stream for the hardware
+             * prefetcher; 8 tokens, 110M: 30 -> see docs/backend-cpu.md). */
+            _mm_prefetch((const char *)((const pagoda_blk_q8_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
+        }
         UNROLL(2) for (int g = 0; g < 8; g++) {
             __m256i xv = _mm256_load_si256((const __m256i *)xb->qs[g]);
             __m256i ax = _mm256_sign_epi8(xv, xv);
@@ -848,8 +854,10 @@ FORCE_INLINE void tile_q4_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
         UNROLL(2) for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i i16[4][2];
-        UNROLL(4) for (int r = 0; r < RB; r++)
+        UNROLL(4) for (int r = 0; r < RB; r++) {
             UNROLL(2) for (int o = 0; o < NO; o++) i16[r][o] = _mm256_setzero_si256();
+            _mm_prefetch((const char *)((const pagoda_blk_q4_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
+        }
         UNROLL(4) for (int g = 0; g < 4; g++) {
             UNROLL(4) for (int r = 0; r < RB; r++) {
                 const pagoda_blk_q4_0 *wb = (const pagoda_blk_q4_0 *)(w + r * ws) + b;
@@ -921,7 +929,6 @@ static void gemm_q4_0_x8_avx2(const void *wv, size_t ws, int64_t nr, const pagod
 #ifndef F16X8_RB2
 #define F16X8_RB2 4
 #endif
-#define F16X8_PF 2048 /* bytes ahead on each weight row */
 
 FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *x0, const float *x1,
                               int NO, int nt0, int nt1, int64_t k, float *out, size_t os)
@@ -935,11 +942,9 @@ FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *
         UNROLL(8) for (int r = 0; r < RB; r++) {
             const uint16_t *wr = (const uint16_t *)(w + r * ws) + k0;
             int i = 0;
-            /* The rows are RB interleaved streams read in bursts: without
-             * the prefetch each burst waits for DRAM (a third of the
-             * kernel's samples sat on these stores). */
+            /* The same place in the next tile's rows, as the int8 tiles. */
             for (; i + 32 <= kc; i += 32) {
-                _mm_prefetch((const char *)(wr + i) + F16X8_PF, _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr + i) + RB * ws, _MM_HINT_T0);
                 _mm256_store_ps(&buf[r][i], load_f16(wr + i));
                 _mm256_store_ps(&buf[r][i + 8], load_f16(wr + i + 8));
                 _mm256_store_ps(&buf[r][i + 16], load_f16(wr + i + 16));
