@@ -32,10 +32,12 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
 #define ROW_TILE 16
 /* Rows of activations quantized on the caller instead of in the pool. */
 #define QUANT_INLINE_T 4
-/* From this many tokens on, Q8_0 / Q4_0 run the tokens-in-lanes kernels
- * (vecdot.h gemm_*_x8): at 8 tokens a group is full; below it the padding
- * lanes cost more than the 2 x 4 tiles lose. */
-#define X8_MIN_T 8
+/* From this many tokens on, Q8_0 / Q4_0 / F16 run the tokens-in-lanes
+ * kernels (vecdot.h gemm_*_x8), padding the last group of eight. Below it
+ * the row x token tiles. Measured in the engine (110M Q8_0, decode step
+ * at 2 / 4 / 6 concurrent sequences): tiles 8.0 / 17.0 / 18.7 ms, x8
+ * 11.4 / 14.7 / 14.4 ms. */
+#define X8_MIN_T 4
 /* Tokens per pass of the x8 kernels over a part's rows (a multiple of 8). */
 #ifndef X8_T_CHUNK
 #define X8_T_CHUNK 64
