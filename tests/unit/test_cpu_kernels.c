@@ -175,9 +175,10 @@ static const mm_case MM_CASES[] = {
     /* Q4_0 groups of 4 blocks with 1 and 3 blocks left over (not Q6_K:
      * its blocks are 256), token chunks 8 + 4 and 4 + 2 + 1. */
     {12, 288, 19}, {7, 224, 10},
-    /* Tokens in lanes (8 <= T < GEMM_MIN_T): one full group of 8, groups
-     * 2 + 1 with 1 token in the last, 4 groups with 7 in the last, rows
-     * 8 / 4 / 1 at a time, F16 K chunks of 256 plus a tail. */
+    /* Tokens in lanes (T >= 4): one group of 8 with 4 padding lanes, one
+     * full group, groups 2 + 1 with 1 token in the last, 4 groups with 7
+     * in the last, rows 8 / 4 / 1 at a time, F16 K chunks of 256 plus a
+     * tail. */
     {4, 256, 13}, {8, 256, 13}, {17, 96, 9}, {31, 64, 21}, {24, 320, 11}, {16, 544, 6},
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
     {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
