@@ -90,6 +90,10 @@ typedef struct pagoda_bench_pcts {
 /* Mean, p50/p90/p99 and max of n values (sorts v). */
 void pagoda_bench_pcts_of(double *v, size_t n, pagoda_bench_pcts *out);
 
+/* Length of the union of n intervals iv[2i] .. iv[2i+1] (sorts iv by
+ * start): the time at least one request was in a phase. */
+double pagoda_bench_union_length(double *iv, size_t n);
+
 /* The CLI: argv[0] is "bench"; see `pagoda bench --help`. Returns an exit
  * code: 0 ok, 1 runtime error, 2 usage error. */
 int pagoda_cmd_bench(int argc, char **argv);

@@ -177,10 +177,15 @@ int bench_do_compare(const bench_opts *o, roofline *rf)
         if ((st = bench_run_side(&o1, lb, mp, a, SIDE_WORKLOAD, &r[1], err, sizeof err))) goto out;
         n = 2;
         bench_print_results(stdout, r, n);
-        double br = bench_ratio(r[0].gen_tps, r[1].gen_tps);
-        printf("%d concurrent / single stream: aggregate generated tok/s %.1f vs %.1f = %.2fx "
-               "(target >= 4x)\n", o->w.concurrency, r[0].gen_tps, r[1].gen_tps, br);
+        /* The target is on decode throughput (the issue: "aggregate decode
+         * tokens/s"); end to end, prefill included, is printed beside it. */
+        double br = bench_ratio(r[0].phase_tps, r[1].phase_tps);
+        double er = bench_ratio(r[0].gen_tps, r[1].gen_tps);
+        printf("%d concurrent / single stream: aggregate decode-phase tok/s %.1f vs %.1f = %.2fx "
+               "(target >= 4x); end to end with prefill %.1f vs %.1f = %.2fx\n",
+               o->w.concurrency, r[0].phase_tps, r[1].phase_tps, br, r[0].gen_tps, r[1].gen_tps, er);
         json_object_set_new(head, "batch_ratio", json_real(br));
+        json_object_set_new(head, "batch_ratio_end_to_end", json_real(er));
     } else {
         fprintf(stderr, "bench: unknown comparison '%s' (sched, kv, prefix, quant, batch)\n", name);
         st = PAGODA_ERR_INVALID;

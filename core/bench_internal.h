@@ -65,6 +65,10 @@ typedef struct bench_result {
     double wall_s;
     int64_t gen_tokens, prompt_tokens, cached_tokens;
     double gen_tps, total_tps;
+    /* Decode phase: the tokens after each request's first over the time at
+     * least one request was past its first token (the union of the
+     * [first token, end] intervals): prefill and queueing left out. */
+    double phase_tps, phase_s;
     pagoda_bench_pcts ttft, itl, e2e;  /* ms */
     double kv_util_peak, kv_util_mean, running_mean;
     int32_t peak_running;

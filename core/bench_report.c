@@ -28,6 +28,7 @@ void bench_print_results(FILE *f, const bench_result *r, int n)
     ROW("generated tokens", "lld", (long long)r[i].gen_tokens);
     ROW("generated tok/s", ".1f", r[i].gen_tps);
     ROW("total tok/s", ".1f", r[i].total_tps);
+    ROW("decode-phase tok/s", ".1f", r[i].phase_tps);
     ROW("TTFT ms p50", ".1f", r[i].ttft.p50);
     ROW("TTFT ms p90", ".1f", r[i].ttft.p90);
     ROW("TTFT ms p99", ".1f", r[i].ttft.p99);
@@ -96,6 +97,8 @@ int bench_write_json(const char *path, const bench_opts *o, const char *compare,
         json_object_set_new(j, "prompt_tokens", json_integer(x->prompt_tokens));
         json_object_set_new(j, "generated_tok_s", json_real(x->gen_tps));
         json_object_set_new(j, "total_tok_s", json_real(x->total_tps));
+        json_object_set_new(j, "decode_phase_tok_s", json_real(x->phase_tps));
+        json_object_set_new(j, "decode_phase_s", json_real(x->phase_s));
         print_pcts_json(j, "ttft_ms", &x->ttft);
         print_pcts_json(j, "itl_ms", &x->itl);
         print_pcts_json(j, "e2e_ms", &x->e2e);

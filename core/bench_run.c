@@ -162,6 +162,50 @@ static int submit_req(pagoda_runtime *rt, run_ctx *c, req_rec *r, const pagoda_b
 }
 
 /* Turn a finished run's records into res; takes rec and c's trace, frees c. */
+static int cmp_interval(const void *a, const void *b)
+{
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+double pagoda_bench_union_length(double *iv, size_t n)
+{
+    qsort(iv, n, 2 * sizeof(double), cmp_interval);
+    double total = 0, lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || iv[2 * i] > hi) {
+            if (i > 0) total += hi - lo;
+            lo = iv[2 * i];
+            hi = iv[2 * i + 1];
+        } else if (iv[2 * i + 1] > hi) {
+            hi = iv[2 * i + 1];
+        }
+    }
+    if (n > 0) total += hi - lo;
+    return total;
+}
+
+/* res->phase_tps / phase_s (bench_internal.h): the requests' [t_first,
+ * t_end] intervals, merged. */
+static void decode_phase(const req_rec *rec, int32_t n, bench_result *res)
+{
+    double *iv = malloc(sizeof(double) * 2 * (size_t)(n > 0 ? n : 1));
+    if (!iv) return;
+    size_t m = 0;
+    int64_t toks = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (rec[i].failed || rec[i].n_tok < 2) continue;
+        iv[2 * m] = rec[i].t_first;
+        iv[2 * m + 1] = rec[i].t_end;
+        toks += rec[i].n_tok - 1;
+        m++;
+    }
+    double total = pagoda_bench_union_length(iv, m);
+    free(iv);
+    res->phase_s = total;
+    res->phase_tps = total > 0 ? (double)toks / total : 0;
+}
+
 int bench_finish_result(run_ctx *c, req_rec *rec, int32_t n, const pagoda_engine_stats *s0,
                          const pagoda_engine_stats *s1, bench_result *res, char *err, size_t err_len)
 {
@@ -190,6 +234,7 @@ int bench_finish_result(run_ctx *c, req_rec *rec, int32_t n, const pagoda_engine
         e2e[n_lat++] = (r->t_end - r->t_submit) * 1e3;
     }
     res->wall_s = t_end > t_start ? t_end - t_start : 0;
+    decode_phase(rec, n, res);
     if (res->wall_s > 0) {
         res->gen_tps = (double)res->gen_tokens / res->wall_s;
         res->total_tps = (double)(res->gen_tokens + res->prompt_tokens) / res->wall_s;

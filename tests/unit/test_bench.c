@@ -270,6 +270,19 @@ static json_int_t jint(json_t *o, const char *k)
     return json_integer_value(x);
 }
 
+START_TEST(union_length)
+{
+    /* overlapping, nested, touching, disjoint, unsorted */
+    double a[] = {7, 8, 1, 3, 2, 5, 2.5, 4, 5, 6};
+    ck_assert_double_eq_tol(pagoda_bench_union_length(a, 5), 6.0, 1e-12);
+    double b[] = {0, 1};
+    ck_assert_double_eq_tol(pagoda_bench_union_length(b, 1), 1.0, 1e-12);
+    ck_assert_double_eq_tol(pagoda_bench_union_length(b, 0), 0.0, 1e-12);
+    double c[] = {3, 4, 0, 10, 5, 6};   /* one holds the others */
+    ck_assert_double_eq_tol(pagoda_bench_union_length(c, 3), 10.0, 1e-12);
+}
+END_TEST
+
 START_TEST(bench_run_counts)
 {
     static const char *const args[] = {"--requests", "6", "--prompt-len", "10-20", "--output-len",
@@ -341,6 +354,7 @@ static Suite *suite(void)
     tcase_add_test(tc, workload_poisson);
     tcase_add_test(tc, workload_refusals);
     tcase_add_test(tc, percentiles);
+    tcase_add_test(tc, union_length);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("runs");
     tcase_set_timeout(tr, 600);
