@@ -68,6 +68,8 @@ static void bench_usage(FILE *f)
 "                          quant   F16 vs Q8_0 vs Q4_0: decode, prefill, memory, KV left\n"
 "                          batch   16 concurrent sequences vs a single stream\n"
 "                        workload flags given override the comparison's defaults\n"
+"  --repeat N            sched/kv/prefix/batch: run the two sides alternately N times and\n"
+"                        keep each side's fastest run (other load only slows a run down)\n"
 "  --memory SIZE         quant: the budget the KV left is planned under (default 4G)\n"
 "  --threads N           threads of the bandwidth and sgemm probes (default: all CPUs)\n"
 "  --json FILE           every number, as JSON\n"
@@ -182,6 +184,7 @@ int pagoda_cmd_bench(int argc, char **argv)
     o.memory = 4ull << 30;
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = nc > 0 ? (int)nc : 1;
+    o.repeat = 1;
     o.vocab_size = 32000;
     char err[512];
     bool frac_given = false;
@@ -262,6 +265,7 @@ int pagoda_cmd_bench(int argc, char **argv)
             INTOPT("--decode-tokens", o.decode_tokens, 2, 100000)
             INTOPT("--prefill-tokens", o.prefill_tokens, 1, 1000000)
             INTOPT("--threads", o.threads, 1, 64)
+            INTOPT("--repeat", o.repeat, 1, 100)
             INTOPT("--vocab-size", o.vocab_size, 2, 10000000)
             else {
                 fprintf(stderr, "pagoda bench: unknown option '%s' (see pagoda bench --help)\n", a);

@@ -101,6 +101,7 @@ typedef struct bench_opts {
     int32_t decode_tokens, prefill_tokens;
     uint64_t memory;  /* quant comparison: the budget the KV left is planned under */
     int threads;
+    int32_t repeat;          /* two-sided comparisons: alternating runs per side, best kept */
     bool quiet;
     bool serve;              /* the workload through the in-process HTTP frontend */
     const char *http;        /* HOST:PORT of a running server */

@@ -73,7 +73,10 @@ int bench_write_json(const char *path, const bench_opts *o, const char *compare,
     json_object_set_new(w, "rate", json_real(o->w.rate));
     json_object_set_new(w, "seed", json_integer((json_int_t)o->w.seed));
     json_object_set_new(root, "workload", w);
-    if (compare) json_object_set_new(root, "compare", json_string(compare));
+    if (compare) {
+        json_object_set_new(root, "compare", json_string(compare));
+        json_object_set_new(root, "repeat_best_of", json_integer(o->repeat > 1 ? o->repeat : 1));
+    }
     if (rf && rf->bw_gbs > 0) {
         json_t *x = json_object();
         json_object_set_new(x, "read_bandwidth_gbs", json_real(rf->bw_gbs));
