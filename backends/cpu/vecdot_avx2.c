@@ -849,11 +849,11 @@ FORCE_INLINE void tile_q4_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
 {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
     const pagoda_q8x8_block *xs[2] = {x0, x1};
-    __m256 acc[4][2];
+    __m256 acc[8][2];  /* RB <= 8 (GEMM_X8 never asks 8 of this tile) */
     UNROLL(4) for (int r = 0; r < RB; r++)
         UNROLL(2) for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i i16[4][2];
+        __m256i i16[8][2];
         UNROLL(4) for (int r = 0; r < RB; r++) {
             UNROLL(2) for (int o = 0; o < NO; o++) i16[r][o] = _mm256_setzero_si256();
             _mm_prefetch((const char *)((const pagoda_blk_q4_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
@@ -891,33 +891,42 @@ FORCE_INLINE void tile_q4_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
     }
 }
 
-/* Rows 4 at a time (then 1), token groups 2 at a time (then 1): the
- * nibble unpack of a row's bytes serves 16 tokens. */
-static void gemm_q4_0_x8_avx2(const void *wv, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
-                              int64_t T, int64_t nb, float *out, size_t os)
-{
-    const uint8_t *w = wv;
-    for (int64_t r = 0; r < nr;) {
-        int rb = nr - r >= 4 ? 4 : 1;
-        for (int64_t t = 0; t < T;) {
-            int nt0 = T - t < 8 ? (int)(T - t) : 8;
-            int nt1 = T - t - 8 <= 0 ? 0 : T - t - 8 < 8 ? (int)(T - t - 8) : 8;
-            const pagoda_q8x8_block *x0 = x + (t / 8) * nb, *x1 = x0 + nb;
-            float *o = (float *)((uint8_t *)out + t * os) + r;
-            const uint8_t *wr = w + r * ws;
-            if (rb == 4 && nt1)
-                tile_q4_0_x8(wr, ws, 4, x0, x1, 2, nt0, nt1, nb, o, os);
-            else if (rb == 4)
-                tile_q4_0_x8(wr, ws, 4, x0, x0, 1, nt0, 0, nb, o, os);
-            else if (nt1)
-                tile_q4_0_x8(wr, ws, 1, x0, x1, 2, nt0, nt1, nb, o, os);
-            else
-                tile_q4_0_x8(wr, ws, 1, x0, x0, 1, nt0, 0, nb, o, os);
-            t += nt1 ? 16 : 8;
-        }
-        r += rb;
+/* Walk rows x token groups for a tile(w, ws, RB, x0, x1, NO, nt0, nt1, n,
+ * out, os) of 8 / 4 / 1 rows against 2 / 1 token groups: rows 8 at a
+ * time only where there is a single group (ROWS8), else 4, then 1; groups
+ * 2 at a time (the row work shared by 16 tokens), then 1. XG: the x
+ * elements of one token group. */
+#define GEMM_X8(name, tile, xtype, XG, ROWS8)                                                    \
+    static void name(const void *wv, size_t ws, int64_t nr, const xtype *x, int64_t T, int64_t n, \
+                     float *out, size_t os)                                                       \
+    {                                                                                             \
+        const uint8_t *w = wv;                                                                    \
+        for (int64_t r = 0; r < nr;) {                                                            \
+            int rb = (ROWS8) && T <= 8 && nr - r >= 8 ? 8 : nr - r >= 4 ? 4 : 1;                  \
+            for (int64_t t = 0; t < T;) {                                                         \
+                int nt0 = T - t < 8 ? (int)(T - t) : 8;                                           \
+                int nt1 = T - t - 8 <= 0 ? 0 : T - t - 8 < 8 ? (int)(T - t - 8) : 8;              \
+                const xtype *x0 = x + (t / 8) * (XG), *x1 = x0 + (XG);                            \
+                float *o = (float *)((uint8_t *)out + t * os) + r;                                \
+                const uint8_t *wr = w + r * ws;                                                   \
+                if (rb == 8)                                                                      \
+                    tile(wr, ws, 8, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                else if (rb == 4 && nt1)                                                          \
+                    tile(wr, ws, 4, x0, x1, 2, nt0, nt1, n, o, os);                               \
+                else if (rb == 4)                                                                 \
+                    tile(wr, ws, 4, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                else if (nt1)                                                                     \
+                    tile(wr, ws, 1, x0, x1, 2, nt0, nt1, n, o, os);                               \
+                else                                                                              \
+                    tile(wr, ws, 1, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                t += nt1 ? 16 : 8;                                                                \
+            }                                                                                     \
+            r += rb;                                                                              \
+        }                                                                                         \
     }
-}
+
+/* Q4_0: the nibble unpack of a row's bytes serves 16 tokens (n = blocks). */
+GEMM_X8(gemm_q4_0_x8_avx2, tile_q4_0_x8, pagoda_q8x8_block, n, 0)
 
 /* F16 weights x eight tokens in lanes: x transposed per group of eight
  * (xt[k][t], one register per k), a tile's weight rows converted to F32
@@ -926,9 +935,6 @@ static void gemm_q4_0_x8_avx2(const void *wv, size_t ws, int64_t nr, const pagod
  * per FMA) where the 4 x 2 tiles above spend a load of x per two FMAs and
  * a horizontal sum per output. */
 #define F16X8_KC 256
-#ifndef F16X8_RB2
-#define F16X8_RB2 4
-#endif
 
 FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *x0, const float *x1,
                               int NO, int nt0, int nt1, int64_t k, float *out, size_t os)
@@ -970,40 +976,10 @@ FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *
     }
 }
 
-/* Rows 4 at a time against pairs of token groups (8 accumulators: enough
- * FMA chains in flight for two FMAs a cycle at latency 4), 8 at a time
- * when there is a single group, then 1. */
-static void gemm_f16_x8_avx2(const void *wv, size_t ws, int64_t nr, const float *x, int64_t T,
-                             int64_t k, float *out, size_t os)
-{
-    const uint8_t *w = wv;
-    for (int64_t r = 0; r < nr;) {
-        int rb = T <= 8 && nr - r >= 8 ? 8 : nr - r >= F16X8_RB2 ? F16X8_RB2 : nr - r >= 4 ? 4 : 1;
-        for (int64_t t = 0; t < T;) {
-            int nt0 = T - t < 8 ? (int)(T - t) : 8;
-            int nt1 = T - t - 8 <= 0 ? 0 : T - t - 8 < 8 ? (int)(T - t - 8) : 8;
-            const float *x0 = x + (t / 8) * k * 8, *x1 = x0 + k * 8;
-            float *o = (float *)((uint8_t *)out + t * os) + r;
-            const uint8_t *wr = w + r * ws;
-            if (rb == F16X8_RB2 && rb != 4 && nt1)
-                tile_f16_x8(wr, ws, F16X8_RB2, x0, x1, 2, nt0, nt1, k, o, os);
-            else if (rb == F16X8_RB2 && rb != 4)
-                tile_f16_x8(wr, ws, F16X8_RB2, x0, x0, 1, nt0, 0, k, o, os);
-            else if (rb == 8)
-                tile_f16_x8(wr, ws, 8, x0, x0, 1, nt0, 0, k, o, os);
-            else if (rb == 4 && nt1)
-                tile_f16_x8(wr, ws, 4, x0, x1, 2, nt0, nt1, k, o, os);
-            else if (rb == 4)
-                tile_f16_x8(wr, ws, 4, x0, x0, 1, nt0, 0, k, o, os);
-            else if (nt1)
-                tile_f16_x8(wr, ws, 1, x0, x1, 2, nt0, nt1, k, o, os);
-            else
-                tile_f16_x8(wr, ws, 1, x0, x0, 1, nt0, 0, k, o, os);
-            t += nt1 ? 16 : 8;
-        }
-        r += rb;
-    }
-}
+/* F16: rows 4 at a time against pairs of token groups (8 accumulators:
+ * enough FMA chains in flight for two FMAs a cycle at latency 4), 8 at a
+ * time when there is a single group (n = values per row). */
+GEMM_X8(gemm_f16_x8_avx2, tile_f16_x8, float, n * 8, 1)
 
 const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .gemm_q8_0 = gemm_q8_0_avx2,
