@@ -157,10 +157,8 @@ void on_event(void *user, const pagoda_event *ev)
     }
 }
 
-/* Cancel every submission of hr that has no FINAL yet. */
-void hreq_cancel(hreq *hr)
+int hreq_take_cancels(hreq *hr, uint64_t *ids)
 {
-    uint64_t ids[MAX_CHOICES];
     int n = 0;
     pthread_mutex_lock(&hr->mu);
     for (int i = 0; i < hr->n_choices; i++) {
@@ -171,6 +169,14 @@ void hreq_cancel(hreq *hr)
         }
     }
     pthread_mutex_unlock(&hr->mu);
+    return n;
+}
+
+/* Cancel every submission of hr that has no FINAL yet. */
+void hreq_cancel(hreq *hr)
+{
+    uint64_t ids[MAX_CHOICES];
+    int n = hreq_take_cancels(hr, ids);
     for (int i = 0; i < n; i++) hr->fe->host->cancel(hr->fe->host, ids[i]);
 }
 

@@ -143,6 +143,10 @@ void hreq_release(hreq *hr);
 /* [engine thread] The pagoda_event_cb of every submission (user: its choice). */
 void on_event(void *user, const pagoda_event *ev);
 
+/* Marks hr's submissions that have no FINAL and no cancel yet as
+ * cancelled and puts their ids in ids (room for hr->n_choices); returns
+ * how many. Takes hr->mu; the caller cancels them after, unlocked. */
+int hreq_take_cancels(hreq *hr, uint64_t *ids);
 /* Cancels every submission of hr that has no FINAL yet (once each). Call
  * with neither fe->mu nor hr->mu held. */
 void hreq_cancel(hreq *hr);

@@ -122,17 +122,7 @@ static int http_run(void *ctx)
     int cap = 0;
     for (hreq *hr = fe->list; hr; hr = hr->next) cap += hr->n_choices;
     ids = malloc(sizeof *ids * (size_t)(cap + 1));
-    for (hreq *hr = fe->list; hr && ids; hr = hr->next) {
-        pthread_mutex_lock(&hr->mu);
-        for (int i = 0; i < hr->n_choices; i++) {
-            choice *c = &hr->choices[i];
-            if (c->id_known && !c->final && !c->cancel_sent) {
-                c->cancel_sent = 1;
-                ids[n++] = c->id;
-            }
-        }
-        pthread_mutex_unlock(&hr->mu);
-    }
+    for (hreq *hr = fe->list; hr && ids; hr = hr->next) n += hreq_take_cancels(hr, ids + n);
     pthread_mutex_unlock(&fe->mu);
     h->log(h, PAGODA_LOG_INFO, "stopping: cancelling %d request(s) in flight", n);
     for (int i = 0; i < n; i++) h->cancel(h, ids[i]);
