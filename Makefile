@@ -1,10 +1,11 @@
 # A thin wrapper over CMake for the README's commands; CMake is the build.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/default.ini
 
-.PHONY: all deps build serve test test-asan clean
+.PHONY: all deps build serve test test-asan test-tsan clean
 all: build
 
 deps:
@@ -28,5 +29,15 @@ test-asan:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L unit --output-on-failure -j $(JOBS)
 
+# The tests where threads meet (engine thread vs submitters, the CPU
+# backend's pool, HTTP connections vs the engine, drains at stop) under
+# ThreadSanitizer. halt_on_error: a race fails the test.
+TSAN_TESTS = test_engine|test_http|test_cpu_kernels|test_cpu_backend|test_stdin|integ_http_server|integ_stdin_drain|integ_openai
+test-tsan:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_TSAN=ON -DPAGODA_CUDA=OFF
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --test-dir $(TSAN_BUILD) -R '$(TSAN_TESTS)' --output-on-failure -j $(JOBS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -52,7 +52,7 @@ static void pool_fn(void *arg, int ith, int nth)
 {
     pool_probe *p = arg;
     __atomic_fetch_add(&p->hits[ith], 1, __ATOMIC_RELAXED);
-    p->nth_seen = nth;
+    __atomic_store_n(&p->nth_seen, nth, __ATOMIC_RELAXED);  /* every thread writes it */
 }
 
 START_TEST(test_threadpool_runs_each_thread_once)
