@@ -35,14 +35,16 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
-/* From this many rows on, F16 / BF16 / Q4_1 / Q6_K weights are
- * dequantized a tile at a time and multiplied with OpenBLAS sgemm
- * (prefill: compute-bound, where sgemm beats their dots); below it the
- * activations are quantized (decode: bandwidth-bound, where reading fewer
- * weight bytes wins). Q8_0 and Q4_0 keep quantized activations at every T
- * (their tokens-in-lanes kernels beat sgemm). PAGODA_CPU_GEMM_MIN_T in
- * the environment sets one crossover for every type. */
+/* From this many rows on, BF16 / Q4_1 / Q6_K weights (F16: from
+ * PAGODA_CPU_GEMM_MIN_T_F16) are dequantized a tile at a time and
+ * multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm beats
+ * their kernels); below it the activations are quantized (decode:
+ * bandwidth-bound, where reading fewer weight bytes wins). Q8_0 and Q4_0
+ * keep quantized activations at every T (their tokens-in-lanes kernels
+ * beat sgemm). PAGODA_CPU_GEMM_MIN_T in the environment sets one crossover
+ * for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
+#define PAGODA_CPU_GEMM_MIN_T_F16 256
 
 /* True when pagoda_cpu_matmul computes exact F32 products for T rows of
  * this weight type (F32/F16/BF16 always; quantized types on the sgemm

@@ -312,13 +312,18 @@ static int64_t gemm_min_t_env(void)
     return v;
 }
 
-/* Q8_0 and Q4_0 have the tokens-in-lanes int8 kernels, which beat
- * dequantize + sgemm at every T (110M, 512-token prefill: Q8_0 ~0.95 ->
- * 0.71 s, Q4_0 ~0.95 -> 0.65 s): no crossover unless the environment
- * sets one. */
-static bool has_x8(int dtype)
+/* Where dequantize + sgemm takes over from our kernels, per type, without
+ * the environment override. Q8_0 / Q4_0: never (their tokens-in-lanes
+ * int8 kernels beat it at every T: 110M, 512-token prefill, Q8_0 ~0.95 ->
+ * 0.71 s, Q4_0 ~0.95 -> 0.65 s). F16: from 256 tokens (x8 vs sgemm,
+ * prefill of 64 / 128 / 256 / 512 tokens on 110M: 129 / 249 / 540 / 1066
+ * vs 206 / 310 / 546 / 967 ms; a 32-sequence decode step went from ~100
+ * to 214 ms at the old crossover of 32). The others: from 32. */
+static int64_t sgemm_min_t(int dtype)
 {
-    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0;
+    if (dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0) return INT64_MAX;
+    if (dtype == PAGODA_DTYPE_F16) return PAGODA_CPU_GEMM_MIN_T_F16;
+    return PAGODA_CPU_GEMM_MIN_T;
 }
 
 bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
@@ -327,7 +332,7 @@ bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
         return true;
     int64_t env = gemm_min_t_env();
     if (env) return T >= env;
-    return !has_x8(dtype) && T >= PAGODA_CPU_GEMM_MIN_T;
+    return T >= sgemm_min_t(dtype);
 }
 
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
@@ -341,7 +346,7 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         return PAGODA_OK;
     }
     int64_t env = gemm_min_t_env();
-    if (env ? T >= env : !has_x8(w_dtype) && T >= PAGODA_CPU_GEMM_MIN_T)
+    if (T >= (env ? env : sgemm_min_t(w_dtype)))
         return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
     mm_task m = {
         .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,

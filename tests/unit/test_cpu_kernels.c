@@ -182,6 +182,7 @@ static const mm_case MM_CASES[] = {
     {4, 256, 13}, {8, 256, 13}, {17, 96, 9}, {31, 64, 21}, {24, 320, 11}, {16, 544, 6},
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
     {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
+    {PAGODA_CPU_GEMM_MIN_T_F16 + 3, 64, 5}, /* F16 on dequantize + sgemm too */
 };
 
 static void check_matmul_type(int dtype)
