@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "vecdot.h"
 
 #define ROW(p, stride, r) ((float *)((uint8_t *)(p) + (size_t)(r) * (stride)))
 #define CROW(p, stride, r) ((const float *)((const uint8_t *)(p) + (size_t)(r) * (stride)))
@@ -90,8 +91,7 @@ void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const
             if (L->dtype == PAGODA_DTYPE_F32) {
                 memcpy(dst, src, row * sizeof(float));
             } else {
-                uint16_t *d16 = (uint16_t *)dst;
-                for (size_t j = 0; j < row; j++) d16[j] = pagoda_fp32_to_fp16(src[j]);
+                pagoda_cpu_vecdot()->to_f16(src, (uint16_t *)dst, (int64_t)row);
             }
         }
     }

@@ -217,6 +217,11 @@ void pagoda_cpu_prep_f32_x8(const float *x, size_t x_stride, int nt, int64_t k, 
     }
 }
 
+static void to_f16_scalar(const float *x, uint16_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
+}
+
 GEMM_BY_DOTS(gemm_q8_0_scalar, dot_q8_0_scalar, pagoda_q8a_block)
 GEMM_BY_DOTS(gemm_q4_0_scalar, dot_q4_0_scalar, pagoda_q8a_block)
 GEMM_BY_DOTS(gemm_f16_scalar, dot_f16_scalar, float)
@@ -225,6 +230,7 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .gemm_q8_0 = gemm_q8_0_scalar,
     .gemm_q4_0 = gemm_q4_0_scalar,
     .gemm_f16 = gemm_f16_scalar,
+    .to_f16 = to_f16_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,

@@ -126,6 +126,10 @@ typedef struct pagoda_vecdot_table {
     void (*prep_q4_0)(const pagoda_q8a_block *x, pagoda_q4x_group *y, int64_t nb);
     /* One weight row of k values to F32 (the sgemm path of prefill). */
     void (*dequant)(int dtype, const void *w, float *out, int64_t k);
+    /* n floats to IEEE half, round to nearest even (the KV store); the
+     * AVX2 variant (F16C) gives the same bits as pagoda_fp32_to_fp16 for
+     * every non-NaN input. */
+    void (*to_f16)(const float *x, uint16_t *y, int64_t n);
     /* KV helpers for attention:
      * acc[d] = acc[d] * a + p * v[d] for f16 / f32 v. */
     void (*axpy_f32)(float *acc, float a, float p, const float *v, int64_t n);

@@ -981,6 +981,15 @@ FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *
  * time when there is a single group (n = values per row). */
 GEMM_X8(gemm_f16_x8_avx2, tile_f16_x8, float, n * 8, 1)
 
+static void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
+}
+
 const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .gemm_q8_0 = gemm_q8_0_avx2,
     .gemm_q4_0 = gemm_q4_0_avx2,
@@ -989,6 +998,7 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .gemm_q4_0_x8 = gemm_q4_0_x8_avx2,
     .gemm_f16_x8 = gemm_f16_x8_avx2,
     .gemm_f16 = gemm_f16_avx2,
+    .to_f16 = to_f16_avx2,
     .dequant = dequant_avx2,
     .quant_q8a = quant_q8a_avx2,
     .quant_q8k = quant_q8k_avx2,

@@ -109,6 +109,44 @@ END_TEST
 
 /* ----------------------------------------------------- activation quant */
 
+/* The KV store's F16 conversion: F16C and the scalar reference agree bit
+ * for bit on normal, subnormal, halfway, overflow and signed-zero values. */
+START_TEST(test_to_f16_scalar_equals_avx2)
+{
+    enum { N = 4099 };
+    float *x = xmalloc(sizeof(float) * N);
+    uint16_t *a = xmalloc(2 * N), *b = xmalloc(2 * N);
+    tu_rng r;
+    tu_rng_seed(&r, 7);
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)tu_rng_u64(&r);
+        switch (i % 6) {
+        case 0: x[i] = (tu_rng_uniform(&r) - 0.5f) * 8.0f; break;              /* ordinary */
+        case 1: x[i] = (tu_rng_uniform(&r) - 0.5f) * 1e-5f; break;             /* half subnormals */
+        case 2: x[i] = (float)(int)(bits % 4096) * 0x1p-11f + 0x1p-22f * (float)(bits & 1); break;
+        case 3: x[i] = (tu_rng_uniform(&r) - 0.5f) * 140000.0f; break;         /* overflow to inf */
+        case 4: x[i] = (i & 8) ? -0.0f : 0.0f; break;
+        default: {
+            /* exact halfway between two halves: 11 significant bits + 1 */
+            uint32_t m = (bits & 0x7ffu) | 0x800u;
+            x[i] = ldexpf((float)(2 * m + 1), (int)(bits >> 27) % 20 - 25);
+            break;
+        }
+        }
+    }
+    pagoda_vecdot_scalar.to_f16(x, a, N);
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) {
+        pagoda_vecdot_avx2.to_f16(x, b, N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(a[i] == b[i], "x=%a: scalar %04x, F16C %04x", (double)x[i], a[i], b[i]);
+    }
+    for (int i = 0; i < N; i++) ck_assert_uint_eq(a[i], pagoda_fp32_to_fp16(x[i]));
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_quant_activations_scalar_equals_avx2)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
@@ -655,6 +693,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_threadpool_runs_each_thread_once);
     tcase_add_test(tc, test_threadpool_parts_each_once);
     tcase_add_test(tc, test_quant_activations_scalar_equals_avx2);
+    tcase_add_test(tc, test_to_f16_scalar_equals_avx2);
     tcase_add_test(tc, test_matmul_f32);
     tcase_add_test(tc, test_matmul_f16);
     tcase_add_test(tc, test_matmul_bf16);
