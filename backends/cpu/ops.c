@@ -2,7 +2,8 @@
  * ops.c: the small per-row kernels of the forward pass: RMSNorm, RoPE,
  * SwiGLU, add, KV store and KV block copy. They move a few KB per token,
  * next to megabytes of weights in matmul, so they stay plain C (which gcc
- * vectorizes) and single-threaded.
+ * vectorizes) and single-threaded; the F16 KV store, which gcc does not
+ * vectorize, converts through the vecdot table (F16C).
  * Not for: matmul (matmul.c) or attention (attention.c).
  */
 #include "kernels.h"
