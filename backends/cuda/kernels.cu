@@ -3,7 +3,7 @@
  * (declared in kernels.h). Plain, readable kernels: one CUDA block per row
  * or per (token, head), F32 arithmetic everywhere, weight types decoded
  * per element by load_w<DT>(). This is the only CUDA C++ file, to keep the
- * build short. Not for: validation (backend.c does it) or cuBLAS.
+ * build short. Not for: validation (validate.c, ops.c, matmul.c) or cuBLAS.
  */
 #include "kernels.h"
 
@@ -80,7 +80,7 @@ template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q6_K>(const uin
 }
 
 /* Calls LAUNCH(DT) for the runtime dtype `dt`; unknown types fall out as
- * cudaErrorInvalidValue (backend.c refuses them first). */
+ * cudaErrorInvalidValue (validate.c refuses them first). */
 #define DISPATCH_DTYPE(dt, LAUNCH)                                  \
     switch (dt) {                                                   \
     case PAGODA_DTYPE_F32: LAUNCH(PAGODA_DTYPE_F32); break;         \

@@ -1,11 +1,11 @@
 /*
  * kernels.h: the CUDA kernels of the CUDA backend, as plain C launchers
- * (backend.c is C; kernels.cu is the only CUDA C++ file). Every launcher
+ * (the host files are C; kernels.cu is the only CUDA C++ file). Every launcher
  * enqueues on `stream`, returns cudaGetLastError() of the launch and never
  * synchronizes. Pointers are device pointers; strides are in elements
  * (floats for activations) unless named *_bytes.
- * Not for: argument validation (backend.c checks shapes and ranges at the
- * op boundary) or cuBLAS calls.
+ * Not for: argument validation (ops.c and matmul.c check shapes and ranges
+ * at the op boundary, with validate.c) or cuBLAS calls.
  */
 #ifndef PAGODA_CUDA_KERNELS_H
 #define PAGODA_CUDA_KERNELS_H

@@ -1,0 +1,82 @@
+/*
+ * matmul.c: the CUDA backend's matmul, out[T x N] = x[T x K] * W[N x K]^T
+ * (+ bias), and its choice of path by weight type and token count: cuBLAS
+ * SGEMM for F32 weights, the dequant-GEMV kernel for decode (T <= 8),
+ * cublasGemmEx on F16/BF16 activations for F16/BF16 weights, and chunks of
+ * weights dequantised to F16 for quantised prefill.
+ *
+ * Not for: the kernels (kernels.cu), the other ops (ops.c).
+ */
+#include "cuda_internal.h"
+
+int cuda_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
+                const pagoda_tensor *bias, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *xp, *wp, *op, *bp = NULL;
+    TRY(tensor_at(c, x, "matmul x", PAGODA_DTYPE_F32, &xp));
+    TRY(tensor_at(c, w, "matmul w", -1, &wp));
+    TRY(tensor_at(c, out, "matmul out", PAGODA_DTYPE_F32, &op));
+    int64_t T = x->rows, K = x->cols, N = w->rows;
+    if (w->cols != K || out->rows != T || out->cols != N)
+        return BAD("matmul: x %lld x %lld, w %lld x %lld, out %lld x %lld: expected x [T x K], "
+                   "w [N x K], out [T x N]", (long long)T, (long long)K, (long long)w->rows,
+                   (long long)w->cols, (long long)out->rows, (long long)out->cols);
+    if (bias) {
+        TRY(tensor_at(c, bias, "matmul bias", PAGODA_DTYPE_F32, &bp));
+        if (bias->cols != N || bias->rows < 1)
+            return BAD("matmul: bias is %lld x %lld, expected 1 x %lld", (long long)bias->rows,
+                       (long long)bias->cols, (long long)N);
+    }
+    if (T == 0 || N == 0) return PAGODA_OK;
+    CU(cudaSetDevice(c->device));
+    const float one = 1.0f, zero = 0.0f;
+    const float *xf = (const float *)xp;
+    float *of = (float *)op;
+    int64_t ldx = ld_of(x, 4), ldo = ld_of(out, 4);
+    int dt = w->dtype;
+    bool needs_bias = bp != NULL;
+
+    /* cuBLAS is column-major: out^T [N x T] = w [N x K] * x^T, i.e.
+     * gemm(op(A) = W^T as stored, B = x as stored). */
+    if (dt == PAGODA_DTYPE_F32) {
+        int ldw = (int)ld_of(w, 4);
+        BL(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one,
+                       (const float *)wp, ldw, xf, (int)ldx, &zero, of, (int)ldo));
+    } else if (T <= PAGODA_CUDA_GEMV_MAX_T) {
+        /* Decode: read each weight once, F32 activations, fused bias. */
+        CU(pcu_gemv(c->stream, xf, ldx, (int32_t)T, wp, w->row_stride ? w->row_stride
+                    : pagoda_dtype_row_bytes(dt, K), dt, N, K, (const float *)bp, of, ldo));
+        needs_bias = false;
+    } else if (dt == PAGODA_DTYPE_F16 || dt == PAGODA_DTYPE_BF16) {
+        int bf = dt == PAGODA_DTYPE_BF16;
+        cudaDataType ty = bf ? CUDA_R_16BF : CUDA_R_16F;
+        void *xh;
+        TRY(workspace(c, (size_t)T * (size_t)K * 2, &xh));
+        CU(pcu_f32_to_half(c->stream, xf, ldx, T, K, bf, xh));
+        BL(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, wp, ty,
+                        (int)ld_of(w, 2), xh, ty, (int)K, &zero, of, CUDA_R_32F, (int)ldo,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        /* Quantised weights, a prefill: dequantise chunks of rows to F16
+         * and run F16 x F16 -> F32 GEMMs on them. */
+        size_t xh_bytes = ((size_t)T * (size_t)K * 2 + 255) & ~(size_t)255;
+        int64_t chunk = (int64_t)(DEQUANT_CHUNK_BYTES / ((size_t)K * 2));
+        if (chunk < 1) chunk = 1;
+        if (chunk > N) chunk = N;
+        void *ws;
+        TRY(workspace(c, xh_bytes + (size_t)chunk * (size_t)K * 2, &ws));
+        void *xh = ws, *wh = (uint8_t *)ws + xh_bytes;
+        CU(pcu_f32_to_half(c->stream, xf, ldx, T, K, 0, xh));
+        for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+            int64_t nc = N - n0 < chunk ? N - n0 : chunk;
+            CU(pcu_dequant_f16(c->stream, wp + (size_t)n0 * w->row_stride, w->row_stride, dt, nc,
+                               K, wh));
+            BL(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nc, (int)T, (int)K, &one, wh,
+                            CUDA_R_16F, (int)K, xh, CUDA_R_16F, (int)K, &zero, of + n0,
+                            CUDA_R_32F, (int)ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+    }
+    if (needs_bias) CU(pcu_add_bias(c->stream, of, ldo, T, N, (const float *)bp));
+    return PAGODA_OK;
+}
