@@ -1,0 +1,139 @@
+/*
+ * engine_internal.h: what the engine's files share among themselves: the
+ * engine struct, the per-request sequence, and the few functions one file
+ * calls in another. Threading: submit() and cancel() may be called from any
+ * thread; they only touch the inbox under the lock. One engine thread owns
+ * everything else: the sequence list, the scheduler and KV policies, the
+ * forward pass and the samplers. Callbacks run on the engine thread without
+ * the lock held.
+ *   engine.c         the engine's life (create, start, stop, free), the
+ *                    engine thread's loop, the [any thread] views
+ *   engine_submit.c  request intake: defaults, validation, tokenizing,
+ *                    the inbox and the cancel list
+ *   engine_step.c    one step: the scheduler's environment, the flattened
+ *                    batch, the forward pass, sampling
+ *   engine_events.c  what a request hears: TOKEN events with stop-string
+ *                    hold-back, the FINAL with usage and timings, and the
+ *                    sequence's removal after it
+ * Not for: anything outside core/engine*.c; the public API is engine.h.
+ */
+#ifndef PAGODA_ENGINE_INTERNAL_H
+#define PAGODA_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "engine.h"
+#include "sampler.h"
+
+#define ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+typedef struct seq {
+    pagoda_sched_seq s;          /* what the scheduler sees; s.id is the request id */
+    struct seq *next;            /* inbox / list link */
+    pagoda_event_cb cb;
+    void *user;
+    int32_t *tokens;             /* prompt + generated, [cap] */
+    int32_t cap;
+    int32_t max_new;             /* max_tokens after clamping */
+    int32_t n_cached_first;      /* prefix-cache hit at first admission */
+    bool admitted_once;
+    bool ignore_eos;
+    int32_t logprobs;
+    char **stop;
+    int32_t n_stop;
+    size_t max_stop_len;
+    int32_t *stop_ids;
+    int32_t n_stop_ids;
+    char *cache_salt;
+    pagoda_sampler *sampler;
+    char *out;                   /* every output byte so far */
+    size_t out_len, out_cap, emitted;
+    double t_arrival, t_scheduled, t_first, t_last;
+    bool cancelled;
+    bool finished;
+} seq;
+
+struct pagoda_engine {
+    pagoda_model *model;
+    pagoda_backend *be;
+    pagoda_scheduler *sched;
+    pagoda_kvcache *kv;
+    pagoda_engine_opts opts;
+    pagoda_forward fw;
+    struct pagoda_metrics *metrics;
+    int32_t max_num_seqs, max_batched_tokens;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* inbox or cancels changed, or stop */
+    pthread_cond_t idle_cv;      /* nothing queued or running */
+    pthread_t thread;
+    bool started, stopping, stopped;
+    seq *inbox_head, *inbox_tail;
+    int32_t n_inbox;
+    uint64_t *cancels;
+    int32_t n_cancels, cap_cancels;
+    uint64_t next_id, next_arrival;
+    int32_t n_live;              /* inbox + seqs, for wait_idle and max_queue */
+    int32_t n_waiting_pub, n_running_pub;
+    pagoda_kv_stats kv_pub;      /* the KV policy's stats as of the last step */
+
+    /* engine thread only */
+    seq **seqs;                  /* live sequences, arrival order */
+    int32_t n_seqs, cap_seqs;
+    seq **running;               /* admission order */
+    int32_t n_running;
+    /* per-step scratch */
+    int32_t *b_tokens, *b_pos, *b_slots, *logit_rows;
+    pagoda_seq_view *views;
+    seq **plan_seq;
+    int32_t *plan_n;
+    int32_t n_plan;
+    float *logits;
+    int32_t *top_ids;
+    float *top_lp;
+    uint64_t step_no;
+    void (*step_hook)(void *, pagoda_engine *);
+    void *step_user;
+
+    /* counters (under mu) */
+    int64_t prompt_tokens_total, generation_tokens_total, finished_total, preemptions_total;
+    int64_t invariant_failures;
+};
+
+static inline double engine_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* [any thread] Free a sequence and everything it owns (NULL is fine).
+ * engine_submit.c */
+void engine_seq_free(seq *q);
+/* [engine thread] Move arrivals from the inbox to the sequence list and
+ * tell the scheduler. Called with mu held; returns with it held.
+ * engine_submit.c */
+void engine_take_inbox(pagoda_engine *e);
+
+/* [engine thread] The live sequence with this id, or NULL. engine_step.c */
+seq *engine_find_seq(pagoda_engine *e, uint64_t id);
+/* Take q out of an ordered list of sequences. engine_step.c */
+void engine_drop_seq(seq **arr, int32_t *n, const seq *q);
+/* [engine thread] One step: schedule, run, sample. Returns false when
+ * there was nothing to do. engine_step.c */
+bool engine_step(pagoda_engine *e);
+
+/* [engine thread] Send a TOKEN event carrying q's output up to byte upto.
+ * engine_events.c */
+void engine_emit_text(pagoda_engine *e, seq *q, size_t upto, int32_t token, float logprob,
+                      int32_t n_top);
+/* [engine thread] Append a sampled token's text and stream what is safe;
+ * true when a stop string ended the sequence. engine_events.c */
+bool engine_push_text(pagoda_engine *e, seq *q, int32_t token, float logprob, int32_t n_top);
+/* [engine thread] Send the FINAL, release q's KV, drop it from the lists
+ * and free it. engine_events.c */
+void engine_finish_and_remove(pagoda_engine *e, seq *q, int reason, const char *error);
+
+#endif /* PAGODA_ENGINE_INTERNAL_H */

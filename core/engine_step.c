@@ -1,0 +1,293 @@
+/*
+ * engine_step.c: one engine step, on the engine thread: the environment
+ * the scheduler policy plans through (admit, grow, preempt, plan, backed by
+ * the KV policy), the flattened batch built from the plan, the forward
+ * pass, and sampling each sequence that reached its end, with the stop
+ * token and length checks. Not for: stop strings and the events a request
+ * hears (engine_events.c), the loop that calls a step (engine.c), or the
+ * math (forward.c).
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "tokenizer.h"
+
+seq *engine_find_seq(pagoda_engine *e, uint64_t id)
+{
+    for (int32_t i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i]->s.id == id) return e->seqs[i];
+    return NULL;
+}
+
+static int env_admit(void *opaque, uint64_t id)
+{
+    pagoda_engine *e = opaque;
+    seq *q = engine_find_seq(e, id);
+    if (!q || q->s.state != PAGODA_SEQ_WAITING) return PAGODA_ERR_STATE;
+    pagoda_kv_seq ks = {.id = id, .tokens = q->tokens, .n_tokens = q->s.n_tokens,
+                        .max_total = q->s.max_total, .cache_salt = q->cache_salt};
+    int32_t cached = 0;
+    int st = e->kv->ops.admit(e->kv->ctx, &ks, &cached);
+    if (st) return st;
+    if (cached < 0 || cached >= q->s.n_tokens) cached = 0;
+    q->s.state = PAGODA_SEQ_RUNNING;
+    q->s.n_computed = cached;
+    if (!q->admitted_once) {
+        q->admitted_once = true;
+        q->n_cached_first = cached < q->s.n_prompt ? cached : q->s.n_prompt;
+    }
+    e->running[e->n_running++] = q;
+    return PAGODA_OK;
+}
+
+static int env_grow(void *opaque, uint64_t id, int32_t n_total)
+{
+    pagoda_engine *e = opaque;
+    seq *q = engine_find_seq(e, id);
+    if (!q || q->s.state != PAGODA_SEQ_RUNNING) return PAGODA_ERR_STATE;
+    if (n_total > q->s.n_tokens) n_total = q->s.n_tokens;
+    return e->kv->ops.grow(e->kv->ctx, id, n_total);
+}
+
+/* Takes q out of arr[0..*n), keeping the order (admission order matters
+ * to the schedulers); nothing when q is not there. */
+void engine_drop_seq(seq **arr, int32_t *n, const seq *q)
+{
+    for (int32_t i = 0; i < *n; i++) {
+        if (arr[i] != q) continue;
+        memmove(&arr[i], &arr[i + 1], sizeof(seq *) * (size_t)(*n - i - 1));
+        (*n)--;
+        return;
+    }
+}
+
+/* Takes entry i out of the step's plan, keeping the order. */
+static void drop_plan_entry(pagoda_engine *e, int32_t i)
+{
+    memmove(&e->plan_seq[i], &e->plan_seq[i + 1], sizeof(seq *) * (size_t)(e->n_plan - i - 1));
+    memmove(&e->plan_n[i], &e->plan_n[i + 1], sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
+    e->n_plan--;
+}
+
+static int env_preempt(void *opaque, uint64_t id)
+{
+    pagoda_engine *e = opaque;
+    seq *q = engine_find_seq(e, id);
+    if (!q || q->s.state != PAGODA_SEQ_RUNNING) return PAGODA_ERR_STATE;
+    e->kv->ops.release(e->kv->ctx, id);
+    q->s.state = PAGODA_SEQ_WAITING;
+    q->s.n_computed = 0;
+    q->s.n_preemptions++;
+    engine_drop_seq(e->running, &e->n_running, q);
+    /* a planned entry for it is dropped */
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        if (e->plan_seq[i] == q) {
+            drop_plan_entry(e, i);
+            break;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->preemptions_total++;
+    pthread_mutex_unlock(&e->mu);
+    if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_PREEMPTIONS, 1);
+    return PAGODA_OK;
+}
+
+static int32_t env_blocks_needed(void *opaque, uint64_t id)
+{
+    pagoda_engine *e = opaque;
+    seq *q = engine_find_seq(e, id);
+    if (!q) return 0;
+    pagoda_kv_seq ks = {.id = id, .tokens = q->tokens, .n_tokens = q->s.n_tokens,
+                        .max_total = q->s.max_total, .cache_salt = q->cache_salt};
+    if (e->kv->ops.blocks_needed) return e->kv->ops.blocks_needed(e->kv->ctx, &ks);
+    return (q->s.n_tokens + e->opts.block_size - 1) / e->opts.block_size;
+}
+
+static int32_t env_free_blocks(void *opaque)
+{
+    pagoda_engine *e = opaque;
+    pagoda_kv_stats st = {.struct_size = sizeof st};
+    e->kv->ops.stats(e->kv->ctx, &st);
+    return (int32_t)(st.free_blocks + st.cached_blocks);
+}
+
+static int env_plan(void *opaque, uint64_t id, int32_t n_tokens)
+{
+    pagoda_engine *e = opaque;
+    seq *q = engine_find_seq(e, id);
+    if (!q || q->s.state != PAGODA_SEQ_RUNNING || n_tokens < 1 ||
+        q->s.n_computed + n_tokens > q->s.n_tokens)
+        return PAGODA_ERR_INVALID;
+    int32_t total = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        if (e->plan_seq[i] == q) return PAGODA_ERR_INVALID;
+        total += e->plan_n[i];
+    }
+    if (e->n_plan >= e->max_num_seqs || total + n_tokens > e->max_batched_tokens)
+        return PAGODA_ERR_NOSPACE;
+    e->plan_seq[e->n_plan] = q;
+    e->plan_n[e->n_plan] = n_tokens;
+    e->n_plan++;
+    return PAGODA_OK;
+}
+
+static bool is_stop_token(const pagoda_engine *e, const seq *q, int32_t tok)
+{
+    for (int32_t i = 0; i < q->n_stop_ids; i++)
+        if (q->stop_ids[i] == tok) return true;
+    return !q->ignore_eos && pagoda_tokenizer_is_eog(e->model->tok, tok);
+}
+
+/* One step: schedule, run, sample. Returns false when there was nothing to do. */
+bool engine_step(pagoda_engine *e)
+{
+    char err[512];
+    int32_t n_wait = 0;
+    seq **waiting = malloc(sizeof(seq *) * (size_t)(e->n_seqs ? e->n_seqs : 1));
+    if (!waiting) return false;
+    for (int32_t i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i]->s.state == PAGODA_SEQ_WAITING) waiting[n_wait++] = e->seqs[i];
+    seq **running = malloc(sizeof(seq *) * (size_t)(e->n_running ? e->n_running : 1));
+    if (!running) { free(waiting); return false; }
+    if (e->n_running) memcpy(running, e->running, sizeof(seq *) * (size_t)e->n_running);
+    pagoda_sched_env env = {
+        .struct_size = sizeof env, .opaque = e,
+        .waiting = (pagoda_sched_seq *const *)waiting, .n_waiting = n_wait,
+        .running = (pagoda_sched_seq *const *)running, .n_running = e->n_running,
+        .block_size = e->opts.block_size,
+        .admit = env_admit, .grow = env_grow, .preempt = env_preempt,
+        .blocks_needed = env_blocks_needed, .free_blocks = env_free_blocks, .plan = env_plan,
+        .max_seq_len = e->opts.max_seq_len,
+    };
+    e->n_plan = 0;
+    int st = e->sched->ops.schedule(e->sched->ctx, &env);
+    free(running);
+    if (st) {
+        pagoda_log(PAGODA_LOG_ERROR, "scheduler %s failed: %s", e->sched->name, pagoda_status_str(st));
+        free(waiting);
+        return false;
+    }
+    if (e->n_plan == 0) {
+        /* Nothing runs. If nothing holds KV either, the waiting head can never
+         * fit: fail it rather than spin. */
+        bool any = e->n_running > 0;
+        if (!any && n_wait > 0) {
+            seq *q = waiting[0];
+            int32_t need = env_blocks_needed(e, q->s.id);
+            snprintf(err, sizeof err, "the request needs %d KV blocks of %d tokens but the pool "
+                     "has %d blocks in all (raise kv_cache_tokens or memory_budget)", need,
+                     e->opts.block_size, e->opts.n_blocks);
+            free(waiting);
+            engine_finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
+            return true;
+        }
+        free(waiting);
+        return false;
+    }
+    free(waiting);
+
+    /* build the flattened batch */
+    int32_t T = 0, n_logits = 0;
+    double t = engine_now_s();
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        seq *q = e->plan_seq[i];
+        if (q->t_scheduled == 0) {
+            q->t_scheduled = t;
+            if (e->metrics) pagoda_metrics_observe(e->metrics, PAGODA_HIST_QUEUE, t - q->t_arrival);
+        }
+        const int32_t *table = NULL;
+        int32_t nb = 0;
+        e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb);
+        int32_t n = e->plan_n[i], start = q->s.n_computed;
+        if ((int64_t)nb * e->opts.block_size < start + n) {
+            snprintf(err, sizeof err, "internal: KV policy %s gave %d blocks for %d tokens",
+                     e->kv->name, nb, start + n);
+            pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+            /* drop it from the plan and end it */
+            drop_plan_entry(e, i);
+            i--;
+            engine_finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
+            continue;
+        }
+        e->views[i] = (pagoda_seq_view){.q_start = T, .n_q = n, .ctx_len = start + n,
+                                        .n_blocks = nb, .block_table = table};
+        for (int32_t j = 0; j < n; j++) {
+            int32_t pos = start + j;
+            e->b_tokens[T + j] = q->tokens[pos];
+            e->b_pos[T + j] = pos;
+            e->b_slots[T + j] = table[pos / e->opts.block_size] * e->opts.block_size +
+                                pos % e->opts.block_size;
+        }
+        T += n;
+        if (start + n == q->s.n_tokens) e->logit_rows[n_logits++] = T - 1;
+    }
+    if (e->n_plan == 0) return true;
+    /* step_no is read by stats on other threads */
+    uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
+    pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
+                          .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
+                          .seqs = e->views};
+    st = pagoda_forward_run(&e->fw, &batch, e->logit_rows, n_logits, e->logits, err, sizeof err);
+    if (st) {
+        pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
+        int32_t np = e->n_plan;
+        seq *failed[np > 0 ? np : 1];
+        memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
+        for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
+        return true;
+    }
+
+    /* advance, sample, stream */
+    int32_t li = 0;
+    int32_t np = e->n_plan;
+    seq *done[np > 0 ? np : 1];
+    int done_reason[np > 0 ? np : 1];
+    int32_t n_done = 0;
+    t = engine_now_s();
+    for (int32_t i = 0; i < np; i++) {
+        seq *q = e->plan_seq[i];
+        q->s.n_computed += e->plan_n[i];
+        if (e->kv->ops.commit)
+            e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
+        if (q->s.n_computed != q->s.n_tokens) continue;
+        float *lg = e->logits + (size_t)li++ * (size_t)e->model->hp.n_vocab;
+        if (q->cancelled) continue;
+        float lp = 0;
+        int32_t n_top = q->logprobs > 0 ? q->logprobs : 0;
+        int32_t tok = pagoda_sampler_sample(q->sampler, lg, q->logprobs >= 0 ? &lp : NULL, n_top,
+                                            e->top_ids, e->top_lp);
+        pagoda_sampler_accept(q->sampler, tok, false);
+        q->tokens[q->s.n_tokens++] = tok;
+        if (q->t_first == 0) {
+            q->t_first = t;
+            if (e->metrics) pagoda_metrics_observe(e->metrics, PAGODA_HIST_TTFT, t - q->t_arrival);
+        } else if (e->metrics) {
+            pagoda_metrics_observe(e->metrics, PAGODA_HIST_ITL, t - q->t_last);
+        }
+        q->t_last = t;
+        pthread_mutex_lock(&e->mu);
+        e->generation_tokens_total++;
+        pthread_mutex_unlock(&e->mu);
+        if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_GENERATION_TOKENS, 1);
+        int reason = PAGODA_FINISH_NONE;
+        if (is_stop_token(e, q, tok)) {
+            reason = PAGODA_FINISH_STOP;
+            engine_emit_text(e, q, q->emitted, tok, lp, n_top); /* the token, no text */
+        } else if (engine_push_text(e, q, tok, lp, n_top)) {
+            reason = PAGODA_FINISH_STOP;
+        } else if (q->s.n_tokens - q->s.n_prompt >= q->max_new || q->s.n_tokens >= e->opts.max_seq_len) {
+            reason = PAGODA_FINISH_LENGTH;
+        }
+        if (reason) {
+            done[n_done] = q;
+            done_reason[n_done++] = reason;
+        }
+    }
+    for (int32_t i = 0; i < n_done; i++) engine_finish_and_remove(e, done[i], done_reason[i], NULL);
+    return true;
+}
