@@ -1,0 +1,242 @@
+/*
+ * vecdot_x8_avx2.c: the tokens-in-lanes kernels of the AVX2 table
+ * (vecdot.h gemm_q8_0_x8 / gemm_q4_0_x8 / gemm_f16_x8): batched decode and
+ * Q8_0/Q4_0 prefill, eight tokens in the eight lanes of a register.
+ * Compiled with AVX2 + FMA + F16C by file name; called only after CPUID
+ * says so. Not for: the per-row dots and small tiles (vecdot_avx2.c).
+ */
+#include "vecdot.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <string.h>
+
+#include "vecdot_avx2.h"
+
+/* ------------------------------------------------- tokens in lanes (x8)
+ * Batched decode and small prefills: eight tokens share every instruction.
+ * The activations are interleaved (pagoda_q8x8_block: 4-byte group g of
+ * token t in lane t), a weight row's four bytes are broadcast, and one
+ * maddubs multiplies them with the same four positions of all eight
+ * tokens. Per 32 multiply-adds that is sign + maddubs + madd + add for
+ * Q8_0 (the 2 x 4 tiles above: sign + maddubs + madd + convert + multiply
+ * + FMA, and a horizontal sum per output), and for Q4_0 maddubs + add
+ * (16-bit sums of 8 groups stay below 2^15: 8 x 2 x 15 x 127 = 30480) with
+ * the nibble unpack shared by the tile's token groups. Measured on this
+ * AMD EPYC (Zen 3, one core, K = 768, T = 16): Q8_0 ~100 GFLOP/s against
+ * ~60 for the 2 x 4 tiles. */
+#define PRAGMA_(x) _Pragma(#x)
+#define UNROLL(n) PRAGMA_(GCC unroll n)
+
+static inline __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static inline __m256 bcast_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)*p));
+}
+
+/* Lane t of acc to out[t][0] for the nt real tokens. */
+static inline void store_x8(__m256 acc, int nt, float *out, size_t os)
+{
+    float tmp[8];
+    _mm256_storeu_ps(tmp, acc);
+    for (int t = 0; t < nt; t++) *(float *)((uint8_t *)out + t * os) = tmp[t];
+}
+
+FORCE_INLINE void tile_q8_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x,
+                               int nt, int64_t nb, float *out, size_t os)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+    UNROLL(8) for (int r = 0; r < RB; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pagoda_q8x8_block *xb = &x[b];
+        __m256i ia[8];
+        UNROLL(8) for (int r = 0; r < RB; r++) {
+            ia[r] = _mm256_setzero_si256();
+            /* The same place in the next tile's rows (a row is a few
+             * hundred bytes: too short a stream for the hardware
+             * prefetcher; 8 tokens, 110M: 30 -> see docs/backend-cpu.md). */
+            _mm_prefetch((const char *)((const pagoda_blk_q8_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
+        }
+        UNROLL(2) for (int g = 0; g < 8; g++) {
+            __m256i xv = _mm256_load_si256((const __m256i *)xb->qs[g]);
+            __m256i ax = _mm256_sign_epi8(xv, xv);
+            UNROLL(8) for (int r = 0; r < RB; r++) {
+                const pagoda_blk_q8_0 *wb = (const pagoda_blk_q8_0 *)(w + r * ws) + b;
+                __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(bcast4(wb->qs + 4 * g), xv));
+                ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(p, ones));
+            }
+        }
+        __m256 dx = _mm256_load_ps(xb->d);
+        UNROLL(8) for (int r = 0; r < RB; r++) {
+            const pagoda_blk_q8_0 *wb = (const pagoda_blk_q8_0 *)(w + r * ws) + b;
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, bcast_f16(&wb->d)), _mm256_cvtepi32_ps(ia[r]), acc[r]);
+        }
+    }
+    UNROLL(8) for (int r = 0; r < RB; r++) store_x8(acc[r], nt, out + r, os);
+}
+
+void pagoda_cpu_gemm_q8_0_x8_avx2(const void *wv, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                              int64_t T, int64_t nb, float *out, size_t os)
+{
+    const uint8_t *w = wv;
+    for (int64_t r = 0; r < nr;) {
+        int rb = nr - r >= 4 ? 4 : 1;
+        for (int64_t t = 0; t < T; t += 8) {
+            int nt = T - t < 8 ? (int)(T - t) : 8;
+            const pagoda_q8x8_block *xg = x + (t / 8) * nb;
+            float *o = (float *)((uint8_t *)out + t * os) + r;
+            if (rb == 4)
+                tile_q8_0_x8(w + r * ws, ws, 4, xg, nt, nb, o, os);
+            else
+                tile_q8_0_x8(w + r * ws, ws, 1, xg, nt, nb, o, os);
+        }
+        r += rb;
+    }
+}
+
+/* RB rows x NO token groups (x0, x1: nb blocks each; nt0, nt1 real tokens). */
+FORCE_INLINE void tile_q4_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x0,
+                               const pagoda_q8x8_block *x1, int NO, int nt0, int nt1, int64_t nb,
+                               float *out, size_t os)
+{
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+    const pagoda_q8x8_block *xs[2] = {x0, x1};
+    __m256 acc[8][2];  /* RB <= 8 (GEMM_X8 never asks 8 of this tile) */
+    UNROLL(4) for (int r = 0; r < RB; r++)
+        UNROLL(2) for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i i16[8][2];
+        UNROLL(4) for (int r = 0; r < RB; r++) {
+            UNROLL(2) for (int o = 0; o < NO; o++) i16[r][o] = _mm256_setzero_si256();
+            _mm_prefetch((const char *)((const pagoda_blk_q4_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
+        }
+        UNROLL(4) for (int g = 0; g < 4; g++) {
+            UNROLL(4) for (int r = 0; r < RB; r++) {
+                const pagoda_blk_q4_0 *wb = (const pagoda_blk_q4_0 *)(w + r * ws) + b;
+                __m256i v = bcast4((const int8_t *)wb->qs + 4 * g);
+                __m256i lo = _mm256_and_si256(v, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                UNROLL(2) for (int o = 0; o < NO; o++) {
+                    const pagoda_q8x8_block *xb = &xs[o][b];
+                    __m256i s = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xb->qs[g])),
+                        _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)xb->qs[g + 4])));
+                    i16[r][o] = _mm256_add_epi16(i16[r][o], s);
+                }
+            }
+        }
+        UNROLL(4) for (int r = 0; r < RB; r++) {
+            const pagoda_blk_q4_0 *wb = (const pagoda_blk_q4_0 *)(w + r * ws) + b;
+            __m256 dw = bcast_f16(&wb->d);
+            UNROLL(2) for (int o = 0; o < NO; o++) {
+                const pagoda_q8x8_block *xb = &xs[o][b];
+                __m256i ia = _mm256_sub_epi32(_mm256_madd_epi16(i16[r][o], ones),
+                                              _mm256_load_si256((const __m256i *)xb->s8));
+                acc[r][o] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_load_ps(xb->d)),
+                                            _mm256_cvtepi32_ps(ia), acc[r][o]);
+            }
+        }
+    }
+    UNROLL(4) for (int r = 0; r < RB; r++) {
+        store_x8(acc[r][0], nt0, out + r, os);
+        if (NO > 1) store_x8(acc[r][1], nt1, (float *)((uint8_t *)out + 8 * os) + r, os);
+    }
+}
+
+/* Walk rows x token groups for a tile(w, ws, RB, x0, x1, NO, nt0, nt1, n,
+ * out, os) of 8 / 4 / 1 rows against 2 / 1 token groups: rows 8 at a
+ * time only where there is a single group (ROWS8), else 4, then 1; groups
+ * 2 at a time (the row work shared by 16 tokens), then 1. XG: the x
+ * elements of one token group. */
+#define GEMM_X8(name, tile, xtype, XG, ROWS8)                                                    \
+    void name(const void *wv, size_t ws, int64_t nr, const xtype *x, int64_t T, int64_t n, \
+                     float *out, size_t os)                                                       \
+    {                                                                                             \
+        const uint8_t *w = wv;                                                                    \
+        for (int64_t r = 0; r < nr;) {                                                            \
+            int rb = (ROWS8) && T <= 8 && nr - r >= 8 ? 8 : nr - r >= 4 ? 4 : 1;                  \
+            for (int64_t t = 0; t < T;) {                                                         \
+                int nt0 = T - t < 8 ? (int)(T - t) : 8;                                           \
+                int nt1 = T - t - 8 <= 0 ? 0 : T - t - 8 < 8 ? (int)(T - t - 8) : 8;              \
+                const xtype *x0 = x + (t / 8) * (XG), *x1 = x0 + (XG);                            \
+                float *o = (float *)((uint8_t *)out + t * os) + r;                                \
+                const uint8_t *wr = w + r * ws;                                                   \
+                if (rb == 8)                                                                      \
+                    tile(wr, ws, 8, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                else if (rb == 4 && nt1)                                                          \
+                    tile(wr, ws, 4, x0, x1, 2, nt0, nt1, n, o, os);                               \
+                else if (rb == 4)                                                                 \
+                    tile(wr, ws, 4, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                else if (nt1)                                                                     \
+                    tile(wr, ws, 1, x0, x1, 2, nt0, nt1, n, o, os);                               \
+                else                                                                              \
+                    tile(wr, ws, 1, x0, x0, 1, nt0, 0, n, o, os);                                 \
+                t += nt1 ? 16 : 8;                                                                \
+            }                                                                                     \
+            r += rb;                                                                              \
+        }                                                                                         \
+    }
+
+/* Q4_0: the nibble unpack of a row's bytes serves 16 tokens (n = blocks). */
+GEMM_X8(pagoda_cpu_gemm_q4_0_x8_avx2, tile_q4_0_x8, pagoda_q8x8_block, n, 0)
+
+/* F16 weights x eight tokens in lanes: x transposed per group of eight
+ * (xt[k][t], one register per k), a tile's weight rows converted to F32
+ * once per K chunk into a small buffer, then per k one broadcast from that
+ * buffer per row and one FMA per row and token group: FMA-bound (8 values
+ * per FMA) where the 4 x 2 tiles above spend a load of x per two FMAs and
+ * a horizontal sum per output. */
+#define F16X8_KC 256
+
+FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *x0, const float *x1,
+                              int NO, int nt0, int nt1, int64_t k, float *out, size_t os)
+{
+    float buf[8][F16X8_KC] __attribute__((aligned(32)));
+    __m256 acc[8][2];
+    UNROLL(8) for (int r = 0; r < RB; r++)
+        UNROLL(2) for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
+    for (int64_t k0 = 0; k0 < k; k0 += F16X8_KC) {
+        int kc = k - k0 < F16X8_KC ? (int)(k - k0) : F16X8_KC;
+        UNROLL(8) for (int r = 0; r < RB; r++) {
+            const uint16_t *wr = (const uint16_t *)(w + r * ws) + k0;
+            int i = 0;
+            /* The same place in the next tile's rows, as the int8 tiles. */
+            for (; i + 32 <= kc; i += 32) {
+                _mm_prefetch((const char *)(wr + i) + RB * ws, _MM_HINT_T0);
+                _mm256_store_ps(&buf[r][i], load_f16(wr + i));
+                _mm256_store_ps(&buf[r][i + 8], load_f16(wr + i + 8));
+                _mm256_store_ps(&buf[r][i + 16], load_f16(wr + i + 16));
+                _mm256_store_ps(&buf[r][i + 24], load_f16(wr + i + 24));
+            }
+            for (; i + 8 <= kc; i += 8) _mm256_store_ps(&buf[r][i], load_f16(wr + i));
+            for (; i < kc; i++) buf[r][i] = f16(wr[i]);
+        }
+        const float *xa = x0 + k0 * 8, *xb = x1 + k0 * 8;
+        for (int i = 0; i < kc; i++) {
+            __m256 xv0 = _mm256_load_ps(xa + i * 8);
+            __m256 xv1 = NO > 1 ? _mm256_load_ps(xb + i * 8) : xv0;
+            UNROLL(8) for (int r = 0; r < RB; r++) {
+                __m256 b = _mm256_broadcast_ss(&buf[r][i]);
+                acc[r][0] = _mm256_fmadd_ps(b, xv0, acc[r][0]);
+                if (NO > 1) acc[r][1] = _mm256_fmadd_ps(b, xv1, acc[r][1]);
+            }
+        }
+    }
+    UNROLL(8) for (int r = 0; r < RB; r++) {
+        store_x8(acc[r][0], nt0, out + r, os);
+        if (NO > 1) store_x8(acc[r][1], nt1, (float *)((uint8_t *)out + 8 * os) + r, os);
+    }
+}
+
+/* F16: rows 4 at a time against pairs of token groups (8 accumulators:
+ * enough FMA chains in flight for two FMAs a cycle at latency 4), 8 at a
+ * time when there is a single group (n = values per row). */
+GEMM_X8(pagoda_cpu_gemm_f16_x8_avx2, tile_f16_x8, float, n * 8, 1)
+
+#endif
