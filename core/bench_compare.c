@@ -157,8 +157,12 @@ int bench_do_compare(const bench_opts *o, roofline *rf)
         bench_print_results(stdout, r, n);
         double tr = bench_ratio(r[0].gen_tps, r[1].gen_tps);
         printf("continuous / static: throughput %.2fx (target >= 2x), p99 e2e latency %.0f vs %.0f ms "
-               "(%.2fx lower), p99 TTFT %.0f vs %.0f ms\n", tr, r[0].e2e.p99, r[1].e2e.p99,
-               bench_ratio(r[1].e2e.p99, r[0].e2e.p99), r[0].ttft.p99, r[1].ttft.p99);
+               "(%.2fx lower), p99 TTFT %.0f vs %.0f ms; seats busy %.1f vs %.1f (%.2fx), "
+               "decode step p50 %.1f vs %.1f ms\n", tr, r[0].e2e.p99, r[1].e2e.p99,
+               bench_ratio(r[1].e2e.p99, r[0].e2e.p99), r[0].ttft.p99, r[1].ttft.p99,
+               r[0].running_mean, r[1].running_mean, bench_ratio(r[0].running_mean, r[1].running_mean),
+               r[0].itl.p50, r[1].itl.p50);
+        json_object_set_new(head, "occupancy_ratio", json_real(bench_ratio(r[0].running_mean, r[1].running_mean)));
         json_object_set_new(head, "throughput_ratio", json_real(tr));
         json_object_set_new(head, "p99_e2e_ratio", json_real(bench_ratio(r[1].e2e.p99, r[0].e2e.p99)));
     } else if (strcmp(name, "kv") == 0) {
