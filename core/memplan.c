@@ -181,11 +181,18 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= addu(&act, logits);
     p->act_bytes = act;
 
-    /* --- workspace: activations quantized for integer dot products (about
-     * one byte a value, widest row max(dim, ffn)), and attention scores for
-     * one query token of every running sequence over all heads. */
-    uint64_t qs = (uint64_t)p->max_batched_tokens;
+    /* --- workspace: the matmul's scratch, sized for its widest input row
+     * W = max(dim, ffn) and the larger of (max_batched_tokens + 8) and 264
+     * rows at 4 bytes a value: the CPU backend holds either the int8
+     * blocks plus their 8-token interleave (2.5 bytes a value, rows rounded
+     * up to 8), or F16's tokens-in-lanes F32 copy (4 bytes, below 256
+     * rows), or a 256-row F32 weight tile for sgemm; and attention scores
+     * for one query token of every running sequence over all heads. */
+    uint64_t rows = (uint64_t)p->max_batched_tokens + 8;
+    if (rows < 264) rows = 264;
+    uint64_t qs = rows;
     ok &= mulu(&qs, (uint64_t)(p->dim > p->ffn ? p->dim : p->ffn));
+    ok &= mulu(&qs, 4);
     p->qscratch_bytes = qs;
     uint64_t as = (uint64_t)p->max_num_seqs;
     ok &= mulu(&as, (uint64_t)p->n_heads);

@@ -54,8 +54,9 @@ typedef struct pagoda_memplan {
     uint64_t act_floats_per_token;
     uint64_t act_bytes;                             /* includes logits_bytes */
     uint64_t logits_bytes;
-    /* Workspace: quantized activations (max_batched_tokens x max(dim, ffn)
-     * bytes) and attention scores (max_num_seqs x heads x max_seq_len f32). */
+    /* Workspace: the matmul scratch (max(max_batched_tokens + 8, 264) x
+     * max(dim, ffn) x 4 bytes) and attention scores (max_num_seqs x heads x
+     * max_seq_len f32). */
     uint64_t qscratch_bytes, att_scratch_bytes, workspace_bytes;
     uint64_t overhead_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead */

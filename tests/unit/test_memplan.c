@@ -52,8 +52,8 @@ START_TEST(stories_plan)
     ck_assert_uint_eq(p.act_floats_per_token, 728);
     ck_assert_uint_eq(p.logits_bytes, 16 * 512 * 4);
     ck_assert_uint_eq(p.act_bytes, 512ull * 728 * 4 + 16 * 512 * 4);
-    /* Workspace: 512 x max(64, 172) bytes + 16 seqs x 8 heads x 512 x 4. */
-    ck_assert_uint_eq(p.workspace_bytes, 512ull * 172 + 16ull * 8 * 512 * 4);
+    /* Workspace: (512 + 8) x max(64, 172) x 4 bytes + 16 seqs x 8 heads x 512 x 4. */
+    ck_assert_uint_eq(p.workspace_bytes, 520ull * 172 * 4 + 16ull * 8 * 512 * 4);
     ck_assert_uint_eq(p.overhead_bytes, 64ull << 20);
     ck_assert_uint_eq(p.fixed_bytes, p.weight_bytes + p.act_bytes + p.workspace_bytes + p.overhead_bytes);
     /* The pool: whole blocks of what is left. */
@@ -128,7 +128,7 @@ START_TEST(options_and_limits)
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
     ck_assert(p.fit[0].exceeds);  /* 512 > 100 */
     ck_assert_uint_eq(p.fit[0].seqs, 0);
-    ck_assert_uint_eq(p.workspace_bytes, 512ull * 172 + 16ull * 8 * 100 * 4);
+    ck_assert_uint_eq(p.workspace_bytes, 520ull * 172 * 4 + 16ull * 8 * 100 * 4);
     o.max_seq_len = 4096;  /* beyond the model's context */
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "max_seq_len 4096"), "%s", err);
