@@ -60,10 +60,11 @@ void pagoda_cpu_rope(float *x, size_t x_stride, int64_t n_tokens, int n_heads, i
 void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
                        float *out, size_t out_stride, int64_t rows, int64_t cols)
 {
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     for (int64_t r = 0; r < rows; r++) {
         const float *g = CROW(gate, g_stride, r), *u = CROW(up, u_stride, r);
         float *o = ROW(out, out_stride, r);
-        for (int64_t c = 0; c < cols; c++) o[c] = g[c] / (1.0f + expf(-g[c])) * u[c];
+        vt->swiglu(g, u, o, cols);
     }
 }
 

@@ -217,6 +217,11 @@ void pagoda_cpu_prep_f32_x8(const float *x, size_t x_stride, int nt, int64_t k, 
     }
 }
 
+static void swiglu_scalar(const float *g, const float *u, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 static void to_f16_scalar(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
@@ -231,6 +236,7 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .gemm_q4_0 = gemm_q4_0_scalar,
     .gemm_f16 = gemm_f16_scalar,
     .to_f16 = to_f16_scalar,
+    .swiglu = swiglu_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,

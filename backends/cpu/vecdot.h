@@ -126,6 +126,10 @@ typedef struct pagoda_vecdot_table {
     void (*prep_q4_0)(const pagoda_q8a_block *x, pagoda_q4x_group *y, int64_t nb);
     /* One weight row of k values to F32 (the sgemm path of prefill). */
     void (*dequant)(int dtype, const void *w, float *out, int64_t k);
+    /* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u (SwiGLU); the AVX2
+     * variant's exp is a polynomial within 2 ulp of expf's. out may alias
+     * g or u. */
+    void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
     /* n floats to IEEE half, round to nearest even (the KV store); the
      * AVX2 variant (F16C) gives the same bits as pagoda_fp32_to_fp16 for
      * every non-NaN input. */
