@@ -159,26 +159,27 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= mulu(&kvb, (uint64_t)p->block_size);
     p->kv_bytes_per_block = kvb;
 
-    /* --- activations, F32, for one forward pass of max_batched_tokens:
-     *   x    [T x dim]    residual stream
-     *   xb   [T x dim]    normed input of attention / FFN
-     *   xb2  [T x dim]    output of the wo / w2 projections before the add
-     *   att  [T x dim]    (dim-sized) attention read-out before wo
-     *   q    [T x q_dim]  queries, q_dim = heads x head_dim
-     *   k, v [T x kv_dim] this step's keys and values before kv_write
-     *   hb, hb2 [T x ffn] gate and up projections (SwiGLU in place)
-     * = T x (4*dim + q_dim + 2*kv_dim + 2*ffn) floats, plus
-     *   logits [max_num_seqs x vocab] for the sequences sampling this step. */
+    /* --- activations, F32, for one forward pass of max_batched_tokens, as
+     * forward.c carves them (pagoda_forward_act_bytes; test_memplan checks
+     * the two agree):
+     *   x, xb, xb2 [T x dim]    residual stream, normed input, projection out
+     *   q, att     [T x q_dim]  queries and the attention read-out
+     *   k, v       [T x kv_dim] this step's keys and values before kv_write
+     *   hb, hb2    [T x ffn]    gate and up projections (SwiGLU in place)
+     * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
+     *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
+     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11). */
     uint64_t q_dim = (uint64_t)(p->n_heads * p->head_dim), kv_dim = (uint64_t)(p->n_kv_heads * p->head_dim);
-    p->act_floats_per_token = 4 * (uint64_t)p->dim + q_dim + 2 * kv_dim + 2 * (uint64_t)p->ffn;
+    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)p->ffn;
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
     uint64_t logits = (uint64_t)p->max_num_seqs;
-    ok &= mulu(&logits, (uint64_t)p->vocab);
+    ok &= mulu(&logits, (uint64_t)p->vocab + (uint64_t)p->dim);
     ok &= mulu(&logits, 4);
     p->logits_bytes = logits;
     ok &= addu(&act, logits);
+    ok &= addu(&act, 11 * 64);
     p->act_bytes = act;
 
     /* --- workspace: the matmul's scratch, sized for its widest input row

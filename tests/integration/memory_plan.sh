@@ -37,14 +37,14 @@ py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is True an
 # 1 MiB: the fixed part alone does not fit (short by it plus one 512-token sequence of KV)
 expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 1M
 has "DOES NOT FIT"
-has "need 70423680 bytes, the budget is 1048576"
+has "need 70428480 bytes, the budget is 1048576"
 expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 1M --json
-py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["bytes"]["budget"] == 1048576 and d["shortfall_bytes"] == 70423680 + 512 * 640 - 1048576 and "70423680" in d["reason"], d["reason"]'
+py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["bytes"]["budget"] == 1048576 and d["shortfall_bytes"] == 70428480 + 512 * 640 - 1048576 and "70428480" in d["reason"], d["reason"]'
 
 # just above the fixed part: the KV pool is shorter than one max-length sequence
-expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70469696
+expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70474496
 has "DOES NOT FIT: the KV pool holds 64 tokens, fewer than one sequence of max_seq_len 512"
-expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70469696 --json
+expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70474496 --json
 py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["kv"]["tokens"] == 64 and d["shortfall_bytes"] > 0, d'
 
 # bad input: usage errors, not a crash
@@ -56,7 +56,7 @@ has "missing.gguf"
 # the server refuses to start when memory_budget is too small (pool sized by the budget)
 expect_rc 1 "$PAGODA_BIN" --config "$cfg" --set engine.memory_budget=60M --set engine.kv_cache_tokens=0 \
     --set frontend.http.port=0 --set frontend.http.port_file="$tmp/port"
-has "the model does not fit: weights + activations + workspace + overhead need 70784128 bytes, the budget is 62914560"
+has "the model does not fit: weights + activations + workspace + overhead need 70801216 bytes, the budget is 62914560"
 has "DOES NOT FIT"
 [ -s "$tmp/port" ] && fail "the refused server wrote a port file (it listened)"
 

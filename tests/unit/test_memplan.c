@@ -11,7 +11,9 @@
 
 #include "genmodel.h"
 #include "gguf.h"
+#include "forward.h"
 #include "memplan.h"
+#include "model.h"
 #include "testutil.h"
 
 static gguf_file *open_stories(void)
@@ -47,11 +49,15 @@ START_TEST(stories_plan)
     ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_F32], sum);
     ck_assert_uint_eq(p.n_params, params);
     ck_assert_uint_eq(p.weight_bytes, params * 4);
-    /* Activations: 4*64 + 64 + 2*32 + 2*172 = 728 floats a token, 512 tokens,
-     * plus logits 16 x 512. */
+    /* Activations: 3*64 + 2*64 + 2*32 + 2*172 = 728 floats a token, 512
+     * tokens, plus 16 sampled rows of dim + vocab, plus alignment slack:
+     * exactly what forward.c carves. */
     ck_assert_uint_eq(p.act_floats_per_token, 728);
-    ck_assert_uint_eq(p.logits_bytes, 16 * 512 * 4);
-    ck_assert_uint_eq(p.act_bytes, 512ull * 728 * 4 + 16 * 512 * 4);
+    ck_assert_uint_eq(p.logits_bytes, 16 * (512 + 64) * 4);
+    ck_assert_uint_eq(p.act_bytes, 512ull * 728 * 4 + 16 * (512 + 64) * 4 + 11 * 64);
+    pagoda_hparams hp = {.dim = p.dim, .n_heads = p.n_heads, .n_kv_heads = p.n_kv_heads,
+                         .head_dim = p.head_dim, .ffn = p.ffn, .n_vocab = p.vocab};
+    ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, p.max_batched_tokens, p.max_num_seqs));
     /* Workspace: (512 + 8) x max(64, 172) x 4 bytes + 16 seqs x 8 heads x 512 x 4. */
     ck_assert_uint_eq(p.workspace_bytes, 520ull * 172 * 4 + 16ull * 8 * 512 * 4);
     ck_assert_uint_eq(p.overhead_bytes, 64ull << 20);
