@@ -1,7 +1,8 @@
 /*
  * vecdot.h: the inner loops of the CPU matmul: one weight row against one
  * activation row, per weight type, in a scalar reference (vecdot.c) and an
- * AVX2 variant (vecdot_avx2.c), plus activation quantization. The tables
+ * AVX2 variant (vecdot_avx2.c; the tokens-in-lanes kernels in
+ * vecdot_x8_avx2.c), plus activation quantization and a few row ops. The tables
  * are picked per call by pagoda_cpu_vecdot_table(isa).
  * Not for: threading or shapes (matmul.c).
  */
@@ -109,7 +110,7 @@ typedef struct pagoda_vecdot_table {
                       size_t x_stride, int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_f16)(const void *w, size_t w_stride, int64_t nr, const void *x,
                      size_t x_stride, int64_t T, int64_t k, float *out, size_t out_stride);
-    /* Weight rows x T tokens in groups of eight (pagoda_prep_x8's blocks:
+    /* Weight rows x T tokens in groups of eight (pagoda_cpu_prep_x8's blocks:
      * group i = tokens 8i..8i+7, nb blocks each, the last group padded):
      * out[t][n] for n < nr, t < T. NULL where the table has none (the
      * matmul then uses gemm_q8_0 / gemm_q4_0). */

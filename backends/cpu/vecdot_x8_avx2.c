@@ -18,7 +18,7 @@
  * token t in lane t), a weight row's four bytes are broadcast, and one
  * maddubs multiplies them with the same four positions of all eight
  * tokens. Per 32 multiply-adds that is sign + maddubs + madd + add for
- * Q8_0 (the 2 x 4 tiles above: sign + maddubs + madd + convert + multiply
+ * Q8_0 (vecdot_avx2.c's 2 x 4 tiles: sign + maddubs + madd + convert + multiply
  * + FMA, and a horizontal sum per output), and for Q4_0 maddubs + add
  * (16-bit sums of 8 groups stay below 2^15: 8 x 2 x 15 x 127 = 30480) with
  * the nibble unpack shared by the tile's token groups. Measured on this
@@ -190,7 +190,7 @@ GEMM_X8(pagoda_cpu_gemm_q4_0_x8_avx2, tile_q4_0_x8, pagoda_q8x8_block, n, 0)
  * (xt[k][t], one register per k), a tile's weight rows converted to F32
  * once per K chunk into a small buffer, then per k one broadcast from that
  * buffer per row and one FMA per row and token group: FMA-bound (8 values
- * per FMA) where the 4 x 2 tiles above spend a load of x per two FMAs and
+ * per FMA) where vecdot_avx2.c's 4 x 2 tiles spend a load of x per two FMAs and
  * a horizontal sum per output. */
 #define F16X8_KC 256
 

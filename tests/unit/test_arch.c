@@ -19,10 +19,10 @@
  * adjacent RoPE pairs, a bias or a norm weight dropped or swapped, linear or
  * llama3 factors ignored, GQA heads mapped modulo, attention scaled by
  * dim/heads instead of head_dim) moves logits by 1e-2..1.
- * Q8_0: where the backend dequantizes weights (many rows) the result is the
- * exact math again, same tolerance. Where it rounds the activations to int8
- * blocks (few rows: decode, short prompts; llama.cpp does the same) logits
- * move ~4e-2 from the exact math, so those paths are compared with the
+ * Q8_0: the backend rounds the activations to int8 blocks at every batch
+ * size (decode and prefill; llama.cpp does the same; the exact math only
+ * with PAGODA_CPU_GEMM_MIN_T set), and logits move ~4e-2 from the exact
+ * math, so those paths are compared with the
  * reference's "q8_activations" set, which rounds the activations the same
  * way; measured error ~1e-6, allowed 2e-3 (one activation landing on the
  * other side of a rounding boundary moves a product by d*|w| ~ 1e-3).
