@@ -192,6 +192,32 @@ static void (*gemm_fn(const mm_task *m))(const void *, size_t, int64_t, const vo
     }
 }
 
+static void add_bias(const mm_task *m, int64_t n0, int64_t n1)
+{
+    for (int64_t t = 0; t < m->T; t++) {
+        float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
+        for (int64_t n = n0; n < n1; n++) o[n] += m->bias[n];
+    }
+}
+
+/* One part of the x8 path: X8_T_CHUNK tokens at a time over the part's
+ * rows, so a chunk's activations stay in L2 while the rows pass (prefill);
+ * a decode batch is a single chunk. */
+static void dot_x8_part(const mm_task *m, int64_t n0, int64_t n1)
+{
+    int64_t nb = m->K / 32;
+    for (int64_t t0 = 0; t0 < m->T; t0 += X8_T_CHUNK) {
+        int64_t tn = m->T - t0 < X8_T_CHUNK ? m->T - t0 : X8_T_CHUNK;
+        float *o = (float *)((uint8_t *)m->out + t0 * m->out_stride);
+        for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
+            int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
+            m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8 + (t0 / 8) * nb, tn, nb,
+                       o + nt, m->out_stride);
+        }
+    }
+    if (m->bias) add_bias(m, n0, n1);
+}
+
 /* One part: rows [n0, n1) for every token, ROW_TILE rows at a time so the
  * tile stays in cache while all tokens pass over it. */
 static void dot_task(void *arg, int part, int n_parts)
@@ -201,24 +227,12 @@ static void dot_task(void *arg, int part, int n_parts)
     if (n1 > m->N) n1 = m->N;
     (void)n_parts;
     if (m->x8) {
-        /* Many tokens (prefill): X8_T_CHUNK at a time over the part's rows,
-         * so the chunk's activations stay in L2 while the rows pass. */
-        int64_t nb = m->K / 32;
-        for (int64_t t0 = 0; t0 < m->T; t0 += X8_T_CHUNK) {
-            int64_t tn = m->T - t0 < X8_T_CHUNK ? m->T - t0 : X8_T_CHUNK;
-            float *o = (float *)((uint8_t *)m->out + t0 * m->out_stride);
-            for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
-                int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-                m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8 + (t0 / 8) * nb, tn,
-                           nb, o + nt, m->out_stride);
-            }
-        }
+        dot_x8_part(m, n0, n1);
+        return;
     }
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-        if (m->x8) {
-            /* done above */
-        } else if (m->xf8) {
+        if (m->xf8) {
             m->gemm_f16_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->xf8, m->T, m->K,
                            m->out + nt, m->out_stride);
         } else if (m->gemm) {
@@ -237,11 +251,7 @@ static void dot_task(void *arg, int part, int n_parts)
                 for (int64_t n = nt; n < ne; n++) o[n] = dot_one(m, m->w + n * m->w_stride, t);
             }
         }
-        if (m->bias)
-            for (int64_t t = 0; t < m->T; t++) {
-                float *o = (float *)((uint8_t *)m->out + t * m->out_stride);
-                for (int64_t n = nt; n < ne; n++) o[n] += m->bias[n];
-            }
+        if (m->bias) add_bias(m, nt, ne);
     }
 }
 
@@ -326,13 +336,19 @@ static int64_t sgemm_min_t(int dtype)
     return PAGODA_CPU_GEMM_MIN_T;
 }
 
+/* The row count from which this type goes to dequantize + sgemm: the
+ * environment's crossover when set, else the type's own. */
+static int64_t sgemm_from(int dtype)
+{
+    int64_t env = gemm_min_t_env();
+    return env ? env : sgemm_min_t(dtype);
+}
+
 bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
 {
     if (dtype == PAGODA_DTYPE_F32 || dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16)
         return true;
-    int64_t env = gemm_min_t_env();
-    if (env) return T >= env;
-    return T >= sgemm_min_t(dtype);
+    return T >= sgemm_from(dtype);
 }
 
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
@@ -345,8 +361,7 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
         return PAGODA_OK;
     }
-    int64_t env = gemm_min_t_env();
-    if (T >= (env ? env : sgemm_min_t(w_dtype)))
+    if (T >= sgemm_from(w_dtype))
         return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
     mm_task m = {
         .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,
