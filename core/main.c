@@ -1,8 +1,8 @@
 /*
  * core/main.c: the `pagoda` command line. Parses arguments, loads the
  * config with its --set overrides and hands over to the subcommand: serve
- * (the default), plugins, plan (memplan.c), gen-model (genmodel.c), bench
- * (bench.c). Exit codes: 0 ok, 1 runtime error, 2 usage or config error.
+ * (the default), plugins, plan (memplan.c), and the tools' subcommands
+ * (gen-model, bench, ...: core/tools, found through subcommand.h). Exit codes: 0 ok, 1 runtime error, 2 usage or config error.
  * Not for: any serving logic (server.c), plugin loading (plugin_loader.c).
  */
 #include <stdio.h>
@@ -10,13 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench.h"
 #include "config.h"
-#include "genmodel.h"
 #include "log.h"
 #include "memplan.h"
 #include "plugin_loader.h"
 #include "server.h"
+#include "subcommand.h"
 
 #ifndef PAGODA_VERSION_STRING
 #define PAGODA_VERSION_STRING "unknown"
@@ -54,9 +53,10 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda [serve] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
             "       pagoda plugins [-v]\n"
-            "       pagoda plan --model FILE [--memory SIZE] [...]\n"
-            "       pagoda gen-model --shape NAME --type T --out FILE [...]\n"
-            "       pagoda bench [--compare NAME] [...]\n"
+            "       pagoda plan --model FILE [--memory SIZE] [...]\n");
+    for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
+        fprintf(f, "       %s\n", c->usage);
+    fprintf(f,
             "       pagoda --help | --version\n"
             "\n"
             "Runs the LLM inference server described by an INI file (see docs/config.md).\n"
@@ -74,11 +74,10 @@ static void usage(FILE *f)
             "                         probe result or the reason one is refused; -v adds\n"
             "                         their config keys\n"
             "  plan ...               the memory plan of a model under a budget, without\n"
-            "                         loading weights (pagoda plan --help)\n"
-            "  gen-model ...          write a random-weight Llama GGUF of a real shape\n"
-            "                         (pagoda gen-model --help)\n"
-            "  bench ...              benchmark the engine in-process, rooflines, policy\n"
-            "                         comparisons (pagoda bench --help)\n"
+            "                         loading weights (pagoda plan --help)\n");
+    for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
+        fputs(c->help, f);
+    fprintf(f,
             "\n"
             "Plugins are searched in: the section's `path` key, $PAGODA_PLUGIN_PATH\n"
             "(colon-separated), the build tree, the installed plugin folder.\n"
@@ -192,12 +191,14 @@ int main(int argc, char **argv)
     openblas_coretype_setup(); /* first: see the comment on the function */
     if (argc >= 2 && strcmp(argv[1], "plugins") == 0) return cmd_plugins(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "plan") == 0) return pagoda_cmd_plan(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "gen-model") == 0) return pagoda_cmd_gen_model(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "bench") == 0) return pagoda_cmd_bench(argc - 1, argv + 1);
+    for (const pagoda_subcommand *c = pagoda_tool_subcommands; argc >= 2 && c->name; c++)
+        if (strcmp(argv[1], c->name) == 0) return c->run(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cmd_serve(argc, argv, 2);
     if (argc >= 2 && argv[1][0] != '-') {
-        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan, gen-model, bench; see pagoda "
-                        "--help)\n", argv[1]);
+        fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan", argv[1]);
+        for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
+            fprintf(stderr, ", %s", c->name);
+        fprintf(stderr, "; see pagoda --help)\n");
         return EXIT_USAGE;
     }
     return cmd_serve(argc, argv, 1);

@@ -99,6 +99,7 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
     if (st) goto fail;
     rt->backend.ops = rt->p_backend->ops.backend;
     rt->backend.host = rt->h_backend;
+    rt->backend.last_error = pagoda_host_last_error;
     rt->backend.info.struct_size = sizeof rt->backend.info;
     rt->backend.ops.info(rt->backend.ctx, &rt->backend.info);
     pagoda_log(PAGODA_LOG_INFO, "backend: %s", rt->backend.info.name);

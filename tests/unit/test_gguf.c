@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "pagoda/types.h"
 #include "testutil.h"
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "pagoda/types.h"
 #include "testutil.h"
 #include "tokenizer.h"

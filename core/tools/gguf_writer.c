@@ -1,5 +1,5 @@
 /*
- * gguf_writer.c: the streaming GGUF v3 writer declared in gguf.h, used by
+ * gguf_writer.c: the streaming GGUF v3 writer declared in gguf_writer.h, used by
  * the model generator and by tests to make fixtures. Metadata and tensor
  * infos are collected in memory, then written with the tensor data in
  * declaration order, each tensor padded to the alignment as ggml does.
@@ -9,7 +9,7 @@
  * (tests rely on that to craft hostile files).
  */
 #define _GNU_SOURCE /* strndup */
-#include "gguf.h"
+#include "gguf_writer.h"
 
 #include <stdlib.h>
 #include <string.h>

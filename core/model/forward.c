@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host.h"
-
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -51,7 +49,7 @@ static pagoda_tensor act(pagoda_forward *fw, size_t *off, int64_t rows, int64_t 
 
 static const char *be_error(const pagoda_backend *be)
 {
-    const char *e = be->host ? pagoda_host_last_error(be->host) : NULL;
+    const char *e = be->host && be->last_error ? be->last_error(be->host) : NULL;
     return e && *e ? e : "no message";
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "model.h"
 #include "pagoda/types.h"
 #include "quant.h"

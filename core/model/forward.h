@@ -18,6 +18,9 @@ typedef struct pagoda_backend {
     void *ctx;
     pagoda_backend_info info;
     const struct pagoda_host *host;   /* the instance's host table: its last error */
+    /* how to read that error (the core's pagoda_host_last_error); the
+     * model library does not link the core, so the core hands it over */
+    const char *(*last_error)(const struct pagoda_host *host);
 } pagoda_backend;
 
 typedef struct pagoda_forward_layer {

@@ -1,0 +1,23 @@
+/*
+ * core/tools/tools.c: the table of tool subcommands the `pagoda` binary
+ * offers beside serving (see core/subcommand.h). Not for: the tools
+ * themselves (one folder or file each here).
+ */
+#include "subcommand.h"
+
+#include <stddef.h>
+
+#include "bench.h"
+#include "genmodel.h"
+
+const pagoda_subcommand pagoda_tool_subcommands[] = {
+    {"gen-model", "pagoda gen-model --shape NAME --type T --out FILE [...]",
+     "  gen-model ...          write a random-weight Llama GGUF of a real shape\n"
+     "                         (pagoda gen-model --help)\n",
+     pagoda_cmd_gen_model},
+    {"bench", "pagoda bench [--compare NAME] [...]",
+     "  bench ...              benchmark the engine in-process, rooflines, policy\n"
+     "                         comparisons (pagoda bench --help)\n",
+     pagoda_cmd_bench},
+    {NULL, NULL, NULL, NULL},
+};
