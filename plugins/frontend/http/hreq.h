@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "pagoda/pagoda.h"
-#include "../request_fields.h"
+#include "request_fields.h"
 #include "parse.h"
 
 #ifndef PAGODA_VERSION_STRING

@@ -27,32 +27,32 @@ int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
 
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
-        return fail(pe, "model", "'model' must be a string");
+        return rf_fail(pe, "model", "'model' must be a string");
     if (rf_parse_sampling(o, &p->req, p->stop, pe) < 0) return -1;
     /* max_completion_tokens is the newer name and wins when both are given. */
-    if ((r = get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
+    if ((r = rf_get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
     if (r) p->req.max_tokens = (int32_t)i;
-    if ((r = get_int(o, "n", 1, 16, &i, pe)) < 0) return -1;
+    if ((r = rf_get_int(o, "n", 1, 16, &i, pe)) < 0) return -1;
     if (r) p->n = (int)i;
 
-    if ((r = get_bool(o, "stream", &b, pe)) < 0) return -1;
+    if ((r = rf_get_bool(o, "stream", &b, pe)) < 0) return -1;
     if (r) p->stream = b;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so)) return fail(pe, "stream_options", "'stream_options' must be an object");
-        if ((r = get_bool(so, "include_usage", &b, pe)) < 0) return -1;
+        if (!json_is_object(so)) return rf_fail(pe, "stream_options", "'stream_options' must be an object");
+        if ((r = rf_get_bool(so, "include_usage", &b, pe)) < 0) return -1;
         if (r) p->include_usage = b;
     }
 
     if (kind == KIND_COMPLETION) {
-        if ((r = get_int(o, "logprobs", 0, PAGODA_MAX_TOP_LOGPROBS, &i, pe)) < 0) return -1;
+        if ((r = rf_get_int(o, "logprobs", 0, PAGODA_MAX_TOP_LOGPROBS, &i, pe)) < 0) return -1;
         if (r) p->logprobs = (int)i;
     } else {
         int want = 0;
-        if ((r = get_bool(o, "logprobs", &want, pe)) < 0) return -1;
+        if ((r = rf_get_bool(o, "logprobs", &want, pe)) < 0) return -1;
         int64_t top = 0;
-        if ((r = get_int(o, "top_logprobs", 0, PAGODA_MAX_TOP_LOGPROBS, &top, pe)) < 0) return -1;
-        if (r && !want) return fail(pe, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if ((r = rf_get_int(o, "top_logprobs", 0, PAGODA_MAX_TOP_LOGPROBS, &top, pe)) < 0) return -1;
+        if (r && !want) return rf_fail(pe, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         if (want) p->logprobs = (int)top;
     }
     p->req.logprobs = p->logprobs;
@@ -65,10 +65,10 @@ static int token_array(json_t *a, prompt_in *pi, perr *pe)
     json_t *t;
     pi->n_tokens = (int)json_array_size(a);
     pi->tokens = malloc(sizeof(int32_t) * (json_array_size(a) + 1));
-    if (!pi->tokens) return fail(pe, "prompt", "out of memory");
+    if (!pi->tokens) return rf_fail(pe, "prompt", "out of memory");
     json_array_foreach(a, k, t) {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-            return fail(pe, "prompt", "token ids in 'prompt' must be integers in [0, %d]", INT32_MAX);
+            return rf_fail(pe, "prompt", "token ids in 'prompt' must be integers in [0, %d]", INT32_MAX);
         pi->tokens[k] = (int32_t)json_integer_value(t);
     }
     return 0;
@@ -80,7 +80,7 @@ int parse_prompts(json_t *o, prompt_in **out, int *n, perr *pe)
     json_t *p = json_object_get(o, "prompt");
     *out = NULL;
     *n = 0;
-    if (!p || json_is_null(p)) return fail(pe, "prompt", "'prompt' is required");
+    if (!p || json_is_null(p)) return rf_fail(pe, "prompt", "'prompt' is required");
     if (json_is_string(p)) {
         *out = calloc(1, sizeof **out);
         (*out)[0].text = json_string_value(p);
@@ -89,7 +89,7 @@ int parse_prompts(json_t *o, prompt_in **out, int *n, perr *pe)
         return 0;
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
-        return fail(pe, "prompt", "'prompt' must be a string, a non-empty list of strings, or token ids");
+        return rf_fail(pe, "prompt", "'prompt' must be a string, a non-empty list of strings, or token ids");
     size_t np = json_array_size(p);
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) {
@@ -97,7 +97,7 @@ int parse_prompts(json_t *o, prompt_in **out, int *n, perr *pe)
         *n = 1;
         return token_array(p, &(*out)[0], pe);
     }
-    if (np > MAX_CHOICES) return fail(pe, "prompt", "'prompt' takes at most %d prompts", MAX_CHOICES);
+    if (np > MAX_CHOICES) return rf_fail(pe, "prompt", "'prompt' takes at most %d prompts", MAX_CHOICES);
     *out = calloc(np, sizeof **out);
     *n = (int)np;
     size_t k;
@@ -109,7 +109,7 @@ int parse_prompts(json_t *o, prompt_in **out, int *n, perr *pe)
         } else if (json_is_array(e) && json_array_size(e) > 0) {
             if (token_array(e, &(*out)[k], pe) < 0) return -1;
         } else {
-            return fail(pe, "prompt", "'prompt' list entries must all be strings or all lists of token ids");
+            return rf_fail(pe, "prompt", "'prompt' list entries must all be strings or all lists of token ids");
         }
     }
     return 0;
@@ -129,19 +129,19 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
     *owned = NULL;
     *n = 0;
     if (!m || !json_is_array(m) || json_array_size(m) == 0)
-        return fail(pe, "messages", "'messages' must be a non-empty list of {role, content}");
+        return rf_fail(pe, "messages", "'messages' must be a non-empty list of {role, content}");
     size_t nm = json_array_size(m);
     *out = calloc(nm, sizeof **out);
     *owned = calloc(nm, sizeof **owned);
     *n = (int)nm;
-    if (!*out || !*owned) return fail(pe, "messages", "out of memory");
+    if (!*out || !*owned) return rf_fail(pe, "messages", "out of memory");
     size_t k;
     json_t *e;
     json_array_foreach(m, k, e) {
         json_t *role = json_object_get(e, "role");
         json_t *content = json_object_get(e, "content");
         if (!json_is_object(e) || !json_is_string(role))
-            return fail(pe, "messages", "messages[%zu] must be an object with a string 'role'", k);
+            return rf_fail(pe, "messages", "messages[%zu] must be an object with a string 'role'", k);
         (*out)[k].role = json_string_value(role);
         if (!content || json_is_null(content)) {
             (*out)[k].content = "";
@@ -157,7 +157,7 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
                 json_t *text = json_object_get(part, "text");
                 if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
                     free(b.p);
-                    return fail(pe, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", "
+                    return rf_fail(pe, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", "
                                 "\"text\": ...} parts are supported", k, j);
                 }
                 sb_str(&b, json_string_value(text));
@@ -165,7 +165,7 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
             (*owned)[k] = b.p;
             (*out)[k].content = b.p;
         } else {
-            return fail(pe, "messages", "messages[%zu].content must be a string or a list of text parts", k);
+            return rf_fail(pe, "messages", "messages[%zu].content must be a string or a list of text parts", k);
         }
     }
     return 0;

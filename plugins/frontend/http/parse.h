@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "pagoda/pagoda.h"
-#include "../request_fields.h"
+#include "request_fields.h"
 
 #define MAX_STOP RF_MAX_STOP
 #define MAX_CHOICES 256        /* prompts x n */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../request_fields.h"
+#include "request_fields.h"
 #include "reply.h"
 
 json_t *jstr(const char *s, size_t n)
