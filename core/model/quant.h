@@ -25,6 +25,37 @@ typedef struct pagoda_block_q6_K {
     int8_t scales[16]; /* one per 16 elements */
     uint16_t d;        /* f16 super-block scale */
 } pagoda_block_q6_K;                                                                         /* 210 B */
+typedef struct pagoda_block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } pagoda_block_q5_0; /* 22 B */
+typedef struct pagoda_block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } pagoda_block_q5_1; /* 24 B */
+typedef struct pagoda_block_iq4_nl { uint16_t d; uint8_t qs[16]; } pagoda_block_iq4_nl;      /* 18 B */
+typedef struct pagoda_block_q2_K {
+    uint8_t scales[16]; /* per 16 elements: low nibble scale, high nibble min */
+    uint8_t qs[64];     /* 2-bit quants */
+    uint16_t d, dmin;   /* f16 super-block scales */
+} pagoda_block_q2_K;                                                                         /* 84 B */
+typedef struct pagoda_block_q3_K {
+    uint8_t hmask[32];  /* high bit of the 3-bit quants */
+    uint8_t qs[64];     /* low 2 bits */
+    uint8_t scales[12]; /* 16 6-bit scales, packed */
+    uint16_t d;
+} pagoda_block_q3_K;                                                                         /* 110 B */
+typedef struct pagoda_block_q4_K {
+    uint16_t d, dmin;
+    uint8_t scales[12]; /* 8 6-bit scales and 8 6-bit mins, packed */
+    uint8_t qs[128];
+} pagoda_block_q4_K;                                                                         /* 144 B */
+typedef struct pagoda_block_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} pagoda_block_q5_K;                                                                         /* 176 B */
+typedef struct pagoda_block_iq4_xs {
+    uint16_t d;
+    uint16_t scales_h;  /* high 2 bits of the 8 6-bit scales */
+    uint8_t scales_l[4];/* low 4 bits */
+    uint8_t qs[128];    /* indices into the IQ4 non-linear table */
+} pagoda_block_iq4_xs;                                                                       /* 136 B */
 
 /* IEEE half: round to nearest even, subnormals, inf and NaN kept. */
 float pagoda_fp16_to_fp32(uint16_t h);

@@ -59,8 +59,16 @@ typedef enum pagoda_dtype {
     PAGODA_DTYPE_F16 = 1,
     PAGODA_DTYPE_Q4_0 = 2,
     PAGODA_DTYPE_Q4_1 = 3,
+    PAGODA_DTYPE_Q5_0 = 6,
+    PAGODA_DTYPE_Q5_1 = 7,
     PAGODA_DTYPE_Q8_0 = 8,
+    PAGODA_DTYPE_Q2_K = 10,
+    PAGODA_DTYPE_Q3_K = 11,
+    PAGODA_DTYPE_Q4_K = 12,
+    PAGODA_DTYPE_Q5_K = 13,
     PAGODA_DTYPE_Q6_K = 14,
+    PAGODA_DTYPE_IQ4_NL = 20,
+    PAGODA_DTYPE_IQ4_XS = 23,
     PAGODA_DTYPE_BF16 = 30,
     PAGODA_DTYPE_COUNT_ = 40 /* one past the largest number a type may have */
 } pagoda_dtype;
@@ -77,7 +85,15 @@ static inline bool pagoda_dtype_block(int dtype, int *block_elems, int *block_by
     case PAGODA_DTYPE_Q4_0: e = 32; b = 18; break;  /* f16 d; 16 bytes of nibbles */
     case PAGODA_DTYPE_Q4_1: e = 32; b = 20; break;  /* f16 d, f16 m; 16 bytes */
     case PAGODA_DTYPE_Q8_0: e = 32; b = 34; break;  /* f16 d; 32 int8 */
+    case PAGODA_DTYPE_Q5_0: e = 32; b = 22; break;  /* f16 d; qh[4]; 16 bytes */
+    case PAGODA_DTYPE_Q5_1: e = 32; b = 24; break;  /* f16 d, f16 m; qh[4]; 16 bytes */
+    case PAGODA_DTYPE_IQ4_NL: e = 32; b = 18; break;/* f16 d; 16 bytes of table indices */
+    case PAGODA_DTYPE_Q2_K: e = 256; b = 84; break; /* sc[16] qs[64] f16 d, dmin */
+    case PAGODA_DTYPE_Q3_K: e = 256; b = 110; break;/* hmask[32] qs[64] sc[12] f16 d */
+    case PAGODA_DTYPE_Q4_K: e = 256; b = 144; break;/* f16 d, dmin; sc[12] qs[128] */
+    case PAGODA_DTYPE_Q5_K: e = 256; b = 176; break;/* f16 d, dmin; sc[12] qh[32] qs[128] */
     case PAGODA_DTYPE_Q6_K: e = 256; b = 210; break;/* ql[128] qh[64] sc[16] f16 d */
+    case PAGODA_DTYPE_IQ4_XS: e = 256; b = 136; break;/* f16 d; u16 sc_h; sc_l[4]; qs[128] */
     default: return false;
     }
     if (block_elems) *block_elems = e;
@@ -95,7 +111,15 @@ static inline const char *pagoda_dtype_name(int dtype)
     case PAGODA_DTYPE_Q4_0: return "Q4_0";
     case PAGODA_DTYPE_Q4_1: return "Q4_1";
     case PAGODA_DTYPE_Q8_0: return "Q8_0";
+    case PAGODA_DTYPE_Q5_0: return "Q5_0";
+    case PAGODA_DTYPE_Q5_1: return "Q5_1";
+    case PAGODA_DTYPE_Q2_K: return "Q2_K";
+    case PAGODA_DTYPE_Q3_K: return "Q3_K";
+    case PAGODA_DTYPE_Q4_K: return "Q4_K";
+    case PAGODA_DTYPE_Q5_K: return "Q5_K";
     case PAGODA_DTYPE_Q6_K: return "Q6_K";
+    case PAGODA_DTYPE_IQ4_NL: return "IQ4_NL";
+    case PAGODA_DTYPE_IQ4_XS: return "IQ4_XS";
     default: return "unknown";
     }
 }
