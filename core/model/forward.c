@@ -192,8 +192,38 @@ static pagoda_tensor reshape(pagoda_tensor t, int64_t c)
     return t;
 }
 
+/* Final norm and vocabulary projection of n rows of the residual stream,
+ * downloaded to out [n x vocab]; *what names the op that failed. */
+static int output_logits(pagoda_forward *fw, int32_t T, const int32_t *rows_of, int32_t n,
+                         float *out, const char **what)
+{
+    const pagoda_hparams *hp = &fw->model->hp;
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    pagoda_tensor x = rows(fw->x, T), xl = rows(fw->xl, n), logits = rows(fw->logits, n);
+    int st;
+    if ((st = o->get_rows(c, &x, rows_of, n, &xl))) { *what = "get_rows(last)"; return st; }
+    if ((st = o->rms_norm(c, &xl, &fw->output_norm, hp->rms_eps, &xl))) {
+        *what = "rms_norm(output_norm)";
+        return st;
+    }
+    if ((st = o->matmul(c, &xl, &fw->output, NULL, &logits))) { *what = "matmul(output)"; return st; }
+    if ((st = o->download(c, fw->act, logits.offset, out, (size_t)n * (size_t)hp->n_vocab * 4))) {
+        *what = "download(logits)";
+        return st;
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len)
+{
+    return pagoda_forward_run_scan(fw, batch, logit_rows, n_logits, logits_out, NULL, err, err_len);
+}
+
+int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
+                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
+                            const pagoda_logit_scan *scan, char *err, size_t err_len)
 {
     const pagoda_hparams *hp = &fw->model->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
@@ -242,13 +272,15 @@ int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int3
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));
     }
+    /* the scan's rows first, a group at a time through logits_out, which
+     * the kept rows then overwrite */
+    for (int32_t f = 0; scan && f < scan->n_rows; f += fw->max_logits) {
+        int32_t n = scan->n_rows - f < fw->max_logits ? scan->n_rows - f : fw->max_logits;
+        if ((st = output_logits(fw, T, scan->rows + f, n, logits_out, &what))) goto fail;
+        scan->consume(scan->user, f, n, logits_out);
+    }
     if (n_logits > 0) {
-        pagoda_tensor xl = rows(fw->xl, n_logits), logits = rows(fw->logits, n_logits);
-        CALL("get_rows(last)", o->get_rows(c, &x, logit_rows, n_logits, &xl));
-        CALL("rms_norm(output_norm)", o->rms_norm(c, &xl, &fw->output_norm, hp->rms_eps, &xl));
-        CALL("matmul(output)", o->matmul(c, &xl, &fw->output, NULL, &logits));
-        CALL("download(logits)", o->download(c, fw->act, logits.offset, logits_out,
-                                             (size_t)n_logits * (size_t)hp->n_vocab * 4));
+        if ((st = output_logits(fw, T, logit_rows, n_logits, logits_out, &what))) goto fail;
     } else if (o->synchronize) {
         CALL("synchronize", o->synchronize(c));
     }

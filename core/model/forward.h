@@ -70,4 +70,24 @@ void pagoda_forward_free(pagoda_forward *fw);
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len);
 
+/* Rows whose logits are looked at once and dropped (prompt scoring): any
+ * number of them, so a prefill chunk can score every token it holds while
+ * no buffer ever holds more than max_logits rows of the vocabulary. */
+typedef struct pagoda_logit_scan {
+    const int32_t *rows;     /* batch rows (< batch->n_tokens), any count */
+    int32_t n_rows;
+    /* [the caller's thread] logits [n x n_vocab] of rows[first .. first + n),
+     * valid only during the call */
+    void (*consume)(void *user, int32_t first, int32_t n, const float *logits);
+    void *user;
+} pagoda_logit_scan;
+
+/* pagoda_forward_run, and first the scan's rows: max_logits rows at a time
+ * through the output norm and projection into logits_out (which must hold
+ * max_logits rows), each group handed to scan->consume before the next
+ * overwrites it; then the kept rows as above. scan may be NULL. */
+int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
+                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
+                            const pagoda_logit_scan *scan, char *err, size_t err_len);
+
 #endif /* PAGODA_FORWARD_H */

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define PAGODA_ABI_MAJOR 1
-#define PAGODA_ABI_MINOR 0
+#define PAGODA_ABI_MINOR 1
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
