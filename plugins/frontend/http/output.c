@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <jansson.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +51,10 @@ static json_t *usage_json(hreq *hr)
     return u;
 }
 
+/* A logprob as JSON: -inf (a token the model rules out) is not a JSON
+ * number, so it is written as -9999, as vLLM does. */
+static json_t *lp_real(float v) { return json_real(isfinite(v) ? (double)v : -9999.0); }
+
 static json_t *token_str(const pagoda_host *h, int32_t tok, json_t **bytes)
 {
     char *t = h->token_text(h, tok);
@@ -77,14 +82,14 @@ static void add_logprobs(hreq *hr, json_t **lp, const ev_item *e, size_t text_of
         json_t *bytes;
         json_t *ent = json_object();
         json_object_set_new(ent, "token", token_str(h, e->token, &bytes));
-        json_object_set_new(ent, "logprob", json_real(e->logprob));
+        json_object_set_new(ent, "logprob", lp_real(e->logprob));
         json_object_set_new(ent, "bytes", bytes);
         json_t *tops = json_array();
         for (int k = 0; k < e->n_top && k < hr->logprobs; k++) {
             json_t *t = json_object();
             json_t *tb;
             json_object_set_new(t, "token", token_str(h, e->top[k].token, &tb));
-            json_object_set_new(t, "logprob", json_real(e->top[k].logprob));
+            json_object_set_new(t, "logprob", lp_real(e->top[k].logprob));
             json_object_set_new(t, "bytes", tb);
             json_array_append_new(tops, t);
         }
@@ -99,11 +104,11 @@ static void add_logprobs(hreq *hr, json_t **lp, const ev_item *e, size_t text_of
             json_object_set_new(*lp, "text_offset", json_array());
         }
         json_array_append_new(json_object_get(*lp, "tokens"), token_str(h, e->token, NULL));
-        json_array_append_new(json_object_get(*lp, "token_logprobs"), json_real(e->logprob));
+        json_array_append_new(json_object_get(*lp, "token_logprobs"), lp_real(e->logprob));
         json_t *tops = json_object();
         for (int k = 0; k < e->n_top && k < hr->logprobs; k++) {
             json_t *key = token_str(h, e->top[k].token, NULL);
-            json_object_set_new(tops, json_string_value(key), json_real(e->top[k].logprob));
+            json_object_set_new(tops, json_string_value(key), lp_real(e->top[k].logprob));
             json_decref(key);
         }
         json_array_append_new(json_object_get(*lp, "top_logprobs"), tops);
@@ -133,11 +138,11 @@ static void add_prompt_logprob(hreq *hr, choice *c, const ev_item *e)
     if (t) h->free(h, t);
     bool first = e->position == 0 || e->logprob != e->logprob; /* NaN: nothing before it */
     json_array_append_new(json_object_get(c->lp, "token_logprobs"),
-                          first ? json_null() : json_real(e->logprob));
+                          first ? json_null() : lp_real(e->logprob));
     json_t *tops = first ? json_null() : json_object();
     for (int k = 0; !first && k < e->n_top && k < hr->logprobs; k++) {
         json_t *key = token_str(h, e->top[k].token, NULL);
-        json_object_set_new(tops, json_string_value(key), json_real(e->top[k].logprob));
+        json_object_set_new(tops, json_string_value(key), lp_real(e->top[k].logprob));
         json_decref(key);
     }
     json_array_append_new(json_object_get(c->lp, "top_logprobs"), tops);
