@@ -310,8 +310,8 @@ START_TEST(preempted_prompts_score_once)
         check_scored(r[k], ids, n, 0, ref, "preempted");
         ck_assert_int_eq(r[k]->n_gen, 90);
         for (int i = 0; i < 90; i++) ck_assert_int_eq(r[k]->gen[i], r[0]->gen[i]);
-        free(r[k]);
     }
+    for (int k = 0; k < N; k++) free(r[k]);
     ck_assert_int_eq(pagoda_engine_invariant_failures(rt->engine), 0);
     et_close(rt, cfg);
 }
