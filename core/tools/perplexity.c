@@ -164,6 +164,17 @@ static int submit_chunk(pagoda_engine *e, const int32_t *tokens, int32_t ctx, in
     return pagoda_engine_submit(e, &req, on_event, c, &id, err, err_len);
 }
 
+/* "[k]PPL" after chunk k, as llama-perplexity prints it: ten to a line. */
+static void print_running(FILE *f, const pagoda_ppl_result *res, int32_t k, int32_t per_chunk,
+                          int32_t n_chunks)
+{
+    double nll = 0;
+    for (int32_t c = 0; c < k; c++) nll += res->chunk_nll[c];
+    fprintf(f, "[%d]%.4f%s", k, exp(nll / ((double)k * per_chunk)),
+            k % 10 == 0 || k == n_chunks ? "\n" : ",");
+    fflush(f);
+}
+
 static void finish_estimate(pagoda_ppl_result *res)
 {
     if (res->count <= 0) return;
@@ -250,6 +261,9 @@ int pagoda_perplexity_run(const pagoda_ppl_opts *o, pagoda_ppl_result *res, char
                 (long long)res->n_file_tokens, n_chunks, o->ctx, per_chunk,
                 add_bos ? " (BOS first)" : "");
     show = o->progress > 0 || (o->progress < 0 && isatty(fileno(stderr)));
+    /* the bar and the running figures on one terminal would overwrite each
+     * other: then the bar carries the running figure and the list follows it */
+    bool defer = show && o->out && isatty(fileno(o->out));
     if (show) {
         pagoda_progress_init(&bar, "perplexity", (uint64_t)n_chunks, stderr, 1);
         snprintf(bar.unit, sizeof bar.unit, "chunks");
@@ -291,10 +305,7 @@ int pagoda_perplexity_run(const pagoda_ppl_opts *o, pagoda_ppl_result *res, char
                 pagoda_progress_clear(&bar);
                 snprintf(bar.note, sizeof bar.note, "PPL %.4f", res->ppl);
             }
-            if (o->out) {
-                fprintf(o->out, "[%d]%.4f%s", printed, res->ppl, printed % 10 == 0 || printed == n_chunks ? "\n" : ",");
-                fflush(o->out);
-            }
+            if (o->out && !defer) print_running(o->out, res, printed, per_chunk, n_chunks);
             if (show) {
                 bar.done = (uint64_t)printed;
                 pagoda_progress_redraw(&bar);
@@ -306,6 +317,7 @@ int pagoda_perplexity_run(const pagoda_ppl_opts *o, pagoda_ppl_result *res, char
     res->seconds = now_s() - t0;
     res->tokens_per_s = res->seconds > 0 ? (double)n_chunks * o->ctx / res->seconds : 0;
     if (show) pagoda_progress_finish(&bar);
+    for (int32_t k = 1; defer && k <= n_chunks; k++) print_running(o->out, res, k, per_chunk, n_chunks);
     if (o->out) {
         fprintf(o->out, "Final estimate: PPL = %.4f +/- %.5f\n", res->ppl, res->ppl_err);
         fprintf(o->out, "%d chunks of %d tokens in %.2f s: %.1f tokens/s\n", n_chunks, o->ctx,
