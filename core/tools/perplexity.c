@@ -32,7 +32,6 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 /* What the engine thread fills for one chunk in flight. */
 typedef struct ppl_chunk {
     struct ppl_run *run;
-    int32_t index;
     double nll, nll2;
     int32_t count;
     bool done;
@@ -253,7 +252,6 @@ int pagoda_perplexity_run(const pagoda_ppl_opts *o, pagoda_ppl_result *res, char
         memcpy(ct, toks + (size_t)c * (size_t)o->ctx, sizeof(int32_t) * (size_t)o->ctx);
         if (add_bos) ct[0] = bos;
         chunks[c].run = &run;
-        chunks[c].index = c;
     }
     int32_t per_chunk = o->ctx - 1 - run.first;
     if (o->out)
