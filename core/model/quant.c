@@ -121,6 +121,63 @@ static void quant_q4_1(const float *x, pagoda_block_q4_1 *y, int64_t nb)
     }
 }
 
+/* Q5_0 and Q5_1 are Q4_0 and Q4_1 with a fifth bit per value (quants
+ * 0..31; Q5_0's value of largest magnitude maps to -16): the same
+ * round-to-nearest, with the fifth bits gathered into the 32-bit qh
+ * (bit j for element j, little-endian). */
+static void put_q5(const int *q, uint8_t *qh4, uint8_t *qs)
+{
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+        qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) qh4[k] = (uint8_t)(qh >> (8 * k));
+}
+
+static void quant_q5_0(const float *x, uint8_t *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32, y += 22) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        pagoda_block_q5_0 b;
+        int q[32];
+        b.d = pagoda_fp32_to_fp16(d);
+        for (int j = 0; j < 32; j++) {
+            int v = (int)(x[j] * id + 16.5f);
+            q[j] = v < 0 ? 0 : v > 31 ? 31 : v;
+        }
+        put_q5(q, b.qh, b.qs);
+        memcpy(y, &b, 22);
+    }
+}
+
+static void quant_q5_1(const float *x, uint8_t *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32, y += 24) {
+        float min = INFINITY, max = -INFINITY;
+        for (int j = 0; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        const float d = (max - min) / 31.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        pagoda_block_q5_1 b;
+        int q[32];
+        b.d = pagoda_fp32_to_fp16(d);
+        b.m = pagoda_fp32_to_fp16(min);
+        for (int j = 0; j < 32; j++) {
+            int v = (int)((x[j] - min) * id + 0.5f);
+            q[j] = v < 0 ? 0 : v > 31 ? 31 : v;
+        }
+        put_q5(q, b.qh, b.qs);
+        memcpy(y, &b, 24);
+    }
+}
+
 /* Q5_0 (m == NULL: value d * (q - 16)) and Q5_1 (value d * q + m): the
  * low 4 bits of element j are the low (j < 16) or high nibble of qs[j % 16],
  * the fifth is bit j of the little-endian 32-bit qh. */
@@ -173,7 +230,9 @@ int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n)
     case PAGODA_DTYPE_Q8_0: quant_q8_0(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q4_0: quant_q4_0(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q4_1: quant_q4_1(x, out, n / 32); return PAGODA_OK;
-    default: return PAGODA_ERR_UNSUPPORTED;
+    case PAGODA_DTYPE_Q5_0: quant_q5_0(x, out, n / 32); return PAGODA_OK;
+    case PAGODA_DTYPE_Q5_1: quant_q5_1(x, out, n / 32); return PAGODA_OK;
+    default: return pagoda_quant_k_rows(dtype, x, out, n / block_elems(dtype));
     }
 }
 

@@ -210,6 +210,105 @@ START_TEST(roundtrips)
 }
 END_TEST
 
+/* pagoda's own quantizers for the new types (round to nearest with a small
+ * scale/min search, not llama.cpp's): relative RMS error on Gaussian data
+ * at three magnitudes held to a bound per type, measured with margin
+ * (worst of 90 runs of 4096 values: Q5_0 0.044, Q5_1 0.039, IQ4_NL 0.076,
+ * Q2_K 0.277, Q3_K 0.149, Q4_K 0.075, Q5_K 0.037, IQ4_XS 0.077; docs/gguf.md).
+ * Quantizing the dequantized values again gives the same values (Q5_K:
+ * nearly: a sub-block spanning fewer steps than the grid may refit to
+ * another grid, a change well under its own error). */
+static const struct { int dtype; float bound, second; } k_bounds[] = {
+    {PAGODA_DTYPE_Q5_0, 0.05f, 0},    {PAGODA_DTYPE_Q5_1, 0.045f, 0}, {PAGODA_DTYPE_IQ4_NL, 0.085f, 0},
+    {PAGODA_DTYPE_Q2_K, 0.30f, 0},    {PAGODA_DTYPE_Q3_K, 0.17f, 0},  {PAGODA_DTYPE_Q4_K, 0.085f, 0},
+    {PAGODA_DTYPE_Q5_K, 0.045f, 0.01f}, {PAGODA_DTYPE_IQ4_XS, 0.085f, 0},
+};
+
+static double rel_rms(const float *a, const float *b, int64_t n)
+{
+    double e = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+START_TEST(roundtrips_new_types)
+{
+    const int64_t n = 256 * 16;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
+    uint8_t *q = malloc(n * 4), *q2 = malloc(n * 4);
+    for (size_t t = 0; t < sizeof k_bounds / sizeof k_bounds[0]; t++) {
+        const int dt = k_bounds[t].dtype;
+        const char *name = pagoda_dtype_name(dt);
+        for (int run = 0; run < 6; run++) {
+            tu_rng rng;
+            tu_rng_seed(&rng, 500 + 10 * t + run);
+            tu_fill_normal(&rng, x, (size_t)n, run % 3 == 0 ? 0.02f : run % 3 == 1 ? 1.0f : 30.0f);
+            ck_assert_int_eq(pagoda_quantize_row(dt, x, q, n), 0);
+            ck_assert_int_eq(pagoda_dequantize_row(dt, q, y, n), 0);
+            double e = rel_rms(y, x, n);
+            ck_assert_msg(e < k_bounds[t].bound, "%s run %d: relative RMS %.4f >= %.3f", name, run, e,
+                          k_bounds[t].bound);
+            ck_assert_int_eq(pagoda_quantize_row(dt, y, q2, n), 0);
+            ck_assert_int_eq(pagoda_dequantize_row(dt, q2, z, n), 0);
+            double e2 = rel_rms(z, y, n);
+            ck_assert_msg(e2 <= k_bounds[t].second, "%s run %d: requantized values moved by %.2e", name,
+                          run, e2);
+        }
+    }
+    free(x);
+    free(y);
+    free(z);
+    free(q);
+    free(q2);
+}
+END_TEST
+
+/* Degenerate blocks: zeros stay zeros, constants and a lone outlier stay
+ * finite and close, tiny values (scales below f16's normal range) give no
+ * NaN, and a row handed over unaligned quantizes the same. */
+START_TEST(edge_blocks_new_types)
+{
+    float x[512], y[512];
+    uint8_t q[1024], q2[1025];
+    for (size_t t = 0; t < sizeof k_bounds / sizeof k_bounds[0]; t++) {
+        const int dt = k_bounds[t].dtype;
+        const char *name = pagoda_dtype_name(dt);
+        const size_t rb = pagoda_dtype_row_bytes(dt, 512);
+        for (int c = 0; c < 5; c++) {
+            for (int i = 0; i < 512; i++) {
+                switch (c) {
+                case 0: x[i] = 0; break;
+                case 1: x[i] = i < 256 ? 0.5f : -0.25f; break;
+                case 2: x[i] = i == 77 ? 8.0f : (i % 7 - 3) * 0.01f; break;
+                case 3: x[i] = (i % 5 - 2) * 1e-9f; break;
+                default: x[i] = (float)((i * 37) % 101 - 50); break;
+                }
+            }
+            ck_assert_int_eq(pagoda_quantize_row(dt, x, q, 512), 0);
+            ck_assert_int_eq(pagoda_quantize_row(dt, x, q2 + 1, 512), 0);
+            ck_assert_msg(memcmp(q, q2 + 1, rb) == 0, "%s case %d: unaligned output differs", name, c);
+            ck_assert_int_eq(pagoda_dequantize_row(dt, q, y, 512), 0);
+            for (int i = 0; i < 512; i++) {
+                ck_assert_msg(isfinite(y[i]), "%s case %d elem %d: %g", name, c, i, y[i]);
+                if (c == 0) ck_assert_msg(y[i] == 0, "%s: zero became %g", name, y[i]);
+                if (c == 1) ck_assert_msg(fabsf(y[i] - x[i]) <= 0.02f * fabsf(x[i]), "%s constant %g -> %g",
+                                          name, x[i], y[i]);
+                if (c == 3) ck_assert_msg(fabsf(y[i]) <= 3e-9f, "%s tiny %g -> %g", name, x[i], y[i]);
+            }
+            if (c == 2) /* the outlier itself survives within a few percent */
+                ck_assert_msg(fabsf(y[77] - 8.0f) < 0.4f, "%s outlier -> %g", name, y[77]);
+            if (c == 4) {
+                double e = rel_rms(y, x, 512);
+                ck_assert_msg(e < k_bounds[t].bound * 1.5, "%s ramp: relative RMS %.4f", name, e);
+            }
+        }
+    }
+}
+END_TEST
+
 /* Pack 6-bit quants q[256] and scales into ggml's Q6_K layout, written from
  * the layout's description (lane l of each 128-half holds elements l,
  * l+32, l+64, l+96; ql nibbles low/high for the first/second 64, qh bit
@@ -369,6 +468,8 @@ static Suite *suite(void)
     tcase_add_test(tc, q6_K_dequant);
     tcase_add_test(tc, dequant_vectors);
     tcase_add_test(tc, unpack_helpers);
+    tcase_add_test(tc, roundtrips_new_types);
+    tcase_add_test(tc, edge_blocks_new_types);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
     return s;
