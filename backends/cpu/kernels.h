@@ -40,7 +40,7 @@ int pagoda_cpu_weight_type_supported(int dtype);
  * multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm beats
  * their kernels); below it Q4_1 / Q6_K quantize the activations (decode:
  * bandwidth-bound, where reading fewer weight bytes wins) and F16 / BF16
- * run exact F32 products of their own. Q8_0 and Q4_0
+ * run exact F32 products of their own. Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL
  * keep quantized activations at every T (their tokens-in-lanes kernels
  * beat sgemm). PAGODA_CPU_GEMM_MIN_T in the environment sets one crossover
  * for every type. */

@@ -21,6 +21,9 @@ _Static_assert(sizeof(pagoda_blk_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(pagoda_blk_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(pagoda_blk_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(pagoda_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(pagoda_block_q5_1) == 24, "Q5_1 block is 24 bytes");
+_Static_assert(sizeof(pagoda_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
 
 /* Below this many rows, F32 weights use our own dot (a gemv through BLAS
  * would wake its threads for a few microseconds of work). */
@@ -38,6 +41,12 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
  * at 2 / 4 / 6 concurrent sequences): tiles 8.0 / 17.0 / 18.7 ms, x8
  * 11.4 / 14.7 / 14.4 ms. */
 #define X8_MIN_T 4
+/* Q5_0 / Q5_1 / IQ4_NL from 5: their row x token kernels on Q4_0's groups
+ * beat a half-empty group of eight at 4 tokens, not a 5/8 full one (one
+ * core, K = 2048, GFLOP/s, groups vs x8: T = 4: Q5_0 83 vs 66, Q5_1 78 vs
+ * 58, IQ4_NL 71 vs 51; T = 5, groups as 4 + 1: 68 / 64 / 63 vs x8 84 / 76
+ * / 66). */
+#define X8_MIN_T_Q5 5
 /* Tokens per pass of the x8 kernels over a part's rows (a multiple of 8). */
 #ifndef X8_T_CHUNK
 #define X8_T_CHUNK 64
@@ -76,6 +85,9 @@ int pagoda_cpu_weight_type_supported(int dtype)
     case PAGODA_DTYPE_Q4_0:
     case PAGODA_DTYPE_Q4_1:
     case PAGODA_DTYPE_Q6_K:
+    case PAGODA_DTYPE_Q5_0:
+    case PAGODA_DTYPE_Q5_1:
+    case PAGODA_DTYPE_IQ4_NL:
         return 1;
     default:
         return 0;
@@ -95,7 +107,7 @@ typedef struct mm_task {
     size_t out_stride;
     uint8_t *xq;          /* quantized activations, xq_stride bytes per row */
     size_t xq_stride;
-    uint8_t *xp;          /* xq rearranged by vt->prep_q4_0 (Q4_0 only), or NULL */
+    uint8_t *xp;          /* xq rearranged by vt->prep_q4_0 (Q4_0, Q5, IQ4_NL), or NULL */
     size_t xp_stride;
     pagoda_q8x8_block *x8; /* xq interleaved by eights (gemm_x8), or NULL */
     void (*gemm_x8)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t,
@@ -176,6 +188,9 @@ static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
     case PAGODA_DTYPE_Q4_0: return vt->dot_q4_0(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q4_1: return vt->dot_q4_1(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q6_K: return vt->dot_q6_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_Q5_0: return vt->dot_q5_0(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_Q5_1: return vt->dot_q5_1(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_IQ4_NL: return vt->dot_iq4_nl(wr, xq, m->K / 32);
     default: return 0.0f;
     }
 }
@@ -188,6 +203,9 @@ static void (*gemm_fn(const mm_task *m))(const void *, size_t, int64_t, const vo
     case PAGODA_DTYPE_Q8_0: return m->vt->gemm_q8_0;
     case PAGODA_DTYPE_Q4_0: return m->vt->gemm_q4_0;
     case PAGODA_DTYPE_F16: return m->vt->gemm_f16;
+    case PAGODA_DTYPE_Q5_0: return m->vt->gemm_q5_0;
+    case PAGODA_DTYPE_Q5_1: return m->vt->gemm_q5_1;
+    case PAGODA_DTYPE_IQ4_NL: return m->vt->gemm_iq4_nl;
     default: return NULL;
     }
 }
@@ -332,6 +350,12 @@ static int64_t gemm_min_t_env(void)
 static int64_t sgemm_min_t(int dtype)
 {
     if (dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0) return INT64_MAX;
+    /* Q5_0 / Q5_1 / IQ4_NL: never either. Kernels on one core, K = 2048,
+     * 2048 rows, T = 64 / 128 / 512, x8 vs dequantize + sgemm (GFLOP/s):
+     * Q5_0 149 / 151 / 151 vs 69 / 76 / 80, Q5_1 137 / 134 / 135 vs
+     * 67 / 71 / 80, IQ4_NL 101 / 100 / 101 vs 67 / 75 / 80. */
+    if (dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 || dtype == PAGODA_DTYPE_IQ4_NL)
+        return INT64_MAX;
     if (dtype == PAGODA_DTYPE_F16) return PAGODA_CPU_GEMM_MIN_T_F16;
     return PAGODA_CPU_GEMM_MIN_T;
 }
@@ -371,15 +395,22 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
     if (w_dtype == PAGODA_DTYPE_Q6_K)
         m.xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
-             w_dtype == PAGODA_DTYPE_Q4_1)
+             w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
+             w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL)
         m.xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
-    if (T >= X8_MIN_T)
+    bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL;
+    if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
         m.gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? m.vt->gemm_q8_0_x8
-                  : w_dtype == PAGODA_DTYPE_Q4_0 ? m.vt->gemm_q4_0_x8 : NULL;
-    if (w_dtype == PAGODA_DTYPE_Q4_0 && m.vt->prep_q4_0 && !m.gemm_x8)
+                  : w_dtype == PAGODA_DTYPE_Q4_0 ? m.vt->gemm_q4_0_x8
+                  : w_dtype == PAGODA_DTYPE_Q5_0 ? m.vt->gemm_q5_0_x8
+                  : w_dtype == PAGODA_DTYPE_Q5_1 ? m.vt->gemm_q5_1_x8
+                  : w_dtype == PAGODA_DTYPE_IQ4_NL ? m.vt->gemm_iq4_nl_x8 : NULL;
+    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
+    bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(&m));
+    if (groups && m.vt->prep_q4_0 && !m.gemm_x8)
         m.xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
     if (m.xq_stride) {
-        /* One scratch: the q8a rows, then (Q4_0) their rearranged copy or
+        /* One scratch: the q8a rows, then (Q4_0, Q5, IQ4_NL) their rearranged copy or
          * (x8) their groups of eight. */
         size_t xq_bytes = (m.xq_stride * (size_t)T + 63) & ~(size_t)63;
         size_t x8_bytes = m.gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block) : 0;

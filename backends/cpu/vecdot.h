@@ -2,7 +2,8 @@
  * vecdot.h: the inner loops of the CPU matmul: one weight row against one
  * activation row, per weight type, in a scalar reference (vecdot.c) and an
  * AVX2 variant (vecdot_avx2.c; the tokens-in-lanes kernels in
- * vecdot_x8_avx2.c), plus activation quantization and a few row ops. The tables
+ * vecdot_x8_avx2.c, the other Q5_0 / Q5_1 / IQ4_NL ones in vecdot_q5_avx2.c),
+ * plus activation quantization and a few row ops. The tables
  * are picked per call by pagoda_cpu_vecdot_table(isa).
  * Not for: threading or shapes (matmul.c).
  */
@@ -147,6 +148,28 @@ typedef struct pagoda_vecdot_table {
                        float *sc);
     void (*accum_f16)(float *acc, float alpha, const float *p, const uint16_t *v, size_t stride,
                       int n, int hd);
+    /* The 32-value types Q5_0, Q5_1 and IQ4_NL against q8a activations
+     * (Q5_1's m term through the block's s, as Q4_1), per row and in
+     * tokens-in-lanes groups (as gemm_q8_0_x8; NULL: the kernels below).
+     * Weight blocks: quant.h's pagoda_block_q5_0 / q5_1 / iq4_nl. */
+    float (*dot_q5_0)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    float (*dot_q5_1)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    float (*dot_iq4_nl)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    void (*gemm_q5_0_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q5_1_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_iq4_nl_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                           int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* Their row x token blocks below the x8 kernels' minimum (decode), as
+     * gemm_q4_0: on prep_q4_0's groups, which a table has wherever it has
+     * these. NULL: one dot per pair. */
+    void (*gemm_q5_0)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
+                      int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q5_1)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
+                      int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
+                        int64_t T, int64_t nb, float *out, size_t out_stride);
 } pagoda_vecdot_table;
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;

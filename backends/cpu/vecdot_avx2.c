@@ -196,14 +196,6 @@ static float dot_q8_0_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-/* 32 nibbles of a Q4 block as bytes 0..15 in element order. */
-static inline __m256i unpack_nibbles(const uint8_t *qs)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
-
 /* (q - 8) . y = q . y - 8 * sum(y): the nibbles stay unsigned for maddubs
  * (no sign juggling), and sum(y) * d_y is the activation block's s. */
 static float dot_q4_0_avx2(const void *wv, const pagoda_q8a_block *x, int64_t nb)
@@ -419,16 +411,6 @@ static void accum_f16_avx2(float *acc, float alpha, const float *p, const uint16
     }
 }
 
-/* 32 int8 values times d into out[0..31]. */
-static inline void store_scaled_i8(float *out, __m256i q, __m256 d)
-{
-    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    _mm256_storeu_ps(out, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-    _mm256_storeu_ps(out + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-    _mm256_storeu_ps(out + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-    _mm256_storeu_ps(out + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-}
-
 static void dequant_avx2(int dtype, const void *wv, float *out, int64_t k)
 {
     switch (dtype) {
@@ -470,6 +452,11 @@ static void dequant_avx2(int dtype, const void *wv, float *out, int64_t k)
         }
         return;
     }
+    case PAGODA_DTYPE_Q5_0:
+    case PAGODA_DTYPE_Q5_1:
+    case PAGODA_DTYPE_IQ4_NL:
+        pagoda_cpu_dequant_q5_avx2(dtype, wv, out, k);
+        return;
     default:
         pagoda_dequantize_row(dtype, wv, out, k);
         return;
@@ -808,6 +795,15 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .axpy_f16 = axpy_f16_avx2,
     .scores_f16 = scores_f16_avx2,
     .accum_f16 = accum_f16_avx2,
+    .dot_q5_0 = pagoda_cpu_dot_q5_0_avx2,
+    .dot_q5_1 = pagoda_cpu_dot_q5_1_avx2,
+    .dot_iq4_nl = pagoda_cpu_dot_iq4_nl_avx2,
+    .gemm_q5_0_x8 = pagoda_cpu_gemm_q5_0_x8_avx2,
+    .gemm_q5_1_x8 = pagoda_cpu_gemm_q5_1_x8_avx2,
+    .gemm_iq4_nl_x8 = pagoda_cpu_gemm_iq4_nl_x8_avx2,
+    .gemm_q5_0 = pagoda_cpu_gemm_q5_0_avx2,
+    .gemm_q5_1 = pagoda_cpu_gemm_q5_1_avx2,
+    .gemm_iq4_nl = pagoda_cpu_gemm_iq4_nl_avx2,
 };
 
 #else

@@ -2,7 +2,9 @@
  * quant.c: scalar reference conversions and block (de)quantization, laid
  * out and rounded exactly as ggml's reference code does, so files written
  * here load in llama.cpp and files from there load here. Depends on libc,
- * libm and pagoda/types.h only (the CPU plugin compiles this file in).
+ * libm and pagoda/types.h only (the CPU plugin links it). This file holds
+ * the scalars and the 32-element block types (Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1) and the dispatch; quant_k.c the super-block types and IQ4.
  * Not for: speed; SIMD kernels live in the backends and are tested
  * against these.
  */
@@ -119,32 +121,85 @@ static void quant_q4_1(const float *x, pagoda_block_q4_1 *y, int64_t nb)
     }
 }
 
-static void dequant_q6_K(const pagoda_block_q6_K *b, float *y, int64_t nb)
+/* Q5_0 and Q5_1 are Q4_0 and Q4_1 with a fifth bit per value (quants
+ * 0..31; Q5_0's value of largest magnitude maps to -16): the same
+ * round-to-nearest, with the fifth bits gathered into the 32-bit qh
+ * (bit j for element j, little-endian). */
+static void put_q5(const int *q, uint8_t *qh4, uint8_t *qs)
 {
-    for (int64_t i = 0; i < nb; i++) {
-        const float d = pagoda_fp16_to_fp32(b[i].d);
-        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
-        const int8_t *sc = b[i].scales;
-        /* Two halves of 128; in each, 32 lanes l carry four values at
-         * l, l+32, l+64, l+96 from ql nibbles and qh bit pairs. */
-        for (int n = 0; n < 256; n += 128) {
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * sc[is] * q1;
-                y[l + 32] = d * sc[is + 2] * q2;
-                y[l + 64] = d * sc[is + 4] * q3;
-                y[l + 96] = d * sc[is + 6] * q4;
-            }
-            y += 128;
-            ql += 64;
-            qh += 32;
-            sc += 8;
-        }
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+        qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + 16] >> 4) << (j + 16);
     }
+    for (int k = 0; k < 4; k++) qh4[k] = (uint8_t)(qh >> (8 * k));
+}
+
+static void quant_q5_0(const float *x, uint8_t *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32, y += 22) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        pagoda_block_q5_0 b;
+        int q[32];
+        b.d = pagoda_fp32_to_fp16(d);
+        for (int j = 0; j < 32; j++) {
+            int v = (int)(x[j] * id + 16.5f);
+            q[j] = v < 0 ? 0 : v > 31 ? 31 : v;
+        }
+        put_q5(q, b.qh, b.qs);
+        memcpy(y, &b, 22);
+    }
+}
+
+static void quant_q5_1(const float *x, uint8_t *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32, y += 24) {
+        float min = INFINITY, max = -INFINITY;
+        for (int j = 0; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        const float d = (max - min) / 31.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        pagoda_block_q5_1 b;
+        int q[32];
+        b.d = pagoda_fp32_to_fp16(d);
+        b.m = pagoda_fp32_to_fp16(min);
+        for (int j = 0; j < 32; j++) {
+            int v = (int)((x[j] - min) * id + 0.5f);
+            q[j] = v < 0 ? 0 : v > 31 ? 31 : v;
+        }
+        put_q5(q, b.qh, b.qs);
+        memcpy(y, &b, 24);
+    }
+}
+
+/* Q5_0 (m == NULL: value d * (q - 16)) and Q5_1 (value d * q + m): the
+ * low 4 bits of element j are the low (j < 16) or high nibble of qs[j % 16],
+ * the fifth is bit j of the little-endian 32-bit qh. */
+static void dequant_q5(uint16_t dh, const uint16_t *mh, const uint8_t *qh4, const uint8_t *qs, float *y)
+{
+    const float d = pagoda_fp16_to_fp32(dh);
+    const uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 |
+                        (uint32_t)qh4[3] << 24;
+    for (int j = 0; j < 32; j++) {
+        int q = (j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4) | (int)((qh >> j) & 1) << 4;
+        if (mh)
+            y[j] = q * d + pagoda_fp16_to_fp32(*mh);
+        else
+            y[j] = (q - 16) * d;
+    }
+}
+
+static int block_elems(int dtype)
+{
+    int be = 1;
+    pagoda_dtype_block(dtype, &be, NULL);
+    return be;
 }
 
 static int check_n(int dtype, int64_t n)
@@ -175,7 +230,9 @@ int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n)
     case PAGODA_DTYPE_Q8_0: quant_q8_0(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q4_0: quant_q4_0(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q4_1: quant_q4_1(x, out, n / 32); return PAGODA_OK;
-    default: return PAGODA_ERR_UNSUPPORTED;
+    case PAGODA_DTYPE_Q5_0: quant_q5_0(x, out, n / 32); return PAGODA_OK;
+    case PAGODA_DTYPE_Q5_1: quant_q5_1(x, out, n / 32); return PAGODA_OK;
+    default: return pagoda_quant_k_rows(dtype, x, out, n / block_elems(dtype));
     }
 }
 
@@ -240,20 +297,30 @@ int pagoda_dequantize_row(int dtype, const void *x, float *out, int64_t n)
         }
         return PAGODA_OK;
     }
-    case PAGODA_DTYPE_Q6_K: {
+    case PAGODA_DTYPE_Q5_0: {
         const uint8_t *p = x;
-        for (int64_t i = 0; i < n / 256; i++) {
-            pagoda_block_q6_K b;
-            memcpy(&b, p + i * 210, 210);
-            dequant_q6_K(&b, out + i * 256, 1);
+        for (int64_t i = 0; i < n / 32; i++) {
+            pagoda_block_q5_0 b;
+            memcpy(&b, p + i * 22, 22);
+            dequant_q5(b.d, NULL, b.qh, b.qs, out + i * 32);
         }
         return PAGODA_OK;
     }
-    default: return PAGODA_ERR_UNSUPPORTED;
+    case PAGODA_DTYPE_Q5_1: {
+        const uint8_t *p = x;
+        for (int64_t i = 0; i < n / 32; i++) {
+            pagoda_block_q5_1 b;
+            memcpy(&b, p + i * 24, 24);
+            dequant_q5(b.d, &b.m, b.qh, b.qs, out + i * 32);
+        }
+        return PAGODA_OK;
+    }
+    default: return pagoda_dequant_k_rows(dtype, x, out, n / block_elems(dtype));
     }
 }
 
 _Static_assert(sizeof(pagoda_block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(pagoda_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(pagoda_block_q4_1) == 20, "q4_1 block");
-_Static_assert(sizeof(pagoda_block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(pagoda_block_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(pagoda_block_q5_1) == 24, "q5_1 block");

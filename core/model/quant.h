@@ -1,8 +1,12 @@
 /*
  * quant.h: scalar reference conversions between F32 and the stored weight
- * types (F16, BF16, Q8_0, Q4_0, Q4_1, Q6_K), bit-compatible with ggml's
+ * types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and the 256-element
+ * super-block types Q2_K..Q6_K, IQ4_XS), bit-compatible with ggml's
  * reference block layouts. Portable C over libc/libm and pagoda/types.h
- * only, because the CPU backend plugin compiles quant.c into itself.
+ * only, because the CPU backend plugin links these (library pagoda_quant:
+ * quant.c for the scalars and 32-element blocks, quant_k.c for the
+ * super-block types and IQ4). The small unpacking helpers below are inline
+ * so SIMD kernels share one definition of each packed field.
  * Not for: fast kernels (backends/cpu has SIMD variants tested against these).
  */
 #ifndef PAGODA_QUANT_H
@@ -57,6 +61,49 @@ typedef struct pagoda_block_iq4_xs {
     uint8_t qs[128];    /* indices into the IQ4 non-linear table */
 } pagoda_block_iq4_xs;                                                                       /* 136 B */
 
+/* The IQ4_NL / IQ4_XS non-linear 4-bit codebook: a quant is an index into
+ * this table, the value d * table[index]. */
+extern const int8_t pagoda_iq4nl_table[16];
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7, 32 elements
+ * each) from the 12 packed bytes. Bytes 0..3 hold scales 0..3 in their low
+ * 6 bits, bytes 4..7 mins 0..3; sub-blocks 4..7 take their low 4 bits from
+ * the nibbles of bytes 8..11 (scale low, min high) and their top 2 bits
+ * from the spare top bits of bytes 0..3 (scales) and 4..7 (mins). */
+static inline void pagoda_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Q3_K: the 16 signed scales (6-bit, stored +32) of a super-block, one per
+ * 16 elements. Scale k takes its low 4 bits from the low (k < 8) or high
+ * (k >= 8) nibble of byte k % 8 and its top 2 bits from byte 8 + k % 4,
+ * bits 2*(k/4).. */
+static inline void pagoda_q3_K_scales(const uint8_t *packed, int8_t *out)
+{
+    for (int k = 0; k < 16; k++) {
+        int lo = (packed[k % 8] >> (k < 8 ? 0 : 4)) & 0xF;
+        int hi = (packed[8 + k % 4] >> (2 * (k / 4))) & 3;
+        out[k] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* IQ4_XS: the signed scale (6-bit, stored +32) of sub-block ib (0..7, 32
+ * elements): low 4 bits from nibble ib of scales_l, top 2 from bits
+ * 2*ib.. of scales_h. */
+static inline int pagoda_iq4_xs_scale(const pagoda_block_iq4_xs *b, int ib)
+{
+    int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+    int hi = (b->scales_h >> (2 * ib)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /* IEEE half: round to nearest even, subnormals, inf and NaN kept. */
 float pagoda_fp16_to_fp32(uint16_t h);
 uint16_t pagoda_fp32_to_fp16(float f);
@@ -66,10 +113,16 @@ uint16_t pagoda_fp32_to_bf16(float f);
 
 /* Quantize n values (a multiple of the type's block size) into out, which
  * holds pagoda_dtype_row_bytes(dtype, n) bytes. Types: F32, F16, BF16,
- * Q8_0, Q4_0, Q4_1. PAGODA_ERR_UNSUPPORTED for others (Q6_K),
- * PAGODA_ERR_INVALID for a bad n. */
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS.
+ * PAGODA_ERR_UNSUPPORTED for others (Q6_K), PAGODA_ERR_INVALID for a bad n. */
 int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n);
-/* Dequantize n values: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q6_K. */
+/* Dequantize n values: every type pagoda_quantize_row takes, and Q6_K. */
 int pagoda_dequantize_row(int dtype, const void *x, float *out, int64_t n);
+
+/* Internal to pagoda_quant: quant.c's dispatch hands the super-block and
+ * IQ4 types to quant_k.c. nb = number of blocks; x and y may be unaligned.
+ * PAGODA_ERR_UNSUPPORTED for a type quant_k.c does not hold. */
+int pagoda_quant_k_rows(int dtype, const float *x, void *y, int64_t nb);
+int pagoda_dequant_k_rows(int dtype, const void *x, float *y, int64_t nb);
 
 #endif /* PAGODA_QUANT_H */

@@ -138,8 +138,10 @@ START_TEST(test_descriptor)
     ck_assert_uint_gt(info.mem_total, 0);
     ck_assert_uint_le(info.mem_free, info.mem_total);
     int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
-                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
-    for (int i = 0; i < 7; i++) ck_assert(info.weight_types & (1ull << types[i]));
+                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q5_0,
+                   PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        ck_assert(info.weight_types & (1ull << types[i]));
     ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
     fprintf(stderr, "cpu backend info: %s\n", info.name);
     unload(&L);

@@ -5,7 +5,8 @@
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
  *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1/Q6_K weights:
- *    exact weights, sgemm: as above (Q8_0/Q4_0 stay quantized).
+ *    exact weights, sgemm: as above (Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL stay
+ *    quantized).
  *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
  *    per 32 or 256 values). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:
@@ -213,10 +214,36 @@ END_TEST
 
 /* ----------------------------------------------------------------- matmul */
 
+/* Random bytes for every 32-value block of a Q5_0 / Q5_1 / IQ4_NL row
+ * (every bit pattern of the values is valid, so all of them are met), with
+ * scales of the size quantizing N(0, 0.5) gives: Q5_0 d ~ 1.5 / 16, Q5_1
+ * d ~ 3 / 31 and m ~ -1.5, IQ4_NL d ~ 1.5 / 127. */
+static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
+{
+    int e, bb;
+    ck_assert(pagoda_dtype_block(dtype, &e, &bb));
+    for (int64_t b = 0; b < K / 32; b++) {
+        uint8_t *blk = p + b * bb;
+        for (int i = 0; i < bb; i++) blk[i] = (uint8_t)tu_rng_u64(r);
+        float u = 0.5f + tu_rng_uniform(r);
+        uint16_t d = pagoda_fp32_to_fp16(dtype == PAGODA_DTYPE_IQ4_NL ? u * 0.012f
+                                         : dtype == PAGODA_DTYPE_Q5_0 ? u * 0.094f : u * 0.097f);
+        memcpy(blk, &d, 2);
+        if (dtype == PAGODA_DTYPE_Q5_1) {
+            uint16_t m = pagoda_fp32_to_fp16(-1.5f * u * (0.8f + 0.4f * tu_rng_uniform(r)));
+            memcpy(blk + 2, &m, 2);
+        }
+    }
+}
+
 /* Random weights of `dtype` [N x K]; Q6_K has no quantizer, so its blocks
- * are random bytes with a small scale (every bit pattern is valid). */
+ * are random bytes with a small scale (every bit pattern is valid). Q5_0,
+ * Q5_1 and IQ4_NL: odd rows random blocks (random_blocks32), even rows
+ * quantized where the reference has a quantizer for the type. */
 static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
 {
+    bool blocks32 = dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 ||
+                    dtype == PAGODA_DTYPE_IQ4_NL;
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
@@ -230,6 +257,10 @@ static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t 
                 pagoda_block_q6_K *blk = (pagoda_block_q6_K *)(p + b * 210);
                 blk->d = pagoda_fp32_to_fp16(0.0005f + 0.002f * tu_rng_uniform(r));
             }
+        } else if (blocks32) {
+            tu_fill_normal(r, row, (size_t)K, 0.5f);
+            if (n % 2 || pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K) == PAGODA_ERR_UNSUPPORTED)
+                random_blocks32(r, dtype, w + (size_t)n * rb, K);
         } else {
             tu_fill_normal(r, row, (size_t)K, 0.5f);
             ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
@@ -249,10 +280,15 @@ static const mm_case MM_CASES[] = {
     /* Q4_0 groups of 4 blocks with 1 and 3 blocks left over (not Q6_K:
      * its blocks are 256), token chunks 8 + 4 and 4 + 2 + 1. */
     {12, 288, 19}, {7, 224, 10},
-    /* Tokens in lanes (T >= 4): one group of 8 with 4 padding lanes, one
+    /* The same below the x8 kernels (the row x token kernels on Q4_0's
+     * groups: Q4_0, Q5_0, Q5_1, IQ4_NL): no whole group, and 1 / 3 blocks
+     * past the groups. */
+    {2, 96, 9}, {1, 288, 5}, {3, 224, 17},
+    /* Tokens in lanes (T >= 4; Q5_0 / Q5_1 / IQ4_NL from 5, so 4 is
+     * their groups' 4-token tile): one group of 8 with 4 padding lanes, one
      * full group, groups 2 + 1 with 1 token in the last, 4 groups with 7
      * in the last, rows 8 / 4 / 1 at a time, F16 K chunks of 256 plus a
-     * tail. */
+     * tail. 5 tokens: 3 padding lanes. */
     {4, 256, 13}, {8, 256, 13}, {17, 96, 9}, {31, 64, 21}, {24, 320, 11}, {16, 544, 6},
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
     {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
@@ -370,6 +406,57 @@ START_TEST(test_matmul_q4_1) { check_matmul_type(PAGODA_DTYPE_Q4_1); }
 END_TEST
 START_TEST(test_matmul_q6_k) { check_matmul_type(PAGODA_DTYPE_Q6_K); }
 END_TEST
+START_TEST(test_matmul_q5_0) { check_matmul_type(PAGODA_DTYPE_Q5_0); }
+END_TEST
+START_TEST(test_matmul_q5_1) { check_matmul_type(PAGODA_DTYPE_Q5_1); }
+END_TEST
+START_TEST(test_matmul_iq4_nl) { check_matmul_type(PAGODA_DTYPE_IQ4_NL); }
+END_TEST
+
+/* The per-row dots of the 32-value types, which the matmul reaches only
+ * through tables without row x token kernels: AVX2 against the scalar
+ * reference (same integer sums, float order differs), odd block counts
+ * included. */
+START_TEST(test_dots_q5_iq4_avx2_match_scalar)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
+    static const int types[] = {PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
+    tu_rng r;
+    tu_rng_seed(&r, 31);
+    for (size_t ti = 0; ti < 3; ti++) {
+        const pagoda_vecdot_table *v[2] = {&pagoda_vecdot_scalar, &pagoda_vecdot_avx2};
+        float (*dot[2])(const void *, const pagoda_q8a_block *, int64_t);
+        for (int i = 0; i < 2; i++)
+            dot[i] = types[ti] == PAGODA_DTYPE_Q5_0 ? v[i]->dot_q5_0
+                   : types[ti] == PAGODA_DTYPE_Q5_1 ? v[i]->dot_q5_1 : v[i]->dot_iq4_nl;
+        for (int64_t nb = 1; nb <= 9; nb++) {
+            int64_t K = 32 * nb;
+            size_t ws;
+            uint8_t *w = make_weights(&r, types[ti], 2, K, &ws);
+            float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
+            pagoda_q8a_block xq[9];
+            tu_fill_normal(&r, x, (size_t)K, 1.0f);
+            pagoda_vecdot_scalar.quant_q8a(x, xq, K);
+            for (int n = 0; n < 2; n++) {
+                float a = dot[0](w + n * ws, xq, nb), b = dot[1](w + n * ws, xq, nb);
+                double ref = 0.0, mag = 0.0;
+                ck_assert_int_eq(pagoda_dequantize_row(types[ti], w + n * ws, wd, K), PAGODA_OK);
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)wd[k] * xq[k / 32].qs[k % 32] * xq[k / 32].d;
+                    ref += p;
+                    mag += fabs(p);
+                }
+                ck_assert_msg(fabs(a - ref) <= 1e-5 * mag + 1e-6 && fabs(b - ref) <= 1e-5 * mag + 1e-6,
+                              "%s nb %lld row %d: scalar %.7g AVX2 %.7g reference %.7g",
+                              pagoda_dtype_name(types[ti]), (long long)nb, n, a, b, ref);
+            }
+            free(x);
+            free(wd);
+            free(w);
+        }
+    }
+}
+END_TEST
 
 START_TEST(test_matmul_rejects_unknown_type)
 {
@@ -386,7 +473,8 @@ START_TEST(test_get_rows_every_type)
 {
     static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
                                 PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
-                                PAGODA_DTYPE_Q6_K};
+                                PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1,
+                                PAGODA_DTYPE_IQ4_NL};
     tu_rng r;
     tu_rng_seed(&r, 5);
     int64_t V = 11, C = 512;
@@ -412,7 +500,8 @@ START_TEST(test_dequant_avx2_matches_reference)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
     static const int types[] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
-                                PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
+                                PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K,
+                                PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
     tu_rng r;
     tu_rng_seed(&r, 6);
     int64_t C = 768;
@@ -426,6 +515,11 @@ START_TEST(test_dequant_avx2_matches_reference)
             for (int64_t i = 0; i < C; i++)
                 ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(a[i]), "%s [%lld]: %g vs %g",
                               pagoda_dtype_name(types[ti]), (long long)i, a[i], b[i]);
+            /* These round as the reference does (one product; Q5_1 then
+             * a separate add, never fused): the same floats. */
+            if (types[ti] == PAGODA_DTYPE_Q5_0 || types[ti] == PAGODA_DTYPE_Q5_1 ||
+                types[ti] == PAGODA_DTYPE_IQ4_NL)
+                ck_assert_int_eq(memcmp(a, b, sizeof(float) * (size_t)C), 0);
         }
         free(a);
         free(b);
@@ -738,6 +832,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q4_0);
     tcase_add_test(tc, test_matmul_q4_1);
     tcase_add_test(tc, test_matmul_q6_k);
+    tcase_add_test(tc, test_matmul_q5_0);
+    tcase_add_test(tc, test_matmul_q5_1);
+    tcase_add_test(tc, test_matmul_iq4_nl);
+    tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
     tcase_add_test(tc, test_dequant_avx2_matches_reference);
