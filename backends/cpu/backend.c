@@ -129,9 +129,9 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
              pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
     meminfo(&o.mem_total, &o.mem_free);
     o.alignment = 64;
-    int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
-                   PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) o.weight_types |= 1ull << types[i];
+    /* From the kernels' own list, so a type enabled there is announced. */
+    for (int t = 0; t < 64; t++)
+        if (pagoda_cpu_weight_type_supported(t)) o.weight_types |= 1ull << t;
     o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
     o.host_memory = true;
     memcpy(info, &o, o.struct_size);
