@@ -71,16 +71,20 @@ typedef struct pagoda_q8x8_block {
  * (gemm_q*_k_x8, vecdot_k_x8_avx2.c), one 256-value super-block position:
  * the same lanes as pagoda_q8x8_block over 64 groups of four values, with
  * the per-16 and per-32 sums as int16 pairs so one madd with a weight
- * row's (m_a, m_b) pair gives m_a * sum_a + m_b * sum_b in every lane:
+ * row's (m_a, m_b) pair gives m_a * sum_a + m_b * sum_b in every lane, and
+ * the sums that line up with a maddubs result's two int16 halves (the
+ * fixed offsets of Q3_K / Q6_K come off in int16, before the scale):
  *   qs[g][4t + j]   = token t's qs[4g + j]
  *   bs16[i][2t + h] = token t's bsums[2i + h]          (sums of 16)
  *   bs32[i][2t + h] = token t's sum of qs[32(2i+h) ..] (sums of 32)
+ *   hs[j][2t + h]   = token t's sum of qs[16j + 4i + 2h + e], i < 4, e < 2
  *   d[t]            = token t's scale
  * Tokens past the batch are zero (d = 0). */
 typedef struct pagoda_q8kx8_block {
     int8_t qs[64][32];
     int16_t bs16[8][16];
     int16_t bs32[4][16];
+    int16_t hs[16][16];
     float d[8];
 } pagoda_q8kx8_block;
 

@@ -133,6 +133,7 @@ void pagoda_cpu_prep_k_x8(const pagoda_q8k_block *x, size_t x_stride, int nt, in
                 for (int g = 0; g < 64; g++) memset(&o->qs[g][4 * t], 0, 4);
                 for (int i = 0; i < 8; i++) o->bs16[i][2 * t] = o->bs16[i][2 * t + 1] = 0;
                 for (int i = 0; i < 4; i++) o->bs32[i][2 * t] = o->bs32[i][2 * t + 1] = 0;
+                for (int j = 0; j < 16; j++) o->hs[j][2 * t] = o->hs[j][2 * t + 1] = 0;
                 o->d[t] = 0.0f;
                 continue;
             }
@@ -146,6 +147,12 @@ void pagoda_cpu_prep_k_x8(const pagoda_q8k_block *x, size_t x_stride, int nt, in
                 o->bs32[i][2 * t] = (int16_t)(xb->bsums[4 * i] + xb->bsums[4 * i + 1]);
                 o->bs32[i][2 * t + 1] = (int16_t)(xb->bsums[4 * i + 2] + xb->bsums[4 * i + 3]);
             }
+            for (int j = 0; j < 16; j++)
+                for (int h = 0; h < 2; h++) {
+                    int sum = 0;
+                    for (int i = 0; i < 4; i++) sum += xb->qs[16 * j + 4 * i + 2 * h] + xb->qs[16 * j + 4 * i + 2 * h + 1];
+                    o->hs[j][2 * t + h] = (int16_t)sum;
+                }
             o->d[t] = xb->d;
         }
     }

@@ -17,14 +17,21 @@
  * of eight tokens in one maddubs; the int16 sums of as many groups as stay
  * below 2^15 are added, one madd with the sub-block's scale widens them
  * into int32 sums over the super-block, and one convert + FMA per row and
- * token group scales them by d * d_x. The mins (Q2_K, Q4_K, Q5_K) and the
- * fixed offsets (Q3_K: -4, Q6_K: -32) are sum_j m_j * (sum of x in sub-block
- * j): a madd of the row's (m_a, m_b) pairs with the tokens' sum pairs, one
- * more convert + FMA. IQ4_XS's table values are signed: |x| x sign(w, x)
- * and one madd per group (its pair sums reach 2 x 127 x 127).
- * Int16 headroom per type (|x| <= 127): Q4_K q <= 15, 8 groups (32 values)
- * sum to <= 8 x 2 x 15 x 127 = 30480; Q5_K q <= 31: 4 groups; Q6_K q <= 63:
- * 2 groups; Q3_K q + 4 <= 7 and Q2_K q <= 3: a whole 16-value sub-block.
+ * token group scales them by d * d_x. The mins (Q2_K, Q4_K, Q5_K) are
+ * sum_j m_j * (sum of x in sub-block j): a madd of the row's (m_a, m_b)
+ * pairs with the tokens' sum pairs, one more convert + FMA. The fixed
+ * offsets (Q3_K: -4, Q6_K: -32) come off the int16 sums before the scale's
+ * madd, as offset x the tokens' matching sums (hs): the additions wrap, so
+ * the int16 result is exact whenever the true (q - offset) . x fits, and
+ * the multiplies (the int vector multiplier is the bottleneck here: one
+ * maddubs or madd per cycle) stay at 5 per 4 maddubs for Q6_K instead of
+ * 6.5 (two madds per 16 values, and the offsets' madds at the end).
+ * IQ4_XS's table values are signed: |x| x sign(w, x) and one madd per
+ * group (its pair sums reach 2 x 127 x 127).
+ * Int16 headroom per type (|x| <= 127, per int16 half of a lane): Q4_K q <=
+ * 15: 8 groups (32 values) sum to <= 8 x 2 x 15 x 127 = 30480; Q5_K q <=
+ * 31: 4 groups; Q2_K q <= 3: a 16-value sub-block; Q6_K (q - 32) and Q3_K
+ * (q + 4 - 4) over a 16-value sub-block: <= 8 x 32 x 127 = 32512 and 4064.
  */
 #include "vecdot_k.h"
 
@@ -162,9 +169,9 @@ static inline void unpack_q3_k(const uint8_t *blk, kx_row *o)
     uint32_t u[4];
     pagoda_k3_unpack_scales(w->scales, u);
     __m128i sc8 = _mm_sub_epi8(_mm_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3]), _mm_set1_epi8(32));
-    k16_scales(sc8, 1, o->sc, o->mm);
+    k16_scales(sc8, 1, o->sc, NULL);
     o->d = f16(w->d);
-    o->dm = -4.0f * o->d;
+    o->dm = 0.0f; /* the -4 comes off in int16 (KT_HS) */
 }
 
 static inline void unpack_q6_k(const uint8_t *blk, kx_row *o)
@@ -187,9 +194,9 @@ static inline void unpack_q6_k(const uint8_t *blk, kx_row *o)
         _mm256_store_si256((__m256i *)(q + 96),
                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4), h3));
     }
-    k16_scales(_mm_loadu_si128((const __m128i *)w->scales), 1, o->sc, o->mm);
+    k16_scales(_mm_loadu_si128((const __m128i *)w->scales), 1, o->sc, NULL);
     o->d = f16(w->d);
-    o->dm = -32.0f * o->d;
+    o->dm = 0.0f; /* the -32 comes off in int16 (KT_HS) */
 }
 
 static inline void unpack_iq4_xs(const uint8_t *blk, kx_row *o)
@@ -230,17 +237,20 @@ FORCE_INLINE void unpack_k(int kt, const uint8_t *blk, kx_row *o)
 
 /* ------------------------------------------------------- lanes product */
 
-/* Values per scale, groups of four per int16 sum, offset pair registers. */
+/* Values per scale, groups of four per int16 sum, offset pair registers
+ * (madd with the row's mm at the end of a super-block), and the fixed
+ * offset taken off in int16 instead (log2: Q3_K 4, Q6_K 32; 0 none). */
 #define KT_SUB(kt) ((kt) == KT_Q4 || (kt) == KT_Q5 || (kt) == KT_IQ4 ? 32 : 16)
-#define KT_GPM(kt) ((kt) == KT_Q4 ? 8 : (kt) == KT_Q6 ? 2 : (kt) == KT_IQ4 ? 1 : 4)
-#define KT_NOFF(kt) ((kt) == KT_IQ4 ? 0 : (kt) == KT_Q4 || (kt) == KT_Q5 ? 4 : 8)
+#define KT_GPM(kt) ((kt) == KT_Q4 ? 8 : (kt) == KT_IQ4 ? 1 : 4)
+#define KT_NOFF(kt) ((kt) == KT_Q4 || (kt) == KT_Q5 ? 4 : (kt) == KT_Q2 ? 8 : 0)
+#define KT_HS(kt) ((kt) == KT_Q6 ? 5 : (kt) == KT_Q3 ? 2 : 0)
 
 /* RB unpacked rows x NO token groups (x0, x1: this super-block's blocks),
  * into acc[r][0 .. NO-1]. */
 FORCE_INLINE void lanes_k(int kt, const kx_row *rw, int RB, const pagoda_q8kx8_block *x0,
                           const pagoda_q8kx8_block *x1, int NO, __m256 (*acc)[KX_MAX_G])
 {
-    const int SUB = KT_SUB(kt), GPM = KT_GPM(kt), NOFF = KT_NOFF(kt);
+    const int SUB = KT_SUB(kt), GPM = KT_GPM(kt), NOFF = KT_NOFF(kt), HS = KT_HS(kt);
     const pagoda_q8kx8_block *xs[2] = {x0, x1};
     __m256i i32[KX_RB][2];
     UNROLL(4) for (int r = 0; r < RB; r++)
@@ -265,10 +275,16 @@ FORCE_INLINE void lanes_k(int kt, const kx_row *rw, int RB, const pagoda_q8kx8_b
                     }
                 }
             }
+            __m256i off[2];
+            if (HS)
+                UNROLL(2) for (int o = 0; o < NO; o++)
+                    off[o] = _mm256_slli_epi16(_mm256_load_si256((const __m256i *)xs[o]->hs[s]), HS);
             UNROLL(4) for (int r = 0; r < RB; r++) {
                 __m256i scv = _mm256_set1_epi32(rw[r].sc[s]);
-                UNROLL(2) for (int o = 0; o < NO; o++)
-                    i32[r][o] = _mm256_add_epi32(i32[r][o], _mm256_madd_epi16(i16[r][o], scv));
+                UNROLL(2) for (int o = 0; o < NO; o++) {
+                    __m256i v = HS ? _mm256_sub_epi16(i16[r][o], off[o]) : i16[r][o];
+                    i32[r][o] = _mm256_add_epi32(i32[r][o], _mm256_madd_epi16(v, scv));
+                }
             }
         }
     }

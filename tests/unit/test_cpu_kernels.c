@@ -425,12 +425,27 @@ END_TEST
 START_TEST(test_matmul_iq4_xs) { check_matmul_type(PAGODA_DTYPE_IQ4_XS); }
 END_TEST
 
+/* The packed scales (and mins) of a 256-value type's block. */
+static void k_scales_bytes(int dtype, size_t *off, size_t *len)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K: *off = offsetof(pagoda_block_q2_K, scales); *len = 16; break;
+    case PAGODA_DTYPE_Q3_K: *off = offsetof(pagoda_block_q3_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q4_K: *off = offsetof(pagoda_block_q4_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q5_K: *off = offsetof(pagoda_block_q5_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q6_K: *off = offsetof(pagoda_block_q6_K, scales); *len = 16; break;
+    default: *off = offsetof(pagoda_block_iq4_xs, scales_h); *len = 6; break;
+    }
+}
+
 /* The int16 headroom of the 256-value kernels (vecdot_k_x8_avx2.c sums as
- * many groups of maddubs pairs in int16 as fit): every quant, scale and min
- * at its largest (all bytes 0xFF) against activations all +amax, all
- * -amax, and alternating, on the dot and the lanes paths, both ISAs,
- * against the dequantized weights. A kernel that summed one group too many
- * would wrap here (random data almost never reaches these sums). */
+ * many groups of maddubs pairs in int16 as fit, and takes Q3_K's / Q6_K's
+ * offsets off in wrapping int16): every quant at its largest (all bytes
+ * 0xFF), then at its smallest (quant bytes 0x00, scales 0xFF), against
+ * activations all +amax, all -amax, and alternating, on the dot and the
+ * lanes paths, both ISAs, against the dequantized weights. A kernel that
+ * summed one group too many would wrap here (random data almost never
+ * reaches these sums). */
 START_TEST(test_matmul_k_extremes)
 {
     static const int types[] = {PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K,
@@ -445,11 +460,13 @@ START_TEST(test_matmul_k_extremes)
     float *out = xmalloc(sizeof(float) * T * N);
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++) x[t * K + k] = t % 3 == 0 ? 2.0f : t % 3 == 1 ? -2.0f : (k & 1 ? 2.0f : -2.0f);
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        int dt = types[ti];
-        size_t rb = pagoda_dtype_row_bytes(dt, K);
+    for (size_t ti = 0; ti < 2 * sizeof types / sizeof types[0]; ti++) {
+        int dt = types[ti / 2];
+        size_t rb = pagoda_dtype_row_bytes(dt, K), bb = pagoda_dtype_row_bytes(dt, 256), so, sl;
         uint8_t *w = xmalloc(rb * N);
-        memset(w, 0xFF, rb * N);
+        memset(w, ti % 2 ? 0x00 : 0xFF, rb * N);
+        k_scales_bytes(dt, &so, &sl);
+        for (size_t b = 0; b < rb * N / bb; b++) memset(w + b * bb + so, 0xFF, sl);
         for (int n = 0; n < N; n++) {
             set_k_scales(&r, dt, w + n * rb, K);
             ck_assert_int_eq(pagoda_dequantize_row(dt, w + n * rb, wd + n * K, K), PAGODA_OK);
@@ -469,8 +486,9 @@ START_TEST(test_matmul_k_extremes)
                             mag += fabs((double)x[t * K + k] * wd[n * K + k]);
                         }
                         ck_assert_msg(fabs(out[t * N + n] - want) <= 1e-5 * mag + 1e-5,
-                                      "%s isa %d T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
-                                      ISAS[ii], (long long)tt, (long long)t, n, out[t * N + n], want);
+                                      "%s fill %s isa %d T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
+                                      ti % 2 ? "00" : "FF", ISAS[ii], (long long)tt, (long long)t, n, out[t * N + n],
+                                      want);
                     }
             }
         }
