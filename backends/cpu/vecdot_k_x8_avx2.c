@@ -256,25 +256,25 @@ FORCE_INLINE void lanes_k(int kt, const kx_row *rw, int RB, const pagoda_q8kx8_b
     UNROLL(4) for (int r = 0; r < RB; r++)
         UNROLL(2) for (int o = 0; o < NO; o++) i32[r][o] = _mm256_setzero_si256();
     for (int s = 0; s < 256 / SUB; s++) {
-        UNROLL(8) for (int h = 0; h < SUB / 4 / GPM; h++) {
-            __m256i i16[KX_RB][2];
-            UNROLL(8) for (int gg = 0; gg < GPM; gg++) {
-                int g = s * (SUB / 4) + h * GPM + gg;
-                __m256i xv[2], ax[2];
+        __m256i i16[KX_RB][2];
+        /* The sub-block's groups; every GPM of them one madd with the scale. */
+        UNROLL(8) for (int gi = 0; gi < SUB / 4; gi++) {
+            int g = s * (SUB / 4) + gi, gg = gi % GPM;
+            __m256i xv[2], ax[2];
+            UNROLL(2) for (int o = 0; o < NO; o++) {
+                xv[o] = _mm256_load_si256((const __m256i *)xs[o]->qs[g]);
+                if (kt == KT_IQ4) ax[o] = _mm256_sign_epi8(xv[o], xv[o]);
+            }
+            UNROLL(4) for (int r = 0; r < RB; r++) {
+                __m256i wv = bcast4(rw[r].q + 4 * g);
                 UNROLL(2) for (int o = 0; o < NO; o++) {
-                    xv[o] = _mm256_load_si256((const __m256i *)xs[o]->qs[g]);
-                    if (kt == KT_IQ4) ax[o] = _mm256_sign_epi8(xv[o], xv[o]);
-                }
-                UNROLL(4) for (int r = 0; r < RB; r++) {
-                    __m256i wv = bcast4(rw[r].q + 4 * g);
-                    UNROLL(2) for (int o = 0; o < NO; o++) {
-                        __m256i p = kt == KT_IQ4 ? _mm256_maddubs_epi16(ax[o], _mm256_sign_epi8(wv, xv[o]))
-                                                 : _mm256_maddubs_epi16(wv, xv[o]);
-                        i16[r][o] = gg ? _mm256_add_epi16(i16[r][o], p) : p;
-                        KEEP(i16[r][o]);
-                    }
+                    __m256i p = kt == KT_IQ4 ? _mm256_maddubs_epi16(ax[o], _mm256_sign_epi8(wv, xv[o]))
+                                             : _mm256_maddubs_epi16(wv, xv[o]);
+                    i16[r][o] = gg ? _mm256_add_epi16(i16[r][o], p) : p;
+                    KEEP(i16[r][o]);
                 }
             }
+            if (gg != GPM - 1) continue;
             __m256i off[2];
             if (HS)
                 UNROLL(2) for (int o = 0; o < NO; o++)
