@@ -23,8 +23,8 @@
  * offsets (Q3_K: -4, Q6_K: -32) come off the int16 sums before the scale's
  * madd, as offset x the tokens' matching sums (hs): the additions wrap, so
  * the int16 result is exact whenever the true (q - offset) . x fits, and
- * the multiplies (the int vector multiplier is the bottleneck here: one
- * maddubs or madd per cycle) stay at 5 per 4 maddubs for Q6_K instead of
+ * the multiplies (what bounds these kernels here: Q4_K runs at about one
+ * maddubs or madd a cycle) stay at 5 per 4 maddubs for Q6_K instead of
  * 6.5 (two madds per 16 values, and the offsets' madds at the end).
  * IQ4_XS's table values are signed: |x| x sign(w, x) and one madd per
  * group (its pair sums reach 2 x 127 x 127).
