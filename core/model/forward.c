@@ -53,17 +53,51 @@ static const char *be_error(const pagoda_backend *be)
     return e && *e ? e : "no message";
 }
 
+/* Every matrix the backend multiplies (or gathers rows of: the embedding)
+ * in a type it advertises? Checked before the weights are handed over, so a
+ * model the backend cannot run is refused at start, naming the tensor, its
+ * type and the backend's types, instead of after a long upload. */
+static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, char *err, size_t err_len)
+{
+    const gguf_tensor *t = NULL;
+    for (int l = -1; l < m->hp.n_layers && !t; l++) {
+        const gguf_tensor *ws[7] = {0};
+        if (l < 0) {
+            ws[0] = m->tok_embd;
+            ws[1] = m->output;
+        } else {
+            const pagoda_layer_tensors *L = &m->layers[l];
+            const gguf_tensor *lw[7] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+            memcpy(ws, lw, sizeof ws);
+        }
+        for (int i = 0; i < 7 && !t; i++)
+            if (ws[i] && (ws[i]->type < 0 || ws[i]->type > 63 || !((be->info.weight_types >> ws[i]->type) & 1)))
+                t = ws[i];
+    }
+    if (!t) return PAGODA_OK;
+    char types[160] = "";
+    size_t n = 0;
+    for (int d = 0; d < 64 && n < sizeof types; d++)
+        if ((be->info.weight_types >> d) & 1)
+            n += (size_t)snprintf(types + n, sizeof types - n, "%s%s", n ? " " : "", pagoda_dtype_name(d));
+    ERR("backend %s cannot run tensor %.*s: its type %s is not one of the backend's weight types (%s)",
+        be->info.name[0] ? be->info.name : "?", (int)t->name.len, t->name.ptr, pagoda_dtype_name(t->type),
+        n ? types : "none");
+    return PAGODA_ERR_UNSUPPORTED;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
 {
     memset(fw, 0, sizeof *fw);
+    int st = check_weight_types(m, be, err, err_len);
+    if (st) return st;
     fw->model = m;
     fw->be = be;
     fw->max_tokens = max_tokens;
     fw->max_logits = max_logits;
     const pagoda_hparams *hp = &m->hp;
-    int st;
 
     /* weights: the whole data section of the file, used in place where the
      * backend can (CPU), copied to the device otherwise */
@@ -98,22 +132,6 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         F->ffn_norm = weight(fw, L->ffn_norm);
         F->w_gate = weight(fw, L->w_gate); F->w_up = weight(fw, L->w_up);
         F->w_down = weight(fw, L->w_down);
-        const pagoda_tensor *ws[] = {&F->wq, &F->wk, &F->wv, &F->wo, &F->w_gate, &F->w_up, &F->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            if (!(be->info.weight_types & (1ull << ws[i]->dtype))) {
-                ERR("backend %s cannot multiply %s weights (layer %d)", be->info.name,
-                    pagoda_dtype_name(ws[i]->dtype), l);
-                st = PAGODA_ERR_UNSUPPORTED;
-                goto fail;
-            }
-        }
-    }
-    if (!(be->info.weight_types & (1ull << fw->output.dtype)) ||
-        !(be->info.weight_types & (1ull << fw->tok_embd.dtype))) {
-        ERR("backend %s cannot use %s/%s embedding/output weights", be->info.name,
-            pagoda_dtype_name(fw->tok_embd.dtype), pagoda_dtype_name(fw->output.dtype));
-        st = PAGODA_ERR_UNSUPPORTED;
-        goto fail;
     }
 
     /* activations */

@@ -31,6 +31,9 @@ static const pagoda_model_shape shapes[] = {
     {"llama-110M",     768, 12,    12,   12, 2048, 32000, 1024},
     {"tinyllama-1.1B", 2048, 22,   32,   4,  5632, 32000, 2048},
     {"tiny",           64,  2,     4,    2,  128,  512,   512},
+    /* tiny, but every row length a multiple of 256, so the K-quant types
+     * (256-value super-blocks) apply to every matrix */
+    {"tiny-k",         256, 2,     4,    2,  512,  512,   512},
 };
 
 const pagoda_model_shape *pagoda_model_shape_find(const char *name)
@@ -193,7 +196,8 @@ static void llama3_factors(int head_dim, float *out)
     }
 }
 
-/* llama.cpp's GGUF ftype for the main type, for tools that show it. */
+/* llama.cpp's GGUF ftype for the main type, for tools that show it (the
+ * K types: the _S variant, all matrices of one type). */
 static uint32_t file_type(int dtype)
 {
     switch (dtype) {
@@ -202,9 +206,42 @@ static uint32_t file_type(int dtype)
     case PAGODA_DTYPE_Q4_0: return 2;
     case PAGODA_DTYPE_Q4_1: return 3;
     case PAGODA_DTYPE_Q8_0: return 7;
+    case PAGODA_DTYPE_Q5_0: return 8;
+    case PAGODA_DTYPE_Q5_1: return 9;
+    case PAGODA_DTYPE_Q2_K: return 10;
+    case PAGODA_DTYPE_Q3_K: return 11;
+    case PAGODA_DTYPE_Q4_K: return 14;
+    case PAGODA_DTYPE_Q5_K: return 16;
+    case PAGODA_DTYPE_IQ4_NL: return 25;
+    case PAGODA_DTYPE_IQ4_XS: return 30;
     case PAGODA_DTYPE_BF16: return 32;
     default: return 0;
     }
+}
+
+/* The types gen-model writes: those pagoda_quantize_row makes (Q6_K has no
+ * quantizer). */
+static const int gen_types[] = {
+    PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,   PAGODA_DTYPE_Q4_0,
+    PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_Q2_K,
+    PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
+#define GEN_TYPES_TEXT PAGODA_GENMODEL_TYPES
+
+int pagoda_genmodel_tensor_type(int dtype, int64_t cols)
+{
+    int be = 0;
+    if (!pagoda_dtype_block(dtype, &be, NULL)) return -1;
+    if (cols % be == 0) return dtype;
+    /* A row that does not fill whole 256-value super-blocks takes the
+     * 32-value type llama-quantize falls back to for it. */
+    int fb;
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K: case PAGODA_DTYPE_Q3_K: case PAGODA_DTYPE_IQ4_XS: fb = PAGODA_DTYPE_IQ4_NL; break;
+    case PAGODA_DTYPE_Q4_K: fb = PAGODA_DTYPE_Q5_0; break;
+    case PAGODA_DTYPE_Q5_K: fb = PAGODA_DTYPE_Q5_1; break;
+    default: return -1;
+    }
+    return cols % 32 == 0 ? fb : -1;
 }
 
 /* Generate one tensor in chunks of whole rows, quantize, stream out. */
@@ -251,14 +288,15 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (err && err_len) err[0] = 0;
     const pagoda_model_shape *sh = o ? pagoda_model_shape_find(o->shape) : NULL;
     if (!sh) {
-        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny)",
+        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k)",
                  o && o->shape ? o->shape : "");
         goto out;
     }
     int dt = o->dtype;
-    if (dt != PAGODA_DTYPE_F32 && dt != PAGODA_DTYPE_F16 && dt != PAGODA_DTYPE_BF16 &&
-        dt != PAGODA_DTYPE_Q8_0 && dt != PAGODA_DTYPE_Q4_0 && dt != PAGODA_DTYPE_Q4_1) {
-        snprintf(err, err_len, "type %s (%d) cannot be generated (use F32, F16, BF16, Q8_0, Q4_0 or Q4_1)",
+    bool known = false;
+    for (size_t i = 0; i < sizeof gen_types / sizeof gen_types[0]; i++) known |= gen_types[i] == dt;
+    if (!known) {
+        snprintf(err, err_len, "type %s (%d) cannot be generated (use " GEN_TYPES_TEXT ")",
                  pagoda_dtype_name(dt), dt);
         goto out;
     }
@@ -396,6 +434,27 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
 #undef ADDK
 #undef AKEY
     n_t = k;
+    /* Matrices whose rows do not fit the type's blocks: the fallback type,
+     * or an error naming the tensor. */
+    int n_fallback = 0, fallback = -1;
+    const char *first_fallback = NULL;
+    for (size_t i = 0; i < n_t; i++) {
+        if (ts[i].type != dt) continue;
+        int tt = pagoda_genmodel_tensor_type(dt, ts[i].ne[0]);
+        if (tt < 0) {
+            int be = 0;
+            pagoda_dtype_block(dt, &be, NULL);
+            snprintf(err, err_len, "tensor %s: row length %lld is not a multiple of the %s block (%d values)",
+                     ts[i].name, (long long)ts[i].ne[0], pagoda_dtype_name(dt), be);
+            st = PAGODA_ERR_INVALID;
+            goto out;
+        }
+        if (tt != dt) {
+            ts[i].type = tt;
+            fallback = tt;
+            if (!n_fallback++) first_fallback = ts[i].name;
+        }
+    }
     for (size_t i = 0; i < n_t; i++) {
         st = pagoda_gguf_w_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne);
         if (st) { snprintf(err, err_len, "tensor %s: %s", ts[i].name, pagoda_status_str(st)); goto out; }
@@ -435,6 +494,10 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         goto out;
     }
     st = PAGODA_OK;
+    if (n_fallback)
+        snprintf(err, err_len, "%d of the %s matrices (%s first) have rows that are not a multiple of "
+                 "256 values and are %s instead, as llama-quantize does", n_fallback, pagoda_dtype_name(dt),
+                 first_fallback, pagoda_dtype_name(fallback));
 out:
     if (fp) fclose(fp);
     if (st && tmp) unlink(tmp);
@@ -450,12 +513,10 @@ out:
 
 /* ------------------------------------------------------------ CLI */
 
-static int parse_dtype(const char *s)
+int pagoda_genmodel_parse_type(const char *s)
 {
-    static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
-                                PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
-    for (size_t i = 0; s && i < sizeof types / sizeof types[0]; i++)
-        if (strcasecmp(s, pagoda_dtype_name(types[i])) == 0) return types[i];
+    for (size_t i = 0; s && i < sizeof gen_types / sizeof gen_types[0]; i++)
+        if (strcasecmp(s, pagoda_dtype_name(gen_types[i])) == 0) return gen_types[i];
     return -1;
 }
 
@@ -464,8 +525,11 @@ static void gen_usage(FILE *f)
     fprintf(f, "usage: pagoda gen-model --shape NAME --type T --out FILE [--vocab VOCAB.gguf]\n"
                "                        [--seed N] [--layers N] [--arch A] [--rope-scaling S]\n"
                "                        [--tied] [--std S] [--norm-std S] [--head-dim N]\n"
-               "  --shape   llama-110M | tinyllama-1.1B | tiny\n"
-               "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (norms stay F32)\n"
+               "  --shape   llama-110M | tinyllama-1.1B | tiny | tiny-k (tiny, rows of 256)\n"
+               "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL |\n"
+               "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS (norms stay F32; a matrix whose\n"
+               "            rows are not a multiple of 256 gets llama-quantize's fallback:\n"
+               "            IQ4_NL for Q2_K/Q3_K/IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K)\n"
                "  --vocab   copy every tokenizer.* key from this GGUF (default: a generated\n"
                "            SPM-style vocabulary of the shape's size)\n"
                "  --seed    weights seed (default 42)\n"
@@ -533,9 +597,9 @@ int pagoda_cmd_gen_model(int argc, char **argv)
             o.head_dim = (int)hd;
         }
         else if (OPT("--type")) {
-            o.dtype = parse_dtype(v);
+            o.dtype = pagoda_genmodel_parse_type(v);
             if (o.dtype < 0) {
-                fprintf(stderr, "pagoda gen-model: --type %s: expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1\n", v);
+                fprintf(stderr, "pagoda gen-model: --type %s: expected " GEN_TYPES_TEXT "\n", v);
                 return 2;
             }
         } else if (OPT("--seed")) {
@@ -564,7 +628,7 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         return 2;
     }
     if (!pagoda_model_shape_find(o.shape)) {
-        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny)\n",
+        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k)\n",
                 o.shape);
         return 2;
     }
@@ -576,5 +640,6 @@ int pagoda_cmd_gen_model(int argc, char **argv)
     }
     fprintf(stderr, "pagoda gen-model: wrote %s (%s %s, %s)\n", o.out, o.arch ? o.arch : "llama",
             o.shape, pagoda_dtype_name(o.dtype));
+    if (err[0]) fprintf(stderr, "pagoda gen-model: note: %s\n", err);
     return 0;
 }

@@ -19,12 +19,14 @@ typedef struct pagoda_model_shape {
     int dim, n_layers, n_heads, n_kv_heads, ffn, vocab, context;
 } pagoda_model_shape;
 
-/* "llama-110M", "tinyllama-1.1B", "tiny"; NULL for another name. */
+/* "llama-110M", "tinyllama-1.1B", "tiny", "tiny-k" (tiny with every row
+ * length a multiple of 256, for the K-quant types); NULL for another name. */
 const pagoda_model_shape *pagoda_model_shape_find(const char *name);
 
 typedef struct pagoda_genmodel_opts {
     const char *shape;      /* a name pagoda_model_shape_find knows */
-    int dtype;              /* F32, F16, BF16, Q8_0, Q4_0, Q4_1 (norms stay F32) */
+    int dtype;              /* F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+                             * Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS (norms stay F32) */
     const char *out;        /* written via OUT.tmp, renamed when complete */
     const char *vocab;      /* a GGUF to copy every tokenizer.* key from, or NULL
                              * for a generated SPM-style vocabulary */
@@ -42,8 +44,22 @@ typedef struct pagoda_genmodel_opts {
     int head_dim;           /* 0 = dim / heads; else written as attention.key_length */
 } pagoda_genmodel_opts;
 
-/* Writes the model; 0 or a pagoda_status with a message in err. */
+/* Writes the model; 0 or a pagoda_status with a message in err. On success
+ * err is empty, or a note saying which matrices fell back to another type
+ * (see pagoda_genmodel_tensor_type). */
 int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len);
+
+/* The types gen-model writes, by name (any case); -1 for another. */
+int pagoda_genmodel_parse_type(const char *s);
+#define PAGODA_GENMODEL_TYPES \
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K or IQ4_XS"
+
+/* The type a matrix with rows of `cols` values gets when `dtype` is asked
+ * for: dtype when cols fills whole blocks of it; else, for a 256-value
+ * super-block type, the 32-value type llama-quantize falls back to (Q2_K,
+ * Q3_K, IQ4_XS -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1); -1 when neither fits
+ * (the generator then fails naming the tensor). */
+int pagoda_genmodel_tensor_type(int dtype, int64_t cols);
 
 /* The CLI: argv[0] is the subcommand name ("gen-model"), options follow:
  *   --shape NAME --type T --out FILE [--vocab VOCAB.gguf] [--seed N] [--layers N]

@@ -424,6 +424,42 @@ START_TEST(bindings)
 }
 END_TEST
 
+/* A model with a weight type the backend does not advertise (the CUDA
+ * backend and the new GGUF quant types) is refused before any weights
+ * are handed over, naming the tensor, its type, the backend and the types
+ * it has. The fake backend has no ops at all: calling one would crash. */
+START_TEST(refuses_weight_types)
+{
+    char path[600], err[512] = "";
+    snprintf(path, sizeof path, "%s/w.gguf", g_dir);
+    char *argv[] = {"gen-model", "--shape", "tiny", "--type", "Q8_0", "--out", path};
+    ck_assert_int_eq(pagoda_cmd_gen_model(7, argv), 0);
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    pagoda_backend be;
+    memset(&be, 0, sizeof be);
+    snprintf(be.info.name, sizeof be.info.name, "fake-gpu");
+    be.info.weight_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0);
+    /* One layer matrix claims Q4_K. */
+    gguf_tensor t = *m->layers[1].w_down;
+    t.type = PAGODA_DTYPE_Q4_K;
+    const gguf_tensor *saved = m->layers[1].w_down;
+    m->layers[1].w_down = &t;
+    pagoda_forward fw;
+    ck_assert_int_eq(pagoda_forward_init(&fw, m, &be, 8, 8, 8, 16, PAGODA_DTYPE_F16, err, sizeof err),
+                     PAGODA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "backend fake-gpu cannot run tensor blk.1.ffn_down.weight: its type Q4_K") &&
+                  strstr(err, "(F32 F16 Q8_0)"), "%s", err);
+    m->layers[1].w_down = saved;
+    /* The embedding too (it is gathered from, and the output multiplies). */
+    be.info.weight_types = 1ull << PAGODA_DTYPE_F32;
+    ck_assert_int_eq(pagoda_forward_init(&fw, m, &be, 8, 8, 8, 16, PAGODA_DTYPE_F16, err, sizeof err),
+                     PAGODA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "tensor token_embd.weight: its type Q8_0") && strstr(err, "(F32)"), "%s", err);
+    pagoda_model_free(m);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("arch");
@@ -431,6 +467,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bindings);
+    tcase_add_test(tc, refuses_weight_types);
     tcase_add_test(tc, llama);
     tcase_add_test(tc, llama_tied);
     tcase_add_test(tc, llama_rope_linear);

@@ -1,7 +1,8 @@
 /* test_genmodel.c: `pagoda gen-model` writes Llama GGUFs the reader
- * accepts, with the shapes, types and metadata asked for, deterministic
- * per seed, weights of the right spread and unit norms; the CLI refuses
- * bad arguments with a usage exit code. */
+ * accepts, with the shapes, types and metadata asked for (K-quant types
+ * falling back per matrix where rows do not fill 256-value blocks),
+ * deterministic per seed, weights of the right spread and unit norms; the
+ * CLI refuses bad arguments with a usage exit code. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +129,89 @@ START_TEST(tiny_types)
 }
 END_TEST
 
+/* The quant types of issue 14. A 32-value type (IQ4_NL, Q5_1) on "tiny"
+ * is used as asked; a K type on "tiny" (rows of 64/128 values) falls back
+ * per matrix as llama-quantize does and says so; on "tiny-k" (every row a
+ * multiple of 256) every matrix is the K type asked for, and its values
+ * have the generator's spread. */
+START_TEST(new_quant_types)
+{
+    gguf_file *f = gen("iq4_nl", tmp_path("n.gguf"), NULL, NULL);
+    check_tiny(f, PAGODA_DTYPE_IQ4_NL, 2, 512);
+    pagoda_gguf_close(f);
+    f = gen("Q5_1", tmp_path("n.gguf"), NULL, NULL);
+    check_tiny(f, PAGODA_DTYPE_Q5_1, 2, 512);
+    pagoda_gguf_close(f);
+
+    char err[512];
+    pagoda_genmodel_opts o = {.shape = "tiny", .dtype = PAGODA_DTYPE_Q4_K, .out = tmp_path("f.gguf"), .seed = 3};
+    ck_assert_int_eq(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "Q5_0 instead") && strstr(err, "token_embd.weight first") &&
+                  strstr(err, "llama-quantize"), "%s", err);
+    f = pagoda_gguf_open(tmp_path("f.gguf"), err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    check_tiny(f, PAGODA_DTYPE_Q5_0, 2, 512);
+    int64_t v;
+    ck_assert(pagoda_gguf_get_int(f, "general.file_type", &v) && v == 14); /* Q4_K_S, as asked */
+    pagoda_gguf_close(f);
+    o.dtype = PAGODA_DTYPE_Q2_K;
+    ck_assert_int_eq(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "IQ4_NL instead"), "%s", err);
+
+    const char *ks[] = {"Q4_K", "q2_k", "Q3_K", "Q5_K", "IQ4_XS"};
+    const int kt[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q5_K,
+                      PAGODA_DTYPE_IQ4_XS};
+    for (int i = 0; i < 5; i++) {
+        char *argv[] = {"gen-model", "--shape", "tiny-k", "--type", (char *)ks[i], "--out",
+                        (char *)tmp_path("k.gguf")};
+        ck_assert_int_eq(pagoda_cmd_gen_model(7, argv), 0);
+        f = pagoda_gguf_open(tmp_path("k.gguf"), err, sizeof err);
+        ck_assert_msg(f, "%s", err);
+        int n_mat = 0;
+        for (uint64_t j = 0; j < f->n_tensors; j++) {
+            const gguf_tensor *t = &f->tensors[j];
+            if (t->n_dims != 2) continue;
+            n_mat++;
+            ck_assert_msg(t->type == kt[i], "%s: %.*s is %s", ks[i], (int)t->name.len, t->name.ptr,
+                          pagoda_dtype_name(t->type));
+            ck_assert_int_eq(t->ne[0] % 256, 0);
+        }
+        ck_assert_int_eq(n_mat, 2 + 7 * 2);
+        const gguf_tensor *t = pagoda_gguf_tensor(f, "blk.1.ffn_down.weight");
+        ck_assert_int_eq(t->ne[0], 512);
+        ck_assert_int_eq(t->ne[1], 256);
+        int64_t n = t->ne[0] * t->ne[1];
+        ck_assert_uint_eq(t->nbytes, pagoda_dtype_row_bytes(kt[i], n));
+        float *x = malloc((size_t)n * 4);
+        ck_assert_int_eq(pagoda_dequantize_row(t->type, t->data, x, n), 0);
+        double s1 = 0, s2 = 0;
+        for (int64_t k = 0; k < n; k++) { s1 += x[k]; s2 += (double)x[k] * x[k]; }
+        double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+        /* Q2_K's error (relative RMS ~0.27) shrinks the spread a little. */
+        ck_assert_msg(fabs(mean) < 0.002 && sd > 0.017 && sd < 0.023, "%s: mean %g sd %g", ks[i], mean, sd);
+        free(x);
+        pagoda_gguf_close(f);
+    }
+
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q4_K, 512), PAGODA_DTYPE_Q4_K);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q4_K, 96), PAGODA_DTYPE_Q5_0);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q5_K, 96), PAGODA_DTYPE_Q5_1);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q3_K, 96), PAGODA_DTYPE_IQ4_NL);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_IQ4_XS, 96), PAGODA_DTYPE_IQ4_NL);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q4_K, 40), -1);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_Q4_0, 40), -1);
+    ck_assert_int_eq(pagoda_genmodel_tensor_type(PAGODA_DTYPE_F16, 40), PAGODA_DTYPE_F16);
+
+    /* A row that fits no block of the type: refused, naming the tensor
+     * (head dim 10: attn_output's rows are 4 x 10 = 40 values). */
+    o.dtype = PAGODA_DTYPE_Q4_0;
+    o.head_dim = 10;
+    ck_assert_int_ne(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "blk.0.attn_q.weight") || strstr(err, "blk.0.attn_output.weight"), "%s", err);
+    ck_assert_msg(strstr(err, "row length 40") && strstr(err, "Q4_0"), "%s", err);
+}
+END_TEST
+
 START_TEST(deterministic_and_seeded)
 {
     gguf_file *a = gen("Q8_0", tmp_path("a.gguf"), "--seed", "7");
@@ -192,7 +276,7 @@ START_TEST(cli_errors)
     char *out = (char *)tmp_path("e.gguf");
     char *a1[] = {"gen-model", "--shape", "huge", "--type", "F32", "--out", out};
     ck_assert_int_eq(pagoda_cmd_gen_model(7, a1), 2);
-    char *a2[] = {"gen-model", "--shape", "tiny", "--type", "Q5_K", "--out", out};
+    char *a2[] = {"gen-model", "--shape", "tiny", "--type", "Q6_K", "--out", out}; /* no quantizer */
     ck_assert_int_eq(pagoda_cmd_gen_model(7, a2), 2);
     char *a3[] = {"gen-model", "--shape", "tiny", "--type", "F32"};
     ck_assert_int_eq(pagoda_cmd_gen_model(5, a3), 2);
@@ -218,6 +302,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, tiny_types);
+    tcase_add_test(tc, new_quant_types);
     tcase_add_test(tc, deterministic_and_seeded);
     tcase_add_test(tc, vocab_copy_and_layers);
     tcase_add_test(tc, cli_errors);

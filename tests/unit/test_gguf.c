@@ -463,10 +463,21 @@ START_TEST(bad_tensors)
     ASSERT_REFUSED(r.buf, r.n, "tensor 'a'", "offset 4", "not aligned to 32");
     /* Unknown types: a ggml type pagoda lacks, and a number ggml lacks. */
     rb_hdr(&r, 3, 1, 0);
-    rb_tensor(&r, "k", 2, (uint64_t[]){256, 1}, 13, 0);
+    rb_tensor(&r, "k", 2, (uint64_t[]){256, 1}, 16, 0);
     rb_pad(&r, 32);
     rb_zeros(&r, 256);
-    ASSERT_REFUSED(r.buf, r.n, "tensor 'k'", "Q5_K (13)", "not support", "at byte 53");
+    ASSERT_REFUSED(r.buf, r.n, "tensor 'k'", "IQ2_XXS (16)", "not support", "at byte 53");
+    /* The issue-14 types are read; a K type's row must fill 256-value blocks. */
+    rb_hdr(&r, 3, 1, 0);
+    rb_tensor(&r, "k", 2, (uint64_t[]){256, 1}, PAGODA_DTYPE_Q4_K, 0);
+    rb_pad(&r, 32);
+    rb_zeros(&r, 144);
+    ck_assert_str_eq(open_err(r.buf, r.n), "");
+    rb_hdr(&r, 3, 1, 0);
+    rb_tensor(&r, "k", 2, (uint64_t[]){128, 2}, PAGODA_DTYPE_Q4_K, 0);
+    rb_pad(&r, 32);
+    rb_zeros(&r, 144);
+    ASSERT_REFUSED(r.buf, r.n, "tensor 'k'", "row length 128", "Q4_K block size 256");
     rb_hdr(&r, 3, 1, 0);
     rb_tensor(&r, "k", 1, ne8, 99, 0);
     rb_pad(&r, 32);

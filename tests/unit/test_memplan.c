@@ -1,7 +1,8 @@
 /* test_memplan.c: the memory plan from a GGUF header: the bundled model's
  * KV bytes per token and weight bytes, the documented activation and
  * workspace formulas, the KV pool arithmetic from a budget, a budget too
- * small to fit, sequence lengths beyond max_seq_len, JSON, CLI. */
+ * small to fit, sequence lengths beyond max_seq_len, JSON, CLI; a Q4_K
+ * model's weight bytes and type name. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -211,6 +212,49 @@ START_TEST(generated_gqa_and_json)
 }
 END_TEST
 
+/* A K-quant model: the weight bytes come from the file's tensor sizes
+ * (pagoda_dtype_row_bytes: 144 bytes per 256 Q4_K values), and the text
+ * and JSON plans name the type. */
+START_TEST(k_quant_weights)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny-k", .dtype = PAGODA_DTYPE_Q4_K, .out = path, .seed = 1};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    /* dim 256, 2 layers, q 256, kv 128, ffn 512, vocab 512, untied:
+     * 2 x (256*256*2 + 256*128*2 + 256*512*3) + 2 x 256*512 values. */
+    const uint64_t q4k_params = 2 * (256 * 256 * 2 + 256 * 128 * 2 + 256 * 512 * 3) + 2 * 256 * 512;
+    ck_assert_uint_eq(p.weight_params_by_type[PAGODA_DTYPE_Q4_K], q4k_params);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_Q4_K], q4k_params / 256 * 144);
+    ck_assert_uint_eq(p.weight_bytes, q4k_params / 256 * 144 + (2 * 2 + 1) * 256 * 4);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(&p, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(txt, "weights Q4_K (1.4M params)"), "%s", txt);
+    free(txt);
+    char *js = pagoda_memplan_json(&p);
+    json_t *root = json_loads(js, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(root, "weights_by_type"), "Q4_K"), "bytes")),
+                     (json_int_t)(q4k_params / 256 * 144));
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("memplan");
@@ -219,6 +263,7 @@ static Suite *suite(void)
     tcase_add_test(tc, too_small);
     tcase_add_test(tc, options_and_limits);
     tcase_add_test(tc, generated_gqa_and_json);
+    tcase_add_test(tc, k_quant_weights);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -34,7 +34,7 @@ static void bench_usage(FILE *f)
 "\n"
 "model and engine:\n"
 "  --model FILE          a GGUF model\n"
-"  --shape NAME          or generate one (llama-110M, tinyllama-1.1B, tiny) into the cache\n"
+"  --shape NAME          or generate one (llama-110M, tinyllama-1.1B, tiny, tiny-k) into the cache\n"
 "  --type T              F16, Q8_0 (default), Q4_0, ... of the generated model\n"
 "  --context N           context length written into a generated model\n"
 "  --vocab FILE          vocabulary GGUF for a generated model\n"
@@ -93,24 +93,15 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
-static int parse_type(const char *s)
-{
-    static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
-                                PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
-    for (size_t i = 0; s && i < sizeof types / sizeof types[0]; i++)
-        if (strcasecmp(s, pagoda_dtype_name(types[i])) == 0) return types[i];
-    return -1;
-}
-
 /* The path of a generated model of shape/type (made now if missing). */
 int bench_model_for(const bench_opts *o, const char *type, char *out, size_t out_len, char *err,
                      size_t err_len)
 {
     const char *shape = o->shape ? o->shape : "llama-110M";
-    int dt = parse_type(type);
-    if (dt < 0) { ERR("--type %s: expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1", type); return PAGODA_ERR_INVALID; }
+    int dt = pagoda_genmodel_parse_type(type);
+    if (dt < 0) { ERR("--type %s: expected " PAGODA_GENMODEL_TYPES, type); return PAGODA_ERR_INVALID; }
     if (!pagoda_model_shape_find(shape)) {
-        ERR("--shape %s: expected llama-110M, tinyllama-1.1B or tiny", shape);
+        ERR("--shape %s: expected llama-110M, tinyllama-1.1B, tiny or tiny-k", shape);
         return PAGODA_ERR_INVALID;
     }
     char dir[3072];
@@ -127,7 +118,12 @@ int bench_model_for(const bench_opts *o, const char *type, char *out, size_t out
     fprintf(stderr, "bench: generating %s (once; later runs reuse it)\n", out);
     pagoda_genmodel_opts g = {.shape = shape, .dtype = dt, .out = out, .vocab = o->vocab,
                               .seed = 42, .context = o->context};
-    return pagoda_gen_model(&g, err, err_len);
+    int st = pagoda_gen_model(&g, err, err_len);
+    if (!st && err_len && err[0]) { /* a note: matrices that fell back to another type */
+        fprintf(stderr, "bench: note: %s\n", err);
+        err[0] = 0;
+    }
+    return st;
 }
 
 int bench_resolve_model(const bench_opts *o, const char *type, char *path, size_t n, char *err,
