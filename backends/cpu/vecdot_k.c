@@ -123,6 +123,10 @@ float pagoda_cpu_dot_iq4_xs_scalar(const void *wv, const pagoda_q8k_block *x, in
     return s;
 }
 
+/* The lanes kernels load qs rows, the sums and d with aligned 256-bit
+ * loads from consecutive blocks of a 64-byte aligned scratch. */
+_Static_assert(sizeof(pagoda_q8kx8_block) % 32 == 0, "q8kx8 blocks keep 32-byte alignment");
+
 void pagoda_cpu_prep_k_x8(const pagoda_q8k_block *x, size_t x_stride, int nt, int64_t nb,
                           pagoda_q8kx8_block *y)
 {
