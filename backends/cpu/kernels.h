@@ -35,15 +35,15 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
-/* From this many rows on, BF16 / Q4_1 / Q6_K weights (F16: from
+/* From this many rows on, BF16 / Q4_1 weights (F16: from
  * PAGODA_CPU_GEMM_MIN_T_F16) are dequantized a tile at a time and
  * multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm beats
- * their kernels); below it Q4_1 / Q6_K quantize the activations (decode:
+ * their kernels); below it Q4_1 quantizes the activations (decode:
  * bandwidth-bound, where reading fewer weight bytes wins) and F16 / BF16
- * run exact F32 products of their own. Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL
- * keep quantized activations at every T (their tokens-in-lanes kernels
- * beat sgemm). PAGODA_CPU_GEMM_MIN_T in the environment sets one crossover
- * for every type. */
+ * run exact F32 products of their own. Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL,
+ * the K-quants (Q2_K..Q6_K) and IQ4_XS keep quantized activations at every
+ * T (their tokens-in-lanes kernels beat sgemm). PAGODA_CPU_GEMM_MIN_T in
+ * the environment sets one crossover for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
 #define PAGODA_CPU_GEMM_MIN_T_F16 256
 

@@ -14,6 +14,7 @@
 
 #include "quant.h"
 #include "vecdot_avx2.h"
+#include "vecdot_k.h"
 
 /* Software prefetch distance (bytes) on a weight row stream: one row's
  * stream from DRAM went from ~10.5 to ~12.8 GB/s per CPU-second with 4 KiB
@@ -87,12 +88,20 @@ static void quant_q8k_avx2(const float *x, pagoda_q8k_block *y, int64_t k)
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         __m256 vid = _mm256_set1_ps(id);
+        const __m256i ones8 = _mm256_set1_epi8(1);
         for (int j = 0; j < 256; j += 32) {
             __m256i q = pack_i8(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 8), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 16), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 24), vid));
             _mm256_storeu_si256((__m256i *)(y[b].qs + j), q);
+            /* Sums of 16: pair sums, then 8 of them per 128-bit half. */
+            __m256i s16 = _mm256_maddubs_epi16(ones8, q);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            s32 = _mm256_hadd_epi32(s32, s32);
+            s32 = _mm256_hadd_epi32(s32, s32);
+            y[b].bsums[j / 16] = (int16_t)_mm256_extract_epi32(s32, 0);
+            y[b].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(s32, 4);
         }
         y[b].d = d;
     }
@@ -272,6 +281,9 @@ static float dot_q6_k_avx2(const void *wv, const pagoda_q8k_block *x, int64_t nb
     const __m256i m32s = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        /* Every line of the 210-byte block (see vecdot_k_avx2.c). */
+        for (int off = 0; off < 256; off += 64)
+            _mm_prefetch((const char *)&w[b] + PREFETCH_AHEAD + off, _MM_HINT_T0);
         const uint8_t *q4 = w[b].ql, *qh = w[b].qh;
         const int8_t *q8 = x[b].qs;
         const __m128i scales = _mm_loadu_si128((const __m128i *)w[b].scales);
@@ -795,6 +807,17 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .axpy_f16 = axpy_f16_avx2,
     .scores_f16 = scores_f16_avx2,
     .accum_f16 = accum_f16_avx2,
+    .dot_q2_k = pagoda_cpu_dot_q2_k_avx2,
+    .dot_q3_k = pagoda_cpu_dot_q3_k_avx2,
+    .dot_q4_k = pagoda_cpu_dot_q4_k_avx2,
+    .dot_q5_k = pagoda_cpu_dot_q5_k_avx2,
+    .dot_iq4_xs = pagoda_cpu_dot_iq4_xs_avx2,
+    .gemm_q2_k_x8 = pagoda_cpu_gemm_q2_k_x8_avx2,
+    .gemm_q3_k_x8 = pagoda_cpu_gemm_q3_k_x8_avx2,
+    .gemm_q4_k_x8 = pagoda_cpu_gemm_q4_k_x8_avx2,
+    .gemm_q5_k_x8 = pagoda_cpu_gemm_q5_k_x8_avx2,
+    .gemm_q6_k_x8 = pagoda_cpu_gemm_q6_k_x8_avx2,
+    .gemm_iq4_xs_x8 = pagoda_cpu_gemm_iq4_xs_x8_avx2,
     .dot_q5_0 = pagoda_cpu_dot_q5_0_avx2,
     .dot_q5_1 = pagoda_cpu_dot_q5_1_avx2,
     .dot_iq4_nl = pagoda_cpu_dot_iq4_nl_avx2,

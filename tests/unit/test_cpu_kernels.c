@@ -4,11 +4,11 @@
  * Tolerances (why each is what it is):
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
- *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1/Q6_K weights:
- *    exact weights, sgemm: as above (Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL stay
- *    quantized).
+ *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1 weights:
+ *    exact weights, sgemm: as above (Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL and the
+ *    256-value types stay quantized; pagoda_cpu_matmul_exact says which).
  *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
- *    per 32 or 256 values). Against the same product computed in double
+ *    per 32 values, or 256 for the K-quants and IQ4_XS). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:
  *    1e-5 * sum|x*w| + 1e-5 (only float rounding left). Against the plain
  *    f32 product: per output the hard bound sum_k |w_k| * d_k / 2, and the
@@ -22,6 +22,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,6 +204,12 @@ START_TEST(test_quant_activations_scalar_equals_avx2)
     pagoda_vecdot_scalar.quant_q8k(x, c, K);
     pagoda_vecdot_avx2.quant_q8k(x, d, K);
     ck_assert_int_eq(memcmp(c, d, sizeof c), 0);
+    for (int b = 0; b < 4; b++)
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += c[b].qs[16 * j + i];
+            ck_assert_int_eq(c[b].bsums[j], sum);
+        }
     /* The values come back within half a step. */
     for (int i = 0; i < K; i++) {
         float deq = a[i / 32].qs[i % 32] * a[i / 32].d;
@@ -213,6 +220,34 @@ START_TEST(test_quant_activations_scalar_equals_avx2)
 END_TEST
 
 /* ----------------------------------------------------------------- matmul */
+
+/* Where a 256-value type keeps its f16 super-block scale d and min
+ * scale dmin (-1: none); -1 for the other types. */
+static int k_scale_offset(int dtype, int min)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K: return min ? (int)offsetof(pagoda_block_q2_K, dmin) : (int)offsetof(pagoda_block_q2_K, d);
+    case PAGODA_DTYPE_Q3_K: return min ? -1 : (int)offsetof(pagoda_block_q3_K, d);
+    case PAGODA_DTYPE_Q4_K: return min ? (int)offsetof(pagoda_block_q4_K, dmin) : (int)offsetof(pagoda_block_q4_K, d);
+    case PAGODA_DTYPE_Q5_K: return min ? (int)offsetof(pagoda_block_q5_K, dmin) : (int)offsetof(pagoda_block_q5_K, d);
+    case PAGODA_DTYPE_Q6_K: return min ? -1 : (int)offsetof(pagoda_block_q6_K, d);
+    case PAGODA_DTYPE_IQ4_XS: return min ? -1 : (int)offsetof(pagoda_block_iq4_xs, d);
+    default: return -1;
+    }
+}
+
+/* Set every super-block's d (and dmin) of a row of a 256-value type. */
+static void set_k_scales(tu_rng *r, int dtype, uint8_t *row, int64_t K)
+{
+    size_t bb = pagoda_dtype_row_bytes(dtype, 256);
+    for (int64_t b = 0; b < K / 256; b++)
+        for (int min = 0; min < 2; min++) {
+            int off = k_scale_offset(dtype, min);
+            if (off < 0) continue;
+            uint16_t h = pagoda_fp32_to_fp16(0.0005f + 0.002f * tu_rng_uniform(r));
+            memcpy(row + (size_t)b * bb + off, &h, 2);
+        }
+}
 
 /* Random bytes for every 32-value block of a Q5_0 / Q5_1 / IQ4_NL row
  * (every bit pattern of the values is valid, so all of them are met), with
@@ -236,10 +271,12 @@ static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
     }
 }
 
-/* Random weights of `dtype` [N x K]; Q6_K has no quantizer, so its blocks
- * are random bytes with a small scale (every bit pattern is valid). Q5_0,
- * Q5_1 and IQ4_NL: odd rows random blocks (random_blocks32), even rows
- * quantized where the reference has a quantizer for the type. */
+/* Random weights of `dtype` [N x K]. The 256-value types (Q2_K..Q6_K,
+ * IQ4_XS) are random bytes with small scales: every bit pattern is a valid
+ * block, and random bytes reach every quant, scale, min and sign (a
+ * quantizer's output would not: Q6_K has none anyway). Q5_0, Q5_1 and
+ * IQ4_NL: odd rows random blocks (random_blocks32), even rows quantized
+ * where the reference has a quantizer for the type. */
 static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
 {
     bool blocks32 = dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 ||
@@ -250,13 +287,10 @@ static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t 
     uint8_t *w = xmalloc(rb * (size_t)N);
     float *row = xmalloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
-        if (dtype == PAGODA_DTYPE_Q6_K) {
+        if (k_scale_offset(dtype, 0) >= 0) {
             uint8_t *p = w + (size_t)n * rb;
             for (size_t i = 0; i < rb; i++) p[i] = (uint8_t)tu_rng_u64(r);
-            for (int64_t b = 0; b < K / 256; b++) {
-                pagoda_block_q6_K *blk = (pagoda_block_q6_K *)(p + b * 210);
-                blk->d = pagoda_fp32_to_fp16(0.0005f + 0.002f * tu_rng_uniform(r));
-            }
+            set_k_scales(r, dtype, p, K);
         } else if (blocks32) {
             tu_fill_normal(r, row, (size_t)K, 0.5f);
             if (n % 2 || pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K) == PAGODA_ERR_UNSUPPORTED)
@@ -293,6 +327,13 @@ static const mm_case MM_CASES[] = {
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
     {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
     {PAGODA_CPU_GEMM_MIN_T_F16 + 3, 64, 5}, /* F16 on dequantize + sgemm too */
+    /* The 256-value types' lanes kernels (the cases above with K % 256 ==
+     * 0 cover one group with 4 padding lanes, one full group, 2 groups of
+     * 8 and the single-token dots): groups 2 + 1 with 5 tokens in the
+     * last and 23 rows (4-row tiles, then 3 rows one at a time), 4 groups
+     * with 7 in the last, exactly 8 groups (one 64-token chunk), chunks of
+     * 64 + 64 + 22 tokens, 6 rows (one tile + 2). */
+    {21, 512, 23}, {31, 768, 21}, {64, 256, 17}, {150, 256, 6}, {3, 256, 6}, {6, 1024, 9},
 };
 
 static void check_matmul_type(int dtype)
@@ -304,7 +345,9 @@ static void check_matmul_type(int dtype)
     pagoda_cpu_exec ex = {.pool = tp};
     for (size_t ci = 0; ci < sizeof MM_CASES / sizeof MM_CASES[0]; ci++) {
         int64_t T = MM_CASES[ci].T, K = MM_CASES[ci].K, N = MM_CASES[ci].N;
-        if (dtype == PAGODA_DTYPE_Q6_K && K % 256) continue;
+        int blk_elems = 0;
+        ck_assert(pagoda_dtype_block(dtype, &blk_elems, NULL));
+        if (K % blk_elems) continue;
         size_t ws;
         uint8_t *w = make_weights(&r, dtype, N, K, &ws);
         /* x rows padded (stride > row) to check strides are honoured. */
@@ -317,7 +360,7 @@ static void check_matmul_type(int dtype)
         for (int64_t n = 0; n < N; n++)
             ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
         bool quant = !pagoda_cpu_matmul_exact(dtype, T);
-        int qb = dtype == PAGODA_DTYPE_Q6_K ? 256 : 32;
+        int qb = blk_elems == 256 ? 256 : 32;
         for (int ii = 0; ii < N_ISAS; ii++) {
             pagoda_cpu_force_isa(ISAS[ii]);
             out[ii] = xmalloc(os * (size_t)T);
@@ -406,6 +449,95 @@ START_TEST(test_matmul_q4_1) { check_matmul_type(PAGODA_DTYPE_Q4_1); }
 END_TEST
 START_TEST(test_matmul_q6_k) { check_matmul_type(PAGODA_DTYPE_Q6_K); }
 END_TEST
+START_TEST(test_matmul_q2_k) { check_matmul_type(PAGODA_DTYPE_Q2_K); }
+END_TEST
+START_TEST(test_matmul_q3_k) { check_matmul_type(PAGODA_DTYPE_Q3_K); }
+END_TEST
+START_TEST(test_matmul_q4_k) { check_matmul_type(PAGODA_DTYPE_Q4_K); }
+END_TEST
+START_TEST(test_matmul_q5_k) { check_matmul_type(PAGODA_DTYPE_Q5_K); }
+END_TEST
+START_TEST(test_matmul_iq4_xs) { check_matmul_type(PAGODA_DTYPE_IQ4_XS); }
+END_TEST
+
+/* The packed scales (and mins) of a 256-value type's block. */
+static void k_scales_bytes(int dtype, size_t *off, size_t *len)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K: *off = offsetof(pagoda_block_q2_K, scales); *len = 16; break;
+    case PAGODA_DTYPE_Q3_K: *off = offsetof(pagoda_block_q3_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q4_K: *off = offsetof(pagoda_block_q4_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q5_K: *off = offsetof(pagoda_block_q5_K, scales); *len = 12; break;
+    case PAGODA_DTYPE_Q6_K: *off = offsetof(pagoda_block_q6_K, scales); *len = 16; break;
+    default: *off = offsetof(pagoda_block_iq4_xs, scales_h); *len = 6; break;
+    }
+}
+
+/* The int16 headroom of the 256-value kernels (vecdot_k_x8_avx2.c sums as
+ * many groups of maddubs pairs in int16 as fit, and takes Q3_K's / Q6_K's
+ * offsets off in wrapping int16): every quant at its largest (all bytes
+ * 0xFF), then at its smallest (quant bytes 0x00, scales 0xFF), against
+ * activations all +amax, all -amax, and alternating, on the dot and the
+ * lanes paths, both ISAs, against the dequantized weights. A kernel that
+ * summed one group too many would wrap here (random data almost never
+ * reaches these sums). */
+START_TEST(test_matmul_k_extremes)
+{
+    static const int types[] = {PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K,
+                                PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_IQ4_XS};
+    enum { K = 512, N = 5, T = 9 };
+    tu_rng r;
+    tu_rng_seed(&r, 77);
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    float *x = xmalloc(sizeof(float) * T * K), *wd = xmalloc(sizeof(float) * N * K);
+    float *out = xmalloc(sizeof(float) * T * N);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) x[t * K + k] = t % 3 == 0 ? 2.0f : t % 3 == 1 ? -2.0f : (k & 1 ? 2.0f : -2.0f);
+    for (size_t ti = 0; ti < 2 * sizeof types / sizeof types[0]; ti++) {
+        int dt = types[ti / 2];
+        size_t rb = pagoda_dtype_row_bytes(dt, K), bb = pagoda_dtype_row_bytes(dt, 256), so, sl;
+        uint8_t *w = xmalloc(rb * N);
+        memset(w, ti % 2 ? 0x00 : 0xFF, rb * N);
+        k_scales_bytes(dt, &so, &sl);
+        for (size_t b = 0; b < rb * N / bb; b++) memset(w + b * bb + so, 0xFF, sl);
+        for (int n = 0; n < N; n++) {
+            set_k_scales(&r, dt, w + n * rb, K);
+            ck_assert_int_eq(pagoda_dequantize_row(dt, w + n * rb, wd + n * K, K), PAGODA_OK);
+        }
+        for (int ii = 0; ii < N_ISAS; ii++) {
+            pagoda_cpu_force_isa(ISAS[ii]);
+            for (int64_t tt = 1; tt <= T; tt += T - 1) { /* the dot (1 token) and the lanes (9) */
+                ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, tt, K, w, dt, rb, N, NULL, out,
+                                                   sizeof(float) * N),
+                                 PAGODA_OK);
+                for (int64_t t = 0; t < tt; t++)
+                    for (int n = 0; n < N; n++) {
+                        /* +-2.0 quantize exactly to +-127 * (2 / 127). */
+                        double want = 0.0, mag = 0.0;
+                        for (int k = 0; k < K; k++) {
+                            want += (double)x[t * K + k] * wd[n * K + k];
+                            mag += fabs((double)x[t * K + k] * wd[n * K + k]);
+                        }
+                        ck_assert_msg(fabs(out[t * N + n] - want) <= 1e-5 * mag + 1e-5,
+                                      "%s fill %s isa %d T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
+                                      ti % 2 ? "00" : "FF", ISAS[ii], (long long)tt, (long long)t, n, out[t * N + n],
+                                      want);
+                    }
+            }
+        }
+        free(w);
+    }
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+    free(x);
+    free(wd);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_matmul_q5_0) { check_matmul_type(PAGODA_DTYPE_Q5_0); }
 END_TEST
 START_TEST(test_matmul_q5_1) { check_matmul_type(PAGODA_DTYPE_Q5_1); }
@@ -462,7 +594,7 @@ START_TEST(test_matmul_rejects_unknown_type)
 {
     pagoda_cpu_exec ex = {0};
     float x[32] = {0}, out[1];
-    ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, 128, 1, 32, x, 12, 128, 1, NULL, out, 4),
+    ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, 128, 1, 32, x, 99, 128, 1, NULL, out, 4),
                      PAGODA_ERR_UNSUPPORTED);
 }
 END_TEST
@@ -473,8 +605,9 @@ START_TEST(test_get_rows_every_type)
 {
     static const int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16,
                                 PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
-                                PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1,
-                                PAGODA_DTYPE_IQ4_NL};
+                                PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K,
+                                PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS,
+                                PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
     tu_rng r;
     tu_rng_seed(&r, 5);
     int64_t V = 11, C = 512;
@@ -832,6 +965,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q4_0);
     tcase_add_test(tc, test_matmul_q4_1);
     tcase_add_test(tc, test_matmul_q6_k);
+    tcase_add_test(tc, test_matmul_q2_k);
+    tcase_add_test(tc, test_matmul_q3_k);
+    tcase_add_test(tc, test_matmul_q4_k);
+    tcase_add_test(tc, test_matmul_q5_k);
+    tcase_add_test(tc, test_matmul_iq4_xs);
+    tcase_add_test(tc, test_matmul_k_extremes);
     tcase_add_test(tc, test_matmul_q5_0);
     tcase_add_test(tc, test_matmul_q5_1);
     tcase_add_test(tc, test_matmul_iq4_nl);
