@@ -1,7 +1,8 @@
 /*
  * vecdot_avx2.h: what the AVX2 kernel files share: small inline helpers
- * (horizontal sum, F16 loads) and the tokens-in-lanes kernels
- * (vecdot_x8_avx2.c) that the AVX2 table in vecdot_avx2.c points at.
+ * (horizontal sum, F16 loads), the tokens-in-lanes kernels
+ * (vecdot_x8_avx2.c) and the gated activations (vecdot_act_avx2.c) that
+ * the AVX2 table in vecdot_avx2.c points at.
  * Include only from files compiled with AVX2 + FMA + F16C (*_avx2.c).
  * Not for: callers of the kernels (they use the table, vecdot.h).
  */
@@ -38,5 +39,10 @@ void pagoda_cpu_gemm_q4_0_x8_avx2(const void *w, size_t ws, int64_t nr, const pa
                                   int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_f16_x8_avx2(const void *w, size_t ws, int64_t nr, const float *x, int64_t T,
                                  int64_t k, float *out, size_t os);
+
+/* The gated activations (vecdot_act_avx2.c), signatures as vecdot.h's
+ * swiglu / geglu. */
+void pagoda_cpu_swiglu_avx2(const float *g, const float *u, float *out, int64_t n);
+void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n);
 
 #endif
