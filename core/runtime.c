@@ -103,6 +103,10 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
     rt->backend.info.struct_size = sizeof rt->backend.info;
     rt->backend.ops.info(rt->backend.ctx, &rt->backend.info);
     pagoda_log(PAGODA_LOG_INFO, "backend: %s", rt->backend.info.name);
+    /* a model that needs an optional op the backend lacks is refused now,
+     * before the weights are read */
+    st = pagoda_forward_check_backend(hp, &rt->backend, err, err_len);
+    if (st) goto fail;
 
     st = make_plugin(rt, PAGODA_KIND_SCHEDULER, rt->ec.scheduler, &rt->p_sched, &rt->h_sched,
                      &rt->sched.ctx, err, err_len);
