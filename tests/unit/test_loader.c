@@ -145,7 +145,7 @@ END_TEST
 START_TEST(test_refuse_probe_zero)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "cantrun",
-                   " (backend 'cantrun' 0, ABI 1.0, this pagoda is ABI 1.1): its probe says it "
+                   " (backend 'cantrun' 0, ABI 1.1, this pagoda is ABI 1.1): its probe says it "
                    "cannot run here: no fixture device found; pick another backend in [engine]");
 }
 END_TEST
@@ -408,7 +408,7 @@ START_TEST(test_plugins_listing)
     snprintf(want, sizeof want, "backend.wrongmajor  REFUSED\n    plugin %s/backend-wrongmajor.so: "
              "built for pagoda ABI 2.0, this pagoda is ABI 1.1", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
-    ck_assert_msg(strstr(text, "backend.cantrun  ABI 1.0  version 0  probe 0: no fixture device found\n"),
+    ck_assert_msg(strstr(text, "backend.cantrun  ABI 1.1  version 0  probe 0: no fixture device found\n"),
                   "%s", text);
     ck_assert_msg(strstr(text, "backend.noentry  REFUSED\n"), "%s", text);
     ck_assert_msg(strstr(text, "frontend.good  ABI 1.1  version 0.1  probe 100\n"), "%s", text);
