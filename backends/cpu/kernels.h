@@ -80,14 +80,24 @@ void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const
                          size_t k_stride, const float *v, size_t v_stride, const int32_t *slots,
                          int32_t n);
 
-/* Causal attention of every sequence in `b` over its own blocks; GQA. */
+/* Causal attention of every sequence in `b` over its own blocks; GQA.
+ * window > 0: the query at position p reads only the keys j with
+ * 0 <= p - j < window (sliding-window layers); 0: every key up to p. */
 int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, const void *pool,
                          const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
-                         float scale, float *out, size_t out_stride);
+                         float scale, int32_t window, float *out, size_t out_stride);
 
 /* out = silu(gate) * up; out may alias either. */
 void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
                        float *out, size_t out_stride, int64_t rows, int64_t cols);
+
+/* out = gelu_tanh(gate) * up; out may alias either. */
+void pagoda_cpu_geglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                      float *out, size_t out_stride, int64_t rows, int64_t cols);
+
+/* out = x * s; out may alias x. */
+void pagoda_cpu_scale(const float *x, size_t x_stride, float s, float *out, size_t out_stride,
+                      int64_t rows, int64_t cols);
 
 /* out = a + b; out may alias either. */
 void pagoda_cpu_add(const float *a, size_t a_stride, const float *b, size_t b_stride, float *out,

@@ -278,6 +278,11 @@ static void swiglu_scalar(const float *g, const float *u, float *out, int64_t n)
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void geglu_scalar(const float *g, const float *u, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = pagoda_gelu_tanh(g[i]) * u[i];
+}
+
 static void to_f16_scalar(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
@@ -293,6 +298,7 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .gemm_f16 = gemm_f16_scalar,
     .to_f16 = to_f16_scalar,
     .swiglu = swiglu_scalar,
+    .geglu = geglu_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,

@@ -10,6 +10,7 @@
 #ifndef PAGODA_CPU_VECDOT_H
 #define PAGODA_CPU_VECDOT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -162,6 +163,11 @@ typedef struct pagoda_vecdot_table {
      * variant's exp is a polynomial within 2 ulp of expf's. out may alias
      * g or u. */
     void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
+    /* out[i] = gelu_tanh(g[i]) * u[i] (GeGLU, Gemma's FFN), computed as
+     * g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u: the same value as
+     * 0.5 g (1 + tanh(...)) without its cancellation for negative g; the
+     * AVX2 variant's exp is swiglu's polynomial. out may alias g or u. */
+    void (*geglu)(const float *g, const float *u, float *out, int64_t n);
     /* n floats to IEEE half, round to nearest even (the KV store); the
      * AVX2 variant (F16C) gives the same bits as pagoda_fp32_to_fp16 for
      * every non-NaN input. */
@@ -224,6 +230,17 @@ typedef struct pagoda_vecdot_table {
     void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                         int64_t T, int64_t nb, float *out, size_t out_stride);
 } pagoda_vecdot_table;
+
+/* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */
+#define PAGODA_GELU_K 0.7978845608028654f
+#define PAGODA_GELU_C 0.044715f
+
+/* gelu_tanh(x) of one value, in the sigmoid form above (the scalar
+ * reference and the SIMD tails). */
+static inline float pagoda_gelu_tanh(float x)
+{
+    return x / (1.0f + expf(-2.0f * PAGODA_GELU_K * (x + PAGODA_GELU_C * x * x * x)));
+}
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;
 extern const pagoda_vecdot_table pagoda_vecdot_avx2;

@@ -16,6 +16,8 @@
  *    (rounding error uniform in +-d/2).
  *  - scalar vs AVX2 matmul: same integer sums, float order differs: 1e-5.
  *  - rms_norm, swiglu, rope: 1e-5 relative / absolute (values O(1)).
+ *  - geglu: against libm's tanh in double, ~1e-6 relative (the test says
+ *    why); attention with a sliding window: as attention.
  *  - attention: against a dense softmax in double over the values as stored
  *    (rounded to F16 for an F16 cache): 1e-4 absolute (outputs O(1)).
  *  - get_rows, kv_write (F32), copy_blocks, add: exact.
@@ -182,6 +184,58 @@ START_TEST(test_swiglu_avx2_near_scalar)
     free(u);
     free(a);
     free(b);
+}
+END_TEST
+
+/* GeGLU: scalar and AVX2 against gelu_tanh's definition in double with
+ * libm's tanh, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u: within
+ * 1e-6 relative (plus what the float argument's rounding does to exp of
+ * it) where the value is not tiny (where 1 + tanh cancels, the
+ * kernels' sigmoid form is the more accurate one, and the absolute error
+ * is below 1e-12), over the range activations take and past the clamps;
+ * never NaN or inf. */
+START_TEST(test_geglu_scalar_avx2_near_libm)
+{
+    enum { N = 20003 };
+    float *g = xmalloc(sizeof(float) * N), *u = xmalloc(sizeof(float) * N);
+    float *o = xmalloc(sizeof(float) * N);
+    tu_rng r;
+    tu_rng_seed(&r, 12);
+    for (int i = 0; i < N; i++) {
+        float span = i % 3 == 0 ? 60.0f : i % 3 == 1 ? 12.0f : 2.0f;
+        g[i] = (tu_rng_uniform(&r) - 0.5f) * span;
+        u[i] = (tu_rng_uniform(&r) - 0.5f) * 4.0f;
+    }
+    const float edge[] = {-1e20f, 1e20f, -1000.0f, 1000.0f, 0.0f, -0.0f, -9.0f, 9.0f, 1e-20f, -1e-20f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) g[i] = edge[i];
+    const pagoda_vecdot_table *tabs[2] = {&pagoda_vecdot_scalar, &pagoda_vecdot_avx2};
+    int n_tabs = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2 ? 2 : 1;
+    for (int t = 0; t < n_tabs; t++) {
+        tabs[t]->geglu(g, u, o, N);
+        for (int i = 0; i < N; i++) {
+            double x = g[i], y = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            double want = 0.5 * x * (1.0 + tanh(y)) * u[i];
+            if (!isfinite(y)) want = x > 0 ? x * u[i] : 0.0;
+            ck_assert_msg(isfinite(o[i]), "%s: g=%g: %g", t ? "AVX2" : "scalar", x, (double)o[i]);
+            /* the float argument's rounding (~1e-7 relative) moves exp
+             * by ~1e-7 x |2y| relative */
+            double tol = (1e-6 + 3e-7 * fabs(2 * y)) * fabs(want) + 1e-12;
+            ck_assert_msg(fabs(o[i] - want) <= tol, "%s: g=%.9g u=%.9g: got %.9g, libm %.9g",
+                          t ? "AVX2" : "scalar", x, (double)u[i], (double)o[i], want);
+        }
+    }
+    /* in place, as the forward pass runs it (out = gate) */
+    memcpy(o, g, sizeof(float) * N);
+    float *ref = xmalloc(sizeof(float) * N);
+    pagoda_vecdot_scalar.geglu(g, u, ref, N);
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
+    pagoda_cpu_geglu(o, sizeof(float) * 1000, u, sizeof(float) * 1000, o, sizeof(float) * 1000, 20, 1000);
+    pagoda_cpu_force_isa(-1);
+    for (int i = 0; i < 20000; i++) ck_assert(o[i] == ref[i]);
+    free(ref);
+    free(g);
+    free(u);
+    free(o);
 }
 END_TEST
 
@@ -777,7 +831,9 @@ typedef struct seq_spec {
     int n_q, ctx_len;
 } seq_spec;
 
-static void check_attention(int kv_dtype, int head_dim, int block_size)
+/* window 0: causal over all keys; window W: the reference sees only keys
+ * pos - W < j <= pos (sliding-window layers). */
+static void check_attention(int kv_dtype, int head_dim, int block_size, int window)
 {
     tu_rng r;
     tu_rng_seed(&r, 1000 + (uint64_t)kv_dtype * 7 + (uint64_t)head_dim + (uint64_t)block_size);
@@ -866,7 +922,7 @@ static void check_attention(int kv_dtype, int head_dim, int block_size)
         pagoda_cpu_force_isa(ISAS[ii]);
         memset(out, 0, sizeof(float) * (size_t)(n_tok * qw));
         ck_assert_int_eq(pagoda_cpu_attention(&ex, q, sizeof(float) * qw, pool, &L, layer, &batch,
-                                              n_heads, scale, out, sizeof(float) * qw),
+                                              n_heads, scale, window, out, sizeof(float) * qw),
                          PAGODA_OK);
         for (int s = 0; s < 3; s++)
             for (int i = 0; i < spec[s].n_q; i++) {
@@ -875,7 +931,8 @@ static void check_attention(int kv_dtype, int head_dim, int block_size)
                     int kh = h / (n_heads / n_kv);
                     const float *qh = q + row * qw + h * head_dim;
                     double mx = -1e300, sum = 0;
-                    for (int j = 0; j <= pos; j++) {
+                    int j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+                    for (int j = j0; j <= pos; j++) {
                         double d = 0;
                         for (int e = 0; e < head_dim; e++) {
                             float kval = K[s][j * kvw + kh * head_dim + e];
@@ -885,10 +942,10 @@ static void check_attention(int kv_dtype, int head_dim, int block_size)
                         sc[j] = d * scale;
                         if (sc[j] > mx) mx = sc[j];
                     }
-                    for (int j = 0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
+                    for (int j = j0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
                     for (int e = 0; e < head_dim; e++) {
                         double o = 0;
-                        for (int j = 0; j <= pos; j++) {
+                        for (int j = j0; j <= pos; j++) {
                             float vval = V[s][j * kvw + kh * head_dim + e];
                             if (kv_dtype == PAGODA_DTYPE_F16) vval = pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(vval));
                             o += sc[j] * vval;
@@ -896,8 +953,8 @@ static void check_attention(int kv_dtype, int head_dim, int block_size)
                         o /= sum;
                         float got = out[row * qw + h * head_dim + e];
                         ck_assert_msg(fabs(got - o) <= 1e-4,
-                                      "attention kv %s hd %d bs %d isa %d seq %d q %d head %d dim %d: %.6f vs %.6f",
-                                      pagoda_dtype_name(kv_dtype), head_dim, block_size, ISAS[ii], s, i, h, e,
+                                      "attention kv %s hd %d bs %d window %d isa %d seq %d q %d head %d dim %d: %.6f vs %.6f",
+                                      pagoda_dtype_name(kv_dtype), head_dim, block_size, window, ISAS[ii], s, i, h, e,
                                       got, o);
                     }
                 }
@@ -919,11 +976,22 @@ static void check_attention(int kv_dtype, int head_dim, int block_size)
     free(pool);
 }
 
-START_TEST(test_attention_f32_kv) { check_attention(PAGODA_DTYPE_F32, 64, 8); }
+START_TEST(test_attention_f32_kv) { check_attention(PAGODA_DTYPE_F32, 64, 8, 0); }
 END_TEST
-START_TEST(test_attention_f16_kv) { check_attention(PAGODA_DTYPE_F16, 64, 16); }
+START_TEST(test_attention_f16_kv) { check_attention(PAGODA_DTYPE_F16, 64, 16, 0); }
 END_TEST
-START_TEST(test_attention_odd_head_dim) { check_attention(PAGODA_DTYPE_F16, 36, 4); check_attention(PAGODA_DTYPE_F32, 36, 5); }
+START_TEST(test_attention_odd_head_dim) { check_attention(PAGODA_DTYPE_F16, 36, 4, 0); check_attention(PAGODA_DTYPE_F32, 36, 5, 0); }
+END_TEST
+/* Sliding windows: shorter than a block (a query's window starts inside a
+ * block), spanning whole skipped blocks (block 4, window 9 at positions up
+ * to 36), one key (its own), and wider than every context (= causal). */
+START_TEST(test_attention_window)
+{
+    check_attention(PAGODA_DTYPE_F32, 64, 8, 5);
+    check_attention(PAGODA_DTYPE_F16, 64, 4, 9);
+    check_attention(PAGODA_DTYPE_F32, 32, 4, 1);
+    check_attention(PAGODA_DTYPE_F16, 256, 16, 100);
+}
 END_TEST
 
 START_TEST(test_copy_blocks)
@@ -958,6 +1026,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_quant_activations_scalar_equals_avx2);
     tcase_add_test(tc, test_to_f16_scalar_equals_avx2);
     tcase_add_test(tc, test_swiglu_avx2_near_scalar);
+    tcase_add_test(tc, test_geglu_scalar_avx2_near_libm);
     tcase_add_test(tc, test_matmul_f32);
     tcase_add_test(tc, test_matmul_f16);
     tcase_add_test(tc, test_matmul_bf16);
@@ -983,6 +1052,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_attention_f32_kv);
     tcase_add_test(tc, test_attention_f16_kv);
     tcase_add_test(tc, test_attention_odd_head_dim);
+    tcase_add_test(tc, test_attention_window);
     tcase_add_test(tc, test_copy_blocks);
     suite_add_tcase(s, tc);
     return s;

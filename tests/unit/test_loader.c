@@ -100,7 +100,8 @@ START_TEST(test_refuse_short_ops)
              " (backend, ABI 1.1, this pagoda is ABI 1.1): pagoda_backend_ops struct_size %zu is "
              "smaller than ABI 1.0's %zu bytes: an ops table holds at least the ABI 1.0 slots; "
              "set .struct_size = sizeof(pagoda_backend_ops) and rebuild",
-             offsetof(pagoda_backend_ops, matmul), sizeof(pagoda_backend_ops));
+             offsetof(pagoda_backend_ops, matmul),
+             offsetof(pagoda_backend_ops, synchronize) + sizeof(void *));
     expect_refusal(PAGODA_KIND_BACKEND, "shortops", rest);
 }
 END_TEST
@@ -242,6 +243,26 @@ START_TEST(test_load_each_kind)
 }
 END_TEST
 
+/* A plugin built against ABI 1.0 still loads into this ABI 1.1 pagoda; the
+ * slots 1.1 added read NULL even where its static table has bytes past the
+ * struct_size it declares (the loader copies struct_size, not sizeof). */
+START_TEST(test_load_older_minor)
+{
+    pagoda_config *c = pagoda_config_new_empty();
+    pagoda_plugin *p = NULL;
+    int st = pagoda_plugin_load(c, PAGODA_KIND_BACKEND, "abi10", &p, g_err, sizeof g_err);
+    ck_assert_msg(st == PAGODA_OK, "%s", g_err);
+    ck_assert_uint_eq(p->desc.abi_minor, 0);
+    ck_assert_uint_eq(p->ops.backend.struct_size, sizeof(pagoda_backend_ops));
+    ck_assert_ptr_nonnull(p->ops.backend.attention);
+    ck_assert_ptr_null(p->ops.backend.geglu);
+    ck_assert_ptr_null(p->ops.backend.scale);
+    ck_assert_ptr_null(p->ops.backend.attention_ext);
+    pagoda_plugin_free(p);
+    pagoda_config_free(c);
+}
+END_TEST
+
 START_TEST(test_plugin_config)
 {
     /* The section is validated against the plugin's keys at load. */
@@ -363,8 +384,9 @@ START_TEST(test_plugins_listing)
     FILE *f = fopen(path, "w+");
     ck_assert_ptr_nonnull(f);
     int good = pagoda_plugins_print(f, true);
-    /* backend, scheduler, kvcache, frontend "good"; cantrun probes 0 */
-    ck_assert_int_eq(good, 4);
+    /* backend, scheduler, kvcache, frontend "good", backend "abi10"
+     * (ABI 1.0 loads into 1.1); cantrun probes 0 */
+    ck_assert_int_eq(good, 5);
     fflush(f);
     rewind(f);
     static char text[65536];
@@ -569,6 +591,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_refuse_not_shared_object);
     tcase_add_test(t, test_not_found);
     tcase_add_test(t, test_load_each_kind);
+    tcase_add_test(t, test_load_older_minor);
     tcase_add_test(t, test_plugin_config);
     tcase_add_test(t, test_create_failure_message);
     tcase_add_test(t, test_search_order);
