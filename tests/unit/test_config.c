@@ -220,8 +220,8 @@ START_TEST(test_unknown_section)
               "[kind.name])? (valid: [engine], [backend.NAME], [scheduler.NAME], "
               "[kvcache.NAME], [frontend.NAME])");
     assert_at(load_err("[backend.a/b]\n"), 1,
-              "unknown section [backend.a/b]: the plugin name after 'backend.' must be letters, "
-              "digits, '_' or '-'");
+              "unknown section [backend.a/b]: the plugin name after 'backend.' must be 1 to 63 "
+              "letters, digits, '_' or '-'");
     /* [foo.bar]: some kind is suggested, the section is named. */
     const char *e = load_err("\n[foo.bar]\nk = v\n");
     char want[600];
