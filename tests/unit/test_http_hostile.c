@@ -142,6 +142,8 @@ static void send_all(int fd, const void *p, size_t n)
     }
 }
 
+static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
+
 /* Reads what the server sends until it closes or timeout_ms passes; the
  * answer is NUL-terminated in out. Returns the byte count, -1 on a reset
  * before any byte. */
@@ -328,7 +330,7 @@ START_TEST(test_framing)
     ck_assert_msg(status_of(out) == 431, "%s", out);
 
     /* the server is fine after all of it */
-    raw(s.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 34, out, sizeof out, 5000);
+    raw(s.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 33, out, sizeof out, 5000);
     ck_assert_msg(status_of(out) == 200, "%s", out);
     srv_stop(&s);
 }
@@ -390,10 +392,10 @@ START_TEST(test_slow_request_408)
     /* headers trickled a line every 200 ms */
     int fd = tcp_connect(s.port);
     int64_t t0 = mono_ms();
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 41);
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
     int got = 0;
     for (int i = 0; i < 25 && !got; i++) {
-        send_all(fd, "X-Slow: 1\r\n", 11);
+        send_str(fd, "X-Slow: 1\r\n");
         struct pollfd p = {.fd = fd, .events = POLLIN};
         got = poll(&p, 1, 200) > 0;
     }
@@ -404,7 +406,7 @@ START_TEST(test_slow_request_408)
 
     /* a small body that stops coming */
     fd = tcp_connect(s.port);
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro", 66);
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro");
     read_reply(fd, out, sizeof out, 4000);
     close(fd);
     ck_assert_msg(status_of(out) == 408, "small body: %s", out);
@@ -412,10 +414,10 @@ START_TEST(test_slow_request_408)
     /* a large body (past what is held before a thread takes it) trickled */
     fd = tcp_connect(s.port);
     t0 = mono_ms();
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n", 66);
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n");
     got = 0;
     for (int i = 0; i < 25 && !got; i++) {
-        send_all(fd, "                ", 16);
+        send_str(fd, "                ");
         struct pollfd p = {.fd = fd, .events = POLLIN};
         got = poll(&p, 1, 200) > 0;
     }
@@ -462,14 +464,14 @@ START_TEST(test_trickle_many)
     int *fds = calloc((size_t)n_slow, sizeof *fds);
     for (int i = 0; i < n_slow; i++) {
         fds[i] = tcp_connect(s.port);
-        send_all(fds[i], "POST /v1/completions HTTP/1.1\r\n", 31);
+        send_str(fds[i], "POST /v1/completions HTTP/1.1\r\n");
     }
     static char out[65536];
     char req[512];
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(COMPLETION), COMPLETION);
     for (int round = 0; round < 5; round++) {
-        for (int i = 0; i < n_slow; i++) send_all(fds[i], "X", 1); /* a byte each */
+        for (int i = 0; i < n_slow; i++) send_str(fds[i], "X"); /* a byte each */
         int64_t t0 = mono_ms();
         raw(s.port, req, strlen(req), out, sizeof out, 5000);
         ck_assert_msg(status_of(out) == 200, "round %d with %d slow connections: %s", round, n_slow, out);
