@@ -347,8 +347,10 @@ START_TEST(test_busy_503)
     srv_start(&s, kv, 1);
     static char out[65536];
     char req[512];
+    /* 100 tokens: 20 s, far longer than the test (set once, before any
+     * request: the fake's thread reads it outside its lock) */
     pthread_mutex_lock(&s.f->mu);
-    s.f->step_us = 200000; /* 100 tokens: 20 s, far longer than the test */
+    s.f->step_us = 200000;
     pthread_mutex_unlock(&s.f->mu);
     const char *fb = "{\"prompt\": \"forever and ever\", \"max_tokens\": 100}";
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
@@ -365,9 +367,6 @@ START_TEST(test_busy_503)
     ck_assert_msg(n > 0 && status_of(out) == 503, "%d: %s", n, out);
     ck_assert_msg(strcasestr(out, "\r\nRetry-After: "), "%s", out);
     for (int i = 0; i < 2; i++) close(held[i]);
-    pthread_mutex_lock(&s.f->mu);
-    s.f->step_us = 1000;
-    pthread_mutex_unlock(&s.f->mu);
     /* the held requests are cancelled as their clients left; then served */
     int ok = 0;
     for (int i = 0; i < 100 && !ok; i++) {

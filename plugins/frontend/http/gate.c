@@ -417,10 +417,10 @@ static void *gate_main(void *arg)
     return NULL;
 }
 
-gate *gate_start(int listen_fd, struct MHD_Daemon *d, const gate_opts *o)
+int gate_start(gate **out, int listen_fd, struct MHD_Daemon *d, const gate_opts *o)
 {
     gate *g = calloc(1, sizeof *g);
-    if (!g) return NULL;
+    if (!g) return -1;
     g->lfd = listen_fd;
     g->d = d;
     g->o = *o;
@@ -429,17 +429,21 @@ gate *gate_start(int listen_fd, struct MHD_Daemon *d, const gate_opts *o)
     pthread_mutex_init(&g->mu, NULL);
     struct epoll_event el = {.events = EPOLLIN, .data.ptr = &g->lfd};
     struct epoll_event ee = {.events = EPOLLIN, .data.ptr = &g->evfd};
+    /* published before the thread starts: MHD's callbacks read *out as
+     * soon as a connection is handed over */
+    *out = g;
     if (g->ep < 0 || g->evfd < 0 || epoll_ctl(g->ep, EPOLL_CTL_ADD, listen_fd, &el) < 0 ||
         epoll_ctl(g->ep, EPOLL_CTL_ADD, g->evfd, &ee) < 0 ||
         pthread_create(&g->th, NULL, gate_main, g) != 0) {
+        *out = NULL;
         if (g->ep >= 0) close(g->ep);
         if (g->evfd >= 0) close(g->evfd);
         pthread_mutex_destroy(&g->mu);
         free(g);
-        return NULL;
+        return -1;
     }
     g->running = 1;
-    return g;
+    return 0;
 }
 
 void gate_stop(gate *g)

@@ -42,8 +42,9 @@ int gate_listen(const struct sockaddr *sa, socklen_t len);
 
 /* Starts the gate thread on a listening socket it then owns, handing
  * connections to d (an MHD daemon started with MHD_USE_NO_LISTEN_SOCKET
- * and MHD_USE_ITC). NULL when out of resources. */
-gate *gate_start(int listen_fd, struct MHD_Daemon *d, const gate_opts *o);
+ * and MHD_USE_ITC). *out is set before the thread starts (the pointer
+ * gate_notify reads). 0, or -1 when out of resources (*out NULL). */
+int gate_start(gate **out, int listen_fd, struct MHD_Daemon *d, const gate_opts *o);
 
 /* Stops accepting (the listening socket is closed) and drops connections
  * still waiting in the gate; returns once the thread has ended. The

@@ -129,8 +129,7 @@ static int http_run(void *ctx)
     }
     gate_opts go = {.threads = fe->threads, .max_waiting = fe->max_waiting,
                     .request_timeout_s = fe->request_timeout_s, .max_body = fe->max_body};
-    fe->gate = gate_start(lfd, fe->d, &go);
-    if (!fe->gate) {
+    if (gate_start(&fe->gate, lfd, fe->d, &go) != 0) {
         close(lfd);
         MHD_stop_daemon(fe->d);
         fe->d = NULL;
