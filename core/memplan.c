@@ -4,6 +4,9 @@
  * `pagoda plan` answers in milliseconds for any model size. Arithmetic on
  * header values is overflow-checked: a hostile header gets an error, not
  * a wrapped plan.
+ * `pagoda plan` (the CLI at the end) builds a config from its options and
+ * asks the runtime for the plan the server would make (pagoda_runtime_plan),
+ * so the two agree to the token.
  * Not for: allocation, or deciding policy (the engine does that from it).
  */
 #define _GNU_SOURCE
@@ -11,6 +14,7 @@
 
 #include "config.h" /* pagoda_parse_size */
 #include "model.h"  /* pagoda_hparams_read: which layers slide */
+#include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -417,12 +421,20 @@ out:
 
 static void plan_usage(FILE *f)
 {
-    fprintf(f, "usage: pagoda plan --model FILE [--memory SIZE] [--kv-dtype f16|f32]\n"
-               "                   [--max-seq-len N] [--max-batched-tokens N] [--max-num-seqs N]\n"
-               "                   [--block-size N] [--json]\n"
-               "Reads only the GGUF header and prints what memory the model needs and how\n"
-               "many KV blocks and sequences the budget leaves room for. SIZE: 512M, 8G, ...\n"
-               "(default: %.0f%% of MemAvailable). Exit 0 when it fits, 1 when not.\n",
+    fprintf(f, "usage: pagoda plan [--config FILE] [--set SECTION.KEY=VALUE]... [--model FILE]\n"
+               "                   [--memory SIZE|auto] [--kv-dtype f16|f32] [--max-seq-len N]\n"
+               "                   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N] [--json]\n"
+               "Prints the memory plan the server would use with these settings, computed the\n"
+               "way `pagoda --config` computes it (the model's header, the backend, the\n"
+               "scheduler's limits, kv_cache_tokens, the cap on an automatic budget), without\n"
+               "reading the weights. The options are shorthands: --model is engine.model,\n"
+               "--memory engine.memory_budget (SIZE: 512M, 8G; auto: %.0f%% of MemAvailable,\n"
+               "the pool then capped at max_num_seqs x max_seq_len), --kv-dtype engine.kv_dtype,\n"
+               "--max-seq-len engine.max_seq_len, --block-size engine.block_size,\n"
+               "--max-num-seqs and --max-batched-tokens the scheduler's [scheduler.NAME] keys.\n"
+               "--set wins over them and they win over the file; without --config the\n"
+               "defaults of an empty config apply. Exit 0 when it fits, 1 when not (or the\n"
+               "model cannot be read), 2 for a usage or config error.\n",
             PAGODA_MEMPLAN_UTIL * 100);
 }
 
@@ -436,71 +448,125 @@ static int parse_i64(const char *v, int64_t *out)
     return 0;
 }
 
+/* section.key=value into c; 0 or -1 with the message printed. */
+static int plan_set(pagoda_config *c, const char *section, const char *key, const char *value)
+{
+    char a[4200], err[1024];
+    snprintf(a, sizeof a, "%s.%s=%s", section, key, value);
+    if (pagoda_config_set(c, a, err, sizeof err) != PAGODA_OK) {
+        fprintf(stderr, "pagoda plan: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int pagoda_cmd_plan(int argc, char **argv)
 {
-    pagoda_memplan_opts o;
-    pagoda_memplan_opts_default(&o);
-    const char *model = NULL;
+    const char *config_path = NULL;
+    const char *(*opt_engine)[2] = calloc((size_t)argc + 1, sizeof *opt_engine); /* engine key, value */
+    int n_engine = 0;
+    const char *seqs = NULL, *toks = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    int n_sets = 0, rc = 2;
     bool json = false;
+    pagoda_config *cfg = NULL;
+    char err[2048];
+    if (!sets || !opt_engine) {
+        fprintf(stderr, "pagoda plan: out of memory\n");
+        free(sets);
+        free(opt_engine);
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { plan_usage(stdout); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { plan_usage(stdout); rc = 0; goto out; }
         if (!strcmp(a, "--json")) { json = true; continue; }
         const char *eq = strchr(a, '=');
-        size_t alen = eq ? (size_t)(eq - a) : strlen(a);
-        if (eq) v = eq + 1;
+        size_t alen = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
+        if (eq && alen < strlen(a)) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         if (!v) {
             fprintf(stderr, "pagoda plan: %s needs a value\n", a);
             plan_usage(stderr);
-            return 2;
+            goto out;
         }
+        int64_t n;
         int bad = 0;
 #define OPT(s) (alen == strlen(s) && strncmp(a, s, alen) == 0)
-        if (OPT("--model")) model = v;
-        else if (OPT("--memory")) bad = pagoda_parse_size(v, &o.memory_budget) || !o.memory_budget;
+        if (OPT("--config") || OPT("-c")) config_path = v;
+        else if (OPT("--set") || OPT("-s")) sets[n_sets++] = v;
+        else if (OPT("--model")) { opt_engine[n_engine][0] = "model"; opt_engine[n_engine++][1] = v; }
+        else if (OPT("--memory")) { opt_engine[n_engine][0] = "memory_budget"; opt_engine[n_engine++][1] = v; }
         else if (OPT("--kv-dtype")) {
-            if (!strcasecmp(v, "f16")) o.kv_dtype = PAGODA_DTYPE_F16;
-            else if (!strcasecmp(v, "f32")) o.kv_dtype = PAGODA_DTYPE_F32;
-            else bad = 1;
-        } else if (OPT("--max-seq-len")) bad = parse_i64(v, &o.max_seq_len);
-        else if (OPT("--max-batched-tokens")) bad = parse_i64(v, &o.max_batched_tokens);
-        else if (OPT("--max-num-seqs")) bad = parse_i64(v, &o.max_num_seqs);
-        else if (OPT("--block-size")) bad = parse_i64(v, &o.block_size);
+            bad = strcasecmp(v, "f16") && strcasecmp(v, "f32");
+            opt_engine[n_engine][0] = "kv_dtype";
+            opt_engine[n_engine++][1] = v;
+        } else if (OPT("--max-seq-len")) {
+            bad = parse_i64(v, &n);
+            opt_engine[n_engine][0] = "max_seq_len";
+            opt_engine[n_engine++][1] = v;
+        } else if (OPT("--block-size")) {
+            bad = parse_i64(v, &n);
+            opt_engine[n_engine][0] = "block_size";
+            opt_engine[n_engine++][1] = v;
+        } else if (OPT("--max-num-seqs")) { bad = parse_i64(v, &n); seqs = v; }
+        else if (OPT("--max-batched-tokens")) { bad = parse_i64(v, &n); toks = v; }
         else {
             fprintf(stderr, "pagoda plan: unknown option %.*s\n", (int)alen, a);
             plan_usage(stderr);
-            return 2;
+            goto out;
         }
 #undef OPT
         if (bad) {
             fprintf(stderr, "pagoda plan: bad value for %.*s: '%s'\n", (int)alen, a, v);
-            return 2;
+            goto out;
         }
     }
-    if (!model) {
-        fprintf(stderr, "pagoda plan: --model FILE is required\n");
-        plan_usage(stderr);
-        return 2;
+    cfg = config_path ? pagoda_config_load(config_path, err, sizeof err) : pagoda_config_new_empty();
+    if (!cfg) {
+        fprintf(stderr, "pagoda plan: %s\n", config_path ? err : "out of memory");
+        goto out;
     }
-    char err[1024];
-    gguf_file *f = pagoda_gguf_open(model, err, sizeof err);
-    if (!f) {
-        fprintf(stderr, "pagoda plan: %s\n", err);
-        return 1;
+    /* the plan on stdout, not the runtime's progress lines on stderr,
+     * unless a log level was asked for */
+    if (!pagoda_config_get(cfg, "engine", "log_level") && plan_set(cfg, "engine", "log_level", "error"))
+        goto out;
+    for (int i = 0; i < n_engine; i++)
+        if (plan_set(cfg, "engine", opt_engine[i][0], opt_engine[i][1])) goto out;
+    for (int i = 0; i < n_sets; i++)
+        if (pagoda_config_set(cfg, sets[i], err, sizeof err) != PAGODA_OK) {
+            fprintf(stderr, "pagoda plan: %s\n", err);
+            goto out;
+        }
+    /* the scheduler's keys go to the scheduler in use, unless --set gave them */
+    char section[128], where[64];
+    snprintf(section, sizeof section, "scheduler.%s", pagoda_config_engine_str(cfg, "scheduler"));
+    const char *sk[2][2] = {{"max_num_seqs", seqs}, {"max_batched_tokens", toks}};
+    for (int i = 0; i < 2; i++) {
+        if (!sk[i][1]) continue;
+        const char *w = pagoda_config_where(cfg, section, sk[i][0], where, sizeof where);
+        if (w && !strcmp(w, "--set")) continue;
+        if (plan_set(cfg, section, sk[i][0], sk[i][1])) goto out;
+    }
+    const char *model = pagoda_config_engine_str(cfg, "model");
+    if (!model || !*model) {
+        fprintf(stderr, "pagoda plan: no model: give --model FILE, --config FILE with [engine] "
+                        "model, or --set engine.model=FILE\n");
+        plan_usage(stderr);
+        goto out;
     }
     pagoda_memplan p;
-    int st = pagoda_memplan_compute(f, &o, &p, err, sizeof err);
-    pagoda_gguf_close(f);
-    if (st) {
+    if (pagoda_runtime_plan(cfg, &p, err, sizeof err) != PAGODA_OK) {
         fprintf(stderr, "pagoda plan: %s\n", err);
-        return 1;
+        rc = 1;
+        goto out;
     }
     if (json) {
         char *s = pagoda_memplan_json(&p);
         if (!s) {
             fprintf(stderr, "pagoda plan: out of memory\n");
-            return 1;
+            rc = 1;
+            goto out;
         }
         printf("%s\n", s);
         free(s);
@@ -508,5 +574,10 @@ int pagoda_cmd_plan(int argc, char **argv)
         printf("%s\n", model);
         pagoda_memplan_print(&p, stdout);
     }
-    return p.fits ? 0 : 1;
+    rc = p.fits && p.kv_blocks > 0 ? 0 : 1;
+out:
+    pagoda_config_free(cfg);
+    free(sets);
+    free(opt_engine);
+    return rc;
 }

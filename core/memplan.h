@@ -97,8 +97,11 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp);
 char *pagoda_memplan_json(const pagoda_memplan *p);
 
 /* The CLI: argv[0] is the subcommand name ("plan"), options follow:
- *   --model FILE [--memory SIZE] [--kv-dtype f16|f32] [--max-seq-len N]
- *   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N] [--json]
+ *   [--config FILE] [--set S.K=V]... [--model FILE] [--memory SIZE|auto]
+ *   [--kv-dtype f16|f32] [--max-seq-len N] [--max-batched-tokens N]
+ *   [--max-num-seqs N] [--block-size N] [--json]
+ * The plan is the server's for the same settings (pagoda_runtime_plan):
+ * the model and the plugins are opened, the weights are not read.
  * Exit code: 0 the model fits, 1 it does not (or the file is bad), 2 usage. */
 int pagoda_cmd_plan(int argc, char **argv);
 

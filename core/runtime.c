@@ -59,8 +59,9 @@ bool pagoda_runtime_shutting_down(const pagoda_runtime *rt)
     return __atomic_load_n(&rt->shutting_down, __ATOMIC_ACQUIRE) != 0;
 }
 
-int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
-                           pagoda_runtime **out, char *err, size_t err_len)
+/* plan_only: stop once the plan is computed, fit or not (pagoda plan). */
+static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool plan_only,
+                   pagoda_runtime **out, char *err, size_t err_len)
 {
     *out = NULL;
     pagoda_runtime *rt = calloc(1, sizeof *rt);
@@ -180,6 +181,10 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
             p->fit[i].seqs = p->fit[i].exceeds ? 0 : p->kv_tokens / (uint64_t)p->fit[i].len;
     }
     if (print_plan) pagoda_memplan_print(&rt->plan, stderr);
+    if (plan_only) {
+        *out = rt;
+        return PAGODA_OK;
+    }
     rt->plan_json = pagoda_memplan_json(&rt->plan);
     if (!rt->plan.fits || rt->plan.kv_blocks == 0) {
         ERR("the model does not fit: %s (see the memory plan; lower max_seq_len or "
@@ -203,6 +208,22 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
 fail:
     pagoda_runtime_close(rt);
     return st ? st : PAGODA_ERR_INTERNAL;
+}
+
+int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                           pagoda_runtime **out, char *err, size_t err_len)
+{
+    return prepare(cfg, with_frontend, print_plan, false, out, err, err_len);
+}
+
+int pagoda_runtime_plan(pagoda_config *cfg, pagoda_memplan *plan, char *err, size_t err_len)
+{
+    pagoda_runtime *rt = NULL;
+    int st = prepare(cfg, false, false, true, &rt, err, err_len);
+    if (st) return st;
+    *plan = rt->plan;
+    pagoda_runtime_close(rt);
+    return PAGODA_OK;
 }
 
 int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,

@@ -161,6 +161,13 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     }
     double d;
     hp->rms_eps = key_float(f, hp->arch, "attention.layer_norm_rms_epsilon", &d) ? (float)d : 1e-5f;
+    /* every model seen uses 1e-6..1e-5: 0 or less divides by zero on a zero
+     * row, and a large one flattens every activation to noise */
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps <= 0.1f)) {
+        ERR("%s: key %s.attention.layer_norm_rms_epsilon = %g is not a small positive number "
+            "(0 < eps <= 0.1; models use 1e-6 to 1e-5)", f->path, hp->arch, (double)hp->rms_eps);
+        return PAGODA_ERR_INVALID;
+    }
     hp->rope_theta = key_float(f, hp->arch, "rope.freq_base", &d) ? (float)d : 10000.0f;
     hp->rope_dims = key_int(f, hp->arch, "rope.dimension_count", &v) ? (int32_t)v : hp->head_dim;
     if (hp->rope_dims <= 0 || hp->rope_dims > hp->head_dim || hp->rope_dims % 2) {
@@ -196,6 +203,27 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     free(stype);
     hp->rope_orig_ctx = key_int(f, hp->arch, "rope.scaling.original_context_length", &v)
                             ? (int32_t)v : hp->n_ctx_train;
+
+    /* Special-token ids inside the vocabulary; -1 (or 0xFFFFFFFF as u32)
+     * means none. The tokenizer would drop a wrong one silently and the
+     * engine then never stops on EOS or adds a BOS the model never saw. */
+    static const char *const id_keys[] = {
+        "bos_token_id", "eos_token_id", "seperator_token_id", "padding_token_id",
+        "unknown_token_id", "eot_token_id", "eom_token_id",
+    };
+    const gguf_kv *tk = pagoda_gguf_find(f, "tokenizer.ggml.tokens");
+    if (tk && tk->val.type == GGUF_T_ARRAY) {
+        int64_t n_vocab = (int64_t)tk->val.v.arr.count;
+        for (size_t i = 0; i < sizeof id_keys / sizeof id_keys[0]; i++) {
+            snprintf(key, sizeof key, "tokenizer.ggml.%s", id_keys[i]);
+            if (!pagoda_gguf_get_int(f, key, &v) || v == -1 || v == 0xFFFFFFFFll) continue;
+            if (v < 0 || v >= n_vocab) {
+                ERR("%s: key %s = %lld is outside the vocabulary (%lld tokens)", f->path, key,
+                    (long long)v, (long long)n_vocab);
+                return PAGODA_ERR_INVALID;
+            }
+        }
+    }
     return PAGODA_OK;
 }
 

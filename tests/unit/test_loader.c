@@ -199,6 +199,31 @@ START_TEST(test_not_found)
 }
 END_TEST
 
+START_TEST(test_path_not_a_file)
+{
+    /* Issue 15 finding 7: a folder or a device given as a plugin's path is
+     * named as what it is (it was "no such file"). */
+    static const struct { const char *path, *what; } cases[] = {
+        {"/tmp", "a directory"},
+        {"/dev/null", "a character device"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pagoda_config *c = pagoda_config_new_empty();
+        char set[256], want[512];
+        snprintf(set, sizeof set, "backend.good.path=%s", cases[i].path);
+        ck_assert_int_eq(pagoda_config_set(c, set, g_err, sizeof g_err), PAGODA_OK);
+        pagoda_plugin *p;
+        ck_assert_int_eq(pagoda_plugin_load(c, PAGODA_KIND_BACKEND, "good", &p, g_err, sizeof g_err),
+                         PAGODA_ERR_INVALID);
+        snprintf(want, sizeof want, "--set: [backend.good] path = %s: is %s, not a plugin file (a "
+                 ".so); give the plugin's file or remove the key to search the plugin folders",
+                 cases[i].path, cases[i].what);
+        ck_assert_str_eq(g_err, want);
+        pagoda_config_free(c);
+    }
+}
+END_TEST
+
 START_TEST(test_load_each_kind)
 {
     pagoda_config *c = pagoda_config_new_empty();
@@ -597,6 +622,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_search_order);
     tcase_add_test(t, test_plugins_listing);
     tcase_add_test(t, test_host_table);
+    tcase_add_test(t, test_path_not_a_file);
     suite_add_tcase(s, t);
     TCase *cli = tcase_create("cli");
     tcase_add_checked_fixture(cli, setup, teardown);
