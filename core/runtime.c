@@ -166,6 +166,19 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
         pagoda_memplan_set_pool(p, (uint64_t)((want_tokens + p->block_size - 1) / p->block_size));
     }
     if (print_plan) pagoda_memplan_print(&rt->plan, stderr);
+    const pagoda_memplan *pl = &rt->plan;
+    uint64_t window_cost = pl->swa_pool_bytes + pl->kv_sink_bytes;
+    uint64_t local_in_pool = pl->kv_tokens * pl->kv_swa_bytes_per_token;
+    if (pl->swa.window && window_cost > local_in_pool) {
+        /* many seats for a small pool: the window pool reserves a window
+         * per seat, which costs more than the local layers would take in
+         * the pool itself */
+        pagoda_log(PAGODA_LOG_WARN, "the sliding-window layers' own pool (%.1f MiB: %d seats) is "
+                   "larger than their KV for the pool's %llu tokens would be (%.1f MiB): "
+                   "swa_kv = full, or a lower max_num_seqs, takes less memory",
+                   (double)window_cost / 1048576.0, pl->swa.seats,
+                   (unsigned long long)pl->kv_tokens, (double)local_in_pool / 1048576.0);
+    }
     rt->plan_json = pagoda_memplan_json(&rt->plan);
     if (!rt->plan.fits || rt->plan.kv_blocks == 0) {
         ERR("the model does not fit: %s (see the memory plan; lower max_seq_len or "
