@@ -70,6 +70,8 @@ static const engine_key engine_keys[] = {
     EK("seed", PAGODA_KEY_INT, "0", 0, 9.2e18, "sampling seed; 0: a random seed per request"),
     EK("kv_cache_tokens", PAGODA_KEY_INT, "0", 0, 1e12, "KV pool size in tokens; 0: from the memory plan"),
     EK("block_size", PAGODA_KEY_INT, "16", 1, 1024, "tokens per KV block"),
+    { { "swa_kv", PAGODA_KEY_STRING, "window", 0, 0, "sliding-window layers keep only their window's KV, or every position" },
+      "window|full", false },
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
       "auto|chatml|llama2|llama3|mistral|zephyr|gemma", false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
@@ -568,6 +570,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->frontend, sizeof out->frontend, "%s", STR("frontend"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0 ? PAGODA_DTYPE_F32 : PAGODA_DTYPE_F16;
+    out->swa_kv_full = strcmp(STR("swa_kv"), "full") == 0;
     int lvl = PAGODA_LOG_INFO;
     pagoda_log_level_parse(STR("log_level"), &lvl);
     out->log_level = lvl;

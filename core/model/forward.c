@@ -109,9 +109,61 @@ int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend 
     return PAGODA_ERR_UNSUPPORTED;
 }
 
+void pagoda_forward_kv_layouts(const pagoda_hparams *hp, const pagoda_forward_kv *kv,
+                               pagoda_kv_layout *main, pagoda_kv_layout *local)
+{
+    bool window = kv->local_blocks > 0 && hp->n_swa_layers > 0;
+    int32_t n_local = window ? hp->n_swa_layers : 0;
+    *main = (pagoda_kv_layout){.n_layers = hp->n_layers - n_local, .n_blocks = kv->n_blocks,
+                               .block_size = kv->block_size, .n_kv_heads = hp->n_kv_heads,
+                               .head_dim = hp->head_dim, .dtype = kv->dtype};
+    *local = *main;
+    local->n_layers = n_local;
+    local->n_blocks = window ? kv->local_blocks : 0;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
+{
+    pagoda_forward_kv kv = {.n_blocks = n_blocks, .block_size = block_size, .dtype = kv_dtype};
+    return pagoda_forward_init_kv(fw, m, be, max_tokens, max_logits, &kv, err, err_len);
+}
+
+/* A KV pool of L's bytes, every byte zero: the window pool's blocks are
+ * handed from sequence to sequence, and a query whose window reaches
+ * before the first token its sequence wrote (a recompute after a prefix
+ * hit, engine_swa.c) reads what is there; finite values keep that from
+ * becoming a NaN. The main pool is left as allocated (it is read only
+ * where written). */
+static int alloc_pool(pagoda_forward *fw, const pagoda_kv_layout *L, bool zero, pagoda_buffer **out,
+                      size_t *bytes, char *err, size_t err_len)
+{
+    pagoda_backend *be = fw->be;
+    *bytes = pagoda_kv_pool_bytes(L);
+    *out = NULL;
+    if (*bytes == 0) return PAGODA_OK;   /* no layer in it (every layer slides) */
+    int st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_KV, *bytes, out);
+    if (st) {
+        ERR("backend could not allocate the %s (%d blocks of %d layers, %zu bytes): %s",
+            zero ? "sliding-window KV pool" : "KV pool", L->n_blocks, L->n_layers, *bytes,
+            be_error(be));
+        return st;
+    }
+    if (!zero) return PAGODA_OK;
+    size_t chunk = *bytes < (1u << 20) ? *bytes : (1u << 20);
+    void *z = calloc(1, chunk);
+    if (!z) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
+    for (size_t off = 0; off < *bytes && !st; off += chunk)
+        st = be->ops.upload(be->ctx, *out, off, z, *bytes - off < chunk ? *bytes - off : chunk);
+    free(z);
+    if (st) ERR("backend could not clear the sliding-window KV pool: %s", be_error(be));
+    return st;
+}
+
+int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                           int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
+                           char *err, size_t err_len)
 {
     memset(fw, 0, sizeof *fw);
     int st = check_weight_types(m, be, err, err_len);
@@ -165,6 +217,13 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         F->post_ffn_norm = weight(fw, L->post_ffn_norm);
         F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
     }
+    /* which pool each layer's KV is in, and its index there */
+    pagoda_forward_kv_layouts(hp, kv, &fw->kv_layout, &fw->kv_local_layout);
+    for (int l = 0, n_main = 0, n_local = 0; l < hp->n_layers; l++) {
+        pagoda_forward_layer *F = &fw->layers[l];
+        F->local = F->window > 0 && fw->kv_local_layout.n_layers > 0;
+        F->kv_layer = F->local ? n_local++ : n_main++;
+    }
 
     /* activations */
     fw->act_bytes = pagoda_forward_act_bytes(hp, max_tokens, max_logits);
@@ -193,17 +252,12 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         goto fail;
     }
 
-    /* KV pool */
-    fw->kv_layout = (pagoda_kv_layout){.n_layers = hp->n_layers, .n_blocks = n_blocks,
-                                       .block_size = block_size, .n_kv_heads = hp->n_kv_heads,
-                                       .head_dim = hp->head_dim, .dtype = kv_dtype};
-    fw->kv_bytes = pagoda_kv_pool_bytes(&fw->kv_layout);
-    st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_KV, fw->kv_bytes, &fw->kv);
-    if (st) {
-        ERR("backend could not allocate the KV pool (%d blocks, %zu bytes): %s", n_blocks,
-            fw->kv_bytes, be_error(be));
-        goto fail;
-    }
+    /* KV pools */
+    st = alloc_pool(fw, &fw->kv_layout, false, &fw->kv, &fw->kv_bytes, err, err_len);
+    if (!st && fw->kv_local_layout.n_layers > 0)
+        st = alloc_pool(fw, &fw->kv_local_layout, true, &fw->kv_local, &fw->kv_local_bytes, err,
+                        err_len);
+    if (st) goto fail;
 
     fw->inv_freq = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
     if (!fw->inv_freq) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
@@ -224,6 +278,7 @@ void pagoda_forward_free(pagoda_forward *fw)
     if (!fw->be) return;
     pagoda_backend *be = fw->be;
     be->ops.buffer_free(be->ctx, fw->kv);
+    be->ops.buffer_free(be->ctx, fw->kv_local);
     be->ops.buffer_free(be->ctx, fw->act);
     be->ops.buffer_free(be->ctx, fw->weights);
     free(fw->layers);
@@ -293,12 +348,14 @@ static int output_logits(pagoda_forward *fw, int32_t T, const int32_t *rows_of, 
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len)
 {
-    return pagoda_forward_run_scan(fw, batch, logit_rows, n_logits, logits_out, NULL, err, err_len);
+    return pagoda_forward_run_scan(fw, batch, NULL, logit_rows, n_logits, logits_out, NULL, err,
+                                   err_len);
 }
 
 int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
-                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
-                            const pagoda_logit_scan *scan, char *err, size_t err_len)
+                            const pagoda_batch *local, const int32_t *logit_rows,
+                            int32_t n_logits, float *logits_out, const pagoda_logit_scan *scan,
+                            char *err, size_t err_len)
 {
     const pagoda_hparams *hp = &fw->model->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
@@ -307,6 +364,11 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
     if (T <= 0 || T > fw->max_tokens || n_logits < 0 || n_logits > fw->max_logits) {
         ERR("batch of %d tokens / %d logit rows exceeds the sizes %d / %d", T, n_logits,
             fw->max_tokens, fw->max_logits);
+        return PAGODA_ERR_INVALID;
+    }
+    if (fw->kv_local && (!local || local->n_tokens != T || local->n_seqs != batch->n_seqs)) {
+        ERR("the sliding-window layers have a KV pool of their own: the step needs their batch "
+            "(%d tokens, %d sequences), got %s", T, batch->n_seqs, local ? "another shape" : "none");
         return PAGODA_ERR_INVALID;
     }
     pagoda_tensor x = rows(fw->x, T), xb = rows(fw->xb, T), xb2 = rows(fw->xb2, T);
@@ -339,13 +401,18 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         }
         CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, rp));
         CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, rp));
-        CALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, l, &k, &v, batch->slots, T));
+        /* the layer's pool: a sliding-window layer with a pool of its own
+         * writes and reads it through the window batch's slots and tables */
+        pagoda_buffer *kvb = L->local ? fw->kv_local : fw->kv;
+        const pagoda_kv_layout *kvl = L->local ? &fw->kv_local_layout : &fw->kv_layout;
+        const pagoda_batch *lb = L->local ? local : batch;
+        CALL("kv_write", o->kv_write(c, kvb, kvl, L->kv_layer, &k, &v, lb->slots, T));
         if (L->window) {
             ap.window = L->window;
-            CALL("attention_ext(window)", o->attention_ext(c, &q, fw->kv, &fw->kv_layout, l, batch,
-                                                           &ap, &att));
+            CALL("attention_ext(window)", o->attention_ext(c, &q, kvb, kvl, L->kv_layer, lb, &ap,
+                                                           &att));
         } else {
-            CALL("attention", o->attention(c, &q, fw->kv, &fw->kv_layout, l, batch, hp->n_heads,
+            CALL("attention", o->attention(c, &q, kvb, kvl, L->kv_layer, lb, hp->n_heads,
                                            hp->attn_scale, &att));
         }
         CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));

@@ -94,7 +94,9 @@ typedef struct pagoda_seq_view {
 
 /* One step's flattened batch. Built by the core, read by kernels. */
 typedef struct pagoda_batch {
-    uint64_t seq_no;           /* increases by one per step: a key for caching uploads */
+    uint64_t seq_no;           /* increases by one per step: a key for caching uploads
+                                * (a step's batch for sliding-window layers with a pool of
+                                * their own has seq_no | 1 << 63) */
     int32_t n_tokens;
     const int32_t *tokens;     /* [n_tokens] */
     const int32_t *positions;  /* [n_tokens] */
@@ -124,7 +126,10 @@ typedef struct pagoda_attn_params {
     /* Sliding window: 0 = causal over every earlier key (what `attention`
      * does). W > 0: the query at position p sees the key at position j
      * only when 0 <= p - j < W (its own and the W - 1 before it). Positions
-     * are a key's index in its sequence's block table. */
+     * are a key's index in its sequence's block table. With W > 0 read no
+     * key outside the window: the core's sliding-window pool gives a
+     * table's entries before the window no meaning (the same block may
+     * stand for logical blocks i and i + R, or another sequence's). */
     int32_t window;
 } pagoda_attn_params;
 

@@ -24,7 +24,9 @@
  *     reference's tokens up to the first position where the reference's
  *     best two logits are within the gap tolerance (EXACT_GAP or
  *     QUANT_GAP); the test prints how far each prompt matched. Two prompts
- *     are longer than the 512-token sliding window (515 and 1192 tokens).
+ *     are longer than the 512-token sliding window (515 and 1192 tokens);
+ *   - the same greedy run with swa_kv = window (the local layers keep only
+ *     their window, the default) and full (every position): equal tokens.
  *
  * Skipping: without the model file only the reference data's own checks
  * run and the suite exits 77 ("Skipped"); likewise when the CPU backend
@@ -297,15 +299,19 @@ static bool backend_has_types(char *why, size_t n)
     return ok;
 }
 
-static pagoda_runtime *open_rt(pagoda_config **cfg_out, bool *exact)
+/* swa_kv: "window" (the local layers keep only their window: the default)
+ * or "full" (every layer keeps every position) */
+static pagoda_runtime *open_rt(pagoda_config **cfg_out, bool *exact, const char *swa_kv)
 {
     char err[1024] = "";
     pagoda_config *cfg = pagoda_config_new_empty();
     char buf[4200];
     snprintf(buf, sizeof buf, "engine.model=%s", model_path());
+    char swa[64];
+    snprintf(swa, sizeof swa, "engine.swa_kv=%s", swa_kv);
     const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
                               "engine.max_seq_len=2048", "engine.kv_cache_tokens=8192",
-                              "backend.cpu.threads=2", NULL};
+                              "backend.cpu.threads=2", swa, NULL};
     for (int i = 0; settings[i]; i++)
         ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
                       settings[i], err);
@@ -362,7 +368,7 @@ START_TEST(logits_match_reference)
 {
     pagoda_config *cfg;
     bool exact;
-    pagoda_runtime *rt = open_rt(&cfg, &exact);
+    pagoda_runtime *rt = open_rt(&cfg, &exact, "window");
     const double tol = exact ? EXACT_TOL : QUANT_MAX_TOL, gap_tol = exact ? EXACT_GAP : QUANT_GAP;
     json_t *r = ref_load();
     const int32_t V = rt->model->hp.n_vocab;
@@ -418,19 +424,11 @@ START_TEST(logits_match_reference)
 }
 END_TEST
 
-/* Free-running greedy generation through the engine, from the prompt text. */
-START_TEST(greedy_matches_reference)
+/* Every case's prompt text, greedy, all at once through the engine; res
+ * [nc] filled. */
+static void engine_greedy(pagoda_runtime *rt, json_t *cases, size_t nc, et_result *res)
 {
-    pagoda_config *cfg;
-    bool exact;
-    pagoda_runtime *rt = open_rt(&cfg, &exact);
-    const double tie_gap = exact ? EXACT_GAP : QUANT_GAP;
     ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
-    json_t *r = ref_load();
-    json_t *cases = json_object_get(r, "cases");
-    size_t nc = SANITIZED ? 1 : json_array_size(cases);
-    et_result *res = calloc(nc, sizeof *res);
-    ck_assert_ptr_nonnull(res);
     for (size_t k = 0; k < nc; k++) {
         json_t *c = json_array_get(cases, k);
         et_result_init(&res[k]);
@@ -451,6 +449,21 @@ START_TEST(greedy_matches_reference)
                       "submit: %s", err);
     }
     pagoda_engine_wait_idle(rt->engine);
+}
+
+/* Free-running greedy generation through the engine, from the prompt text. */
+START_TEST(greedy_matches_reference)
+{
+    pagoda_config *cfg;
+    bool exact;
+    pagoda_runtime *rt = open_rt(&cfg, &exact, "window");
+    const double tie_gap = exact ? EXACT_GAP : QUANT_GAP;
+    json_t *r = ref_load();
+    json_t *cases = json_object_get(r, "cases");
+    size_t nc = SANITIZED ? 1 : json_array_size(cases);
+    et_result *res = calloc(nc, sizeof *res);
+    ck_assert_ptr_nonnull(res);
+    engine_greedy(rt, cases, nc, res);
     int total = 0, matched = 0;
     for (size_t k = 0; k < nc; k++) {
         json_t *c = json_array_get(cases, k);
@@ -485,6 +498,49 @@ START_TEST(greedy_matches_reference)
 }
 END_TEST
 
+/* The local layers keeping only their window (the sliding-window pool,
+ * engine_swa.c) changes no token: the same greedy run with every layer
+ * keeping every position gives the same tokens, the prompts of 515 and
+ * 1192 tokens included (their windows slide through the pool's blocks). */
+START_TEST(greedy_window_equals_full)
+{
+    json_t *r = ref_load();
+    json_t *cases = json_object_get(r, "cases");
+    size_t nc = SANITIZED ? 1 : json_array_size(cases);
+    et_result *res[2];
+    for (int mode = 0; mode < 2; mode++) {
+        pagoda_config *cfg;
+        bool exact;
+        pagoda_runtime *rt = open_rt(&cfg, &exact, mode ? "full" : "window");
+        pagoda_engine_swa_stats st;
+        pagoda_engine_get_swa_stats(rt->engine, &st);
+        ck_assert_int_eq(st.geometry.window, mode == 0);
+        res[mode] = calloc(nc, sizeof *res[mode]);
+        ck_assert_ptr_nonnull(res[mode]);
+        engine_greedy(rt, cases, nc, res[mode]);
+        if (mode == 0) {
+            pagoda_engine_get_swa_stats(rt->engine, &st);
+            ck_assert_int_eq(st.free_blocks, st.geometry.pool_blocks);
+            ck_assert_int_eq(st.free_seats, st.geometry.seats);
+        }
+        et_close(rt, cfg);
+    }
+    for (size_t k = 0; k < nc; k++) {
+        ck_assert_int_eq(res[0][k].n_final, 1);
+        ck_assert_int_eq(res[0][k].n_tokens, res[1][k].n_tokens);
+        for (int32_t j = 0; j < res[0][k].n_tokens; j++)
+            ck_assert_msg(res[0][k].tokens[j] == res[1][k].tokens[j], "%s: token %d is %d with the "
+                          "window pool, %d with every position kept",
+                          json_string_value(json_object_get(json_array_get(cases, k), "name")), j,
+                          res[0][k].tokens[j], res[1][k].tokens[j]);
+    }
+    fprintf(stderr, "gemma3 greedy: swa_kv = window and full give the same tokens (%zu prompts)\n", nc);
+    free(res[0]);
+    free(res[1]);
+    json_decref(r);
+}
+END_TEST
+
 int main(void)
 {
     (void)et_open;
@@ -506,6 +562,7 @@ int main(void)
         if (runnable) {
             tcase_add_test(m, logits_match_reference);
             tcase_add_test(m, greedy_matches_reference);
+            tcase_add_test(m, greedy_window_equals_full);
         }
         suite_add_tcase(s, m);
     }

@@ -382,15 +382,29 @@ static float kv_round(int kvdt, float v)
 }
 
 /* window < 0: `attention`; window >= 0: `attention_ext` with that sliding
- * window (0: none, which must equal `attention`). */
+ * window (0: none, which must equal `attention`).
+ * ring (with a window): each sequence's block table is a ring, as the
+ * core's sliding-window pool hands blocks on: logical block i is physical
+ * block ring[i % R], R the fewest blocks that hold the keys of the step's
+ * windows (1 + ceil((window + n_q - 2) / block_size)). Positions whose
+ * slot a later one took are not in the pool any more (only the survivors
+ * are written), so a kernel that reads a key outside its window, or maps
+ * a key's position from anything but its index in the table, reads
+ * another position's key. */
+static int32_t ring_blocks(int32_t window, int32_t n_q, int32_t bs)
+{
+    return 1 + (window + n_q - 2 + bs - 1) / bs;
+}
+
 static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                           const seq_spec *ss, int n_seqs, int32_t window)
+                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
 {
     const char *aop = window < 0 ? "attention" : "attention_ext";
     char shape[192];
     int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d",
                        pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
     if (window >= 0) len += snprintf(shape + len, sizeof shape - (size_t)len, " window %d", window);
+    if (ring) len += snprintf(shape + len, sizeof shape - (size_t)len, " ring");
     len += snprintf(shape + len, sizeof shape - (size_t)len, " seqs");
     for (int s = 0; s < n_seqs && len < (int)sizeof shape - 16; s++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, " %d+%d", ss[s].hist, ss[s].n_q);
@@ -406,19 +420,26 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
     }
     int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
     pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt};
-    int32_t total_blocks = 0, T = 0, H = 0;
+    /* ring: R physical blocks a sequence, and the history whose slots a
+     * later position took is not written (kept(s, p) false) */
+    int32_t total_blocks = 0, phys_blocks = 0, T = 0, H = 0, H_all = 0;
+#define RING_R(s) (ring ? ring_blocks(window, ss[s].n_q, bs) : 0)
+#define KEPT(s, p) (!ring || (p) + RING_R(s) * bs >= ss[s].hist + ss[s].n_q)
     for (int s = 0; s < n_seqs; s++) {
-        total_blocks += (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
+        int32_t nb = (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
+        total_blocks += nb;
+        phys_blocks += ring ? RING_R(s) : nb;
         T += ss[s].n_q;
-        H += ss[s].hist;
+        H_all += ss[s].hist;
+        for (int32_t p = 0; p < ss[s].hist; p++) H += KEPT(s, p);
     }
-    L.n_blocks = total_blocks + 3;
+    L.n_blocks = phys_blocks + 3;
     const int layer = 1;
     size_t elt = kvdt == PAGODA_DTYPE_F32 ? 4 : 2, pool_bytes = pagoda_kv_pool_bytes(&L);
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
     int32_t *tables = malloc(sizeof(int32_t) * (size_t)total_blocks);
     pagoda_seq_view *views = calloc((size_t)n_seqs, sizeof *views);
-    float *kh = malloc(sizeof(float) * (size_t)((H + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H + T) * kvrow));
+    float *kh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow));
     int32_t *hslots = malloc(sizeof(int32_t) * (size_t)(H + 1)), *slots = malloc(sizeof(int32_t) * (size_t)T);
     int32_t *positions = malloc(sizeof(int32_t) * (size_t)T), *tokens = calloc((size_t)T, sizeof(int32_t));
     int64_t *seq_base = malloc(sizeof(int64_t) * (size_t)n_seqs); /* first row of each seq in kh/vh */
@@ -443,28 +464,30 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         perm[j] = t;
     }
     /* Rows of kh/vh: each sequence's history then its new tokens. */
-    int32_t tb = 0, qrow = 0, hi = 0;
+    int32_t tb = 0, pb = 0, qrow = 0, hi = 0;
     int64_t base = 0;
     for (int s = 0; s < n_seqs; s++) {
         int32_t ctx = ss[s].hist + ss[s].n_q, nb = (ctx + bs - 1) / bs + 1;
         views[s] = (pagoda_seq_view){.q_start = qrow, .n_q = ss[s].n_q, .ctx_len = ctx,
                                      .n_blocks = nb, .block_table = tables + tb};
-        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[tb + i];
+        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[pb + (ring ? i % RING_R(s) : i)];
         seq_base[s] = base;
         for (int32_t p = 0; p < ctx; p++) {
             int32_t slot = tables[tb + p / bs] * bs + p % bs;
-            if (p < ss[s].hist) hslots[hi++] = slot;
-            else {
+            if (p < ss[s].hist) {
+                if (KEPT(s, p)) hslots[hi++] = slot;
+            } else {
                 slots[qrow + p - ss[s].hist] = slot;
                 positions[qrow + p - ss[s].hist] = p;
             }
         }
         tb += nb;
+        pb += ring ? RING_R(s) : nb;
         qrow += ss[s].n_q;
         base += ctx;
     }
-    cf_fill(c, kh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
-    cf_fill(c, vh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, kh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, vh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
     cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
     /* The pool starts as random finite values, so writes to the wrong
      * slot or layer show. */
@@ -486,6 +509,7 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         for (int s = 0; s < n_seqs; s++)
             for (int32_t p = 0; p < ss[s].hist + ss[s].n_q; p++) {
                 const float *ks = kh + (seq_base[s] + p) * kvrow, *vs = vh + (seq_base[s] + p) * kvrow;
+                if (p < ss[s].hist && !KEPT(s, p)) continue;
                 if (p < ss[s].hist) {
                     memcpy(hk + h * kvrow, ks, sizeof(float) * (size_t)kvrow);
                     memcpy(hv + h * kvrow, vs, sizeof(float) * (size_t)kvrow);
@@ -544,6 +568,7 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         size_t slot_bytes = (size_t)kvrow * elt;
         for (int s = 0; s < n_seqs; s++)
             for (int32_t p = 0; p < views[s].ctx_len; p++) {
+                if (!KEPT(s, p)) continue;
                 int32_t blk = views[s].block_table[p / bs], sl = p % bs;
                 for (int kv = 0; kv < 2; kv++) {
                     size_t off = pagoda_kv_offset(&L, layer, kv, blk) + (size_t)sl * slot_bytes;
@@ -616,6 +641,8 @@ out:
     free(perm); free(tables); free(views); free(kh); free(vh); free(hslots); free(slots);
     free(positions); free(tokens); free(seq_base); free(q); free(got); free(want); free(pool0);
     free(pool1); free(sc);
+#undef KEPT
+#undef RING_R
 }
 
 /* ---------------------------------------------------------- copy_blocks */
@@ -716,14 +743,21 @@ void cf_run_all_ops(cf *c)
     static const int kvtypes[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16};
     /* Gemma 3 270M's heads: 4 query heads on 1 KV head of 256 */
     static const seq_spec gemma[] = {{0, 40}, {70, 1}, {21, 12}};
+    /* ... and long enough that each ring wraps: a decode at 600, a
+     * 24-token chunk at 300 */
+    static const seq_spec gemma_ring[] = {{600, 1}, {300, 24}, {5, 3}};
     for (int k = 0; k < 2; k++) {
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1);    /* MHA, prefill + decode */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1);  /* GQA 4:1, T > 32 */
-        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3, -1);    /* the bundled model's heads */
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1, false);    /* MHA, prefill + decode */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1, false);  /* GQA 4:1, T > 32 */
+        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3, -1, false);    /* the bundled model's heads */
         /* sliding windows: inside a block, across skipped blocks, none */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5);
-        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19);
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0);
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19, false);
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0, false);
+        /* ring-shaped block tables (the core's sliding-window pool): the
+         * same physical block for logical blocks i and i + R */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true);
     }
     case_copy_blocks(c, PAGODA_DTYPE_F32);
     case_copy_blocks(c, PAGODA_DTYPE_F16);
