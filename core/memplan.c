@@ -15,6 +15,7 @@
 #include "memplan.h"
 
 #include "config.h" /* pagoda_parse_size */
+#include "model.h"  /* pagoda_hparams_read: which layers slide */
 #include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
 
 #include <errno.h>
@@ -115,6 +116,14 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         snprintf(err, n, "%s: cannot tell the vocabulary size (no tokenizer.ggml.tokens)", fname);
         return PAGODA_ERR_INVALID;
     }
+    if (!strcmp(p->arch, "gemma3")) {
+        /* which layers slide, as the model binds them (model.c) */
+        pagoda_hparams hp;
+        int st = pagoda_hparams_read(f, &hp, err, n);
+        if (st) return st;
+        p->n_swa_layers = hp.n_swa_layers;
+        p->swa_window = hp.swa_window;
+    }
 
     /* --- weights: every tensor in the file, by type */
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -164,6 +173,20 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     uint64_t kvb = kv;
     ok &= mulu(&kvb, (uint64_t)p->block_size);
     p->kv_bytes_per_block = kvb;
+    /* sliding-window layers: their share, and what a windowed pool would
+     * hold per full-length sequence (rounded to blocks) */
+    if (ok && p->n_swa_layers > 0) {
+        uint64_t per_layer = kv / (uint64_t)p->n_layers;
+        p->kv_swa_bytes_per_token = per_layer * (uint64_t)p->n_swa_layers;
+        uint64_t bs = (uint64_t)p->block_size, len = (uint64_t)p->max_seq_len;
+        uint64_t full_tok = (len + bs - 1) / bs * bs;
+        uint64_t win = (uint64_t)p->swa_window < len ? (uint64_t)p->swa_window : len;
+        uint64_t win_tok = (win + bs - 1) / bs * bs + bs;   /* + the block being filled */
+        if (win_tok > full_tok) win_tok = full_tok;
+        p->kv_bytes_per_seq_full = kv * full_tok;
+        p->kv_bytes_per_seq_windowed = (kv - p->kv_swa_bytes_per_token) * full_tok +
+                                       p->kv_swa_bytes_per_token * win_tok;
+    }
 
     /* --- activations, F32, for one forward pass of max_batched_tokens, as
      * forward.c carves them (pagoda_forward_act_bytes; test_memplan checks
@@ -316,6 +339,14 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " layers x %" PRId64
             " kv_heads x %" PRId64 " head_dim x %" PRIu64 " bytes\n",
             p->kv_bytes_per_token, p->n_layers, p->n_kv_heads, p->head_dim, p->kv_value_bytes);
+    if (p->n_swa_layers > 0)
+        fprintf(fp, "  sliding window: %" PRId64 " of %" PRId64 " layers read only their last %" PRId64
+                " tokens (%" PRIu64 " of those bytes/token),\n"
+                "  but the pool keeps every layer for every position: one %" PRId64 "-token sequence"
+                " takes %s (%s if local layers kept only their window)\n",
+                p->n_swa_layers, p->n_layers, p->swa_window, p->kv_swa_bytes_per_token,
+                p->max_seq_len, human(p->kv_bytes_per_seq_full, a, sizeof a),
+                human(p->kv_bytes_per_seq_windowed, b, sizeof b));
     if (!p->fits && p->kv_blocks == 0) {
         fprintf(fp, "DOES NOT FIT: %s; short by %s\n", p->reason, human(p->shortfall_bytes, a, sizeof a));
         return;
@@ -369,6 +400,11 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         (json_int_t)p->kv_bytes_per_token, "bytes_per_block", (json_int_t)p->kv_bytes_per_block,
         "pool_bytes", (json_int_t)p->kv_pool_bytes, "blocks", (json_int_t)p->kv_blocks, "tokens",
         (json_int_t)p->kv_tokens));
+    json_object_set_new(json_object_get(root, "kv"), "sliding_window", json_pack(
+        "{s:I,s:I,s:I,s:I,s:I}", "layers", (json_int_t)p->n_swa_layers, "window",
+        (json_int_t)p->swa_window, "bytes_per_token", (json_int_t)p->kv_swa_bytes_per_token,
+        "bytes_per_seq_full", (json_int_t)p->kv_bytes_per_seq_full, "bytes_per_seq_windowed",
+        (json_int_t)p->kv_bytes_per_seq_windowed));
     json_object_set(root, "sequences", fit);
     json_object_set_new(root, "budget_auto", json_boolean(p->budget_auto));
     json_object_set_new(root, "mem_available", json_integer((json_int_t)p->mem_available));

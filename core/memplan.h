@@ -49,6 +49,16 @@ typedef struct pagoda_memplan {
     uint64_t kv_value_bytes;
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes_per_block;
+    /* Sliding-window layers (gemma3; 0 / 0 otherwise): how many, their
+     * window, and their share of kv_bytes_per_token. The pool holds every
+     * layer for every position (kv_bytes_per_token counts them all); a
+     * local layer reads only its last swa_window positions, so
+     * kv_bytes_per_seq_windowed is what one max_seq_len sequence would
+     * need if local layers kept only a window of blocks (min(window,
+     * max_seq_len) + one block of tokens), against kv_bytes_per_seq_full. */
+    int64_t n_swa_layers, swa_window;
+    uint64_t kv_swa_bytes_per_token;
+    uint64_t kv_bytes_per_seq_full, kv_bytes_per_seq_windowed;
     /* Activations (F32): per token (4*dim + q_dim + 2*kv_dim + 2*ffn) floats
      * for max_batched_tokens, plus logits of max_num_seqs x vocab. */
     uint64_t act_floats_per_token;

@@ -35,8 +35,13 @@ static void draw(pagoda_progress *p, int pct)
         int fill = pct * BAR_WIDTH / 100;
         for (int i = 0; i < BAR_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
         bar[BAR_WIDTH] = 0;
-        fprintf(p->f, "\r%s [%s] %3d%% %.1f/%.1f MiB", p->what, bar, pct, (double)p->done / mib,
-                (double)p->total / mib);
+        if (p->unit[0])
+            fprintf(p->f, "\r%s [%s] %3d%% %llu/%llu %s%s%s", p->what, bar, pct,
+                    (unsigned long long)p->done, (unsigned long long)p->total, p->unit,
+                    p->note[0] ? "  " : "", p->note);
+        else
+            fprintf(p->f, "\r%s [%s] %3d%% %.1f/%.1f MiB", p->what, bar, pct,
+                    (double)p->done / mib, (double)p->total / mib);
         fflush(p->f);
     } else {
         pagoda_log(PAGODA_LOG_INFO, "%s: %d%% (%.1f of %.1f MiB)", p->what, pct,
@@ -62,6 +67,19 @@ void pagoda_progress_finish(pagoda_progress *p)
     pagoda_progress_set(p, p->total);
     if (p->shown < 100) draw(p, 100);
     if (p->tty) { fputc('\n', p->f); fflush(p->f); }
+}
+
+void pagoda_progress_clear(pagoda_progress *p)
+{
+    if (!p->tty || p->shown < 0) return;
+    fputs("\r\033[K", p->f);
+    fflush(p->f);
+}
+
+void pagoda_progress_redraw(pagoda_progress *p)
+{
+    if (!p->tty) return;
+    draw(p, p->total ? (int)(p->done * 100 / p->total) : 100);
 }
 
 uint64_t pagoda_prefault_weights(const void *data, size_t size, const char *what)

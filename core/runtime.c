@@ -89,7 +89,19 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
 
     char msg[256] = "";
     pagoda_chat_family fam;
-    st = pagoda_chat_select(rt->ec.chat_template, rt->model->chat_template, &fam, msg, sizeof msg);
+    const char *tmpl = rt->model->chat_template;
+    bool auto_tmpl = !rt->ec.chat_template[0] || !strcmp(rt->ec.chat_template, "auto");
+    if (auto_tmpl && (!tmpl || !*tmpl) && !strcmp(hp->arch, "gemma3")) {
+        /* Gemma files often carry no template (the base models): their
+         * turns are Gemma's, not the ChatML fallback (whose markers the
+         * vocabulary does not have) */
+        fam = PAGODA_CHAT_GEMMA;
+        st = PAGODA_OK;
+        pagoda_log(PAGODA_LOG_INFO, "chat template: the model has none; using Gemma's turns "
+                   "(its architecture is gemma3)");
+    } else {
+        st = pagoda_chat_select(rt->ec.chat_template, tmpl, &fam, msg, sizeof msg);
+    }
     if (st) { ERR("engine.chat_template: %s", msg); goto fail; }
     if (msg[0]) pagoda_log(PAGODA_LOG_WARN, "%s", msg);
     rt->chat_family = fam;
@@ -104,6 +116,10 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     rt->backend.info.struct_size = sizeof rt->backend.info;
     rt->backend.ops.info(rt->backend.ctx, &rt->backend.info);
     pagoda_log(PAGODA_LOG_INFO, "backend: %s", rt->backend.info.name);
+    /* a model that needs an optional op the backend lacks is refused now,
+     * before the weights are read */
+    st = pagoda_forward_check_backend(hp, &rt->backend, err, err_len);
+    if (st) goto fail;
 
     st = make_plugin(rt, PAGODA_KIND_SCHEDULER, rt->ec.scheduler, &rt->p_sched, &rt->h_sched,
                      &rt->sched.ctx, err, err_len);

@@ -74,8 +74,12 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     e->logits = malloc(sizeof(float) * (size_t)S * (size_t)V);
     e->top_ids = malloc(sizeof(int32_t) * PAGODA_MAX_TOP_LOGPROBS);
     e->top_lp = malloc(sizeof(float) * PAGODA_MAX_TOP_LOGPROBS);
+    e->score_rows = malloc(sizeof(int32_t) * (size_t)T);
+    e->score_index = malloc(sizeof(int32_t) * (size_t)T);
+    e->score_seq = malloc(sizeof(seq *) * (size_t)T);
     if (!e->b_tokens || !e->b_pos || !e->b_slots || !e->logit_rows || !e->views ||
-        !e->plan_seq || !e->plan_n || !e->logits || !e->top_ids || !e->top_lp) {
+        !e->plan_seq || !e->plan_n || !e->logits || !e->top_ids || !e->top_lp ||
+        !e->score_rows || !e->score_index || !e->score_seq) {
         ERR("out of memory for the step buffers");
         st = PAGODA_ERR_NOMEM;
         goto fail;
@@ -129,6 +133,7 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->b_tokens); free(e->b_pos); free(e->b_slots); free(e->logit_rows);
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
     free(e->top_ids); free(e->top_lp);
+    free(e->score_rows); free(e->score_index); free(e->score_seq);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->idle_cv);

@@ -2,7 +2,8 @@
 /*
  * engine_events.c: what a request hears, on the engine thread: TOKEN
  * events, holding back text that could begin a stop string or is a partial
- * UTF-8 character and cutting the output at a stop string; the FINAL with
+ * UTF-8 character and cutting the output at a stop string; PROMPT events
+ * (a scored prompt's tokens); the FINAL with
  * its usage, timings and metrics; and the sequence's removal afterwards.
  * Not for: deciding when a sequence ends on a stop token or its length
  * (engine_step.c), or formatting events for a wire (frontends).
@@ -21,12 +22,24 @@ void engine_emit_text(pagoda_engine *e, seq *q, size_t upto, int32_t token, floa
 {
     pagoda_event ev = {.struct_size = sizeof ev, .id = q->s.id, .type = PAGODA_EVENT_TOKEN,
                        .text = q->out + q->emitted, .text_len = upto - q->emitted,
-                       .token = token, .logprob = logprob};
+                       .token = token, .logprob = logprob, .position = -1};
     pagoda_top_logprob top[PAGODA_MAX_TOP_LOGPROBS];
     for (int32_t i = 0; i < n_top; i++) top[i] = (pagoda_top_logprob){e->top_ids[i], e->top_lp[i]};
     ev.n_top = n_top;
     ev.top = n_top ? top : NULL;
     q->emitted = upto;
+    q->cb(q->user, &ev);
+}
+
+void engine_emit_prompt(pagoda_engine *e, seq *q, int32_t index, float logprob, int32_t n_top)
+{
+    pagoda_event ev = {.struct_size = sizeof ev, .id = q->s.id, .type = PAGODA_EVENT_PROMPT,
+                       .text = "", .token = q->tokens[index], .logprob = logprob,
+                       .position = index};
+    pagoda_top_logprob top[PAGODA_MAX_TOP_LOGPROBS];
+    for (int32_t i = 0; i < n_top; i++) top[i] = (pagoda_top_logprob){e->top_ids[i], e->top_lp[i]};
+    ev.n_top = n_top;
+    ev.top = n_top ? top : NULL;
     q->cb(q->user, &ev);
 }
 
@@ -46,7 +59,8 @@ static void finish(pagoda_engine *e, seq *q, int reason, const char *error)
     if (q->emitted < q->out_len && reason != PAGODA_FINISH_CANCELLED && reason != PAGODA_FINISH_ERROR)
         engine_emit_text(e, q, q->out_len, -1, 0, 0);
     pagoda_event ev = {.struct_size = sizeof ev, .id = q->s.id, .type = PAGODA_EVENT_FINAL,
-                       .text = "", .token = -1, .finish_reason = reason, .error = error};
+                       .text = "", .token = -1, .finish_reason = reason, .error = error,
+                       .position = -1};
     ev.usage.prompt_tokens = q->s.n_prompt;
     ev.usage.completion_tokens = n_gen;
     ev.usage.cached_tokens = q->n_cached_first;

@@ -41,6 +41,9 @@ typedef struct seq {
     bool admitted_once;
     bool ignore_eos;
     int32_t logprobs;
+    int32_t prompt_logprobs;     /* -1: the prompt is not scored; else its top-N */
+    int32_t next_scored;         /* the next prompt index whose PROMPT event is due */
+    bool score_only;             /* no generation: finish once the prompt is computed */
     char **stop;
     int32_t n_stop;
     size_t max_stop_len;
@@ -93,6 +96,10 @@ struct pagoda_engine {
     float *logits;
     int32_t *top_ids;
     float *top_lp;
+    /* prompt scoring rows of the step [max_batched_tokens]: the batch row,
+     * the sequence and the prompt index whose logprob that row's logits give */
+    int32_t *score_rows, *score_index;
+    seq **score_seq;
     uint64_t step_no;
     void (*step_hook)(void *, pagoda_engine *);
     void *step_user;
@@ -132,6 +139,10 @@ void engine_emit_text(pagoda_engine *e, seq *q, size_t upto, int32_t token, floa
 /* [engine thread] Append a sampled token's text and stream what is safe;
  * true when a stop string ended the sequence. engine_events.c */
 bool engine_push_text(pagoda_engine *e, seq *q, int32_t token, float logprob, int32_t n_top);
+/* [engine thread] Send the PROMPT event of q's prompt token `index`
+ * (logprob NaN for index 0); top ids and logprobs from e->top_ids/top_lp.
+ * engine_events.c */
+void engine_emit_prompt(pagoda_engine *e, seq *q, int32_t index, float logprob, int32_t n_top);
 /* [engine thread] Send the FINAL, release q's KV, drop it from the lists
  * and free it. engine_events.c */
 void engine_finish_and_remove(pagoda_engine *e, seq *q, int reason, const char *error);

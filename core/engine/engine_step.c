@@ -9,6 +9,7 @@
  */
 #include "engine_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +144,48 @@ static bool is_stop_token(const pagoda_engine *e, const seq *q, int32_t tok)
     return !q->ignore_eos && pagoda_tokenizer_is_eog(e->model->tok, tok);
 }
 
+/* [engine thread, inside the forward pass] A group of scored rows' logits:
+ * each row becomes its prompt token's PROMPT event at once, so no more than
+ * one group of vocabulary-wide rows ever exists. */
+static void consume_scores(void *user, int32_t first, int32_t n, const float *logits)
+{
+    pagoda_engine *e = user;
+    int32_t V = e->model->hp.n_vocab;
+    for (int32_t r = 0; r < n; r++) {
+        seq *q = e->score_seq[first + r];
+        int32_t i = e->score_index[first + r];
+        int32_t n_top = q->prompt_logprobs;
+        float lp = pagoda_logprob_of(logits + (size_t)r * (size_t)V, V, q->tokens[i], n_top,
+                                     e->top_ids, e->top_lp);
+        engine_emit_prompt(e, q, i, lp, n_top);
+        q->next_scored = i + 1;
+    }
+}
+
+/* Queue the scored rows of q's chunk [start, start + n) at batch row t0:
+ * prompt token i's logprob comes from the logits of position i - 1, so the
+ * chunk scores the prompt indices start + 1 .. start + n that are still
+ * due (after a preemption the recomputed ones are not). Index 0 has no
+ * logits to wait for: its event goes out now. */
+static int32_t queue_scores(pagoda_engine *e, seq *q, int32_t start, int32_t n, int32_t t0,
+                            int32_t n_score)
+{
+    if (q->prompt_logprobs < 0 || q->next_scored >= q->s.n_prompt) return n_score;
+    if (q->next_scored == 0) {
+        engine_emit_prompt(e, q, 0, NAN, 0);
+        q->next_scored = 1;
+    }
+    int32_t lo = q->next_scored > start + 1 ? q->next_scored : start + 1;
+    int32_t hi = start + n < q->s.n_prompt - 1 ? start + n : q->s.n_prompt - 1;
+    for (int32_t i = lo; i <= hi; i++) {
+        e->score_rows[n_score] = t0 + (i - 1 - start);
+        e->score_index[n_score] = i;
+        e->score_seq[n_score] = q;
+        n_score++;
+    }
+    return n_score;
+}
+
 /* One step: schedule, run, sample. Returns false when there was nothing to do. */
 bool engine_step(pagoda_engine *e)
 {
@@ -192,7 +235,7 @@ bool engine_step(pagoda_engine *e)
     free(waiting);
 
     /* build the flattened batch */
-    int32_t T = 0, n_logits = 0;
+    int32_t T = 0, n_logits = 0, n_score = 0;
     double t = engine_now_s();
     for (int32_t i = 0; i < e->n_plan; i++) {
         seq *q = e->plan_seq[i];
@@ -223,8 +266,9 @@ bool engine_step(pagoda_engine *e)
             e->b_slots[T + j] = table[pos / e->opts.block_size] * e->opts.block_size +
                                 pos % e->opts.block_size;
         }
+        n_score = queue_scores(e, q, start, n, T, n_score);
         T += n;
-        if (start + n == q->s.n_tokens) e->logit_rows[n_logits++] = T - 1;
+        if (start + n == q->s.n_tokens && !q->score_only) e->logit_rows[n_logits++] = T - 1;
     }
     if (e->n_plan == 0) return true;
     /* step_no is read by stats on other threads */
@@ -232,7 +276,10 @@ bool engine_step(pagoda_engine *e)
     pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
-    st = pagoda_forward_run(&e->fw, &batch, e->logit_rows, n_logits, e->logits, err, sizeof err);
+    pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = n_score,
+                              .consume = consume_scores, .user = e};
+    st = pagoda_forward_run_scan(&e->fw, &batch, e->logit_rows, n_logits, e->logits,
+                                 n_score ? &scan : NULL, err, sizeof err);
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
         int32_t np = e->n_plan;
@@ -252,9 +299,15 @@ bool engine_step(pagoda_engine *e)
     for (int32_t i = 0; i < np; i++) {
         seq *q = e->plan_seq[i];
         q->s.n_computed += e->plan_n[i];
-        if (e->kv->ops.commit)
+        /* a scored prompt's blocks are its own (see engine_submit.c) */
+        if (e->kv->ops.commit && q->prompt_logprobs < 0)
             e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
         if (q->s.n_computed != q->s.n_tokens) continue;
+        if (q->score_only) {
+            done[n_done] = q;
+            done_reason[n_done++] = PAGODA_FINISH_LENGTH;
+            continue;
+        }
         float *lg = e->logits + (size_t)li++ * (size_t)e->model->hp.n_vocab;
         if (q->cancelled) continue;
         float lp = 0;

@@ -41,6 +41,7 @@ void pagoda_engine_request_defaults(const pagoda_engine *e, pagoda_request *r)
     r->min_p = e ? e->opts.min_p : 0.0f;
     r->repetition_penalty = 1.0f;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -72,6 +73,15 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     }
     if (req.logprobs > PAGODA_MAX_TOP_LOGPROBS) {
         ERR("logprobs %d is out of range (0 to %d)", req.logprobs, PAGODA_MAX_TOP_LOGPROBS);
+        return PAGODA_ERR_INVALID;
+    }
+    if (req.prompt_logprobs < -1 || req.prompt_logprobs > PAGODA_MAX_TOP_LOGPROBS) {
+        ERR("prompt_logprobs %d is out of range (-1 off, 0 to %d)", req.prompt_logprobs,
+            PAGODA_MAX_TOP_LOGPROBS);
+        return PAGODA_ERR_INVALID;
+    }
+    if (req.prompt_logprobs_from < 0) {
+        ERR("prompt_logprobs_from %d must be >= 0", req.prompt_logprobs_from);
         return PAGODA_ERR_INVALID;
     }
     const pagoda_tokenizer *tok = e->model->tok;
@@ -122,9 +132,9 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
         q->tokens[0] = bos;  /* tokens has room for at least 1 */
         n = 1;
     }
-    if (n >= ctx) {
-        ERR("the prompt has %d tokens but the context is %d tokens (max_seq_len): no room to "
-            "generate", n, ctx);
+    if (req.score_only ? n > ctx : n >= ctx) {
+        ERR("the prompt has %d tokens but the context is %d tokens (max_seq_len)%s", n, ctx,
+            req.score_only ? "" : ": no room to generate");
         st = PAGODA_ERR_INVALID;
         goto fail;
     }
@@ -133,7 +143,8 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     int32_t max_new = req.max_tokens > 0 ? req.max_tokens : ctx - n;
     if (req.max_tokens <= 0 && e->opts.default_max_tokens > 0 && e->opts.default_max_tokens < max_new)
         max_new = e->opts.default_max_tokens;
-    if (req.max_tokens > 0 && (int64_t)n + req.max_tokens > ctx) {
+    if (req.score_only) max_new = 0;
+    if (!req.score_only && req.max_tokens > 0 && (int64_t)n + req.max_tokens > ctx) {
         ERR("the prompt (%d tokens) plus max_tokens (%d) is %lld tokens, more than the context "
             "of %d tokens", n, req.max_tokens, (long long)n + req.max_tokens, ctx);
         st = PAGODA_ERR_INVALID;
@@ -153,6 +164,9 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     q->user = user;
     q->ignore_eos = req.ignore_eos;
     q->logprobs = req.logprobs;
+    q->prompt_logprobs = req.prompt_logprobs;
+    q->next_scored = req.prompt_logprobs_from < n ? req.prompt_logprobs_from : n;
+    q->score_only = req.score_only;
     if (req.n_stop) {
         q->stop = calloc((size_t)req.n_stop, sizeof(char *));
         if (!q->stop) goto nomem;
@@ -173,6 +187,19 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     }
     q->cache_salt = dup_or_null(req.cache_salt);
     if (req.cache_salt && !q->cache_salt) goto nomem;
+    /* A scored prompt needs the logits of every position it reports, and a
+     * cached prefix has none: such a request is admitted under a salt of its
+     * own (so it finds no cached block) and never commits its blocks (so it
+     * leaves none behind for others; see engine_step.c). */
+    if (q->prompt_logprobs >= 0) {
+        static uint64_t score_no;
+        char salt[64];
+        snprintf(salt, sizeof salt, "pagoda:scored-prompt:%llu",
+                 (unsigned long long)__atomic_add_fetch(&score_no, 1, __ATOMIC_RELAXED));
+        free(q->cache_salt);
+        q->cache_salt = strdup(salt);
+        if (!q->cache_salt) goto nomem;
+    }
 
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {

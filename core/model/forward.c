@@ -3,7 +3,10 @@
  * spirit of llama2.c's run.c. Each step runs every token of a flattened
  * batch (prefill chunks and decode tokens of many sequences) through all
  * layers at once; attention reads each sequence's KV through its block
- * table. Not for: choosing the batch or sampling.
+ * table. The architectures differ in a few flags of pagoda_hparams (QKV
+ * biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU and
+ * sliding-window layers with their own RoPE table), each one `if` here.
+ * Not for: choosing the batch or sampling.
  */
 #include "forward.h"
 
@@ -86,6 +89,26 @@ static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, c
     return PAGODA_ERR_UNSUPPORTED;
 }
 
+int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
+                                 size_t err_len)
+{
+    const char *op = NULL, *why = NULL;
+    if (hp->ffn_act == PAGODA_FFN_GELU_TANH && !be->ops.geglu) {
+        op = "geglu";
+        why = "its GELU-tanh feed-forward";
+    } else if (hp->n_swa_layers > 0 && !be->ops.attention_ext) {
+        op = "attention_ext";
+        why = "its sliding-window layers";
+    }
+    /* scale has a fallback (a host round trip of the embeddings) */
+    if (!op) return PAGODA_OK;
+    ERR("backend %s has no %s op (an optional op of plugin ABI 1.1), which %s models need for %s: "
+        "serve this model with a backend that has it ([engine] backend = cpu), or add %s to the "
+        "plugin (docs/plugin-guide.md)", be->info.name[0] ? be->info.name : "(unnamed)", op,
+        hp->arch, why, op);
+    return PAGODA_ERR_UNSUPPORTED;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
@@ -98,6 +121,11 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
     fw->max_tokens = max_tokens;
     fw->max_logits = max_logits;
     const pagoda_hparams *hp = &m->hp;
+    st = pagoda_forward_check_backend(hp, be, err, err_len);
+    if (st) {
+        fw->be = NULL;   /* nothing to free */
+        return st;
+    }
 
     /* weights: the whole data section of the file, used in place where the
      * backend can (CPU), copied to the device otherwise */
@@ -132,6 +160,10 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         F->ffn_norm = weight(fw, L->ffn_norm);
         F->w_gate = weight(fw, L->w_gate); F->w_up = weight(fw, L->w_up);
         F->w_down = weight(fw, L->w_down);
+        F->has_post_norms = L->post_attn_norm != NULL;
+        F->post_attn_norm = weight(fw, L->post_attn_norm);
+        F->post_ffn_norm = weight(fw, L->post_ffn_norm);
+        F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
     }
 
     /* activations */
@@ -176,6 +208,11 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
     fw->inv_freq = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
     if (!fw->inv_freq) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
     pagoda_model_rope_inv_freq(m, fw->inv_freq);
+    if (hp->n_swa_layers > 0) {
+        fw->inv_freq_swa = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
+        if (!fw->inv_freq_swa) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+        pagoda_model_rope_inv_freq_swa(m, fw->inv_freq_swa);
+    }
     return PAGODA_OK;
 fail:
     pagoda_forward_free(fw);
@@ -191,7 +228,27 @@ void pagoda_forward_free(pagoda_forward *fw)
     be->ops.buffer_free(be->ctx, fw->weights);
     free(fw->layers);
     free(fw->inv_freq);
+    free(fw->inv_freq_swa);
     memset(fw, 0, sizeof *fw);
+}
+
+/* x *= s with the backend's scale op, or on the host where it has none
+ * (download, multiply, upload: the embeddings of one step). */
+static int scale_rows(pagoda_forward *fw, const pagoda_tensor *x, float s)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    if (o->scale) return o->scale(c, x, s, x);
+    size_t n = (size_t)x->rows * (size_t)x->cols;
+    float *h = malloc(n * sizeof *h);
+    if (!h) return PAGODA_ERR_NOMEM;
+    int st = o->download(c, x->buf, x->offset, h, n * sizeof *h);   /* x is packed */
+    if (!st) {
+        for (size_t i = 0; i < n; i++) h[i] *= s;
+        st = o->upload(c, x->buf, x->offset, h, n * sizeof *h);
+    }
+    free(h);
+    return st;
 }
 
 /* A view of the first n rows of an activation tensor. */
@@ -210,8 +267,38 @@ static pagoda_tensor reshape(pagoda_tensor t, int64_t c)
     return t;
 }
 
+/* Final norm and vocabulary projection of n rows of the residual stream,
+ * downloaded to out [n x vocab]; *what names the op that failed. */
+static int output_logits(pagoda_forward *fw, int32_t T, const int32_t *rows_of, int32_t n,
+                         float *out, const char **what)
+{
+    const pagoda_hparams *hp = &fw->model->hp;
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    pagoda_tensor x = rows(fw->x, T), xl = rows(fw->xl, n), logits = rows(fw->logits, n);
+    int st;
+    if ((st = o->get_rows(c, &x, rows_of, n, &xl))) { *what = "get_rows(last)"; return st; }
+    if ((st = o->rms_norm(c, &xl, &fw->output_norm, hp->rms_eps, &xl))) {
+        *what = "rms_norm(output_norm)";
+        return st;
+    }
+    if ((st = o->matmul(c, &xl, &fw->output, NULL, &logits))) { *what = "matmul(output)"; return st; }
+    if ((st = o->download(c, fw->act, logits.offset, out, (size_t)n * (size_t)hp->n_vocab * 4))) {
+        *what = "download(logits)";
+        return st;
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len)
+{
+    return pagoda_forward_run_scan(fw, batch, logit_rows, n_logits, logits_out, NULL, err, err_len);
+}
+
+int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
+                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
+                            const pagoda_logit_scan *scan, char *err, size_t err_len)
 {
     const pagoda_hparams *hp = &fw->model->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
@@ -227,14 +314,19 @@ int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int3
     pagoda_tensor att = rows(fw->att, T), hb = rows(fw->hb, T), hb2 = rows(fw->hb2, T);
     pagoda_rope_params rope = {.n_rot = hp->rope_dims, .neox = hp->rope_neox, .mscale = 1.0f,
                                .inv_freq = fw->inv_freq};
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    pagoda_rope_params rope_swa = rope;
+    rope_swa.inv_freq = fw->inv_freq_swa;
+    pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = hp->n_heads,
+                             .scale = hp->attn_scale};
     const char *what = "";
     int st;
 #define CALL(name, expr) do { what = name; if ((st = (expr))) goto fail; } while (0)
 
     CALL("get_rows(token_embd)", o->get_rows(c, &fw->tok_embd, batch->tokens, T, &x));
+    if (hp->embd_scale != 1.0f) CALL("scale(embeddings)", scale_rows(fw, &x, hp->embd_scale));
     for (int l = 0; l < hp->n_layers; l++) {
         const pagoda_forward_layer *L = &fw->layers[l];
+        const pagoda_rope_params *rp = L->window ? &rope_swa : &rope;
         /* attention block */
         CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
         CALL("matmul(attn_q)", o->matmul(c, &xb, &L->wq, L->has_bias ? &L->bq : NULL, &q));
@@ -245,28 +337,42 @@ int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int3
             CALL("rms_norm(attn_q_norm)", o->rms_norm(c, &qh, &L->q_norm, hp->rms_eps, &qh));
             CALL("rms_norm(attn_k_norm)", o->rms_norm(c, &kh, &L->k_norm, hp->rms_eps, &kh));
         }
-        CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, &rope));
-        CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, &rope));
+        CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, rp));
+        CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, rp));
         CALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, l, &k, &v, batch->slots, T));
-        CALL("attention", o->attention(c, &q, fw->kv, &fw->kv_layout, l, batch, hp->n_heads,
-                                       scale, &att));
+        if (L->window) {
+            ap.window = L->window;
+            CALL("attention_ext(window)", o->attention_ext(c, &q, fw->kv, &fw->kv_layout, l, batch,
+                                                           &ap, &att));
+        } else {
+            CALL("attention", o->attention(c, &q, fw->kv, &fw->kv_layout, l, batch, hp->n_heads,
+                                           hp->attn_scale, &att));
+        }
         CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        if (L->has_post_norms)
+            CALL("rms_norm(post_attention_norm)",
+                 o->rms_norm(c, &xb2, &L->post_attn_norm, hp->rms_eps, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
         CALL("matmul(ffn_gate)", o->matmul(c, &xb, &L->w_gate, NULL, &hb));
         CALL("matmul(ffn_up)", o->matmul(c, &xb, &L->w_up, NULL, &hb2));
-        CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
+        if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
+        else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
+        if (L->has_post_norms)
+            CALL("rms_norm(post_ffw_norm)", o->rms_norm(c, &xb2, &L->post_ffn_norm, hp->rms_eps, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));
     }
+    /* the scan's rows first, a group at a time through logits_out, which
+     * the kept rows then overwrite */
+    for (int32_t f = 0; scan && f < scan->n_rows; f += fw->max_logits) {
+        int32_t n = scan->n_rows - f < fw->max_logits ? scan->n_rows - f : fw->max_logits;
+        if ((st = output_logits(fw, T, scan->rows + f, n, logits_out, &what))) goto fail;
+        scan->consume(scan->user, f, n, logits_out);
+    }
     if (n_logits > 0) {
-        pagoda_tensor xl = rows(fw->xl, n_logits), logits = rows(fw->logits, n_logits);
-        CALL("get_rows(last)", o->get_rows(c, &x, logit_rows, n_logits, &xl));
-        CALL("rms_norm(output_norm)", o->rms_norm(c, &xl, &fw->output_norm, hp->rms_eps, &xl));
-        CALL("matmul(output)", o->matmul(c, &xl, &fw->output, NULL, &logits));
-        CALL("download(logits)", o->download(c, fw->act, logits.offset, logits_out,
-                                             (size_t)n_logits * (size_t)hp->n_vocab * 4));
+        if ((st = output_logits(fw, T, logit_rows, n_logits, logits_out, &what))) goto fail;
     } else if (o->synchronize) {
         CALL("synchronize", o->synchronize(c));
     }

@@ -26,7 +26,9 @@ typedef struct pagoda_backend {
 typedef struct pagoda_forward_layer {
     pagoda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
     pagoda_tensor ffn_norm, w_gate, w_up, w_down;
-    bool has_bias, has_qk_norm;
+    pagoda_tensor post_attn_norm, post_ffn_norm;  /* gemma3 */
+    bool has_bias, has_qk_norm, has_post_norms;
+    int32_t window;        /* sliding window of this layer, 0: full causal */
 } pagoda_forward_layer;
 
 typedef struct pagoda_forward {
@@ -51,8 +53,17 @@ typedef struct pagoda_forward {
     pagoda_tensor hb, hb2;   /* [T x ffn]   gate and up projections */
     pagoda_tensor xl;        /* [S x dim]   rows that produce logits */
     pagoda_tensor logits;    /* [S x vocab] */
-    float *inv_freq;         /* [rope_dims / 2] */
+    float *inv_freq;         /* [rope_dims / 2] global layers */
+    float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
 } pagoda_forward;
+
+/* Can backend `be` run model `m`? The ops of ABI 1.1 are optional, and some
+ * architectures need them: PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with one
+ * line naming the backend, the op, the ABI minor that added it and the
+ * fix. pagoda_forward_init checks it; the runtime calls it before loading
+ * weights so a server refuses at once. */
+int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
+                                 size_t err_len);
 
 /* Activation bytes the pass needs for T tokens and S logit rows (the memory
  * plan uses the same formula). */
@@ -69,5 +80,25 @@ void pagoda_forward_free(pagoda_forward *fw);
  * logits are written to logits_out[i * n_vocab ...] (host memory). */
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len);
+
+/* Rows whose logits are looked at once and dropped (prompt scoring): any
+ * number of them, so a prefill chunk can score every token it holds while
+ * no buffer ever holds more than max_logits rows of the vocabulary. */
+typedef struct pagoda_logit_scan {
+    const int32_t *rows;     /* batch rows (< batch->n_tokens), any count */
+    int32_t n_rows;
+    /* [the caller's thread] logits [n x n_vocab] of rows[first .. first + n),
+     * valid only during the call */
+    void (*consume)(void *user, int32_t first, int32_t n, const float *logits);
+    void *user;
+} pagoda_logit_scan;
+
+/* pagoda_forward_run, and first the scan's rows: max_logits rows at a time
+ * through the output norm and projection into logits_out (which must hold
+ * max_logits rows), each group handed to scan->consume before the next
+ * overwrites it; then the kept rows as above. scan may be NULL. */
+int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
+                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
+                            const pagoda_logit_scan *scan, char *err, size_t err_len);
 
 #endif /* PAGODA_FORWARD_H */

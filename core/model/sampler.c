@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "logsoftmax.h"
 #include "pagoda/types.h"
 
 /* ------------------------------------------------------------ token counts */
@@ -266,12 +267,11 @@ static float scan_max(float *logits, int32_t n, int32_t *argmax)
     return m;
 }
 
-/* log of the softmax normalizer at temperature 1: m + log(sum exp(l - m)). */
+/* log of the softmax normalizer at temperature 1: m + log(sum exp(l - m)),
+ * the sum in double (logsoftmax.c: AVX2 where the CPU has it). */
 static double log_norm(const float *logits, int32_t n, float m)
 {
-    double z = 0.0;
-    for (int32_t i = 0; i < n; i++) z += (double)expf(logits[i] - m);
-    return (double)m + log(z);
+    return (double)m + log(pagoda_logits_sumexp(logits, n, m));
 }
 
 /* ------------------------------------------------------------- selection */
@@ -449,11 +449,17 @@ static int32_t draw(pagoda_sampler *s, const float *logits, float m, int32_t arg
 
 /* The n best (logit, id) of the vocabulary, best first: an insertion list,
  * since n is small (<= PAGODA_MAX_TOP_LOGPROBS in practice). */
+/* A logit as sample() sees it after scan_max: NaN is -inf, +inf FLT_MAX. */
+static inline float clean_logit(float l) { return isnan(l) ? -INFINITY : l == INFINITY ? FLT_MAX : l; }
+
 static void top_n(const float *logits, int32_t V, int32_t n, cand *best)
 {
     int32_t have = 0;
     for (int32_t i = 0; i < V; i++) {
-        cand x = {logits[i], i};
+        /* ids only grow, so once the list is full only a strictly larger
+         * logit can enter (a NaN never does): one compare for nearly all */
+        if (have == n && !(logits[i] > best[n - 1].l)) continue;
+        cand x = {clean_logit(logits[i]), i};
         if (have == n && !better(x, best[n - 1])) continue;
         int32_t j = have < n ? have++ : n - 1;
         while (j > 0 && better(x, best[j - 1])) {
@@ -492,6 +498,37 @@ int32_t pagoda_sampler_sample(pagoda_sampler *s, float *logits, float *logprob, 
         }
     }
     return tok;
+}
+
+float pagoda_logprob_of(const float *logits, int32_t V, int32_t token, int32_t n_top,
+                        int32_t *top_ids, float *top_lp)
+{
+    float m = pagoda_logits_max(logits, V);
+    bool degenerate = m == -INFINITY;
+    double lz = degenerate ? 0.0 : log_norm(logits, V, m);
+    float flat = -logf((float)V);
+    float lp = token < 0 || token >= V ? -INFINITY
+               : degenerate ? flat : (float)((double)clean_logit(logits[token]) - lz);
+    if (n_top > 0 && top_ids && top_lp) {
+        int32_t k = n_top < V ? n_top : V;
+        cand small[32], *best = k <= 32 ? small : malloc(sizeof *best * (size_t)k);
+        if (!best) k = 0;
+        if (k == 1) {
+            /* the best alone (lm-evaluation-harness asks for 1): the first
+             * logit equal to the maximum already found */
+            int32_t i = 0;
+            while (i < V - 1 && clean_logit(logits[i]) != m) i++;
+            best[0] = (cand){clean_logit(logits[i]), i};
+        } else if (k) {
+            top_n(logits, V, k, best);
+        }
+        for (int32_t i = 0; i < n_top; i++) {
+            top_ids[i] = i < k ? best[i].id : -1;
+            top_lp[i] = i < k ? (degenerate ? flat : (float)((double)best[i].l - lz)) : -INFINITY;
+        }
+        if (best != small) free(best);
+    }
+    return lp;
 }
 
 int32_t pagoda_sampler_candidates(pagoda_sampler *s, float *logits, int32_t *ids, int32_t cap)

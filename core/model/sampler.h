@@ -92,6 +92,18 @@ void pagoda_sampler_accept(pagoda_sampler *s, int32_t token, bool is_prompt);
 int32_t pagoda_sampler_sample(pagoda_sampler *s, float *logits, float *logprob, int32_t n_top,
                               int32_t *top_ids, float *top_lp);
 
+/* Scoring a given token (prompt logprobs, perplexity): log p(token) under
+ * softmax(logits) at temperature 1, without penalties or any truncation:
+ * the model's own distribution. The normalizer is max + log(sum exp(l -
+ * max)) with the sum in double, so a vocabulary of 262144 logits loses
+ * nothing. logits is read only; NaN counts as -inf, +inf as FLT_MAX (as in
+ * sample()). Every logit -inf: the uniform distribution, -log(n_vocab).
+ * top_ids/top_lp [n_top], when n_top > 0, get the most likely tokens
+ * (ordered, ties to the lower id) and their logprobs, computed the same way
+ * (so a token that is the argmax has exactly top_lp[0]). */
+float pagoda_logprob_of(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
+                        int32_t *top_ids, float *top_lp);
+
 /* The random stream's position (draws made since the seed), and setting it
  * back, for a sampler re-created after a preemption. */
 uint64_t pagoda_sampler_rng_state(const pagoda_sampler *s);

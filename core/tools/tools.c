@@ -9,6 +9,7 @@
 
 #include "bench.h"
 #include "genmodel.h"
+#include "perplexity.h"
 
 const pagoda_subcommand pagoda_tool_subcommands[] = {
     {"gen-model", "pagoda gen-model --shape NAME --type T --out FILE [...]",
@@ -19,5 +20,9 @@ const pagoda_subcommand pagoda_tool_subcommands[] = {
      "  bench ...              benchmark the engine in-process, rooflines, policy\n"
      "                         comparisons (pagoda bench --help)\n",
      pagoda_cmd_bench},
+    {"perplexity", "pagoda perplexity --model FILE --file TEXT [--ctx 512] [...]",
+     "  perplexity ...         a model's perplexity on a text, llama-perplexity's way\n"
+     "                         (pagoda perplexity --help)\n",
+     pagoda_cmd_perplexity},
     {NULL, NULL, NULL, NULL},
 };

@@ -57,6 +57,17 @@ typedef struct pagoda_request {
     int32_t logprobs;            /* report the chosen token's logprob and this many top ones (0: none, -1: off) */
     const int32_t *stop_token_ids; /* extra token ids that end generation (e.g. <|im_end|>) */
     int32_t n_stop_token_ids;
+    /* ---- minor 1: scoring the prompt */
+    int32_t prompt_logprobs;     /* -1 (default): off. N >= 0: a PROMPT event per prompt
+                                    token, with its log-probability given the tokens before
+                                    it and the N (<= PAGODA_MAX_TOP_LOGPROBS) most likely
+                                    tokens at its position. Such a request neither reads
+                                    nor feeds the prefix cache (a cached prefix has no logits) */
+    int32_t prompt_logprobs_from;/* the first prompt index to score (default 0: every token);
+                                    the logits of the positions before it are never computed */
+    bool score_only;             /* generate nothing: the FINAL (finish reason length,
+                                    0 completion tokens) follows the prompt's PROMPT events;
+                                    the prompt may then fill the whole context */
 } pagoda_request;
 
 #define PAGODA_MAX_TOP_LOGPROBS 20
@@ -97,7 +108,9 @@ typedef struct pagoda_timings {
 typedef enum pagoda_event_type {
     PAGODA_EVENT_TOKEN = 1,      /* new output text (may be empty while a UTF-8
                                     character or a possible stop string is held back) */
-    PAGODA_EVENT_FINAL = 2       /* exactly once per accepted request, last */
+    PAGODA_EVENT_FINAL = 2,      /* exactly once per accepted request, last */
+    PAGODA_EVENT_PROMPT = 3      /* minor 1: one prompt token's score, only for a request with
+                                    prompt_logprobs >= 0 (see pagoda_event.position) */
 } pagoda_event_type;
 
 typedef struct pagoda_top_logprob {
@@ -106,7 +119,16 @@ typedef struct pagoda_top_logprob {
 } pagoda_top_logprob;
 
 /* What a request's callback receives. Everything it points to is valid
- * only during the callback. */
+ * only during the callback.
+ *
+ * PROMPT events (minor 1) come before any TOKEN event: one per prompt index
+ * from prompt_logprobs_from to the prompt's end, in order, each exactly once
+ * (a sequence preempted and recomputed does not repeat them). token is the
+ * prompt token (position 0 is the BOS the engine added, when it added one),
+ * position its index, logprob = log p(token | the tokens before it) under
+ * the raw model distribution (temperature 1, no penalties), and top the
+ * n_top = prompt_logprobs most likely tokens there. Position 0 has nothing
+ * before it: logprob is NaN and n_top 0 (OpenAI's null). text is empty. */
 typedef struct pagoda_event {
     size_t struct_size;
     uint64_t id;
@@ -121,6 +143,8 @@ typedef struct pagoda_event {
     const char *error;           /* FINAL with PAGODA_FINISH_ERROR: why */
     pagoda_usage usage;          /* FINAL */
     pagoda_timings timings;      /* FINAL */
+    /* ---- minor 1 */
+    int32_t position;            /* PROMPT: the token's index in the prompt; else -1 */
 } pagoda_event;
 
 /* [engine thread] Called for each event of a request. Must not block or

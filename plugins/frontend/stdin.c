@@ -278,7 +278,7 @@ static int parse_json_line(stdin_fe *fe, const char *line, size_t len, parsed *p
     base_request(fe, &p->req);
     /* The same fields, ranges and messages as the HTTP API's. */
     perr pe;
-    if (rf_parse_sampling(o, &p->req, p->stop, &pe) < 0) FAIL("%s", pe.msg);
+    if (rf_parse_sampling(o, &p->req, p->stop, NULL, &pe) < 0) FAIL("%s", pe.msg);
 
     json_t *prompt = json_object_get(o, "prompt");
     json_t *msgs = json_object_get(o, "messages");

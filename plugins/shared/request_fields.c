@@ -75,13 +75,15 @@ int rf_get_bool(json_t *o, const char *key, int *out, perr *pe)
     return 1;
 }
 
-int rf_parse_sampling(json_t *o, pagoda_request *req, const char **stop, perr *pe)
+int rf_parse_sampling(json_t *o, pagoda_request *req, const char **stop, int *max_tokens_zero,
+                      perr *pe)
 {
     double d = 0;
     int64_t i = 0;
     int b = 0, r;
-    if ((r = rf_get_int(o, "max_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
-    if (r) req->max_tokens = (int32_t)i;
+    if ((r = rf_get_int(o, "max_tokens", max_tokens_zero ? 0 : 1, INT32_MAX, &i, pe)) < 0) return -1;
+    if (max_tokens_zero) *max_tokens_zero = r && i == 0;
+    if (r && i > 0) req->max_tokens = (int32_t)i;
     if ((r = rf_get_num(o, "temperature", 0, 2, 0, &d, pe)) < 0) return -1;
     if (r) req->temperature = (float)d;
     if ((r = rf_get_num(o, "top_p", 0, 1, 1, &d, pe)) < 0) return -1;

@@ -58,8 +58,12 @@ int rf_get_bool(json_t *o, const char *key, int *out, perr *pe);
  * The sampling fields of object o into req, which already holds the
  * defaults (host->request_defaults). stop[RF_MAX_STOP] receives the stop
  * strings and req->stop points at it. Strings point into o: keep o alive
- * until the request is submitted. 0, or -1 with pe filled.
+ * until the request is submitted. max_tokens_zero: NULL, and max_tokens
+ * must be >= 1; else max_tokens 0 is taken too and *max_tokens_zero says
+ * whether it was given (req->max_tokens then stays as it was: the caller
+ * decides what 0 means). 0, or -1 with pe filled.
  */
-int rf_parse_sampling(json_t *o, pagoda_request *req, const char **stop, perr *pe);
+int rf_parse_sampling(json_t *o, pagoda_request *req, const char **stop, int *max_tokens_zero,
+                      perr *pe);
 
 #endif

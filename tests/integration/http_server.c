@@ -684,6 +684,179 @@ static void test_golden(const server *s)
     json_decref(g);
 }
 
+/* POST a JSON object (stolen) to /v1/completions; r filled. */
+static void post_obj(const server *s, json_t *body, resp *r)
+{
+    char *b = json_dumps(body, JSON_COMPACT);
+    http(s, "POST", "/v1/completions", b, -1, NULL, r);
+    free(b);
+    json_decref(body);
+}
+
+/* The ids of text as the engine tokenizes a prompt (BOS first). */
+static json_t *tokenize_ids(const server *s, const char *text)
+{
+    resp r;
+    json_t *q = json_pack("{sssb}", "prompt", text, "add_special_tokens", 1);
+    char *b = json_dumps(q, 0);
+    http(s, "POST", "/tokenize", b, -1, NULL, &r);
+    free(b);
+    json_decref(q);
+    json_t *ids = json_incref(jget(r.json, "tokens"));
+    resp_free(&r);
+    return ids;
+}
+
+/* A copy of ids[from, to). */
+static json_t *slice(json_t *ids, size_t from, size_t to)
+{
+    json_t *a = json_array();
+    for (size_t i = from; i < to && i < json_array_size(ids); i++) json_array_append(a, json_array_get(ids, i));
+    return a;
+}
+
+/* Echo with logprobs on the real model: token_logprobs[0] null; a prompt
+ * token's entry equals what a greedy single step from the prefix before it
+ * gives; the text offsets of a SentencePiece prompt land on the echoed
+ * text; lm-evaluation-harness's loglikelihood body; and the sum over a
+ * chunk's second half equals `pagoda perplexity`'s for that chunk. */
+static void test_echo_scoring(const server *s)
+{
+    resp r;
+    const char *prompt = "Once upon a time";
+    json_t *ids = tokenize_ids(s, prompt);
+    size_t n = json_array_size(ids);
+    CHECK(n == 5, "\"%s\" is BOS + 4 tokens, got %zu", prompt, n);
+    if (n != 5) { json_decref(ids); return; }
+
+    /* the text prompt: echoed as sent, offsets on it */
+    post_obj(s, json_pack("{sssbsisisf}", "prompt", prompt, "echo", 1, "logprobs", 5, "max_tokens", 0,
+                          "temperature", 0.0), &r);
+    CHECK(r.status == 200, "echo: %ld %s", r.status, r.body.p);
+    json_t *lp = jget(r.json, "choices.0.logprobs");
+    CHECK(jget_str(r.json, "choices.0.text") && !strcmp(jget_str(r.json, "choices.0.text"), prompt),
+          "echoed text: %s", r.body.p);
+    CHECK(!strcmp(jget_str(r.json, "choices.0.finish_reason") ?: "", "length"), "finish_reason length");
+    CHECK(json_array_size(jget(lp, "token_logprobs")) == n && json_is_null(jget(lp, "token_logprobs.0")) &&
+          json_is_null(jget(lp, "top_logprobs.0")), "entries: %s", r.body.p);
+    long long want_off[5] = {0, 0, 4, 9, 11}; /* "", " Once", " upon", " a", " time" on "Once upon a time" */
+    for (int i = 0; i < 5; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "text_offset.%d", i);
+        CHECK(jget_int(lp, k) == want_off[i], "text_offset[%d] = %lld, want %lld", i, jget_int(lp, k), want_off[i]);
+    }
+    double echo_last = json_real_value(jget(lp, "token_logprobs.4"));
+    json_t *echo_top = json_incref(jget(lp, "top_logprobs.4"));
+    double echo_sum = 0;
+    for (size_t i = 1; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "token_logprobs.%zu", i);
+        echo_sum += json_real_value(jget(lp, k));
+    }
+    resp_free(&r);
+
+    /* the greedy single step from the prefix before the last token */
+    post_obj(s, json_pack("{sosisisf}", "prompt", slice(ids, 0, n - 1), "max_tokens", 1, "logprobs", 5,
+                          "temperature", 0.0), &r);
+    CHECK(r.status == 200, "single step: %ld", r.status);
+    json_t *step_top = jget(r.json, "choices.0.logprobs.top_logprobs.0");
+    CHECK(!strcmp(jget_str(r.json, "choices.0.text") ?: "", " time"), "greedy step: %s", r.body.p);
+    CHECK(fabs(json_real_value(jget(r.json, "choices.0.logprobs.token_logprobs.0")) - echo_last) < 1e-4,
+          "last prompt token: echo %.6f, single step %s", echo_last, r.body.p);
+    const char *key;
+    json_t *v;
+    int same = json_object_size(step_top) == 5 && json_object_size(echo_top) == 5;
+    json_object_foreach(step_top, key, v) {
+        json_t *e = json_object_get(echo_top, key);
+        same &= e && fabs(json_real_value(e) - json_real_value(v)) < 1e-4;
+    }
+    CHECK(same, "top 5 at the last prompt position differ from the single step's");
+    json_decref(echo_top);
+    resp_free(&r);
+
+    /* lm-evaluation-harness local-completions, loglikelihood: ids as lists,
+     * max_tokens 1, logprobs 1, echo; it sums token_logprobs[ctxlen:-1] */
+    json_t *prompts = json_array();
+    json_array_append_new(prompts, json_deep_copy(ids));
+    json_array_append_new(prompts, slice(ids, 1, n)); /* no BOS: taken as sent */
+    post_obj(s, json_pack("{sssosfsisisisb}", "model", "m", "prompt", prompts, "temperature", 0.0,
+                          "max_tokens", 1, "logprobs", 1, "seed", 1234, "echo", 1), &r);
+    CHECK(r.status == 200, "harness body: %ld %s", r.status, r.body.p);
+    CHECK(json_array_size(jget(r.json, "choices.0.logprobs.token_logprobs")) == n + 1 &&
+          json_array_size(jget(r.json, "choices.1.logprobs.token_logprobs")) == n,
+          "one entry per id sent plus the generated one: %s", r.body.p);
+    double harness = 0;
+    int greedy = 1;
+    for (size_t i = 2; i < n; i++) { /* ctxlen 2: "Once" is context */
+        char k[48];
+        snprintf(k, sizeof k, "choices.0.logprobs.token_logprobs.%zu", i);
+        double t = json_real_value(jget(r.json, k));
+        harness += t;
+        snprintf(k, sizeof k, "choices.0.logprobs.top_logprobs.%zu", i);
+        json_object_foreach(jget(r.json, k), key, v) greedy &= json_real_value(v) == t;
+    }
+    CHECK(greedy, "\"upon a time\" is the greedy continuation of \"Once\"");
+    resp_free(&r);
+    post_obj(s, json_pack("{sosisisbsf}", "prompt", slice(ids, 0, n), "max_tokens", 0, "logprobs", 0,
+                          "echo", 1, "temperature", 0.0), &r);
+    double score_only = 0, whole = 0;
+    for (size_t i = 1; i < n; i++) {
+        char k[48];
+        snprintf(k, sizeof k, "choices.0.logprobs.token_logprobs.%zu", i);
+        double t = json_real_value(jget(r.json, k));
+        whole += t;
+        if (i >= 2) score_only += t;
+    }
+    CHECK(fabs(harness - score_only) < 1e-4, "harness sum %.6f, score-only %.6f", harness, score_only);
+    CHECK(fabs(echo_sum - whole) < 1e-4, "the text prompt's sum %.6f, its ids' %.6f", echo_sum, whole);
+    resp_free(&r);
+    json_decref(ids);
+
+    /* pagoda perplexity's first chunk of 64 tokens against the same ids
+     * scored through HTTP */
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/ppl.txt", g_tmp);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < 12; i++)
+        fprintf(f, "Once upon a time, there was a little girl named Lily. She liked to play with "
+                   "her ball in the park. One day %d birds came to sing.\n", i);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' perplexity --model '%s/models/stories260K.gguf' --file '%s' --ctx 64 "
+             "--chunks 2 --no-progress --set engine.kv_dtype=f32 --set backend.cpu.threads=1 2>&1",
+             g_bin, g_src, path);
+    FILE *p = popen(cmd, "r");
+    char line[4096], all[8192] = "";
+    double ppl1 = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        strncat(all, line, sizeof all - strlen(all) - 1);
+        if (!strncmp(line, "[1]", 3)) ppl1 = strtod(line + 3, NULL);
+    }
+    int pst = p ? pclose(p) : -1;
+    CHECK(pst == 0 && ppl1 > 1, "pagoda perplexity: %s", all);
+    FILE *tf = fopen(path, "r");
+    char text[8192];
+    size_t tl = tf ? fread(text, 1, sizeof text - 1, tf) : 0;
+    if (tf) fclose(tf);
+    text[tl] = 0;
+    json_t *all_ids = tokenize_ids(s, text);
+    CHECK(json_array_size(all_ids) >= 128, "the text has %zu tokens", json_array_size(all_ids));
+    /* chunk 1: the first 64 ids (BOS already first); scored from 33 on */
+    post_obj(s, json_pack("{sosisisbsf}", "prompt", slice(all_ids, 0, 64), "max_tokens", 0, "logprobs", 0,
+                          "echo", 1, "temperature", 0.0), &r);
+    double nll = 0;
+    for (int i = 33; i < 64; i++) {
+        char k[48];
+        snprintf(k, sizeof k, "choices.0.logprobs.token_logprobs.%d", i);
+        nll -= json_real_value(jget(r.json, k));
+    }
+    /* the tool prints exp(nll / 31) to 4 decimals: its NLL to ~1e-5 */
+    double tool_nll = 31.0 * log(ppl1);
+    CHECK(fabs(nll - tool_nll) < 1e-3, "chunk 1: HTTP NLL %.6f, pagoda perplexity's %.6f (PPL %.4f)",
+          nll, tool_nll, ppl1);
+    resp_free(&r);
+    json_decref(all_ids);
+}
+
 static void expect_error(const server *s, const char *method, const char *path, const char *body,
                          long body_len, const char *key, long status, const char *param,
                          const char *needle, const char *what)
@@ -1067,6 +1240,7 @@ int main(void)
         printf("main server on port %d\n", s.port);
         test_endpoints(&s);
         test_golden(&s);
+        test_echo_scoring(&s);
         test_errors(&s);
         test_metrics(&s);
         int wst = server_stop(&s, SIGTERM);

@@ -1,9 +1,10 @@
 /* engine_testutil.h: build a runtime on the bundled model from a list of
  * "section.key=value" settings, and collect a request's events. Header-only
- * (static functions) so each suite that needs it includes it. */
+ * (static inline functions) so each suite that needs it includes it. */
 #ifndef PAGODA_ENGINE_TESTUTIL_H
 #define PAGODA_ENGINE_TESTUTIL_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +27,13 @@ typedef struct et_result {
     int n_text_events_after_final;
 } et_result;
 
-static void et_result_init(et_result *r)
+static inline void et_result_init(et_result *r)
 {
     memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->mu, NULL);
 }
 
-static void et_cb(void *user, const pagoda_event *ev)
+static inline void et_cb(void *user, const pagoda_event *ev)
 {
     et_result *r = user;
     pthread_mutex_lock(&r->mu);
@@ -56,7 +57,7 @@ static void et_cb(void *user, const pagoda_event *ev)
 
 /* Open a runtime (no frontend) on models/stories260K.gguf with settings;
  * NULL-terminated list. Fails the test on error. */
-static pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const *settings)
+static inline pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const *settings)
 {
     char err[1024] = "";
     pagoda_config *cfg = pagoda_config_new_empty();
@@ -76,15 +77,15 @@ static pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const *setti
     return rt;
 }
 
-static void et_close(pagoda_runtime *rt, pagoda_config *cfg)
+static inline void et_close(pagoda_runtime *rt, pagoda_config *cfg)
 {
     pagoda_runtime_close(rt);
     pagoda_config_free(cfg);
 }
 
 /* Submit a greedy request for `prompt`; returns its id. */
-static uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t max_tokens, et_result *r,
-                          float temperature)
+static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t max_tokens,
+                                 et_result *r, float temperature)
 {
     pagoda_request req;
     pagoda_engine_request_defaults(rt->engine, &req);
@@ -98,6 +99,53 @@ static uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t max_to
     int st = pagoda_engine_submit(rt->engine, &req, et_cb, r, &id, err, sizeof err);
     ck_assert_msg(st == 0, "submit: %s", err);
     return id;
+}
+
+/* The reference for scored prompts, apart from the engine: the forward
+ * pass run directly over tokens[0..n) as one prefill (F32 KV, one block
+ * table), every row's logits kept, and a plain log-softmax in double here:
+ * lp[i] = log p(tokens[i] | tokens[0..i)) for i >= 1, lp[0] = NaN;
+ * argmax_out[i] (may be NULL) the most likely token at position i - 1. */
+static inline void et_reference_logprobs(pagoda_runtime *rt, const int32_t *tokens, int32_t n, double *lp,
+                                         int32_t *argmax_out)
+{
+    const int32_t bs = 16, nb = (n + bs - 1) / bs;
+    int32_t V = rt->model->hp.n_vocab;
+    pagoda_forward fw;
+    char err[1024] = "";
+    ck_assert_msg(pagoda_forward_init(&fw, rt->model, &rt->backend, n, n, nb, bs, PAGODA_DTYPE_F32,
+                                      err, sizeof err) == 0, "%s", err);
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *rows = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)nb);
+    ck_assert(logits && pos && rows && table);
+    for (int32_t i = 0; i < n; i++) pos[i] = rows[i] = i;
+    for (int32_t b = 0; b < nb; b++) table[b] = nb - 1 - b; /* blocks out of order */
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n);
+    ck_assert(slots);
+    for (int32_t i = 0; i < n; i++) slots[i] = table[i / bs] * bs + i % bs;
+    pagoda_seq_view sv = {.q_start = 0, .n_q = n, .ctx_len = n, .n_blocks = nb, .block_table = table};
+    pagoda_batch b = {.seq_no = 1, .n_tokens = n, .tokens = tokens, .positions = pos,
+                      .slots = slots, .n_seqs = 1, .seqs = &sv};
+    ck_assert_msg(pagoda_forward_run(&fw, &b, rows, n, logits, err, sizeof err) == 0, "%s", err);
+    lp[0] = NAN;
+    for (int32_t i = 1; i < n; i++) {
+        const float *l = logits + (size_t)(i - 1) * (size_t)V;
+        double m = -INFINITY;
+        int32_t am = 0;
+        for (int32_t v = 0; v < V; v++)
+            if (l[v] > m) { m = l[v]; am = v; }
+        double z = 0;
+        for (int32_t v = 0; v < V; v++) z += exp((double)l[v] - m);
+        lp[i] = (double)l[tokens[i]] - m - log(z);
+        if (argmax_out) argmax_out[i] = am;
+    }
+    pagoda_forward_free(&fw);
+    free(logits);
+    free(pos);
+    free(rows);
+    free(table);
+    free(slots);
 }
 
 #endif

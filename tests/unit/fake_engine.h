@@ -10,7 +10,10 @@
  *   - a word equal to a stop string ends with STOP (the word not emitted);
  *   - a prompt containing the word "forever" repeats its words until
  *     max_tokens or cancel (for disconnect and shutdown tests);
- *   - a prompt containing "FAIL" ends with a FINAL of reason ERROR.
+ *   - a prompt containing "FAIL" ends with a FINAL of reason ERROR;
+ *   - with prompt_logprobs >= 0, first one PROMPT event per prompt token
+ *     (BOS included when added): position p has logprob -0.25 p, NaN at 0;
+ *     score_only then ends with LENGTH and no word.
  * Events come from one engine thread of its own, one step every step_us.
  * tokenize splits on whitespace (ids from a growing vocabulary, from 10;
  * BOS = 1, EOS = 2); chat_render writes "<|role|>content\n" per message and
@@ -21,6 +24,7 @@
 #define PAGODA_FAKE_ENGINE_H
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +65,10 @@ typedef struct fake_req {
     int forever, fail;
     int32_t logprobs;
     int prompt_tokens;
+    int32_t prompt_ids[64];      /* the prompt as the fake "engine" sees it (BOS first if added) */
+    int32_t prompt_logprobs;     /* scored: one PROMPT event a step before any word */
+    int scored;
+    int score_only;
     char *stop[16];
     int n_stop;
     int cancelled;
@@ -299,6 +307,7 @@ static void fake_request_defaults(const pagoda_host *h, pagoda_request *r)
     r->top_p = 1.0f;
     r->repetition_penalty = 1.0f;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
 }
 
 static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_event_cb cb,
@@ -349,6 +358,16 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
     }
     r->max_tokens = req->max_tokens;
     r->logprobs = req->logprobs;
+    r->prompt_logprobs = req->prompt_logprobs;
+    r->score_only = req->score_only;
+    {
+        int k = 0;
+        if (req->add_special) r->prompt_ids[k++] = FAKE_BOS;
+        pthread_mutex_lock(&f->mu);
+        for (int i = 0; i < r->n_words && k < 64; i++)
+            r->prompt_ids[k++] = fake_word_id(f, r->words[i], strlen(r->words[i]));
+        pthread_mutex_unlock(&f->mu);
+    }
     for (int i = 0; i < r->n_words; i++) {
         if (!strcmp(r->words[i], "forever")) r->forever = 1;
         if (!strcmp(r->words[i], "FAIL")) r->fail = 1;
@@ -468,10 +487,31 @@ static void *fake_thread(void *arg)
             ev->struct_size = sizeof *ev;
             ev->id = r->id;
             ev->token = -1;
+            ev->position = -1;
             ev->text = o->text;
             int fin = PAGODA_FINISH_NONE;
             const char *word = NULL;
+            if (!f->quit && !r->cancelled && r->prompt_logprobs >= 0 && r->scored < r->prompt_tokens &&
+                r->scored < 64) {
+                /* a scored prompt: token p has logprob -0.25 p (p > 0), the
+                 * token itself best and EOS second */
+                int p = r->scored++;
+                ev->type = PAGODA_EVENT_PROMPT;
+                ev->text = "";
+                ev->token = r->prompt_ids[p];
+                ev->position = p;
+                ev->logprob = p ? -0.25f * (float)p : NAN;
+                o->top[0].token = ev->token;
+                o->top[0].logprob = ev->logprob;
+                o->top[1].token = FAKE_EOS;
+                o->top[1].logprob = -3.0f;
+                ev->n_top = p == 0 ? 0 : r->prompt_logprobs < 2 ? r->prompt_logprobs : 2;
+                ev->top = o->top;
+                pp = &r->next;
+                continue;
+            }
             if (f->quit || r->cancelled) fin = PAGODA_FINISH_CANCELLED;
+            else if (r->score_only) fin = PAGODA_FINISH_LENGTH;
             else if (r->fail) fin = PAGODA_FINISH_ERROR;
             else if (r->max_tokens > 0 && r->emitted >= r->max_tokens) fin = PAGODA_FINISH_LENGTH;
             else if (r->n_words == 0 || (!r->forever && r->emitted >= r->n_words)) fin = PAGODA_FINISH_STOP;

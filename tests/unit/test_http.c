@@ -556,6 +556,95 @@ START_TEST(test_stream_chat_usage)
 }
 END_TEST
 
+/* echo: the prompt's text first; with logprobs its tokens' entries first
+ * (token_logprobs[0] and top_logprobs[0] null), the generated ones' offsets
+ * after the echoed text; max_tokens 0 scores the prompt alone; token ids
+ * are the model's input as sent (no BOS added); the lm-evaluation-harness
+ * loglikelihood body works as it is sent. */
+START_TEST(test_echo)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/completions",
+                          "{\"prompt\":\"hello big world\",\"echo\":true,\"logprobs\":1,\"max_tokens\":2}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(s.f->log[0].req.prompt_logprobs, 1);
+    ck_assert(!s.f->log[0].req.score_only);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello big worldhello big");
+    json_t *lp = jget(j, "choices.0.logprobs");
+    /* BOS + 3 prompt words, then 2 generated */
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "tokens")), 6);
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "token_logprobs")), 6);
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "top_logprobs")), 6);
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "text_offset")), 6);
+    ck_assert_str_eq(jget_str(lp, "tokens.0"), "<s>");
+    ck_assert_str_eq(jget_str(lp, "tokens.1"), "hello");
+    ck_assert_str_eq(jget_str(lp, "tokens.3"), "world");
+    ck_assert_str_eq(jget_str(lp, "tokens.4"), "hello");
+    ck_assert(json_is_null(jget(lp, "token_logprobs.0")));
+    ck_assert(json_is_null(jget(lp, "top_logprobs.0")));
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "token_logprobs.1")), -0.25, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "token_logprobs.3")), -0.75, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "top_logprobs.2.big")), -0.5, 1e-6);
+    ck_assert_int_eq(json_object_size(jget(lp, "top_logprobs.2")), 1);
+    ck_assert_double_eq_tol(json_real_value(jget(lp, "token_logprobs.4")), -0.5, 1e-6);
+    /* offsets never decrease, stay in the echoed text for the prompt, and
+     * the generated ones start after it */
+    for (int i = 1; i < 6; i++) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "text_offset.%d", i - 1);
+        snprintf(b, sizeof b, "text_offset.%d", i);
+        ck_assert_int_le(jint(lp, a), jint(lp, b));
+    }
+    ck_assert_int_le(jint(lp, "text_offset.3"), 15);
+    ck_assert_int_eq(jint(lp, "text_offset.4"), 15);  /* "hello big world" */
+    ck_assert_int_eq(jint(lp, "text_offset.5"), 20);  /* + "hello" */
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens"), 4);
+    ck_assert_int_eq(jint(j, "usage.completion_tokens"), 2);
+    json_decref(j);
+
+    /* max_tokens 0: the prompt alone, finish_reason length */
+    j = post_json(&s, "/v1/completions",
+                  "{\"prompt\":\"hello big world\",\"echo\":true,\"logprobs\":0,\"max_tokens\":0}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert(s.f->log[1].req.score_only);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello big world");
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "length");
+    ck_assert_int_eq(json_array_size(jget(j, "choices.0.logprobs.tokens")), 4);
+    ck_assert_int_eq(json_object_size(jget(j, "choices.0.logprobs.top_logprobs.1")), 0);
+    ck_assert_int_eq(jint(j, "usage.completion_tokens"), 0);
+    json_decref(j);
+
+    /* echo without logprobs: the text only, nothing scored */
+    j = post_json(&s, "/v1/completions", "{\"prompt\":\"hello big\",\"echo\":true,\"max_tokens\":1}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(s.f->log[2].req.prompt_logprobs, -1);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello bighello");
+    ck_assert(json_is_null(jget(j, "choices.0.logprobs")));
+    json_decref(j);
+
+    /* lm-evaluation-harness's loglikelihood body: token ids in a list of
+     * lists, max_tokens 1, logprobs 1, echo; one choice per prompt, and one
+     * entry per id sent plus the generated one (no BOS added) */
+    j = post_json(&s, "/v1/completions",
+                  "{\"model\":\"m\",\"prompt\":[[10,11,12],[12,10]],\"temperature\":0,\"max_tokens\":1,"
+                  "\"logprobs\":1,\"seed\":1234,\"echo\":true}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert(!s.f->log[3].req.add_special && !s.f->log[4].req.add_special);
+    ck_assert_int_eq(json_array_size(jget(j, "choices")), 2);
+    ck_assert_int_eq(json_array_size(jget(j, "choices.0.logprobs.token_logprobs")), 4);
+    ck_assert_int_eq(json_array_size(jget(j, "choices.1.logprobs.token_logprobs")), 3);
+    ck_assert(json_is_null(jget(j, "choices.1.logprobs.token_logprobs.0")));
+    ck_assert_double_eq_tol(json_real_value(jget(j, "choices.1.logprobs.token_logprobs.1")), -0.25, 1e-6);
+    /* the harness checks is_greedy as token_logprob == max(top_logprobs) */
+    ck_assert_double_eq_tol(json_real_value(jget(j, "choices.0.logprobs.top_logprobs.2.world")), -0.5, 1e-6);
+    ck_assert_str_eq(jget_str(j, "choices.0.text"), "hello big worldhello");
+    json_decref(j);
+    srv_stop(&s);
+}
+END_TEST
+
 START_TEST(test_bad_requests)
 {
     srv s;
@@ -573,6 +662,11 @@ START_TEST(test_bad_requests)
     expect_error(&s, C, "{\"prompt\":\"a\",\"min_p\":-1}", 400, "min_p", "min_p");
     expect_error(&s, C, "{\"prompt\":\"a\",\"presence_penalty\":5}", 400, "[-2, 2]", "presence_penalty");
     expect_error(&s, C, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", "logprobs");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"echo\":true,\"n\":2}", 400, "'n' > 1", "echo");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"echo\":true,\"stream\":true}", 400, "'stream'", "echo");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"echo\":\"yes\"}", 400, "true or false", "echo");
+    expect_error(&s, C, "{\"prompt\":\"a\",\"max_completion_tokens\":0}", 400, "'echo'",
+                 "max_completion_tokens");
     expect_error(&s, C, "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
                         "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", 400, "at most 16", "stop");
     expect_error(&s, C, "{\"prompt\":\"a\",\"stop\":5}", 400, "stop", "stop");
@@ -947,6 +1041,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_completion_multi);
     tcase_add_test(tc, test_chat_basic);
     tcase_add_test(tc, test_logprobs);
+    tcase_add_test(tc, test_echo);
     tcase_add_test(tc, test_stream_completion);
     tcase_add_test(tc, test_stream_chat_usage);
     tcase_add_test(tc, test_bad_requests);

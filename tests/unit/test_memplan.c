@@ -255,6 +255,63 @@ START_TEST(k_quant_weights)
 }
 END_TEST
 
+/* gemma3: the plan says which layers slide and what a windowed pool would
+ * hold, while kv_bytes_per_token still counts every layer (the pool keeps
+ * them all today). */
+START_TEST(gemma3_sliding_window)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    /* 13 layers: 5 and 11 global; 2 KV heads of 16; window 40; context 512 */
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = 1,
+                              .arch = "gemma3", .layers = 13, .sliding_window = 40};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    o.max_seq_len = 500;
+    pagoda_memplan p;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    uint64_t per_layer = 2 * 2 * 16 * 2;  /* K and V, 2 heads of 16, F16 */
+    ck_assert_uint_eq(p.kv_bytes_per_token, 13 * per_layer);
+    ck_assert_int_eq(p.n_swa_layers, 11);
+    ck_assert_int_eq(p.swa_window, 40);
+    ck_assert_uint_eq(p.kv_swa_bytes_per_token, 11 * per_layer);
+    /* 500 tokens = 32 blocks of 16 (512 slots); a window of 40 = 3 blocks + 1 */
+    ck_assert_uint_eq(p.kv_bytes_per_seq_full, 13 * per_layer * 512);
+    ck_assert_uint_eq(p.kv_bytes_per_seq_windowed, 2 * per_layer * 512 + 11 * per_layer * 64);
+    char *js = pagoda_memplan_json(&p);
+    json_t *root = json_loads(js, 0, NULL);
+    json_t *sw = json_object_get(json_object_get(root, "kv"), "sliding_window");
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "layers")), 11);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "window")), 40);
+    json_decref(root);
+    free(js);
+    char *text = NULL;
+    size_t tn = 0;
+    FILE *mf = open_memstream(&text, &tn);
+    pagoda_memplan_print(&p, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(text, "sliding window: 11 of 13 layers read only their last 40 tokens"), "%s", text);
+    free(text);
+    pagoda_gguf_close(f);
+
+    /* a malformed window is the model's error, also in the plan */
+    g.sliding_window = 4096;
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "gemma3.attention.sliding_window = 4096 is outside 1..512"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("memplan");
@@ -264,6 +321,7 @@ static Suite *suite(void)
     tcase_add_test(tc, options_and_limits);
     tcase_add_test(tc, generated_gqa_and_json);
     tcase_add_test(tc, k_quant_weights);
+    tcase_add_test(tc, gemma3_sliding_window);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -371,6 +371,58 @@ START_TEST(nan_and_inf_logits)
 }
 END_TEST
 
+/* pagoda_logprob_of: the greedy sampler's logprob and top list, for any
+ * token, and a 262144-token vocabulary of nearly equal logits summed
+ * without loss. */
+START_TEST(logprob_of_scores_any_token)
+{
+    enum { V = 1000 };
+    tu_rng r;
+    tu_rng_seed(&r, 12);
+    static float l[V], copy[V], lp[V];
+    static int32_t ids[V];
+    tu_fill_normal(&r, l, V, 3.0f);
+    memcpy(copy, l, sizeof l);
+    pagoda_sampler_params p = params(0.0f, 0, 1.0f, 0.0f, 1);
+    pagoda_sampler *s = pagoda_sampler_new(&p, V);
+    float chosen = 0.0f;
+    int32_t tok = pagoda_sampler_sample(s, copy, &chosen, V, ids, lp);
+    pagoda_sampler_free(s);
+    int32_t tids[5];
+    float tlp[5];
+    ck_assert(pagoda_logprob_of(l, V, tok, 5, tids, tlp) == chosen);
+    double z = 0.0;
+    for (int i = 0; i < V; i++) z += exp((double)l[i]);
+    for (int i = 0; i < V; i += 37) {
+        float x = pagoda_logprob_of(l, V, i, 0, NULL, NULL);
+        ck_assert_double_eq_tol(x, (double)l[i] - log(z), 1e-5);
+    }
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(tids[i], ids[i]);
+        ck_assert(tlp[i] == lp[i]);
+    }
+
+    /* NaN is -inf, a -inf token has -inf, all -inf is uniform */
+    float odd[4] = {NAN, 1.0f, -INFINITY, 1.0f};
+    ck_assert_double_eq_tol(pagoda_logprob_of(odd, 4, 1, 0, NULL, NULL), log(0.5), 1e-6);
+    ck_assert(pagoda_logprob_of(odd, 4, 0, 0, NULL, NULL) == -INFINITY);
+    ck_assert(pagoda_logprob_of(odd, 4, 2, 0, NULL, NULL) == -INFINITY);
+    float none[3] = {-INFINITY, NAN, -INFINITY};
+    ck_assert_double_eq_tol(pagoda_logprob_of(none, 3, 1, 0, NULL, NULL), -log(3.0), 1e-6);
+
+    /* 262144 logits a hair apart: the float sum would drift, the double
+     * one gives log(1/V) to float precision */
+    enum { BIG = 262144 };
+    float *big = malloc(sizeof(float) * BIG);
+    for (int i = 0; i < BIG; i++) big[i] = 5.0f + (float)(i % 3) * 1e-7f;
+    double zb = 0.0;
+    for (int i = 0; i < BIG; i++) zb += exp((double)big[i] - 5.0);
+    ck_assert_double_eq_tol(pagoda_logprob_of(big, BIG, 7, 0, NULL, NULL),
+                            (double)big[7] - 5.0 - log(zb), 1e-6);
+    free(big);
+}
+END_TEST
+
 START_TEST(params_validation)
 {
     char err[200];
@@ -453,6 +505,7 @@ static Suite *suite(void)
     tcase_add_test(tc, presence_frequency_formula);
     tcase_add_test(tc, logprobs_sum_to_one);
     tcase_add_test(tc, nan_and_inf_logits);
+    tcase_add_test(tc, logprob_of_scores_any_token);
     tcase_add_test(tc, params_validation);
     tcase_add_test(tc, large_vocab);
     suite_add_tcase(s, tc);

@@ -2,7 +2,7 @@
  * generate.c: the generation routes, POST /v1/completions and
  * /v1/chat/completions: the parsed body becomes one engine submission per
  * prompt x n (seeds offset per sample, chat templates rendered by the
- * host), refused with the right status when the engine will not take it;
+ * host, the prompt's text put first with echo), refused with the right status when the engine will not take it;
  * then the response is either a stream or a wait for every FINAL.
  * Not for: field checks (parse.c) or writing the events out (output.c).
  */
@@ -35,6 +35,31 @@ static enum MHD_Result submit_error(struct MHD_Connection *conn, int st, const c
         return send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
                           "submit failed: %s%s%s", pagoda_status_str(st), err[0] ? ": " : "", err);
     }
+}
+
+/* echo: the choice's text starts with the prompt's (the string as sent,
+ * or the ids' text), and its generated entries' offsets after it. */
+static int echo_prompt(const pagoda_host *h, choice *c, const prompt_in *pr)
+{
+    const char *src = pr->text;
+    size_t len = pr->len;
+    char *t = NULL;
+    if (pr->tokens) {
+        if (!(t = h->detokenize(h, pr->tokens, pr->n_tokens))) return -1;
+        src = t;
+        len = strlen(t);
+    }
+    c->echo = malloc(len + 1);
+    if (c->echo) {
+        memcpy(c->echo, src, len);
+        c->echo[len] = 0;
+    }
+    if (t) h->free(h, t);
+    if (!c->echo) return -1;
+    c->echo_len = len;
+    sb_put(&c->text, c->echo, c->echo_len);
+    c->text_offset = c->echo_len;
+    return 0;
 }
 
 enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_state *cs,
@@ -119,13 +144,18 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
                 rq.stop_token_ids = n_stop_ids ? stop_ids : NULL;
                 rq.n_stop_token_ids = n_stop_ids;
             } else if (prompts[pi].tokens) {
+                /* ids are the model's input as given, BOS included or not
+                 * (OpenAI's and vLLM's reading): a scoring client such as
+                 * lm-evaluation-harness counts on one entry per id it sent */
                 rq.prompt = NULL;
                 rq.prompt_tokens = prompts[pi].tokens;
                 rq.n_prompt_tokens = prompts[pi].n_tokens;
+                rq.add_special = false;
             } else {
                 rq.prompt = prompts[pi].text;
                 rq.prompt_len = prompts[pi].len;
             }
+
             /* n samples with one seed would all be equal: offset it per sample */
             if (rq.has_seed) rq.seed += (uint64_t)j;
 
@@ -165,6 +195,14 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
             c->id = id;
             c->id_known = 1;
             pthread_mutex_unlock(&hr->mu);
+            /* after the engine took the ids (it names a bad one); only this
+             * thread touches the choice's text */
+            if (p.echo && echo_prompt(h, c, &prompts[pi]) < 0) {
+                hreq_cancel(hr);
+                ret = send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
+                                 "out of memory echoing the prompt");
+                goto out;
+            }
             pthread_mutex_lock(&fe->mu);
             stopping = fe->stop_req;
             pthread_mutex_unlock(&fe->mu);

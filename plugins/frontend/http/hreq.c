@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ static void hreq_free(hreq *hr)
     for (int i = 0; i < hr->n_choices; i++) {
         free(hr->choices[i].text.p);
         free(hr->choices[i].error);
+        free(hr->choices[i].echo);
+        free(hr->choices[i].pieces.p);
         json_decref(hr->choices[i].lp);
     }
     free(hr->choices);
@@ -130,6 +133,9 @@ void on_event(void *user, const pagoda_event *ev)
         e->finish_reason = ev->finish_reason;
         if (ev->error) e->error = strdup(ev->error);
         e->usage = ev->usage;
+        /* position came with ABI minor 1; the host is never older than the plugin */
+        e->position = ev->struct_size >= offsetof(pagoda_event, position) + sizeof ev->position
+                      ? ev->position : -1;
     }
     pthread_mutex_lock(&hr->mu);
     if (e) {

@@ -53,6 +53,7 @@ typedef struct ev_item {
     int finish_reason;
     char *error;
     pagoda_usage usage;
+    int32_t position;        /* PROMPT events: the prompt index */
 } ev_item;
 
 typedef struct choice {
@@ -69,6 +70,13 @@ typedef struct choice {
     pagoda_usage usage;
     json_t *lp;              /* logprobs accumulated (non-streaming) */
     size_t text_offset;
+    /* echo: the prompt's text leads the choice's text; with logprobs its
+     * tokens lead the entries, at offsets into the tokens' own text (pieces)
+     * until answer_full maps them onto the echoed text */
+    char *echo;
+    size_t echo_len;
+    sbuf pieces;
+    int n_prompt_lp;
 } choice;
 
 /* One HTTP request: its choices, the events queued for its thread. */

@@ -1,6 +1,7 @@
 /*
  * output.c: a request's engine events into its response, in the OpenAI
- * shapes: accumulating text, logprobs and usage per choice; for a stream,
+ * shapes: accumulating text, logprobs and usage per choice (with echo, the
+ * prompt's text and its tokens' logprobs first); for a stream,
  * the SSE chunks MHD pulls from sse_reader; otherwise, waiting for every
  * FINAL and answering one JSON body.
  * Not for: errors before anything was submitted (reply.c), or the engine
@@ -8,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <jansson.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -49,6 +51,10 @@ static json_t *usage_json(hreq *hr)
     return u;
 }
 
+/* A logprob as JSON: -inf (a token the model rules out) is not a JSON
+ * number, so it is written as -9999, as vLLM does. */
+static json_t *lp_real(float v) { return json_real(isfinite(v) ? (double)v : -9999.0); }
+
 static json_t *token_str(const pagoda_host *h, int32_t tok, json_t **bytes)
 {
     char *t = h->token_text(h, tok);
@@ -76,14 +82,14 @@ static void add_logprobs(hreq *hr, json_t **lp, const ev_item *e, size_t text_of
         json_t *bytes;
         json_t *ent = json_object();
         json_object_set_new(ent, "token", token_str(h, e->token, &bytes));
-        json_object_set_new(ent, "logprob", json_real(e->logprob));
+        json_object_set_new(ent, "logprob", lp_real(e->logprob));
         json_object_set_new(ent, "bytes", bytes);
         json_t *tops = json_array();
         for (int k = 0; k < e->n_top && k < hr->logprobs; k++) {
             json_t *t = json_object();
             json_t *tb;
             json_object_set_new(t, "token", token_str(h, e->top[k].token, &tb));
-            json_object_set_new(t, "logprob", json_real(e->top[k].logprob));
+            json_object_set_new(t, "logprob", lp_real(e->top[k].logprob));
             json_object_set_new(t, "bytes", tb);
             json_array_append_new(tops, t);
         }
@@ -98,15 +104,69 @@ static void add_logprobs(hreq *hr, json_t **lp, const ev_item *e, size_t text_of
             json_object_set_new(*lp, "text_offset", json_array());
         }
         json_array_append_new(json_object_get(*lp, "tokens"), token_str(h, e->token, NULL));
-        json_array_append_new(json_object_get(*lp, "token_logprobs"), json_real(e->logprob));
+        json_array_append_new(json_object_get(*lp, "token_logprobs"), lp_real(e->logprob));
         json_t *tops = json_object();
         for (int k = 0; k < e->n_top && k < hr->logprobs; k++) {
             json_t *key = token_str(h, e->top[k].token, NULL);
-            json_object_set_new(tops, json_string_value(key), json_real(e->top[k].logprob));
+            json_object_set_new(tops, json_string_value(key), lp_real(e->top[k].logprob));
             json_decref(key);
         }
         json_array_append_new(json_object_get(*lp, "top_logprobs"), tops);
         json_array_append_new(json_object_get(*lp, "text_offset"), json_integer((json_int_t)text_offset));
+    }
+}
+
+/* A prompt token's entry (echo with logprobs; completions only): the
+ * first token has nothing before it, so its logprob and its top list are
+ * null, as in OpenAI's legacy API. Its text offset is counted in the
+ * tokens' own text for now (answer_full maps it onto the echoed text). */
+static void add_prompt_logprob(hreq *hr, choice *c, const ev_item *e)
+{
+    const pagoda_host *h = hr->fe->host;
+    if (!c->lp) {
+        c->lp = json_object();
+        json_object_set_new(c->lp, "tokens", json_array());
+        json_object_set_new(c->lp, "token_logprobs", json_array());
+        json_object_set_new(c->lp, "top_logprobs", json_array());
+        json_object_set_new(c->lp, "text_offset", json_array());
+    }
+    char *t = h->token_text(h, e->token);
+    const char *piece = t ? t : "";
+    json_array_append_new(json_object_get(c->lp, "tokens"), jstr(piece, strlen(piece)));
+    json_array_append_new(json_object_get(c->lp, "text_offset"), json_integer((json_int_t)c->pieces.len));
+    sb_str(&c->pieces, piece);
+    if (t) h->free(h, t);
+    bool first = e->position == 0 || e->logprob != e->logprob; /* NaN: nothing before it */
+    json_array_append_new(json_object_get(c->lp, "token_logprobs"),
+                          first ? json_null() : lp_real(e->logprob));
+    json_t *tops = first ? json_null() : json_object();
+    for (int k = 0; !first && k < e->n_top && k < hr->logprobs; k++) {
+        json_t *key = token_str(h, e->top[k].token, NULL);
+        json_object_set_new(tops, json_string_value(key), lp_real(e->top[k].logprob));
+        json_decref(key);
+    }
+    json_array_append_new(json_object_get(c->lp, "top_logprobs"), tops);
+    c->n_prompt_lp++;
+}
+
+/* The prompt entries' offsets, from the tokens' text onto the echoed text:
+ * the same where they agree (byte-level BPE, token prompts); where the
+ * tokens' text is the prompt with something in front (SentencePiece's
+ * space prefix) they move back by that much; offsets stay within the
+ * echoed text. */
+static void map_prompt_offsets(choice *c)
+{
+    json_t *off = c->lp ? json_object_get(c->lp, "text_offset") : NULL;
+    if (!off || !c->n_prompt_lp) return;
+    size_t shift = 0;
+    if (c->pieces.len > c->echo_len && c->echo &&
+        !memcmp(c->pieces.p + c->pieces.len - c->echo_len, c->echo, c->echo_len))
+        shift = c->pieces.len - c->echo_len;
+    for (int k = 0; k < c->n_prompt_lp && k < (int)json_array_size(off); k++) {
+        size_t o = (size_t)json_integer_value(json_array_get(off, (size_t)k));
+        o = o > shift ? o - shift : 0;
+        if (o > c->echo_len) o = c->echo_len;
+        json_array_set_new(off, (size_t)k, json_integer((json_int_t)o));
     }
 }
 
@@ -125,7 +185,10 @@ static json_t *base_obj(hreq *hr, const char *object)
 static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
 {
     choice *c = &hr->choices[e->choice];
-    if (e->type == PAGODA_EVENT_TOKEN) {
+    if (e->type == PAGODA_EVENT_PROMPT) {
+        /* only for echo, which is never streamed */
+        if (hr->logprobs >= 0 && hr->kind == KIND_COMPLETION) add_prompt_logprob(hr, c, e);
+    } else if (e->type == PAGODA_EVENT_TOKEN) {
         if (hr->logprobs >= 0) add_logprobs(hr, chunk_lp ? chunk_lp : &c->lp, e, c->text_offset);
         if (!hr->stream && e->text_len) sb_put(&c->text, e->text, e->text_len);
         c->text_offset += e->text_len;
@@ -141,6 +204,7 @@ static void sse_event(hreq *hr, ev_item *e)
 {
     json_t *lp = NULL;
     apply_event(hr, e, &lp);
+    if (e->type == PAGODA_EVENT_PROMPT) return; /* echo is never streamed */
     if (e->type == PAGODA_EVENT_TOKEN && !e->text_len && !lp) return; /* held-back text */
     choice *c = &hr->choices[e->choice];
     json_t *o;
@@ -349,6 +413,7 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
         } else {
             json_object_set_new(ch, "text", t);
         }
+        map_prompt_offsets(c);
         if (hr->logprobs >= 0 && !c->lp) {
             /* requested but no token came: an empty structure, not null */
             c->lp = json_object();

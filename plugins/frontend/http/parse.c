@@ -28,10 +28,18 @@ int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
         return rf_fail(pe, "model", "'model' must be a string");
-    if (rf_parse_sampling(o, &p->req, p->stop, pe) < 0) return -1;
+    /* max_tokens 0 is taken here and means "score the prompt alone" with
+     * echo (completions), refused below otherwise */
+    int zero = 0;
+    const char *zero_field = "max_tokens";
+    if (rf_parse_sampling(o, &p->req, p->stop, &zero, pe) < 0) return -1;
     /* max_completion_tokens is the newer name and wins when both are given. */
-    if ((r = rf_get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, pe)) < 0) return -1;
-    if (r) p->req.max_tokens = (int32_t)i;
+    if ((r = rf_get_int(o, "max_completion_tokens", 0, INT32_MAX, &i, pe)) < 0) return -1;
+    if (r) {
+        zero = i == 0;
+        zero_field = "max_completion_tokens";
+        if (i > 0) p->req.max_tokens = (int32_t)i;
+    }
     if ((r = rf_get_int(o, "n", 1, 16, &i, pe)) < 0) return -1;
     if (r) p->n = (int)i;
 
@@ -47,6 +55,8 @@ int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
     if (kind == KIND_COMPLETION) {
         if ((r = rf_get_int(o, "logprobs", 0, PAGODA_MAX_TOP_LOGPROBS, &i, pe)) < 0) return -1;
         if (r) p->logprobs = (int)i;
+        if ((r = rf_get_bool(o, "echo", &b, pe)) < 0) return -1;
+        p->echo = r && b;
     } else {
         int want = 0;
         if ((r = rf_get_bool(o, "logprobs", &want, pe)) < 0) return -1;
@@ -56,6 +66,17 @@ int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
         if (want) p->logprobs = (int)top;
     }
     p->req.logprobs = p->logprobs;
+    if (zero && !p->echo)
+        return rf_fail(pe, zero_field, "'%s' must be at least 1 (0 scores the prompt alone, with "
+                       "'echo': true on /v1/completions)", zero_field);
+    if (p->echo) {
+        /* each choice would repeat the same prompt scores; a stream would
+         * have to send them before the first token: neither is done */
+        if (p->n > 1) return rf_fail(pe, "echo", "'echo' cannot be combined with 'n' > 1");
+        if (p->stream) return rf_fail(pe, "echo", "'echo' cannot be combined with 'stream': true");
+        p->req.score_only = zero;
+        p->req.prompt_logprobs = p->logprobs;
+    }
     return 0;
 }
 
