@@ -1,7 +1,9 @@
 /*
  * memplan.c: the memory plan from a GGUF header (see memplan.h). All sizes
  * come from header fields and tensor infos; no weight byte is read, so
- * `pagoda plan` answers in milliseconds for any model size. Arithmetic on
+ * `pagoda plan` answers in a fraction of a second for any model size
+ * (0.17 s for SmolLM2, most of it building the tokenizer and the backend
+ * the server would build). Arithmetic on
  * header values is overflow-checked: a hostile header gets an error, not
  * a wrapped plan.
  * `pagoda plan` (the CLI at the end) builds a config from its options and

@@ -218,7 +218,7 @@ int http_frame_check(const char *buf, size_t n, size_t max_head, int64_t max_bod
         if (name_is(h, k, "Content-Length")) {
             int64_t x;
             if (parse_length(v, vl, &x) < 0)
-                FAIL(400, "Content-Length must be a number of bytes (0 to 18 digits), got '%.*s'",
+                FAIL(400, "Content-Length must be a number of bytes (1 to 18 digits), got '%.*s'",
                      (int)(vl < 40 ? vl : 40), v);
             if (n_cl++ && x != cl) FAIL(400, "two different Content-Length headers (%lld and %lld)", (long long)cl, (long long)x);
             cl = x;
