@@ -134,6 +134,7 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
     free(e->top_ids); free(e->top_lp);
     free(e->score_rows); free(e->score_index); free(e->score_seq);
+    free(e->cmask); free(e->eog_ids);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->idle_cv);

@@ -175,7 +175,8 @@ static inline int st_pick(tu_rng *r, int n) { return (int)(tu_rng_u64(r) % (uint
  * output it allows (so a test can size max_tokens to always finish). */
 static json_t *st_random_schema(tu_rng *r, int depth, long *max_bytes)
 {
-    int kind = st_pick(r, depth > 0 ? 13 : 10);
+    /* depth > 0: a container half the time, so nesting is common */
+    int kind = depth > 0 && st_pick(r, 2) ? 10 + st_pick(r, 3) : st_pick(r, depth > 0 ? 13 : 10);
     json_t *s = json_object();
     switch (kind) {
     case 0: /* bounded string */
