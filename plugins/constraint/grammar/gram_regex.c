@@ -37,6 +37,7 @@ typedef struct rx {
 
 static int rx_fail(rx *r, const char *what)
 {
+    if (!*r->where) return g_fail(r->g, "%s at offset %zu", what, r->i);
     return g_fail(r->g, "%s: %s at offset %zu of the regex", r->where, what, r->i);
 }
 
@@ -384,8 +385,18 @@ static int parse_atom(rx *r, g_seq *a)
         return 0;
     }
     case '^':
+        /* the whole output matches anyway: an anchor at the start of a
+         * top-level alternative says nothing more */
+        if (r->mode == G_RE_WHOLE && r->depth == 0 && (r->i == 0 || r->s[r->i - 1] == '|')) {
+            r->i++;
+            return parse_atom(r, a);
+        }
         return rx_fail(r, "'^' is only supported at the start of the pattern");
     case '$':
+        if (r->mode == G_RE_WHOLE && r->depth == 0 && (r->i + 1 == r->n || r->s[r->i + 1] == '|')) {
+            r->i++;
+            return 1;
+        }
         return rx_fail(r, "'$' is only supported at the end of the pattern");
     case '*':
     case '+':

@@ -239,7 +239,7 @@ static g_grammar *build(gctx *c, const pagoda_constraint_spec *sp)
     case PAGODA_CONSTRAINT_JSON_OBJECT: g->root = g_json_object_rule(g); break;
     case PAGODA_CONSTRAINT_JSON_SCHEMA: schema_root(g, text, sp->len, sp->strict); break;
     case PAGODA_CONSTRAINT_GRAMMAR: g_parse_gbnf(g, text, sp->len, sp->strict); break;
-    case PAGODA_CONSTRAINT_REGEX: g->root = g_regex_rule(g, text, sp->len, G_RE_WHOLE, "regex"); break;
+    case PAGODA_CONSTRAINT_REGEX: g->root = g_regex_rule(g, text, sp->len, G_RE_WHOLE, ""); break;
     case PAGODA_CONSTRAINT_CHOICE: choice_root(g, text, sp->len); break;
     default: g_fail(g, "unknown constraint type %d", sp->type); break;
     }
