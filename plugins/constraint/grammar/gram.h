@@ -49,6 +49,11 @@ typedef struct g_rule {
     int32_t n_alts, cap_alts;
     bool defined;         /* a GBNF rule referenced before (or without) its definition */
     bool used;
+    /* made by g_rule_repeat (for g_dfa_truncate's horizon): 1, an optional
+     * chain rule O_k = item O_{k-1} | "" (rep_a: O_1's id, rep_b: k); 2, the
+     * rule item{min} tail (rep_a: min) */
+    int8_t rep_kind;
+    int32_t rep_a, rep_b;
 } g_rule;
 
 typedef struct g_limits {
@@ -71,6 +76,7 @@ typedef struct g_grammar {
     struct g_cpmemo *cpmemo;
     int32_t n_cpmemo, cap_cpmemo;
     int32_t anon;         /* counter for generated rule names */
+    int32_t *pos_rule;    /* [n_elems] the rule an element belongs to (g_finish), -1 if none */
     int32_t *name_hash;   /* named (GBNF) rules by name, open addressing over rule ids */
     int32_t cap_name_hash, n_named;
     bool failed;          /* sticky: the first error is in err */
@@ -184,13 +190,23 @@ int32_t g_json_number_range(g_json *j, const g_bounds *b, const char *path);
 /* ------------------------------------------------------------ automaton */
 
 typedef struct g_mask g_mask;
+typedef struct g_tmask g_tmask;
+
+/* A stack whose bottom was cut (g_dfa_truncate) rests on G_WILD: popping
+ * into it means "some continuation the cut frames decide". */
+#define G_WILD (-2)
 
 typedef struct g_state {
     int32_t first, n;      /* the stack tops: state_nodes[first .. first + n) */
     uint32_t hash;
     bool accept;           /* the root has finished: the output may end */
+    bool esc;              /* a truncated state's parse popped into G_WILD */
+    int32_t trunc;         /* the truncated state of this one, -1 until made */
     int32_t *next;         /* [256] -2 unknown, -1 dead, else a state; NULL until used */
     g_mask *mask;          /* cached token mask, NULL until computed */
+    g_tmask *tmask;        /* a truncated state's tokens: certain ones and the
+                              subtrees the full state must decide */
+    uint32_t used;         /* the mask's last use (d->clock), for eviction */
 } g_state;
 
 typedef struct g_node {
@@ -202,6 +218,8 @@ typedef struct g_dfa_limits {
     int32_t max_states;    /* states alive in one automaton */
     int32_t max_stacks;    /* stack tops in one state */
     int64_t max_bytes;     /* transitions, nodes and masks together */
+    int32_t trunc_depth;   /* frames kept by g_dfa_truncate; 0: no truncated masks */
+    int32_t horizon;       /* the longest token in bytes: how far a mask looks ahead */
 } g_dfa_limits;
 
 typedef struct g_dfa {
@@ -220,6 +238,8 @@ typedef struct g_dfa {
     int32_t start;
     int64_t bytes;         /* held now (transitions + masks + tables) */
     int64_t mask_bytes;
+    uint32_t clock;        /* mask uses, for eviction */
+    int64_t trunc_hits;    /* masks made from a cached truncated state */
     /* closure scratch */
     int64_t *visit;        /* (pos, parent) keys seen in this closure, with a stamp */
     uint32_t *visit_stamp;
@@ -245,8 +265,17 @@ static inline int32_t g_dfa_step(g_dfa *d, int32_t s, uint8_t b)
     if (nx && nx[b] != -2) return nx[b];
     return g_dfa_step_slow(d, s, b);
 }
-/* Drops every cached mask (memory over the limit). */
-void g_dfa_drop_masks(g_dfa *d);
+/* Drops cached masks to make room: the least recently used three quarters
+ * (all when `all`). */
+void g_dfa_drop_masks(g_dfa *d, bool all);
+/* The state of s's stacks cut to lim.trunc_depth frames over G_WILD (s
+ * itself when none is that deep), or -3. Counted repetition is cut at the
+ * horizon too: "k more items may come" for k beyond the longest token is
+ * written as "horizon + 1 more", since no token can tell them apart. A token the truncated state
+ * reads without popping into G_WILD is valid in s whatever the cut frames
+ * hold, so its masks are shared by every state that looks the same near
+ * the top: the items of an array, the values of one schema in many places. */
+int32_t g_dfa_truncate(g_dfa *d, int32_t s);
 
 /* ------------------------------------------------------------ token masks */
 
@@ -256,6 +285,7 @@ typedef struct g_trie {
     uint8_t *byte;         /* [n_nodes] the byte into node i (preorder) */
     uint16_t *depth;       /* [n_nodes] >= 1 */
     int32_t *skip;         /* [n_nodes] the node after i's subtree */
+    int32_t *parent;       /* [n_nodes] the node above i, -1 under the root */
     int32_t *tok_first;    /* [n_nodes + 1] tokens ending at i: tok_ids[tok_first[i] ..) */
     int32_t *tok_ids;
     int32_t max_depth;
@@ -276,5 +306,7 @@ int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit);
 int g_mask_fill_uncached(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out);
 void g_mask_free(g_mask *m);
 size_t g_mask_bytes(const g_mask *m);
+void g_tmask_free(g_tmask *m);
+size_t g_tmask_bytes(const g_tmask *m);
 
 #endif /* PAGODA_GRAM_H */

@@ -46,7 +46,7 @@ static int dfa_fail(g_dfa *d, const char *what)
 static bool over(g_dfa *d)
 {
     if (d->bytes <= d->lim.max_bytes) return false;
-    g_dfa_drop_masks(d); /* the cached masks are the part that can be rebuilt */
+    g_dfa_drop_masks(d, true); /* the cached masks are the part that can be rebuilt */
     return d->bytes > d->lim.max_bytes;
 }
 
@@ -66,6 +66,7 @@ void g_dfa_free(g_dfa *d)
     for (int32_t i = 0; i < d->n_states; i++) {
         free(d->states[i].next);
         g_mask_free(d->states[i].mask);
+        g_tmask_free(d->states[i].tmask);
     }
     free(d->states);
     free(d->state_hash);
@@ -79,13 +80,39 @@ void g_dfa_free(g_dfa *d)
     free(d);
 }
 
-void g_dfa_drop_masks(g_dfa *d)
+static int u32_cmp(const void *a, const void *b)
 {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void g_dfa_drop_masks(g_dfa *d, bool all)
+{
+    /* keep the most recently used quarter: dropping everything at once would
+     * make the next steps rebuild what they were using */
+    uint32_t keep_from = 0;
+    if (!all) {
+        int32_t n = 0;
+        uint32_t *st = malloc(sizeof *st * (size_t)(d->n_states + 1));
+        if (st) {
+            for (int32_t i = 0; i < d->n_states; i++)
+                if (d->states[i].mask || d->states[i].tmask) st[n++] = d->states[i].used;
+            if (n) {
+                qsort(st, (size_t)n, sizeof *st, u32_cmp);
+                keep_from = st[n - 1 - n / 4];
+            }
+            free(st);
+        }
+        if (!keep_from) all = true;
+    }
     for (int32_t i = 0; i < d->n_states; i++) {
-        if (!d->states[i].mask) continue;
-        size_t b = g_mask_bytes(d->states[i].mask);
-        g_mask_free(d->states[i].mask);
-        d->states[i].mask = NULL;
+        g_state *s = &d->states[i];
+        if (!all && s->used >= keep_from) continue;
+        size_t b = g_mask_bytes(s->mask) + g_tmask_bytes(s->tmask);
+        g_mask_free(s->mask);
+        g_tmask_free(s->tmask);
+        s->mask = NULL;
+        s->tmask = NULL;
         d->bytes -= (int64_t)b;
         d->mask_bytes -= (int64_t)b;
     }
@@ -190,8 +217,9 @@ static int int_cmp(const void *a, const void *b)
 
 /* Runs the closure of the n_work items in d->work: the stack tops (nodes
  * whose element is a byte set) go to d->out, sorted and unique; *n_out
- * their count; *accept when the root finished. 0 or -3. */
-static int closure(g_dfa *d, int32_t n_work, int32_t *n_out, bool *accept)
+ * their count; *accept when the root finished, *esc when a parse popped
+ * into G_WILD. 0 or -3. */
+static int closure(g_dfa *d, int32_t n_work, int32_t *n_out, bool *accept, bool *esc)
 {
     const g_grammar *g = d->g;
     if (++d->stamp == 0) { /* wrapped: clear the stamps once */
@@ -200,6 +228,7 @@ static int closure(g_dfa *d, int32_t n_work, int32_t *n_out, bool *accept)
     }
     int32_t n_seen = 0, no = 0;
     *accept = false;
+    *esc = false;
     while (n_work > 0) {
         int64_t key = d->work[--n_work];
         int r = visit_first(d, key, &n_seen);
@@ -224,8 +253,10 @@ static int closure(g_dfa *d, int32_t n_work, int32_t *n_out, bool *accept)
                 return -3;
             }
         } else if (e.kind == G_END) {
-            if (parent < 0) {
+            if (parent == -1) {
                 *accept = true;
+            } else if (parent == G_WILD) {
+                *esc = true;
             } else if (work_push(d, &n_work, KEY(d->nodes[parent].pos, d->nodes[parent].parent)) < 0) {
                 return -3;
             }
@@ -253,9 +284,9 @@ static int closure(g_dfa *d, int32_t n_work, int32_t *n_out, bool *accept)
 
 /* ------------------------------------------------------------ states */
 
-static uint32_t state_hash_of(const int32_t *ids, int32_t n, bool accept)
+static uint32_t state_hash_of(const int32_t *ids, int32_t n, bool accept, bool esc)
 {
-    uint64_t h = accept ? 0x9E3779B97F4A7C15ull : 0x2545F4914F6CDD1Dull;
+    uint64_t h = (accept ? 0x9E3779B97F4A7C15ull : 0x2545F4914F6CDD1Dull) ^ (esc ? 0x51ED27ull : 0);
     for (int32_t i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)ids[i]) * 0x100000001B3ull;
     return mix32(h ^ (uint64_t)n);
 }
@@ -278,18 +309,18 @@ static int state_table_grow(g_dfa *d)
     return 0;
 }
 
-/* The state of d->out[0..n) with accept; -1 when it is empty (dead). */
-static int32_t state_intern(g_dfa *d, int32_t n, bool accept)
+/* The state of d->out[0..n) with accept and esc; -1 when it is empty (dead). */
+static int32_t state_intern(g_dfa *d, int32_t n, bool accept, bool esc)
 {
-    if (n == 0 && !accept) return -1;
+    if (n == 0 && !accept && !esc) return -1;
     const int32_t *ids = d->out;
-    uint32_t hv = state_hash_of(ids, n, accept);
+    uint32_t hv = state_hash_of(ids, n, accept, esc);
     if ((int64_t)(d->n_states + 1) * 2 > d->cap_state_hash && state_table_grow(d) < 0) return -3;
     uint32_t mask = (uint32_t)(d->cap_state_hash - 1);
     uint32_t h = hv & mask;
     while (d->state_hash[h] >= 0) {
         const g_state *s = &d->states[d->state_hash[h]];
-        if (s->hash == hv && s->n == n && s->accept == accept &&
+        if (s->hash == hv && s->n == n && s->accept == accept && s->esc == esc &&
             (n == 0 || !memcmp(d->state_nodes + s->first, ids, sizeof *ids * (size_t)n)))
             return d->state_hash[h];
         h = (h + 1) & mask;
@@ -327,6 +358,8 @@ static int32_t state_intern(g_dfa *d, int32_t n, bool accept)
     s->n = n;
     s->hash = hv;
     s->accept = accept;
+    s->esc = esc;
+    s->trunc = -1;
     if (n) memcpy(d->state_nodes + d->n_state_nodes, ids, sizeof *ids * (size_t)n);
     d->n_state_nodes += n;
     d->state_hash[h] = d->n_states;
@@ -341,9 +374,9 @@ int32_t g_dfa_start(g_dfa *d)
     for (int32_t k = root->n_alts - 1; k >= 0; k--)
         if (work_push(d, &n_work, KEY(root->alts[k], -1)) < 0) return -3;
     int32_t n_out;
-    bool accept;
-    if (closure(d, n_work, &n_out, &accept) < 0) return -3;
-    int32_t s = state_intern(d, n_out, accept);
+    bool accept, esc;
+    if (closure(d, n_work, &n_out, &accept, &esc) < 0) return -3;
+    int32_t s = state_intern(d, n_out, accept, false);
     if (s == -1) return dfa_fail(d, "internal: the start state is empty");
     if (s >= 0) d->start = s;
     return s;
@@ -372,14 +405,98 @@ int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b)
         if (set[b >> 3] & (1u << (b & 7)))
             if (work_push(d, &n_work, KEY(nd->pos + 1, nd->parent)) < 0) return -3;
     }
+    /* a parse that escaped the cut frames may read anything after */
+    bool was_esc = d->states[s].esc;
     int32_t next = -1;
-    if (n_work) {
-        int32_t n_out;
-        bool accept;
-        if (closure(d, n_work, &n_out, &accept) < 0) return -3;
-        next = state_intern(d, n_out, accept);
+    if (n_work || was_esc) {
+        int32_t n_out = 0;
+        bool accept = false, esc = false;
+        if (n_work && closure(d, n_work, &n_out, &accept, &esc) < 0) return -3;
+        next = state_intern(d, n_out, accept, esc || was_esc);
         if (next == -3) return -3;
     }
     d->states[s].next[b] = next; /* states may have moved: index again */
     return next;
+}
+
+/* A frame's position with counted repetition cut at the horizon H (see
+ * gram.h): "k more optional items" for k - 1 > H becomes H + 1 more, and
+ * "m more mandatory items" for m > H + 1 becomes H + 1. Within H bytes
+ * (the longest token) the two read the same strings and reach the same
+ * continuation, so their masks are the same. */
+static int32_t canon(const g_grammar *g, int32_t pos, int32_t H)
+{
+    int32_t r = g->pos_rule ? g->pos_rule[pos] : -1;
+    if (r < 0 || H <= 0) return pos;
+    const g_rule *ru = &g->rules[r];
+    if (ru->rep_kind == 1 && ru->n_alts == 2 && pos == ru->alts[0] + 1 && ru->rep_b - 1 > H + 1) {
+        const g_rule *to = &g->rules[ru->rep_a + H + 1]; /* O_{H+2}: H + 1 left after its item */
+        return to->n_alts == 2 ? to->alts[0] + 1 : pos;
+    }
+    if (ru->rep_kind == 2 && ru->n_alts == 1) {
+        int32_t i = pos - ru->alts[0], m = ru->rep_a - i;
+        if (i >= 0 && i < ru->rep_a && m > H + 1) return ru->alts[0] + (ru->rep_a - (H + 1));
+    }
+    return pos;
+}
+
+int32_t g_dfa_truncate(g_dfa *d, int32_t s)
+{
+    if (d->states[s].trunc >= 0) return d->states[s].trunc;
+    int32_t depth = d->lim.trunc_depth;
+    int32_t n = d->states[s].n, first = d->states[s].first;
+    if (depth <= 0) return d->states[s].trunc = s;
+    /* the tops' chains, each cut below `depth` nodes; collected into a
+     * scratch of its own (node_intern may move d->out's users) */
+    int32_t *tops = malloc(sizeof *tops * (size_t)(n + 1));
+    int32_t chain[64];
+    if (!tops) return dfa_fail(d, "out of memory");
+    bool cut = false;
+    if (depth > 64) depth = 64;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = 0, id = d->state_nodes[first + i];
+        while (id >= 0 && k < depth) {
+            chain[k++] = id;
+            id = d->nodes[id].parent;
+        }
+        bool moved = false;
+        for (int32_t j = 0; j < k && !moved; j++)
+            moved = canon(d->g, d->nodes[chain[j]].pos, d->lim.horizon) != d->nodes[chain[j]].pos;
+        if (id < 0 && !moved) { /* the whole stack fits: kept as it is */
+            tops[i] = chain[0];
+            continue;
+        }
+        cut = true;
+        int32_t parent = id < 0 ? -1 : G_WILD;
+        for (int32_t j = k - 1; j >= 0; j--) {
+            parent = node_intern(d, canon(d->g, d->nodes[chain[j]].pos, d->lim.horizon), parent);
+            if (parent < 0) {
+                free(tops);
+                return -3;
+            }
+        }
+        tops[i] = parent;
+    }
+    if (!cut) {
+        free(tops);
+        return d->states[s].trunc = s;
+    }
+    if (n > d->cap_out) {
+        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+        if (!no) {
+            free(tops);
+            return dfa_fail(d, "out of memory");
+        }
+        d->out = no;
+        d->cap_out = n;
+    }
+    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
+    free(tops);
+    int32_t t = state_intern(d, w, d->states[s].accept, false);
+    if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty truncated state") : t;
+    d->states[s].trunc = t;
+    return t;
 }

@@ -48,6 +48,7 @@ void g_free(g_grammar *g)
     free(g->sets);
     free(g->set_hash);
     free(g->name_hash);
+    free(g->pos_rule);
     free(g);
 }
 
@@ -565,16 +566,29 @@ int32_t g_rule_repeat(g_grammar *g, int32_t item, int32_t min, int32_t max)
         g_rule_alt(g, tail, &s);
         g_rule_alt(g, tail, &s);
     } else {
+        int32_t first = -1;
         for (int32_t k = 1; k <= max - min && !g->failed; k++) {
             int32_t o = g_rule_new(g, "%s{0,%d}", g->rules[item].name, k);
             g_seq_ref(g, &s, item);
             if (tail >= 0) g_seq_ref(g, &s, tail);
             g_rule_alt(g, o, &s);
             g_rule_alt(g, o, &s);
+            if (o < 0) break;
+            if (k == 1) first = o;
+            /* O_k = first + k - 1: made one after the other, nothing between */
+            if (o == first + k - 1) {
+                g->rules[o].rep_kind = 1;
+                g->rules[o].rep_a = first;
+                g->rules[o].rep_b = k;
+            }
             tail = o;
         }
     }
     int32_t r = g_rule_new(g, "%s{%d,%d}", g->rules[item].name, min, max);
+    if (r >= 0 && min > 0) {
+        g->rules[r].rep_kind = 2;
+        g->rules[r].rep_a = min;
+    }
     for (int32_t k = 0; k < min && !g->failed; k++) g_seq_ref(g, &s, item);
     if (tail >= 0) g_seq_ref(g, &s, tail);
     g_rule_alt(g, r, &s);
@@ -828,5 +842,15 @@ int g_finish(g_grammar *g)
     }
     int st = left_recursion(g, nul);
     free(nul);
-    return st;
+    if (st) return st;
+    g->pos_rule = malloc(sizeof *g->pos_rule * (size_t)(g->n_elems + 1));
+    if (!g->pos_rule) return g_fail(g, "out of memory");
+    for (int32_t i = 0; i < g->n_elems; i++) g->pos_rule[i] = -1;
+    for (int32_t r = 0; r < g->n_rules; r++)
+        for (int32_t k = 0; k < g->rules[r].n_alts; k++)
+            for (int32_t p = g->rules[r].alts[k];; p++) {
+                g->pos_rule[p] = r;
+                if (g->elems[p].kind == G_END) break;
+            }
+    return 0;
 }

@@ -57,6 +57,7 @@ void g_trie_free(g_trie *t)
     free(t->byte);
     free(t->depth);
     free(t->skip);
+    free(t->parent);
     free(t->tok_first);
     free(t->tok_ids);
     free(t);
@@ -99,10 +100,12 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
     t->byte = malloc((size_t)cap);
     t->depth = malloc(sizeof *t->depth * (size_t)cap);
     t->skip = malloc(sizeof *t->skip * (size_t)cap);
+    t->parent = malloc(sizeof *t->parent * (size_t)cap);
     t->tok_first = malloc(sizeof *t->tok_first * (size_t)(cap + 1));
     t->tok_ids = malloc(sizeof *t->tok_ids * (size_t)(n_text + 1));
     path = malloc(sizeof *path * 65537);
-    if (!t->byte || !t->depth || !t->skip || !t->tok_first || !t->tok_ids || !path) goto fail;
+    if (!t->byte || !t->depth || !t->skip || !t->parent || !t->tok_first || !t->tok_ids || !path)
+        goto fail;
     /* preorder: sorted tokens share their common prefix with the previous
      * one; the nodes past it are popped (their subtree ends here) and the
      * rest of the token is pushed */
@@ -118,6 +121,7 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
         for (uint32_t j = lcp; j < l; j++) {
             t->byte[n] = (uint8_t)b[j];
             t->depth[n] = (uint16_t)(j + 1);
+            t->parent[n] = sp ? path[sp - 1] : -1;
             t->tok_first[n] = n_ids;
             path[sp++] = n;
             n++;
@@ -144,25 +148,55 @@ fail:
 
 /* ------------------------------------------------------------ masks */
 
+/* A truncated state's tokens (see g_dfa_truncate): those it reads without
+ * escaping its cut frames (valid in every full state it stands for), and
+ * the trie nodes where a parse escaped with no other left: their whole
+ * subtrees depend on the cut frames, and each full state decides them. */
+struct g_tmask {
+    g_mask *certain;
+    int32_t n_roots;
+    int32_t roots[];
+};
+
+void g_tmask_free(g_tmask *m)
+{
+    if (!m) return;
+    free(m->certain);
+    free(m);
+}
+
+size_t g_tmask_bytes(const g_tmask *m)
+{
+    return m ? sizeof *m + sizeof(int32_t) * (size_t)m->n_roots + g_mask_bytes(m->certain) : 0;
+}
+
 static inline void bit_set(uint32_t *m, int32_t t) { m[t >> 5] |= 1u << (t & 31); }
 
-/* The walk: out (zeroed here) gets every token whose bytes the automaton
- * reads from s without dying. 0, or -1 with d->err. */
-static int walk(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, int32_t *n_allowed)
+typedef struct roots {
+    int32_t *r;
+    int32_t n, cap;
+    bool oom;
+} roots;
+
+/* The walk over trie nodes [begin, end) whose parent (at depth base) is in
+ * state s0: out gets every token whose bytes the automaton reads without
+ * dying. With esc_roots, a node reached in a state that only escaped is
+ * recorded there and its subtree skipped (truncated states). 0, or -1 with
+ * d->err. */
+static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t end, int32_t base,
+                uint32_t *out, int32_t *n_allowed, roots *esc_roots)
 {
-    int32_t words = (t->n_vocab + 31) / 32;
-    memset(out, 0, sizeof *out * (size_t)words);
     int32_t st_small[256], *st = st_small;
     if (t->max_depth + 1 > 256) {
         st = malloc(sizeof *st * (size_t)(t->max_depth + 1));
         if (!st) return -1;
     }
-    st[0] = s;
+    st[base] = s0;
     int32_t allowed = 0;
     const uint8_t *byte = t->byte;
     const uint16_t *depth = t->depth;
     const int32_t *skip = t->skip, *tf = t->tok_first, *ids = t->tok_ids;
-    for (int32_t i = 0; i < t->n_nodes;) {
+    for (int32_t i = begin; i < end;) {
         int32_t dep = depth[i];
         int32_t ns = g_dfa_step(d, st[dep - 1], byte[i]);
         if (ns < 0) {
@@ -173,20 +207,35 @@ static int walk(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, int32_t *n_
             i = skip[i];
             continue;
         }
+        if (esc_roots) {
+            const g_state *q = &d->states[ns];
+            if (q->n == 0 && !q->accept) { /* escaped and nothing else: undecided here */
+                if (esc_roots->n == esc_roots->cap) {
+                    int32_t nc = esc_roots->cap ? esc_roots->cap * 2 : 64;
+                    int32_t *nr = realloc(esc_roots->r, sizeof *nr * (size_t)nc);
+                    if (!nr) esc_roots->oom = true;
+                    else { esc_roots->r = nr; esc_roots->cap = nc; }
+                }
+                if (esc_roots->n < esc_roots->cap) esc_roots->r[esc_roots->n++] = i;
+                i = skip[i];
+                continue;
+            }
+        }
         st[dep] = ns;
         for (int32_t k = tf[i]; k < tf[i + 1]; k++) bit_set(out, ids[k]);
         allowed += tf[i + 1] - tf[i];
         i++;
     }
     if (st != st_small) free(st);
-    *n_allowed = allowed;
+    *n_allowed += allowed;
     return 0;
 }
 
 int g_mask_fill_uncached(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out)
 {
-    int32_t n;
-    return walk(d, t, s, out, &n);
+    int32_t n = 0;
+    memset(out, 0, sizeof *out * (size_t)((t->n_vocab + 31) / 32));
+    return walk(d, t, s, 0, t->n_nodes, 0, out, &n, NULL);
 }
 
 static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
@@ -202,6 +251,13 @@ static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
         if (n_vocab & 31) out[words - 1] = (1u << (n_vocab & 31)) - 1;
         for (int32_t i = 0; i < m->n; i++) out[m->data[i] >> 5] &= ~(1u << (m->data[i] & 31));
     }
+}
+
+static int32_t popcount_all(const uint32_t *bits, int32_t n_vocab)
+{
+    int32_t n = 0;
+    for (int32_t w = 0; w < (n_vocab + 31) / 32; w++) n += __builtin_popcount(bits[w]);
+    return n;
 }
 
 /* The smallest form of the mask in bits. NULL when out of memory. */
@@ -231,22 +287,98 @@ static g_mask *compress(const uint32_t *bits, int32_t n_vocab, int32_t n_allowed
     return m;
 }
 
+/* Masks are the one part of the automaton that can be dropped and
+ * rebuilt: make room for b more bytes when they take more than half. */
+static void room_for(g_dfa *d, int64_t b)
+{
+    if (d->mask_bytes + b > d->lim.max_bytes / 2) g_dfa_drop_masks(d, false);
+}
+
+/* The truncated state T's certain tokens and escape roots, cached in T. */
+static g_tmask *tmask_of(g_dfa *d, const g_trie *t, int32_t T, uint32_t *scratch)
+{
+    if (d->states[T].tmask) return d->states[T].tmask;
+    memset(scratch, 0, sizeof *scratch * (size_t)((t->n_vocab + 31) / 32));
+    roots rs = {0};
+    int32_t n_allowed = 0;
+    if (walk(d, t, T, 0, t->n_nodes, 0, scratch, &n_allowed, &rs) < 0 || rs.oom) {
+        if (rs.oom) snprintf(d->err, sizeof d->err, "out of memory");
+        free(rs.r);
+        return NULL;
+    }
+    g_tmask *tm = malloc(sizeof *tm + sizeof(int32_t) * (size_t)rs.n);
+    g_mask *cm = compress(scratch, t->n_vocab, n_allowed);
+    if (!tm || !cm) {
+        free(tm);
+        free(cm);
+        free(rs.r);
+        snprintf(d->err, sizeof d->err, "out of memory");
+        return NULL;
+    }
+    tm->certain = cm;
+    tm->n_roots = rs.n;
+    if (rs.n) memcpy(tm->roots, rs.r, sizeof(int32_t) * (size_t)rs.n);
+    free(rs.r);
+    int64_t b = (int64_t)g_tmask_bytes(tm);
+    room_for(d, b);
+    d->states[T].tmask = tm;
+    d->bytes += b;
+    d->mask_bytes += b;
+    return tm;
+}
+
+/* The full state at trie node i's parent: s stepped by the bytes above i;
+ * -1 when s dies on the way, -3 on error. */
+static int32_t state_above(g_dfa *d, const g_trie *t, int32_t s, int32_t i)
+{
+    uint8_t path[256], *p = path;
+    int32_t dep = t->depth[i] - 1;
+    if (dep > 256 && !(p = malloc((size_t)dep))) return -3;
+    for (int32_t k = dep - 1, n = t->parent[i]; k >= 0; k--, n = t->parent[n]) p[k] = t->byte[n];
+    for (int32_t k = 0; k < dep && s >= 0; k++) s = g_dfa_step(d, s, p[k]);
+    if (p != path) free(p);
+    return s;
+}
+
 int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit)
 {
+    d->states[s].used = ++d->clock;
     if (d->states[s].mask) {
         expand(d->states[s].mask, t->n_vocab, out);
         *hit = true;
         return 0;
     }
     *hit = false;
+    int32_t T = g_dfa_truncate(d, s);
+    if (T < 0) return -1;
+    int32_t words = (t->n_vocab + 31) / 32;
     int32_t n_allowed = 0;
-    if (walk(d, t, s, out, &n_allowed) < 0) return -1;
-    /* masks are the one part of the automaton that can be dropped and
-     * rebuilt: make room for this one when they take more than half */
+    if (T == s) {
+        /* nothing was cut: one walk of the whole trie */
+        memset(out, 0, sizeof *out * (size_t)words);
+        if (walk(d, t, s, 0, t->n_nodes, 0, out, &n_allowed, NULL) < 0) return -1;
+    } else {
+        /* the truncated state's certain tokens (shared), then the subtrees
+         * only this state's full stacks decide */
+        bool shared = d->states[T].tmask != NULL;
+        g_tmask *tm = tmask_of(d, t, T, out);
+        if (!tm) return -1;
+        d->states[T].used = d->clock;
+        d->trunc_hits += shared;
+        expand(tm->certain, t->n_vocab, out);
+        for (int32_t k = 0; k < tm->n_roots; k++) {
+            int32_t i = tm->roots[k];
+            int32_t a = state_above(d, t, s, i);
+            if (a == -3) return -1;
+            if (a < 0) continue;
+            if (walk(d, t, a, i, t->skip[i], t->depth[i] - 1, out, &n_allowed, NULL) < 0) return -1;
+        }
+        n_allowed = popcount_all(out, t->n_vocab);
+    }
     g_mask *m = compress(out, t->n_vocab, n_allowed);
     if (!m) return 0; /* served uncached */
     int64_t b = (int64_t)g_mask_bytes(m);
-    if (d->mask_bytes + b > d->lim.max_bytes / 2) g_dfa_drop_masks(d);
+    room_for(d, b);
     d->states[s].mask = m;
     d->bytes += b;
     d->mask_bytes += b;

@@ -3,7 +3,10 @@
  * spec (JSON Schema, json_object, GBNF-style grammar, regex, choice)
  * compiles to one grammar over bytes (gram_ir.c), run as a lazily
  * determinized pushdown automaton (gram_dfa.c) whose states keep their
- * token masks (gram_mask.c).
+ * token masks (gram_mask.c); masks are shared between states that look
+ * alike near the top of their stacks (the items of an array, the same
+ * schema in many places), and only tokens that reach below that are
+ * checked per state.
  *
  * Compiled specs are cached by their text (type, strict, bytes), so a
  * schema sent with every request is compiled once and its automaton, with
@@ -92,6 +95,8 @@ static const pagoda_config_key keys[] = {
     {"max_automaton_bytes", PAGODA_KEY_SIZE, "256M", 1048576, 1e13,
      "memory of one compiled spec's automaton and masks; half of it retires the spec from the cache"},
     {"cache_entries", PAGODA_KEY_INT, "64", 0, 1e6, "compiled specs kept for reuse"},
+    {"trunc_depth", PAGODA_KEY_INT, "3", 0, 64,
+     "stack frames a shared mask looks at (0: a mask per full parse state only)"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 
@@ -110,6 +115,7 @@ static int create(const pagoda_host *h, void **out, char *err, size_t err_len)
     c->dlim.max_stacks = (int32_t)(h ? h->config_int(h, "max_stacks", 4096) : 4096);
     c->dlim.max_bytes = h ? h->config_int(h, "max_automaton_bytes", 256ll << 20) : 256ll << 20;
     c->cache_entries = (int32_t)(h ? h->config_int(h, "cache_entries", 64) : 64);
+    c->dlim.trunc_depth = (int32_t)(h ? h->config_int(h, "trunc_depth", 3) : 3);
     pthread_mutex_init(&c->mu, NULL);
     c->st.struct_size = sizeof c->st;
     *out = c;
@@ -309,7 +315,10 @@ static int compile(void *ctx, const pagoda_constraint_spec *sp, void **out, char
     } else if (k->g->failed) {
         set_err(err, err_len, "%s: %s", tn, k->g->err);
         st = PAGODA_ERR_INVALID;
-    } else if (!(k->d = g_dfa_new(k->g, &c->dlim))) {
+    } else if (!(k->d = g_dfa_new(k->g, &(g_dfa_limits){
+                     .max_states = c->dlim.max_states, .max_stacks = c->dlim.max_stacks,
+                     .max_bytes = c->dlim.max_bytes, .trunc_depth = c->dlim.trunc_depth,
+                     .horizon = c->trie->max_depth}))) {
         set_err(err, err_len, "out of memory");
         st = PAGODA_ERR_NOMEM;
     } else if ((k->start = g_dfa_start(k->d)) < 0) {
