@@ -58,6 +58,13 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
 /* The constraint engine for requests with a spec (before start; NULL, the
  * default: such requests are refused). Not owned. */
 int pagoda_engine_set_constraint(pagoda_engine *e, pagoda_constraint *c);
+/* For the bench and tests: fn gets, on the engine thread, the time each
+ * constrained sample waited for its mask (0 when the prefetch had it
+ * ready; the inline fill when there was none). Before start, or while
+ * the engine is idle. */
+void pagoda_engine_set_mask_observer(pagoda_engine *e,
+                                     void (*fn)(void *user, double seconds, bool prefetched),
+                                     void *user);
 /* [any thread] Compile a spec with c as submit() would (host check_constraint). */
 int pagoda_constraint_check(pagoda_constraint *c, int32_t type, const char *text, size_t len,
                             bool strict, char *err, size_t err_len);

@@ -54,6 +54,14 @@ typedef struct seq {
     char *cache_salt;
     pagoda_constraint *con;      /* the engine that made matcher (NULL: unconstrained) */
     void *matcher;
+    /* the next mask, computed by the prefetch worker while the forward pass
+     * runs (engine_constraint.c); pm_state under e->pm_mu */
+    uint32_t *premask;
+    int pm_state;                /* PM_NONE, PM_QUEUED, PM_RUNNING, PM_DONE */
+    int pm_status;
+    char pm_err[256];
+    struct seq *pm_next;         /* the worker's queue */
+    struct pagoda_engine *pm_engine;
     pagoda_sampler *sampler;
     char *out;                   /* every output byte so far */
     size_t out_len, out_cap, emitted;
@@ -110,6 +118,14 @@ struct pagoda_engine {
     uint32_t *cmask;
     int32_t *eog_ids;
     int32_t n_eog;
+    /* the mask prefetch worker: its queue, lock and thread */
+    pthread_mutex_t pm_mu;
+    pthread_cond_t pm_cv;        /* queue changed, a job finished, or stop */
+    seq *pm_head, *pm_tail;
+    pthread_t pm_thread;
+    bool pm_started, pm_stop;
+    void (*mask_observer)(void *user, double seconds, bool prefetched);
+    void *mask_user;
     uint64_t step_no;
     void (*step_hook)(void *, pagoda_engine *);
     void *step_user;
@@ -147,11 +163,16 @@ int engine_constraint_attach(pagoda_engine *e, seq *q, const pagoda_request *req
  * 0: sample; 1: the output is complete and nothing may follow, end it
  * now; -1: the spec cannot go on (err). engine_constraint.c */
 int engine_constraint_mask(pagoda_engine *e, seq *q, float *lg, char *err, size_t err_len);
-/* [engine thread] q sampled tok (not an end token): move its matcher on.
- * 0 or -1 (err). engine_constraint.c */
+/* [engine thread] q sampled tok (not an end token): move its matcher on
+ * and queue its next mask for the prefetch worker. 0 or -1 (err).
+ * engine_constraint.c */
 int engine_constraint_advance(pagoda_engine *e, seq *q, int32_t tok, char *err, size_t err_len);
-/* Free q's matcher ([any thread]). engine_constraint.c */
+/* [engine thread] q arrived: queue its first mask. engine_constraint.c */
+void engine_constraint_arrived(pagoda_engine *e, seq *q);
+/* Free q's matcher, after any prefetch of it ([any thread]). engine_constraint.c */
 void engine_constraint_release(seq *q);
+/* Stop the prefetch worker (engine free, after every sequence is gone). */
+void engine_constraint_shutdown(pagoda_engine *e);
 
 /* [engine thread] One step: schedule, run, sample. Returns false when
  * there was nothing to do. engine_step.c */

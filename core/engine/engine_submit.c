@@ -307,5 +307,6 @@ void engine_take_inbox(pagoda_engine *e)
         e->prompt_tokens_total += q->s.n_prompt;
         if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_PROMPT_TOKENS, q->s.n_prompt);
         if (e->sched->ops.on_arrival) e->sched->ops.on_arrival(e->sched->ctx, &q->s);
+        engine_constraint_arrived(e, q);
     }
 }

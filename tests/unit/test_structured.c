@@ -155,6 +155,33 @@ START_TEST(test_grammar_regex_choice)
 }
 END_TEST
 
+static int g_observed, g_prefetched;
+
+static void observe(void *user, double seconds, bool prefetched)
+{
+    (void)user;
+    ck_assert(seconds >= 0);
+    g_observed++;
+    g_prefetched += prefetched;
+}
+
+/* Every constrained sample asks for one mask (prefetched by the worker or
+ * filled inline; which one depends on timing, so only the sum is checked). */
+START_TEST(test_mask_per_sample)
+{
+    pagoda_engine_set_mask_observer(g_rt->engine, observe, NULL);
+    et_result r;
+    run_one(&r, PAGODA_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+            "\"minItems\":3,\"maxItems\":3}", 200, 1.0f, 9);
+    ck_assert_int_eq(r.finish_reason, PAGODA_FINISH_STOP);
+    /* one mask per token, and one more when the output ended without an end token */
+    ck_assert_msg(g_observed == r.usage.completion_tokens || g_observed == r.usage.completion_tokens + 1,
+                  "%d masks for %d tokens", g_observed, r.usage.completion_tokens);
+    ck_assert_int_le(g_prefetched, g_observed);
+    pagoda_engine_set_mask_observer(g_rt->engine, NULL, NULL);
+}
+END_TEST
+
 START_TEST(test_length_cut)
 {
     et_result r;
@@ -217,6 +244,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_random_schemas_validate);
     tcase_add_test(tc, test_grammar_regex_choice);
     tcase_add_test(tc, test_length_cut);
+    tcase_add_test(tc, test_mask_per_sample);
     tcase_add_test(tc, test_bad_specs_refused);
     suite_add_tcase(s, tc);
     TCase *off = tcase_create("off");

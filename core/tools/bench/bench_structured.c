@@ -217,19 +217,37 @@ out:
 
 /* ------------------------------------------------------------ throughput */
 
-/* Each fill_mask the engine makes, timed (the engine thread is the only
- * caller, so no lock): the mask's cost while a real model writes. */
+/* Each fill_mask the engine makes (on its prefetch worker, or inline),
+ * timed: the mask's cost while a real model writes; and what the engine
+ * thread waited for each constrained sample (the mask observer): the part
+ * of that cost the step pays. */
 static int (*g_real_fill)(void *, void *, uint32_t *, char *, size_t);
-static double *g_fill_us;
-static size_t g_n_fill, g_cap_fill;
+static pthread_mutex_t g_fill_mu = PTHREAD_MUTEX_INITIALIZER;
+static double *g_fill_us, *g_wait_us;
+static size_t g_n_fill, g_n_wait, g_cap_fill;
+static int64_t g_n_prefetched;
 static bool g_fill_on;
 
 static int timed_fill(void *ctx, void *m, uint32_t *mask, char *err, size_t err_len)
 {
     double a = bench_now_s();
     int st = g_real_fill(ctx, m, mask, err, err_len);
-    if (g_fill_on && g_n_fill < g_cap_fill) g_fill_us[g_n_fill++] = (bench_now_s() - a) * 1e6;
+    double us = (bench_now_s() - a) * 1e6;
+    pthread_mutex_lock(&g_fill_mu);
+    if (g_fill_on && g_n_fill < g_cap_fill) g_fill_us[g_n_fill++] = us;
+    pthread_mutex_unlock(&g_fill_mu);
     return st;
+}
+
+static void on_mask_wait(void *user, double seconds, bool prefetched)
+{
+    (void)user;
+    pthread_mutex_lock(&g_fill_mu);
+    if (g_fill_on && g_n_wait < g_cap_fill) {
+        g_wait_us[g_n_wait++] = seconds * 1e6;
+        g_n_prefetched += prefetched;
+    }
+    pthread_mutex_unlock(&g_fill_mu);
 }
 
 typedef struct tp_req {
@@ -353,7 +371,9 @@ int bench_do_structured(const bench_opts *o)
         con->ops.fill_mask = timed_fill;
         g_cap_fill = 1 << 20;
         g_fill_us = malloc(sizeof *g_fill_us * g_cap_fill);
-        if (!g_fill_us) st = PAGODA_ERR_NOMEM;
+        g_wait_us = malloc(sizeof *g_wait_us * g_cap_fill);
+        if (!g_fill_us || !g_wait_us) st = PAGODA_ERR_NOMEM;
+        else pagoda_engine_set_mask_observer(rt->engine, on_mask_wait, NULL);
     }
     if (!st) st = pagoda_engine_start(rt->engine);
     if (st) {
@@ -374,10 +394,13 @@ int bench_do_structured(const bench_opts *o)
         int64_t tk;
         st = run_streams(rt, n, 400, ORDER_SCHEMA, 7 + (uint64_t)rep * 100, &tps, &tk, err, sizeof err);
     }
+    pthread_mutex_lock(&g_fill_mu);
     g_fill_on = false;
-    pagoda_bench_pcts model_pcts;
-    size_t n_model = g_n_fill;
+    pthread_mutex_unlock(&g_fill_mu);
+    pagoda_bench_pcts model_pcts, wait_pcts;
+    size_t n_model = g_n_fill, n_wait = g_n_wait;
     pagoda_bench_pcts_of(g_fill_us, g_n_fill, &model_pcts);
+    pagoda_bench_pcts_of(g_wait_us, g_n_wait, &wait_pcts);
     pagoda_constraint_stats s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
     double con_mask_s = 0;
     int64_t con_masks = 0;
@@ -402,15 +425,25 @@ int bench_do_structured(const bench_opts *o)
     pagoda_runtime_close(rt);
     pagoda_config_free(cfg);
     free(g_fill_us);
-    g_fill_us = NULL;
+    free(g_wait_us);
+    g_fill_us = g_wait_us = NULL;
     if (st) {
         fprintf(stderr, "pagoda bench: %s\n", err);
         json_decref(js);
         return st;
     }
     printf("\nmask time while the model writes (the order schema, %d outputs of up to 400 tokens, "
-           "temperature 1):\n  %zu masks: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, mean %.1f us\n",
-           2 * n, n_model, model_pcts.p50, model_pcts.p90, model_pcts.p99, model_pcts.max, model_pcts.mean);
+           "temperature 1):\n  fill_mask   %6zu masks: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
+           "mean %.1f us\n", 2 * n, n_model, model_pcts.p50, model_pcts.p90, model_pcts.p99,
+           model_pcts.max, model_pcts.mean);
+    printf("  step waits  %6zu samples: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, mean %.1f us "
+           "(%.1f%% prefetched)\n", n_wait, wait_pcts.p50, wait_pcts.p90, wait_pcts.p99, wait_pcts.max,
+           wait_pcts.mean, n_wait ? 100.0 * (double)g_n_prefetched / (double)n_wait : 0.0);
+    json_object_set_new(js, "step_waits", json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)n_wait,
+                                                      "p50_us", wait_pcts.p50, "p90_us", wait_pcts.p90,
+                                                      "p99_us", wait_pcts.p99, "max_us", wait_pcts.max,
+                                                      "mean_us", wait_pcts.mean, "prefetched_share",
+                                                      n_wait ? (double)g_n_prefetched / (double)n_wait : 0.0));
     json_object_set_new(js, "model_masks", json_pack("{s:I,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)n_model,
                                                        "p50_us", model_pcts.p50, "p90_us", model_pcts.p90,
                                                        "p99_us", model_pcts.p99, "max_us", model_pcts.max,
