@@ -4,13 +4,15 @@
  *   gram_ir.c      the grammar every spec compiles to: rules of
  *                  alternatives of byte-set and rule-reference elements; the
  *                  builder (literals, code point classes as UTF-8 byte
- *                  sequences, bounded and unbounded repetition), limits, and
- *                  the checks after building (undefined rules, a grammar
+ *                  sequences, bounded and unbounded repetition), limits
+ *   gram_check.c   the checks after building (undefined rules, a grammar
  *                  that accepts nothing, left recursion)
  *   gram_gbnf.c    the GBNF-style text syntax (with %json schema rules)
  *   gram_regex.c   regular expressions (whole output, or a JSON string's
  *                  content for a schema's "pattern")
- *   gram_schema.c  JSON Schema (the documented subset) and any-JSON
+ *   gram_json.c    JSON's shared rules (strings, numbers, any value) and
+ *                  integer / number ranges
+ *   gram_schema.c  JSON Schema (the documented subset)
  *   gram_dfa.c     the pushdown automaton, determinized lazily: a state is
  *                  a set of parse stacks, interned, with its byte
  *                  transitions filled on first use
