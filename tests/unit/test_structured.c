@@ -12,6 +12,7 @@
  *   - max_tokens cutting an unfinished output: "length" and the prefix;
  *   - bad specs refused by submit with the reason; constraint = none. */
 #include <jansson.h>
+#include <time.h>
 
 #include "engine_testutil.h"
 #include "schema_testutil.h"
@@ -182,6 +183,40 @@ START_TEST(test_mask_per_sample)
 }
 END_TEST
 
+/* Cancelled while their masks are being prefetched: each gets one FINAL
+ * (cancelled or finished) and nothing is used after it is freed (the
+ * sanitizer build runs this). */
+START_TEST(test_cancel_constrained)
+{
+    static et_result r[8];
+    uint64_t ids[8];
+    char err[512];
+    for (int i = 0; i < 8; i++) {
+        et_result_init(&r[i]);
+        pagoda_request req;
+        pagoda_engine_request_defaults(g_rt->engine, &req);
+        req.prompt = "Once upon a time";
+        req.prompt_len = strlen(req.prompt);
+        req.max_tokens = 300;
+        req.temperature = 1.0f;
+        req.constraint_type = i % 2 ? PAGODA_CONSTRAINT_JSON_OBJECT : PAGODA_CONSTRAINT_REGEX;
+        req.constraint = i % 2 ? NULL : "[a-z ]{200,290}\\.";
+        req.constraint_len = req.constraint ? strlen(req.constraint) : 0;
+        ck_assert_int_eq(pagoda_engine_submit(g_rt->engine, &req, et_cb, &r[i], &ids[i], err, sizeof err), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        struct timespec ts = {0, 200000L * (i + 1)};
+        nanosleep(&ts, NULL);
+        pagoda_engine_cancel(g_rt->engine, ids[i]);
+    }
+    pagoda_engine_wait_idle(g_rt->engine);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(r[i].n_final, 1);
+        ck_assert_int_eq(r[i].n_text_events_after_final, 0);
+    }
+}
+END_TEST
+
 START_TEST(test_length_cut)
 {
     et_result r;
@@ -245,6 +280,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_grammar_regex_choice);
     tcase_add_test(tc, test_length_cut);
     tcase_add_test(tc, test_mask_per_sample);
+    tcase_add_test(tc, test_cancel_constrained);
     tcase_add_test(tc, test_bad_specs_refused);
     suite_add_tcase(s, tc);
     TCase *off = tcase_create("off");
