@@ -10,9 +10,9 @@
  * for an older minor sees a shorter struct_size and must not call them.
  * Which slots are set: log, config_*, engine_config, error and free for
  * every kind; kv_copy_blocks for every kind (meant for KV policies); the
- * engine slots (submit .. shutting_down, check_constraint) for frontends only, NULL for the
- * other kinds. All of them are provided by the core: a plugin never
- * needs a fallback for a slot its kind is given.
+ * engine slots (submit .. shutting_down, and check_constraint) for
+ * frontends only, NULL for the other kinds. All of them are provided by
+ * the core: a plugin never needs a fallback for a slot its kind is given.
  */
 #ifndef PAGODA_HOST_H
 #define PAGODA_HOST_H
