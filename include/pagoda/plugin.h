@@ -21,6 +21,10 @@ extern "C" {
 #endif
 
 #define PAGODA_ABI_MAJOR 1
+/* Minor history: 1.0 the first ABI; 1.1 backend ops geglu, scale and
+ * attention_ext (pagoda_attn_params: sliding windows), for Gemma 3, and the
+ * request's prompt_logprobs / prompt_logprobs_from / score_only with the
+ * PROMPT event (host.h), for prompt scoring and perplexity. */
 #define PAGODA_ABI_MINOR 1
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
