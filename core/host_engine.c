@@ -141,6 +141,13 @@ static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
 
 static void h_free(const pagoda_host *h, void *p) { (void)h; free(p); }
 
+static int h_check_constraint(const pagoda_host *h, int32_t type, const char *text, size_t len,
+                              bool strict, char *err, size_t err_len)
+{
+    return pagoda_constraint_check(pagoda_runtime_constraint(rt_of(h)), type, text, len, strict,
+                                   err, err_len);
+}
+
 /* A plugin built for an older minor passes a shorter struct: write no more
  * than it has room for (its struct_size; 0 is taken as this SDK's size). */
 static size_t room(size_t caller, size_t ours) { return caller && caller < ours ? caller : ours; }
@@ -224,6 +231,7 @@ void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend
         slots.memory_plan_json = h_memory_plan_json;
         slots.metrics_text = h_metrics_text;
         slots.shutting_down = h_shutting_down;
+        slots.check_constraint = h_check_constraint;
     }
     pagoda_host_set_engine(h, rt);
     pagoda_host_set_engine_slots(h, &slots);

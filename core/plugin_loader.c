@@ -63,33 +63,43 @@ static const slot scheduler_required[] = {
 static const slot frontend_required[] = {
     SLOT(pagoda_frontend_ops, run), SLOT(pagoda_frontend_ops, stop), { 0, NULL },
 };
+static const slot constraint_required[] = {
+    SLOT(pagoda_constraint_ops, set_vocab), SLOT(pagoda_constraint_ops, compile),
+    SLOT(pagoda_constraint_ops, compiled_free), SLOT(pagoda_constraint_ops, matcher_new),
+    SLOT(pagoda_constraint_ops, matcher_free), SLOT(pagoda_constraint_ops, fill_mask),
+    SLOT(pagoda_constraint_ops, advance), SLOT(pagoda_constraint_ops, is_complete), { 0, NULL },
+};
 
 typedef struct kind_info {
     const char *ops_type;
-    size_t size_1_0; /* ABI 1.0 size of the ops table */
+    size_t size_1_0; /* ABI 1.0 size of the ops table (for a later kind: its first size) */
     size_t size_now; /* this pagoda's sizeof */
     const slot *required;
+    uint32_t since_minor; /* the ABI minor that added the kind */
 } kind_info;
 
 static const kind_info *kind_info_of(int kind)
 {
     static const kind_info k[] = {
         { "pagoda_backend_ops", SIZE_1_0(pagoda_backend_ops, synchronize),
-          sizeof(pagoda_backend_ops), backend_required },
+          sizeof(pagoda_backend_ops), backend_required, 0 },
         { "pagoda_scheduler_ops", SIZE_1_0(pagoda_scheduler_ops, on_finish),
-          sizeof(pagoda_scheduler_ops), scheduler_required },
+          sizeof(pagoda_scheduler_ops), scheduler_required, 0 },
         { "pagoda_kvcache_ops", SIZE_1_0(pagoda_kvcache_ops, reset_cache),
-          sizeof(pagoda_kvcache_ops), kvcache_required },
+          sizeof(pagoda_kvcache_ops), kvcache_required, 0 },
         { "pagoda_frontend_ops", SIZE_1_0(pagoda_frontend_ops, stop),
-          sizeof(pagoda_frontend_ops), frontend_required },
+          sizeof(pagoda_frontend_ops), frontend_required, 0 },
+        /* added in minor 1: its first table ends at is_complete */
+        { "pagoda_constraint_ops", SIZE_1_0(pagoda_constraint_ops, is_complete),
+          sizeof(pagoda_constraint_ops), constraint_required, 1 },
     };
-    if (kind < PAGODA_KIND_BACKEND || kind > PAGODA_KIND_FRONTEND) return NULL;
+    if (kind < PAGODA_KIND_BACKEND || kind > PAGODA_KIND_CONSTRAINT) return NULL;
     return &k[kind - 1];
 }
 
 int pagoda_plugin_kind_from_name(const char *word)
 {
-    for (int k = PAGODA_KIND_BACKEND; k <= PAGODA_KIND_FRONTEND; k++)
+    for (int k = PAGODA_KIND_BACKEND; k <= PAGODA_KIND_CONSTRAINT; k++)
         if (word && strcmp(word, pagoda_kind_name(k)) == 0) return k;
     return 0;
 }
@@ -399,12 +409,19 @@ int pagoda_plugin_load_file(const char *path, int kind, const char *name, pagoda
     const kind_info *ki = kind_info_of(p->desc.kind);
     if (!ki) {
         set_err(err, err_len, "plugin %s (ABI %u.%u, this pagoda is ABI %d.%d): unknown kind %d: "
-                              "kind must be backend (1), scheduler (2), kvcache (3) or frontend (4); "
-                              "fix the descriptor's kind and rebuild",
+                              "kind must be backend (1), scheduler (2), kvcache (3), frontend (4) or "
+                              "constraint (5); fix the descriptor's kind and rebuild",
                 path, pM, pm, HM, Hm, (int)p->desc.kind);
         goto fail;
     }
     const char *pk = pagoda_kind_name(p->desc.kind);
+    if (pm < ki->since_minor) {
+        set_err(err, err_len, "plugin %s (%s, ABI %u.%u, this pagoda is ABI %d.%d): the %s kind "
+                              "was added in ABI %d.%u, so a %s plugin cannot be built for %u.%u; "
+                              "rebuild it against this pagoda's SDK",
+                path, pk, pM, pm, HM, Hm, pk, HM, ki->since_minor, pk, pM, pm);
+        goto fail;
+    }
     if (!p->desc.ops) {
         set_err(err, err_len, "plugin %s (%s, ABI %u.%u, this pagoda is ABI %d.%d): required slot "
                               "pagoda_plugin_desc.ops is NULL: every plugin has an ops table; point "
@@ -415,9 +432,10 @@ int pagoda_plugin_load_file(const char *path, int kind, const char *name, pagoda
     size_t ops_size = *(const size_t *)p->desc.ops; /* every ops table starts with it */
     if (ops_size < ki->size_1_0) {
         set_err(err, err_len, "plugin %s (%s, ABI %u.%u, this pagoda is ABI %d.%d): %s struct_size "
-                              "%zu is smaller than ABI 1.0's %zu bytes: an ops table holds at least "
-                              "the ABI 1.0 slots; set .struct_size = sizeof(%s) and rebuild",
-                path, pk, pM, pm, HM, Hm, ki->ops_type, ops_size, ki->size_1_0, ki->ops_type);
+                              "%zu is smaller than ABI %d.%u's %zu bytes: an ops table holds at least "
+                              "the ABI %d.%u slots; set .struct_size = sizeof(%s) and rebuild",
+                path, pk, pM, pm, HM, Hm, ki->ops_type, ops_size, HM, ki->since_minor,
+                ki->size_1_0, HM, ki->since_minor, ki->ops_type);
         goto fail;
     }
     memcpy(&p->ops, p->desc.ops, ops_size < ki->size_now ? ops_size : ki->size_now);

@@ -46,6 +46,7 @@ typedef struct pagoda_plugin {
         pagoda_scheduler_ops scheduler;
         pagoda_kvcache_ops kvcache;
         pagoda_frontend_ops frontend;
+        pagoda_constraint_ops constraint;
     } ops;
     int probe_score;           /* 0..100, 100 when the plugin has no probe */
     char probe_why[256];       /* probe's reason ("" when none) */

@@ -18,6 +18,7 @@
 #include "host_engine.h"
 #include "log.h"
 #include "progress.h"
+#include "tokenizer.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
@@ -35,6 +36,41 @@ static int make_plugin(pagoda_runtime *rt, int kind, const char *name, pagoda_pl
     pagoda_log(PAGODA_LOG_INFO, "%s.%s %s loaded from %s", pagoda_kind_name(kind), name,
                (*p)->desc.version ? (*p)->desc.version : "", (*p)->path);
     return PAGODA_OK;
+}
+
+/* The constraint engine gets every token's output bytes; a token that
+ * writes nothing (control, end of generation) has length 0 and is never in
+ * a mask: the engine decides where the output ends (engine_constraint.c). */
+static int give_vocab(pagoda_runtime *rt, char *err, size_t err_len)
+{
+    const pagoda_tokenizer *t = rt->model->tok;
+    int32_t V = rt->model->hp.n_vocab;
+    const char **bytes = calloc((size_t)V, sizeof *bytes);
+    uint32_t *len = calloc((size_t)V, sizeof *len);
+    int st = PAGODA_ERR_NOMEM;
+    char msg[512] = "";
+    if (!bytes || !len) {
+        ERR("out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < V; i++) {
+        size_t l = 0;
+        bytes[i] = pagoda_token_bytes(t, i, false, &l);
+        len[i] = pagoda_tokenizer_is_eog(t, i) ? 0 : (uint32_t)l;
+    }
+    pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = V,
+                                 .bytes = (const char *const *)bytes, .len = len};
+    st = rt->con.ops.set_vocab(rt->con.ctx, &v, msg, sizeof msg);
+    if (st) ERR("constraint.%s: set_vocab failed: %s", rt->con.name, msg[0] ? msg : pagoda_status_str(st));
+out:
+    free(bytes);
+    free(len);
+    return st;
+}
+
+pagoda_constraint *pagoda_runtime_constraint(pagoda_runtime *rt)
+{
+    return rt && rt->con.ctx ? &rt->con : NULL;
 }
 
 int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g, int cap)
@@ -134,6 +170,15 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     if (st) goto fail;
     rt->kv.ops = rt->p_kv->ops.kvcache;
     rt->kv.name = rt->p_kv->desc.name;
+
+    if (strcmp(rt->ec.constraint, "none") != 0) {
+        st = make_plugin(rt, PAGODA_KIND_CONSTRAINT, rt->ec.constraint, &rt->p_con, &rt->h_con,
+                         &rt->con.ctx, err, err_len);
+        if (st) goto fail;
+        rt->con.ops = rt->p_con->ops.constraint;
+        rt->con.name = rt->p_con->desc.name;
+        if ((st = give_vocab(rt, err, err_len)) != PAGODA_OK) goto fail;
+    }
 
     int32_t max_seqs = 0, max_tokens = 0;
     rt->sched.ops.limits(rt->sched.ctx, &max_seqs, &max_tokens);
@@ -258,6 +303,11 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
                                   err_len);
     if (st) return st;
     pagoda_engine_set_metrics(e, rt->metrics);
+    if (pagoda_engine_set_constraint(e, pagoda_runtime_constraint(rt)) != PAGODA_OK) {
+        ERR("out of memory for the constraint buffers");
+        pagoda_engine_free(e);
+        return PAGODA_ERR_NOMEM;
+    }
     st = start ? pagoda_engine_start(e) : PAGODA_OK;
     if (st) {
         ERR("could not start the engine thread");
@@ -301,14 +351,18 @@ void pagoda_runtime_close(pagoda_runtime *rt)
     if (rt->engine) pagoda_engine_stop(rt->engine);
     if (rt->p_front) pagoda_plugin_destroy(rt->p_front, rt->front_ctx);
     pagoda_engine_free(rt->engine);
+    /* after the engine: its requests' matchers belong to this plugin */
+    if (rt->p_con) pagoda_plugin_destroy(rt->p_con, rt->con.ctx);
     if (rt->p_kv) pagoda_plugin_destroy(rt->p_kv, rt->kv.ctx);
     if (rt->p_sched) pagoda_plugin_destroy(rt->p_sched, rt->sched.ctx);
     if (rt->p_backend) pagoda_plugin_destroy(rt->p_backend, rt->backend.ctx);
     pagoda_host_free(rt->h_front);
+    pagoda_host_free(rt->h_con);
     pagoda_host_free(rt->h_kv);
     pagoda_host_free(rt->h_sched);
     pagoda_host_free(rt->h_backend);
     pagoda_plugin_free(rt->p_front);
+    pagoda_plugin_free(rt->p_con);
     pagoda_plugin_free(rt->p_kv);
     pagoda_plugin_free(rt->p_sched);
     pagoda_plugin_free(rt->p_backend);

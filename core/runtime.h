@@ -23,11 +23,12 @@ typedef struct pagoda_runtime {
     pagoda_memplan plan;
     char *plan_json;
     pagoda_metrics *metrics;
-    pagoda_plugin *p_backend, *p_sched, *p_kv, *p_front;
-    pagoda_host *h_backend, *h_sched, *h_kv, *h_front;
+    pagoda_plugin *p_backend, *p_sched, *p_kv, *p_front, *p_con;
+    pagoda_host *h_backend, *h_sched, *h_kv, *h_front, *h_con;
     pagoda_backend backend;
     pagoda_scheduler sched;
     pagoda_kvcache kv;
+    pagoda_constraint con;         /* structured output; con.ctx NULL when off */
     void *front_ctx;
     pagoda_engine *engine;
     int32_t chat_family;           /* pagoda_chat_family */
@@ -67,6 +68,9 @@ void pagoda_runtime_load_failed(pagoda_runtime *rt);
 /* Stop the engine (every request gets its FINAL), destroy the plugins,
  * free the model. */
 void pagoda_runtime_close(pagoda_runtime *rt);
+
+/* The constraint engine, or NULL when structured output is off. */
+pagoda_constraint *pagoda_runtime_constraint(pagoda_runtime *rt);
 
 /* The memory plan as metric gauges (name, help, value); returns the count. */
 int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g, int cap);

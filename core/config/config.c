@@ -63,6 +63,8 @@ static const engine_key engine_keys[] = {
     EK("scheduler", PAGODA_KEY_STRING, "continuous", 0, 0, "scheduler plugin name"),
     EK("kvcache", PAGODA_KEY_STRING, "paged", 0, 0, "KV-cache policy plugin name"),
     EK("frontend", PAGODA_KEY_STRING, "http", 0, 0, "frontend plugin name"),
+    EK("constraint", PAGODA_KEY_STRING, "grammar", 0, 0,
+       "constraint engine plugin name (structured output); none: off"),
     EK("max_seq_len", PAGODA_KEY_INT, "0", 0, 16777216, "longest sequence in tokens; 0: the model's context"),
     { { "kv_dtype", PAGODA_KEY_STRING, "f16", 0, 0, "KV cache element type" }, "f16|f32", false },
     { { "memory_budget", PAGODA_KEY_SIZE, "auto", 0, 0, "bytes pagoda may use (2G, 512M); auto: from device memory" }, NULL, true },
@@ -92,7 +94,9 @@ static const engine_key *engine_key_find(const char *name)
     return NULL;
 }
 
-static const char *const section_kinds[] = { "backend", "scheduler", "kvcache", "frontend" };
+static const char *const section_kinds[] = { "backend", "scheduler", "kvcache", "frontend",
+                                             "constraint" };
+#define N_SECTION_KINDS (sizeof section_kinds / sizeof section_kinds[0])
 
 /* ------------------------------------------------------------ small helpers */
 
@@ -234,32 +238,32 @@ static int check_section_name(const char *sec, char *why, size_t n)
 {
     if (strcmp(sec, "engine") == 0) return 0;
     const char *dot = strchr(sec, '.');
-    const char *all[] = { "engine", "backend", "scheduler", "kvcache", "frontend" };
+    const char *all[] = { "engine", "backend", "scheduler", "kvcache", "frontend", "constraint" };
     if (dot) {
         size_t kl = (size_t)(dot - sec);
         char kind[64];
         snprintf(kind, sizeof kind, "%.*s", (int)(kl < 63 ? kl : 63), sec);
         bool known = false;
-        for (size_t i = 0; i < 4; i++) known |= strcmp(kind, section_kinds[i]) == 0;
+        for (size_t i = 0; i < N_SECTION_KINDS; i++) known |= strcmp(kind, section_kinds[i]) == 0;
         if (known) {
             if (valid_plugin_name(dot + 1)) return 0;
             snprintf(why, n, ": the plugin name after '%s.' must be 1 to 63 letters, digits, '_' "
                      "or '-'", kind);
             return -1;
         }
-        const char *best = pagoda_closest(kind, all, 5);
+        const char *best = pagoda_closest(kind, all, 6);
         if (strcmp(best, "engine") == 0)
             snprintf(why, n, "; did you mean [engine]?");
         else
             snprintf(why, n, "; did you mean [%s.%s]?", best, dot + 1);
     } else {
-        const char *best = pagoda_closest(sec, all, 5);
+        const char *best = pagoda_closest(sec, all, 6);
         if (strcmp(best, "engine") == 0) snprintf(why, n, "; did you mean [engine]?");
         else snprintf(why, n, "; did you mean [%s.NAME] (a plugin section is [kind.name])?", best);
     }
     size_t l = strlen(why);
     snprintf(why + l, n - l, " (valid: [engine], [backend.NAME], [scheduler.NAME], "
-                             "[kvcache.NAME], [frontend.NAME])");
+                             "[kvcache.NAME], [frontend.NAME], [constraint.NAME])");
     return -1;
 }
 
@@ -282,7 +286,8 @@ static int check_engine_entry(const pagoda_config *c, const cfg_entry *e, char *
         return PAGODA_ERR_INVALID;
     }
     if ((strcmp(e->key, "backend") == 0 || strcmp(e->key, "scheduler") == 0 ||
-         strcmp(e->key, "kvcache") == 0 || strcmp(e->key, "frontend") == 0) &&
+         strcmp(e->key, "kvcache") == 0 || strcmp(e->key, "frontend") == 0 ||
+         strcmp(e->key, "constraint") == 0) &&
         !valid_plugin_name(e->raw)) {
         set_err(err, n, "%s: bad value for engine.%s: '%s'; expected a plugin name (letters, "
                         "digits, '_' or '-')", where, e->key, e->raw);
@@ -568,6 +573,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->scheduler, sizeof out->scheduler, "%s", STR("scheduler"));
     snprintf(out->kvcache, sizeof out->kvcache, "%s", STR("kvcache"));
     snprintf(out->frontend, sizeof out->frontend, "%s", STR("frontend"));
+    snprintf(out->constraint, sizeof out->constraint, "%s", STR("constraint"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0 ? PAGODA_DTYPE_F32 : PAGODA_DTYPE_F16;
     out->swa_kv_full = strcmp(STR("swa_kv"), "full") == 0;

@@ -29,6 +29,7 @@ typedef struct pagoda_engine_config {
     char scheduler[64];        /* "continuous" */
     char kvcache[64];          /* "paged" */
     char frontend[64];         /* "http" */
+    char constraint[64];       /* "grammar"; "none": no structured output */
     int32_t max_seq_len;       /* 0: the model's context */
     int32_t kv_dtype;          /* PAGODA_DTYPE_F16 (default) or PAGODA_DTYPE_F32 */
     uint64_t memory_budget;    /* bytes; 0: from device memory ("auto") */

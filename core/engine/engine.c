@@ -32,6 +32,8 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->pm_mu, NULL);
+    pthread_cond_init(&e->pm_cv, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
     int st;
     if (e->opts.max_seq_len <= 0 || e->opts.max_seq_len > m->hp.n_ctx_train)
@@ -137,6 +139,7 @@ void pagoda_engine_free(pagoda_engine *e)
     /* requests still in the inbox when the thread never ran */
     for (seq *q = e->inbox_head, *n; q; q = n) { n = q->next; engine_seq_free(q); }
     for (int i = 0; i < e->n_seqs; i++) engine_seq_free(e->seqs[i]);
+    engine_constraint_shutdown(e); /* after the sequences: their prefetches are done */
     pagoda_forward_free(&e->fw);
     engine_swa_destroy(e);
     free(e->seqs); free(e->running); free(e->cancels);
@@ -144,8 +147,11 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
     free(e->top_ids); free(e->top_lp);
     free(e->score_rows); free(e->score_index); free(e->score_seq);
+    free(e->cmask); free(e->eog_ids);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->pm_mu);
+    pthread_cond_destroy(&e->pm_cv);
     pthread_cond_destroy(&e->idle_cv);
     free(e);
 }

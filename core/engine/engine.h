@@ -8,6 +8,7 @@
 #ifndef PAGODA_ENGINE_H
 #define PAGODA_ENGINE_H
 
+#include "pagoda/constraint.h"
 #include "pagoda/host.h"
 #include "pagoda/kvcache.h"
 #include "pagoda/scheduler.h"
@@ -26,6 +27,13 @@ typedef struct pagoda_kvcache {
     void *ctx;
     const char *name;
 } pagoda_kvcache;
+
+/* A loaded constraint engine (structured output). */
+typedef struct pagoda_constraint {
+    pagoda_constraint_ops ops;
+    void *ctx;
+    const char *name;
+} pagoda_constraint;
 
 typedef struct pagoda_engine_opts {
     int32_t max_seq_len;        /* context per sequence (<= the model's) */
@@ -50,6 +58,19 @@ struct pagoda_metrics;
 int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *sched,
                          pagoda_kvcache *kv, const pagoda_engine_opts *opts,
                          pagoda_engine **out, char *err, size_t err_len);
+/* The constraint engine for requests with a spec (before start; NULL, the
+ * default: such requests are refused). Not owned. */
+int pagoda_engine_set_constraint(pagoda_engine *e, pagoda_constraint *c);
+/* For the bench and tests: fn gets, on the engine thread, the time each
+ * constrained sample waited for its mask (0 when the prefetch had it
+ * ready; the inline fill when there was none). Before start, or while
+ * the engine is idle. */
+void pagoda_engine_set_mask_observer(pagoda_engine *e,
+                                     void (*fn)(void *user, double seconds, bool prefetched),
+                                     void *user);
+/* [any thread] Compile a spec with c as submit() would (host check_constraint). */
+int pagoda_constraint_check(pagoda_constraint *c, int32_t type, const char *text, size_t len,
+                            bool strict, char *err, size_t err_len);
 /* Optional metrics sink (before start). */
 void pagoda_engine_set_metrics(pagoda_engine *e, struct pagoda_metrics *m);
 /* Start the engine thread. */

@@ -15,6 +15,8 @@
  *   engine_events.c  what a request hears: TOKEN events with stop-string
  *                    hold-back, the FINAL with usage and timings, and the
  *                    sequence's removal after it
+ *   engine_constraint.c  structured output: a request's spec compiled at
+ *                    submit, its token mask applied before sampling
  *   engine_swa.c     the sliding-window layers' own KV pool: seats, the
  *                    blocks of each sequence's window, its step batch
  * Not for: anything outside core/engine*.c; the public API is engine.h.
@@ -53,6 +55,16 @@ typedef struct seq {
     int32_t *stop_ids;
     int32_t n_stop_ids;
     char *cache_salt;
+    pagoda_constraint *con;      /* the engine that made matcher (NULL: unconstrained) */
+    void *matcher;
+    /* the next mask, computed by the prefetch worker while the forward pass
+     * runs (engine_constraint.c); pm_state under e->pm_mu */
+    uint32_t *premask;
+    int pm_state;                /* PM_NONE, PM_QUEUED, PM_RUNNING, PM_DONE */
+    int pm_status;
+    char pm_err[256];
+    struct seq *pm_next;         /* the worker's queue */
+    struct pagoda_engine *pm_engine;
     pagoda_sampler *sampler;
     char *out;                   /* every output byte so far */
     size_t out_len, out_cap, emitted;
@@ -128,6 +140,20 @@ struct pagoda_engine {
      * the sequence and the prompt index whose logprob that row's logits give */
     int32_t *score_rows, *score_index;
     seq **score_seq;
+    /* structured output: the constraint engine, a mask buffer
+     * [(n_vocab + 31) / 32], the end-of-generation ids */
+    pagoda_constraint *con;
+    uint32_t *cmask;
+    int32_t *eog_ids;
+    int32_t n_eog;
+    /* the mask prefetch worker: its queue, lock and thread */
+    pthread_mutex_t pm_mu;
+    pthread_cond_t pm_cv;        /* queue changed, a job finished, or stop */
+    seq *pm_head, *pm_tail;
+    pthread_t pm_thread;
+    bool pm_started, pm_stop;
+    void (*mask_observer)(void *user, double seconds, bool prefetched);
+    void *mask_user;
     uint64_t step_no;
     void (*step_hook)(void *, pagoda_engine *);
     void *step_user;
@@ -156,6 +182,26 @@ void engine_take_inbox(pagoda_engine *e);
 seq *engine_find_seq(pagoda_engine *e, uint64_t id);
 /* Take q out of an ordered list of sequences. engine_step.c */
 void engine_drop_seq(seq **arr, int32_t *n, const seq *q);
+/* [any thread] Compile req's spec (if any) into q->matcher; PAGODA_OK or
+ * an error with err filled (the submit's refusal). engine_constraint.c */
+int engine_constraint_attach(pagoda_engine *e, seq *q, const pagoda_request *req, char *err,
+                             size_t err_len);
+/* [engine thread] Before sampling q from its logits lg: only the tokens
+ * its spec allows keep their logits (end tokens where the spec may end).
+ * 0: sample; 1: the output is complete and nothing may follow, end it
+ * now; -1: the spec cannot go on (err). engine_constraint.c */
+int engine_constraint_mask(pagoda_engine *e, seq *q, float *lg, char *err, size_t err_len);
+/* [engine thread] q sampled tok (not an end token): move its matcher on
+ * and queue its next mask for the prefetch worker. 0 or -1 (err).
+ * engine_constraint.c */
+int engine_constraint_advance(pagoda_engine *e, seq *q, int32_t tok, char *err, size_t err_len);
+/* [engine thread] q arrived: queue its first mask. engine_constraint.c */
+void engine_constraint_arrived(pagoda_engine *e, seq *q);
+/* Free q's matcher, after any prefetch of it ([any thread]). engine_constraint.c */
+void engine_constraint_release(seq *q);
+/* Stop the prefetch worker (engine free, after every sequence is gone). */
+void engine_constraint_shutdown(pagoda_engine *e);
+
 /* [engine thread] One step: schedule, run, sample. Returns false when
  * there was nothing to do. engine_step.c */
 bool engine_step(pagoda_engine *e);

@@ -317,6 +317,7 @@ bool engine_step(pagoda_engine *e)
     int32_t np = e->n_plan;
     seq *done[np > 0 ? np : 1];
     int done_reason[np > 0 ? np : 1];
+    char done_err[np > 0 ? np : 1][sizeof err]; /* a constrained request's error, when it fails */
     int32_t n_done = 0;
     t = engine_now_s();
     for (int32_t i = 0; i < np; i++) {
@@ -334,10 +335,29 @@ bool engine_step(pagoda_engine *e)
         }
         float *lg = e->logits + (size_t)li++ * (size_t)e->model->hp.n_vocab;
         if (q->cancelled) continue;
+        if (q->matcher) {
+            /* structured output: only what the spec allows (engine_constraint.c) */
+            int m = engine_constraint_mask(e, q, lg, err, sizeof err);
+            if (m) {
+                done[n_done] = q;
+                done_reason[n_done] = m > 0 ? PAGODA_FINISH_STOP : PAGODA_FINISH_ERROR;
+                if (m < 0) snprintf(done_err[n_done], sizeof done_err[0], "%s", err);
+                n_done++;
+                continue;
+            }
+        }
         float lp = 0;
         int32_t n_top = q->logprobs > 0 ? q->logprobs : 0;
         int32_t tok = pagoda_sampler_sample(q->sampler, lg, q->logprobs >= 0 ? &lp : NULL, n_top,
                                             e->top_ids, e->top_lp);
+        if (q->matcher && !is_stop_token(e, q, tok) &&
+            engine_constraint_advance(e, q, tok, err, sizeof err) < 0) {
+            done[n_done] = q;
+            done_reason[n_done] = PAGODA_FINISH_ERROR;
+            snprintf(done_err[n_done], sizeof done_err[0], "%s", err);
+            n_done++;
+            continue;
+        }
         pagoda_sampler_accept(q->sampler, tok, false);
         q->tokens[q->s.n_tokens++] = tok;
         if (q->t_first == 0) {
@@ -365,6 +385,8 @@ bool engine_step(pagoda_engine *e)
             done_reason[n_done++] = reason;
         }
     }
-    for (int32_t i = 0; i < n_done; i++) engine_finish_and_remove(e, done[i], done_reason[i], NULL);
+    for (int32_t i = 0; i < n_done; i++)
+        engine_finish_and_remove(e, done[i], done_reason[i],
+                                 done_reason[i] == PAGODA_FINISH_ERROR ? done_err[i] : NULL);
     return true;
 }

@@ -24,6 +24,7 @@ void engine_seq_free(seq *q)
     free(q->stop);
     free(q->stop_ids);
     free(q->cache_salt);
+    engine_constraint_release(q);
     if (q->sampler) pagoda_sampler_free(q->sampler);
     free(q->out);
     free(q);
@@ -187,6 +188,9 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     }
     q->cache_salt = dup_or_null(req.cache_salt);
     if (req.cache_salt && !q->cache_salt) goto nomem;
+    /* a spec is compiled here, on the caller's thread: a bad one is this
+     * call's refusal, and its compile time never holds up the engine */
+    if ((st = engine_constraint_attach(e, q, &req, err, err_len)) != PAGODA_OK) goto fail;
     /* A scored prompt needs the logits of every position it reports, and a
      * cached prefix has none: such a request is admitted under a salt of its
      * own (so it finds no cached block) and never commits its blocks (so it
@@ -303,5 +307,6 @@ void engine_take_inbox(pagoda_engine *e)
         e->prompt_tokens_total += q->s.n_prompt;
         if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_PROMPT_TOKENS, q->s.n_prompt);
         if (e->sched->ops.on_arrival) e->sched->ops.on_arrival(e->sched->ctx, &q->s);
+        engine_constraint_arrived(e, q);
     }
 }

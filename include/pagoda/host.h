@@ -10,9 +10,9 @@
  * for an older minor sees a shorter struct_size and must not call them.
  * Which slots are set: log, config_*, engine_config, error and free for
  * every kind; kv_copy_blocks for every kind (meant for KV policies); the
- * engine slots (submit .. shutting_down) for frontends only, NULL for the
- * other kinds. All of them are provided by the core: a plugin never
- * needs a fallback for a slot its kind is given.
+ * engine slots (submit .. shutting_down, and check_constraint) for
+ * frontends only, NULL for the other kinds. All of them are provided by
+ * the core: a plugin never needs a fallback for a slot its kind is given.
  */
 #ifndef PAGODA_HOST_H
 #define PAGODA_HOST_H
@@ -68,6 +68,13 @@ typedef struct pagoda_request {
     bool score_only;             /* generate nothing: the FINAL (finish reason length,
                                     0 completion tokens) follows the prompt's PROMPT events;
                                     the prompt may then fill the whole context */
+    /* ---- minor 1: structured output (pagoda/constraint.h) */
+    int32_t constraint_type;     /* pagoda_constraint_type; 0 (default): unconstrained */
+    const char *constraint;      /* the spec's text: a JSON Schema, a grammar, a regex, a
+                                    JSON list of choices (NULL for json_object) */
+    size_t constraint_len;       /* bytes of constraint */
+    bool constraint_strict;      /* JSON Schema: a keyword the engine does not enforce is
+                                    refused (PAGODA_ERR_INVALID naming it) */
 } pagoda_request;
 
 #define PAGODA_MAX_TOP_LOGPROBS 20
@@ -275,6 +282,18 @@ typedef struct pagoda_host {
     char *(*metrics_text)(const struct pagoda_host *h);
     /* [any thread] Has a shutdown been asked for (SIGINT/SIGTERM)? */
     bool (*shutting_down)(const struct pagoda_host *h);
+
+    /* ---- minor 1 */
+    /* [any thread] Compile a structured-output spec as submit() would and
+     * say whether it is valid, without submitting anything: PAGODA_OK, or
+     * PAGODA_ERR_INVALID with err naming the problem (a bad schema, a
+     * grammar that accepts nothing, a limit), PAGODA_ERR_UNSUPPORTED when
+     * structured output is off ([engine] constraint = none). For a
+     * frontend that must refuse a bad spec it may not submit (tools with
+     * tool_choice "auto"). The engine caches compiled specs, so a later
+     * submit of the same spec does not compile it again. */
+    int (*check_constraint)(const struct pagoda_host *h, int32_t type, const char *text, size_t len,
+                            bool strict, char *err, size_t err_len);
 } pagoda_host;
 
 #ifdef __cplusplus

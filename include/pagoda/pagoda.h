@@ -8,5 +8,6 @@
 #include "pagoda/kvcache.h"
 #include "pagoda/scheduler.h"
 #include "pagoda/frontend.h"
+#include "pagoda/constraint.h"
 #include "pagoda/host.h"
 #endif

@@ -33,7 +33,8 @@ typedef enum pagoda_plugin_kind {
     PAGODA_KIND_BACKEND = 1,
     PAGODA_KIND_SCHEDULER = 2,
     PAGODA_KIND_KVCACHE = 3,
-    PAGODA_KIND_FRONTEND = 4
+    PAGODA_KIND_FRONTEND = 4,
+    PAGODA_KIND_CONSTRAINT = 5   /* minor 1: structured output (constraint.h) */
 } pagoda_plugin_kind;
 
 static inline const char *pagoda_kind_name(int kind)
@@ -43,6 +44,7 @@ static inline const char *pagoda_kind_name(int kind)
     case PAGODA_KIND_SCHEDULER: return "scheduler";
     case PAGODA_KIND_KVCACHE: return "kvcache";
     case PAGODA_KIND_FRONTEND: return "frontend";
+    case PAGODA_KIND_CONSTRAINT: return "constraint";
     default: return "unknown";
     }
 }

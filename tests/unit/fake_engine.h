@@ -52,6 +52,7 @@ typedef struct fake_logged {
     int n_stop;
     int32_t stop_ids[16];
     char *cache_salt;
+    char *constraint;            /* the structured-output spec, when one was given */
     uint64_t id;
     int finals_at_submit;        /* FINALs sent before this request came */
 } fake_logged;
@@ -388,6 +389,8 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
         l->req.stop = NULL;
         l->req.cache_salt = NULL;
         l->req.stop_token_ids = NULL;
+        l->req.constraint = NULL;
+        if (req->constraint) l->constraint = fake_strndup(req->constraint, req->constraint_len);
         l->prompt = strdup(prompt);
         for (int i = 0; i < req->n_stop && i < 16; i++) l->stop[l->n_stop++] = strdup(req->stop[i]);
         for (int i = 0; i < req->n_stop_token_ids && i < 16; i++) l->stop_ids[i] = req->stop_token_ids[i];
@@ -401,6 +404,21 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(prompt);
+    return PAGODA_OK;
+}
+
+/* A spec holding "BAD" is refused; every other one compiles. */
+static int fake_check_constraint(const pagoda_host *h, int32_t type, const char *text, size_t len,
+                                 bool strict, char *err, size_t err_len)
+{
+    (void)h;
+    (void)strict;
+    bool bad = false;
+    for (size_t i = 0; text && i + 3 <= len && !bad; i++) bad = !memcmp(text + i, "BAD", 3);
+    if (bad) {
+        snprintf(err, err_len, "%s: fake: the spec says BAD", pagoda_constraint_type_name(type));
+        return PAGODA_ERR_INVALID;
+    }
     return PAGODA_OK;
 }
 
@@ -603,6 +621,7 @@ static fake_engine *fake_engine_new(const fake_kv *config, int n_config)
     h->memory_plan_json = fake_memory_plan_json;
     h->metrics_text = fake_metrics_text;
     h->shutting_down = fake_shutting_down;
+    h->check_constraint = fake_check_constraint;
     f->config = config;
     f->n_config = n_config;
     f->ready = 1;
@@ -625,6 +644,7 @@ static void fake_engine_free(fake_engine *f)
     for (int i = 0; i < f->n_log; i++) {
         free(f->log[i].prompt);
         free(f->log[i].cache_salt);
+        free(f->log[i].constraint);
         for (int j = 0; j < f->log[i].n_stop; j++) free(f->log[i].stop[j]);
     }
     for (int i = 0; i < f->n_vocab; i++) free(f->vocab[i]);

@@ -228,8 +228,8 @@ START_TEST(test_load_each_kind)
 {
     pagoda_config *c = pagoda_config_new_empty();
     const int kinds[] = { PAGODA_KIND_BACKEND, PAGODA_KIND_SCHEDULER, PAGODA_KIND_KVCACHE,
-                          PAGODA_KIND_FRONTEND };
-    for (int i = 0; i < 4; i++) {
+                          PAGODA_KIND_FRONTEND, PAGODA_KIND_CONSTRAINT };
+    for (int i = 0; i < 5; i++) {
         pagoda_plugin *p = NULL;
         int st = pagoda_plugin_load(c, kinds[i], "good", &p, g_err, sizeof g_err);
         ck_assert_msg(st == PAGODA_OK, "%s", g_err);
@@ -257,6 +257,12 @@ START_TEST(test_load_each_kind)
             ck_assert_int_eq(t, 64);
         } else if (kinds[i] == PAGODA_KIND_KVCACHE) {
             ck_assert_int_eq(p->ops.kvcache.init(ctx, 8, 16, 128), PAGODA_OK);
+        } else if (kinds[i] == PAGODA_KIND_CONSTRAINT) {
+            void *comp = NULL;
+            pagoda_constraint_spec sp = { .struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_REGEX };
+            ck_assert_int_eq(p->ops.constraint.compile(ctx, &sp, &comp, g_err, sizeof g_err), PAGODA_OK);
+            ck_assert(p->ops.constraint.is_complete(ctx, comp));
+            ck_assert_ptr_null(p->ops.constraint.stats); /* optional, absent */
         } else {
             ck_assert_int_eq(p->ops.frontend.run(ctx), PAGODA_OK);
         }
@@ -409,9 +415,9 @@ START_TEST(test_plugins_listing)
     FILE *f = fopen(path, "w+");
     ck_assert_ptr_nonnull(f);
     int good = pagoda_plugins_print(f, true);
-    /* backend, scheduler, kvcache, frontend "good", backend "abi10"
-     * (ABI 1.0 loads into 1.1); cantrun probes 0 */
-    ck_assert_int_eq(good, 5);
+    /* backend, scheduler, kvcache, frontend, constraint "good", backend
+     * "abi10" (ABI 1.0 loads into 1.1); cantrun probes 0 */
+    ck_assert_int_eq(good, 6);
     fflush(f);
     rewind(f);
     static char text[65536];
@@ -437,6 +443,12 @@ START_TEST(test_plugins_listing)
                   "%s", text);
     ck_assert_msg(strstr(text, "backend.noentry  REFUSED\n"), "%s", text);
     ck_assert_msg(strstr(text, "frontend.good  ABI 1.1  version 0.1  probe 100\n"), "%s", text);
+    ck_assert_msg(strstr(text, "constraint.good  ABI 1.1  version 0.1  probe 100\n"
+                               "    fixture constraint engine\n"), "%s", text);
+    snprintf(want, sizeof want, "constraint.oldminor  REFUSED\n    plugin %s/constraint-oldminor.so "
+             "(constraint, ABI 1.0, this pagoda is ABI 1.1): the constraint kind was added in ABI "
+             "1.1, so a constraint plugin cannot be built for 1.0", g_fx);
+    ck_assert_msg(strstr(text, want), "%s", text);
 }
 END_TEST
 

@@ -38,6 +38,10 @@ int bench_compare_defaults(const char *name, bench_opts *o)
         w->shared_frac = 1.0;
         w->concurrency = 1;
         if (!o->context) o->context = 4096;
+    } else if (strcmp(name, "structured") == 0) {
+        /* 32 mask walks; 8 constrained streams against 8 free ones */
+        w->n_requests = 32;
+        w->concurrency = 8;
     } else if (strcmp(name, "quant") == 0 || strcmp(name, "batch") == 0) {
         w->n_requests = 16;
         w->prompt_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 16, 16};
@@ -81,6 +85,7 @@ static int run_pair(const bench_opts *oa, const char *la, const char *const *sa,
 
 int bench_do_compare(const bench_opts *o, roofline *rf)
 {
+    if (strcmp(o->compare, "structured") == 0) return bench_do_structured(o);
     char err[2048] = "", model[4096];
     bench_result r[3];
     memset(r, 0, sizeof r);

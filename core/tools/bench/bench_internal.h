@@ -153,6 +153,10 @@ void bench_print_bounds(const bench_result *x, const roofline *rf);
 int bench_compare_defaults(const char *name, bench_opts *o);
 int bench_do_compare(const bench_opts *o, roofline *rf);
 
+/* bench_structured.c: --compare structured (mask time per token, constrained
+ * vs free throughput) */
+int bench_do_structured(const bench_opts *o);
+
 /* bench_report.c: text, JSON, CSV and gnuplot output */
 void bench_print_results(FILE *f, const bench_result *r, int n);
 int bench_write_json(const char *path, const bench_opts *o, const char *compare,

@@ -18,6 +18,7 @@
 #include "output.h"
 #include "parse.h"
 #include "reply.h"
+#include "structured.h"
 
 static enum MHD_Result submit_error(struct MHD_Connection *conn, int st, const char *err)
 {
@@ -79,6 +80,8 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     enum MHD_Result ret;
     params p;
     memset(&p, 0, sizeof p);
+    st_req sr;
+    memset(&sr, 0, sizeof sr);
 
     json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
     if (!root) {
@@ -91,10 +94,21 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
         goto out;
     }
     if (parse_common(h, root, kind, &p, &pe) < 0) goto bad;
+    /* response_format, grammar, regex, choice, tools (structured.c) */
+    if (st_parse(h, root, kind, &sr, &pe) < 0) goto bad;
+    if (sr.type && p.echo) {
+        ret = BAD(conn, sr.field, "'%s' cannot be combined with 'echo'", sr.field);
+        goto out;
+    }
+    p.req.constraint_type = sr.type;
+    p.req.constraint = sr.spec;
+    p.req.constraint_len = sr.spec ? strlen(sr.spec) : 0;
+    p.req.constraint_strict = sr.strict;
     if (kind == KIND_COMPLETION) {
         if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
     } else {
         if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
+        if (st_chat_messages(root, &sr, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
         if (!h->chat_render) {
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
@@ -127,6 +141,7 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     hr->stream = p.stream;
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
+    hr->tools = kind == KIND_CHAT && sr.tool_choice != ST_TOOLS_NONE;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     hr->sock = ci ? ci->connect_fd : -1;
     snprintf(hr->model, sizeof hr->model, "%s", fe->served_name);
@@ -245,6 +260,7 @@ out:
     free(owned);
     free(msgs);
     free_prompts(prompts, n_prompts);
+    st_free(&sr);
     json_decref(root);
     return ret;
 }

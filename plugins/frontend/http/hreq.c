@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "hreq.h"
+#include "structured.h"
 
 static uint64_t splitmix(uint64_t x)
 {
@@ -46,6 +47,7 @@ static void hreq_free(hreq *hr)
         free(hr->choices[i].echo);
         free(hr->choices[i].pieces.p);
         json_decref(hr->choices[i].lp);
+        st_choice_free(&hr->choices[i]);
     }
     free(hr->choices);
     free(hr->out.p);

@@ -77,6 +77,7 @@ typedef struct choice {
     size_t echo_len;
     sbuf pieces;
     int n_prompt_lp;
+    struct tc_reader *tc;    /* tool calls being read from a stream (structured.c) */
 } choice;
 
 /* One HTTP request: its choices, the events queued for its thread. */
@@ -88,6 +89,7 @@ struct hreq {
     int kind;
     int stream, include_usage;
     int logprobs;            /* -1: none; else top count (chat: top_logprobs) */
+    int tools;               /* chat with tools: <tool_call> blocks become tool_calls */
     int n_choices;
     choice *choices;
     int finals_pending;

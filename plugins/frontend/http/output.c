@@ -18,6 +18,7 @@
 
 #include "output.h"
 #include "reply.h"
+#include "structured.h"
 
 static const char *finish_str(int r)
 {
@@ -199,14 +200,58 @@ static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
     }
 }
 
+static void sse_put(hreq *hr, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) return;
+    sb_str(&hr->out, "data: ");
+    sb_str(&hr->out, s);
+    sb_str(&hr->out, "\n\n");
+    free(s);
+}
+
+void sse_chunk(hreq *hr, int index, json_t *delta, json_t *logprobs, const char *finish)
+{
+    int chat = hr->kind == KIND_CHAT;
+    json_t *o = base_obj(hr, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(index));
+    if (chat) {
+        json_object_set_new(ch, "delta", delta);
+    } else {
+        json_t *t = json_object_get(delta, "content");
+        json_object_set_new(ch, "text", t ? json_incref(t) : json_string(""));
+        json_decref(delta);
+    }
+    json_object_set_new(ch, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *arr = json_array();
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    if (hr->include_usage) json_object_set_new(o, "usage", json_null());
+    sse_put(hr, o);
+}
+
 /* One SSE chunk for an event; appended to hr->out. */
 static void sse_event(hreq *hr, ev_item *e)
 {
     json_t *lp = NULL;
     apply_event(hr, e, &lp);
     if (e->type == PAGODA_EVENT_PROMPT) return; /* echo is never streamed */
-    if (e->type == PAGODA_EVENT_TOKEN && !e->text_len && !lp) return; /* held-back text */
     choice *c = &hr->choices[e->choice];
+    if (hr->tools && e->type == PAGODA_EVENT_TOKEN) {
+        /* tool calls are read out of the text (structured.c) */
+        st_stream_text(hr, c, e->text, e->text_len, lp);
+        return;
+    }
+    if (hr->tools && e->type == PAGODA_EVENT_FINAL && e->finish_reason != PAGODA_FINISH_ERROR) {
+        const char *fr = st_stream_final(hr, c, finish_str(c->finish_reason));
+        sse_chunk(hr, e->choice, json_object(), NULL, fr);
+        json_decref(lp);
+        return;
+    }
+    if (e->type == PAGODA_EVENT_TOKEN && !e->text_len && !lp) return; /* held-back text */
     json_t *o;
     if (e->type == PAGODA_EVENT_FINAL && e->finish_reason == PAGODA_FINISH_ERROR) {
         o = error_json("server_error", c->error ? c->error : "generation failed", NULL, NULL);
@@ -404,14 +449,16 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
         choice *c = &hr->choices[i];
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(i));
-        json_t *t = jstr(c->text.p, c->text.len);
-        if (chat) {
+        const char *fr = finish_str(c->finish_reason);
+        if (chat && hr->tools) {
+            json_object_set_new(ch, "message", st_message(hr, c, &fr));
+        } else if (chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", t);
+            json_object_set_new(msg, "content", jstr(c->text.p, c->text.len));
             json_object_set_new(ch, "message", msg);
         } else {
-            json_object_set_new(ch, "text", t);
+            json_object_set_new(ch, "text", jstr(c->text.p, c->text.len));
         }
         map_prompt_offsets(c);
         if (hr->logprobs >= 0 && !c->lp) {
@@ -420,7 +467,6 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
             if (chat) json_object_set_new(c->lp, "content", json_array());
         }
         json_object_set_new(ch, "logprobs", c->lp ? json_incref(c->lp) : json_null());
-        const char *fr = finish_str(c->finish_reason);
         json_object_set_new(ch, "finish_reason", fr ? json_string(fr) : json_null());
         json_array_append_new(arr, ch);
     }

@@ -13,6 +13,11 @@
 
 #include "hreq.h"
 
+/* Appends one chunk to hr->out: chat (delta, stolen) or completion
+ * (delta's "content" as text), with logprobs (stolen, may be NULL) and a
+ * finish reason (NULL: null). */
+void sse_chunk(hreq *hr, int index, json_t *delta, json_t *logprobs, const char *finish);
+
 /* Appends the chat streams' first chunks (role "assistant") to hr->out. */
 void sse_role_chunks(hreq *hr);
 

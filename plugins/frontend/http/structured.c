@@ -1,0 +1,647 @@
+/*
+ * structured.c: structured output and tool calls over HTTP (see
+ * structured.h). The spec a request gives (response_format, grammar,
+ * regex, choice, or the call format tool_choice "required" / a named
+ * function implies) goes to the engine as one constraint; a bad one is a
+ * 400 naming the field, found by compiling it here (host->check_constraint;
+ * the engine's cache makes the submit's compile free).
+ *
+ * Tools are written into the chat the Hermes way (NousResearch's
+ * function-calling format, which Qwen 2.5 and others also use): the system
+ * turn lists the functions as JSON inside <tools></tools> and asks for
+ * calls as {"name": ..., "arguments": {...}} inside <tool_call></tool_call>;
+ * a tool's result is a "tool" turn holding <tool_response>...</tool_response>.
+ * SmolLM2's template has no tool syntax of its own, so this is its
+ * format (and every template family's: docs/structured-output.md).
+ * With tool_choice "required" or a named function the output is
+ * constrained to such calls (each call's arguments to its parameters
+ * schema); with "auto" the model may answer in text or call, and its
+ * calls are read back from the text.
+ * Not for: the other fields (parse.c) or the plain response (output.c).
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "output.h"
+#include "reply.h"
+#include "structured.h"
+
+#define OPEN_TAG "<tool_call>"
+#define CLOSE_TAG "</tool_call>"
+#define MAX_PARALLEL_CALLS 8
+
+void st_free(st_req *sr) { free(sr->spec); }
+
+/* ------------------------------------------------------------ parsing */
+
+static int set_spec(st_req *sr, int type, char *spec, bool strict, const char *field, perr *pe)
+{
+    if (sr->type) {
+        free(spec);
+        return rf_fail(pe, field, "'%s' cannot be combined with '%s': give one constraint on the output",
+                       field, sr->field);
+    }
+    if (type != PAGODA_CONSTRAINT_JSON_OBJECT && !spec) return rf_fail(pe, field, "out of memory");
+    sr->type = type;
+    sr->spec = spec;
+    sr->strict = strict;
+    sr->field = field;
+    return 0;
+}
+
+static int parse_response_format(json_t *rf, st_req *sr, perr *pe)
+{
+    if (!json_is_object(rf)) return rf_fail(pe, "response_format", "'response_format' must be an object");
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_string(t))
+        return rf_fail(pe, "response_format", "'response_format.type' must be \"text\", \"json_object\" or "
+                       "\"json_schema\"");
+    const char *type = json_string_value(t);
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) {
+        /* llama.cpp and vLLM take a schema here too */
+        json_t *schema = json_object_get(rf, "schema");
+        if (schema && !json_is_null(schema))
+            return set_spec(sr, PAGODA_CONSTRAINT_JSON_SCHEMA, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY),
+                            false, "response_format", pe);
+        return set_spec(sr, PAGODA_CONSTRAINT_JSON_OBJECT, NULL, false, "response_format", pe);
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return rf_fail(pe, "response_format", "'response_format.type' \"%s\" is not one of \"text\", "
+                       "\"json_object\", \"json_schema\"", type);
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return rf_fail(pe, "response_format", "'response_format.json_schema' must be an object with "
+                       "'name' and 'schema'");
+    json_t *schema = json_object_get(js, "schema"), *strict = json_object_get(js, "strict");
+    json_t *name = json_object_get(js, "name");
+    if (name && !json_is_string(name))
+        return rf_fail(pe, "response_format", "'response_format.json_schema.name' must be a string");
+    if (!schema || json_is_null(schema))
+        return rf_fail(pe, "response_format", "'response_format.json_schema.schema' is required");
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return rf_fail(pe, "response_format", "'response_format.json_schema.schema' must be a JSON Schema "
+                       "(an object)");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return rf_fail(pe, "response_format", "'response_format.json_schema.strict' must be a boolean");
+    return set_spec(sr, PAGODA_CONSTRAINT_JSON_SCHEMA, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY),
+                    json_is_true(strict), "response_format", pe);
+}
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return false;
+    return true;
+}
+
+static json_t *tool_fn(json_t *tool) { return json_object_get(tool, "function"); }
+
+static int parse_tools(const pagoda_host *h, json_t *o, st_req *sr, perr *pe)
+{
+    json_t *tools = json_object_get(o, "tools"), *tc = json_object_get(o, "tool_choice");
+    json_t *par = json_object_get(o, "parallel_tool_calls");
+    sr->parallel = true;
+    if (par && !json_is_null(par)) {
+        if (!json_is_boolean(par)) return rf_fail(pe, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        sr->parallel = json_is_true(par);
+    }
+    if (!tools || json_is_null(tools)) {
+        if (tc && !json_is_null(tc) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
+            return rf_fail(pe, "tool_choice", "'tool_choice' needs 'tools'");
+        return 0;
+    }
+    if (!json_is_array(tools)) return rf_fail(pe, "tools", "'tools' must be a list of {\"type\": \"function\", ...}");
+    if (json_array_size(tools) > 128) return rf_fail(pe, "tools", "'tools' takes at most 128 functions");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *type = json_object_get(t, "type"), *fn = tool_fn(t);
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function"))
+            return rf_fail(pe, "tools", "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", i);
+        if (!json_is_object(fn)) return rf_fail(pe, "tools", "tools[%zu].function must be an object", i);
+        json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+        json_t *strict = json_object_get(fn, "strict");
+        if (!json_is_string(name) || !valid_name(json_string_value(name)))
+            return rf_fail(pe, "tools", "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'", i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(json_string_value(json_object_get(tool_fn(json_array_get(tools, k)), "name")),
+                        json_string_value(name)))
+                return rf_fail(pe, "tools", "tools[%zu]: the function name '%s' is used twice", i,
+                               json_string_value(name));
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return rf_fail(pe, "tools", "tools[%zu].function.strict must be a boolean", i);
+        if (params && !json_is_null(params)) {
+            /* the parameters schema is checked whether or not a call will be
+             * constrained to it: a bad one is the client's error either way */
+            if (!json_is_object(params))
+                return rf_fail(pe, "tools", "tools[%zu].function.parameters must be a JSON Schema object", i);
+            char *txt = json_dumps(params, JSON_COMPACT);
+            char err[400] = "";
+            if (!h->check_constraint) { /* an older host: submit will find what is wrong */
+                free(txt);
+                continue;
+            }
+            int st = txt ? h->check_constraint(h, PAGODA_CONSTRAINT_JSON_SCHEMA, txt, strlen(txt),
+                                               json_is_true(strict), err, sizeof err)
+                         : PAGODA_ERR_NOMEM;
+            free(txt);
+            if (st == PAGODA_ERR_INVALID)
+                return rf_fail(pe, "tools", "tools[%zu].function.parameters: %s", i, err);
+        }
+    }
+    sr->tools = json_array_size(tools) ? tools : NULL;
+    sr->tool_choice = sr->tools ? ST_TOOLS_AUTO : ST_TOOLS_NONE;
+    if (!tc || json_is_null(tc)) return 0;
+    if (json_is_string(tc)) {
+        const char *s = json_string_value(tc);
+        if (!strcmp(s, "none")) sr->tool_choice = ST_TOOLS_NONE;
+        else if (!strcmp(s, "auto")) sr->tool_choice = sr->tools ? ST_TOOLS_AUTO : ST_TOOLS_NONE;
+        else if (!strcmp(s, "required")) sr->tool_choice = ST_TOOLS_REQUIRED;
+        else return rf_fail(pe, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else {
+        json_t *fn = json_object_get(tc, "function");
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (!json_is_string(name))
+            return rf_fail(pe, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        sr->named = json_string_value(name);
+        sr->tool_choice = ST_TOOLS_NAMED;
+    }
+    if (sr->tool_choice >= ST_TOOLS_REQUIRED && !sr->tools)
+        return rf_fail(pe, "tool_choice", "'tool_choice' asks for a call but 'tools' is empty");
+    if (sr->tool_choice == ST_TOOLS_NAMED) {
+        bool found = false;
+        json_array_foreach(sr->tools, i, t) found |= !strcmp(json_string_value(json_object_get(tool_fn(t), "name")), sr->named);
+        if (!found) return rf_fail(pe, "tool_choice", "'tool_choice' names '%s', which is not in 'tools'", sr->named);
+    }
+    return 0;
+}
+
+/* The grammar of the calls tool_choice asks for: one call (a named
+ * function, or parallel_tool_calls false) or up to MAX_PARALLEL_CALLS,
+ * each {"name": "f", "arguments": <f's parameters>} in its tags. */
+static char *calls_grammar(const st_req *sr, bool *strict)
+{
+    sbuf g = {0};
+    *strict = false;
+    bool many = sr->tool_choice == ST_TOOLS_REQUIRED && sr->parallel;
+    if (many) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "root ::= call (\"\\n\" call){0,%d}\n", MAX_PARALLEL_CALLS - 1);
+        sb_str(&g, buf);
+    } else {
+        sb_str(&g, "root ::= call\n");
+    }
+    sb_str(&g, "call ::= \"" OPEN_TAG "\\n\" (");
+    size_t i;
+    json_t *t;
+    int k = 0;
+    json_array_foreach(sr->tools, i, t) {
+        const char *name = json_string_value(json_object_get(tool_fn(t), "name"));
+        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
+        char buf[32];
+        snprintf(buf, sizeof buf, "%sfn%zu", k++ ? " | " : "", i);
+        sb_str(&g, buf);
+    }
+    sb_str(&g, ") \"\\n" CLOSE_TAG "\"\n");
+    json_array_foreach(sr->tools, i, t) {
+        json_t *fn = tool_fn(t);
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        *strict |= json_is_true(json_object_get(fn, "strict"));
+        char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
+                                                     : strdup("{\"type\":\"object\"}");
+        char head[160];
+        /* names are [A-Za-z0-9_-]: nothing to escape in the literal */
+        snprintf(head, sizeof head, "fn%zu ::= \"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" %%json ", i, name);
+        sb_str(&g, head);
+        sb_str(&g, ptxt ? ptxt : "{}");
+        sb_str(&g, " \"}\"\n");
+        free(ptxt);
+    }
+    return g.p;
+}
+
+static const char *const guided[][2] = {
+    {"grammar", "g"}, {"guided_grammar", "g"}, {"regex", "r"}, {"guided_regex", "r"},
+    {"choice", "c"}, {"guided_choice", "c"}, {"guided_json", "j"},
+};
+
+int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
+{
+    memset(sr, 0, sizeof *sr);
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf) && parse_response_format(rf, sr, pe) < 0) return -1;
+    for (size_t k = 0; k < sizeof guided / sizeof guided[0]; k++) {
+        const char *f = guided[k][0];
+        json_t *v = json_object_get(o, f);
+        if (!v || json_is_null(v)) continue;
+        switch (guided[k][1][0]) {
+        case 'g':
+        case 'r':
+            if (!json_is_string(v)) return rf_fail(pe, f, "'%s' must be a string", f);
+            if (set_spec(sr, guided[k][1][0] == 'g' ? PAGODA_CONSTRAINT_GRAMMAR : PAGODA_CONSTRAINT_REGEX,
+                         strndup(json_string_value(v), json_string_length(v)), false, f, pe) < 0)
+                return -1;
+            break;
+        case 'c':
+            if (!json_is_array(v) || !json_array_size(v))
+                return rf_fail(pe, f, "'%s' must be a non-empty list of strings", f);
+            if (set_spec(sr, PAGODA_CONSTRAINT_CHOICE, json_dumps(v, JSON_COMPACT), false, f, pe) < 0) return -1;
+            break;
+        default: /* guided_json: a schema, or its text */
+            if (json_is_string(v)) {
+                if (set_spec(sr, PAGODA_CONSTRAINT_JSON_SCHEMA, strndup(json_string_value(v), json_string_length(v)),
+                             false, f, pe) < 0)
+                    return -1;
+            } else if (set_spec(sr, PAGODA_CONSTRAINT_JSON_SCHEMA, json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY),
+                                false, f, pe) < 0) {
+                return -1;
+            }
+            break;
+        }
+    }
+    if (kind == KIND_CHAT && parse_tools(h, o, sr, pe) < 0) return -1;
+    if (kind != KIND_CHAT && json_object_get(o, "tools") && !json_is_null(json_object_get(o, "tools")))
+        return rf_fail(pe, "tools", "'tools' is for /v1/chat/completions");
+    if (sr->tool_choice >= ST_TOOLS_REQUIRED) {
+        if (sr->type)
+            return rf_fail(pe, sr->field, "'%s' cannot be combined with a tool_choice that requires a call",
+                           sr->field);
+        bool strict;
+        char *g = calls_grammar(sr, &strict);
+        if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
+    } else if (sr->tool_choice == ST_TOOLS_AUTO && sr->type) {
+        return rf_fail(pe, sr->field, "'%s' leaves the model no way to call a tool: with 'tools', set "
+                       "'tool_choice' to \"none\" or drop '%s'", sr->field, sr->field);
+    }
+    if (!sr->type || !h->check_constraint) return 0;
+    char err[512] = "";
+    int st = h->check_constraint(h, sr->type, sr->spec, sr->spec ? strlen(sr->spec) : 0, sr->strict, err,
+                                 sizeof err);
+    if (st == PAGODA_OK) return 0;
+    if (st == PAGODA_ERR_NOMEM) return rf_fail(pe, sr->field, "out of memory compiling '%s'", sr->field);
+    /* the message starts with the spec's kind (json_schema: ..., grammar: ...) */
+    return rf_fail(pe, sr->field, "%s", err[0] ? err : pagoda_status_str(st));
+}
+
+/* ------------------------------------------------------------ messages */
+
+static int own(char ***owned, int n, int i, char *s)
+{
+    (void)n;
+    free((*owned)[i]);
+    (*owned)[i] = s;
+    return s ? 0 : -1;
+}
+
+int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
+                     perr *pe)
+{
+    json_t *arr = json_object_get(o, "messages");
+    for (int i = 0; i < *n; i++) {
+        json_t *m = json_array_get(arr, (size_t)i);
+        const char *role = (*msgs)[i].role;
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (!strcmp(role, "assistant") && calls && !json_is_null(calls)) {
+            if (!json_is_array(calls))
+                return rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
+            sbuf b = {0};
+            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function");
+                json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+                json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+                if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
+                    free(b.p);
+                    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
+                                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+                }
+                /* the arguments as the model would have written them: the
+                 * object itself when the string holds one */
+                json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
+                                                  : json_incref(args);
+                json_t *call = json_pack("{s:O,s:o}", "name", name, "arguments", av ? av : json_object());
+                char *txt = call ? json_dumps(call, 0) : NULL;
+                json_decref(call);
+                if (b.len) sb_str(&b, "\n");
+                sb_str(&b, OPEN_TAG "\n");
+                sb_str(&b, txt ? txt : "{}");
+                sb_str(&b, "\n" CLOSE_TAG);
+                free(txt);
+            }
+            if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
+            (*msgs)[i].content = b.p;
+        } else if (!strcmp(role, "tool")) {
+            sbuf b = {0};
+            sb_str(&b, "<tool_response>\n");
+            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
+            sb_str(&b, "\n</tool_response>");
+            if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
+            (*msgs)[i].content = b.p;
+        }
+    }
+    if (sr->tool_choice == ST_TOOLS_NONE) return 0;
+    /* the tools, in the system turn (after the client's own system text) */
+    sbuf b = {0};
+    bool has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
+    if (has_sys && (*msgs)[0].content && *(*msgs)[0].content) {
+        sb_str(&b, (*msgs)[0].content);
+        sb_str(&b, "\n\n");
+    }
+    sb_str(&b, "# Tools\n\nYou may call these functions:\n<tools>");
+    size_t i;
+    json_t *t;
+    json_array_foreach(sr->tools, i, t) {
+        char *txt = json_dumps(t, 0);
+        sb_str(&b, "\n");
+        sb_str(&b, txt ? txt : "{}");
+        free(txt);
+    }
+    sb_str(&b, "\n</tools>\nTo call one, write:\n<tool_call>\n{\"name\": <function-name>, "
+               "\"arguments\": <args-json-object>}\n</tool_call>");
+    if (!b.p) return rf_fail(pe, "messages", "out of memory");
+    if (has_sys) {
+        own(owned, *n, 0, b.p);
+        (*msgs)[0].content = b.p;
+        return 0;
+    }
+    pagoda_chat_message *nm = realloc(*msgs, sizeof *nm * (size_t)(*n + 1));
+    if (nm) *msgs = nm;
+    char **no = realloc(*owned, sizeof *no * (size_t)(*n + 1));
+    if (no) *owned = no;
+    if (!nm || !no) {
+        free(b.p);
+        return rf_fail(pe, "messages", "out of memory");
+    }
+    memmove(*msgs + 1, *msgs, sizeof **msgs * (size_t)*n);
+    memmove(*owned + 1, *owned, sizeof **owned * (size_t)*n);
+    (*msgs)[0] = (pagoda_chat_message){.role = "system", .content = b.p};
+    (*owned)[0] = b.p;
+    (*n)++;
+    return 0;
+}
+
+/* ------------------------------------------------------------ reading calls */
+
+/* The reader of a choice's output: text outside <tool_call> blocks is
+ * content; each finished block whose JSON holds a name is a call. A
+ * suffix that may begin a tag is held back until it can be told apart. */
+typedef struct tc_reader {
+    sbuf pending;            /* outside a block, not yet passed on */
+    sbuf call;               /* inside a block */
+    int in_call;
+    int n_calls;
+} tc_reader;
+
+typedef struct tc_sink {
+    void (*content)(void *u, const char *s, size_t n);
+    void (*call)(void *u, int index, const char *name, const char *args);
+    void *u;
+} tc_sink;
+
+static size_t find(const char *h, size_t hn, const char *needle)
+{
+    size_t nn = strlen(needle);
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (!memcmp(h + i, needle, nn)) return i;
+    return (size_t)-1;
+}
+
+/* a block's JSON as a call: name and arguments (as JSON text) */
+static bool read_call(const char *s, size_t n, char **name, char **args)
+{
+    json_t *v = json_loadb(s, n, 0, NULL);
+    json_t *nm = v ? json_object_get(v, "name") : NULL;
+    json_t *a = v ? json_object_get(v, "arguments") : NULL;
+    if (v && !a) a = json_object_get(v, "parameters");
+    if (!json_is_string(nm)) {
+        json_decref(v);
+        return false;
+    }
+    *name = strdup(json_string_value(nm));
+    *args = !a ? strdup("{}") : json_is_string(a) ? strdup(json_string_value(a)) : json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    return *name && *args;
+}
+
+static void sb_cut(sbuf *b, size_t from)
+{
+    /* drop the first `from` bytes */
+    memmove(b->p, b->p + from, b->len - from + 1);
+    b->len -= from;
+}
+
+static void tc_feed(tc_reader *r, const char *s, size_t n, const tc_sink *k)
+{
+    if (n) sb_put(r->in_call ? &r->call : &r->pending, s, n);
+    for (;;) {
+        if (!r->in_call) {
+            if (!r->pending.len) return;
+            size_t at = find(r->pending.p, r->pending.len, OPEN_TAG);
+            if (at != (size_t)-1) {
+                if (at) k->content(k->u, r->pending.p, at);
+                sb_put(&r->call, r->pending.p + at + strlen(OPEN_TAG), r->pending.len - at - strlen(OPEN_TAG));
+                r->pending.len = 0;
+                r->pending.p[0] = 0;
+                r->in_call = 1;
+                continue;
+            }
+            /* keep the longest suffix that is a start of the tag */
+            size_t keep = 0, tl = strlen(OPEN_TAG);
+            for (size_t l = tl - 1; l > 0; l--)
+                if (l <= r->pending.len && !memcmp(r->pending.p + r->pending.len - l, OPEN_TAG, l)) {
+                    keep = l;
+                    break;
+                }
+            if (r->pending.len > keep) {
+                k->content(k->u, r->pending.p, r->pending.len - keep);
+                sb_cut(&r->pending, r->pending.len - keep);
+            }
+            return;
+        }
+        if (!r->call.len) return;
+        size_t at = find(r->call.p, r->call.len, CLOSE_TAG);
+        if (at == (size_t)-1) return;
+        char *name = NULL, *args = NULL;
+        if (read_call(r->call.p, at, &name, &args)) {
+            k->call(k->u, r->n_calls++, name, args);
+        } else {
+            /* not a call after all: it stays text */
+            k->content(k->u, OPEN_TAG, strlen(OPEN_TAG));
+            k->content(k->u, r->call.p, at + strlen(CLOSE_TAG));
+        }
+        free(name);
+        free(args);
+        size_t rest = at + strlen(CLOSE_TAG);
+        sb_put(&r->pending, r->call.p + rest, r->call.len - rest);
+        r->call.len = 0;
+        r->call.p[0] = 0;
+        r->in_call = 0;
+    }
+}
+
+/* the end: whatever is held back is content (an unfinished block too) */
+static void tc_flush(tc_reader *r, const tc_sink *k)
+{
+    if (r->in_call) {
+        k->content(k->u, OPEN_TAG, strlen(OPEN_TAG));
+        if (r->call.len) k->content(k->u, r->call.p, r->call.len);
+        r->call.len = 0;
+        r->in_call = 0;
+    }
+    if (r->pending.len) k->content(k->u, r->pending.p, r->pending.len);
+    r->pending.len = 0;
+}
+
+static tc_reader *reader_of(choice *c)
+{
+    if (!c->tc) c->tc = calloc(1, sizeof(tc_reader));
+    return c->tc;
+}
+
+void st_choice_free(choice *c)
+{
+    tc_reader *r = c->tc;
+    if (!r) return;
+    free(r->pending.p);
+    free(r->call.p);
+    free(r);
+    c->tc = NULL;
+}
+
+static void call_id(hreq *hr, int choice_i, int index, char *out, size_t n)
+{
+    /* unique per response: the response id's random part, the choice and the call */
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = hr->id; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    h ^= (uint64_t)choice_i * 0x9E3779B97F4A7C15ull + (uint64_t)index * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 31)) * 0x94D049BB133111EBull;
+    snprintf(out, n, "call_%016llx%08x", (unsigned long long)h, (unsigned)(h >> 17) ^ (unsigned)index);
+}
+
+static json_t *call_json(hreq *hr, int choice_i, int index, const char *name, const char *args, bool with_index)
+{
+    char id[48];
+    call_id(hr, choice_i, index, id, sizeof id);
+    json_t *c = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", name,
+                          "arguments", args);
+    if (c && with_index) json_object_set_new(c, "index", json_integer(index));
+    return c;
+}
+
+/* ---- whole */
+
+typedef struct whole {
+    hreq *hr;
+    int choice;
+    sbuf content;
+    json_t *calls;
+} whole;
+
+static void whole_content(void *u, const char *s, size_t n) { sb_put(&((whole *)u)->content, s, n); }
+
+static void whole_call(void *u, int index, const char *name, const char *args)
+{
+    whole *w = u;
+    if (!w->calls) w->calls = json_array();
+    json_array_append_new(w->calls, call_json(w->hr, w->choice, index, name, args, false));
+}
+
+static bool all_space(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isspace((unsigned char)s[i])) return false;
+    return true;
+}
+
+json_t *st_message(hreq *hr, choice *c, const char **finish)
+{
+    whole w = {hr, c->index, {0}, NULL};
+    tc_reader r = {0};
+    tc_sink k = {whole_content, whole_call, &w};
+    tc_feed(&r, c->text.p ? c->text.p : "", c->text.len, &k);
+    tc_flush(&r, &k);
+    free(r.pending.p);
+    free(r.call.p);
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    if (w.calls) {
+        /* what the model wrote around its calls, trimmed; null when nothing */
+        size_t a = 0, b = w.content.len;
+        while (a < b && isspace((unsigned char)w.content.p[a])) a++;
+        while (b > a && isspace((unsigned char)w.content.p[b - 1])) b--;
+        json_object_set_new(msg, "content", b > a ? jstr(w.content.p + a, b - a) : json_null());
+        json_object_set_new(msg, "tool_calls", w.calls);
+        if (c->finish_reason == PAGODA_FINISH_STOP) *finish = "tool_calls";
+    } else {
+        json_object_set_new(msg, "content", jstr(w.content.p ? w.content.p : "", w.content.len));
+    }
+    free(w.content.p);
+    return msg;
+}
+
+/* ---- streamed */
+
+typedef struct streamed {
+    hreq *hr;
+    choice *c;
+    json_t *lp;              /* the event's logprobs, sent with its first chunk */
+    int sent;
+} streamed;
+
+static void stream_content(void *u, const char *s, size_t n)
+{
+    streamed *st = u;
+    tc_reader *r = st->c->tc;
+    /* whitespace between or after calls is not worth a content delta */
+    if (r && r->n_calls && all_space(s, n)) return;
+    json_t *d = json_object();
+    json_object_set_new(d, "content", jstr(s, n));
+    sse_chunk(st->hr, st->c->index, d, st->lp, NULL);
+    st->lp = NULL;
+    st->sent = 1;
+}
+
+static void stream_call(void *u, int index, const char *name, const char *args)
+{
+    streamed *st = u;
+    json_t *d = json_object();
+    json_t *arr = json_array();
+    json_array_append_new(arr, call_json(st->hr, st->c->index, index, name, args, true));
+    json_object_set_new(d, "tool_calls", arr);
+    sse_chunk(st->hr, st->c->index, d, st->lp, NULL);
+    st->lp = NULL;
+    st->sent = 1;
+}
+
+void st_stream_text(hreq *hr, choice *c, const char *text, size_t len, json_t *lp)
+{
+    tc_reader *r = reader_of(c);
+    streamed st = {hr, c, lp, 0};
+    tc_sink k = {stream_content, stream_call, &st};
+    if (r) tc_feed(r, text, len, &k);
+    else stream_content(&st, text, len); /* no memory for a reader: plain text */
+    json_decref(st.lp); /* logprobs of held-back text ride with no chunk */
+}
+
+const char *st_stream_final(hreq *hr, choice *c, const char *finish)
+{
+    tc_reader *r = c->tc;
+    if (!r) return finish;
+    streamed st = {hr, c, NULL, 0};
+    tc_sink k = {stream_content, stream_call, &st};
+    tc_flush(r, &k);
+    if (r->n_calls && c->finish_reason == PAGODA_FINISH_STOP) return "tool_calls";
+    return finish;
+}
