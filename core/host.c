@@ -146,6 +146,7 @@ void pagoda_host_set_engine_slots(pagoda_host *h, const pagoda_host *s)
     COPY(memory_plan_json);
     COPY(metrics_text);
     COPY(shutting_down);
+    COPY(inspect_json);
 #undef COPY
 }
 

@@ -33,6 +33,7 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
+    pthread_cond_init(&e->insp_cv, NULL);
     int st;
     if (e->opts.max_seq_len <= 0 || e->opts.max_seq_len > m->hp.n_ctx_train)
         e->opts.max_seq_len = m->hp.n_ctx_train;
@@ -134,9 +135,11 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
     free(e->top_ids); free(e->top_lp);
     free(e->score_rows); free(e->score_index); free(e->score_seq);
+    engine_inspect_free(e);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->idle_cv);
+    pthread_cond_destroy(&e->insp_cv);
     free(e);
 }
 
@@ -166,7 +169,9 @@ static void *engine_main(void *arg)
     pagoda_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        int32_t n_before = e->n_seqs;
         engine_take_inbox(e);
+        if (e->n_seqs != n_before) e->state_version++;
         /* cancels: ids not live (already finished) are dropped */
         int32_t nc = e->n_cancels;
         uint64_t ids[nc > 0 ? nc : 1];
@@ -181,11 +186,15 @@ static void *engine_main(void *arg)
          * counters while this thread changes them */
         e->kv_pub.struct_size = sizeof e->kv_pub;
         e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
+        /* snapshots are taken here, where the published counts were just
+         * taken too, so an inspection agrees with stats() at this moment */
+        if (e->insp_asked != e->insp_served) engine_inspect_serve(e);
         if (!stopping && nc == 0 && e->n_seqs == 0) {
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
         pthread_mutex_unlock(&e->mu);
+        e->state_version++; /* what follows changes what a snapshot would show */
 
         for (int32_t i = 0; i < nc; i++) {
             seq *q = engine_find_seq(e, ids[i]);
@@ -206,6 +215,8 @@ static void *engine_main(void *arg)
     }
     e->n_waiting_pub = e->n_running_pub = 0;
     e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
+    e->thread_done = true; /* snapshots are taken by the askers from now on */
+    pthread_cond_broadcast(&e->insp_cv);
     pthread_cond_broadcast(&e->idle_cv);
     pthread_mutex_unlock(&e->mu);
     return NULL;
