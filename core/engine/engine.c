@@ -182,6 +182,7 @@ static void *engine_main(void *arg)
         for (int32_t i = 0; i < e->n_seqs; i++)
             e->n_waiting_pub += e->seqs[i]->s.state == PAGODA_SEQ_WAITING;
         e->n_running_pub = e->n_running;
+        e->steps_pub = e->step_no;
         /* published under the lock so other threads never read a policy's
          * counters while this thread changes them */
         e->kv_pub.struct_size = sizeof e->kv_pub;
@@ -214,6 +215,7 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
     }
     e->n_waiting_pub = e->n_running_pub = 0;
+    e->steps_pub = e->step_no;
     e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
     e->thread_done = true; /* snapshots are taken by the askers from now on */
     pthread_cond_broadcast(&e->insp_cv);
@@ -251,7 +253,9 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->generation_tokens_total = e->generation_tokens_total;
     st->requests_finished_total = e->finished_total;
     st->preemptions_total = e->preemptions_total;
-    st->steps_total = (int64_t)__atomic_load_n(&e->step_no, __ATOMIC_RELAXED);
+    /* as of the step boundary the counts were published at, so that every
+     * gauge here (and in an inspection snapshot) describes one moment */
+    st->steps_total = (int64_t)e->steps_pub;
     st->ready = e->started && !e->stopping;
     pthread_mutex_unlock(&e->mu);
     st->kv_total_blocks = kv.total_blocks;

@@ -85,6 +85,7 @@ struct pagoda_engine {
     uint64_t next_id, next_arrival;
     int32_t n_live;              /* inbox + seqs, for wait_idle and max_queue */
     int32_t n_waiting_pub, n_running_pub;
+    uint64_t steps_pub;          /* step_no when the counts above were published */
     pagoda_kv_stats kv_pub;      /* the KV policy's stats as of the last step */
 
     /* engine thread only */

@@ -276,7 +276,7 @@ bool engine_step(pagoda_engine *e)
         if (start + n == q->s.n_tokens && !q->score_only) e->logit_rows[n_logits++] = T - 1;
     }
     if (e->n_plan == 0) return true;
-    /* step_no is read by stats on other threads */
+    /* step_no is also read by snapshots taken off the engine thread */
     uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
     int32_t step_seqs = e->n_plan; /* a traced token's batch */
     e->cur_step = seq_no;

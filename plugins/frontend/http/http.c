@@ -2,13 +2,16 @@
  * http.c: the HTTP frontend (`frontend = http`): an OpenAI-compatible server
  * on libmicrohttpd + jansson. /v1/completions and /v1/chat/completions
  * (streaming as server-sent events or one JSON answer), /v1/models,
- * /tokenize, /detokenize, /health, /metrics, /v1/memory.
+ * /tokenize, /detokenize, /health, /metrics, /v1/memory, and inspection:
+ * /v1/inspect, /v1/inspect/stream and the page /ui.
  * This file is the plugin itself: its config keys, create/destroy, run()
  * (start MHD, wait for stop, drain) and stop(). The rest of the folder:
  * dispatch.c (MHD callbacks, auth, routing), endpoints.c (the routes that
  * do not generate), generate.c (submitting completions and chats), parse.c
  * (request bodies), output.c (SSE and JSON answers from engine events),
- * hreq.c (a request's state and lifetime), reply.c (plain answers, errors).
+ * hreq.c (a request's state and lifetime), reply.c (plain answers, errors),
+ * inspect.c (the inspection routes), trace.c (pagoda_trace entries), ui.c
+ * (the page, compiled in from ui/inspect.html).
  * Not for: tokenizing, templates or sampling: all of that is the engine's,
  * reached through the host table.
  *
@@ -37,6 +40,7 @@
 #include "pagoda/pagoda.h"
 #include "dispatch.h"
 #include "hreq.h"
+#include "inspect.h"
 
 #define DRAIN_GRACE_S 10       /* after the last FINAL, time given to responses in flight */
 
@@ -116,6 +120,7 @@ static int http_run(void *ctx)
     /* Drain: stop accepting, cancel everything in flight, wait for every FINAL
      * (the engine guarantees one each), give responses a grace period, close. */
     MHD_socket lfd = MHD_quiesce_daemon(fe->d);
+    inspect_hub_stop(fe->hub); /* inspection streams end now */
     uint64_t *ids = NULL;
     int n = 0;
     pthread_mutex_lock(&fe->mu);
@@ -182,6 +187,12 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
         free(fe);
         return PAGODA_ERR_INVALID;
     }
+    fe->inspect_interval_ms = (int)h->config_int(h, "inspect_interval_ms", 200);
+    if (!(fe->hub = inspect_hub_new(fe))) {
+        snprintf(err, err_len, "out of memory");
+        free(fe);
+        return PAGODA_ERR_NOMEM;
+    }
     pthread_mutex_init(&fe->mu, NULL);
     pthread_cond_init(&fe->cv, NULL);
     *ctx = fe;
@@ -193,6 +204,7 @@ static void http_destroy(void *ctx)
     http_fe *fe = ctx;
     if (!fe) return;
     if (fe->d) MHD_stop_daemon(fe->d);
+    inspect_hub_free(fe->hub);
     pthread_mutex_destroy(&fe->mu);
     pthread_cond_destroy(&fe->cv);
     free(fe);
@@ -207,6 +219,7 @@ static const pagoda_config_key http_keys[] = {
     {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle connection timeout in seconds (0: none)"},
     {"port_file", PAGODA_KEY_STRING, "", 0, 0, "write the bound port to this file once listening"},
     {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
+    {"inspect_interval_ms", PAGODA_KEY_INT, "200", 10, 60000, "GET /v1/inspect/stream sends at most one snapshot this often"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 
