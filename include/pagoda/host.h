@@ -296,8 +296,9 @@ typedef struct pagoda_host {
     bool (*shutting_down)(const struct pagoda_host *h);
 
     /* ---- minor 2: inspection (frontends) */
-    /* [any thread] The engine as it stands between two steps, as one JSON
-     * object (docs/http-api.md, GET /v1/inspect): KV blocks with their
+    /* [any thread but the engine's: never from an event callback, which
+     * would wait for itself] The engine as it stands between two steps, as
+     * one JSON object (docs/http-api.md, GET /v1/inspect): KV blocks with their
      * states, references and sequences, the live sequences, the last 256
      * steps, the memory plan and what is in use now. The engine thread takes
      * the snapshot at its next step boundary (concurrent callers share one)

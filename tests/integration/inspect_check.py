@@ -354,6 +354,16 @@ class Chromium:
         with open(path, "wb") as f:
             f.write(base64.b64decode(png))
 
+    def screenshot_of(self, element_id, path, width=1400):
+        """One section of the page (after a full-page screenshot set the
+        viewport to the whole page)."""
+        r = self.eval("(() => { const b = document.getElementById(%s).getBoundingClientRect(); "
+                      "return [b.x, b.y + window.scrollY, b.width, b.height]; })()" % json.dumps(element_id))
+        clip = {"x": max(0, r[0] - 6), "y": max(0, r[1] - 6), "width": r[2] + 12, "height": r[3] + 12, "scale": 1}
+        png = self.call("Page.captureScreenshot", {"format": "png", "clip": clip})["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(png))
+
     def close(self):
         try:
             self.call("Browser.close", timeout=10)
@@ -455,11 +465,21 @@ def cmd_ui(url, shots=None):
             setTimeout(tick, 50); }; tick(); })""", timeout=70)
         check(box["tokens"] == 24 and box["cands"] == 5 and box["blocks"] > 0,
               f"request box: {box}")
+        extra = []
         if shots:
+            # two more requests of their own, so the pictures show more than one prompt
+            extra = [Stream(srv, "The history of the printing press begins", 900),
+                     Stream(srv, "def fibonacci(n):", 900)]
+            for x in extra:
+                x.first.wait(30)
+            seen = int(br.eval("+document.body.dataset.frames"))
+            br.eval(PAGE_READ % (seen + 3))
             br.screenshot(os.path.join(shots, "inspect-load.png"))
+            for el, name in (("kv", "kv"), ("steps-panel", "steps"), ("mem-panel", "memory"), ("req", "token")):
+                br.screenshot_of(el, os.path.join(shots, f"inspect-{name}.png"))
 
         # after the load: the prompt's blocks stay cached; numbers agree again
-        for x in load:
+        for x in load + extra:
             x.stop()
         s = srv.wait_idle()
         seen = int(br.eval("+document.body.dataset.frames"))
@@ -472,6 +492,7 @@ def cmd_ui(url, shots=None):
         check(page["cached"] > 0, "after the load: cached blocks shown")
         if shots:
             br.screenshot(os.path.join(shots, "inspect-after.png"))
+            br.screenshot_of("kv", os.path.join(shots, "inspect-kv-after.png"))
     finally:
         br.close()
         subprocess.call(["rm", "-rf", tmp])
@@ -480,20 +501,22 @@ def cmd_ui(url, shots=None):
 
 # ---------------------------------------------------------------- overhead
 
-def decode_ms(s, n):
-    """Mean and count of the steps in s that decoded n sequences and
-    prefilled nothing."""
-    ms = [x["ms"] for x in s["steps"] if x["decode_tokens"] == n and x["prefill_tokens"] == 0]
+def decode_ms(s, n, after):
+    """Mean and count of the steps in s after step `after` that decoded n
+    sequences and prefilled nothing."""
+    ms = [x["ms"] for x in s["steps"]
+          if x["step"] > after and x["decode_tokens"] == n and x["prefill_tokens"] == 0]
     return (sum(ms) / len(ms), len(ms)) if ms else (float("nan"), 0)
 
 
-def cmd_overhead(url, n=16, rounds=3, phase_s=6.0):
+def cmd_overhead(url, n=16, rounds=3, phase_s=8.0, max_tokens=1800):
     srv = Server(url)
-    load = [Stream(srv, PROMPT + f" Story {i}.", 4000) for i in range(n)]
+    load = [Stream(srv, PROMPT + f" Story {i}.", max_tokens) for i in range(n)]
     for x in load:
-        x.first.wait(60)
-    res = {"none": [], "stream": [], "hammer": []}
-    build = []
+        x.first.wait(120)
+    kinds = ["none", "stream", "hammer"]
+    res = {k: [] for k in kinds}
+    build, counts = [], []
 
     def phase(kind):
         stop = threading.Event()
@@ -512,29 +535,34 @@ def cmd_overhead(url, n=16, rounds=3, phase_s=6.0):
                 while not stop.is_set():
                     srv.inspect()
             th = [threading.Thread(target=hammer, daemon=True)]
+        # the phase's steps are those after this one (/metrics takes no snapshot)
+        first = srv.metrics()["pagoda_engine_steps_total"]
         for t in th:
             t.start()
         time.sleep(phase_s)
         stop.set()
         for t in th:
             t.join(10)
-        s = srv.inspect()  # one snapshot after the phase: its 256 steps ran under the phase
+        s = srv.inspect()  # after the phase: the steps it ran, with their times
         build.append(s["inspect"]["build_us"])
-        res[kind].append(decode_ms(s, n))
+        counts.append(s["inspect"]["count"])
+        res[kind].append(decode_ms(s, n, first))
 
-    for _ in range(rounds):
-        for kind in ("none", "stream", "hammer"):
+    for r in range(rounds):
+        for kind in kinds[r % 3:] + kinds[:r % 3]:  # the order turns, so drift does not favour one
             phase(kind)
     for x in load:
         x.stop()
     base = sum(m for m, _ in res["none"]) / rounds
     print(f"{n}-way decode step, {rounds} rounds of {phase_s:.0f} s per phase, alternating:")
-    for kind, label in (("none", "no viewer"), ("stream", "a /ui viewer (stream)"),
+    for kind, label in (("none", "no viewer"), ("stream", "a /ui viewer (the stream)"),
                         ("hammer", "/v1/inspect back to back")):
         ms = sum(m for m, _ in res[kind]) / rounds
         cnt = sum(c for _, c in res[kind])
-        print(f"  {label:28s} {ms:7.3f} ms  ({cnt} steps)  {100 * (ms / base - 1):+5.1f} %")
-    print(f"  one snapshot on the engine thread: {min(build):.0f} .. {max(build):.0f} us")
+        each = ", ".join(f"{m:.2f}" for m, _ in res[kind])
+        print(f"  {label:28s} {ms:8.3f} ms  ({cnt} steps; rounds {each})  {100 * (ms / base - 1):+5.1f} %")
+    print(f"  one snapshot on the engine thread: {min(build):.0f} .. {max(build):.0f} us "
+          f"({counts[-1]} snapshots taken in all)")
     return 0
 
 

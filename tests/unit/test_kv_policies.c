@@ -52,13 +52,14 @@ static void kv_close(kvi *k)
 static pagoda_kv_block_info *kv_inspect(kvi *k, const pagoda_kv_stats *st)
 {
     int32_t n = (int32_t)st->total_blocks;
+    /* plain checks, and check's asserts only on failure: a passing assert
+     * costs a syscall (check marks the point), and this runs after every
+     * operation of the stress runs */
     pagoda_kv_block_info *b = malloc(sizeof(*b) * (size_t)n);
-    ck_assert_ptr_nonnull(b);
+    if (!b || !k->ops->inspect) ck_abort_msg("no memory or no inspect op");
     memset(b, 0xAB, sizeof(*b) * (size_t)n); /* whatever is not written shows */
-    ck_assert_ptr_nonnull(k->ops->inspect);
-    ck_assert_int_eq(k->ops->inspect(k->ctx, b, n), PAGODA_OK);
-    /* plain checks, one assertion: check's asserts cost a syscall each, and
-     * this runs after every operation of the stress runs */
+    int rc = k->ops->inspect(k->ctx, b, n);
+    if (rc != PAGODA_OK) ck_abort_msg("inspect: %d", rc);
     int64_t count[3] = {0, 0, 0}, reserved = 0;
     int32_t bad = -1;
     for (int32_t i = 0; i < n && bad < 0; i++) {
@@ -75,15 +76,15 @@ static pagoda_kv_block_info *kv_inspect(kvi *k, const pagoda_kv_stats *st)
         count[x->state]++;
         reserved += (x->flags & PAGODA_KV_BLOCK_RESERVED) != 0;
     }
-    ck_assert_msg(bad < 0, "block %d: state %d refs %d flags %u owner %llu", bad, bad < 0 ? 0 : b[bad].state,
-                  bad < 0 ? 0 : b[bad].refs, bad < 0 ? 0 : b[bad].flags,
-                  bad < 0 ? 0ull : (unsigned long long)b[bad].owner);
-    ck_assert_msg(count[PAGODA_KV_BLOCK_FREE] == st->free_blocks && count[PAGODA_KV_BLOCK_USED] == st->used_blocks &&
-                  count[PAGODA_KV_BLOCK_CACHED] == st->cached_blocks && reserved == st->reserved_blocks,
-                  "inspect counts free %lld used %lld cached %lld reserved %lld, stats %lld %lld %lld %lld",
-                  (long long)count[0], (long long)count[1], (long long)count[2], (long long)reserved,
-                  (long long)st->free_blocks, (long long)st->used_blocks, (long long)st->cached_blocks,
-                  (long long)st->reserved_blocks);
+    if (bad >= 0)
+        ck_abort_msg("block %d: state %d refs %d flags %u owner %llu", bad, b[bad].state, b[bad].refs,
+                     b[bad].flags, (unsigned long long)b[bad].owner);
+    if (count[PAGODA_KV_BLOCK_FREE] != st->free_blocks || count[PAGODA_KV_BLOCK_USED] != st->used_blocks ||
+        count[PAGODA_KV_BLOCK_CACHED] != st->cached_blocks || reserved != st->reserved_blocks)
+        ck_abort_msg("inspect counts free %lld used %lld cached %lld reserved %lld, stats %lld %lld %lld %lld",
+                     (long long)count[0], (long long)count[1], (long long)count[2], (long long)reserved,
+                     (long long)st->free_blocks, (long long)st->used_blocks, (long long)st->cached_blocks,
+                     (long long)st->reserved_blocks);
     return b;
 }
 

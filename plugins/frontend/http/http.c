@@ -213,7 +213,7 @@ static void http_destroy(void *ctx)
 static const pagoda_config_key http_keys[] = {
     {"host", PAGODA_KEY_STRING, "127.0.0.1", 0, 0, "address to listen on (IPv4 or IPv6 literal)"},
     {"port", PAGODA_KEY_INT, "8080", 0, 65535, "TCP port; 0 picks a free one (see port_file)"},
-    {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health needs 'Authorization: Bearer <key>'"},
+    {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health and /ui needs 'Authorization: Bearer <key>'"},
     {"max_body_bytes", PAGODA_KEY_SIZE, "8M", 1024, 1073741824.0, "largest request body; more is a 413"},
     {"threads", PAGODA_KEY_INT, "256", 1, 65536, "most concurrent connections (one thread each)"},
     {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle connection timeout in seconds (0: none)"},

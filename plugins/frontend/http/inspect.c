@@ -279,6 +279,12 @@ enum MHD_Result route_inspect_stream(http_fe *fe, struct MHD_Connection *conn)
     pthread_mutex_lock(&hub->mu);
     int err = hub->stop;
     if (!err) {
+        /* the first listener after a pause waits for a fresh snapshot
+         * rather than the one the last listener saw */
+        if (hub->listeners == 0) {
+            snap_release_locked(hub->latest);
+            hub->latest = NULL;
+        }
         hub->listeners++;
         /* the hub's thread starts with the first listener ever and sleeps
          * whenever nobody listens */
