@@ -14,11 +14,13 @@
                                     request box shows a traced completion;
                                     with SHOTS, screenshots of the page idle,
                                     under load and after it are saved there
-  inspect_check.py overhead URL     what inspection costs a 16-way decode step
-                                    (docs/inspect.md): alternating phases with
-                                    no viewer, a viewer at the server's
+  inspect_check.py overhead URL [N [PID]]
+                                    what inspection costs an N-way (16) decode
+                                    step (docs/inspect.md): alternating phases
+                                    with no viewer, a viewer at the server's
                                     interval, and a client asking as fast as
-                                    it can; mean decode step time of each
+                                    it can; each one's median step time and,
+                                    given the server's PID, its CPU per step
 
 The server must run the prefix KV policy with a model slow enough that a
 request of a few hundred tokens takes seconds (the scripts use a
@@ -426,6 +428,9 @@ def cmd_ui(url, shots=None):
         print("SKIP: no chromium (apt-get install chromium)")
         return 77
     try:
+        if shots:
+            # pictures of a warm server: the first forward pass pays one-time costs
+            srv.request("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4})
         # idle: the page and /v1/inspect agree on every number
         br.open(url + "/ui")
         page = br.eval(PAGE_READ % 1)
@@ -502,21 +507,33 @@ def cmd_ui(url, shots=None):
 # ---------------------------------------------------------------- overhead
 
 def decode_ms(s, n, after):
-    """Mean and count of the steps in s after step `after` that decoded n
-    sequences and prefilled nothing."""
-    ms = [x["ms"] for x in s["steps"]
-          if x["step"] > after and x["decode_tokens"] == n and x["prefill_tokens"] == 0]
-    return (sum(ms) / len(ms), len(ms)) if ms else (float("nan"), 0)
+    """Median and count of the steps in s after step `after` that decoded n
+    sequences and prefilled nothing (the median: a shared machine's
+    hiccups land in a few steps)."""
+    ms = sorted(x["ms"] for x in s["steps"]
+                if x["step"] > after and x["decode_tokens"] == n and x["prefill_tokens"] == 0)
+    return (ms[len(ms) // 2], len(ms)) if ms else (float("nan"), 0)
 
 
-def cmd_overhead(url, n=16, rounds=3, phase_s=8.0, max_tokens=1800):
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cmd_overhead(url, n=16, pid=None, rounds=3, phase_s=8.0, max_tokens=1800):
+    """Step time (wall, median) and, given the server's pid, the server's
+    CPU time per step, in alternating phases: nobody watching, one viewer
+    of the stream, a client asking /v1/inspect back to back."""
     srv = Server(url)
     load = [Stream(srv, PROMPT + f" Story {i}.", max_tokens) for i in range(n)]
     for x in load:
         x.first.wait(120)
     kinds = ["none", "stream", "hammer"]
     res = {k: [] for k in kinds}
-    build, counts = [], []
+    cpu = {k: [] for k in kinds}
+    build = []
 
     def phase(kind):
         stop = threading.Event()
@@ -537,16 +554,20 @@ def cmd_overhead(url, n=16, rounds=3, phase_s=8.0, max_tokens=1800):
             th = [threading.Thread(target=hammer, daemon=True)]
         # the phase's steps are those after this one (/metrics takes no snapshot)
         first = srv.metrics()["pagoda_engine_steps_total"]
+        c0 = cpu_s(pid) if pid else 0
         for t in th:
             t.start()
         time.sleep(phase_s)
         stop.set()
         for t in th:
             t.join(10)
+        c1 = cpu_s(pid) if pid else 0
+        last = srv.metrics()["pagoda_engine_steps_total"]
         s = srv.inspect()  # after the phase: the steps it ran, with their times
         build.append(s["inspect"]["build_us"])
-        counts.append(s["inspect"]["count"])
         res[kind].append(decode_ms(s, n, first))
+        if pid and last > first:
+            cpu[kind].append(1e3 * (c1 - c0) / (last - first))
 
     for r in range(rounds):
         for kind in kinds[r % 3:] + kinds[:r % 3]:  # the order turns, so drift does not favour one
@@ -554,15 +575,21 @@ def cmd_overhead(url, n=16, rounds=3, phase_s=8.0, max_tokens=1800):
     for x in load:
         x.stop()
     base = sum(m for m, _ in res["none"]) / rounds
+    cbase = sum(cpu["none"]) / len(cpu["none"]) if cpu["none"] else 0
     print(f"{n}-way decode step, {rounds} rounds of {phase_s:.0f} s per phase, alternating:")
     for kind, label in (("none", "no viewer"), ("stream", "a /ui viewer (the stream)"),
                         ("hammer", "/v1/inspect back to back")):
         ms = sum(m for m, _ in res[kind]) / rounds
         cnt = sum(c for _, c in res[kind])
         each = ", ".join(f"{m:.2f}" for m, _ in res[kind])
-        print(f"  {label:28s} {ms:8.3f} ms  ({cnt} steps; rounds {each})  {100 * (ms / base - 1):+5.1f} %")
-    print(f"  one snapshot on the engine thread: {min(build):.0f} .. {max(build):.0f} us "
-          f"({counts[-1]} snapshots taken in all)")
+        line = f"  {label:28s} {ms:8.3f} ms wall ({cnt} steps; rounds {each})  {100 * (ms / base - 1):+5.1f} %"
+        if cpu[kind]:
+            c = sum(cpu[kind]) / len(cpu[kind])
+            line += f";  CPU {c:7.2f} ms/step {100 * (c / cbase - 1):+5.1f} %"
+        print(line)
+    build.sort()
+    print(f"  one snapshot on the engine thread: median {build[len(build) // 2]:.0f} us, "
+          f"{build[0]:.0f} .. {build[-1]:.0f} us")
     return 0
 
 
@@ -572,7 +599,8 @@ def main(argv):
     if len(argv) >= 3 and argv[1] == "ui":
         return cmd_ui(argv[2], argv[3] if len(argv) > 3 else None)
     if len(argv) >= 3 and argv[1] == "overhead":
-        return cmd_overhead(argv[2], n=int(argv[3]) if len(argv) > 3 else 16)
+        return cmd_overhead(argv[2], n=int(argv[3]) if len(argv) > 3 else 16,
+                            pid=int(argv[4]) if len(argv) > 4 else None)
     print(__doc__)
     return 2
 
