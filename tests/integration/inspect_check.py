@@ -14,7 +14,7 @@
                                     request box shows a traced completion;
                                     with SHOTS, screenshots of the page idle,
                                     under load and after it are saved there
-  inspect_check.py overhead URL [N [PID]]
+  inspect_check.py overhead URL [N [PID [PHASE_S [MAX_TOKENS]]]]
                                     what inspection costs an N-way (16) decode
                                     step (docs/inspect.md): alternating phases
                                     with no viewer, a viewer at the server's
@@ -533,7 +533,9 @@ def cmd_overhead(url, n=16, pid=None, rounds=3, phase_s=8.0, max_tokens=1800):
     kinds = ["none", "stream", "hammer"]
     res = {k: [] for k in kinds}
     cpu = {k: [] for k in kinds}
+    share = {k: [] for k in kinds}     # engine-thread time in snapshots / wall time
     build = []
+    prev = [srv.inspect()["inspect"]]
 
     def phase(kind):
         stop = threading.Event()
@@ -555,6 +557,7 @@ def cmd_overhead(url, n=16, pid=None, rounds=3, phase_s=8.0, max_tokens=1800):
         # the phase's steps are those after this one (/metrics takes no snapshot)
         first = srv.metrics()["pagoda_engine_steps_total"]
         c0 = cpu_s(pid) if pid else 0
+        t0 = time.time()
         for t in th:
             t.start()
         time.sleep(phase_s)
@@ -564,7 +567,11 @@ def cmd_overhead(url, n=16, pid=None, rounds=3, phase_s=8.0, max_tokens=1800):
         c1 = cpu_s(pid) if pid else 0
         last = srv.metrics()["pagoda_engine_steps_total"]
         s = srv.inspect()  # after the phase: the steps it ran, with their times
+        wall = time.time() - t0
         build.append(s["inspect"]["build_us"])
+        ins = s["inspect"]
+        share[kind].append((ins["total_ms"] - prev[0]["total_ms"], ins["count"] - prev[0]["count"], wall))
+        prev[0] = ins
         res[kind].append(decode_ms(s, n, first))
         if pid and last > first:
             cpu[kind].append(1e3 * (c1 - c0) / (last - first))
@@ -587,6 +594,11 @@ def cmd_overhead(url, n=16, pid=None, rounds=3, phase_s=8.0, max_tokens=1800):
             c = sum(cpu[kind]) / len(cpu[kind])
             line += f";  CPU {c:7.2f} ms/step {100 * (c / cbase - 1):+5.1f} %"
         print(line)
+        ms_in = sum(x[0] for x in share[kind])
+        n_in = sum(x[1] for x in share[kind])
+        wall = sum(x[2] for x in share[kind])
+        print(f"  {'':28s} engine thread in snapshots: {n_in} snapshots, {ms_in:.2f} ms of "
+              f"{wall * 1e3:.0f} ms ({100 * ms_in / (wall * 1e3):.3f} %)")
     build.sort()
     print(f"  one snapshot on the engine thread: median {build[len(build) // 2]:.0f} us, "
           f"{build[0]:.0f} .. {build[-1]:.0f} us")
@@ -600,7 +612,9 @@ def main(argv):
         return cmd_ui(argv[2], argv[3] if len(argv) > 3 else None)
     if len(argv) >= 3 and argv[1] == "overhead":
         return cmd_overhead(argv[2], n=int(argv[3]) if len(argv) > 3 else 16,
-                            pid=int(argv[4]) if len(argv) > 4 else None)
+                            pid=int(argv[4]) if len(argv) > 4 else None,
+                            phase_s=float(argv[5]) if len(argv) > 5 else 8.0,
+                            max_tokens=int(argv[6]) if len(argv) > 6 else 1800)
     print(__doc__)
     return 2
 
