@@ -2,10 +2,12 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/default.ini
 
-.PHONY: all deps build serve test test-asan test-tsan clean
+.PHONY: all deps build serve test test-asan test-tsan fuzz clean
 all: build
 
 deps:
@@ -31,13 +33,24 @@ test-asan:
 
 # The tests where threads meet (engine thread vs submitters, the CPU
 # backend's pool, HTTP connections vs the engine, drains at stop) under
-# ThreadSanitizer. halt_on_error: a race fails the test.
-TSAN_TESTS = test_engine|test_inspect|test_http|test_cpu_kernels|test_cpu_backend|test_stdin|integ_http_server|integ_stdin_drain|integ_openai
+# ThreadSanitizer. halt_on_error: a race fails the test. tests/tsan.supp
+# ignores what OpenBLAS's uninstrumented threads do (the reason is in it).
+TSAN_TESTS = test_engine|test_inspect|test_http|test_cpu_kernels|test_cpu_backend|test_stdin|integ_http_server|integ_http_load|integ_stdin_drain|integ_openai
 test-tsan:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_TSAN=ON -DPAGODA_CUDA=OFF
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --test-dir $(TSAN_BUILD) -R '$(TSAN_TESTS)' --output-on-failure -j $(JOBS)
 
+# The libFuzzer harnesses (tests/fuzz/: GGUF reader, tokenizers, chat
+# templates, HTTP body parser, HTTP framing, INI config), built with clang
+# and ASan+UBSan, each run FUZZ_SECONDS from the committed seeds. A finding
+# stops the run and is saved under $(FUZZ_BUILD)/fuzz-artifacts/.
+fuzz:
+	CC=clang-14 cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON \
+	  -DPAGODA_BUILD_TESTS=OFF -DPAGODA_CUDA=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pagoda_fuzzers
+	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -53,7 +53,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda [serve] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
             "       pagoda plugins [-v]\n"
-            "       pagoda plan --model FILE [--memory SIZE] [...]\n");
+            "       pagoda plan [--config FILE] [--set S.K=V]... [--model FILE] [...]\n");
     for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
         fprintf(f, "       %s\n", c->usage);
     fprintf(f,
@@ -73,8 +73,8 @@ static void usage(FILE *f)
             "  plugins [-v]           list the plugins in the search path, with ABI, version,\n"
             "                         probe result or the reason one is refused; -v adds\n"
             "                         their config keys\n"
-            "  plan ...               the memory plan of a model under a budget, without\n"
-            "                         loading weights (pagoda plan --help)\n");
+            "  plan ...               the memory plan the server would use with these\n"
+            "                         settings, without loading weights (pagoda plan --help)\n");
     for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
         fputs(c->help, f);
     fprintf(f,

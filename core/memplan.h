@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine_swa.h"
 #include "gguf.h"
 #include "pagoda/types.h"
 
@@ -29,6 +30,7 @@ typedef struct pagoda_memplan_opts {
     int64_t max_batched_tokens; /* 0 = 512: tokens one forward pass takes */
     int64_t max_num_seqs;       /* 0 = 16: sequences one step runs */
     int64_t block_size;         /* 0 = 16: tokens per KV block */
+    int swa_kv;                 /* pagoda_swa_kv: PAGODA_SWA_KV_WINDOW (0) or FULL */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -45,10 +47,31 @@ typedef struct pagoda_memplan {
     /* Limits actually used (defaults filled in). */
     int kv_dtype;
     int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
-    /* KV: 2 (K and V) x layers x kv_heads x head_dim x bytes per value. */
+    /* KV of the main pool, whose blocks the KV policy manages: 2 (K and V)
+     * x its layers x kv_heads x head_dim x bytes per value. Its layers are
+     * every layer, or with a window pool (below) the global layers only. */
     uint64_t kv_value_bytes;
+    int64_t kv_pool_layers;
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes_per_block;
+    uint64_t kv_bytes_per_token_full;               /* every layer (= kv_bytes_per_token
+                                                     * without a window pool) */
+    /* Sliding-window layers (gemma3; zeros otherwise): how many, their
+     * window, and their share of every layer's bytes per token. With
+     * swa_kv = window (and a window shorter than max_seq_len) they keep
+     * only their window, in a pool of their own sized as engine_swa.h
+     * says (swa: its geometry, swa.window true), and the main pool gets
+     * swa.sink_blocks more blocks for prefix hits; both are fixed. */
+    int64_t n_swa_layers, swa_window;
+    uint64_t kv_swa_bytes_per_token;
+    pagoda_swa_geometry swa;
+    uint64_t swa_block_bytes;                       /* a window-pool block (its layers) */
+    uint64_t swa_pool_bytes;                        /* swa.pool_blocks x swa_block_bytes */
+    uint64_t kv_sink_bytes;                         /* swa.sink_blocks x kv_bytes_per_block */
+    /* One max_seq_len sequence's KV: every layer at every position, and as
+     * configured (with a window pool: its main-pool blocks plus the window
+     * blocks it holds between steps, swa.hold_blocks). */
+    uint64_t kv_bytes_per_seq_full, kv_bytes_per_seq;
     /* Activations (F32): per token (4*dim + q_dim + 2*kv_dim + 2*ffn) floats
      * for max_batched_tokens, plus logits of max_num_seqs x vocab. */
     uint64_t act_floats_per_token;
@@ -68,11 +91,17 @@ typedef struct pagoda_memplan {
     uint64_t shortfall_bytes;                       /* how much more memory fitting needs */
     char reason[200];                               /* why it does not fit; "" when it does */
     uint64_t kv_pool_bytes;                         /* kv_blocks x kv_bytes_per_block */
-    uint64_t kv_blocks, kv_tokens;
+    uint64_t kv_blocks, kv_tokens;                  /* the KV policy's blocks */
+    uint64_t kv_total_bytes;                        /* every KV byte allocated: the pool,
+                                                     * the sink, the window pool */
     struct {
         int64_t len;
         bool exceeds;                               /* len > max_seq_len: not servable */
         uint64_t seqs;                              /* whole sequences of len that fit */
+        /* the same KV memory (kv_total_bytes) if every layer kept every
+         * position (= seqs for a model without sliding-window layers or
+         * with swa_kv = full) */
+        uint64_t seqs_full;
     } fit[PAGODA_MEMPLAN_N_FIT];
 } pagoda_memplan;
 
@@ -81,14 +110,21 @@ typedef struct pagoda_memplan {
  * A plan that does not fit is still a success: see out->fits. */
 int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *o, pagoda_memplan *out,
                            char *err, size_t n);
+/* Fix the KV policy's pool at `blocks` blocks (an explicit kv_cache_tokens,
+ * or the runtime's cap) and redo what follows from it: tokens, bytes,
+ * whether it fits the budget (budget 0: no check), and the sequences. */
+void pagoda_memplan_set_pool(pagoda_memplan *p, uint64_t blocks);
 /* A readable table. */
 void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp);
 /* The plan as a JSON object (malloc'd string; free() it), or NULL. */
 char *pagoda_memplan_json(const pagoda_memplan *p);
 
 /* The CLI: argv[0] is the subcommand name ("plan"), options follow:
- *   --model FILE [--memory SIZE] [--kv-dtype f16|f32] [--max-seq-len N]
- *   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N] [--json]
+ *   [--config FILE] [--set S.K=V]... [--model FILE] [--memory SIZE|auto]
+ *   [--kv-dtype f16|f32] [--max-seq-len N] [--max-batched-tokens N]
+ *   [--max-num-seqs N] [--block-size N] [--swa-kv window|full] [--json]
+ * The plan is the server's for the same settings (pagoda_runtime_plan):
+ * the model and the plugins are opened, the weights are not read.
  * Exit code: 0 the model fits, 1 it does not (or the file is bad), 2 usage. */
 int pagoda_cmd_plan(int argc, char **argv);
 

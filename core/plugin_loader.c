@@ -193,6 +193,20 @@ static bool is_file(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* What a path that exists but is no regular file is, for a message; NULL
+ * when it does not exist (or is a file). */
+static const char *not_file_kind(const char *p)
+{
+    struct stat sb;
+    if (stat(p, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
+    if (S_ISDIR(sb.st_mode)) return "a directory";
+    if (S_ISCHR(sb.st_mode)) return "a character device";
+    if (S_ISBLK(sb.st_mode)) return "a block device";
+    if (S_ISFIFO(sb.st_mode)) return "a named pipe";
+    if (S_ISSOCK(sb.st_mode)) return "a socket";
+    return "a special file";
+}
+
 static bool in_list(const char *list, const char *nm)
 {
     size_t l = strlen(nm);
@@ -253,6 +267,13 @@ int pagoda_plugin_find(const pagoda_config *cfg, int kind, const char *name, cha
         if (!is_file(explicit_path)) {
             char where[4200] = "?";
             pagoda_config_where(cfg, section, "path", where, sizeof where);
+            const char *what = not_file_kind(explicit_path);
+            if (what) {
+                set_err(err, err_len, "%s: [%s] path = %s: is %s, not a plugin file (a .so); give "
+                        "the plugin's file or remove the key to search the plugin folders", where,
+                        section, explicit_path, what);
+                return PAGODA_ERR_INVALID;
+            }
             set_err(err, err_len, "%s: [%s] path = %s: no such file; fix the path or remove the "
                                   "key to search the plugin folders", where, section, explicit_path);
             return PAGODA_ERR_NOT_FOUND;

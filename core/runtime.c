@@ -43,10 +43,13 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
     pagoda_metric_gauge all[] = {
         {"pagoda_memory_weights_bytes", "Bytes of model weights", (double)p->weight_bytes},
         {"pagoda_memory_kv_pool_bytes", "Bytes of the KV cache pool", (double)p->kv_pool_bytes},
+        {"pagoda_memory_kv_window_bytes",
+         "Bytes of the sliding-window layers' own KV pool and the prefix-hit sink",
+         (double)(p->swa_pool_bytes + p->kv_sink_bytes)},
         {"pagoda_memory_activations_bytes", "Bytes of activation buffers", (double)p->act_bytes},
         {"pagoda_memory_workspace_bytes", "Bytes of kernel workspace", (double)p->workspace_bytes},
         {"pagoda_memory_overhead_bytes", "Bytes of runtime overhead", (double)p->overhead_bytes},
-        {"pagoda_kv_bytes_per_token", "KV cache bytes per token", (double)p->kv_bytes_per_token},
+        {"pagoda_kv_bytes_per_token", "KV cache pool bytes per token", (double)p->kv_bytes_per_token},
         {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},
     };
     int n = 0;
@@ -59,8 +62,9 @@ bool pagoda_runtime_shutting_down(const pagoda_runtime *rt)
     return __atomic_load_n(&rt->shutting_down, __ATOMIC_ACQUIRE) != 0;
 }
 
-int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
-                           pagoda_runtime **out, char *err, size_t err_len)
+/* plan_only: stop once the plan is computed, fit or not (pagoda plan). */
+static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool plan_only,
+                   pagoda_runtime **out, char *err, size_t err_len)
 {
     *out = NULL;
     pagoda_runtime *rt = calloc(1, sizeof *rt);
@@ -88,7 +92,19 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
 
     char msg[256] = "";
     pagoda_chat_family fam;
-    st = pagoda_chat_select(rt->ec.chat_template, rt->model->chat_template, &fam, msg, sizeof msg);
+    const char *tmpl = rt->model->chat_template;
+    bool auto_tmpl = !rt->ec.chat_template[0] || !strcmp(rt->ec.chat_template, "auto");
+    if (auto_tmpl && (!tmpl || !*tmpl) && !strcmp(hp->arch, "gemma3")) {
+        /* Gemma files often carry no template (the base models): their
+         * turns are Gemma's, not the ChatML fallback (whose markers the
+         * vocabulary does not have) */
+        fam = PAGODA_CHAT_GEMMA;
+        st = PAGODA_OK;
+        pagoda_log(PAGODA_LOG_INFO, "chat template: the model has none; using Gemma's turns "
+                   "(its architecture is gemma3)");
+    } else {
+        st = pagoda_chat_select(rt->ec.chat_template, tmpl, &fam, msg, sizeof msg);
+    }
     if (st) { ERR("engine.chat_template: %s", msg); goto fail; }
     if (msg[0]) pagoda_log(PAGODA_LOG_WARN, "%s", msg);
     rt->chat_family = fam;
@@ -103,6 +119,10 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
     rt->backend.info.struct_size = sizeof rt->backend.info;
     rt->backend.ops.info(rt->backend.ctx, &rt->backend.info);
     pagoda_log(PAGODA_LOG_INFO, "backend: %s", rt->backend.info.name);
+    /* a model that needs an optional op the backend lacks is refused now,
+     * before the weights are read */
+    st = pagoda_forward_check_backend(hp, &rt->backend, err, err_len);
+    if (st) goto fail;
 
     st = make_plugin(rt, PAGODA_KIND_SCHEDULER, rt->ec.scheduler, &rt->p_sched, &rt->h_sched,
                      &rt->sched.ctx, err, err_len);
@@ -129,6 +149,7 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
     po.max_batched_tokens = max_tokens;
     po.max_num_seqs = max_seqs;
     po.block_size = rt->ec.block_size;
+    po.swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW;
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
     int64_t want_tokens = rt->ec.kv_cache_tokens;
@@ -140,30 +161,29 @@ int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_pl
         want_tokens = (int64_t)max_seqs * rt->plan.max_seq_len;
     }
     if (want_tokens > 0) {
-        /* an explicit pool size overrides the budget (experiments, tests) */
+        /* an explicit pool size overrides the budget (experiments, tests):
+         * what is left to check is the budget */
         pagoda_memplan *p = &rt->plan;
-        p->kv_blocks = (uint64_t)((want_tokens + p->block_size - 1) / p->block_size);
-        p->kv_tokens = p->kv_blocks * (uint64_t)p->block_size;
-        p->kv_pool_bytes = p->kv_blocks * p->kv_bytes_per_block;
-        /* the pool is fixed now; what is left to check is the budget */
-        uint64_t need = p->fixed_bytes + p->kv_pool_bytes;
-        p->fits = p->budget_bytes == 0 || need <= p->budget_bytes;
-        if (p->fits) {
-            p->reason[0] = 0;
-            p->shortfall_bytes = 0;
-        } else {
-            p->shortfall_bytes = need - p->budget_bytes;
-            snprintf(p->reason, sizeof p->reason,
-                     "weights, activations, workspace and overhead (%.1f MiB) plus the KV pool of "
-                     "%lld tokens (%.1f MiB) need %.1f MiB, the budget is %.1f MiB",
-                     (double)p->fixed_bytes / 1048576.0, (long long)p->kv_tokens,
-                     (double)p->kv_pool_bytes / 1048576.0, (double)need / 1048576.0,
-                     (double)p->budget_bytes / 1048576.0);
-        }
-        for (int i = 0; i < PAGODA_MEMPLAN_N_FIT; i++)
-            p->fit[i].seqs = p->fit[i].exceeds ? 0 : p->kv_tokens / (uint64_t)p->fit[i].len;
+        pagoda_memplan_set_pool(p, (uint64_t)((want_tokens + p->block_size - 1) / p->block_size));
     }
     if (print_plan) pagoda_memplan_print(&rt->plan, stderr);
+    const pagoda_memplan *pl = &rt->plan;
+    uint64_t window_cost = pl->swa_pool_bytes + pl->kv_sink_bytes;
+    uint64_t local_in_pool = pl->kv_tokens * pl->kv_swa_bytes_per_token;
+    if (pl->swa.window && window_cost > local_in_pool) {
+        /* many seats for a small pool: the window pool reserves a window
+         * per seat, which costs more than the local layers would take in
+         * the pool itself */
+        pagoda_log(PAGODA_LOG_WARN, "the sliding-window layers' own pool (%.1f MiB: %d seats) is "
+                   "larger than their KV for the pool's %llu tokens would be (%.1f MiB): "
+                   "swa_kv = full, or a lower max_num_seqs, takes less memory",
+                   (double)window_cost / 1048576.0, pl->swa.seats,
+                   (unsigned long long)pl->kv_tokens, (double)local_in_pool / 1048576.0);
+    }
+    if (plan_only) {
+        *out = rt;
+        return PAGODA_OK;
+    }
     rt->plan_json = pagoda_memplan_json(&rt->plan);
     if (!rt->plan.fits || rt->plan.kv_blocks == 0) {
         ERR("the model does not fit: %s (see the memory plan; lower max_seq_len or "
@@ -189,6 +209,22 @@ fail:
     return st ? st : PAGODA_ERR_INTERNAL;
 }
 
+int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
+                           pagoda_runtime **out, char *err, size_t err_len)
+{
+    return prepare(cfg, with_frontend, print_plan, false, out, err, err_len);
+}
+
+int pagoda_runtime_plan(pagoda_config *cfg, pagoda_memplan *plan, char *err, size_t err_len)
+{
+    pagoda_runtime *rt = NULL;
+    int st = prepare(cfg, false, false, true, &rt, err, err_len);
+    if (st) return st;
+    *plan = rt->plan;
+    pagoda_runtime_close(rt);
+    return PAGODA_OK;
+}
+
 int pagoda_runtime_open(pagoda_config *cfg, bool with_frontend, bool print_plan,
                         pagoda_runtime **out, char *err, size_t err_len)
 {
@@ -207,6 +243,7 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
     pagoda_engine_opts eo = {
         .max_seq_len = (int32_t)rt->plan.max_seq_len, .n_blocks = (int32_t)rt->plan.kv_blocks,
         .block_size = rt->ec.block_size, .kv_dtype = rt->ec.kv_dtype,
+        .swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW,
         .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,

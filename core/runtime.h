@@ -45,6 +45,12 @@ typedef struct pagoda_runtime {
  * everything made so far is freed and err says what failed. */
 int pagoda_runtime_prepare(pagoda_config *cfg, bool with_frontend, bool print_plan,
                            pagoda_runtime **out, char *err, size_t err_len);
+/* The memory plan `pagoda --config` would compute from cfg, by the same
+ * steps (model header, plugins, the scheduler's limits, kv_cache_tokens,
+ * the cap on an automatic host budget), with nothing allocated for
+ * serving; *plan is filled whether or not the model fits (plan->fits).
+ * `pagoda plan` prints it. */
+int pagoda_runtime_plan(pagoda_config *cfg, pagoda_memplan *plan, char *err, size_t err_len);
 /* Read the weights in (progress bar), create the engine (and start its
  * thread when start); then pagoda_runtime_engine() is not NULL. */
 int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_len);

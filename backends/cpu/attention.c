@@ -12,6 +12,9 @@
  * heads, where a head at a time read 128 of every 1536 bytes and came back
  * for the rest later (at 16 sequences x 144 tokens that was 25% of a
  * decode step on 110M Q4_0, the KV streaming from DRAM once per head).
+ * Sliding-window layers (Gemma 3's local layers) pass a window: a query
+ * starts at the first key inside it, so the blocks before are never read;
+ * that one line in attn_worker is the whole window check.
  * Not for: writing the cache (ops.c kv_write).
  */
 #include "kernels.h"
@@ -40,6 +43,7 @@ typedef struct attn_task {
     const pagoda_batch *b;
     int n_heads;
     float scale;
+    int32_t window;              /* 0, or the sliding window (keys p - window < j <= p) */
     float *out;
     size_t out_stride;
     const int32_t *chunk_start;  /* [n_seqs + 1] prefix sums of query chunks */
@@ -72,9 +76,11 @@ static void prefetch_block(const attn_task *a, const pagoda_seq_view *sv, int32_
         }
 }
 
-/* Query row qrow for heads [h0, h1) over its first n_keys keys. */
+/* Query row qrow for heads [h0, h1) over keys first .. n_keys - 1 (first
+ * > 0 on a sliding-window layer: the keys before it, whole blocks of them
+ * included, are never read). */
 static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, int h1, int64_t qrow,
-                       int32_t n_keys)
+                       int32_t first, int32_t n_keys)
 {
     const pagoda_kv_layout *L = a->L;
     const pagoda_vecdot_table *vt = a->vt;
@@ -93,7 +99,7 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
         l[h] = 0.0f;
     }
 
-    for (int32_t j0 = 0; j0 < n_keys;) {
+    for (int32_t j0 = first; j0 < n_keys;) {
         int32_t blk = sv->block_table[j0 / L->block_size];
         int32_t s0 = j0 % L->block_size;
         int32_t cnt = L->block_size - s0;
@@ -105,9 +111,9 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
          * group's rows of the one KV_PREFETCH_BLOCKS ahead now, while this
          * one is computed, instead of waiting for DRAM when it starts
          * (16 sequences x 144 tokens, 110M Q4_0: decode step 34 -> 27 ms). */
-        if (s0 == 0) {
-            int32_t first = j0 == 0 ? 1 : KV_PREFETCH_BLOCKS;
-            for (int32_t ahead = first; ahead <= KV_PREFETCH_BLOCKS; ahead++)
+        if (s0 == 0 || j0 == first) {
+            int32_t from = j0 == first ? 1 : KV_PREFETCH_BLOCKS;
+            for (int32_t ahead = from; ahead <= KV_PREFETCH_BLOCKS; ahead++)
                 prefetch_block(a, sv, j0 / L->block_size + ahead, n_keys, h0, h1);
         }
         for (int h = 0; h < ng; h++) {
@@ -170,14 +176,16 @@ static void attn_worker(void *arg, int ith, int nth)
         int32_t i0 = (int32_t)(c * Q_CHUNK), i1 = i0 + Q_CHUNK < sv->n_q ? i0 + Q_CHUNK : sv->n_q;
         for (int32_t i = i0; i < i1; i++) {
             int32_t pos = sv->ctx_len - sv->n_q + i;
-            attend_row(a, sv, h0, h1, sv->q_start + i, pos + 1);
+            /* the window check, all of it: key j is seen iff pos - j < window */
+            int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+            attend_row(a, sv, h0, h1, sv->q_start + i, first, pos + 1);
         }
     }
 }
 
 int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, const void *pool,
                          const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
-                         float scale, float *out, size_t out_stride)
+                         float scale, int32_t window, float *out, size_t out_stride)
 {
     if (L->head_dim > MAX_HEAD_DIM) return PAGODA_ERR_UNSUPPORTED;
     int32_t *cs = pagoda_cpu_scratch(ex, sizeof(int32_t) * ((size_t)b->n_seqs + 1));
@@ -198,7 +206,7 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
     n_groups = (n_heads + group - 1) / group;
     attn_task a = {
         .vt = pagoda_cpu_vecdot(), .q = q, .q_stride = q_stride, .pool = pool, .L = L,
-        .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .out = out,
+        .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window, .out = out,
         .out_stride = out_stride, .chunk_start = cs, .group = group, .n_groups = n_groups,
         .n_items = n_chunks * n_groups,
     };

@@ -7,6 +7,7 @@
  * Not for: kernels (matmul.c, attention.c, ops.c, vecdot*.c).
  */
 #include <cblas.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,11 +311,11 @@ static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
     return PAGODA_OK;
 }
 
-static int cpu_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+/* attention and attention_ext: the checks, then the kernel. */
+static int attention_run(cpu_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
                          const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
-                         int32_t n_heads, float scale, const pagoda_tensor *out)
+                         int32_t n_heads, float scale, int32_t window, const pagoda_tensor *out)
 {
-    cpu_ctx *c = ctx;
     TRY(check_layout(c, "attention", kv, L, layer));
     TRY(check_tensor(c, "attention", "q", q, PAGODA_DTYPE_F32));
     TRY(check_tensor(c, "attention", "out", out, PAGODA_DTYPE_F32));
@@ -342,10 +343,31 @@ static int cpu_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer 
                 return ERR(c, PAGODA_ERR_INVALID, "attention: sequence %d block %d is %d, outside 0..%d",
                            s, i, sv->block_table[i], L->n_blocks - 1);
     }
+    if (window < 0) return ERR(c, PAGODA_ERR_INVALID, "attention: window %d is negative", window);
     int st = pagoda_cpu_attention(&c->ex, tptr(q), q->row_stride, kv->data, L, layer, b, n_heads,
-                                  scale, tptr(out), out->row_stride);
+                                  scale, window, tptr(out), out->row_stride);
     if (st) return ERR(c, st, "attention: %s", pagoda_status_str(st));
     return PAGODA_OK;
+}
+
+static int cpu_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                         const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                         int32_t n_heads, float scale, const pagoda_tensor *out)
+{
+    return attention_run(ctx, q, kv, L, layer, b, n_heads, scale, 0, out);
+}
+
+static int cpu_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                             const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                             const pagoda_attn_params *p, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    /* the fields this backend reads: struct_size .. window (ABI 1.1) */
+    size_t need = offsetof(pagoda_attn_params, window) + sizeof p->window;
+    if (!p || p->struct_size < need)
+        return ERR(c, PAGODA_ERR_INVALID, "attention_ext: params %s (struct_size %zu, need >= %zu)",
+                   p ? "too short" : "NULL", p ? p->struct_size : 0, need);
+    return attention_run(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, out);
 }
 
 static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
@@ -359,6 +381,30 @@ static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor 
     TRY(same_shape(c, "swiglu", gate, out));
     pagoda_cpu_swiglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                       out->row_stride, gate->rows, gate->cols);
+    return PAGODA_OK;
+}
+
+static int cpu_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+                     const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "geglu", "gate", gate, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "geglu", "up", up, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "geglu", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "geglu", gate, up));
+    TRY(same_shape(c, "geglu", gate, out));
+    pagoda_cpu_geglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+                     out->row_stride, gate->rows, gate->cols);
+    return PAGODA_OK;
+}
+
+static int cpu_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "scale", "x", x, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "scale", "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, "scale", x, out));
+    pagoda_cpu_scale(tptr(x), x->row_stride, s, tptr(out), out->row_stride, x->rows, x->cols);
     return PAGODA_OK;
 }
 
@@ -470,6 +516,9 @@ static const pagoda_backend_ops cpu_ops = {
     .add = cpu_add,
     .copy_blocks = cpu_copy_blocks,
     .synchronize = cpu_synchronize,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
+    .attention_ext = cpu_attention_ext,
 };
 
 static const pagoda_config_key cpu_keys[] = {

@@ -35,15 +35,15 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
-/* From this many rows on, BF16 / Q4_1 / Q6_K weights (F16: from
+/* From this many rows on, BF16 / Q4_1 weights (F16: from
  * PAGODA_CPU_GEMM_MIN_T_F16) are dequantized a tile at a time and
  * multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm beats
- * their kernels); below it Q4_1 / Q6_K quantize the activations (decode:
+ * their kernels); below it Q4_1 quantizes the activations (decode:
  * bandwidth-bound, where reading fewer weight bytes wins) and F16 / BF16
- * run exact F32 products of their own. Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL
- * keep quantized activations at every T (their tokens-in-lanes kernels
- * beat sgemm). PAGODA_CPU_GEMM_MIN_T in the environment sets one crossover
- * for every type. */
+ * run exact F32 products of their own. Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL,
+ * the K-quants (Q2_K..Q6_K) and IQ4_XS keep quantized activations at every
+ * T (their tokens-in-lanes kernels beat sgemm). PAGODA_CPU_GEMM_MIN_T in
+ * the environment sets one crossover for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
 #define PAGODA_CPU_GEMM_MIN_T_F16 256
 
@@ -80,14 +80,24 @@ void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const
                          size_t k_stride, const float *v, size_t v_stride, const int32_t *slots,
                          int32_t n);
 
-/* Causal attention of every sequence in `b` over its own blocks; GQA. */
+/* Causal attention of every sequence in `b` over its own blocks; GQA.
+ * window > 0: the query at position p reads only the keys j with
+ * 0 <= p - j < window (sliding-window layers); 0: every key up to p. */
 int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, const void *pool,
                          const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
-                         float scale, float *out, size_t out_stride);
+                         float scale, int32_t window, float *out, size_t out_stride);
 
 /* out = silu(gate) * up; out may alias either. */
 void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
                        float *out, size_t out_stride, int64_t rows, int64_t cols);
+
+/* out = gelu_tanh(gate) * up; out may alias either. */
+void pagoda_cpu_geglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                      float *out, size_t out_stride, int64_t rows, int64_t cols);
+
+/* out = x * s; out may alias x. */
+void pagoda_cpu_scale(const float *x, size_t x_stride, float s, float *out, size_t out_stride,
+                      int64_t rows, int64_t cols);
 
 /* out = a + b; out may alias either. */
 void pagoda_cpu_add(const float *a, size_t a_stride, const float *b, size_t b_stride, float *out,

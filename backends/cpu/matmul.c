@@ -85,12 +85,50 @@ int pagoda_cpu_weight_type_supported(int dtype)
     case PAGODA_DTYPE_Q4_0:
     case PAGODA_DTYPE_Q4_1:
     case PAGODA_DTYPE_Q6_K:
+    case PAGODA_DTYPE_Q2_K:
+    case PAGODA_DTYPE_Q3_K:
+    case PAGODA_DTYPE_Q4_K:
+    case PAGODA_DTYPE_Q5_K:
+    case PAGODA_DTYPE_IQ4_XS:
     case PAGODA_DTYPE_Q5_0:
     case PAGODA_DTYPE_Q5_1:
     case PAGODA_DTYPE_IQ4_NL:
         return 1;
     default:
         return 0;
+    }
+}
+
+/* Weight types whose activations are per-256 int8 blocks (q8k). */
+static bool act_q8k(int dtype)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K:
+    case PAGODA_DTYPE_Q3_K:
+    case PAGODA_DTYPE_Q4_K:
+    case PAGODA_DTYPE_Q5_K:
+    case PAGODA_DTYPE_Q6_K:
+    case PAGODA_DTYPE_IQ4_XS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+typedef void (*gemm_kx8_fn)(const void *, size_t, int64_t, const pagoda_q8kx8_block *, int64_t, int64_t,
+                            float *, size_t);
+
+/* The K-quant tokens-in-lanes kernel of this type, NULL if none. */
+static gemm_kx8_fn gemm_kx8_of(const pagoda_vecdot_table *vt, int dtype)
+{
+    switch (dtype) {
+    case PAGODA_DTYPE_Q2_K: return vt->gemm_q2_k_x8;
+    case PAGODA_DTYPE_Q3_K: return vt->gemm_q3_k_x8;
+    case PAGODA_DTYPE_Q4_K: return vt->gemm_q4_k_x8;
+    case PAGODA_DTYPE_Q5_K: return vt->gemm_q5_k_x8;
+    case PAGODA_DTYPE_Q6_K: return vt->gemm_q6_k_x8;
+    case PAGODA_DTYPE_IQ4_XS: return vt->gemm_iq4_xs_x8;
+    default: return NULL;
     }
 }
 
@@ -115,6 +153,8 @@ typedef struct mm_task {
     float *xf8;           /* x transposed by eights (gemm_f16_x8), or NULL */
     void (*gemm_f16_x8)(const void *, size_t, int64_t, const float *, int64_t, int64_t, float *,
                         size_t);
+    pagoda_q8kx8_block *kx8; /* q8k rows interleaved by eights (gemm_kx8), or NULL */
+    gemm_kx8_fn gemm_kx8;
     int64_t rows_per_part;
     void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
                  size_t);
@@ -132,7 +172,7 @@ static void quant_rows(mm_task *m, int64_t t0, int64_t t1)
     for (int64_t t = t0; t < t1; t++) {
         const float *xr = (const float *)((const uint8_t *)m->x + t * m->x_stride);
         void *yr = m->xq + t * m->xq_stride;
-        if (m->dtype == PAGODA_DTYPE_Q6_K)
+        if (act_q8k(m->dtype))
             m->vt->quant_q8k(xr, yr, m->K);
         else
             m->vt->quant_q8a(xr, yr, m->K);
@@ -158,6 +198,11 @@ static void quant_x8_task(void *arg, int ith, int nth)
     for (int64_t g = g0; g < g1; g++) {
         int64_t t0 = 8 * g, t1 = t0 + 8 < m->T ? t0 + 8 : m->T;
         quant_rows(m, t0, t1);
+        if (m->kx8) {
+            pagoda_cpu_prep_k_x8((const pagoda_q8k_block *)(m->xq + t0 * m->xq_stride), m->xq_stride,
+                                 (int)(t1 - t0), m->K / 256, m->kx8 + g * (m->K / 256));
+            continue;
+        }
         pagoda_cpu_prep_x8((const pagoda_q8a_block *)(m->xq + t0 * m->xq_stride), m->xq_stride,
                            (int)(t1 - t0), nb, m->x8 + g * nb);
     }
@@ -188,6 +233,11 @@ static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
     case PAGODA_DTYPE_Q4_0: return vt->dot_q4_0(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q4_1: return vt->dot_q4_1(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q6_K: return vt->dot_q6_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_Q2_K: return vt->dot_q2_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_Q3_K: return vt->dot_q3_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_Q4_K: return vt->dot_q4_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_Q5_K: return vt->dot_q5_k(wr, xq, m->K / 256);
+    case PAGODA_DTYPE_IQ4_XS: return vt->dot_iq4_xs(wr, xq, m->K / 256);
     case PAGODA_DTYPE_Q5_0: return vt->dot_q5_0(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q5_1: return vt->dot_q5_1(wr, xq, m->K / 32);
     case PAGODA_DTYPE_IQ4_NL: return vt->dot_iq4_nl(wr, xq, m->K / 32);
@@ -223,14 +273,18 @@ static void add_bias(const mm_task *m, int64_t n0, int64_t n1)
  * a decode batch is a single chunk. */
 static void dot_x8_part(const mm_task *m, int64_t n0, int64_t n1)
 {
-    int64_t nb = m->K / 32;
+    int64_t nb = m->K / (m->kx8 ? 256 : 32);
     for (int64_t t0 = 0; t0 < m->T; t0 += X8_T_CHUNK) {
         int64_t tn = m->T - t0 < X8_T_CHUNK ? m->T - t0 : X8_T_CHUNK;
         float *o = (float *)((uint8_t *)m->out + t0 * m->out_stride);
         for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
             int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
-            m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8 + (t0 / 8) * nb, tn, nb,
-                       o + nt, m->out_stride);
+            if (m->kx8)
+                m->gemm_kx8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->kx8 + (t0 / 8) * nb, tn,
+                            nb, o + nt, m->out_stride);
+            else
+                m->gemm_x8(m->w + nt * m->w_stride, m->w_stride, ne - nt, m->x8 + (t0 / 8) * nb, tn,
+                           nb, o + nt, m->out_stride);
         }
     }
     if (m->bias) add_bias(m, n0, n1);
@@ -244,7 +298,7 @@ static void dot_task(void *arg, int part, int n_parts)
     int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
     if (n1 > m->N) n1 = m->N;
     (void)n_parts;
-    if (m->x8) {
+    if (m->x8 || m->kx8) {
         dot_x8_part(m, n0, n1);
         return;
     }
@@ -346,10 +400,14 @@ static int64_t gemm_min_t_env(void)
  * 0.71 s, Q4_0 ~0.95 -> 0.65 s). F16: from 256 tokens (x8 vs sgemm,
  * prefill of 64 / 128 / 256 / 512 tokens on 110M: 129 / 249 / 540 / 1066
  * vs 206 / 310 / 546 / 967 ms; a 32-sequence decode step went from ~100
- * to 214 ms at the old crossover of 32). The others: from 32. */
+ * to 214 ms at the old crossover of 32). The K-quants and IQ4_XS: never
+ * (their lanes kernels, one core, K = N = 2048, T = 64 / 512: Q4_K 179 /
+ * 170 GFLOP/s against 67 / 79 for dequantize + sgemm, Q5_K 157 / 154 vs
+ * 61 / 76, Q6_K 133 / 127 vs 28 / 64). The others: from 32. */
 static int64_t sgemm_min_t(int dtype)
 {
     if (dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0) return INT64_MAX;
+    if (act_q8k(dtype)) return INT64_MAX;
     /* Q5_0 / Q5_1 / IQ4_NL: never either. Kernels on one core, K = 2048,
      * 2048 rows, T = 64 / 128 / 512, x8 vs dequantize + sgemm (GFLOP/s):
      * Q5_0 149 / 151 / 151 vs 69 / 76 / 80, Q5_1 137 / 134 / 135 vs
@@ -392,7 +450,7 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         .w = w, .dtype = w_dtype, .w_stride = w_stride, .bias = bias, .out = out,
         .out_stride = out_stride,
     };
-    if (w_dtype == PAGODA_DTYPE_Q6_K)
+    if (act_q8k(w_dtype))
         m.xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
              w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
@@ -405,6 +463,7 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
                   : w_dtype == PAGODA_DTYPE_Q5_0 ? m.vt->gemm_q5_0_x8
                   : w_dtype == PAGODA_DTYPE_Q5_1 ? m.vt->gemm_q5_1_x8
                   : w_dtype == PAGODA_DTYPE_IQ4_NL ? m.vt->gemm_iq4_nl_x8 : NULL;
+    if (T >= X8_MIN_T) m.gemm_kx8 = gemm_kx8_of(m.vt, w_dtype);
     /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(&m));
     if (groups && m.vt->prep_q4_0 && !m.gemm_x8)
@@ -413,12 +472,17 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
         /* One scratch: the q8a rows, then (Q4_0, Q5, IQ4_NL) their rearranged copy or
          * (x8) their groups of eight. */
         size_t xq_bytes = (m.xq_stride * (size_t)T + 63) & ~(size_t)63;
-        size_t x8_bytes = m.gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block) : 0;
+        size_t x8_bytes = m.gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block)
+                        : m.gemm_kx8 ? (size_t)((T + 7) / 8) * (size_t)(K / 256) * sizeof(pagoda_q8kx8_block)
+                                     : 0;
         m.xq = pagoda_cpu_scratch(ex, xq_bytes + m.xp_stride * (size_t)T + x8_bytes);
         if (!m.xq) return PAGODA_ERR_NOMEM;
         if (m.xp_stride) m.xp = m.xq + xq_bytes;
-        if (m.gemm_x8) {
-            m.x8 = (pagoda_q8x8_block *)(m.xq + xq_bytes);
+        if (m.gemm_x8 || m.gemm_kx8) {
+            if (m.gemm_kx8)
+                m.kx8 = (pagoda_q8kx8_block *)(m.xq + xq_bytes);
+            else
+                m.x8 = (pagoda_q8x8_block *)(m.xq + xq_bytes);
             pagoda_threadpool_run(ex->pool, quant_x8_task, &m);
         } else if (T <= QUANT_INLINE_T) {
             /* A few rows quantize in about a microsecond: cheaper than

@@ -1,6 +1,6 @@
 /*
  * ops.c: the small per-row kernels of the forward pass: RMSNorm, RoPE,
- * SwiGLU, add, KV store and KV block copy. They move a few KB per token,
+ * SwiGLU, GeGLU, scale, add, KV store and KV block copy. They move a few KB per token,
  * next to megabytes of weights in matmul, so they stay plain C (which gcc
  * vectorizes) and single-threaded; the F16 KV store, which gcc does not
  * vectorize, converts through the vecdot table (F16C).
@@ -65,6 +65,27 @@ void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size
         const float *g = CROW(gate, g_stride, r), *u = CROW(up, u_stride, r);
         float *o = ROW(out, out_stride, r);
         vt->swiglu(g, u, o, cols);
+    }
+}
+
+void pagoda_cpu_geglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                      float *out, size_t out_stride, int64_t rows, int64_t cols)
+{
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = CROW(gate, g_stride, r), *u = CROW(up, u_stride, r);
+        float *o = ROW(out, out_stride, r);
+        vt->geglu(g, u, o, cols);
+    }
+}
+
+void pagoda_cpu_scale(const float *x, size_t x_stride, float s, float *out, size_t out_stride,
+                      int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = CROW(x, x_stride, r);
+        float *o = ROW(out, out_stride, r);
+        for (int64_t c = 0; c < cols; c++) o[c] = xr[c] * s;
     }
 }
 

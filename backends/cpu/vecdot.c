@@ -11,6 +11,7 @@
 
 #include "cpu_features.h"
 #include "quant.h"
+#include "vecdot_k.h"
 
 /* Max-abs scaling to [-127, 127]; nearbyintf rounds half to even, as the
  * SIMD round does, so both paths give the same bytes. */
@@ -42,6 +43,11 @@ static void quant_q8k_scalar(const float *x, pagoda_q8k_block *y, int64_t k)
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < 256; j++) y[b].qs[j] = (int8_t)nearbyintf(xb[j] * id);
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[16 * j + i];
+            y[b].bsums[j] = (int16_t)sum;
+        }
         y[b].d = d;
     }
 }
@@ -272,6 +278,11 @@ static void swiglu_scalar(const float *g, const float *u, float *out, int64_t n)
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void geglu_scalar(const float *g, const float *u, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = pagoda_gelu_tanh(g[i]) * u[i];
+}
+
 static void to_f16_scalar(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
@@ -287,6 +298,7 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .gemm_f16 = gemm_f16_scalar,
     .to_f16 = to_f16_scalar,
     .swiglu = swiglu_scalar,
+    .geglu = geglu_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,
@@ -301,6 +313,11 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .axpy_f16 = axpy_f16_scalar,
     .scores_f16 = scores_f16_scalar,
     .accum_f16 = accum_f16_scalar,
+    .dot_q2_k = pagoda_cpu_dot_q2_k_scalar,
+    .dot_q3_k = pagoda_cpu_dot_q3_k_scalar,
+    .dot_q4_k = pagoda_cpu_dot_q4_k_scalar,
+    .dot_q5_k = pagoda_cpu_dot_q5_k_scalar,
+    .dot_iq4_xs = pagoda_cpu_dot_iq4_xs_scalar,
     .dot_q5_0 = dot_q5_0_scalar,
     .dot_q5_1 = dot_q5_1_scalar,
     .dot_iq4_nl = dot_iq4_nl_scalar,

@@ -10,6 +10,7 @@
 #ifndef PAGODA_CPU_VECDOT_H
 #define PAGODA_CPU_VECDOT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,10 +23,14 @@ typedef struct pagoda_q8a_block {
     int8_t qs[32];
 } pagoda_q8a_block;
 
-/* Activation block for Q6_K weights: 256 values, one scale. */
+/* Activation block for the K-quant and IQ4_XS weights (256-value
+ * super-blocks): 256 values, one scale; bsums[j] = sum of qs[16j..16j+15],
+ * which the K-quants' min / offset terms need (sum_j m_j * sum(x in j)),
+ * so a kernel never sums the activations once per weight row. */
 typedef struct pagoda_q8k_block {
     float d;
     int8_t qs[256];
+    int16_t bsums[16];
 } pagoda_q8k_block;
 
 /* Activations for Q4_0 weights as the AVX2 kernel reads them, four blocks
@@ -63,6 +68,32 @@ typedef struct pagoda_q8x8_block {
     float d[8];
     int32_t s8[8];
 } pagoda_q8x8_block;
+
+/* Activations of eight tokens for the K-quant tokens-in-lanes kernels
+ * (gemm_q*_k_x8, vecdot_k_x8_avx2.c), one 256-value super-block position:
+ * the same lanes as pagoda_q8x8_block over 64 groups of four values, with
+ * the per-16 and per-32 sums as int16 pairs so one madd with a weight
+ * row's (m_a, m_b) pair gives m_a * sum_a + m_b * sum_b in every lane, and
+ * the sums that line up with a maddubs result's two int16 halves (the
+ * fixed offsets of Q3_K / Q6_K come off in int16, before the scale):
+ *   qs[g][4t + j]   = token t's qs[4g + j]
+ *   bs16[i][2t + h] = token t's bsums[2i + h]          (sums of 16)
+ *   bs32[i][2t + h] = token t's sum of qs[32(2i+h) ..] (sums of 32)
+ *   hs[j][2t + h]   = token t's sum of qs[16j + 4i + 2h + e], i < 4, e < 2
+ *   d[t]            = token t's scale
+ * Tokens past the batch are zero (d = 0). */
+typedef struct pagoda_q8kx8_block {
+    int8_t qs[64][32];
+    int16_t bs16[8][16];
+    int16_t bs32[4][16];
+    int16_t hs[16][16];
+    float d[8];
+} pagoda_q8kx8_block;
+
+/* Interleave nt <= 8 tokens' q8k rows (x_stride bytes apart, nb blocks
+ * each) into nb q8kx8 blocks (vecdot_k.c). */
+void pagoda_cpu_prep_k_x8(const pagoda_q8k_block *x, size_t x_stride, int nt, int64_t nb,
+                          pagoda_q8kx8_block *y);
 
 /* Interleave nt <= 8 tokens' q8a rows (x_stride bytes apart, nb blocks
  * each) into nb x8 blocks. Plain C: it is a copy, T * K bytes per call. */
@@ -132,6 +163,11 @@ typedef struct pagoda_vecdot_table {
      * variant's exp is a polynomial within 2 ulp of expf's. out may alias
      * g or u. */
     void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
+    /* out[i] = gelu_tanh(g[i]) * u[i] (GeGLU, Gemma's FFN), computed as
+     * g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u: the same value as
+     * 0.5 g (1 + tanh(...)) without its cancellation for negative g; the
+     * AVX2 variant's exp is swiglu's polynomial. out may alias g or u. */
+    void (*geglu)(const float *g, const float *u, float *out, int64_t n);
     /* n floats to IEEE half, round to nearest even (the KV store); the
      * AVX2 variant (F16C) gives the same bits as pagoda_fp32_to_fp16 for
      * every non-NaN input. */
@@ -148,6 +184,29 @@ typedef struct pagoda_vecdot_table {
                        float *sc);
     void (*accum_f16)(float *acc, float alpha, const float *p, const uint16_t *v, size_t stride,
                       int n, int hd);
+    /* K-quants and IQ4_XS (vecdot_k*.c): one row of nb super-blocks
+     * against one token's q8k blocks (dot_q6_k above is the sixth). */
+    float (*dot_q2_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    float (*dot_q3_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    float (*dot_q4_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    float (*dot_q5_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    float (*dot_iq4_xs)(const void *w, const pagoda_q8k_block *x, int64_t nb);
+    /* Weight rows x T tokens in groups of eight (pagoda_cpu_prep_k_x8's
+     * blocks: group i = tokens 8i..8i+7, nb super-blocks each, the last
+     * group padded): out[t][n] for n < nr, t < T. NULL where the
+     * table has none (the matmul then does one dot per pair). */
+    void (*gemm_q2_k_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q3_k_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q4_k_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q5_k_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q6_k_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_iq4_xs_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8kx8_block *x,
+                           int64_t T, int64_t nb, float *out, size_t out_stride);
     /* The 32-value types Q5_0, Q5_1 and IQ4_NL against q8a activations
      * (Q5_1's m term through the block's s, as Q4_1), per row and in
      * tokens-in-lanes groups (as gemm_q8_0_x8; NULL: the kernels below).
@@ -171,6 +230,17 @@ typedef struct pagoda_vecdot_table {
     void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                         int64_t T, int64_t nb, float *out, size_t out_stride);
 } pagoda_vecdot_table;
+
+/* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */
+#define PAGODA_GELU_K 0.7978845608028654f
+#define PAGODA_GELU_C 0.044715f
+
+/* gelu_tanh(x) of one value, in the sigmoid form above (the scalar
+ * reference and the SIMD tails). */
+static inline float pagoda_gelu_tanh(float x)
+{
+    return x / (1.0f + expf(-2.0f * PAGODA_GELU_K * (x + PAGODA_GELU_C * x * x * x)));
+}
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;
 extern const pagoda_vecdot_table pagoda_vecdot_avx2;

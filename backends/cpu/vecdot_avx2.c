@@ -14,6 +14,7 @@
 
 #include "quant.h"
 #include "vecdot_avx2.h"
+#include "vecdot_k.h"
 
 /* Software prefetch distance (bytes) on a weight row stream: one row's
  * stream from DRAM went from ~10.5 to ~12.8 GB/s per CPU-second with 4 KiB
@@ -87,12 +88,20 @@ static void quant_q8k_avx2(const float *x, pagoda_q8k_block *y, int64_t k)
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         __m256 vid = _mm256_set1_ps(id);
+        const __m256i ones8 = _mm256_set1_epi8(1);
         for (int j = 0; j < 256; j += 32) {
             __m256i q = pack_i8(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 8), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 16), vid),
                                 _mm256_mul_ps(_mm256_loadu_ps(xb + j + 24), vid));
             _mm256_storeu_si256((__m256i *)(y[b].qs + j), q);
+            /* Sums of 16: pair sums, then 8 of them per 128-bit half. */
+            __m256i s16 = _mm256_maddubs_epi16(ones8, q);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            s32 = _mm256_hadd_epi32(s32, s32);
+            s32 = _mm256_hadd_epi32(s32, s32);
+            y[b].bsums[j / 16] = (int16_t)_mm256_extract_epi32(s32, 0);
+            y[b].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(s32, 4);
         }
         y[b].d = d;
     }
@@ -272,6 +281,9 @@ static float dot_q6_k_avx2(const void *wv, const pagoda_q8k_block *x, int64_t nb
     const __m256i m32s = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        /* Every line of the 210-byte block (see vecdot_k_avx2.c). */
+        for (int off = 0; off < 256; off += 64)
+            _mm_prefetch((const char *)&w[b] + PREFETCH_AHEAD + off, _MM_HINT_T0);
         const uint8_t *q4 = w[b].ql, *qh = w[b].qh;
         const int8_t *q8 = x[b].qs;
         const __m128i scales = _mm_loadu_si128((const __m128i *)w[b].scales);
@@ -726,42 +738,6 @@ static void gemm_f16_avx2(const void *wv, size_t ws, int64_t nr, const void *xv,
     }
 }
 
-/* exp(x) for 8 floats: x = n ln2 + r (|r| <= ln2 / 2, ln2 split in two
- * for the reduction), exp(r) by the degree-6 minimax polynomial of Cephes'
- * expf, times 2^n built in the exponent bits; x clamped to [-87.3, 88.7]
- * (the float range). */
-static inline __m256 exp_ps(__m256 x)
-{
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* 2^n: n in [-126, 128]; n = 128 only at the clamp, where p < 1 keeps
-     * the product finite, so build 2^(n-1) and double. */
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
-    return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
-}
-
-static void swiglu_avx2(const float *g, const float *u, float *out, int64_t n)
-{
-    const __m256 one = _mm256_set1_ps(1.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 gv = _mm256_loadu_ps(g + i);
-        __m256 den = _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
-    }
-    for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
 static void to_f16_avx2(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
@@ -780,7 +756,8 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .gemm_f16_x8 = pagoda_cpu_gemm_f16_x8_avx2,
     .gemm_f16 = gemm_f16_avx2,
     .to_f16 = to_f16_avx2,
-    .swiglu = swiglu_avx2,
+    .swiglu = pagoda_cpu_swiglu_avx2,
+    .geglu = pagoda_cpu_geglu_avx2,
     .dequant = dequant_avx2,
     .quant_q8a = quant_q8a_avx2,
     .quant_q8k = quant_q8k_avx2,
@@ -795,6 +772,17 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .axpy_f16 = axpy_f16_avx2,
     .scores_f16 = scores_f16_avx2,
     .accum_f16 = accum_f16_avx2,
+    .dot_q2_k = pagoda_cpu_dot_q2_k_avx2,
+    .dot_q3_k = pagoda_cpu_dot_q3_k_avx2,
+    .dot_q4_k = pagoda_cpu_dot_q4_k_avx2,
+    .dot_q5_k = pagoda_cpu_dot_q5_k_avx2,
+    .dot_iq4_xs = pagoda_cpu_dot_iq4_xs_avx2,
+    .gemm_q2_k_x8 = pagoda_cpu_gemm_q2_k_x8_avx2,
+    .gemm_q3_k_x8 = pagoda_cpu_gemm_q3_k_x8_avx2,
+    .gemm_q4_k_x8 = pagoda_cpu_gemm_q4_k_x8_avx2,
+    .gemm_q5_k_x8 = pagoda_cpu_gemm_q5_k_x8_avx2,
+    .gemm_q6_k_x8 = pagoda_cpu_gemm_q6_k_x8_avx2,
+    .gemm_iq4_xs_x8 = pagoda_cpu_gemm_iq4_xs_x8_avx2,
     .dot_q5_0 = pagoda_cpu_dot_q5_0_avx2,
     .dot_q5_1 = pagoda_cpu_dot_q5_1_avx2,
     .dot_iq4_nl = pagoda_cpu_dot_iq4_nl_avx2,

@@ -2,7 +2,8 @@
  * vecdot_avx2.h: what the AVX2 kernel files share: small inline helpers
  * (horizontal sum, F16 loads, a block's nibbles / 5-bit / IQ4_NL values as
  * 32 bytes) and the kernels of other files (vecdot_x8_avx2.c,
- * vecdot_q5_avx2.c) that the AVX2 table in vecdot_avx2.c points at.
+ * vecdot_q5_avx2.c, the gated activations in vecdot_act_avx2.c) that the
+ * AVX2 table in vecdot_avx2.c points at.
  * Include only from files compiled with AVX2 + FMA + F16C (*_avx2.c).
  * Not for: callers of the kernels (they use the table, vecdot.h).
  */
@@ -108,5 +109,10 @@ void pagoda_cpu_gemm_q5_1_avx2(const void *w, size_t ws, int64_t nr, const void 
                                int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                  int64_t T, int64_t nb, float *out, size_t os);
+
+/* The gated activations (vecdot_act_avx2.c), signatures as vecdot.h's
+ * swiglu / geglu. */
+void pagoda_cpu_swiglu_avx2(const float *g, const float *u, float *out, int64_t n);
+void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n);
 
 #endif

@@ -129,6 +129,9 @@ FORCE_INLINE void tile_q4_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
                         _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xb->qs[g])),
                         _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)xb->qs[g + 4])));
                     i16[r][o] = _mm256_add_epi16(i16[r][o], s);
+                    /* Pinned here: else GCC computes a block's maddubs
+                     * first and spills them (vecdot_k_x8_avx2.c, KEEP). */
+                    __asm__("" : "+x"(i16[r][o]));
                 }
             }
         }

@@ -70,6 +70,8 @@ static const engine_key engine_keys[] = {
     EK("seed", PAGODA_KEY_INT, "0", 0, 9.2e18, "sampling seed; 0: a random seed per request"),
     EK("kv_cache_tokens", PAGODA_KEY_INT, "0", 0, 1e12, "KV pool size in tokens; 0: from the memory plan"),
     EK("block_size", PAGODA_KEY_INT, "16", 1, 1024, "tokens per KV block"),
+    { { "swa_kv", PAGODA_KEY_STRING, "window", 0, 0, "sliding-window layers keep only their window's KV, or every position" },
+      "window|full", false },
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
       "auto|chatml|llama2|llama3|mistral|zephyr|gemma", false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
@@ -116,9 +118,10 @@ static char *trim(char *s)
 }
 
 /* Name of a plugin: letters, digits, '_' and '-' (it becomes a file name). */
+/* 1 to 63 characters: the engine keeps a plugin name in 64 bytes. */
 static bool valid_plugin_name(const char *s)
 {
-    if (!s || !*s) return false;
+    if (!s || !*s || strlen(s) > 63) return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
               *s == '_' || *s == '-'))
@@ -215,6 +218,16 @@ static int section_note(pagoda_config *c, const char *name, int line)
 
 /* ------------------------------------------------------------ checks */
 
+/* A section name for a message: whole up to 80 characters, else its first
+ * 64 and its length (a header may be as long as a line, 8K). */
+static const char *sec_shown(const char *name, char *buf, size_t n)
+{
+    size_t l = strlen(name);
+    if (l <= 80) snprintf(buf, n, "%s", name);
+    else snprintf(buf, n, "%.64s... (%zu characters)", name, l);
+    return buf;
+}
+
 /* Section names: [engine] or [kind.name] with a known kind. On error `why`
  * holds the text after "unknown section [x]". */
 static int check_section_name(const char *sec, char *why, size_t n)
@@ -230,8 +243,8 @@ static int check_section_name(const char *sec, char *why, size_t n)
         for (size_t i = 0; i < 4; i++) known |= strcmp(kind, section_kinds[i]) == 0;
         if (known) {
             if (valid_plugin_name(dot + 1)) return 0;
-            snprintf(why, n, ": the plugin name after '%s.' must be letters, digits, '_' or '-'",
-                     kind);
+            snprintf(why, n, ": the plugin name after '%s.' must be 1 to 63 letters, digits, '_' "
+                     "or '-'", kind);
             return -1;
         }
         const char *best = pagoda_closest(kind, all, 5);
@@ -285,6 +298,7 @@ typedef struct parse_state {
     FILE *f;
     int line;            /* the line inih is working on */
     bool at_line_start;
+    char *section;       /* the current section, as the reader read it (owned) */
     int err_line;        /* first error's line, 0 when none */
     char err[1024];
     int status;
@@ -320,16 +334,23 @@ static char *cfg_reader(char *str, int num, void *stream)
         st->at_line_start = true;
         return r;
     }
-    /* Note section headers, so an empty [section] is checked too. */
-    char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s", r);
-    char *t = trim(tmp);
+    /* Section headers are read here, whole, and the handler files keys
+     * under this name, not inih's: inih keeps 49 characters of a name and
+     * the spaces inside the brackets, so a long or spaced header's keys
+     * went under a name no check looked at. Noting headers here also
+     * checks an empty [section]. */
+    const char *t = r;
+    while (*t == ' ' || *t == '\t') t++;
     if (*t == '[') {
-        char *close = strchr(t, ']');
+        const char *close = strchr(t, ']');
         if (close) {
-            *close = '\0';
-            char *name = trim(t + 1);
-            if (section_note(st->c, name, st->line) != PAGODA_OK)
+            char *name = strndup(t + 1, (size_t)(close - t - 1));
+            char *tn = name ? trim(name) : NULL;
+            char *keep = tn ? strdup(tn) : NULL;
+            free(name);
+            free(st->section);
+            st->section = keep;
+            if (!keep || section_note(st->c, keep, st->line) != PAGODA_OK)
                 parse_fail(st, st->line, PAGODA_ERR_NOMEM, "out of memory");
         }
     }
@@ -340,7 +361,9 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
 {
     parse_state *st = user;
     pagoda_config *c = st->c;
-    if (!*section) {
+    (void)section; /* inih's copy: cut at 49 characters; st->section is whole */
+    section = st->section;
+    if (!section || !*section) {
         parse_fail(st, st->line, PAGODA_ERR_INVALID,
                    "%s:%d: key '%s' is outside any section; put it under [engine] or a "
                    "[kind.name] plugin section", c->file, st->line, name);
@@ -416,10 +439,10 @@ pagoda_config *pagoda_config_load(const char *path, char *err, size_t err_len)
 
     /* Section names, then [engine] keys, keeping the earliest error. */
     for (size_t i = 0; i < c->ns; i++) {
-        char why[512];
+        char why[512], shown[128];
         if (check_section_name(c->s[i].name, why, sizeof why) != 0)
             parse_fail(&st, c->s[i].line, PAGODA_ERR_INVALID, "%s:%d: unknown section [%s]%s",
-                       path, c->s[i].line, c->s[i].name, why);
+                       path, c->s[i].line, sec_shown(c->s[i].name, shown, sizeof shown), why);
     }
     for (size_t i = 0; i < c->n; i++) {
         if (strcmp(c->e[i].section, "engine") != 0) continue;
@@ -432,9 +455,11 @@ pagoda_config *pagoda_config_load(const char *path, char *err, size_t err_len)
         goto fail;
     }
     fclose(st.f);
+    free(st.section);
     return c;
 fail:
     if (st.f) fclose(st.f);
+    free(st.section);
     pagoda_config_free(c);
     return NULL;
 }
@@ -464,9 +489,10 @@ int pagoda_config_set(pagoda_config *c, const char *assignment, char *err, size_
         set_err(err, err_len, "--set '%s': the key after the last '.' is empty", assignment);
         goto out;
     }
-    char why[512];
+    char why[512], shown[128];
     if (check_section_name(section, why, sizeof why) != 0) {
-        set_err(err, err_len, "--set: unknown section [%s]%s", section, why);
+        set_err(err, err_len, "--set: unknown section [%s]%s", sec_shown(section, shown, sizeof shown),
+                why);
         goto out;
     }
     if (strcmp(section, "engine") == 0) {
@@ -544,6 +570,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->frontend, sizeof out->frontend, "%s", STR("frontend"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0 ? PAGODA_DTYPE_F32 : PAGODA_DTYPE_F16;
+    out->swa_kv_full = strcmp(STR("swa_kv"), "full") == 0;
     int lvl = PAGODA_LOG_INFO;
     pagoda_log_level_parse(STR("log_level"), &lvl);
     out->log_level = lvl;

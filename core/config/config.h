@@ -36,6 +36,7 @@ typedef struct pagoda_engine_config {
     uint64_t seed;             /* 0: a random seed per request */
     int64_t kv_cache_tokens;   /* 0: from the memory plan */
     int32_t block_size;        /* 16 */
+    bool swa_kv_full;          /* swa_kv = full (default window: local layers keep their window) */
     char chat_template[16];    /* auto|chatml|llama2|llama3|mistral|zephyr|gemma */
     int32_t default_max_tokens;/* 256; 0: up to the context */
     float temperature;         /* 1.0 */

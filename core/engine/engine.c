@@ -53,8 +53,17 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
         st = PAGODA_ERR_INVALID;
         goto fail;
     }
-    st = pagoda_forward_init(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs,
-                             e->opts.n_blocks, e->opts.block_size, e->opts.kv_dtype, err, err_len);
+    /* A sliding-window model's local layers get a pool of their own, and
+     * the main pool a sink for prefix hits beyond the policy's blocks
+     * (engine_swa.h); without one, every layer is in the main pool. */
+    e->policy_blocks = e->opts.n_blocks;
+    st = engine_swa_create(e, err, err_len);
+    if (st) goto fail;
+    pagoda_forward_kv fkv = {.n_blocks = e->opts.n_blocks + e->swa.g.sink_blocks,
+                             .block_size = e->opts.block_size, .dtype = e->opts.kv_dtype,
+                             .local_blocks = e->swa.g.pool_blocks};
+    st = pagoda_forward_init_kv(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs, &fkv, err,
+                                err_len);
     if (st) goto fail;
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);
     if (st) {
@@ -130,6 +139,7 @@ void pagoda_engine_free(pagoda_engine *e)
     for (seq *q = e->inbox_head, *n; q; q = n) { n = q->next; engine_seq_free(q); }
     for (int i = 0; i < e->n_seqs; i++) engine_seq_free(e->seqs[i]);
     pagoda_forward_free(&e->fw);
+    engine_swa_destroy(e);
     free(e->seqs); free(e->running); free(e->cancels);
     free(e->b_tokens); free(e->b_pos); free(e->b_slots); free(e->logit_rows);
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
@@ -152,12 +162,17 @@ static void check_invariants(pagoda_engine *e)
     bool bad = st.free_blocks + st.used_blocks + st.cached_blocks != st.total_blocks ||
                st.free_blocks < 0 || st.used_blocks < 0 || st.cached_blocks < 0;
     if (e->n_running == 0 && st.used_blocks != 0) bad = true;
-    if (bad) {
+    char why[256];
+    bool swa_ok = engine_swa_check(e, why, sizeof why);
+    if (!swa_ok) pagoda_log(PAGODA_LOG_ERROR, "KV invariant broken after step %llu: %s",
+                            (unsigned long long)e->step_no, why);
+    if (bad)
         pagoda_log(PAGODA_LOG_ERROR,
                    "KV invariant broken after step %llu: free %lld + used %lld + cached %lld != "
                    "total %lld (running %d)", (unsigned long long)e->step_no,
                    (long long)st.free_blocks, (long long)st.used_blocks,
                    (long long)st.cached_blocks, (long long)st.total_blocks, e->n_running);
+    if (bad || !swa_ok) {
         pthread_mutex_lock(&e->mu);
         e->invariant_failures++;
         pthread_mutex_unlock(&e->mu);

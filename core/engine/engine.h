@@ -11,6 +11,7 @@
 #include "pagoda/host.h"
 #include "pagoda/kvcache.h"
 #include "pagoda/scheduler.h"
+#include "engine_swa.h"
 #include "forward.h"
 #include "model.h"
 
@@ -37,6 +38,8 @@ typedef struct pagoda_engine_opts {
     float temperature, top_p, min_p;
     int32_t top_k;
     bool check_invariants;      /* verify KV accounting after every step */
+    int32_t swa_kv;             /* pagoda_swa_kv: a sliding-window model's local layers keep
+                                 * only their window (0, the default) or every position */
 } pagoda_engine_opts;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -79,6 +82,20 @@ void pagoda_engine_set_check_invariants(pagoda_engine *e, bool on);
 int64_t pagoda_engine_invariant_failures(const pagoda_engine *e);
 const pagoda_model *pagoda_engine_model(const pagoda_engine *e);
 const pagoda_engine_opts *pagoda_engine_get_opts(const pagoda_engine *e);
+/* The sliding-window layers' pool (engine_swa.h): its geometry, and how
+ * much of it is in use now. Read it on the engine thread (a step hook) or
+ * while the engine is idle. */
+typedef struct pagoda_engine_swa_stats {
+    pagoda_swa_geometry geometry;   /* geometry.window false: no such pool */
+    int32_t free_seats;
+    int32_t free_blocks, used_blocks;
+    size_t pool_bytes;              /* the window pool as allocated */
+    size_t main_pool_bytes;         /* the main pool as allocated (the sink included) */
+    int64_t sink_rows_total;        /* rows recomputed inside a prefix hit, ever: their global
+                                     * KV went to the sink, not to the shared blocks */
+} pagoda_engine_swa_stats;
+int pagoda_engine_get_swa_stats(pagoda_engine *e, pagoda_engine_swa_stats *st);
+
 /* Copy KV blocks (for KV policies through the host table). */
 int pagoda_engine_copy_blocks(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n);
 

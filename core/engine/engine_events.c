@@ -65,6 +65,7 @@ static void finish(pagoda_engine *e, seq *q, int reason, const char *error)
     if (q->finished) return;
     q->finished = true;
     if (q->s.state == PAGODA_SEQ_RUNNING) e->kv->ops.release(e->kv->ctx, q->s.id);
+    engine_swa_release(e, q);
     q->s.state = PAGODA_SEQ_WAITING;
     if (e->sched->ops.on_finish) e->sched->ops.on_finish(e->sched->ctx, q->s.id);
     double t = engine_now_s();

@@ -15,6 +15,8 @@
  *   engine_events.c  what a request hears: TOKEN events with stop-string
  *                    hold-back, the FINAL with usage and timings, and the
  *                    sequence's removal after it
+ *   engine_swa.c     the sliding-window layers' own KV pool: seats, the
+ *                    blocks of each sequence's window, its step batch
  *   engine_inspect.c inspection: the record of recent steps, and snapshots
  *                    of the whole state taken between steps
  * Not for: anything outside core/engine*.c; the public API is engine.h.
@@ -27,6 +29,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "engine_swa.h"
 #include "sampler.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
@@ -58,10 +61,33 @@ typedef struct seq {
     double t_arrival, t_scheduled, t_first, t_last;
     bool cancelled;
     bool finished;
+    /* window pool (engine_swa.c): seat + 1 while it holds one, else 0; the
+     * end of the prefix-cache hit it was admitted with (positions below it
+     * are recomputed for the window only: their global KV goes to the sink) */
+    int32_t swa_seat;
+    int32_t swa_shared_until;
     bool trace;                  /* TOKEN events carry how the token was made */
     int32_t n_cached_now;        /* prefix-cache hit at the latest admission */
     char request_id[64];         /* the frontend's name for it, for inspection */
 } seq;
+
+/* The sliding-window layers' own pool (engine_swa.h). Engine thread only. */
+typedef struct engine_swa {
+    pagoda_swa_geometry g;       /* g.window false: nothing below is used */
+    int32_t max_blocks;          /* logical blocks of a max_seq_len sequence */
+    int32_t *free_ids;           /* [g.pool_blocks] stack of free window blocks */
+    int32_t n_free;
+    int32_t *free_seats;         /* [g.seats] stack */
+    int32_t n_free_seats;
+    int32_t *tables;             /* [g.seats x max_blocks] block of each logical block */
+    int32_t *lo, *hi;            /* [g.seats] held logical blocks lo .. hi - 1 */
+    int32_t sink_first_slot;     /* the main pool's slot of the sink's first */
+    /* the step's window batch: slots [max_batched_tokens], views [max_num_seqs] */
+    int32_t *slots;
+    pagoda_seq_view *views;
+    int32_t sink_used;           /* sink slots given out this step */
+    int64_t sink_rows_total;     /* ever: rows whose global KV went to the sink */
+} engine_swa;
 
 struct pagoda_engine {
     pagoda_model *model;
@@ -70,6 +96,8 @@ struct pagoda_engine {
     pagoda_kvcache *kv;
     pagoda_engine_opts opts;
     pagoda_forward fw;
+    engine_swa swa;
+    int32_t policy_blocks;       /* blocks the KV policy manages (the main pool less the sink) */
     struct pagoda_metrics *metrics;
     int32_t max_num_seqs, max_batched_tokens;
 
@@ -151,6 +179,33 @@ void engine_drop_seq(seq **arr, int32_t *n, const seq *q);
 /* [engine thread] One step: schedule, run, sample. Returns false when
  * there was nothing to do. engine_step.c */
 bool engine_step(pagoda_engine *e);
+
+/* The window pool, engine_swa.c. create: the geometry and the bookkeeping
+ * (before the forward pass is made: it sizes the pools); destroy frees it. */
+int engine_swa_create(pagoda_engine *e, char *err, size_t err_len);
+void engine_swa_destroy(pagoda_engine *e);
+/* [engine thread] A sequence being admitted takes a seat (NOSPACE when
+ * none is free) / a released one gives back its blocks and seat (nothing
+ * when it holds none). */
+int engine_swa_admit(pagoda_engine *e, seq *q);
+void engine_swa_release(pagoda_engine *e, seq *q);
+/* [engine thread] Where an admitted sequence with a prefix-cache hit of
+ * `cached` tokens resumes computing (and it records the hit's end). */
+int32_t engine_swa_resume_at(pagoda_engine *e, seq *q, int32_t cached);
+/* [engine thread] Plan entry i: q computes n tokens from `start` at batch
+ * rows t0 ..: take its window blocks, fill the window batch's view i and
+ * slots, and point the global slots (e->b_slots) of positions inside its
+ * prefix hit at the sink. Call with e->swa.sink_used = 0 for the step's
+ * first. An internal error when the pool or the sink ran out. */
+int engine_swa_plan_entry(pagoda_engine *e, seq *q, int32_t i, int32_t start, int32_t n, int32_t t0,
+                          char *err, size_t err_len);
+/* [engine thread] After the step: q gives back the blocks its next token's
+ * window no longer reaches. */
+void engine_swa_trim(pagoda_engine *e, seq *q);
+/* [engine thread] The pool's accounting holds (free + held = total, seats
+ * free + held = seats, and all free with nothing running); else false with
+ * why. */
+bool engine_swa_check(pagoda_engine *e, char *why, size_t n);
 
 /* [engine thread] Send a TOKEN event carrying q's output up to byte upto.
  * engine_events.c */

@@ -32,9 +32,18 @@ static int env_admit(void *opaque, uint64_t id)
     pagoda_kv_seq ks = {.id = id, .tokens = q->tokens, .n_tokens = q->s.n_tokens,
                         .max_total = q->s.max_total, .cache_salt = q->cache_salt};
     int32_t cached = 0;
-    int st = e->kv->ops.admit(e->kv->ctx, &ks, &cached);
+    /* a seat in the sliding-window pool first: without one it cannot run */
+    int st = engine_swa_admit(e, q);
     if (st) return st;
+    st = e->kv->ops.admit(e->kv->ctx, &ks, &cached);
+    if (st) {
+        engine_swa_release(e, q);
+        return st;
+    }
     if (cached < 0 || cached >= q->s.n_tokens) cached = 0;
+    /* a hit's global KV is cached, its window is not: the local layers
+     * need the tokens before its end recomputed (engine_swa.h) */
+    cached = engine_swa_resume_at(e, q, cached);
     q->s.state = PAGODA_SEQ_RUNNING;
     q->s.n_computed = cached;
     q->n_cached_now = cached;
@@ -81,6 +90,7 @@ static int env_preempt(void *opaque, uint64_t id)
     seq *q = engine_find_seq(e, id);
     if (!q || q->s.state != PAGODA_SEQ_RUNNING) return PAGODA_ERR_STATE;
     e->kv->ops.release(e->kv->ctx, id);
+    engine_swa_release(e, q);
     q->s.state = PAGODA_SEQ_WAITING;
     q->s.n_computed = 0;
     q->s.n_preemptions++;
@@ -236,9 +246,10 @@ bool engine_step(pagoda_engine *e)
     }
     free(waiting);
 
-    /* build the flattened batch */
+    /* build the flattened batch (and the window pool's, engine_swa.c) */
     int32_t T = 0, n_logits = 0, n_score = 0, n_decode = 0;
     double t = engine_now_s();
+    e->swa.sink_used = 0;
     for (int32_t i = 0; i < e->n_plan; i++) {
         seq *q = e->plan_seq[i];
         if (q->t_scheduled == 0) {
@@ -268,6 +279,13 @@ bool engine_step(pagoda_engine *e)
             e->b_slots[T + j] = table[pos / e->opts.block_size] * e->opts.block_size +
                                 pos % e->opts.block_size;
         }
+        if (engine_swa_plan_entry(e, q, i, start, n, T, err, sizeof err)) {
+            pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+            drop_plan_entry(e, i);
+            i--;
+            engine_finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
+            continue;
+        }
         n_score = queue_scores(e, q, start, n, T, n_score);
         /* decode: the one token it sampled last; anything else is prefill
          * (a prompt, or what a preempted sequence recomputes) */
@@ -285,10 +303,15 @@ bool engine_step(pagoda_engine *e)
     pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
+    /* the sliding-window layers' view of the same step: their own slots and
+     * tables (a seq_no of its own, for a backend that caches per batch) */
+    pagoda_batch local = {.seq_no = seq_no | (1ull << 63), .n_tokens = T, .tokens = e->b_tokens,
+                          .positions = e->b_pos, .slots = e->swa.slots, .n_seqs = e->n_plan,
+                          .seqs = e->swa.views};
     pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = n_score,
                               .consume = consume_scores, .user = e};
-    st = pagoda_forward_run_scan(&e->fw, &batch, e->logit_rows, n_logits, e->logits,
-                                 n_score ? &scan : NULL, err, sizeof err);
+    st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
+                                 n_logits, e->logits, n_score ? &scan : NULL, err, sizeof err);
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
         int32_t np = e->n_plan;
@@ -309,6 +332,7 @@ bool engine_step(pagoda_engine *e)
     for (int32_t i = 0; i < np; i++) {
         seq *q = e->plan_seq[i];
         q->s.n_computed += e->plan_n[i];
+        engine_swa_trim(e, q);
         /* a scored prompt's blocks are its own (see engine_submit.c) */
         if (e->kv->ops.commit && q->prompt_logprobs < 0)
             e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);

@@ -3,7 +3,10 @@
  * spirit of llama2.c's run.c. Each step runs every token of a flattened
  * batch (prefill chunks and decode tokens of many sequences) through all
  * layers at once; attention reads each sequence's KV through its block
- * table. Not for: choosing the batch or sampling.
+ * table. The architectures differ in a few flags of pagoda_hparams (QKV
+ * biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU and
+ * sliding-window layers with their own RoPE table), each one `if` here.
+ * Not for: choosing the batch or sampling.
  */
 #include "forward.h"
 
@@ -86,9 +89,81 @@ static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, c
     return PAGODA_ERR_UNSUPPORTED;
 }
 
+int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
+                                 size_t err_len)
+{
+    const char *op = NULL, *why = NULL;
+    if (hp->ffn_act == PAGODA_FFN_GELU_TANH && !be->ops.geglu) {
+        op = "geglu";
+        why = "its GELU-tanh feed-forward";
+    } else if (hp->n_swa_layers > 0 && !be->ops.attention_ext) {
+        op = "attention_ext";
+        why = "its sliding-window layers";
+    }
+    /* scale has a fallback (a host round trip of the embeddings) */
+    if (!op) return PAGODA_OK;
+    ERR("backend %s has no %s op (an optional op of plugin ABI 1.1), which %s models need for %s: "
+        "serve this model with a backend that has it ([engine] backend = cpu), or add %s to the "
+        "plugin (docs/plugin-guide.md)", be->info.name[0] ? be->info.name : "(unnamed)", op,
+        hp->arch, why, op);
+    return PAGODA_ERR_UNSUPPORTED;
+}
+
+void pagoda_forward_kv_layouts(const pagoda_hparams *hp, const pagoda_forward_kv *kv,
+                               pagoda_kv_layout *main, pagoda_kv_layout *local)
+{
+    bool window = kv->local_blocks > 0 && hp->n_swa_layers > 0;
+    int32_t n_local = window ? hp->n_swa_layers : 0;
+    *main = (pagoda_kv_layout){.n_layers = hp->n_layers - n_local, .n_blocks = kv->n_blocks,
+                               .block_size = kv->block_size, .n_kv_heads = hp->n_kv_heads,
+                               .head_dim = hp->head_dim, .dtype = kv->dtype};
+    *local = *main;
+    local->n_layers = n_local;
+    local->n_blocks = window ? kv->local_blocks : 0;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
+{
+    pagoda_forward_kv kv = {.n_blocks = n_blocks, .block_size = block_size, .dtype = kv_dtype};
+    return pagoda_forward_init_kv(fw, m, be, max_tokens, max_logits, &kv, err, err_len);
+}
+
+/* A KV pool of L's bytes, every byte zero: the window pool's blocks are
+ * handed from sequence to sequence, and a query whose window reaches
+ * before the first token its sequence wrote (a recompute after a prefix
+ * hit, engine_swa.c) reads what is there; finite values keep that from
+ * becoming a NaN. The main pool is left as allocated (it is read only
+ * where written). */
+static int alloc_pool(pagoda_forward *fw, const pagoda_kv_layout *L, bool zero, pagoda_buffer **out,
+                      size_t *bytes, char *err, size_t err_len)
+{
+    pagoda_backend *be = fw->be;
+    *bytes = pagoda_kv_pool_bytes(L);
+    *out = NULL;
+    if (*bytes == 0) return PAGODA_OK;   /* no layer in it (every layer slides) */
+    int st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_KV, *bytes, out);
+    if (st) {
+        ERR("backend could not allocate the %s (%d blocks of %d layers, %zu bytes): %s",
+            zero ? "sliding-window KV pool" : "KV pool", L->n_blocks, L->n_layers, *bytes,
+            be_error(be));
+        return st;
+    }
+    if (!zero) return PAGODA_OK;
+    size_t chunk = *bytes < (1u << 20) ? *bytes : (1u << 20);
+    void *z = calloc(1, chunk);
+    if (!z) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
+    for (size_t off = 0; off < *bytes && !st; off += chunk)
+        st = be->ops.upload(be->ctx, *out, off, z, *bytes - off < chunk ? *bytes - off : chunk);
+    free(z);
+    if (st) ERR("backend could not clear the sliding-window KV pool: %s", be_error(be));
+    return st;
+}
+
+int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                           int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
+                           char *err, size_t err_len)
 {
     memset(fw, 0, sizeof *fw);
     int st = check_weight_types(m, be, err, err_len);
@@ -98,6 +173,11 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
     fw->max_tokens = max_tokens;
     fw->max_logits = max_logits;
     const pagoda_hparams *hp = &m->hp;
+    st = pagoda_forward_check_backend(hp, be, err, err_len);
+    if (st) {
+        fw->be = NULL;   /* nothing to free */
+        return st;
+    }
 
     /* weights: the whole data section of the file, used in place where the
      * backend can (CPU), copied to the device otherwise */
@@ -132,6 +212,17 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         F->ffn_norm = weight(fw, L->ffn_norm);
         F->w_gate = weight(fw, L->w_gate); F->w_up = weight(fw, L->w_up);
         F->w_down = weight(fw, L->w_down);
+        F->has_post_norms = L->post_attn_norm != NULL;
+        F->post_attn_norm = weight(fw, L->post_attn_norm);
+        F->post_ffn_norm = weight(fw, L->post_ffn_norm);
+        F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
+    }
+    /* which pool each layer's KV is in, and its index there */
+    pagoda_forward_kv_layouts(hp, kv, &fw->kv_layout, &fw->kv_local_layout);
+    for (int l = 0, n_main = 0, n_local = 0; l < hp->n_layers; l++) {
+        pagoda_forward_layer *F = &fw->layers[l];
+        F->local = F->window > 0 && fw->kv_local_layout.n_layers > 0;
+        F->kv_layer = F->local ? n_local++ : n_main++;
     }
 
     /* activations */
@@ -161,21 +252,21 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
         goto fail;
     }
 
-    /* KV pool */
-    fw->kv_layout = (pagoda_kv_layout){.n_layers = hp->n_layers, .n_blocks = n_blocks,
-                                       .block_size = block_size, .n_kv_heads = hp->n_kv_heads,
-                                       .head_dim = hp->head_dim, .dtype = kv_dtype};
-    fw->kv_bytes = pagoda_kv_pool_bytes(&fw->kv_layout);
-    st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_KV, fw->kv_bytes, &fw->kv);
-    if (st) {
-        ERR("backend could not allocate the KV pool (%d blocks, %zu bytes): %s", n_blocks,
-            fw->kv_bytes, be_error(be));
-        goto fail;
-    }
+    /* KV pools */
+    st = alloc_pool(fw, &fw->kv_layout, false, &fw->kv, &fw->kv_bytes, err, err_len);
+    if (!st && fw->kv_local_layout.n_layers > 0)
+        st = alloc_pool(fw, &fw->kv_local_layout, true, &fw->kv_local, &fw->kv_local_bytes, err,
+                        err_len);
+    if (st) goto fail;
 
     fw->inv_freq = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
     if (!fw->inv_freq) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
     pagoda_model_rope_inv_freq(m, fw->inv_freq);
+    if (hp->n_swa_layers > 0) {
+        fw->inv_freq_swa = malloc(sizeof(float) * (size_t)(hp->rope_dims / 2));
+        if (!fw->inv_freq_swa) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+        pagoda_model_rope_inv_freq_swa(m, fw->inv_freq_swa);
+    }
     return PAGODA_OK;
 fail:
     pagoda_forward_free(fw);
@@ -187,11 +278,32 @@ void pagoda_forward_free(pagoda_forward *fw)
     if (!fw->be) return;
     pagoda_backend *be = fw->be;
     be->ops.buffer_free(be->ctx, fw->kv);
+    be->ops.buffer_free(be->ctx, fw->kv_local);
     be->ops.buffer_free(be->ctx, fw->act);
     be->ops.buffer_free(be->ctx, fw->weights);
     free(fw->layers);
     free(fw->inv_freq);
+    free(fw->inv_freq_swa);
     memset(fw, 0, sizeof *fw);
+}
+
+/* x *= s with the backend's scale op, or on the host where it has none
+ * (download, multiply, upload: the embeddings of one step). */
+static int scale_rows(pagoda_forward *fw, const pagoda_tensor *x, float s)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    if (o->scale) return o->scale(c, x, s, x);
+    size_t n = (size_t)x->rows * (size_t)x->cols;
+    float *h = malloc(n * sizeof *h);
+    if (!h) return PAGODA_ERR_NOMEM;
+    int st = o->download(c, x->buf, x->offset, h, n * sizeof *h);   /* x is packed */
+    if (!st) {
+        for (size_t i = 0; i < n; i++) h[i] *= s;
+        st = o->upload(c, x->buf, x->offset, h, n * sizeof *h);
+    }
+    free(h);
+    return st;
 }
 
 /* A view of the first n rows of an activation tensor. */
@@ -236,12 +348,14 @@ static int output_logits(pagoda_forward *fw, int32_t T, const int32_t *rows_of, 
 int pagoda_forward_run(pagoda_forward *fw, const pagoda_batch *batch, const int32_t *logit_rows,
                        int32_t n_logits, float *logits_out, char *err, size_t err_len)
 {
-    return pagoda_forward_run_scan(fw, batch, logit_rows, n_logits, logits_out, NULL, err, err_len);
+    return pagoda_forward_run_scan(fw, batch, NULL, logit_rows, n_logits, logits_out, NULL, err,
+                                   err_len);
 }
 
 int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
-                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
-                            const pagoda_logit_scan *scan, char *err, size_t err_len)
+                            const pagoda_batch *local, const int32_t *logit_rows,
+                            int32_t n_logits, float *logits_out, const pagoda_logit_scan *scan,
+                            char *err, size_t err_len)
 {
     const pagoda_hparams *hp = &fw->model->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
@@ -252,19 +366,29 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
             fw->max_tokens, fw->max_logits);
         return PAGODA_ERR_INVALID;
     }
+    if (fw->kv_local && (!local || local->n_tokens != T || local->n_seqs != batch->n_seqs)) {
+        ERR("the sliding-window layers have a KV pool of their own: the step needs their batch "
+            "(%d tokens, %d sequences), got %s", T, batch->n_seqs, local ? "another shape" : "none");
+        return PAGODA_ERR_INVALID;
+    }
     pagoda_tensor x = rows(fw->x, T), xb = rows(fw->xb, T), xb2 = rows(fw->xb2, T);
     pagoda_tensor q = rows(fw->q, T), k = rows(fw->k, T), v = rows(fw->v, T);
     pagoda_tensor att = rows(fw->att, T), hb = rows(fw->hb, T), hb2 = rows(fw->hb2, T);
     pagoda_rope_params rope = {.n_rot = hp->rope_dims, .neox = hp->rope_neox, .mscale = 1.0f,
                                .inv_freq = fw->inv_freq};
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    pagoda_rope_params rope_swa = rope;
+    rope_swa.inv_freq = fw->inv_freq_swa;
+    pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = hp->n_heads,
+                             .scale = hp->attn_scale};
     const char *what = "";
     int st;
 #define CALL(name, expr) do { what = name; if ((st = (expr))) goto fail; } while (0)
 
     CALL("get_rows(token_embd)", o->get_rows(c, &fw->tok_embd, batch->tokens, T, &x));
+    if (hp->embd_scale != 1.0f) CALL("scale(embeddings)", scale_rows(fw, &x, hp->embd_scale));
     for (int l = 0; l < hp->n_layers; l++) {
         const pagoda_forward_layer *L = &fw->layers[l];
+        const pagoda_rope_params *rp = L->window ? &rope_swa : &rope;
         /* attention block */
         CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
         CALL("matmul(attn_q)", o->matmul(c, &xb, &L->wq, L->has_bias ? &L->bq : NULL, &q));
@@ -275,19 +399,36 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
             CALL("rms_norm(attn_q_norm)", o->rms_norm(c, &qh, &L->q_norm, hp->rms_eps, &qh));
             CALL("rms_norm(attn_k_norm)", o->rms_norm(c, &kh, &L->k_norm, hp->rms_eps, &kh));
         }
-        CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, &rope));
-        CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, &rope));
-        CALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, l, &k, &v, batch->slots, T));
-        CALL("attention", o->attention(c, &q, fw->kv, &fw->kv_layout, l, batch, hp->n_heads,
-                                       scale, &att));
+        CALL("rope(q)", o->rope(c, &q, hp->n_heads, hp->head_dim, batch->positions, rp));
+        CALL("rope(k)", o->rope(c, &k, hp->n_kv_heads, hp->head_dim, batch->positions, rp));
+        /* the layer's pool: a sliding-window layer with a pool of its own
+         * writes and reads it through the window batch's slots and tables */
+        pagoda_buffer *kvb = L->local ? fw->kv_local : fw->kv;
+        const pagoda_kv_layout *kvl = L->local ? &fw->kv_local_layout : &fw->kv_layout;
+        const pagoda_batch *lb = L->local ? local : batch;
+        CALL("kv_write", o->kv_write(c, kvb, kvl, L->kv_layer, &k, &v, lb->slots, T));
+        if (L->window) {
+            ap.window = L->window;
+            CALL("attention_ext(window)", o->attention_ext(c, &q, kvb, kvl, L->kv_layer, lb, &ap,
+                                                           &att));
+        } else {
+            CALL("attention", o->attention(c, &q, kvb, kvl, L->kv_layer, lb, hp->n_heads,
+                                           hp->attn_scale, &att));
+        }
         CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        if (L->has_post_norms)
+            CALL("rms_norm(post_attention_norm)",
+                 o->rms_norm(c, &xb2, &L->post_attn_norm, hp->rms_eps, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
         CALL("matmul(ffn_gate)", o->matmul(c, &xb, &L->w_gate, NULL, &hb));
         CALL("matmul(ffn_up)", o->matmul(c, &xb, &L->w_up, NULL, &hb2));
-        CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
+        if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
+        else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
+        if (L->has_post_norms)
+            CALL("rms_norm(post_ffw_norm)", o->rms_norm(c, &xb2, &L->post_ffn_norm, hp->rms_eps, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));
     }
     /* the scan's rows first, a group at a time through logits_out, which

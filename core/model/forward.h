@@ -26,8 +26,25 @@ typedef struct pagoda_backend {
 typedef struct pagoda_forward_layer {
     pagoda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
     pagoda_tensor ffn_norm, w_gate, w_up, w_down;
-    bool has_bias, has_qk_norm;
+    pagoda_tensor post_attn_norm, post_ffn_norm;  /* gemma3 */
+    bool has_bias, has_qk_norm, has_post_norms;
+    int32_t window;        /* sliding window of this layer, 0: full causal */
+    bool local;            /* its KV is in the window pool (kv_local), not the main one */
+    int32_t kv_layer;      /* its layer index within that pool's layout */
 } pagoda_forward_layer;
+
+/* Where the KV of a model lives. Without a window pool every layer is in
+ * the main pool. With one (local_blocks > 0, the engine's swa_kv = window),
+ * the sliding-window layers are in a pool of their own, whose blocks the
+ * engine hands out as each sequence's window slides (engine_swa.c), and
+ * the main pool, whose block ids the KV policy manages, holds only the
+ * global layers. Both pools share block_size and dtype. */
+typedef struct pagoda_forward_kv {
+    int32_t n_blocks;        /* blocks of the main pool */
+    int32_t block_size;      /* tokens per block */
+    int32_t dtype;           /* PAGODA_DTYPE_F16 or F32 */
+    int32_t local_blocks;    /* 0: no window pool; else its blocks */
+} pagoda_forward_kv;
 
 typedef struct pagoda_forward {
     const pagoda_model *model;
@@ -37,8 +54,10 @@ typedef struct pagoda_forward {
     pagoda_buffer *weights;  /* the GGUF data section */
     pagoda_buffer *act;
     pagoda_buffer *kv;
-    pagoda_kv_layout kv_layout;
-    size_t act_bytes, kv_bytes, weight_bytes;
+    pagoda_kv_layout kv_layout;          /* the main pool: every layer, or the global ones */
+    pagoda_buffer *kv_local;             /* the window pool, or NULL */
+    pagoda_kv_layout kv_local_layout;    /* its layout: the sliding-window layers */
+    size_t act_bytes, kv_bytes, kv_local_bytes, weight_bytes;
     pagoda_tensor tok_embd, output_norm, output;
     pagoda_forward_layer *layers;
     /* activations, F32: shape comments give [rows x cols] at full size */
@@ -51,15 +70,35 @@ typedef struct pagoda_forward {
     pagoda_tensor hb, hb2;   /* [T x ffn]   gate and up projections */
     pagoda_tensor xl;        /* [S x dim]   rows that produce logits */
     pagoda_tensor logits;    /* [S x vocab] */
-    float *inv_freq;         /* [rope_dims / 2] */
+    float *inv_freq;         /* [rope_dims / 2] global layers */
+    float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
 } pagoda_forward;
+
+/* Can backend `be` run model `m`? The ops of ABI 1.1 are optional, and some
+ * architectures need them: PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with one
+ * line naming the backend, the op, the ABI minor that added it and the
+ * fix. pagoda_forward_init checks it; the runtime calls it before loading
+ * weights so a server refuses at once. */
+int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
+                                 size_t err_len);
 
 /* Activation bytes the pass needs for T tokens and S logit rows (the memory
  * plan uses the same formula). */
 size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S);
 
-/* Make weight tensors, the activation buffer and a KV pool of n_blocks
- * blocks of block_size tokens in kv_dtype. */
+/* The layouts of the main pool and of the window pool (local->n_layers 0
+ * without one) that pagoda_forward_init_kv allocates for kv (the memory
+ * plan's tests compare its bytes with them). */
+void pagoda_forward_kv_layouts(const pagoda_hparams *hp, const pagoda_forward_kv *kv,
+                               pagoda_kv_layout *main, pagoda_kv_layout *local);
+
+/* Make weight tensors, the activation buffer and the KV pools of kv (a
+ * window pool only for a model with sliding-window layers). */
+int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                           int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
+                           char *err, size_t err_len);
+/* The same with every layer in one pool of n_blocks blocks of block_size
+ * tokens in kv_dtype. */
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len);
@@ -85,9 +124,13 @@ typedef struct pagoda_logit_scan {
 /* pagoda_forward_run, and first the scan's rows: max_logits rows at a time
  * through the output norm and projection into logits_out (which must hold
  * max_logits rows), each group handed to scan->consume before the next
- * overwrites it; then the kept rows as above. scan may be NULL. */
+ * overwrites it; then the kept rows as above. scan may be NULL.
+ * local: with a window pool, the same step as the sliding-window layers
+ * see it (the same tokens, positions and sequences; their slots and block
+ * tables in the window pool); NULL without one. */
 int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
-                            const int32_t *logit_rows, int32_t n_logits, float *logits_out,
-                            const pagoda_logit_scan *scan, char *err, size_t err_len);
+                            const pagoda_batch *local, const int32_t *logit_rows,
+                            int32_t n_logits, float *logits_out, const pagoda_logit_scan *scan,
+                            char *err, size_t err_len);
 
 #endif /* PAGODA_FORWARD_H */

@@ -29,17 +29,97 @@ static bool key_float(const gguf_file *f, const char *arch, const char *suffix, 
     return pagoda_gguf_get_float(f, key, out);
 }
 
+/* Gemma 3's keys and constants (after the common ones). What the file
+ * does not say comes from Gemma 3's definition (HF Gemma3TextConfig, the
+ * gemma_pytorch config), as llama.cpp also assumes it:
+ *   - embeddings times sqrt(dim); RMSNorm weights stored with Gemma's +1
+ *     already added by the converter (used as they are);
+ *   - local layers: every layer but each sliding_window_pattern-th
+ *     (default 6: layers 5, 11, 17, ... are global), unless the key is a
+ *     per-layer array;
+ *   - local RoPE base rope.freq_base_swa, default 10000
+ *     (rope_local_base_freq); the global base is rope.freq_base;
+ *   - query_pre_attn_scalar: head_dim, except the 27B (62 layers) where it
+ *     is dim / heads; scores are scaled by 1/sqrt(that);
+ *   - no final logit soft-capping (Gemma 2 had it; a file that asks for
+ *     it is refused rather than run without it).
+ * The window is required and may not exceed the training context (a
+ * larger one is a malformed file); a server max_seq_len below the window
+ * is fine: its local layers then see every earlier key. */
+static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+{
+    int64_t v;
+    double d;
+    hp->embd_scale = sqrtf((float)hp->dim);
+    hp->post_norms = true;
+    hp->ffn_act = PAGODA_FFN_GELU_TANH;
+    float qpas = hp->n_layers == 62 ? (float)hp->dim / (float)hp->n_heads : (float)hp->head_dim;
+    hp->attn_scale = 1.0f / sqrtf(qpas);
+    if (key_float(f, hp->arch, "final_logit_softcapping", &d) && d != 0.0) {
+        ERR("%s: key %s.final_logit_softcapping = %g: logit soft-capping is not supported",
+            f->path, hp->arch, d);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    if (!key_int(f, hp->arch, "attention.sliding_window", &v)) {
+        ERR("%s: missing key %s.attention.sliding_window (Gemma 3's local attention window)",
+            f->path, hp->arch);
+        return PAGODA_ERR_INVALID;
+    }
+    if (v <= 0 || v > hp->n_ctx_train) {
+        ERR("%s: key %s.attention.sliding_window = %lld is outside 1..%d (the context_length)",
+            f->path, hp->arch, (long long)v, hp->n_ctx_train);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->swa_window = (int32_t)v;
+    if (hp->n_layers > PAGODA_MAX_SWA_LAYERS) {
+        ERR("%s: %d layers with sliding-window attention: at most %d are supported", f->path,
+            hp->n_layers, PAGODA_MAX_SWA_LAYERS);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
+    const gguf_kv *pk = pagoda_gguf_find(f, key);
+    if (pk && pk->val.type == GGUF_T_ARRAY) {
+        if (pk->val.v.arr.count != (uint64_t)hp->n_layers ||
+            pk->val.v.arr.elem_type == GGUF_T_STRING || pk->val.v.arr.elem_type == GGUF_T_ARRAY) {
+            ERR("%s: key %s is an array of %llu, expected %d booleans (one per layer)", f->path,
+                key, (unsigned long long)pk->val.v.arr.count, hp->n_layers);
+            return PAGODA_ERR_INVALID;
+        }
+        for (int l = 0; l < hp->n_layers; l++)
+            hp->is_swa[l] = pagoda_gguf_arr_num(&pk->val, (uint64_t)l) != 0;
+    } else {
+        int64_t n = 6;
+        if (pk && (!pagoda_gguf_get_int(f, key, &n) || n < 0 || n > hp->n_layers)) {
+            ERR("%s: key %s must be a layer count 0..%d or a per-layer boolean array", f->path,
+                key, hp->n_layers);
+            return PAGODA_ERR_INVALID;
+        }
+        /* n = 0: every layer local; else the last of each n is global */
+        for (int l = 0; l < hp->n_layers; l++) hp->is_swa[l] = n == 0 || l % n < n - 1;
+    }
+    for (int l = 0; l < hp->n_layers; l++) hp->n_swa_layers += hp->is_swa[l];
+    hp->rope_theta_swa = key_float(f, hp->arch, "rope.freq_base_swa", &d) ? (float)d : 10000.0f;
+    if (!(hp->rope_theta_swa > 0.0f)) {
+        ERR("%s: key %s.rope.freq_base_swa = %g must be positive", f->path, hp->arch,
+            (double)hp->rope_theta_swa);
+        return PAGODA_ERR_INVALID;
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
 {
     memset(hp, 0, sizeof *hp);
     char *arch = pagoda_gguf_get_str(f, "general.architecture");
     if (!arch) {
-        ERR("%s: missing key general.architecture (expected llama, qwen2 or qwen3)", f->path);
+        ERR("%s: missing key general.architecture (expected llama, qwen2, qwen3 or gemma3)", f->path);
         return PAGODA_ERR_INVALID;
     }
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
-        ERR("%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3)", f->path,
-            arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
+        strcmp(arch, "gemma3")) {
+        ERR("%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
+            f->path, arch);
         free(arch);
         return PAGODA_ERR_UNSUPPORTED;
     }
@@ -81,6 +161,13 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     }
     double d;
     hp->rms_eps = key_float(f, hp->arch, "attention.layer_norm_rms_epsilon", &d) ? (float)d : 1e-5f;
+    /* every model seen uses 1e-6..1e-5: 0 or less divides by zero on a zero
+     * row, and a large one flattens every activation to noise */
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps <= 0.1f)) {
+        ERR("%s: key %s.attention.layer_norm_rms_epsilon = %g is not a small positive number "
+            "(0 < eps <= 0.1; models use 1e-6 to 1e-5)", f->path, hp->arch, (double)hp->rms_eps);
+        return PAGODA_ERR_INVALID;
+    }
     hp->rope_theta = key_float(f, hp->arch, "rope.freq_base", &d) ? (float)d : 10000.0f;
     hp->rope_dims = key_int(f, hp->arch, "rope.dimension_count", &v) ? (int32_t)v : hp->head_dim;
     if (hp->rope_dims <= 0 || hp->rope_dims > hp->head_dim || hp->rope_dims % 2) {
@@ -90,7 +177,15 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     }
     hp->rope_neox = strcmp(hp->arch, "llama") != 0;
     hp->qkv_bias = strcmp(hp->arch, "qwen2") == 0;
-    hp->qk_norm = strcmp(hp->arch, "qwen3") == 0;
+    hp->qk_norm = strcmp(hp->arch, "qwen3") == 0 || strcmp(hp->arch, "gemma3") == 0;
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->ffn_act = PAGODA_FFN_SILU;
+    hp->rope_theta_swa = hp->rope_theta;
+    if (!strcmp(hp->arch, "gemma3")) {
+        int st = read_gemma3(f, hp, err, err_len);
+        if (st) return st;
+    }
 
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
@@ -108,6 +203,27 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     free(stype);
     hp->rope_orig_ctx = key_int(f, hp->arch, "rope.scaling.original_context_length", &v)
                             ? (int32_t)v : hp->n_ctx_train;
+
+    /* Special-token ids inside the vocabulary; -1 (or 0xFFFFFFFF as u32)
+     * means none. The tokenizer would drop a wrong one silently and the
+     * engine then never stops on EOS or adds a BOS the model never saw. */
+    static const char *const id_keys[] = {
+        "bos_token_id", "eos_token_id", "seperator_token_id", "padding_token_id",
+        "unknown_token_id", "eot_token_id", "eom_token_id",
+    };
+    const gguf_kv *tk = pagoda_gguf_find(f, "tokenizer.ggml.tokens");
+    if (tk && tk->val.type == GGUF_T_ARRAY) {
+        int64_t n_vocab = (int64_t)tk->val.v.arr.count;
+        for (size_t i = 0; i < sizeof id_keys / sizeof id_keys[0]; i++) {
+            snprintf(key, sizeof key, "tokenizer.ggml.%s", id_keys[i]);
+            if (!pagoda_gguf_get_int(f, key, &v) || v == -1 || v == 0xFFFFFFFFll) continue;
+            if (v < 0 || v >= n_vocab) {
+                ERR("%s: key %s = %lld is outside the vocabulary (%lld tokens)", f->path, key,
+                    (long long)v, (long long)n_vocab);
+                return PAGODA_ERR_INVALID;
+            }
+        }
+    }
     return PAGODA_OK;
 }
 
@@ -202,6 +318,8 @@ pagoda_model *pagoda_model_open(const char *path, char *err, size_t err_len)
         B(w_gate, "ffn_gate.weight", hp->dim, hp->ffn, true, false)
         B(w_up, "ffn_up.weight", hp->dim, hp->ffn, true, false)
         B(w_down, "ffn_down.weight", hp->ffn, hp->dim, true, false)
+        B(post_attn_norm, "post_attention_norm.weight", hp->dim, 0, hp->post_norms, true)
+        B(post_ffn_norm, "post_ffw_norm.weight", hp->dim, 0, hp->post_norms, true)
 #undef B
     }
 
@@ -240,6 +358,13 @@ void pagoda_model_free(pagoda_model *m)
     free(m->name);
     free(m->chat_template);
     free(m);
+}
+
+void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq)
+{
+    const pagoda_hparams *hp = &m->hp;
+    for (int i = 0; i < hp->rope_dims / 2; i++)
+        inv_freq[i] = (float)pow((double)hp->rope_theta_swa, -2.0 * i / hp->rope_dims);
 }
 
 void pagoda_model_rope_inv_freq(const pagoda_model *m, float *inv_freq)

@@ -2,7 +2,9 @@
  * model.h: a transformer model as read from a GGUF file: hyperparameters
  * from the architecture's keys, every weight tensor found and its shape
  * checked, and the tokenizer. Architectures: llama (Llama 2/3, TinyLlama,
- * Mistral, SmolLM), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm).
+ * Mistral, SmolLM), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm), gemma3
+ * (text only: scaled embeddings, Q/K norms, post-norms, GeGLU, sliding-
+ * window layers with their own RoPE base).
  * Not for: running it (forward.c) or memory planning (memplan.c).
  */
 #ifndef PAGODA_MODEL_H
@@ -19,6 +21,16 @@ typedef enum pagoda_rope_scaling {
     PAGODA_ROPE_SCALING_LINEAR = 1,
     PAGODA_ROPE_SCALING_LLAMA3 = 2  /* per-dimension factors (rope_freqs tensor or keys) */
 } pagoda_rope_scaling;
+
+/* The gated FFN's activation. */
+typedef enum pagoda_ffn_act {
+    PAGODA_FFN_SILU = 0,       /* SwiGLU: silu(gate) * up (llama, qwen) */
+    PAGODA_FFN_GELU_TANH = 1   /* GeGLU: gelu_tanh(gate) * up (gemma3) */
+} pagoda_ffn_act;
+
+/* Per-layer flags are kept for at most this many layers (a model with
+ * sliding-window layers and more is refused; Gemma 3 27B has 62). */
+#define PAGODA_MAX_SWA_LAYERS 256
 
 typedef struct pagoda_hparams {
     char arch[32];
@@ -41,13 +53,29 @@ typedef struct pagoda_hparams {
     bool qkv_bias;
     bool qk_norm;
     bool tied_output;      /* output = token_embd */
+    /* Gemma 3 (defaults for the others in brackets) */
+    float embd_scale;      /* token embeddings are multiplied by it (1; gemma3 sqrt(dim)) */
+    float attn_scale;      /* attention scores' scale (1/sqrt(head_dim)) */
+    bool post_norms;       /* RMSNorm of each block's output before its residual add */
+    int32_t ffn_act;       /* pagoda_ffn_act (SILU) */
+    /* Sliding-window attention. Layer l is local when is_swa[l]: its
+     * queries see the keys of the last swa_window positions (0 <= p - j <
+     * swa_window), with RoPE base rope_theta_swa and no scaling; the other
+     * layers are global (full causal attention, rope_theta + scaling).
+     * swa_window 0: none. The KV pool still holds every layer for every
+     * position; is_swa and swa_window are what a windowed pool would need. */
+    int32_t swa_window;
+    int32_t n_swa_layers;
+    float rope_theta_swa;
+    uint8_t is_swa[PAGODA_MAX_SWA_LAYERS];
 } pagoda_hparams;
 
 typedef struct pagoda_layer_tensors {
     const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
     const gguf_tensor *bq, *bk, *bv;           /* qwen2; else NULL */
-    const gguf_tensor *q_norm, *k_norm;        /* qwen3; else NULL */
+    const gguf_tensor *q_norm, *k_norm;        /* qwen3, gemma3; else NULL */
     const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    const gguf_tensor *post_attn_norm, *post_ffn_norm;  /* gemma3; else NULL */
 } pagoda_layer_tensors;
 
 typedef struct pagoda_model {
@@ -70,7 +98,17 @@ void pagoda_model_free(pagoda_model *m);
 /* Read only the hyperparameters (for the memory plan). */
 int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len);
 
-/* inv_freq[i] for i < rope_dims/2, scaling applied. */
+/* inv_freq[i] for i < rope_dims/2, scaling applied (the global layers). */
 void pagoda_model_rope_inv_freq(const pagoda_model *m, float *inv_freq);
+/* The same for sliding-window layers: rope_theta_swa, no scaling (as
+ * Gemma 3 trains them: linear scaling stretches only the global layers). */
+void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq);
+
+/* Is layer l a sliding-window layer? */
+static inline bool pagoda_hparams_is_swa(const pagoda_hparams *hp, int l)
+{
+    return hp->swa_window > 0 && l >= 0 && l < hp->n_layers && l < PAGODA_MAX_SWA_LAYERS &&
+           hp->is_swa[l];
+}
 
 #endif /* PAGODA_MODEL_H */

@@ -1,6 +1,6 @@
 /*
  * genmodel.c: `pagoda gen-model`: a random-weight GGUF of a real shape,
- * architecture llama (default), qwen2 or qwen3. Metadata as llama.cpp's
+ * architecture llama (default), qwen2, qwen3 or gemma3. Metadata as llama.cpp's
  * converter writes it, tensor names and layouts as llama.cpp reads them,
  * weights ~N(0, 0.02) and norms 1.0 unless asked otherwise. Each tensor is
  * generated and quantized a chunk of rows at a time straight into the
@@ -311,8 +311,14 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     }
     const char *arch = o->arch ? o->arch : "llama";
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3) {
-        snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3)", arch);
+    bool gemma3 = !strcmp(arch, "gemma3");
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3) {
+        snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3, gemma3)", arch);
+        goto out;
+    }
+    if (o->sliding_window < 0 || o->swa_pattern < 0) {
+        snprintf(err, err_len, "sliding window %d / pattern %d must be >= 0", o->sliding_window,
+                 o->swa_pattern);
         goto out;
     }
     if (o->rope_scaling < PAGODA_ROPE_SCALING_NONE || o->rope_scaling > PAGODA_ROPE_SCALING_LLAMA3) {
@@ -329,13 +335,14 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     int vocab = sh->vocab;
     gen_values gv = {.std = o->std > 0 ? o->std : 0.02f, .norm_std = o->norm_std};
     gv.bias_std = 4 * gv.std;
-    double theta = qwen2 || qwen3 ? 1000000.0 : 10000.0;
+    bool not_llama = qwen2 || qwen3 || gemma3;
+    double theta = not_llama ? 1000000.0 : 10000.0;
     if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) theta = LLAMA3_THETA;
 #define AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
 
     w = pagoda_gguf_writer_new();
     if (!w) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
-    if (qwen2 || qwen3) snprintf(name, sizeof name, "pagoda-random-%s-%s", arch, sh->name);
+    if (not_llama) snprintf(name, sizeof name, "pagoda-random-%s-%s", arch, sh->name);
     else snprintf(name, sizeof name, "pagoda-random-%s", sh->name);
     st = pagoda_gguf_w_str(w, "general.architecture", arch);
     if (!st) st = pagoda_gguf_w_str(w, "general.name", name);
@@ -349,7 +356,12 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count_kv"), (uint32_t)sh->n_kv_heads);
     if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
     if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)head_dim);
-    if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
+    if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"), not_llama ? 1e-6f : 1e-5f);
+    if (!st && gemma3)
+        st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window"),
+                               (uint32_t)(o->sliding_window ? o->sliding_window : 512));
+    if (!st && gemma3 && o->swa_pattern)
+        st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window_pattern"), (uint32_t)o->swa_pattern);
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.freq_base"), (float)theta);
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.dimension_count"), (uint32_t)head_dim);
     if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_LINEAR) {
@@ -389,7 +401,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
     /* Tensor list, in llama.cpp's order. */
-    size_t n_t = 4 + (size_t)layers * 12;
+    size_t n_t = 4 + (size_t)layers * 14;
     ts = calloc(n_t, sizeof *ts);
     if (!ts) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     size_t k = 0;
@@ -420,15 +432,17 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             ADDK("blk.%d.attn_k.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_v.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
         }
-        if (qwen3) {
+        if (qwen3 || gemma3) {
             ADD("blk.%d.attn_q_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
         ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
+        if (gemma3) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
         ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
         ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+        if (gemma3) ADD("blk.%d.post_ffw_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
     }
 #undef ADD
 #undef ADDK
@@ -535,12 +549,16 @@ static void gen_usage(FILE *f)
                "  --seed    weights seed (default 42)\n"
                "  --layers  override the shape's layer count\n"
                "  --arch    llama (default) | qwen2 (QKV biases ~N(0, 4*std)) | qwen3 (Q/K norms)\n"
+               "            | gemma3 (Q/K norms, post-norms, GeGLU, sliding-window layers)\n"
                "  --rope-scaling  none (default) | linear (factor 4) | llama3 (rope_freqs.weight:\n"
                "            factor 8, low 1, high 4, original context 8192; theta 500000)\n"
                "  --tied    no output.weight (the output matrix is token_embd)\n"
                "  --std     weight standard deviation (default 0.02)\n"
                "  --norm-std  norm weights 1 + N(0, S) (default 0: exactly 1)\n"
-               "  --head-dim  head dimension other than dim/heads (attention.key_length)\n");
+               "  --head-dim  head dimension other than dim/heads (attention.key_length)\n"
+               "  --sliding-window N  gemma3: attention.sliding_window (default 512)\n"
+               "  --swa-pattern N  gemma3: write attention.sliding_window_pattern = N (every\n"
+               "            N-th layer global; default: no key, which means 6)\n");
 }
 
 int pagoda_cmd_gen_model(int argc, char **argv)
@@ -565,8 +583,8 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         else if (OPT("--out")) o.out = v;
         else if (OPT("--vocab")) o.vocab = v;
         else if (OPT("--arch")) {
-            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3")) {
-                fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2 or qwen3\n", v);
+            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma3")) {
+                fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2, qwen3 or gemma3\n", v);
                 return 2;
             }
             o.arch = v;
@@ -587,6 +605,15 @@ int pagoda_cmd_gen_model(int argc, char **argv)
             }
             if (OPT("--std")) o.std = f;
             else o.norm_std = f;
+        } else if (OPT("--sliding-window") || OPT("--swa-pattern")) {
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || !*v || *end || n < 1 || n > 1000000) {
+                fprintf(stderr, "pagoda gen-model: %.*s %s: expected 1..1000000\n", (int)alen, a, v);
+                return 2;
+            }
+            if (OPT("--sliding-window")) o.sliding_window = (int)n;
+            else o.swa_pattern = (int)n;
         } else if (OPT("--head-dim")) {
             errno = 0;
             long hd = strtol(v, &end, 10);

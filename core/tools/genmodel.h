@@ -1,6 +1,6 @@
 /*
  * genmodel.h: `pagoda gen-model`, which writes a random-weight GGUF (v3)
- * of a real shape, llama by default or qwen2/qwen3, with optional rope
+ * of a real shape, llama by default or qwen2/qwen3/gemma3, with optional rope
  * scaling and tied output, for benchmarks and tests of models pagoda
  * cannot ship. Weights are seeded (same arguments, same bytes), streamed to disk
  * so a 1.1B model needs only a few MB of RAM.
@@ -34,7 +34,8 @@ typedef struct pagoda_genmodel_opts {
     int layers;             /* 0 = the shape's count */
     int context;            /* 0 = the shape's context length (the bench's long-prompt runs) */
     /* Architecture variants (all zero/NULL: plain llama as before). */
-    const char *arch;       /* "llama" (NULL), "qwen2" (QKV biases), "qwen3" (Q/K norms) */
+    const char *arch;       /* "llama" (NULL), "qwen2" (QKV biases), "qwen3" (Q/K norms),
+                             * "gemma3" */
     int rope_scaling;       /* pagoda_rope_scaling (model.h): linear writes factor 4;
                              * llama3 writes rope_freqs.weight (factor 8, low 1, high 4,
                              * original context 8192) and rope theta 500000 */
@@ -42,6 +43,10 @@ typedef struct pagoda_genmodel_opts {
     float std;              /* weight standard deviation; 0 = 0.02 */
     float norm_std;         /* norm weights are 1 + N(0, norm_std); 0 = exactly 1 */
     int head_dim;           /* 0 = dim / heads; else written as attention.key_length */
+    /* gemma3 (Q/K norms, post-norms, GeGLU, sliding-window layers) */
+    int sliding_window;     /* attention.sliding_window; 0 = 512 */
+    int swa_pattern;        /* > 0: written as attention.sliding_window_pattern;
+                             * 0: no key (the model's default, 6) */
 } pagoda_genmodel_opts;
 
 /* Writes the model; 0 or a pagoda_status with a message in err. On success
@@ -63,8 +68,8 @@ int pagoda_genmodel_tensor_type(int dtype, int64_t cols);
 
 /* The CLI: argv[0] is the subcommand name ("gen-model"), options follow:
  *   --shape NAME --type T --out FILE [--vocab VOCAB.gguf] [--seed N] [--layers N]
- *   [--arch llama|qwen2|qwen3] [--rope-scaling none|linear|llama3] [--tied]
- *   [--std S] [--norm-std S] [--head-dim N]
+ *   [--arch llama|qwen2|qwen3|gemma3] [--rope-scaling none|linear|llama3] [--tied]
+ *   [--std S] [--norm-std S] [--head-dim N] [--sliding-window N] [--swa-pattern N]
  * Returns a process exit code: 0 ok, 1 failure, 2 usage error. */
 int pagoda_cmd_gen_model(int argc, char **argv);
 

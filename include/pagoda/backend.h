@@ -94,7 +94,9 @@ typedef struct pagoda_seq_view {
 
 /* One step's flattened batch. Built by the core, read by kernels. */
 typedef struct pagoda_batch {
-    uint64_t seq_no;           /* increases by one per step: a key for caching uploads */
+    uint64_t seq_no;           /* increases by one per step: a key for caching uploads
+                                * (a step's batch for sliding-window layers with a pool of
+                                * their own has seq_no | 1 << 63) */
     int32_t n_tokens;
     const int32_t *tokens;     /* [n_tokens] */
     const int32_t *positions;  /* [n_tokens] */
@@ -114,9 +116,28 @@ typedef struct pagoda_rope_params {
     const float *inv_freq;    /* [n_rot / 2] */
 } pagoda_rope_params;
 
+/* Attention parameters of attention_ext (ABI 1.1). Filled by the core;
+ * struct_size first so later minors can add fields at the end: a backend
+ * reads a field only when struct_size covers it (absent fields read 0). */
+typedef struct pagoda_attn_params {
+    size_t struct_size;       /* the caller's sizeof(pagoda_attn_params) */
+    int32_t n_heads;          /* query heads; head h reads KV head h / (n_heads / n_kv_heads) */
+    float scale;              /* scores = scale * q.k */
+    /* Sliding window: 0 = causal over every earlier key (what `attention`
+     * does). W > 0: the query at position p sees the key at position j
+     * only when 0 <= p - j < W (its own and the W - 1 before it). Positions
+     * are a key's index in its sequence's block table. With W > 0 read no
+     * key outside the window: the core's sliding-window pool gives a
+     * table's entries before the window no meaning (the same block may
+     * stand for logical blocks i and i + R, or another sequence's). */
+    int32_t window;
+} pagoda_attn_params;
+
 /*
  * The ops. Required slots are marked; optional ones may be NULL and the
- * core's fallback is stated.
+ * core's fallback is stated. Slots added after ABI 1.0 say which minor
+ * added them; a plugin built against an older minor has them NULL (the
+ * core copies min(struct_size) of its table into a zeroed one).
  */
 typedef struct pagoda_backend_ops {
     size_t struct_size;
@@ -188,6 +209,31 @@ typedef struct pagoda_backend_ops {
 
     /* optional. Wait for all submitted work. Fallback: nothing (synchronous). */
     int (*synchronize)(void *ctx);
+
+    /* ---- ABI 1.1: the ops Gemma 3 needs (all optional). ---- */
+
+    /* optional, ABI 1.1. out = gelu_tanh(gate) * up, all F32 of one shape;
+     * out may alias either. gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+     * 0.044715 x^3))), which equals x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715
+     * x^3))) (no cancellation for negative x). Fallback: none; the core
+     * refuses, at start, a model whose FFN uses it (gemma3). */
+    int (*geglu)(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+                 const pagoda_tensor *out);
+
+    /* optional, ABI 1.1. out = x * s, F32 of one shape; out may alias x.
+     * Fallback: download, multiply on the host, upload (the core scales
+     * only the token embeddings, once per step). */
+    int (*scale)(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out);
+
+    /* optional, ABI 1.1. `attention` with its parameters in a struct that
+     * can grow: p->window > 0 restricts each query to the keys of its
+     * sliding window (see pagoda_attn_params); p->window == 0 is exactly
+     * `attention`. Fallback: `attention` for window 0; none for a window:
+     * the core refuses, at start, a model with sliding-window layers. */
+    int (*attention_ext)(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                         const pagoda_kv_layout *layout, int32_t layer,
+                         const pagoda_batch *batch, const pagoda_attn_params *p,
+                         const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

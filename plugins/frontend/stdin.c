@@ -70,6 +70,7 @@ struct stdin_fe {
     int inflight;
     int stop_req;
     int cancelled_all;
+    int said_quitting;       /* chat on a terminal: the stop was announced */
     /* chat */
     pagoda_chat_message *hist;
     int n_hist, cap_hist;
@@ -453,6 +454,17 @@ static void chat_turn(stdin_fe *fe, const char *line, size_t len, long lineno)
     if (reply) hist_push(fe, "assistant", reply);
 }
 
+/* Ctrl-C (SIGINT) and SIGTERM stop the whole server, not only the reply
+ * (the core takes the signal): on a terminal, say so once instead of
+ * leaving a prompt that nothing will read. */
+static void say_quitting(stdin_fe *fe)
+{
+    if (fe->said_quitting) return;
+    fe->said_quitting = 1;
+    fputs("\n[interrupted: pagoda is quitting]\n", fe->out);
+    fflush(fe->out);
+}
+
 static int stdin_run(void *ctx)
 {
     stdin_fe *fe = ctx;
@@ -496,6 +508,7 @@ static int stdin_run(void *ctx)
         if (stopping && !fe->cancelled_all) {
             fe->cancelled_all = 1;
             cancel_all(fe);
+            if (prompt_tty) say_quitting(fe);
         }
         if (have_pending && !stopping) {
             if (submit(fe, &pending, pending_line) == 0) {
@@ -521,7 +534,11 @@ static int stdin_run(void *ctx)
             if (!copy) break;
             if (chat) {
                 if (len) chat_turn(fe, copy, len, lineno);
-                if (prompt_tty) { fputs("> ", fe->out); fflush(fe->out); }
+                /* a stop (Ctrl-C) during the turn ends the program: a fresh
+                 * prompt would wait for a line that is then ignored */
+                stopping = stop_asked(fe);
+                if (prompt_tty && stopping) say_quitting(fe);
+                else if (prompt_tty) { fputs("> ", fe->out); fflush(fe->out); }
             } else {
                 parsed p;
                 memset(&p, 0, sizeof p);

@@ -51,8 +51,9 @@ int rf_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v) &&
-        json_real_value(v) > -9e18 && json_real_value(v) < 9e18) {
+    /* the range first: casting a double outside int64's is undefined */
+    if (json_is_real(v) && json_real_value(v) > -9e18 && json_real_value(v) < 9e18 &&
+        json_real_value(v) == (double)(int64_t)json_real_value(v)) {
         *out = (int64_t)json_real_value(v);
     } else if (json_is_integer(v)) {
         *out = json_integer_value(v);

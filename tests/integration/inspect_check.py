@@ -33,6 +33,7 @@ import json
 import math
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -102,7 +103,7 @@ class Stream(threading.Thread):
         self.srv, self.chunks, self.id, self.done = srv, 0, None, False
         self.body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                      "ignore_eos": True, "temperature": 0, "pagoda_trace": trace}
-        self.conn = None
+        self.conn = self.sock = None
         self.first = threading.Event()
         self.start()
 
@@ -113,6 +114,9 @@ class Stream(threading.Thread):
             if self.srv.key:
                 h["Authorization"] = "Bearer " + self.srv.key
             self.conn.request("POST", "/v1/completions", body=json.dumps(self.body), headers=h)
+            # kept apart: a response that closes its connection (the server's
+            # do) takes the socket over and the connection forgets it
+            self.sock = self.conn.sock
             r = self.conn.getresponse()
             for line in r:
                 line = line.strip()
@@ -129,7 +133,7 @@ class Stream(threading.Thread):
 
     def stop(self):
         try:
-            self.conn.sock.shutdown(2)
+            self.sock.shutdown(socket.SHUT_RDWR)
         except Exception:
             pass
 

@@ -34,22 +34,24 @@ has "^fits"
 expect_rc 0 "$PAGODA_BIN" plan --model "$model" --kv-dtype f32 --max-seq-len 256 --json
 py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is True and d["kv"]["bytes_per_token"] == 1280, d["kv"]'
 
-# 1 MiB: the fixed part alone does not fit (short by it plus one 512-token sequence of KV)
+# 1 MiB: the fixed part alone does not fit (short by it plus one 512-token
+# sequence of KV); the fixed part is the server's default's (the continuous
+# scheduler's 64 sequences)
 expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 1M
 has "DOES NOT FIT"
-has "need 70428480 bytes, the budget is 1048576"
+has "need 71325504 bytes, the budget is 1048576"
 expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 1M --json
-py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["bytes"]["budget"] == 1048576 and d["shortfall_bytes"] == 70428480 + 512 * 640 - 1048576 and "70428480" in d["reason"], d["reason"]'
+py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["bytes"]["budget"] == 1048576 and d["shortfall_bytes"] == 71325504 + 512 * 640 - 1048576 and "71325504" in d["reason"], d["reason"]'
 
 # just above the fixed part: the KV pool is shorter than one max-length sequence
-expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70474496
+expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 71366464
 has "DOES NOT FIT: the KV pool holds 64 tokens, fewer than one sequence of max_seq_len 512"
-expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 70474496 --json
+expect_rc 1 "$PAGODA_BIN" plan --model "$model" --memory 71366464 --json
 py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is False and d["kv"]["tokens"] == 64 and d["shortfall_bytes"] > 0, d'
 
 # bad input: usage errors, not a crash
 expect_rc 2 "$PAGODA_BIN" plan --model "$model" --memory banana
-has "--memory"
+has "memory_budget"
 expect_rc 1 "$PAGODA_BIN" plan --model "$tmp/missing.gguf"
 has "missing.gguf"
 

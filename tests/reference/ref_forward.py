@@ -1,10 +1,22 @@
 #!/usr/bin/env python3
 """ref_forward.py: an independent reference of the forward pass of the
-architectures pagoda runs (llama, qwen2, qwen3), in plain numpy (float64),
-reading a GGUF with the PyPI `gguf` package and dequantizing with gguf's own
-quant code (gguf.quants.dequantize). Nothing here comes from pagoda's C code:
-it is written from the architectures' definitions in HF transformers
-(modeling_llama / modeling_qwen2 / modeling_qwen3).
+architectures pagoda runs (llama, qwen2, qwen3, gemma3), in plain numpy
+(float64), reading a GGUF with the PyPI `gguf` package and dequantizing with
+gguf's own quant code (gguf.quants.dequantize). Nothing here comes from
+pagoda's C code: it is written from the architectures' definitions in HF
+transformers (modeling_llama / modeling_qwen2 / modeling_qwen3 /
+modeling_gemma3 with Gemma3TextConfig).
+
+gemma3, as HF defines it: embeddings times sqrt(hidden_size); per layer
+input_layernorm -> q/k/v -> q_norm/k_norm (per head) -> RoPE (rotate_half,
+base rope_local_base_freq = 10000 on sliding layers, rope_theta on full
+ones) -> softmax(q k^T * query_pre_attn_scalar^-0.5) with a causal mask, on
+sliding layers also kv_idx > q_idx - sliding_window -> o_proj ->
+post_attention_layernorm -> residual; pre_feedforward_layernorm ->
+down(gelu_pytorch_tanh(gate) * up) -> post_feedforward_layernorm ->
+residual; layer i slides unless (i + 1) % sliding_window_pattern == 0
+(pattern 6). HF's Gemma3RMSNorm multiplies by (1 + weight); the GGUF
+converter stores weight + 1, so the GGUF norm weights are used as they are.
 
 It works in the GGUF convention, which differs from HF's in one place:
 llama.cpp's converter permutes the rows of llama's attn_q/attn_k weights
@@ -51,7 +63,7 @@ class Model:
     def __init__(self, path):
         r = gguf.GGUFReader(path)
         self.arch = field(r, "general.architecture")
-        if self.arch not in ("llama", "qwen2", "qwen3"):
+        if self.arch not in ("llama", "qwen2", "qwen3", "gemma3"):
             raise SystemExit(f"{path}: architecture {self.arch} not handled")
         a = self.arch
         self.n_layers = int(field(r, f"{a}.block_count"))
@@ -64,6 +76,9 @@ class Model:
         self.n_rot = int(field(r, f"{a}.rope.dimension_count", self.head_dim))
         self.scaling_type = field(r, f"{a}.rope.scaling.type", "none")
         self.scaling_factor = float(field(r, f"{a}.rope.scaling.factor", 1.0))
+        self.window = int(field(r, f"{a}.attention.sliding_window", 0))
+        self.swa_pattern = int(field(r, f"{a}.attention.sliding_window_pattern", 6))
+        self.theta_local = float(field(r, f"{a}.rope.freq_base_swa", 10000.0))
         self.t = {}
         self.types = {}
         for t in r.tensors:
@@ -77,11 +92,18 @@ class Model:
     def w(self, name):
         return self.t[name]
 
-    def inv_freq(self):
+    def sliding(self, layer):
+        """Gemma3TextConfig.layer_types: sliding unless (i+1) % pattern == 0."""
+        return self.arch == "gemma3" and self.window > 0 and (layer + 1) % self.swa_pattern != 0
+
+    def inv_freq(self, local=False):
         """HF's rope init: theta^(-2i/d), then the scaling variant. llama3's
         per-frequency divisors are in rope_freqs.weight (the converter's
-        form of HF's _compute_llama3_parameters)."""
+        form of HF's _compute_llama3_parameters). gemma3's sliding layers
+        (local): rope_local_base_freq, never scaled."""
         i = np.arange(0, self.n_rot, 2, dtype=np.float64)
+        if local:
+            return 1.0 / (self.theta_local ** (i / self.n_rot))
         f = 1.0 / (self.theta ** (i / self.n_rot))
         if self.scaling_type == "linear":
             f = f / self.scaling_factor   # HF "linear": positions / factor
@@ -162,12 +184,23 @@ def forward(m, tokens, hf_layout=False, q8act=False):
     T = len(tokens)
     pos = np.arange(T)
     H, KV, D = m.n_heads, m.n_kv_heads, m.head_dim
-    inv_freq = m.inv_freq()
+    gemma = m.arch == "gemma3"
     neox = m.arch != "llama" or hf_layout
     x = m.w("token_embd.weight")[np.asarray(tokens)]
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    if gemma:   # Gemma3TextScaledWordEmbedding
+        x = x * math.sqrt(m.dim)
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    # sliding layers also hide keys at q_idx - kv_idx >= window
+    qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
+    sliding_mask = np.where(qi - ki >= max(m.window, 1), -np.inf, causal)
+    # query_pre_attn_scalar: head_dim (gemma3 but the 27B, whose 62 layers
+    # use hidden_size / heads); the others scale by head_dim as well
+    qpas = m.dim / H if gemma and m.n_layers == 62 else D
     for l in range(m.n_layers):
         p = f"blk.{l}."
+        local = m.sliding(l)
+        inv_freq = m.inv_freq(local)
+        mask = sliding_mask if local else causal
         h = rms_norm(x, m.w(p + "attn_norm.weight"), m.eps)
         wq, wk = m.w(p + "attn_q.weight"), m.w(p + "attn_k.weight")
         if hf_layout and m.arch == "llama":
@@ -182,21 +215,31 @@ def forward(m, tokens, hf_layout=False, q8act=False):
             k = k + m.w(p + "attn_k.bias")
             v = v + m.w(p + "attn_v.bias")
         q, k, v = q.reshape(T, H, D), k.reshape(T, KV, D), v.reshape(T, KV, D)
-        if m.arch == "qwen3":   # Qwen3Attention: per-head RMSNorm before RoPE
+        if m.arch in ("qwen3", "gemma3"):   # q_norm / k_norm: per-head RMSNorm before RoPE
             q = rms_norm(q, m.w(p + "attn_q_norm.weight"), m.eps)
             k = rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps)
         q, k = rope_pairs(q, pos, inv_freq, neox), rope_pairs(k, pos, inv_freq, neox)
         g = H // KV   # repeat_kv: query head h reads kv head h // g
         out = np.empty((T, H, D))
         for hh in range(H):
-            s = q[:, hh, :] @ k[:, hh // g, :].T / math.sqrt(D) + mask
+            s = q[:, hh, :] @ k[:, hh // g, :].T / math.sqrt(qpas) + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
             out[:, hh, :] = s @ v[:, hh // g, :]
-        x = x + mm(out.reshape(T, H * D), p + "attn_output.weight")
+        o = mm(out.reshape(T, H * D), p + "attn_output.weight")
+        if gemma:
+            o = rms_norm(o, m.w(p + "post_attention_norm.weight"), m.eps)
+        x = x + o
         h = rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps)
         gate, up = mm(h, p + "ffn_gate.weight"), mm(h, p + "ffn_up.weight")
-        x = x + mm(gate / (1 + np.exp(-gate)) * up, p + "ffn_down.weight")
+        if gemma:   # gelu_pytorch_tanh
+            act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
+        else:       # silu
+            act = gate / (1 + np.exp(-gate))
+        o = mm(act * up, p + "ffn_down.weight")
+        if gemma:
+            o = rms_norm(o, m.w(p + "post_ffw_norm.weight"), m.eps)
+        x = x + o
     x = rms_norm(x, m.w("output_norm.weight"), m.eps)
     return mm(x, "token_embd.weight" if m.tied else "output.weight")
 
@@ -230,6 +273,15 @@ CASES = [
     ("qwen3-tied", "F32", ["--arch", "qwen3", "--tied"], 18),
     ("llama-q8_0", "Q8_0", ["--arch", "llama"], 19),
     ("qwen3-q8_0", "Q8_0", ["--arch", "qwen3", "--head-dim", "32"], 20),
+    # 6 layers, no pattern key: layers 0-4 slide, 5 is global (the default
+    # pattern 6); window 5 < the 41 positions, so the window decides
+    # outputs from position 5 on; head dim 32 != dim/heads.
+    ("gemma3", "F32", ["--arch", "gemma3", "--tied", "--layers", "6", "--head-dim", "32",
+                       "--sliding-window", "5"], 21),
+    # the pattern key (every 2nd layer global) and a window of 7 crossing
+    # block boundaries, Q8_0 weights
+    ("gemma3-q8_0", "Q8_0", ["--arch", "gemma3", "--tied", "--swa-pattern", "2",
+                             "--sliding-window", "7"], 22),
 ]
 # The smallest top-1 margin (reference) accepted along the greedy path, per
 # set of expectations: several times the test's tolerance, so the greedy
@@ -322,11 +374,26 @@ def make_expectations(pagoda, out_json):
                 err = np.max(np.abs(hf - logits))
                 if err > 1e-9:
                     raise SystemExit(f"{name}: HF layout differs from GGUF layout by {err}")
+            extra = {}
+            if m.arch == "gemma3":
+                # the window must decide something: the same positions with
+                # every layer global differ by this much
+                toks = PROMPT + exact["generated"][:-1]
+                w = m.window
+                m.window = 0
+                full = forward(m, toks)
+                m.window = w
+                extra["window_effect"] = round(float(np.max(np.abs(full - logits))), 6)
+                if extra["window_effect"] < 0.1:
+                    raise SystemExit(f"{name}: the sliding window changes the logits by only "
+                                     f"{extra['window_effect']}")
+                print(f"{name}: the window moves logits by up to {extra['window_effect']:.3f}",
+                      file=sys.stderr)
             case = {
                 "name": name, "type": dtype,
                 "gen_model_args": COMMON + ["--type", dtype] + args,
                 "sha256": ha[0], "fnv1a64": ha[1],
-                "arch": m.arch, "tied": m.tied, "head_dim": m.head_dim,
+                "arch": m.arch, "tied": m.tied, "head_dim": m.head_dim, **extra,
             }
             for k, (v, _) in sets.items():
                 case[k] = v
@@ -338,12 +405,13 @@ def make_expectations(pagoda, out_json):
         "about": "Expected logits and greedy tokens of tiny random models generated by "
                  "`pagoda gen-model` (arguments per case), computed by "
                  "tests/reference/ref_forward.py (numpy float64, GGUF convention: llama "
-                 "normal RoPE on permuted Q/K, qwen2/qwen3 NeoX RoPE; gguf "
+                 "normal RoPE on permuted Q/K, qwen2/qwen3/gemma3 NeoX RoPE; gguf "
                  "dequantize). exact: the model's math on the dequantized weights; "
                  "q8_activations (Q8_0 cases): the same with activations rounded to int8 "
                  "blocks before each Q8_0 matmul, as pagoda's CPU decode path does. "
                  "top[p]: the top-8 ids and logits at position p of prompt+generated[:-1]; "
-                 "generated: the greedy continuation of prompt.",
+                 "generated: the greedy continuation of prompt. window_effect (gemma3): "
+                 "the largest logit change when every layer attends globally.",
         "prompt": PROMPT, "n_generate": N_GEN, "cases": cases,
     }
     with open(out_json, "w") as f:

@@ -220,8 +220,8 @@ START_TEST(test_unknown_section)
               "[kind.name])? (valid: [engine], [backend.NAME], [scheduler.NAME], "
               "[kvcache.NAME], [frontend.NAME])");
     assert_at(load_err("[backend.a/b]\n"), 1,
-              "unknown section [backend.a/b]: the plugin name after 'backend.' must be letters, "
-              "digits, '_' or '-'");
+              "unknown section [backend.a/b]: the plugin name after 'backend.' must be 1 to 63 "
+              "letters, digits, '_' or '-'");
     /* [foo.bar]: some kind is suggested, the section is named. */
     const char *e = load_err("\n[foo.bar]\nk = v\n");
     char want[600];
@@ -317,6 +317,47 @@ START_TEST(test_long_line)
     memset(huge, 'b', sizeof huge - 1);
     snprintf(htext, sizeof htext, "[engine]\nmodel = %s\n", huge);
     assert_at(load_err(htext), 2, "line longer than 8189 bytes");
+}
+END_TEST
+
+/* Issue 15 finding 3: a section header of any length is either the section
+ * it names or refused at its line; it was copied into a 256-byte buffer
+ * before ']' was looked for (and inih keeps only 49 characters of a name),
+ * so a long header's keys were never checked and the server started. */
+START_TEST(test_long_section_header)
+{
+    static const int lens[] = {40, 49, 50, 72, 253, 254, 255, 300, 5000};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        static char name[6000], text[7000];
+        int n = lens[i];
+        memcpy(name, "frontend.", 9);
+        memset(name + 9, 'x', (size_t)n - 9);
+        name[n] = '\0';
+        snprintf(text, sizeof text, "[engine]\nblock_size = 16\n[%s]\nport = 1\n", name);
+        if (n - 9 <= 63) {
+            /* a plugin name of up to 63 characters: the section it names, whole */
+            pagoda_config *c = load_ok(text);
+            ck_assert_ptr_nonnull(pagoda_config_get(c, name, "port"));
+            ck_assert_str_eq(pagoda_config_get(c, name, "port"), "1");
+            pagoda_config_free(c);
+        } else {
+            /* a name past 80 characters is shown by its first 64 and its length */
+            char shown[200], want[600];
+            if (n <= 80) snprintf(shown, sizeof shown, "%s", name);
+            else snprintf(shown, sizeof shown, "%.64s... (%d characters)", name, n);
+            snprintf(want, sizeof want, "unknown section [%s]: the plugin name after 'frontend.' "
+                     "must be 1 to 63 letters, digits, '_' or '-'", shown);
+            assert_at(load_err(text), 3, want);
+        }
+    }
+    /* Spaces inside the brackets: the same section as without them, and its
+     * keys checked ([ engine ] was noted as 'engine' but its keys stored
+     * under ' engine ', so they were neither checked nor used). */
+    assert_at(load_err("[ engine ]\nblok_size = 16\n"), 2,
+              "unknown key 'blok_size' in [engine]; did you mean 'block_size'?");
+    pagoda_config *c = load_ok("[ engine ]\nblock_size = 32\n");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "32");
+    pagoda_config_free(c);
 }
 END_TEST
 
@@ -476,6 +517,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_bad_engine_values);
     tcase_add_test(t, test_syntax_errors);
     tcase_add_test(t, test_long_line);
+    tcase_add_test(t, test_long_section_header);
     tcase_add_test(t, test_set_overrides);
     tcase_add_test(t, test_validate_section);
     tcase_add_test(t, test_parsers);

@@ -137,9 +137,10 @@ START_TEST(test_descriptor)
     ck_assert_uint_eq(info.alignment, 64);
     ck_assert_uint_gt(info.mem_total, 0);
     ck_assert_uint_le(info.mem_free, info.mem_total);
-    int types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
+    int types[] = {PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
                    PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q5_0,
-                   PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
+                   PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K,
+                   PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         ck_assert(info.weight_types & (1ull << types[i]));
     ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
@@ -212,7 +213,7 @@ START_TEST(test_matmul_end_to_end)
     pagoda_tensor rows_out = tens(act, off_o, PAGODA_DTYPE_F32, 2, K);
     ck_assert_int_eq(o->get_rows(L.ctx, &tw, ids, 2, &rows_out), PAGODA_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(last_error, "get_rows"));
-    pagoda_tensor odd = tens(wbuf, 0, 12, N, K); /* a type the backend does not know */
+    pagoda_tensor odd = tens(wbuf, 0, 99, N, K); /* a type the backend does not know */
     odd.row_stride = rb;
     ck_assert_int_ne(o->matmul(L.ctx, &tx, &odd, NULL, &to), PAGODA_OK);
 

@@ -12,6 +12,7 @@
 
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "model.h"
 #include "pagoda/types.h"
 #include "testutil.h"
 
@@ -564,6 +565,77 @@ START_TEST(random_corruption)
 }
 END_TEST
 
+/* ------------------------------------------------------------ model metadata */
+
+/* Issue 15 finding 6: the metadata a model is run with is not trusted. A
+ * llama header with an 8-token vocabulary, the epsilon given (NAN: the key
+ * left out) and one id key set (NULL: none); returns hparams_read's error
+ * text, "" when it read. */
+static const char *hparams_err(double eps, const char *id_key, uint32_t id)
+{
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "a", "b", "c", "d", "e"};
+    gguf_writer *w = pagoda_gguf_writer_new();
+    ck_assert_int_eq(pagoda_gguf_w_str(w, "general.architecture", "llama"), 0);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.block_count", 1), 0);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.embedding_length", 16), 0);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.attention.head_count", 2), 0);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.feed_forward_length", 32), 0);
+    ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.context_length", 64), 0);
+    if (!isnan(eps))
+        ck_assert_int_eq(pagoda_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", (float)eps), 0);
+    ck_assert_int_eq(pagoda_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 8), 0);
+    if (id_key) ck_assert_int_eq(pagoda_gguf_w_u32(w, id_key, id), 0);
+    bytes b = write_mem(w);
+    pagoda_gguf_writer_free(w);
+    char err[512] = "";
+    gguf_file *f = pagoda_gguf_open_mem(b.p, b.n, "meta.gguf", err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_hparams hp;
+    g_err[0] = 0;
+    if (pagoda_hparams_read(f, &hp, g_err, sizeof g_err) == PAGODA_OK) g_err[0] = 0;
+    else ck_assert_msg(g_err[0], "refused without a message");
+    pagoda_gguf_close(f);
+    free(b.p);
+    return g_err;
+}
+
+START_TEST(hparams_metadata_checked)
+{
+    /* accepted: the usual epsilons, none given, ids inside the vocabulary or "none" */
+    ck_assert_str_eq(hparams_err(1e-5, NULL, 0), "");
+    ck_assert_str_eq(hparams_err(1e-6, NULL, 0), "");
+    ck_assert_str_eq(hparams_err(NAN, NULL, 0), "");
+    ck_assert_str_eq(hparams_err(1e-5, "tokenizer.ggml.bos_token_id", 1), "");
+    ck_assert_str_eq(hparams_err(1e-5, "tokenizer.ggml.eos_token_id", 7), "");
+    ck_assert_str_eq(hparams_err(1e-5, "tokenizer.ggml.padding_token_id", 0xFFFFFFFFu), "");
+    /* refused, naming the key and the value */
+    static const struct { double eps; const char *shown; } bad_eps[] = {
+        {-1, "-1"}, {0, "0"}, {INFINITY, "inf"}, {1e38, "1e+38"}, {0.5, "0.5"},
+    };
+    for (size_t i = 0; i < sizeof bad_eps / sizeof bad_eps[0]; i++) {
+        const char *e = hparams_err(bad_eps[i].eps, NULL, 0);
+        char want[128];
+        snprintf(want, sizeof want, "llama.attention.layer_norm_rms_epsilon = %s", bad_eps[i].shown);
+        ck_assert_msg(strstr(e, want) && strstr(e, "meta.gguf"), "eps %g: '%s' not in: %s",
+                      bad_eps[i].eps, want, e);
+    }
+    static const char *const id_keys[] = {
+        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id",
+        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
+    };
+    for (size_t i = 0; i < sizeof id_keys / sizeof id_keys[0]; i++) {
+        static const uint32_t bad[] = {8, 1000000, 0x7FFFFFFFu, 0xFFFFFFFEu};
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            const char *e = hparams_err(1e-5, id_keys[i], bad[j]);
+            char want[160];
+            snprintf(want, sizeof want, "%s = %u is outside the vocabulary (8 tokens)", id_keys[i], bad[j]);
+            ck_assert_msg(strstr(e, want), "'%s' not in: %s", want, e);
+        }
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ real model */
 
 START_TEST(stories260k)
@@ -612,6 +684,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_values);
     tcase_add_test(tc, bad_tensors);
     tcase_add_test(tc, random_corruption);
+    tcase_add_test(tc, hparams_metadata_checked);
     tcase_add_test(tc, stories260k);
     suite_add_tcase(s, tc);
     return s;

@@ -100,7 +100,8 @@ START_TEST(test_refuse_short_ops)
              " (backend, ABI 1.2, this pagoda is ABI 1.2): pagoda_backend_ops struct_size %zu is "
              "smaller than ABI 1.0's %zu bytes: an ops table holds at least the ABI 1.0 slots; "
              "set .struct_size = sizeof(pagoda_backend_ops) and rebuild",
-             offsetof(pagoda_backend_ops, matmul), sizeof(pagoda_backend_ops));
+             offsetof(pagoda_backend_ops, matmul),
+             offsetof(pagoda_backend_ops, synchronize) + sizeof(void *));
     expect_refusal(PAGODA_KIND_BACKEND, "shortops", rest);
 }
 END_TEST
@@ -198,6 +199,31 @@ START_TEST(test_not_found)
 }
 END_TEST
 
+START_TEST(test_path_not_a_file)
+{
+    /* Issue 15 finding 7: a folder or a device given as a plugin's path is
+     * named as what it is (it was "no such file"). */
+    static const struct { const char *path, *what; } cases[] = {
+        {"/tmp", "a directory"},
+        {"/dev/null", "a character device"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pagoda_config *c = pagoda_config_new_empty();
+        char set[256], want[512];
+        snprintf(set, sizeof set, "backend.good.path=%s", cases[i].path);
+        ck_assert_int_eq(pagoda_config_set(c, set, g_err, sizeof g_err), PAGODA_OK);
+        pagoda_plugin *p;
+        ck_assert_int_eq(pagoda_plugin_load(c, PAGODA_KIND_BACKEND, "good", &p, g_err, sizeof g_err),
+                         PAGODA_ERR_INVALID);
+        snprintf(want, sizeof want, "--set: [backend.good] path = %s: is %s, not a plugin file (a "
+                 ".so); give the plugin's file or remove the key to search the plugin folders",
+                 cases[i].path, cases[i].what);
+        ck_assert_str_eq(g_err, want);
+        pagoda_config_free(c);
+    }
+}
+END_TEST
+
 START_TEST(test_load_each_kind)
 {
     pagoda_config *c = pagoda_config_new_empty();
@@ -238,6 +264,26 @@ START_TEST(test_load_each_kind)
         pagoda_host_free(h);
         pagoda_plugin_free(p);
     }
+    pagoda_config_free(c);
+}
+END_TEST
+
+/* A plugin built against ABI 1.0 still loads into this pagoda (1.1 or later); the
+ * slots 1.1 added read NULL even where its static table has bytes past the
+ * struct_size it declares (the loader copies struct_size, not sizeof). */
+START_TEST(test_load_older_minor)
+{
+    pagoda_config *c = pagoda_config_new_empty();
+    pagoda_plugin *p = NULL;
+    int st = pagoda_plugin_load(c, PAGODA_KIND_BACKEND, "abi10", &p, g_err, sizeof g_err);
+    ck_assert_msg(st == PAGODA_OK, "%s", g_err);
+    ck_assert_uint_eq(p->desc.abi_minor, 0);
+    ck_assert_uint_eq(p->ops.backend.struct_size, sizeof(pagoda_backend_ops));
+    ck_assert_ptr_nonnull(p->ops.backend.attention);
+    ck_assert_ptr_null(p->ops.backend.geglu);
+    ck_assert_ptr_null(p->ops.backend.scale);
+    ck_assert_ptr_null(p->ops.backend.attention_ext);
+    pagoda_plugin_free(p);
     pagoda_config_free(c);
 }
 END_TEST
@@ -363,8 +409,9 @@ START_TEST(test_plugins_listing)
     FILE *f = fopen(path, "w+");
     ck_assert_ptr_nonnull(f);
     int good = pagoda_plugins_print(f, true);
-    /* backend, scheduler, kvcache, frontend "good"; cantrun probes 0 */
-    ck_assert_int_eq(good, 4);
+    /* backend, scheduler, kvcache, frontend "good", backend "abi10"
+     * (ABI 1.0 loads into every 1.x); cantrun probes 0 */
+    ck_assert_int_eq(good, 5);
     fflush(f);
     rewind(f);
     static char text[65536];
@@ -569,11 +616,13 @@ static Suite *suite(void)
     tcase_add_test(t, test_refuse_not_shared_object);
     tcase_add_test(t, test_not_found);
     tcase_add_test(t, test_load_each_kind);
+    tcase_add_test(t, test_load_older_minor);
     tcase_add_test(t, test_plugin_config);
     tcase_add_test(t, test_create_failure_message);
     tcase_add_test(t, test_search_order);
     tcase_add_test(t, test_plugins_listing);
     tcase_add_test(t, test_host_table);
+    tcase_add_test(t, test_path_not_a_file);
     suite_add_tcase(s, t);
     TCase *cli = tcase_create("cli");
     tcase_add_checked_fixture(cli, setup, teardown);

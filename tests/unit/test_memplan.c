@@ -15,6 +15,7 @@
 #include "forward.h"
 #include "memplan.h"
 #include "model.h"
+#include "runtime.h"
 #include "testutil.h"
 
 static gguf_file *open_stories(void)
@@ -255,6 +256,180 @@ START_TEST(k_quant_weights)
 }
 END_TEST
 
+/* gemma3: the plan says which layers slide; with swa_kv = window (the
+ * default) the main pool holds the 2 global layers and the 11 local ones
+ * keep their window in a pool of their own (engine_swa.h's geometry), with
+ * swa_kv = full every layer is in the pool. */
+START_TEST(gemma3_sliding_window)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    /* 13 layers: 5 and 11 global; 2 KV heads of 16; window 40; context 512 */
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = 1,
+                              .arch = "gemma3", .layers = 13, .sliding_window = 40};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    const uint64_t per_layer = 2 * 2 * 16 * 2;  /* K and V, 2 heads of 16, F16 */
+    ck_assert_int_eq(p.n_swa_layers, 11);
+    ck_assert_int_eq(p.swa_window, 40);
+    ck_assert_uint_eq(p.kv_swa_bytes_per_token, 11 * per_layer);
+    ck_assert(p.swa.window);
+    /* the main pool: the 2 global layers */
+    ck_assert_int_eq(p.kv_pool_layers, 2);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2 * per_layer);
+    ck_assert_uint_eq(p.kv_bytes_per_token_full, 13 * per_layer);
+    ck_assert_uint_eq(p.kv_bytes_per_block, 2 * per_layer * 16);
+    /* the window pool, 16 seats (max_num_seqs) of (40 - 2) / 16 + 2 = 4
+     * blocks, and (512 + 16 x 15) / 16 = 47 for a step's 512 new tokens */
+    ck_assert_int_eq(p.swa.seats, 16);
+    ck_assert_int_eq(p.swa.hold_blocks, 4);
+    ck_assert_int_eq(p.swa.step_blocks, 47);
+    ck_assert_int_eq(p.swa.pool_blocks, 16 * 4 + 47);
+    ck_assert_uint_eq(p.swa_block_bytes, 11 * per_layer * 16);
+    ck_assert_uint_eq(p.swa_pool_bytes, 111 * 11 * per_layer * 16);
+    /* a hit recomputes 11 x 39 tokens; the sink takes a step's 512 rows */
+    ck_assert_int_eq(p.swa.recompute_tokens, 429);
+    ck_assert_int_eq(p.swa.sink_slots, 512);
+    ck_assert_int_eq(p.swa.sink_blocks, 32);
+    ck_assert_uint_eq(p.kv_sink_bytes, 32 * 2 * per_layer * 16);
+    /* 512 tokens (the context) = 32 blocks of 16: every layer, or the 2
+     * global layers and the window's 4 blocks */
+    ck_assert_uint_eq(p.kv_bytes_per_seq_full, 13 * per_layer * 512);
+    ck_assert_uint_eq(p.kv_bytes_per_seq, 2 * per_layer * 512 + 11 * per_layer * 64);
+    /* the budget pays the window pool and the sink first */
+    uint64_t kv_fixed = p.swa_pool_bytes + p.kv_sink_bytes;
+    ck_assert_uint_eq(p.kv_blocks, ((256ull << 20) - p.fixed_bytes - kv_fixed) / (2 * per_layer * 16));
+    ck_assert_uint_eq(p.kv_total_bytes, p.kv_pool_bytes + kv_fixed);
+    ck_assert_uint_eq(p.fit[0].seqs, p.kv_blocks / 32);
+    ck_assert_uint_eq(p.fit[0].seqs_full, p.kv_total_bytes / (13 * per_layer * 16) / 32);
+    ck_assert_uint_gt(p.fit[0].seqs, 5 * p.fit[0].seqs_full);
+    char *js = pagoda_memplan_json(&p);
+    json_t *root = json_loads(js, 0, NULL);
+    json_t *sw = json_object_get(json_object_get(root, "kv"), "sliding_window");
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "layers")), 11);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "window")), 40);
+    ck_assert(json_is_true(json_object_get(sw, "window_pool")));
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "pool_blocks")), 111);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "pool_bytes")), (json_int_t)p.swa_pool_bytes);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "kv"), "pool_layers")), 2);
+    json_decref(root);
+    free(js);
+    char *text = NULL;
+    size_t tn = 0;
+    FILE *mf = open_memstream(&text, &tn);
+    pagoda_memplan_print(&p, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(text, "KV cache: 256 bytes/token = 2 x 2 global layers") &&
+                  strstr(text, "sliding window: 11 of 13 layers read only their last 40 tokens and keep only those") &&
+                  strstr(text, "111 blocks of 16 tokens") &&
+                  strstr(text, "(every layer at every position: "), "%s", text);
+    free(text);
+
+    /* swa_kv = full: every layer in the pool, as before the window pool */
+    o.swa_kv = PAGODA_SWA_KV_FULL;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(!p.swa.window);
+    ck_assert_int_eq(p.kv_pool_layers, 13);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 13 * per_layer);
+    ck_assert_uint_eq(p.swa_pool_bytes + p.kv_sink_bytes, 0);
+    ck_assert_uint_eq(p.kv_bytes_per_seq, p.kv_bytes_per_seq_full);
+    ck_assert_uint_eq(p.fit[0].seqs, p.fit[0].seqs_full);
+    text = NULL;
+    mf = open_memstream(&text, &tn);
+    pagoda_memplan_print(&p, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(text, "but keep every position: [engine] swa_kv = full"), "%s", text);
+    free(text);
+    /* a window not shorter than max_seq_len: nothing to save */
+    o.swa_kv = PAGODA_SWA_KV_WINDOW;
+    o.max_seq_len = 40;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(!p.swa.window);
+    ck_assert_msg(strstr(p.swa.why_full, "not shorter than max_seq_len (40)"), "%s", p.swa.why_full);
+    pagoda_gguf_close(f);
+
+    /* a malformed window is the model's error, also in the plan */
+    o.max_seq_len = 0;
+    g.sliding_window = 4096;
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "gemma3.attention.sliding_window = 4096 is outside 1..512"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* The plan counts exactly what the engine allocates: a runtime on a tiny
+ * gemma3 model, both swa_kv modes, an explicit pool and one from the
+ * budget, and the engine's pools as the forward pass allocated them. */
+static void plan_equals_allocation(const char *model, const char *swa_kv, const char *pool)
+{
+    char err[1024] = "", buf[700];
+    pagoda_config *cfg = pagoda_config_new_empty();
+    snprintf(buf, sizeof buf, "engine.model=%s", model);
+    char s_swa[64], s_pool[64];
+    snprintf(s_swa, sizeof s_swa, "engine.swa_kv=%s", swa_kv);
+    snprintf(s_pool, sizeof s_pool, "%s", pool);
+    const char *settings[] = {buf, "engine.log_level=warn", "engine.max_seq_len=300",
+                              "engine.block_size=8", "scheduler.continuous.max_num_seqs=5",
+                              "scheduler.continuous.max_batched_tokens=24", s_swa, s_pool, NULL};
+    for (int i = 0; settings[i]; i++)
+        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
+                      settings[i], err);
+    pagoda_runtime *rt = NULL;
+    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0, "%s", err);
+    const pagoda_memplan *p = &rt->plan;
+    pagoda_engine_swa_stats st;
+    ck_assert_int_eq(pagoda_engine_get_swa_stats(rt->engine, &st), 0);
+    bool window = strcmp(swa_kv, "window") == 0;
+    ck_assert_int_eq(st.geometry.window, window);
+    ck_assert_int_eq(p->swa.window, window);
+    ck_assert_int_eq(st.geometry.pool_blocks, p->swa.pool_blocks);
+    ck_assert_int_eq(st.geometry.sink_blocks, p->swa.sink_blocks);
+    ck_assert_uint_eq(st.pool_bytes, p->swa_pool_bytes);
+    ck_assert_uint_eq(st.main_pool_bytes, p->kv_pool_bytes + p->kv_sink_bytes);
+    ck_assert_uint_eq(st.pool_bytes + st.main_pool_bytes, p->kv_total_bytes);
+    if (window) {
+        /* 5 seats x ((6 - 2) / 8 + 2) + (24 + 5 x 7) / 8 */
+        ck_assert_int_eq(p->swa.pool_blocks, 5 * 2 + 7);
+        ck_assert_uint_gt(st.pool_bytes, 0);
+        ck_assert_int_eq(st.free_seats, 5);
+        ck_assert_int_eq(st.free_blocks, p->swa.pool_blocks);
+    } else {
+        ck_assert_uint_eq(st.pool_bytes, 0);
+    }
+    pagoda_runtime_close(rt);
+    pagoda_config_free(cfg);
+}
+
+START_TEST(gemma3_plan_is_what_is_allocated)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = 2,
+                              .arch = "gemma3", .layers = 7, .sliding_window = 6};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    plan_equals_allocation(path, "window", "engine.kv_cache_tokens=1000");
+    plan_equals_allocation(path, "full", "engine.kv_cache_tokens=1000");
+    plan_equals_allocation(path, "window", "engine.memory_budget=120M");
+    plan_equals_allocation(path, "full", "engine.memory_budget=120M");
+    unlink(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("memplan");
@@ -264,6 +439,8 @@ static Suite *suite(void)
     tcase_add_test(tc, options_and_limits);
     tcase_add_test(tc, generated_gqa_and_json);
     tcase_add_test(tc, k_quant_weights);
+    tcase_add_test(tc, gemma3_sliding_window);
+    tcase_add_test(tc, gemma3_plan_is_what_is_allocated);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -245,14 +245,22 @@ out:
 
 /* ------------------------------------------- rms_norm, swiglu, add, rope */
 
-/* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add; alias: out is a. */
+/* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add, 3 geglu, 4 scale
+ * (by 1.75; b unused); alias: out is a. geglu and scale are optional
+ * (ABI 1.1): skipped where the slot is NULL. */
 static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alias, bool padded)
 {
-    static const char *names[] = {"rms_norm", "swiglu", "add"};
+    static const char *names[] = {"rms_norm", "swiglu", "add", "geglu", "scale"};
     const char *op = names[which];
     char shape[160];
     snprintf(shape, sizeof shape, "%lld x %lld%s%s", (long long)rows, (long long)cols,
              alias ? " in place" : "", padded ? " strided" : "");
+    if ((which == 3 && !c->ops->geglu) || (which == 4 && !c->ops->scale)) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.1) is NULL: %s",
+                  which == 3 ? "the core refuses models with a GELU-tanh FFN (gemma3)"
+                             : "the core scales on the host");
+        return;
+    }
     size_t n = (size_t)(rows * cols);
     int64_t brows = which == 0 ? 1 : rows;
     float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * (size_t)(brows * cols));
@@ -277,9 +285,12 @@ static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alia
         goto out;
     }
     const pagoda_tensor *out = alias ? &at : &ot;
+    const float sc = 1.75f;
     if (which == 0) st = c->ops->rms_norm(c->be, &at, &bt, eps, out);
     else if (which == 1) st = c->ops->swiglu(c->be, &at, &bt, out);
-    else st = c->ops->add(c->be, &at, &bt, out);
+    else if (which == 2) st = c->ops->add(c->be, &at, &bt, out);
+    else if (which == 3) st = c->ops->geglu(c->be, &at, &bt, out);
+    else st = c->ops->scale(c->be, &at, sc, out);
     if (st) { cf_record_call(c, op, shape, op, st); goto out; }
     if ((st = cf_tensor_get(c, out, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
     for (int64_t r = 0; r < rows; r++) {
@@ -291,9 +302,13 @@ static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alia
         }
         for (int64_t j = 0; j < cols; j++) {
             double v;
-            if (which == 0) v = ar[j] * ss * br[j];
-            else if (which == 1) v = ar[j] / (1.0 + exp(-(double)ar[j])) * br[j];
-            else v = (double)ar[j] + br[j];
+            double g = ar[j];
+            if (which == 0) v = g * ss * br[j];
+            else if (which == 1) v = g / (1.0 + exp(-g)) * br[j];
+            else if (which == 2) v = g + br[j];
+            else if (which == 3)   /* gelu_tanh by its definition */
+                v = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * br[j];
+            else v = g * sc;
             want[r * cols + j] = v;
         }
     }
@@ -366,34 +381,65 @@ static float kv_round(int kvdt, float v)
     return kvdt == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(v)) : v;
 }
 
-static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                           const seq_spec *ss, int n_seqs)
+/* window < 0: `attention`; window >= 0: `attention_ext` with that sliding
+ * window (0: none, which must equal `attention`).
+ * ring (with a window): each sequence's block table is a ring, as the
+ * core's sliding-window pool hands blocks on: logical block i is physical
+ * block ring[i % R], R the fewest blocks that hold the keys of the step's
+ * windows (1 + ceil((window + n_q - 2) / block_size)). Positions whose
+ * slot a later one took are not in the pool any more (only the survivors
+ * are written), so a kernel that reads a key outside its window, or maps
+ * a key's position from anything but its index in the table, reads
+ * another position's key. */
+static int32_t ring_blocks(int32_t window, int32_t n_q, int32_t bs)
 {
+    return 1 + (window + n_q - 2 + bs - 1) / bs;
+}
+
+static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
+                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
+{
+    const char *aop = window < 0 ? "attention" : "attention_ext";
     char shape[192];
-    int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d seqs",
+    int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d",
                        pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
+    if (window >= 0) len += snprintf(shape + len, sizeof shape - (size_t)len, " window %d", window);
+    if (ring) len += snprintf(shape + len, sizeof shape - (size_t)len, " ring");
+    len += snprintf(shape + len, sizeof shape - (size_t)len, " seqs");
     for (int s = 0; s < n_seqs && len < (int)sizeof shape - 16; s++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, " %d+%d", ss[s].hist, ss[s].n_q);
     if (!((c->info.kv_types >> kvdt) & 1)) {
-        cf_record(c, "attention", shape, 0, 0, CF_SKIP, "KV type %s not advertised in info.kv_types",
+        cf_record(c, aop, shape, 0, 0, CF_SKIP, "KV type %s not advertised in info.kv_types",
                   pagoda_dtype_name(kvdt));
+        return;
+    }
+    if (window >= 0 && !c->ops->attention_ext) {
+        cf_record(c, aop, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.1) is NULL: the core "
+                  "refuses models with sliding-window layers (gemma3)");
         return;
     }
     int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
     pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt};
-    int32_t total_blocks = 0, T = 0, H = 0;
+    /* ring: R physical blocks a sequence, and the history whose slots a
+     * later position took is not written (kept(s, p) false) */
+    int32_t total_blocks = 0, phys_blocks = 0, T = 0, H = 0, H_all = 0;
+#define RING_R(s) (ring ? ring_blocks(window, ss[s].n_q, bs) : 0)
+#define KEPT(s, p) (!ring || (p) + RING_R(s) * bs >= ss[s].hist + ss[s].n_q)
     for (int s = 0; s < n_seqs; s++) {
-        total_blocks += (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
+        int32_t nb = (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
+        total_blocks += nb;
+        phys_blocks += ring ? RING_R(s) : nb;
         T += ss[s].n_q;
-        H += ss[s].hist;
+        H_all += ss[s].hist;
+        for (int32_t p = 0; p < ss[s].hist; p++) H += KEPT(s, p);
     }
-    L.n_blocks = total_blocks + 3;
+    L.n_blocks = phys_blocks + 3;
     const int layer = 1;
     size_t elt = kvdt == PAGODA_DTYPE_F32 ? 4 : 2, pool_bytes = pagoda_kv_pool_bytes(&L);
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
     int32_t *tables = malloc(sizeof(int32_t) * (size_t)total_blocks);
     pagoda_seq_view *views = calloc((size_t)n_seqs, sizeof *views);
-    float *kh = malloc(sizeof(float) * (size_t)((H + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H + T) * kvrow));
+    float *kh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow));
     int32_t *hslots = malloc(sizeof(int32_t) * (size_t)(H + 1)), *slots = malloc(sizeof(int32_t) * (size_t)T);
     int32_t *positions = malloc(sizeof(int32_t) * (size_t)T), *tokens = calloc((size_t)T, sizeof(int32_t));
     int64_t *seq_base = malloc(sizeof(int64_t) * (size_t)n_seqs); /* first row of each seq in kh/vh */
@@ -418,28 +464,30 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         perm[j] = t;
     }
     /* Rows of kh/vh: each sequence's history then its new tokens. */
-    int32_t tb = 0, qrow = 0, hi = 0;
+    int32_t tb = 0, pb = 0, qrow = 0, hi = 0;
     int64_t base = 0;
     for (int s = 0; s < n_seqs; s++) {
         int32_t ctx = ss[s].hist + ss[s].n_q, nb = (ctx + bs - 1) / bs + 1;
         views[s] = (pagoda_seq_view){.q_start = qrow, .n_q = ss[s].n_q, .ctx_len = ctx,
                                      .n_blocks = nb, .block_table = tables + tb};
-        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[tb + i];
+        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[pb + (ring ? i % RING_R(s) : i)];
         seq_base[s] = base;
         for (int32_t p = 0; p < ctx; p++) {
             int32_t slot = tables[tb + p / bs] * bs + p % bs;
-            if (p < ss[s].hist) hslots[hi++] = slot;
-            else {
+            if (p < ss[s].hist) {
+                if (KEPT(s, p)) hslots[hi++] = slot;
+            } else {
                 slots[qrow + p - ss[s].hist] = slot;
                 positions[qrow + p - ss[s].hist] = p;
             }
         }
         tb += nb;
+        pb += ring ? RING_R(s) : nb;
         qrow += ss[s].n_q;
         base += ctx;
     }
-    cf_fill(c, kh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
-    cf_fill(c, vh, (size_t)((H + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, kh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
+    cf_fill(c, vh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
     cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
     /* The pool starts as random finite values, so writes to the wrong
      * slot or layer show. */
@@ -461,6 +509,7 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         for (int s = 0; s < n_seqs; s++)
             for (int32_t p = 0; p < ss[s].hist + ss[s].n_q; p++) {
                 const float *ks = kh + (seq_base[s] + p) * kvrow, *vs = vh + (seq_base[s] + p) * kvrow;
+                if (p < ss[s].hist && !KEPT(s, p)) continue;
                 if (p < ss[s].hist) {
                     memcpy(hk + h * kvrow, ks, sizeof(float) * (size_t)kvrow);
                     memcpy(hv + h * kvrow, vs, sizeof(float) * (size_t)kvrow);
@@ -495,8 +544,16 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
     }
     pagoda_batch batch = {.seq_no = 1, .n_tokens = T, .tokens = tokens, .positions = positions,
                           .slots = slots, .n_seqs = n_seqs, .seqs = views};
-    if ((st = c->ops->attention(c->be, &qt, kvb, &L, layer, &batch, n_heads, 1.0f / sqrtf((float)hd), &ot))) {
-        cf_record_call(c, "attention", shape, "attention", st);
+    float ascale = 1.0f / sqrtf((float)hd);
+    if (window < 0) {
+        st = c->ops->attention(c->be, &qt, kvb, &L, layer, &batch, n_heads, ascale, &ot);
+    } else {
+        pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = n_heads, .scale = ascale,
+                                 .window = window};
+        st = c->ops->attention_ext(c->be, &qt, kvb, &L, layer, &batch, &ap, &ot);
+    }
+    if (st) {
+        cf_record_call(c, aop, shape, aop, st);
         goto out;
     }
     if ((st = cf_tensor_get(c, &ot, got)) || (st = c->ops->download(c->be, kvb, 0, pool1, pool_bytes))) {
@@ -511,6 +568,7 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         size_t slot_bytes = (size_t)kvrow * elt;
         for (int s = 0; s < n_seqs; s++)
             for (int32_t p = 0; p < views[s].ctx_len; p++) {
+                if (!KEPT(s, p)) continue;
                 int32_t blk = views[s].block_table[p / bs], sl = p % bs;
                 for (int kv = 0; kv < 2; kv++) {
                     size_t off = pagoda_kv_offset(&L, layer, kv, blk) + (size_t)sl * slot_bytes;
@@ -538,7 +596,8 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
                       "stored values differ from the rows written (rounded to %s)", pagoda_dtype_name(kvdt));
     }
 
-    /* attention: causal softmax over each sequence's own keys, GQA. */
+    /* attention: causal softmax over each sequence's own keys, GQA; with a
+     * window, over the keys j with 0 <= p - j < window only. */
     {
         int32_t maxctx = 0;
         for (int s = 0; s < n_seqs; s++) if (views[s].ctx_len > maxctx) maxctx = views[s].ctx_len;
@@ -549,21 +608,22 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         for (int s = 0; s < n_seqs; s++)
             for (int32_t i = 0; i < views[s].n_q; i++) {
                 int32_t row = views[s].q_start + i, n_keys = ss[s].hist + i + 1;
+                int32_t j0 = window > 0 && n_keys > window ? n_keys - window : 0;
                 for (int h = 0; h < n_heads; h++) {
                     const float *qv = q + row * qcols + (int64_t)h * hd;
                     int kvh = h / group;
                     double m = -INFINITY, l = 0;
-                    for (int32_t j = 0; j < n_keys; j++) {
+                    for (int32_t j = j0; j < n_keys; j++) {
                         const float *kr = kh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
                         double d = 0;
                         for (int e = 0; e < hd; e++) d += (double)qv[e] * kv_round(kvdt, kr[e]);
                         sc[j] = d * scale;
                         if (sc[j] > m) m = sc[j];
                     }
-                    for (int32_t j = 0; j < n_keys; j++) { sc[j] = exp(sc[j] - m); l += sc[j]; }
+                    for (int32_t j = j0; j < n_keys; j++) { sc[j] = exp(sc[j] - m); l += sc[j]; }
                     double *w = want + row * qcols + (int64_t)h * hd;
                     for (int e = 0; e < hd; e++) w[e] = 0;
-                    for (int32_t j = 0; j < n_keys; j++) {
+                    for (int32_t j = j0; j < n_keys; j++) {
                         const float *vr = vh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
                         for (int e = 0; e < hd; e++) w[e] += sc[j] / l * kv_round(kvdt, vr[e]);
                     }
@@ -571,8 +631,9 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
             }
         double err = cf_max_rel_err(got, want, (size_t)(T * qcols));
         double tol = kvdt == PAGODA_DTYPE_F32 ? 1e-4 : 5e-4;
-        cf_record(c, "attention", shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
-                  "outputs differ from causal softmax attention over the block tables");
+        cf_record(c, aop, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
+                  "outputs differ from causal softmax attention over the block tables%s",
+                  window > 0 ? " within the window" : "");
     }
 out:
     cf_buffer_free(c, kvb); cf_buffer_free(c, hkb); cf_buffer_free(c, hvb); cf_buffer_free(c, nkb);
@@ -580,6 +641,8 @@ out:
     free(perm); free(tables); free(views); free(kh); free(vh); free(hslots); free(slots);
     free(positions); free(tokens); free(seq_base); free(q); free(got); free(want); free(pool0);
     free(pool1); free(sc);
+#undef KEPT
+#undef RING_R
 }
 
 /* ---------------------------------------------------------- copy_blocks */
@@ -663,6 +726,10 @@ void cf_run_all_ops(cf *c)
     case_rowwise(c, 1, 37, 256, true, true);
     case_rowwise(c, 2, 1, 64, false, false);
     case_rowwise(c, 2, 37, 172, true, true);
+    case_rowwise(c, 3, 1, 172, false, false);
+    case_rowwise(c, 3, 37, 256, true, true);
+    case_rowwise(c, 4, 1, 64, false, false);
+    case_rowwise(c, 4, 37, 640, true, true);
 
     for (int neox = 0; neox < 2; neox++) {
         case_rope(c, 1, 4, 64, 64, neox, 1.0f);
@@ -674,10 +741,23 @@ void cf_run_all_ops(cf *c)
     static const seq_spec long_mix[] = {{0, 5}, {100, 1}, {31, 33}, {7, 1}};
     static const seq_spec decode[] = {{0, 1}, {3, 1}, {16, 1}};
     static const int kvtypes[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16};
+    /* Gemma 3 270M's heads: 4 query heads on 1 KV head of 256 */
+    static const seq_spec gemma[] = {{0, 40}, {70, 1}, {21, 12}};
+    /* ... and long enough that each ring wraps: a decode at 600, a
+     * 24-token chunk at 300 */
+    static const seq_spec gemma_ring[] = {{600, 1}, {300, 24}, {5, 3}};
     for (int k = 0; k < 2; k++) {
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4);    /* MHA, prefill + decode */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4);  /* GQA 4:1, T > 32 */
-        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3);    /* the bundled model's heads */
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1, false);    /* MHA, prefill + decode */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1, false);  /* GQA 4:1, T > 32 */
+        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3, -1, false);    /* the bundled model's heads */
+        /* sliding windows: inside a block, across skipped blocks, none */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19, false);
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0, false);
+        /* ring-shaped block tables (the core's sliding-window pool): the
+         * same physical block for logical blocks i and i + R */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true);
     }
     case_copy_blocks(c, PAGODA_DTYPE_F32);
     case_copy_blocks(c, PAGODA_DTYPE_F16);

@@ -2,12 +2,14 @@
  * ref.c: "ref", an example pagoda backend plugin built out of tree from
  * the installed SDK alone (docs/plugin-guide.md walks through it). Plain
  * C, one thread, no SIMD: every required op of pagoda_backend_ops over
- * host memory, written to be read rather than to be fast. Weight types
+ * host memory, and the optional ones Gemma 3 needs (ABI 1.1), written to
+ * be read rather than to be fast. Weight types
  * F32, F16 and Q8_0; KV cache F32 or F16.
  * Not for: speed (see backends/cpu). It includes only the SDK headers (pagoda/...): a plugin
  * never includes the server's internal headers or links the server.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,11 +378,12 @@ static int ref_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
     return PAGODA_OK;
 }
 
-static int ref_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
-                         const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
-                         int32_t n_heads, float scale, const pagoda_tensor *out)
+/* attention and attention_ext: window 0 sees every earlier key, window W
+ * only the keys j with 0 <= p - j < W. */
+static int attention_window(ref_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
+                            const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                            int32_t n_heads, float scale, int32_t window, const pagoda_tensor *out)
 {
-    ref_ctx *c = ctx;
     TRY(check_kv(c, "attention", kv, L, layer));
     TRY(check(c, "attention", "q", q, PAGODA_DTYPE_F32));
     TRY(check(c, "attention", "out", out, PAGODA_DTYPE_F32));
@@ -406,13 +409,14 @@ static int ref_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer 
         const pagoda_seq_view *sv = &b->seqs[s];
         for (int32_t i = 0; i < sv->n_q; i++) {
             int32_t n_keys = sv->ctx_len - sv->n_q + i + 1; /* causal: up to its own position */
+            int32_t j0 = window > 0 && n_keys > window ? n_keys - window : 0;
             const float *qr = FROW(q, sv->q_start + i);
             float *o = FROW(out, sv->q_start + i);
             for (int h = 0; h < n_heads; h++) {
                 const float *qh = qr + (size_t)h * hd;
                 int kvh = h / group;
                 float m = -INFINITY, sum = 0.0f;
-                for (int32_t j = 0; j < n_keys; j++) {
+                for (int32_t j = j0; j < n_keys; j++) {
                     int32_t slot = sv->block_table[j / L->block_size] * L->block_size + j % L->block_size;
                     const unsigned char *kp = kv_at(kv, L, layer, 0, slot, kvh);
                     float d = 0.0f;
@@ -420,13 +424,13 @@ static int ref_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer 
                     p[j] = d * scale;
                     if (p[j] > m) m = p[j];
                 }
-                for (int32_t j = 0; j < n_keys; j++) {
+                for (int32_t j = j0; j < n_keys; j++) {
                     p[j] = expf(p[j] - m);
                     sum += p[j];
                 }
                 float *oh = o + (size_t)h * hd;
                 for (int e = 0; e < hd; e++) oh[e] = 0.0f;
-                for (int32_t j = 0; j < n_keys; j++) {
+                for (int32_t j = j0; j < n_keys; j++) {
                     int32_t slot = sv->block_table[j / L->block_size] * L->block_size + j % L->block_size;
                     const unsigned char *vp = kv_at(kv, L, layer, 1, slot, kvh);
                     for (int e = 0; e < hd; e++) oh[e] += p[j] / sum * kv_get(L, vp, e);
@@ -435,6 +439,56 @@ static int ref_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer 
         }
     }
     free(p);
+    return PAGODA_OK;
+}
+
+static int ref_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                         const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                         int32_t n_heads, float scale, const pagoda_tensor *out)
+{
+    return attention_window(ctx, q, kv, L, layer, b, n_heads, scale, 0, out);
+}
+
+/* Optional (ABI 1.1): attention with a sliding window, for Gemma 3. */
+static int ref_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                             const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                             const pagoda_attn_params *p, const pagoda_tensor *out)
+{
+    ref_ctx *c = ctx;
+    /* read a field only when the caller's struct_size covers it */
+    if (!p || p->struct_size < offsetof(pagoda_attn_params, window) + sizeof p->window ||
+        p->window < 0)
+        return ERR(c, PAGODA_ERR_INVALID, "attention_ext: bad parameters");
+    return attention_window(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, out);
+}
+
+/* Optional (ABI 1.1): GeGLU, Gemma's feed-forward: gelu_tanh(gate) * up. */
+static int ref_geglu(void *ctx, const pagoda_tensor *g, const pagoda_tensor *u, const pagoda_tensor *out)
+{
+    ref_ctx *c = ctx;
+    TRY(check(c, "geglu", "gate", g, PAGODA_DTYPE_F32));
+    TRY(check(c, "geglu", "up", u, PAGODA_DTYPE_F32));
+    TRY(check(c, "geglu", "out", out, PAGODA_DTYPE_F32));
+    TRY(check_same(c, "geglu", g, u));
+    TRY(check_same(c, "geglu", g, out));
+    for (int64_t r = 0; r < g->rows; r++)
+        for (int64_t j = 0; j < g->cols; j++) {
+            float x = FROW(g, r)[j];
+            float y = 0.7978845608f * (x + 0.044715f * x * x * x);
+            FROW(out, r)[j] = 0.5f * x * (1.0f + tanhf(y)) * FROW(u, r)[j];
+        }
+    return PAGODA_OK;
+}
+
+/* Optional (ABI 1.1): without it the core scales on the host. */
+static int ref_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out)
+{
+    ref_ctx *c = ctx;
+    TRY(check(c, "scale", "x", x, PAGODA_DTYPE_F32));
+    TRY(check(c, "scale", "out", out, PAGODA_DTYPE_F32));
+    TRY(check_same(c, "scale", x, out));
+    for (int64_t r = 0; r < x->rows; r++)
+        for (int64_t j = 0; j < x->cols; j++) FROW(out, r)[j] = FROW(x, r)[j] * s;
     return PAGODA_OK;
 }
 
@@ -525,6 +579,9 @@ static const pagoda_backend_ops ref_ops = {
     .add = ref_add,
     .copy_blocks = ref_copy_blocks,
     .synchronize = NULL,       /* optional: every op above is synchronous */
+    .geglu = ref_geglu,        /* ABI 1.1, optional: Gemma 3's FFN */
+    .scale = ref_scale,        /* ABI 1.1, optional */
+    .attention_ext = ref_attention_ext, /* ABI 1.1, optional: sliding windows */
 };
 
 static const pagoda_config_key ref_keys[] = {

@@ -16,6 +16,7 @@
 
 #include "dispatch.h"
 #include "endpoints.h"
+#include "gate.h"
 #include "generate.h"
 #include "hreq.h"
 #include "inspect.h"
@@ -127,6 +128,11 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
+        /* One request per connection: MHD then answers "Connection: close"
+         * and closes after the response, so the next request comes through
+         * the gate (its deadline and framing checks) instead of being read
+         * by this thread, which a kept-alive client could hold. */
+        MHD_set_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION, "close");
         /* refuse an announced oversize body before reading it */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > (unsigned long long)fe->max_body) {
@@ -150,6 +156,8 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* received whole; past its deadline the gate has answered 408 already */
+    if (gate_request_received(fe->gate, conn) < 0) return MHD_NO;
     return dispatch(fe, conn, url, method, cs);
 }
 

@@ -121,10 +121,13 @@ struct http_fe {
     int64_t max_body;
     int threads;
     int timeout_s;
+    int request_timeout_s;
+    int max_waiting;
     char port_file[1024];
     char served_name[128];
 
     struct MHD_Daemon *d;
+    struct gate *gate;       /* the front door (gate.h) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop_req;

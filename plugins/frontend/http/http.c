@@ -15,6 +15,12 @@
  * Not for: tokenizing, templates or sampling: all of that is the engine's,
  * reached through the host table.
  *
+ * Connections arrive through the gate (gate.c): it owns the listening
+ * socket, holds each connection without a thread until its request has
+ * arrived, answers broken framing (frame.c), slow requests (408) and
+ * overload (503) itself, and hands the rest to MHD. Every response closes
+ * its connection, so every request passes the gate.
+ *
  * Threading: MHD runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION),
  * so a handler may block: a non-streaming request waits in its handler for
  * its FINAL events, a streaming one blocks in the content reader until the
@@ -33,12 +39,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "pagoda/pagoda.h"
 #include "dispatch.h"
+#include "gate.h"
 #include "hreq.h"
 #include "inspect.h"
 
@@ -68,39 +76,69 @@ static int http_run(void *ctx)
     struct sockaddr_in sa4;
     struct sockaddr_in6 sa6;
     struct sockaddr *sa;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    socklen_t sa_len;
     memset(&sa4, 0, sizeof sa4);
     memset(&sa6, 0, sizeof sa6);
     if (inet_pton(AF_INET, fe->bind_host, &sa4.sin_addr) == 1) {
         sa4.sin_family = AF_INET;
         sa4.sin_port = htons((uint16_t)fe->port);
         sa = (struct sockaddr *)&sa4;
+        sa_len = sizeof sa4;
     } else if (inet_pton(AF_INET6, fe->bind_host, &sa6.sin6_addr) == 1) {
         sa6.sin6_family = AF_INET6;
         sa6.sin6_port = htons((uint16_t)fe->port);
         sa = (struct sockaddr *)&sa6;
-        flags |= MHD_USE_IPv6;
+        sa_len = sizeof sa6;
     } else {
         return h->error(h, PAGODA_ERR_INVALID,
                         "[frontend.http] host = %s is not an IPv4 or IPv6 address (e.g. 127.0.0.1, "
                         "0.0.0.0, ::1)", fe->bind_host);
     }
+    /* Waiting connections cost a descriptor each: let the soft limit rise
+     * to what max_waiting_connections and the threads need (the hard limit
+     * bounds it; the gate answers 503 when descriptors run out anyway). */
+    struct rlimit rl;
+    rlim_t want = (rlim_t)fe->max_waiting + 2 * (rlim_t)fe->threads + 512;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int lfd = gate_listen(sa, sa_len);
+    if (lfd < 0)
+        return h->error(h, PAGODA_ERR_IO,
+                        "cannot listen on %s:%d (%s): pick another [frontend.http] port, or 0 for any "
+                        "free one", fe->bind_host, fe->port,
+                        errno == EADDRINUSE ? "port taken" : strerror(errno));
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
+    int port = fe->port;
+    if (getsockname(lfd, (struct sockaddr *)&bound, &bl) == 0)
+        port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                 : ((struct sockaddr_in *)&bound)->sin_port);
     fe->started = time(NULL);
-    fe->d = MHD_start_daemon(flags, (uint16_t)fe->port, NULL, NULL, on_access, fe,
-                             MHD_OPTION_SOCK_ADDR, sa,
+    /* MHD gets no socket of its own: the gate hands it connections */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+    fe->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, fe,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, fe,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)fe->threads,
+                             MHD_OPTION_NOTIFY_CONNECTION, gate_notify, &fe->gate,
+                             /* the gate keeps to fe->threads; this is a backstop */
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)fe->threads + 16,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)fe->timeout_s,
-                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, fe,
                              MHD_OPTION_END);
-    if (!fe->d)
-        return h->error(h, PAGODA_ERR_IO,
-                        "cannot listen on %s:%d (port taken or no permission): pick another "
-                        "[frontend.http] port, or 0 for any free one", fe->bind_host, fe->port);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(fe->d, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : fe->port;
+    if (!fe->d) {
+        close(lfd);
+        return h->error(h, PAGODA_ERR_IO, "cannot start libmicrohttpd for %s:%d", fe->bind_host, port);
+    }
+    gate_opts go = {.threads = fe->threads, .max_waiting = fe->max_waiting,
+                    .request_timeout_s = fe->request_timeout_s, .max_body = fe->max_body};
+    if (gate_start(&fe->gate, lfd, fe->d, &go) != 0) {
+        close(lfd);
+        MHD_stop_daemon(fe->d);
+        fe->d = NULL;
+        return h->error(h, PAGODA_ERR_NOMEM, "cannot start the connection gate thread");
+    }
     if (fe->port_file[0]) {
         char tmp[1100];
         snprintf(tmp, sizeof tmp, "%s.tmp", fe->port_file);
@@ -119,7 +157,7 @@ static int http_run(void *ctx)
 
     /* Drain: stop accepting, cancel everything in flight, wait for every FINAL
      * (the engine guarantees one each), give responses a grace period, close. */
-    MHD_socket lfd = MHD_quiesce_daemon(fe->d);
+    gate_stop(fe->gate);
     inspect_hub_stop(fe->hub); /* inspection streams end now */
     uint64_t *ids = NULL;
     int n = 0;
@@ -142,7 +180,8 @@ static int http_run(void *ctx)
     pthread_mutex_unlock(&fe->mu);
     MHD_stop_daemon(fe->d);
     fe->d = NULL;
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    gate_free(fe->gate);
+    fe->gate = NULL;
     h->log(h, PAGODA_LOG_INFO, "stopped");
     return PAGODA_OK;
 }
@@ -170,6 +209,8 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
     fe->max_body = h->config_int(h, "max_body_bytes", 8 << 20);
     fe->threads = (int)h->config_int(h, "threads", 256);
     fe->timeout_s = (int)h->config_int(h, "timeout_s", 600);
+    fe->request_timeout_s = (int)h->config_int(h, "request_timeout_s", 30);
+    fe->max_waiting = (int)h->config_int(h, "max_waiting_connections", 4096);
     snprintf(fe->port_file, sizeof fe->port_file, "%s", h->config_str(h, "port_file", ""));
     const char *name = h->config_str(h, "served_model_name", "");
     if (name && name[0]) {
@@ -181,9 +222,10 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
         else
             snprintf(fe->served_name, sizeof fe->served_name, "pagoda");
     }
-    if (fe->port < 0 || fe->port > 65535 || fe->max_body < 1 || fe->threads < 1 || fe->timeout_s < 0) {
+    if (fe->port < 0 || fe->port > 65535 || fe->max_body < 1 || fe->threads < 1 || fe->timeout_s < 0 ||
+        fe->request_timeout_s < 1 || fe->max_waiting < 1) {
         snprintf(err, err_len, "[frontend.http] port must be 0..65535, max_body_bytes >= 1, threads >= 1, "
-                 "timeout_s >= 0");
+                 "timeout_s >= 0, request_timeout_s >= 1, max_waiting_connections >= 1");
         free(fe);
         return PAGODA_ERR_INVALID;
     }
@@ -203,7 +245,9 @@ static void http_destroy(void *ctx)
 {
     http_fe *fe = ctx;
     if (!fe) return;
+    if (fe->gate) gate_stop(fe->gate);
     if (fe->d) MHD_stop_daemon(fe->d);
+    gate_free(fe->gate);
     inspect_hub_free(fe->hub);
     pthread_mutex_destroy(&fe->mu);
     pthread_cond_destroy(&fe->cv);
@@ -215,8 +259,10 @@ static const pagoda_config_key http_keys[] = {
     {"port", PAGODA_KEY_INT, "8080", 0, 65535, "TCP port; 0 picks a free one (see port_file)"},
     {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health and /ui needs 'Authorization: Bearer <key>'"},
     {"max_body_bytes", PAGODA_KEY_SIZE, "8M", 1024, 1073741824.0, "largest request body; more is a 413"},
-    {"threads", PAGODA_KEY_INT, "256", 1, 65536, "most concurrent connections (one thread each)"},
-    {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle connection timeout in seconds (0: none)"},
+    {"threads", PAGODA_KEY_INT, "256", 1, 65536, "most requests served at once (one thread each); past it: 503 with Retry-After"},
+    {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle timeout of a request being served, in seconds (0: none)"},
+    {"request_timeout_s", PAGODA_KEY_INT, "30", 1, 3600, "most seconds from connecting to the whole request (headers and body) received; past it: 408"},
+    {"max_waiting_connections", PAGODA_KEY_INT, "4096", 1, 1048576, "connections held (without a thread) while their request arrives; past it: 503"},
     {"port_file", PAGODA_KEY_STRING, "", 0, 0, "write the bound port to this file once listening"},
     {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
     {"inspect_interval_ms", PAGODA_KEY_INT, "200", 10, 60000, "GET /v1/inspect/stream sends at most one snapshot this often"},

@@ -1,0 +1,69 @@
+/*
+ * gate.h: the HTTP frontend's front door. One thread owns the listening
+ * socket and holds every new connection (a descriptor in an epoll set, no
+ * thread) until its request line and headers, and a body of up to
+ * GATE_HOLD bytes, have arrived; checks the framing (frame.h); and only
+ * then hands the connection to libmicrohttpd, whose thread per connection
+ * serves it. What it answers itself: 400/413/414/431/501/505 for broken
+ * framing, 408 when a request does not arrive within request_timeout_s,
+ * 503 with Retry-After when every serving thread is busy or too many
+ * connections wait. A body larger than GATE_HOLD is read by MHD's thread,
+ * watched by the gate against the same deadline (408 past it).
+ * Not for: routing or answering requests (dispatch.c and the rest).
+ *
+ * Why: MHD 0.9.75's thread-per-connection mode gave every connection a
+ * thread from accept on, with an idle timeout only, so slow clients could
+ * hold every thread; connections past the limit were closed unanswered;
+ * and its listening socket was bound with SO_REUSEPORT when asked, which
+ * let a second server share the port.
+ */
+#ifndef PAGODA_HTTP_GATE_H
+#define PAGODA_HTTP_GATE_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define GATE_HOLD (32 * 1024)      /* a request this large waits in the gate whole */
+#define GATE_MAX_HEAD (16 * 1024)  /* request line and headers, at most */
+
+typedef struct gate gate;
+
+typedef struct gate_opts {
+    int threads;              /* connections MHD serves at once; past it: 503 */
+    int max_waiting;          /* connections the gate holds at once; past it: 503 */
+    int request_timeout_s;    /* from accept to the whole request received; past it: 408 */
+    int64_t max_body;         /* a larger declared body or chunk: 413 */
+} gate_opts;
+
+/* Binds and listens on sa (no SO_REUSEPORT: a port someone holds is
+ * refused). Returns the socket, or -1 with errno set. */
+int gate_listen(const struct sockaddr *sa, socklen_t len);
+
+/* Starts the gate thread on a listening socket it then owns, handing
+ * connections to d (an MHD daemon started with MHD_USE_NO_LISTEN_SOCKET
+ * and MHD_USE_ITC). *out is set before the thread starts (the pointer
+ * gate_notify reads). 0, or -1 when out of resources (*out NULL). */
+int gate_start(gate **out, int listen_fd, struct MHD_Daemon *d, const gate_opts *o);
+
+/* Stops accepting (the listening socket is closed) and drops connections
+ * still waiting in the gate; returns once the thread has ended. The
+ * connections MHD serves are not touched. */
+void gate_stop(gate *g);
+
+/* Frees the gate; call after MHD_stop_daemon (its callbacks use it). */
+void gate_free(gate *g);
+
+/* MHD_OPTION_NOTIFY_CONNECTION callback; cls: a gate ** (the gate exists
+ * before MHD has a connection). Ties MHD's connection to the gate's record
+ * of it (started) and forgets it (closed). */
+void gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                 enum MHD_ConnectionNotificationCode code);
+
+/* [connection thread] The request on c has been received whole (MHD calls
+ * the handler for the last time): the gate stops watching its deadline.
+ * Returns 0, or -1 when the gate already answered 408 (the handler then
+ * returns MHD_NO, closing the connection). */
+int gate_request_received(gate *g, struct MHD_Connection *c);
+
+#endif /* PAGODA_HTTP_GATE_H */

@@ -1,0 +1,532 @@
+/* test_http_hostile.c: the HTTP frontend against hostile and careless
+ * clients, over raw loopback sockets (libcurl would fix the framing up),
+ * with the fake engine host (fake_engine.h): a port another process holds,
+ * broken framing, more connections than threads, slow headers and bodies
+ * (408), and a normal request served while hundreds of connections
+ * trickle. Each test is one finding of issue 15 (findings 1, 2 and 4).
+ * Not for: the API's answers to well-formed requests (test_http.c). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_engine.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct srv {
+    fake_engine *f;
+    void *lib;
+    const pagoda_plugin_desc *desc;
+    const pagoda_frontend_ops *ops;
+    void *ctx;
+    pthread_t th;
+    int rc;
+    int port;
+    char dir[64];
+    char port_file[128];
+    fake_kv cfg[16];
+    int n_cfg;
+} srv;
+
+static void *run_thread(void *arg)
+{
+    srv *s = arg;
+    s->rc = s->ops->run(s->ctx);
+    return NULL;
+}
+
+/* Loads the plugin and creates an instance with cfg (port_file added).
+ * Does not run it. */
+static void srv_create(srv *s, const fake_kv *extra, int n_extra)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_hostile_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(s->dir));
+    snprintf(s->port_file, sizeof s->port_file, "%s/port", s->dir);
+    s->cfg[s->n_cfg++] = (fake_kv){"port_file", s->port_file};
+    int has_port = 0;
+    for (int i = 0; i < n_extra; i++) {
+        s->cfg[s->n_cfg++] = extra[i];
+        has_port |= !strcmp(extra[i].key, "port");
+    }
+    if (!has_port) s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
+    s->f = fake_engine_new(s->cfg, s->n_cfg);
+    const char *dir = getenv("PAGODA_PLUGIN_PATH");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
+    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    ck_assert_ptr_nonnull(entry);
+    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    ck_assert_ptr_nonnull(s->desc);
+    s->ops = s->desc->ops;
+    char err[256] = {0};
+    ck_assert_msg(s->desc->create(&s->f->host, &s->ctx, err, sizeof err) == PAGODA_OK, "%s", err);
+}
+
+static void srv_start(srv *s, const fake_kv *extra, int n_extra)
+{
+    srv_create(s, extra, n_extra);
+    pthread_create(&s->th, NULL, run_thread, s);
+    for (int i = 0; i < 1000; i++) { /* bounded wait for the port file */
+        FILE *fp = fopen(s->port_file, "r");
+        if (fp) {
+            int ok = fscanf(fp, "%d", &s->port) == 1;
+            fclose(fp);
+            if (ok && s->port > 0) break;
+        }
+        usleep(10000);
+    }
+    ck_assert_int_gt(s->port, 0);
+}
+
+static void srv_free(srv *s)
+{
+    s->desc->destroy(s->ctx);
+    fake_engine_free(s->f);
+    dlclose(s->lib);
+    unlink(s->port_file);
+    rmdir(s->dir);
+}
+
+static void srv_stop(srv *s)
+{
+    s->ops->stop(s->ctx);
+    pthread_join(s->th, NULL);
+    ck_assert_int_eq(s->rc, PAGODA_OK);
+    ck_assert_int_eq(fake_live(s->f), 0);
+    srv_free(s);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0) return; /* the server may answer and close first */
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
+
+/* Reads what the server sends until it closes or timeout_ms passes; the
+ * answer is NUL-terminated in out. Returns the byte count, -1 on a reset
+ * before any byte. */
+static int read_reply(int fd, char *out, size_t cap, int timeout_ms)
+{
+    size_t n = 0;
+    int64_t end = mono_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(end - mono_ms());
+        if (left <= 0) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0) break;
+        ssize_t r = recv(fd, out + n, cap - 1 - n, 0);
+        if (r < 0 && n == 0) {
+            out[0] = 0;
+            return -1;
+        }
+        if (r <= 0) break;
+        n += (size_t)r;
+        if (n == cap - 1) break;
+    }
+    out[n] = 0;
+    return (int)n;
+}
+
+/* One raw exchange on a fresh connection. */
+static int raw(int port, const char *req, size_t len, char *out, size_t cap, int timeout_ms)
+{
+    int fd = tcp_connect(port);
+    send_all(fd, req, len);
+    int n = read_reply(fd, out, cap, timeout_ms);
+    close(fd);
+    return n;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static int status_of(const char *reply)
+{
+    int st = 0;
+    if (sscanf(reply, "HTTP/1.%*d %d", &st) != 1) return 0;
+    return st;
+}
+
+#define COMPLETION "{\"prompt\": \"one two three\", \"max_tokens\": 2}"
+
+/* ------------------------------------------------------------ finding 1 */
+
+/* A port someone else listens on is refused with the clear error, whoever
+ * holds it: another pagoda, or a program that set SO_REUSEPORT (with it,
+ * a second pagoda bound too and the two split the requests). */
+START_TEST(test_port_taken)
+{
+    srv a;
+    srv_start(&a, NULL, 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", a.port);
+    fake_kv kv[] = {{"port", port}};
+    srv b;
+    srv_create(&b, kv, 1);
+    int rc = b.ops->run(b.ctx);
+    ck_assert_int_eq(rc, PAGODA_ERR_IO);
+    char want[128];
+    snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%d", a.port);
+    ck_assert_msg(strstr(b.f->last_error, want), "%s", b.f->last_error);
+    srv_free(&b);
+    srv_stop(&a);
+
+    /* another program's listener with SO_REUSEPORT */
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ck_assert_int_eq(setsockopt(l, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one), 0);
+    ck_assert_int_eq(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(l, 8), 0);
+    socklen_t sl = sizeof sa;
+    getsockname(l, (struct sockaddr *)&sa, &sl);
+    snprintf(port, sizeof port, "%d", ntohs(sa.sin_port));
+    srv c;
+    srv_create(&c, kv, 1);
+    ck_assert_int_eq(c.ops->run(c.ctx), PAGODA_ERR_IO);
+    ck_assert_msg(strstr(c.f->last_error, "cannot listen"), "%s", c.f->last_error);
+    srv_free(&c);
+    close(l);
+}
+END_TEST
+
+/* ------------------------------------------------------------ finding 4 */
+
+START_TEST(test_framing)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    static char out[65536];
+    char req[1024];
+    const char *body = COMPLETION;
+    size_t bl = strlen(body);
+
+    /* a well-formed request still works, and says it closes */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+             bl, body);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200, "%s", out);
+    ck_assert_msg(strcasestr(out, "\r\nConnection: close\r\n"), "%s", out);
+
+    /* two different Content-Length headers: 400 (MHD took the first) */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n"
+             "Content-Length: 5\r\n\r\n%s", bl, body);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400 && strstr(out, "Content-Length"), "%s", out);
+    ck_assert_int_eq(count_of(out, "HTTP/1."), 1);
+    /* the same value twice is one length */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n"
+             "Content-Length: %zu\r\n\r\n%s", bl, bl, body);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200, "%s", out);
+
+    /* Content-Length: -1 and other non-numbers: one 400 (MHD sent its
+     * header block twice for -1) */
+    static const char *const bad_cl[] = {"-1", "+5", "5x", "0x10", "", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_cl / sizeof *bad_cl; i++) {
+        snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n%s",
+                 bad_cl[i], body);
+        raw(s.port, req, strlen(req), out, sizeof out, 5000);
+        ck_assert_msg(status_of(out) == 400, "CL '%s': %s", bad_cl[i], out);
+        ck_assert_msg(count_of(out, "HTTP/1.") == 1, "CL '%s': %s", bad_cl[i], out);
+    }
+
+    /* a chunk size past 64 bits: 400 (MHD closed without an answer) */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+             "\r\nffffffffffffffff\r\nabc\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400 && strstr(out, "chunk"), "%s", out);
+    /* a bad chunk: no CRLF after its data */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n3\r\nabcdef\r\n0\r\n\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400, "%s", out);
+    /* a good chunked body is read whole */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n%zx\r\n%.*s\r\n%zx;ext=1\r\n%s\r\n0\r\nX-Trailer: 1\r\n\r\n", (size_t)10, 10, body,
+             bl - 10, body + 10);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200 && strstr(out, "one two"), "%s", out);
+
+    /* both framings at once (a smuggling shape): 400; another coding: 501 */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400, "%s", out);
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n"
+             "\r\n0\r\n\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 501, "%s", out);
+
+    /* a folded header line and a space before the colon: 400 */
+    snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400, "%s", out);
+    snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost : x\r\n\r\n");
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400, "%s", out);
+
+    /* not HTTP at all (a TLS hello): 400 at once, not after the timeout */
+    static const unsigned char tls[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03};
+    int64_t t0 = mono_ms();
+    raw(s.port, (const char *)tls, sizeof tls, out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 400, "%s", out);
+    ck_assert_int_lt(mono_ms() - t0, 2000);
+
+    /* headers past the limit: 431 */
+    static char big[80000];
+    int n = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\nHost: x\r\n");
+    while (n < 40000) n += snprintf(big + n, sizeof big - (size_t)n, "X-Pad-%d: %0100d\r\n", n, 0);
+    n += snprintf(big + n, sizeof big - (size_t)n, "\r\n");
+    raw(s.port, big, (size_t)n, out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 431, "%s", out);
+
+    /* the server is fine after all of it */
+    raw(s.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 33, out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200, "%s", out);
+    srv_stop(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------ finding 2 */
+
+/* With every thread busy, the next client gets 503 with Retry-After (it
+ * got EOF or a reset); once they are free, requests are served again. */
+START_TEST(test_busy_503)
+{
+    fake_kv kv[] = {{"threads", "2"}};
+    srv s;
+    srv_start(&s, kv, 1);
+    static char out[65536];
+    char req[512];
+    /* 100 tokens: 20 s, far longer than the test (set once, before any
+     * request: the fake's thread reads it outside its lock) */
+    pthread_mutex_lock(&s.f->mu);
+    s.f->step_us = 200000;
+    pthread_mutex_unlock(&s.f->mu);
+    const char *fb = "{\"prompt\": \"forever and ever\", \"max_tokens\": 100}";
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(fb), fb);
+    int held[2];
+    for (int i = 0; i < 2; i++) {
+        held[i] = tcp_connect(s.port);
+        send_all(held[i], req, strlen(req));
+    }
+    ck_assert_int_eq(fake_wait_count(s.f, &s.f->n_log, 2, 10), 2);
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(COMPLETION), COMPLETION);
+    int n = raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(n > 0 && status_of(out) == 503, "%d: %s", n, out);
+    ck_assert_msg(strcasestr(out, "\r\nRetry-After: "), "%s", out);
+    for (int i = 0; i < 2; i++) close(held[i]);
+    /* the held requests are cancelled as their clients left; then served */
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        raw(s.port, req, strlen(req), out, sizeof out, 5000);
+        ok = status_of(out) == 200;
+        if (!ok) usleep(50000);
+    }
+    ck_assert_msg(ok, "%s", out);
+    srv_stop(&s);
+}
+END_TEST
+
+/* Headers or a body that do not arrive within request_timeout_s get 408,
+ * even when a byte comes now and then (the timeout was an idle one). */
+START_TEST(test_slow_request_408)
+{
+    fake_kv kv[] = {{"request_timeout_s", "1"}};
+    srv s;
+    srv_start(&s, kv, 1);
+    static char out[65536];
+
+    /* headers trickled a line every 200 ms */
+    int fd = tcp_connect(s.port);
+    int64_t t0 = mono_ms();
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
+    int got = 0;
+    for (int i = 0; i < 25 && !got; i++) {
+        send_str(fd, "X-Slow: 1\r\n");
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        got = poll(&p, 1, 200) > 0;
+    }
+    read_reply(fd, out, sizeof out, 2000);
+    close(fd);
+    ck_assert_msg(status_of(out) == 408, "headers: %s", out);
+    ck_assert_int_lt(mono_ms() - t0, 4000);
+
+    /* a small body that stops coming */
+    fd = tcp_connect(s.port);
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro");
+    read_reply(fd, out, sizeof out, 4000);
+    close(fd);
+    ck_assert_msg(status_of(out) == 408, "small body: %s", out);
+
+    /* a large body (past what is held before a thread takes it) trickled */
+    fd = tcp_connect(s.port);
+    t0 = mono_ms();
+    send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n");
+    got = 0;
+    for (int i = 0; i < 25 && !got; i++) {
+        send_str(fd, "                ");
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        got = poll(&p, 1, 200) > 0;
+    }
+    read_reply(fd, out, sizeof out, 3000);
+    close(fd);
+    ck_assert_msg(status_of(out) == 408, "large body: %s", out);
+    ck_assert_int_lt(mono_ms() - t0, 5000);
+
+    /* and a prompt request is untouched */
+    char req[512];
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(COMPLETION), COMPLETION);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200, "%s", out);
+    srv_stop(&s);
+}
+END_TEST
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+/* Hundreds of connections sending a byte now and then hold no thread: a
+ * normal request is served meanwhile (they held all 256 threads). */
+START_TEST(test_trickle_many)
+{
+    /* 500 connections cost 1000 descriptors here (both ends in-process) */
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 1200 && rl.rlim_max > rl.rlim_cur) {
+        rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int n_slow = rl.rlim_cur >= 1200 ? 500 : (int)(rl.rlim_cur - 200) / 2;
+    fake_kv kv[] = {{"threads", "16"}};
+    srv s;
+    srv_start(&s, kv, 1);
+    int threads_before = thread_count();
+    int *fds = calloc((size_t)n_slow, sizeof *fds);
+    for (int i = 0; i < n_slow; i++) {
+        fds[i] = tcp_connect(s.port);
+        send_str(fds[i], "POST /v1/completions HTTP/1.1\r\n");
+    }
+    static char out[65536];
+    char req[512];
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(COMPLETION), COMPLETION);
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < n_slow; i++) send_str(fds[i], "X"); /* a byte each */
+        int64_t t0 = mono_ms();
+        raw(s.port, req, strlen(req), out, sizeof out, 5000);
+        ck_assert_msg(status_of(out) == 200, "round %d with %d slow connections: %s", round, n_slow, out);
+        ck_assert_int_lt(mono_ms() - t0, 3000);
+        usleep(200000);
+    }
+    /* the slow ones cost no thread each */
+    ck_assert_msg(thread_count() < threads_before + 20, "%d threads with %d slow connections (%d before)",
+                  thread_count(), n_slow, threads_before);
+    for (int i = 0; i < n_slow; i++) close(fds[i]);
+    free(fds);
+    srv_stop(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------ fuzz finds */
+
+/* fuzz_http_body found it: an integer field given as a real too large for
+ * int64 was cast before its range was checked (undefined behaviour; the
+ * ASan+UBSan build aborts). It must be an ordinary 400. */
+START_TEST(test_huge_numbers)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    static char out[65536];
+    static const char *const bodies[] = {
+        "{\"prompt\": \"x\", \"logprobs\": 55555555555555555555555551.1}",
+        "{\"prompt\": \"x\", \"max_tokens\": 1e300}",
+        "{\"prompt\": \"x\", \"n\": -1e30}",
+        "{\"prompt\": \"x\", \"seed\": 9.3e18}",
+        "{\"prompt\": \"x\", \"top_k\": 1.5}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        char req[512];
+        snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(bodies[i]), bodies[i]);
+        raw(s.port, req, strlen(req), out, sizeof out, 5000);
+        ck_assert_msg(status_of(out) == 400 && strstr(out, "must be"), "%s: %s", bodies[i], out);
+    }
+    srv_stop(&s);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("http_hostile");
+    TCase *tc = tcase_create("hostile");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_port_taken);
+    tcase_add_test(tc, test_framing);
+    tcase_add_test(tc, test_busy_503);
+    tcase_add_test(tc, test_slow_request_408);
+    tcase_add_test(tc, test_trickle_many);
+    tcase_add_test(tc, test_huge_numbers);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
