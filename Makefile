@@ -35,7 +35,7 @@ test-asan:
 # backend's pool, HTTP connections vs the engine, drains at stop) under
 # ThreadSanitizer. halt_on_error: a race fails the test. tests/tsan.supp
 # ignores what OpenBLAS's uninstrumented threads do (the reason is in it).
-TSAN_TESTS = test_engine|test_http|test_cpu_kernels|test_cpu_backend|test_stdin|integ_http_server|integ_http_load|integ_stdin_drain|integ_openai
+TSAN_TESTS = test_engine|test_inspect|test_http|test_cpu_kernels|test_cpu_backend|test_stdin|integ_http_server|integ_http_load|integ_stdin_drain|integ_openai
 test-tsan:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_TSAN=ON -DPAGODA_CUDA=OFF
 	cmake --build $(TSAN_BUILD) -j $(JOBS)

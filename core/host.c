@@ -147,6 +147,7 @@ void pagoda_host_set_engine_slots(pagoda_host *h, const pagoda_host *s)
     COPY(metrics_text);
     COPY(shutting_down);
     COPY(check_constraint);
+    COPY(inspect_json);
 #undef COPY
 }
 

@@ -1,7 +1,8 @@
 /*
  * host_engine.c: the engine half of the host table (submit, cancel,
- * tokenize, chat templates, stats, memory plan, metrics, KV block copy),
- * as thin adapters from a pagoda_host to the runtime it serves.
+ * tokenize, chat templates, stats, memory plan, metrics, inspection, KV
+ * block copy), as thin adapters from a pagoda_host to the runtime it
+ * serves.
  * Not for: config lookups and logging (host.c) or the engine itself.
  */
 #include "host_engine.h"
@@ -11,6 +12,7 @@
 
 #include "chat_template.h"
 #include "host.h"
+#include "inspect.h"
 #include "log.h"
 #include "tokenizer.h"
 
@@ -206,6 +208,8 @@ static char *h_metrics_text(const pagoda_host *h)
 
 static bool h_shutting_down(const pagoda_host *h) { return pagoda_runtime_shutting_down(rt_of(h)); }
 
+static char *h_inspect_json(const pagoda_host *h) { return pagoda_inspect_json(rt_of(h)); }
+
 static int h_kv_copy_blocks(const pagoda_host *h, const int32_t *src, const int32_t *dst, int32_t n)
 {
     pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
@@ -232,6 +236,7 @@ void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend
         slots.metrics_text = h_metrics_text;
         slots.shutting_down = h_shutting_down;
         slots.check_constraint = h_check_constraint;
+        slots.inspect_json = h_inspect_json;
     }
     pagoda_host_set_engine(h, rt);
     pagoda_host_set_engine_slots(h, &slots);

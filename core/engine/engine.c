@@ -35,6 +35,7 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     pthread_mutex_init(&e->pm_mu, NULL);
     pthread_cond_init(&e->pm_cv, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
+    pthread_cond_init(&e->insp_cv, NULL);
     int st;
     if (e->opts.max_seq_len <= 0 || e->opts.max_seq_len > m->hp.n_ctx_train)
         e->opts.max_seq_len = m->hp.n_ctx_train;
@@ -148,11 +149,13 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->top_ids); free(e->top_lp);
     free(e->score_rows); free(e->score_index); free(e->score_seq);
     free(e->cmask); free(e->eog_ids);
+    engine_inspect_free(e);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->pm_mu);
     pthread_cond_destroy(&e->pm_cv);
     pthread_cond_destroy(&e->idle_cv);
+    pthread_cond_destroy(&e->insp_cv);
     free(e);
 }
 
@@ -187,7 +190,9 @@ static void *engine_main(void *arg)
     pagoda_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        int32_t n_before = e->n_seqs;
         engine_take_inbox(e);
+        if (e->n_seqs != n_before) e->state_version++;
         /* cancels: ids not live (already finished) are dropped */
         int32_t nc = e->n_cancels;
         uint64_t ids[nc > 0 ? nc : 1];
@@ -198,15 +203,20 @@ static void *engine_main(void *arg)
         for (int32_t i = 0; i < e->n_seqs; i++)
             e->n_waiting_pub += e->seqs[i]->s.state == PAGODA_SEQ_WAITING;
         e->n_running_pub = e->n_running;
+        e->steps_pub = e->step_no;
         /* published under the lock so other threads never read a policy's
          * counters while this thread changes them */
         e->kv_pub.struct_size = sizeof e->kv_pub;
         e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
+        /* snapshots are taken here, where the published counts were just
+         * taken too, so an inspection agrees with stats() at this moment */
+        if (e->insp_asked != e->insp_served) engine_inspect_serve(e);
         if (!stopping && nc == 0 && e->n_seqs == 0) {
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
         pthread_mutex_unlock(&e->mu);
+        e->state_version++; /* what follows changes what a snapshot would show */
 
         for (int32_t i = 0; i < nc; i++) {
             seq *q = engine_find_seq(e, ids[i]);
@@ -226,7 +236,10 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
     }
     e->n_waiting_pub = e->n_running_pub = 0;
+    e->steps_pub = e->step_no;
     e->kv->ops.stats(e->kv->ctx, &e->kv_pub);
+    e->thread_done = true; /* snapshots are taken by the askers from now on */
+    pthread_cond_broadcast(&e->insp_cv);
     pthread_cond_broadcast(&e->idle_cv);
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -261,7 +274,9 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->generation_tokens_total = e->generation_tokens_total;
     st->requests_finished_total = e->finished_total;
     st->preemptions_total = e->preemptions_total;
-    st->steps_total = (int64_t)__atomic_load_n(&e->step_no, __ATOMIC_RELAXED);
+    /* as of the step boundary the counts were published at, so that every
+     * gauge here (and in an inspection snapshot) describes one moment */
+    st->steps_total = (int64_t)e->steps_pub;
     st->ready = e->started && !e->stopping;
     pthread_mutex_unlock(&e->mu);
     st->kv_total_blocks = kv.total_blocks;

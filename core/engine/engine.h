@@ -120,4 +120,63 @@ int pagoda_engine_get_swa_stats(pagoda_engine *e, pagoda_engine_swa_stats *st);
 /* Copy KV blocks (for KV policies through the host table). */
 int pagoda_engine_copy_blocks(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n);
 
+/* ----------------------------------------------------------- inspection */
+
+/* One step as inspection remembers it. */
+typedef struct pagoda_step_record {
+    uint64_t step;               /* its number (stats' steps_total after it) */
+    int32_t n_seqs;              /* sequences in its batch */
+    int32_t prefill_tokens;      /* prompt tokens (and recomputed ones after a preemption) */
+    int32_t decode_tokens;       /* one per sequence computing the token it last sampled */
+    float ms;                    /* wall time: schedule, forward pass, sampling, events */
+} pagoda_step_record;
+
+#define PAGODA_STEP_HISTORY 256  /* steps a snapshot holds */
+
+/* One live sequence in a snapshot. */
+typedef struct pagoda_snapshot_seq {
+    uint64_t id;
+    char request_id[64];         /* "" when the frontend gave none */
+    int32_t state;               /* PAGODA_SEQ_WAITING or PAGODA_SEQ_RUNNING */
+    int32_t n_prompt, n_tokens, n_computed;
+    int32_t n_cached;            /* prompt tokens found in the prefix cache at its admission */
+    int32_t max_total;           /* prompt + max_tokens */
+    int32_t n_preemptions;
+    int32_t n_blocks;            /* its block table: table[first_block .. + n_blocks) */
+    int32_t first_block;
+} pagoda_snapshot_seq;
+
+/* The engine between two steps. Every field is as of one moment; the
+ * counts agree with pagoda_engine_get_stats at that moment. */
+typedef struct pagoda_engine_snapshot {
+    uint64_t version;            /* moves whenever anything below may have changed */
+    uint64_t step;               /* steps run so far */
+    double t_s;                  /* CLOCK_MONOTONIC seconds when taken */
+    double build_us;             /* engine-thread time this snapshot took */
+    double inspect_total_ms;     /* engine-thread time every snapshot took, this one included */
+    uint64_t inspect_count;      /* snapshots taken, this one included */
+    int32_t block_size, n_blocks;
+    uint64_t kv_block_bytes;     /* one block's K and V in every layer */
+    pagoda_kv_stats kv;          /* the KV policy's stats */
+    bool blocks_from_policy;     /* the policy's inspect op filled blocks (else: block tables) */
+    pagoda_kv_block_info *blocks;/* [n_blocks] */
+    int32_t n_seqs;              /* running first (admission order), then waiting (arrival) */
+    pagoda_snapshot_seq *seqs;
+    int32_t *table;              /* the running sequences' block tables, concatenated */
+    int32_t running, waiting;
+    int64_t prompt_tokens_total, generation_tokens_total, requests_finished_total,
+        preemptions_total;
+    int32_t n_steps;             /* steps[0] oldest .. steps[n_steps - 1] the latest */
+    pagoda_step_record steps[PAGODA_STEP_HISTORY];
+    int refs_;                   /* engine_inspect.c */
+} pagoda_engine_snapshot;
+
+/* [any thread] A snapshot of the engine, taken by the engine thread at its
+ * next step boundary (it wakes an idle engine; callers waiting at once
+ * share one). Before start and after stop it is taken on this thread.
+ * Release it with pagoda_engine_snapshot_release. PAGODA_ERR_NOMEM, or
+ * PAGODA_OK with *out set. */
+int pagoda_engine_snapshot_take(pagoda_engine *e, pagoda_engine_snapshot **out);
+void pagoda_engine_snapshot_release(pagoda_engine_snapshot *s);
+
 #endif /* PAGODA_ENGINE_H */

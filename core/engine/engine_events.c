@@ -27,6 +27,21 @@ void engine_emit_text(pagoda_engine *e, seq *q, size_t upto, int32_t token, floa
     for (int32_t i = 0; i < n_top; i++) top[i] = (pagoda_top_logprob){e->top_ids[i], e->top_lp[i]};
     ev.n_top = n_top;
     ev.top = n_top ? top : NULL;
+    if (q->trace && token >= 0) {
+        /* how it was made: the step now being sampled, and this sequence's
+         * KV as that step left it (the table is valid during the callback) */
+        ev.step = e->cur_step;
+        ev.step_seqs = e->cur_step_seqs;
+        ev.step_tokens = e->cur_step_tokens;
+        ev.kv_tokens = q->s.n_computed;
+        const int32_t *table = NULL;
+        int32_t nb = 0;
+        if (q->s.state == PAGODA_SEQ_RUNNING &&
+            e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb) == PAGODA_OK) {
+            ev.n_blocks = nb;
+            ev.blocks = table;
+        }
+    }
     q->emitted = upto;
     q->cb(q->user, &ev);
 }

@@ -19,6 +19,8 @@
  *                    submit, its token mask applied before sampling
  *   engine_swa.c     the sliding-window layers' own KV pool: seats, the
  *                    blocks of each sequence's window, its step batch
+ *   engine_inspect.c inspection: the record of recent steps, and snapshots
+ *                    of the whole state taken between steps
  * Not for: anything outside core/engine*.c; the public API is engine.h.
  */
 #ifndef PAGODA_ENGINE_INTERNAL_H
@@ -76,6 +78,9 @@ typedef struct seq {
      * are recomputed for the window only: their global KV goes to the sink) */
     int32_t swa_seat;
     int32_t swa_shared_until;
+    bool trace;                  /* TOKEN events carry how the token was made */
+    int32_t n_cached_now;        /* prefix-cache hit at the latest admission */
+    char request_id[64];         /* the frontend's name for it, for inspection */
 } seq;
 
 /* The sliding-window layers' own pool (engine_swa.h). Engine thread only. */
@@ -120,6 +125,7 @@ struct pagoda_engine {
     uint64_t next_id, next_arrival;
     int32_t n_live;              /* inbox + seqs, for wait_idle and max_queue */
     int32_t n_waiting_pub, n_running_pub;
+    uint64_t steps_pub;          /* step_no when the counts above were published */
     pagoda_kv_stats kv_pub;      /* the KV policy's stats as of the last step */
 
     /* engine thread only */
@@ -161,6 +167,20 @@ struct pagoda_engine {
     /* counters (under mu) */
     int64_t prompt_tokens_total, generation_tokens_total, finished_total, preemptions_total;
     int64_t invariant_failures;
+
+    /* inspection (engine_inspect.c). Under mu: */
+    pthread_cond_t insp_cv;      /* a snapshot was served, or the thread ended */
+    uint64_t insp_asked, insp_served; /* snapshot tickets */
+    pagoda_engine_snapshot *insp_last; /* the latest snapshot, shared by reference */
+    bool thread_done;            /* the engine thread left its loop */
+    double insp_total_s;         /* engine-thread time spent on snapshots, ever */
+    uint64_t insp_count;
+    /* engine thread only (or while it does not run): */
+    uint64_t state_version;      /* moves whenever what a snapshot shows may have changed */
+    pagoda_step_record step_ring[PAGODA_STEP_HISTORY];
+    uint64_t n_step_records;
+    uint64_t cur_step;           /* the step being sampled, for traced events */
+    int32_t cur_step_seqs, cur_step_tokens;
 };
 
 static inline double engine_now_s(void)
@@ -247,5 +267,14 @@ void engine_emit_prompt(pagoda_engine *e, seq *q, int32_t index, float logprob, 
 /* [engine thread] Send the FINAL, release q's KV, drop it from the lists
  * and free it. engine_events.c */
 void engine_finish_and_remove(pagoda_engine *e, seq *q, int reason, const char *error);
+
+/* [engine thread] Remember one step for inspection. engine_inspect.c */
+void engine_record_step(pagoda_engine *e, uint64_t step, int32_t n_seqs, int32_t prefill,
+                        int32_t decode, double seconds);
+/* [engine thread, mu held] Serve the snapshots asked for since the last
+ * one: build one, share it, wake the askers. engine_inspect.c */
+void engine_inspect_serve(pagoda_engine *e);
+/* Drop the engine's reference to its latest snapshot (at free). */
+void engine_inspect_free(pagoda_engine *e);
 
 #endif /* PAGODA_ENGINE_INTERNAL_H */

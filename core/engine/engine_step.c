@@ -46,6 +46,7 @@ static int env_admit(void *opaque, uint64_t id)
     cached = engine_swa_resume_at(e, q, cached);
     q->s.state = PAGODA_SEQ_RUNNING;
     q->s.n_computed = cached;
+    q->n_cached_now = cached;
     if (!q->admitted_once) {
         q->admitted_once = true;
         q->n_cached_first = cached < q->s.n_prompt ? cached : q->s.n_prompt;
@@ -200,6 +201,7 @@ static int32_t queue_scores(pagoda_engine *e, seq *q, int32_t start, int32_t n, 
 bool engine_step(pagoda_engine *e)
 {
     char err[512];
+    double t_step = engine_now_s();
     int32_t n_wait = 0;
     seq **waiting = malloc(sizeof(seq *) * (size_t)(e->n_seqs ? e->n_seqs : 1));
     if (!waiting) return false;
@@ -245,7 +247,7 @@ bool engine_step(pagoda_engine *e)
     free(waiting);
 
     /* build the flattened batch (and the window pool's, engine_swa.c) */
-    int32_t T = 0, n_logits = 0, n_score = 0;
+    int32_t T = 0, n_logits = 0, n_score = 0, n_decode = 0;
     double t = engine_now_s();
     e->swa.sink_used = 0;
     for (int32_t i = 0; i < e->n_plan; i++) {
@@ -285,12 +287,19 @@ bool engine_step(pagoda_engine *e)
             continue;
         }
         n_score = queue_scores(e, q, start, n, T, n_score);
+        /* decode: the one token it sampled last; anything else is prefill
+         * (a prompt, or what a preempted sequence recomputes) */
+        n_decode += n == 1 && start == q->s.n_tokens - 1 && start >= q->s.n_prompt;
         T += n;
         if (start + n == q->s.n_tokens && !q->score_only) e->logit_rows[n_logits++] = T - 1;
     }
     if (e->n_plan == 0) return true;
-    /* step_no is read by stats on other threads */
+    /* step_no is also read by snapshots taken off the engine thread */
     uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
+    int32_t step_seqs = e->n_plan; /* a traced token's batch */
+    e->cur_step = seq_no;
+    e->cur_step_seqs = step_seqs;
+    e->cur_step_tokens = T;
     pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
@@ -309,6 +318,7 @@ bool engine_step(pagoda_engine *e)
         seq *failed[np > 0 ? np : 1];
         memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
         for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
+        engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
         return true;
     }
 
@@ -388,5 +398,6 @@ bool engine_step(pagoda_engine *e)
     for (int32_t i = 0; i < n_done; i++)
         engine_finish_and_remove(e, done[i], done_reason[i],
                                  done_reason[i] == PAGODA_FINISH_ERROR ? done_err[i] : NULL);
+    engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
     return true;
 }

@@ -10,6 +10,7 @@
 #include "engine_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,10 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     q->user = user;
     q->ignore_eos = req.ignore_eos;
     q->logprobs = req.logprobs;
+    q->trace = req.trace;
+    /* a trace shows the 5 best candidates whatever logprobs asked for */
+    if (q->trace && q->logprobs < 5) q->logprobs = 5;
+    if (req.request_id) snprintf(q->request_id, sizeof q->request_id, "%s", req.request_id);
     q->prompt_logprobs = req.prompt_logprobs;
     q->next_scored = req.prompt_logprobs_from < n ? req.prompt_logprobs_from : n;
     q->score_only = req.score_only;

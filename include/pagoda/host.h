@@ -10,8 +10,8 @@
  * for an older minor sees a shorter struct_size and must not call them.
  * Which slots are set: log, config_*, engine_config, error and free for
  * every kind; kv_copy_blocks for every kind (meant for KV policies); the
- * engine slots (submit .. shutting_down, and check_constraint) for
- * frontends only, NULL for the other kinds. All of them are provided by
+ * engine slots (submit .. shutting_down, check_constraint, inspect_json)
+ * for frontends only, NULL for the other kinds. All of them are provided by
  * the core: a plugin never needs a fallback for a slot its kind is given.
  */
 #ifndef PAGODA_HOST_H
@@ -75,6 +75,13 @@ typedef struct pagoda_request {
     size_t constraint_len;       /* bytes of constraint */
     bool constraint_strict;      /* JSON Schema: a keyword the engine does not enforce is
                                     refused (PAGODA_ERR_INVALID naming it) */
+    /* ---- minor 2: inspection */
+    const char *request_id;      /* NULL, or the frontend's name for the request ("cmpl-..."):
+                                    inspection shows it beside the sequence (copied; at most
+                                    63 bytes are kept) */
+    bool trace;                  /* every TOKEN event that carries a token also carries how it
+                                    was made: its step, that step's batch, the sequence's KV
+                                    after it and at least 5 top candidates (pagoda_event) */
 } pagoda_request;
 
 #define PAGODA_MAX_TOP_LOGPROBS 20
@@ -152,6 +159,17 @@ typedef struct pagoda_event {
     pagoda_timings timings;      /* FINAL */
     /* ---- minor 1 */
     int32_t position;            /* PROMPT: the token's index in the prompt; else -1 */
+    /* ---- minor 2: a traced request's TOKEN events with token >= 0 (else step is 0).
+     * With trace, logprob is set and n_top >= 5 whatever logprobs asked for
+     * (a frontend shows the client no more than it asked for). */
+    uint64_t step;               /* the engine step whose logits gave this token (1, 2, ...) */
+    int32_t step_seqs;           /* sequences in that step's batch */
+    int32_t step_tokens;         /* tokens in that step's batch (prefill and decode) */
+    int32_t kv_tokens;           /* this sequence's positions with K and V in the cache after
+                                    that step: every token before this one (the next step
+                                    writes this one's) */
+    int32_t n_blocks;            /* the sequence's block table then: n_blocks ids */
+    const int32_t *blocks;
 } pagoda_event;
 
 /* [engine thread] Called for each event of a request. Must not block or
@@ -267,7 +285,8 @@ typedef struct pagoda_host {
                        bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
                        int32_t *n_stop);
     /* [any thread] Frees what detokenize, token_text, chat_render,
-     * memory_plan_json and metrics_text returned. NULL is a no-op. */
+     * memory_plan_json, metrics_text and inspect_json returned. NULL is a
+     * no-op. */
     void (*free)(const struct pagoda_host *h, void *p);
 
     /* [any thread] Fill the caller's *out (struct_size set by the host).
@@ -294,6 +313,17 @@ typedef struct pagoda_host {
      * submit of the same spec does not compile it again. */
     int (*check_constraint)(const struct pagoda_host *h, int32_t type, const char *text, size_t len,
                             bool strict, char *err, size_t err_len);
+    /* ---- minor 2: inspection (frontends) */
+    /* [any thread but the engine's: never from an event callback, which
+     * would wait for itself] The engine as it stands between two steps, as
+     * one JSON object (docs/http-api.md, GET /v1/inspect): KV blocks with their
+     * states, references and sequences, the live sequences, the last 256
+     * steps, the memory plan and what is in use now. The engine thread takes
+     * the snapshot at its next step boundary (concurrent callers share one)
+     * and this thread formats it, so the caller waits at most one step.
+     * Caller frees with h->free; NULL while the weights load or when out
+     * of memory. */
+    char *(*inspect_json)(const struct pagoda_host *h);
 } pagoda_host;
 
 #ifdef __cplusplus

@@ -35,6 +35,32 @@ typedef struct pagoda_kv_stats {
 /* Invariant the tests hold: free + used + cached == total (reserved blocks
  * are counted in used). */
 
+/* minor 2: what inspect() reports of one block. */
+typedef enum pagoda_kv_block_state {
+    PAGODA_KV_BLOCK_FREE = 0,    /* allocatable, holding nothing worth keeping */
+    PAGODA_KV_BLOCK_USED = 1,    /* held by at least one live sequence (reserved ones included) */
+    PAGODA_KV_BLOCK_CACHED = 2   /* held by none, kept for prefix reuse (evictable) */
+} pagoda_kv_block_state;
+
+/* Flags of a block (minor 2). Later minors may define more bits: ignore
+ * the ones you do not know. */
+#define PAGODA_KV_BLOCK_RESERVED 0x1u /* held for a sequence, no token written yet (contiguous) */
+#define PAGODA_KV_BLOCK_HASHED 0x2u   /* its full tokens are keyed: a prompt starting alike can share it */
+
+/* One block, as inspect() fills it (minor 2). An element of an array, so
+ * its size is fixed for good: it never grows; new meanings come as flag
+ * bits. Counts agree with stats(): the USED entries are used_blocks, the
+ * CACHED ones cached_blocks, the FREE ones free_blocks. */
+typedef struct pagoda_kv_block_info {
+    int32_t state;               /* pagoda_kv_block_state */
+    int32_t refs;                /* live sequences holding it: >= 1 when USED, else 0 */
+    uint32_t flags;              /* PAGODA_KV_BLOCK_* */
+    uint32_t reserved_;          /* 0 */
+    uint64_t owner;              /* a USED block no block table lists (a contiguous run's
+                                    unwritten tail): the sequence holding it; else 0 (the
+                                    core takes a block's sequences from the block tables) */
+} pagoda_kv_block_info;
+
 /* A new sequence as admit() sees it. It and what it points to (tokens,
  * cache_salt) are the engine's and valid only during the call: copy what
  * must be kept (a prefix hash, the salt). */
@@ -89,6 +115,17 @@ typedef struct pagoda_kvcache_ops {
 
     /* optional. Drop every cached (unreferenced) block. Fallback: nothing. */
     int (*reset_cache)(void *ctx);
+
+    /* ---- minor 2: inspection */
+
+    /* optional. Fill blocks[0 .. n_blocks) (n_blocks as init() had it) with
+     * every block's state, references and flags, as they are now; no side
+     * effect. Called between steps when someone inspects the server (GET
+     * /v1/inspect), so it should be a plain pass over the policy's arrays.
+     * Fallback: the core marks each block in a live sequence's block table
+     * USED with refs = the tables that list it and every other block FREE,
+     * so a policy without it shows no cached or reserved blocks. */
+    int (*inspect)(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blocks);
 } pagoda_kvcache_ops;
 
 #ifdef __cplusplus

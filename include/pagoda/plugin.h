@@ -24,8 +24,12 @@ extern "C" {
 /* Minor history: 1.0 the first ABI; 1.1 backend ops geglu, scale and
  * attention_ext (pagoda_attn_params: sliding windows), for Gemma 3, and the
  * request's prompt_logprobs / prompt_logprobs_from / score_only with the
- * PROMPT event (host.h), for prompt scoring and perplexity. */
-#define PAGODA_ABI_MINOR 1
+ * PROMPT event (host.h), for prompt scoring and perplexity, and the
+ * constraint kind (constraint.h) with the request's constraint fields and
+ * the host's check_constraint, for structured output; 1.2 inspection:
+ * the KV policies' optional inspect op, the request's request_id and trace,
+ * the event's trace fields and the host's inspect_json. */
+#define PAGODA_ABI_MINOR 2
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

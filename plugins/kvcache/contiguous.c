@@ -225,6 +225,33 @@ static int32_t contig_blocks_needed(void *ctx, const pagoda_kv_seq *seq)
     return reservation(ctx, seq);
 }
 
+/* A run is the sequence's alone: its written head is in the block table,
+ * its unwritten tail is reserved and named by its owner here, since no
+ * table lists it. */
+static int contig_inspect(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blocks)
+{
+    contig *c = ctx;
+    if (n_blocks != c->n_blocks)
+        return c->host->error(c->host, PAGODA_ERR_INVALID,
+                              "kvcache.contiguous: inspect of %d blocks, the pool has %d", n_blocks,
+                              c->n_blocks);
+    memset(blocks, 0, sizeof(*blocks) * (size_t)n_blocks);
+    for (int32_t i = 0; i < c->n_seqs; i++) {
+        const contig_seq *s = &c->seqs[i];
+        int32_t held = blocks_for(c, s->n_held);
+        for (int32_t j = 0; j < s->n_res; j++) {
+            pagoda_kv_block_info *b = &blocks[s->start + j];
+            b->state = PAGODA_KV_BLOCK_USED;
+            b->refs = 1;
+            if (j >= held) {
+                b->flags = PAGODA_KV_BLOCK_RESERVED;
+                b->owner = s->id;
+            }
+        }
+    }
+    return PAGODA_OK;
+}
+
 static const pagoda_kvcache_ops contig_ops = {
     .struct_size = sizeof(pagoda_kvcache_ops),
     .init = contig_init,
@@ -236,6 +263,7 @@ static const pagoda_kvcache_ops contig_ops = {
     .stats = contig_stats,
     .blocks_needed = contig_blocks_needed,
     .reset_cache = NULL,
+    .inspect = contig_inspect,
 };
 
 static const pagoda_plugin_desc contig_desc = {

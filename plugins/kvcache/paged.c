@@ -198,6 +198,24 @@ static int32_t paged_blocks_needed(void *ctx, const pagoda_kv_seq *seq)
     return blocks_for(ctx, seq->n_tokens);
 }
 
+/* Every block is free or held by exactly one sequence (nothing is shared). */
+static int paged_inspect(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blocks)
+{
+    paged *p = ctx;
+    if (n_blocks != p->n_blocks)
+        return p->host->error(p->host, PAGODA_ERR_INVALID,
+                              "kvcache.paged: inspect of %d blocks, the pool has %d", n_blocks,
+                              p->n_blocks);
+    memset(blocks, 0, sizeof(*blocks) * (size_t)n_blocks);
+    for (int32_t i = 0; i < p->n_seqs; i++)
+        for (int32_t j = 0; j < p->seqs[i].n_blocks; j++) {
+            pagoda_kv_block_info *b = &blocks[p->seqs[i].blocks[j]];
+            b->state = PAGODA_KV_BLOCK_USED;
+            b->refs = 1;
+        }
+    return PAGODA_OK;
+}
+
 static const pagoda_kvcache_ops paged_ops = {
     .struct_size = sizeof(pagoda_kvcache_ops),
     .init = paged_init,
@@ -209,6 +227,7 @@ static const pagoda_kvcache_ops paged_ops = {
     .stats = paged_stats,
     .blocks_needed = paged_blocks_needed,
     .reset_cache = NULL,
+    .inspect = paged_inspect,
 };
 
 static const pagoda_plugin_desc paged_desc = {

@@ -420,6 +420,27 @@ static int prefix_reset_cache(void *ctx)
     return PAGODA_OK;
 }
 
+/* The block array says it all: referenced is used, unreferenced and hashed
+ * is cached (in the LRU list), else free. */
+static int prefix_inspect(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blocks)
+{
+    prefix *p = ctx;
+    if (n_blocks != p->n_blocks)
+        return p->host->error(p->host, PAGODA_ERR_INVALID,
+                              "kvcache.prefix: inspect of %d blocks, the pool has %d", n_blocks,
+                              p->n_blocks);
+    for (int32_t i = 0; i < n_blocks; i++) {
+        const pblock *b = &p->b[i];
+        blocks[i] = (pagoda_kv_block_info){
+            .state = b->ref > 0 ? PAGODA_KV_BLOCK_USED
+                     : b->hashed ? PAGODA_KV_BLOCK_CACHED : PAGODA_KV_BLOCK_FREE,
+            .refs = b->ref > 0 ? b->ref : 0,
+            .flags = b->hashed ? PAGODA_KV_BLOCK_HASHED : 0,
+        };
+    }
+    return PAGODA_OK;
+}
+
 static const pagoda_kvcache_ops prefix_ops = {
     .struct_size = sizeof(pagoda_kvcache_ops),
     .init = prefix_init,
@@ -431,6 +452,7 @@ static const pagoda_kvcache_ops prefix_ops = {
     .stats = prefix_stats,
     .blocks_needed = prefix_blocks_needed,
     .reset_cache = prefix_reset_cache,
+    .inspect = prefix_inspect,
 };
 
 static const pagoda_plugin_desc prefix_desc = {

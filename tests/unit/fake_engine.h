@@ -13,7 +13,14 @@
  *   - a prompt containing "FAIL" ends with a FINAL of reason ERROR;
  *   - with prompt_logprobs >= 0, first one PROMPT event per prompt token
  *     (BOS included when added): position p has logprob -0.25 p, NaN at 0;
- *     score_only then ends with LENGTH and no word.
+ *     score_only then ends with LENGTH and no word;
+ *   - with trace, each TOKEN event carries step (the fake's step count),
+ *     step_seqs = step_tokens = the requests live in that step, kv_tokens =
+ *     prompt tokens + words so far, blocks 0 .. of 4 tokens each, and 5 top
+ *     candidates (the word at -0.5, then EOS and ids 3..5 lower).
+ * inspect_json answers {"version":V,...,"pad":"xx.."} (V moves on every call
+ * when inspect_bump; inspect_pad bytes of padding), NULL when not ready,
+ * and counts its calls.
  * Events come from one engine thread of its own, one step every step_us.
  * tokenize splits on whitespace (ids from a growing vocabulary, from 10;
  * BOS = 1, EOS = 2); chat_render writes "<|role|>content\n" per message and
@@ -27,6 +34,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +61,7 @@ typedef struct fake_logged {
     int32_t stop_ids[16];
     char *cache_salt;
     char *constraint;            /* the structured-output spec, when one was given */
+    char request_id[64];
     uint64_t id;
     int finals_at_submit;        /* FINALs sent before this request came */
 } fake_logged;
@@ -65,6 +74,7 @@ typedef struct fake_req {
     int max_tokens;
     int forever, fail;
     int32_t logprobs;
+    int trace;
     int prompt_tokens;
     int32_t prompt_ids[64];      /* the prompt as the fake "engine" sees it (BOS first if added) */
     int32_t prompt_logprobs;     /* scored: one PROMPT event a step before any word */
@@ -98,6 +108,11 @@ typedef struct fake_engine {
     int n_ctx;
     int step_us;
     int cached_tokens;           /* reported in every FINAL's usage */
+    int inspect_bump;            /* inspect_json's version moves on every call */
+    int inspect_pad;             /* bytes of padding in inspect_json's answer */
+    int n_inspect;               /* inspect_json calls */
+    uint64_t inspect_version;
+    uint64_t steps;
 
     /* records */
     fake_logged log[FAKE_MAX_LOG];
@@ -359,6 +374,7 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
     }
     r->max_tokens = req->max_tokens;
     r->logprobs = req->logprobs;
+    r->trace = req->struct_size >= offsetof(pagoda_request, trace) + sizeof req->trace && req->trace;
     r->prompt_logprobs = req->prompt_logprobs;
     r->score_only = req->score_only;
     {
@@ -391,6 +407,8 @@ static int fake_submit(const pagoda_host *h, const pagoda_request *req, pagoda_e
         l->req.stop_token_ids = NULL;
         l->req.constraint = NULL;
         if (req->constraint) l->constraint = fake_strndup(req->constraint, req->constraint_len);
+        l->req.request_id = NULL;
+        if (req->request_id) snprintf(l->request_id, sizeof l->request_id, "%s", req->request_id);
         l->prompt = strdup(prompt);
         for (int i = 0; i < req->n_stop && i < 16; i++) l->stop[l->n_stop++] = strdup(req->stop[i]);
         for (int i = 0; i < req->n_stop_token_ids && i < 16; i++) l->stop_ids[i] = req->stop_token_ids[i];
@@ -474,13 +492,35 @@ static char *fake_metrics_text(const pagoda_host *h)
 }
 static bool fake_shutting_down(const pagoda_host *h) { return fake_of(h)->shutting; }
 
+static char *fake_inspect_json(const pagoda_host *h)
+{
+    fake_engine *f = fake_of(h);
+    pthread_mutex_lock(&f->mu);
+    f->n_inspect++;
+    if (f->inspect_bump) f->inspect_version++;
+    int running = 0, ready = f->ready, pad = f->inspect_pad;
+    for (fake_req *r = f->live; r; r = r->next) running++;
+    uint64_t v = f->inspect_version, steps = f->steps;
+    pthread_mutex_unlock(&f->mu);
+    if (!ready) return NULL;
+    char *s = malloc((size_t)pad + 256);
+    if (!s) return NULL;
+    int n = snprintf(s, 256, "{\"version\":%llu,\"object\":\"pagoda.inspect\",\"step\":%llu,"
+                     "\"counts\":{\"running\":%d},\"pad\":\"", (unsigned long long)v,
+                     (unsigned long long)steps, running);
+    memset(s + n, 'x', (size_t)pad);
+    memcpy(s + n + pad, "\"}", 3);
+    return s;
+}
+
 /* ----------------------------------------------------------- the thread */
 
 typedef struct fake_out {
     fake_req *r;
     pagoda_event ev;
     char text[256];
-    pagoda_top_logprob top[2];
+    pagoda_top_logprob top[5];
+    int32_t blocks[64];
     int final;
 } fake_out;
 
@@ -495,6 +535,7 @@ static void *fake_thread(void *arg)
         }
         int n = 0;
         for (fake_req *r = f->live; r; r = r->next) n++;
+        f->steps++;
         fake_out *outs = calloc((size_t)n, sizeof *outs);
         int k = 0;
         for (fake_req **pp = &f->live; *pp;) {
@@ -557,14 +598,26 @@ static void *fake_thread(void *arg)
             snprintf(o->text, sizeof o->text, "%s%s", r->emitted ? " " : "", word);
             ev->text_len = strlen(o->text);
             ev->token = fake_word_id(f, word, strlen(word));
-            if (r->logprobs >= 0) {
+            if (r->logprobs >= 0 || r->trace) {
                 ev->logprob = -0.5f;
                 o->top[0].token = ev->token;
                 o->top[0].logprob = -0.5f;
                 o->top[1].token = FAKE_EOS;
                 o->top[1].logprob = -1.5f;
-                ev->n_top = r->logprobs < 2 ? r->logprobs : 2;
+                for (int t = 2; t < 5; t++) {
+                    o->top[t].token = 1 + t;
+                    o->top[t].logprob = -2.0f - (float)t;
+                }
+                ev->n_top = r->trace ? 5 : r->logprobs < 2 ? r->logprobs : 2;
                 ev->top = o->top;
+            }
+            if (r->trace) {
+                ev->step = f->steps;
+                ev->step_seqs = ev->step_tokens = n;
+                ev->kv_tokens = r->prompt_tokens + r->emitted;
+                ev->n_blocks = (ev->kv_tokens + 3) / 4 < 64 ? (ev->kv_tokens + 3) / 4 : 64;
+                for (int b = 0; b < ev->n_blocks; b++) o->blocks[b] = b;
+                ev->blocks = o->blocks;
             }
             r->emitted++;
             f->n_tokens_emitted++;
@@ -622,6 +675,7 @@ static fake_engine *fake_engine_new(const fake_kv *config, int n_config)
     h->metrics_text = fake_metrics_text;
     h->shutting_down = fake_shutting_down;
     h->check_constraint = fake_check_constraint;
+    h->inspect_json = fake_inspect_json;
     f->config = config;
     f->n_config = n_config;
     f->ready = 1;
@@ -656,7 +710,7 @@ static void fake_engine_free(fake_engine *f)
 
 /* Wait (bounded by timeout_s, a safety net only) until *counter >= n under
  * the fake's lock; returns the counter's value. */
-static int fake_wait_count(fake_engine *f, const int *counter, int n, int timeout_s)
+static inline int fake_wait_count(fake_engine *f, const int *counter, int n, int timeout_s)
 {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);

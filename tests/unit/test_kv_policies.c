@@ -45,7 +45,51 @@ static void kv_close(kvi *k)
     free(k);
 }
 
-/* Stats, with the invariant free + used + cached == total asserted. */
+/* Every block as inspect() reports it (the caller frees), with what must
+ * hold whatever the policy: the states counted agree with st, a used
+ * block has refs >= 1 and every other none, a reserved one is used and
+ * names its owner. */
+static pagoda_kv_block_info *kv_inspect(kvi *k, const pagoda_kv_stats *st)
+{
+    int32_t n = (int32_t)st->total_blocks;
+    /* plain checks, and check's asserts only on failure: a passing assert
+     * costs a syscall (check marks the point), and this runs after every
+     * operation of the stress runs */
+    pagoda_kv_block_info *b = malloc(sizeof(*b) * (size_t)n);
+    if (!b || !k->ops->inspect) ck_abort_msg("no memory or no inspect op");
+    memset(b, 0xAB, sizeof(*b) * (size_t)n); /* whatever is not written shows */
+    int rc = k->ops->inspect(k->ctx, b, n);
+    if (rc != PAGODA_OK) ck_abort_msg("inspect: %d", rc);
+    int64_t count[3] = {0, 0, 0}, reserved = 0;
+    int32_t bad = -1;
+    for (int32_t i = 0; i < n && bad < 0; i++) {
+        const pagoda_kv_block_info *x = &b[i];
+        bool ok = x->state >= PAGODA_KV_BLOCK_FREE && x->state <= PAGODA_KV_BLOCK_CACHED &&
+                  (x->state == PAGODA_KV_BLOCK_USED ? x->refs >= 1 : x->refs == 0) && x->reserved_ == 0 &&
+                  ((x->flags & PAGODA_KV_BLOCK_RESERVED) ? x->state == PAGODA_KV_BLOCK_USED && x->owner != 0
+                                                         : x->owner == 0) &&
+                  (x->state != PAGODA_KV_BLOCK_CACHED || (x->flags & PAGODA_KV_BLOCK_HASHED));
+        if (!ok) {
+            bad = i;
+            break;
+        }
+        count[x->state]++;
+        reserved += (x->flags & PAGODA_KV_BLOCK_RESERVED) != 0;
+    }
+    if (bad >= 0)
+        ck_abort_msg("block %d: state %d refs %d flags %u owner %llu", bad, b[bad].state, b[bad].refs,
+                     b[bad].flags, (unsigned long long)b[bad].owner);
+    if (count[PAGODA_KV_BLOCK_FREE] != st->free_blocks || count[PAGODA_KV_BLOCK_USED] != st->used_blocks ||
+        count[PAGODA_KV_BLOCK_CACHED] != st->cached_blocks || reserved != st->reserved_blocks)
+        ck_abort_msg("inspect counts free %lld used %lld cached %lld reserved %lld, stats %lld %lld %lld %lld",
+                     (long long)count[0], (long long)count[1], (long long)count[2], (long long)reserved,
+                     (long long)st->free_blocks, (long long)st->used_blocks, (long long)st->cached_blocks,
+                     (long long)st->reserved_blocks);
+    return b;
+}
+
+/* Stats, with the invariant free + used + cached == total asserted, and
+ * inspect() agreeing with them. */
 static pagoda_kv_stats kv_stats(kvi *k)
 {
     pagoda_kv_stats st;
@@ -56,6 +100,7 @@ static pagoda_kv_stats kv_stats(kvi *k)
     ck_assert_int_ge(st.free_blocks, 0);
     ck_assert_int_ge(st.used_blocks, 0);
     ck_assert_int_ge(st.cached_blocks, 0);
+    free(kv_inspect(k, &st));
     return st;
 }
 
@@ -96,6 +141,9 @@ static void iota(int32_t *t, int32_t n, int32_t start)
 START_TEST(paged_grow_free_reuse)
 {
     kvi *k = kv_open("paged", 8, 4, 32, NULL);
+    /* inspect() of a pool of another size is refused, not overrun */
+    pagoda_kv_block_info small[7];
+    ck_assert_int_eq(k->ops->inspect(k->ctx, small, 7), PAGODA_ERR_INVALID);
     int32_t toks[32], nc;
     iota(toks, 32, 100);
     ck_assert_ptr_null(k->pl.desc->config_keys);
@@ -213,6 +261,18 @@ START_TEST(contiguous_reserves_max_seq_len)
     pagoda_kv_stats st = kv_stats(k);
     ck_assert_int_eq(st.used_blocks, 8);
     ck_assert_int_eq(st.reserved_blocks, 6);
+    /* inspect: each run's first block is written, the other 3 reserved for
+     * the run's owner, which no block table names */
+    pagoda_kv_block_info *bi = kv_inspect(k, &st);
+    for (int32_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(bi[i].state, PAGODA_KV_BLOCK_USED);
+        ck_assert_int_eq(bi[i].refs, 1);
+        bool tail = i % 4 != 0;
+        ck_assert_uint_eq(bi[i].flags, tail ? PAGODA_KV_BLOCK_RESERVED : 0);
+        ck_assert_uint_eq(bi[i].owner, tail ? (uint64_t)(i / 4 + 1) : 0);
+    }
+    ck_assert_int_eq(bi[8].state, PAGODA_KV_BLOCK_FREE);
+    free(bi);
     ck_assert_int_eq(k->ops->grow(k->ctx, 1, 16), PAGODA_OK);
     ck_assert_int_eq(kv_stats(k).reserved_blocks, 3);
     kv_close(k);
@@ -259,6 +319,19 @@ START_TEST(prefix_shares_blocks)
     ck_assert_int_eq(st.hit_tokens, 12);
     ck_assert_int_eq(st.used_blocks, 5);
     ck_assert_int_eq(st.cached_blocks, 0);
+    /* inspect: blocks 0-2 shared by both (refs 2, keyed), A's partial
+     * block 3 and B's own block 4 held once */
+    pagoda_kv_block_info *bi = kv_inspect(k, &st);
+    for (int32_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(bi[i].state, PAGODA_KV_BLOCK_USED);
+        ck_assert_int_eq(bi[i].refs, 2);
+        ck_assert_uint_eq(bi[i].flags, PAGODA_KV_BLOCK_HASHED);
+    }
+    ck_assert_int_eq(bi[3].refs, 1);
+    ck_assert_uint_eq(bi[3].flags, 0);
+    ck_assert_int_eq(bi[4].refs, 1);
+    ck_assert_int_eq(bi[5].state, PAGODA_KV_BLOCK_FREE);
+    free(bi);
 
     /* a shared block outlives one of its holders */
     ck_assert_int_eq(k->ops->release(k->ctx, 1), PAGODA_OK);
@@ -271,6 +344,11 @@ START_TEST(prefix_shares_blocks)
     ck_assert_int_eq(st.used_blocks, 0);
     ck_assert_int_eq(st.cached_blocks, 3); /* B never committed its own block */
     ck_assert_int_eq(st.free_blocks, 13);
+    bi = kv_inspect(k, &st);
+    for (int32_t i = 0; i < 3; i++) ck_assert_int_eq(bi[i].state, PAGODA_KV_BLOCK_CACHED);
+    ck_assert_int_eq(bi[3].state, PAGODA_KV_BLOCK_FREE);
+    ck_assert_int_eq(bi[4].state, PAGODA_KV_BLOCK_FREE);
+    free(bi);
 
     /* prompt exactly A's 3 cached blocks: one block is left to compute */
     ck_assert_int_eq(kv_admit(k, 3, a, 12, 64, NULL, &nc), PAGODA_OK);
@@ -465,6 +543,27 @@ static void stress_check(kvi *k, tseq *seqs, int32_t n_blocks, int32_t bs, bool 
     }
     if (contiguous) ck_assert_int_eq(st.used_blocks, reserved_total);
     else ck_assert_int_eq(st.used_blocks, distinct);
+    /* inspect: a block's refs are the live tables listing it; a used block
+     * no table lists is a contiguous run's reserved tail */
+    int32_t *holders = calloc((size_t)n_blocks, sizeof(int32_t));
+    for (int i = 0; i < ST_SEQS; i++) {
+        if (!seqs[i].live) continue;
+        const int32_t *t;
+        int32_t nb = table_of(k, &seqs[i], &t);
+        for (int32_t j = 0; j < nb; j++) holders[t[j]]++;
+    }
+    pagoda_kv_block_info *bi = kv_inspect(k, &st);
+    for (int32_t b = 0; b < n_blocks; b++) {
+        bool ok = holders[b] ? bi[b].state == PAGODA_KV_BLOCK_USED && bi[b].refs == holders[b] &&
+                                   !(bi[b].flags & PAGODA_KV_BLOCK_RESERVED)
+                             : bi[b].state != PAGODA_KV_BLOCK_USED ||
+                                   (contiguous && (bi[b].flags & PAGODA_KV_BLOCK_RESERVED));
+        if (!ok)
+            ck_abort_msg("block %d: state %d refs %d flags %u, in %d live tables", b, bi[b].state,
+                         bi[b].refs, bi[b].flags, holders[b]);
+    }
+    free(bi);
+    free(holders);
     free(owner_seq);
     free(owner_pos);
 }

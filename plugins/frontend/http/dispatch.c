@@ -1,7 +1,7 @@
 /*
  * dispatch.c: from MHD to a route: the per-connection state, the body read
  * in pieces (an oversize one refused with 413 without keeping it), the
- * Bearer key check (every route but /health), the route table (404, 405
+ * Bearer key check (every route but /health and /ui), the route table (404, 405
  * with Allow), and the completion notice that cancels and releases.
  * Not for: what a route does (endpoints.c, generate.c).
  */
@@ -19,9 +19,12 @@
 #include "gate.h"
 #include "generate.h"
 #include "hreq.h"
+#include "inspect.h"
 #include "reply.h"
+#include "ui.h"
 
-enum { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_MEMORY, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_MEMORY, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE,
+       R_INSPECT, R_INSPECT_STREAM, R_UI };
 
 static const struct {
     const char *path;
@@ -36,6 +39,9 @@ static const struct {
     {"/v1/chat/completions", "POST", R_CHAT},
     {"/tokenize", "POST", R_TOKENIZE},
     {"/detokenize", "POST", R_DETOKENIZE},
+    {"/v1/inspect", "GET", R_INSPECT},
+    {"/v1/inspect/stream", "GET", R_INSPECT_STREAM},
+    {"/ui", "GET", R_UI},
 };
 
 static int auth_ok(http_fe *fe, struct MHD_Connection *conn)
@@ -56,7 +62,9 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
                                 const char *method, conn_state *cs)
 {
     const pagoda_host *h = fe->host;
-    int is_health = !strcmp(url, "/health");
+    /* /health and the page itself are open; the page asks for the key
+     * before it reads anything (ui.h) */
+    int is_health = !strcmp(url, "/health") || !strcmp(url, "/ui");
     if (!is_health && !auth_ok(fe, conn)) {
         return send_json_hdr(conn, MHD_HTTP_UNAUTHORIZED,
                              error_json("invalid_request_error",
@@ -96,6 +104,9 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
     case R_MEMORY: return route_memory(fe, conn);
     case R_TOKENIZE: return route_tokenize(fe, conn, cs);
     case R_DETOKENIZE: return route_detokenize(fe, conn, cs);
+    case R_INSPECT: return route_inspect(fe, conn);
+    case R_INSPECT_STREAM: return route_inspect_stream(fe, conn);
+    case R_UI: return route_ui(fe, conn);
     default: break;
     }
     pthread_mutex_lock(&fe->mu);

@@ -142,6 +142,7 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
     hr->tools = kind == KIND_CHAT && sr.tool_choice != ST_TOOLS_NONE;
+    hr->trace = p.trace;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     hr->sock = ci ? ci->connect_fd : -1;
     snprintf(hr->model, sizeof hr->model, "%s", fe->served_name);
@@ -170,6 +171,8 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
                 rq.prompt = prompts[pi].text;
                 rq.prompt_len = prompts[pi].len;
             }
+
+            rq.request_id = hr->id; /* what inspection shows beside the sequence */
 
             /* n samples with one seed would all be equal: offset it per sample */
             if (rq.has_seed) rq.seed += (uint64_t)j;

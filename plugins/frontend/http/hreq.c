@@ -30,6 +30,7 @@ static uint64_t splitmix(uint64_t x)
 
 void ev_free(ev_item *e)
 {
+    free(e->blocks);
     free(e->text);
     free(e->error);
     free(e);
@@ -48,6 +49,7 @@ static void hreq_free(hreq *hr)
         free(hr->choices[i].pieces.p);
         json_decref(hr->choices[i].lp);
         st_choice_free(&hr->choices[i]);
+        json_decref(hr->choices[i].trace);
     }
     free(hr->choices);
     free(hr->out.p);
@@ -138,6 +140,19 @@ void on_event(void *user, const pagoda_event *ev)
         /* position came with ABI minor 1; the host is never older than the plugin */
         e->position = ev->struct_size >= offsetof(pagoda_event, position) + sizeof ev->position
                       ? ev->position : -1;
+        /* the trace came with minor 2 */
+        if (hr->trace && ev->struct_size >= offsetof(pagoda_event, blocks) + sizeof ev->blocks &&
+            ev->step) {
+            e->step = ev->step;
+            e->step_seqs = ev->step_seqs;
+            e->step_tokens = ev->step_tokens;
+            e->kv_tokens = ev->kv_tokens;
+            if (ev->n_blocks > 0 && ev->blocks &&
+                (e->blocks = malloc(sizeof(int32_t) * (size_t)ev->n_blocks))) {
+                memcpy(e->blocks, ev->blocks, sizeof(int32_t) * (size_t)ev->n_blocks);
+                e->n_blocks = ev->n_blocks;
+            }
+        }
     }
     pthread_mutex_lock(&hr->mu);
     if (e) {

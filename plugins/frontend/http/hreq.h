@@ -54,6 +54,10 @@ typedef struct ev_item {
     char *error;
     pagoda_usage usage;
     int32_t position;        /* PROMPT events: the prompt index */
+    /* a traced TOKEN event (step > 0): how the token was made (pagoda_event) */
+    uint64_t step;
+    int32_t step_seqs, step_tokens, kv_tokens, n_blocks;
+    int32_t *blocks;
 } ev_item;
 
 typedef struct choice {
@@ -69,6 +73,7 @@ typedef struct choice {
     char *error;
     pagoda_usage usage;
     json_t *lp;              /* logprobs accumulated (non-streaming) */
+    json_t *trace;           /* pagoda_trace entries accumulated (non-streaming) */
     size_t text_offset;
     /* echo: the prompt's text leads the choice's text; with logprobs its
      * tokens lead the entries, at offsets into the tokens' own text (pieces)
@@ -90,6 +95,7 @@ struct hreq {
     int stream, include_usage;
     int logprobs;            /* -1: none; else top count (chat: top_logprobs) */
     int tools;               /* chat with tools: <tool_call> blocks become tool_calls */
+    int trace;               /* pagoda_trace: each token's step, batch, KV and candidates */
     int n_choices;
     choice *choices;
     int finals_pending;
@@ -133,6 +139,8 @@ struct http_fe {
     hreq *list;
     atomic_uint_fast64_t seq;
     time_t started;
+    int inspect_interval_ms; /* GET /v1/inspect/stream: at most one snapshot this often */
+    struct inspect_hub *hub; /* the stream's shared snapshots (inspect.h) */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

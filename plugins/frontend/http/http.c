@@ -2,13 +2,16 @@
  * http.c: the HTTP frontend (`frontend = http`): an OpenAI-compatible server
  * on libmicrohttpd + jansson. /v1/completions and /v1/chat/completions
  * (streaming as server-sent events or one JSON answer), /v1/models,
- * /tokenize, /detokenize, /health, /metrics, /v1/memory.
+ * /tokenize, /detokenize, /health, /metrics, /v1/memory, and inspection:
+ * /v1/inspect, /v1/inspect/stream and the page /ui.
  * This file is the plugin itself: its config keys, create/destroy, run()
  * (start MHD, wait for stop, drain) and stop(). The rest of the folder:
  * dispatch.c (MHD callbacks, auth, routing), endpoints.c (the routes that
  * do not generate), generate.c (submitting completions and chats), parse.c
  * (request bodies), output.c (SSE and JSON answers from engine events),
- * hreq.c (a request's state and lifetime), reply.c (plain answers, errors).
+ * hreq.c (a request's state and lifetime), reply.c (plain answers, errors),
+ * inspect.c (the inspection routes), trace.c (pagoda_trace entries), ui.c
+ * (the page, compiled in from ui/inspect.html).
  * Not for: tokenizing, templates or sampling: all of that is the engine's,
  * reached through the host table.
  *
@@ -45,6 +48,7 @@
 #include "dispatch.h"
 #include "gate.h"
 #include "hreq.h"
+#include "inspect.h"
 
 #define DRAIN_GRACE_S 10       /* after the last FINAL, time given to responses in flight */
 
@@ -154,6 +158,7 @@ static int http_run(void *ctx)
     /* Drain: stop accepting, cancel everything in flight, wait for every FINAL
      * (the engine guarantees one each), give responses a grace period, close. */
     gate_stop(fe->gate);
+    inspect_hub_stop(fe->hub); /* inspection streams end now */
     uint64_t *ids = NULL;
     int n = 0;
     pthread_mutex_lock(&fe->mu);
@@ -224,6 +229,12 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
         free(fe);
         return PAGODA_ERR_INVALID;
     }
+    fe->inspect_interval_ms = (int)h->config_int(h, "inspect_interval_ms", 200);
+    if (!(fe->hub = inspect_hub_new(fe))) {
+        snprintf(err, err_len, "out of memory");
+        free(fe);
+        return PAGODA_ERR_NOMEM;
+    }
     pthread_mutex_init(&fe->mu, NULL);
     pthread_cond_init(&fe->cv, NULL);
     *ctx = fe;
@@ -237,6 +248,7 @@ static void http_destroy(void *ctx)
     if (fe->gate) gate_stop(fe->gate);
     if (fe->d) MHD_stop_daemon(fe->d);
     gate_free(fe->gate);
+    inspect_hub_free(fe->hub);
     pthread_mutex_destroy(&fe->mu);
     pthread_cond_destroy(&fe->cv);
     free(fe);
@@ -245,7 +257,7 @@ static void http_destroy(void *ctx)
 static const pagoda_config_key http_keys[] = {
     {"host", PAGODA_KEY_STRING, "127.0.0.1", 0, 0, "address to listen on (IPv4 or IPv6 literal)"},
     {"port", PAGODA_KEY_INT, "8080", 0, 65535, "TCP port; 0 picks a free one (see port_file)"},
-    {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health needs 'Authorization: Bearer <key>'"},
+    {"api_key", PAGODA_KEY_STRING, "", 0, 0, "when set, every route but /health and /ui needs 'Authorization: Bearer <key>'"},
     {"max_body_bytes", PAGODA_KEY_SIZE, "8M", 1024, 1073741824.0, "largest request body; more is a 413"},
     {"threads", PAGODA_KEY_INT, "256", 1, 65536, "most requests served at once (one thread each); past it: 503 with Retry-After"},
     {"timeout_s", PAGODA_KEY_INT, "600", 0, 86400, "idle timeout of a request being served, in seconds (0: none)"},
@@ -253,6 +265,7 @@ static const pagoda_config_key http_keys[] = {
     {"max_waiting_connections", PAGODA_KEY_INT, "4096", 1, 1048576, "connections held (without a thread) while their request arrives; past it: 503"},
     {"port_file", PAGODA_KEY_STRING, "", 0, 0, "write the bound port to this file once listening"},
     {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
+    {"inspect_interval_ms", PAGODA_KEY_INT, "200", 10, 60000, "GET /v1/inspect/stream sends at most one snapshot this often"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 

@@ -19,6 +19,7 @@
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
+#include "trace.h"
 
 static const char *finish_str(int r)
 {
@@ -191,6 +192,10 @@ static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
         if (hr->logprobs >= 0 && hr->kind == KIND_COMPLETION) add_prompt_logprob(hr, c, e);
     } else if (e->type == PAGODA_EVENT_TOKEN) {
         if (hr->logprobs >= 0) add_logprobs(hr, chunk_lp ? chunk_lp : &c->lp, e, c->text_offset);
+        if (!hr->stream && e->step) {
+            if (!c->trace) c->trace = json_array();
+            json_array_append_new(c->trace, trace_entry(hr->fe->host, e));
+        }
         if (!hr->stream && e->text_len) sb_put(&c->text, e->text, e->text_len);
         c->text_offset += e->text_len;
     } else {
@@ -251,7 +256,7 @@ static void sse_event(hreq *hr, ev_item *e)
         json_decref(lp);
         return;
     }
-    if (e->type == PAGODA_EVENT_TOKEN && !e->text_len && !lp) return; /* held-back text */
+    if (e->type == PAGODA_EVENT_TOKEN && !e->text_len && !lp && !e->step) return; /* held-back text */
     json_t *o;
     if (e->type == PAGODA_EVENT_FINAL && e->finish_reason == PAGODA_FINISH_ERROR) {
         o = error_json("server_error", c->error ? c->error : "generation failed", NULL, NULL);
@@ -272,6 +277,7 @@ static void sse_event(hreq *hr, ev_item *e)
             json_object_set_new(ch, "logprobs", lp ? lp : json_null());
             lp = NULL;
             json_object_set_new(ch, "finish_reason", json_null());
+            if (e->step) json_object_set_new(ch, "pagoda_trace", trace_entry(hr->fe->host, e));
         } else {
             if (chat) json_object_set_new(ch, "delta", json_object());
             else json_object_set_new(ch, "text", json_string(""));
@@ -468,6 +474,7 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
         }
         json_object_set_new(ch, "logprobs", c->lp ? json_incref(c->lp) : json_null());
         json_object_set_new(ch, "finish_reason", fr ? json_string(fr) : json_null());
+        if (hr->trace) json_object_set_new(ch, "pagoda_trace", c->trace ? json_incref(c->trace) : json_array());
         json_array_append_new(arr, ch);
     }
     json_object_set_new(o, "choices", arr);

@@ -66,6 +66,10 @@ int parse_common(const pagoda_host *h, json_t *o, int kind, params *p, perr *pe)
         if (want) p->logprobs = (int)top;
     }
     p->req.logprobs = p->logprobs;
+    /* pagoda's own field: each token with its step, batch, KV and candidates */
+    if ((r = rf_get_bool(o, "pagoda_trace", &b, pe)) < 0) return -1;
+    p->trace = r && b;
+    p->req.trace = p->trace;
     if (zero && !p->echo)
         return rf_fail(pe, zero_field, "'%s' must be at least 1 (0 scores the prompt alone, with "
                        "'echo': true on /v1/completions)", zero_field);

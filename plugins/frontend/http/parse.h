@@ -1,7 +1,7 @@
 /*
  * parse.h: an OpenAI request body (JSON) into what the engine takes: the
  * fields both generation endpoints share (sampling, n, stream, logprobs,
- * and echo for completions) into a pagoda_request, the prompts of /v1/completions, the messages of
+ * pagoda_trace, and echo for completions) into a pagoda_request, the prompts of /v1/completions, the messages of
  * /v1/chat/completions. Every check on a field is here, each failure a
  * perr (the 400's param and message).
  * Not for: submitting (generate.h) or the sampling fields stdin shares
@@ -30,6 +30,7 @@ typedef struct params {
     int stream, include_usage;
     int logprobs;
     int echo;                  /* completions: the prompt's text (and logprobs) first */
+    int trace;                 /* pagoda_trace: how each token was made (trace.h) */
 } params;
 
 /* Fills p from the body o (p->req defaulted by the host first); -1 and pe
