@@ -133,12 +133,25 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     }
 
     /* --- options */
-    if (o.kv_dtype != PAGODA_DTYPE_F16 && o.kv_dtype != PAGODA_DTYPE_F32) {
-        snprintf(err, n, "KV cache type %s is not supported (use f16 or f32)", pagoda_dtype_name(o.kv_dtype));
+    if (o.kv_dtype != PAGODA_DTYPE_F16 && o.kv_dtype != PAGODA_DTYPE_F32 &&
+        o.kv_dtype != PAGODA_DTYPE_Q8_0) {
+        snprintf(err, n, "KV cache type %s is not supported (use f16, q8_0 or f32)",
+                 pagoda_dtype_name(o.kv_dtype));
         return PAGODA_ERR_INVALID;
     }
     p->kv_dtype = o.kv_dtype;
-    p->kv_value_bytes = o.kv_dtype == PAGODA_DTYPE_F32 ? 4 : 2;
+    pagoda_dtype_block(o.kv_dtype, &p->kv_block_values, &p->kv_block_bytes);
+    p->kv_value_bytes = (double)p->kv_block_bytes / (double)p->kv_block_values;
+    /* a block type quantizes each head's row on its own (pagoda_kv_layout) */
+    if (p->head_dim % p->kv_block_values || val_len % p->kv_block_values) {
+        char sizes[64];
+        if (val_len == p->head_dim) snprintf(sizes, sizeof sizes, "%" PRId64 " values", p->head_dim);
+        else snprintf(sizes, sizeof sizes, "%" PRId64 " values (key) and %" PRId64 " (value)", p->head_dim, val_len);
+        snprintf(err, n, "KV cache type %s stores blocks of %d values along each head, but this "
+                 "model's heads have %s, not a multiple of %d: use kv_dtype = f16 or f32",
+                 pagoda_dtype_name(o.kv_dtype), p->kv_block_values, sizes, p->kv_block_values);
+        return PAGODA_ERR_INVALID;
+    }
     p->max_seq_len = o.max_seq_len ? o.max_seq_len : p->context;
     p->max_batched_tokens = o.max_batched_tokens ? o.max_batched_tokens : 512;
     p->max_num_seqs = o.max_num_seqs ? o.max_num_seqs : 16;
@@ -161,8 +174,8 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      * with key = value = head_dim this is 2 x layers x kv_heads x head_dim x bytes. */
     uint64_t kv = (uint64_t)p->n_layers;
     ok &= mulu(&kv, (uint64_t)p->n_kv_heads);
-    ok &= mulu(&kv, (uint64_t)(p->head_dim + val_len));
-    ok &= mulu(&kv, p->kv_value_bytes);
+    ok &= mulu(&kv, (uint64_t)((p->head_dim + val_len) / p->kv_block_values));
+    ok &= mulu(&kv, (uint64_t)p->kv_block_bytes);
     p->kv_bytes_per_token = kv;
     uint64_t kvb = kv;
     ok &= mulu(&kvb, (uint64_t)p->block_size);
@@ -331,8 +344,13 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "budget", p->budget_bytes,
                 human(p->budget_bytes, a, sizeof a));
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " layers x %" PRId64
-            " kv_heads x %" PRId64 " head_dim x %" PRIu64 " bytes\n",
+            " kv_heads x %" PRId64 " head_dim x %g bytes",
             p->kv_bytes_per_token, p->n_layers, p->n_kv_heads, p->head_dim, p->kv_value_bytes);
+    if (p->kv_block_values > 1)
+        fprintf(fp, " (%s: %d bytes per %d values; %.2fx the tokens of F16 in the same bytes)",
+                pagoda_dtype_name(p->kv_dtype), p->kv_block_bytes, p->kv_block_values,
+                2.0 / p->kv_value_bytes);
+    fprintf(fp, "\n");
     if (p->n_swa_layers > 0)
         fprintf(fp, "  sliding window: %" PRId64 " of %" PRId64 " layers read only their last %" PRId64
                 " tokens (%" PRIu64 " of those bytes/token),\n"
@@ -390,7 +408,9 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         "attention_scratch", (json_int_t)p->att_scratch_bytes, "overhead", (json_int_t)p->overhead_bytes,
         "fixed", (json_int_t)p->fixed_bytes, "budget", (json_int_t)p->budget_bytes));
     json_object_set_new(root, "kv", json_pack(
-        "{s:I,s:I,s:I,s:I,s:I,s:I}", "value_bytes", (json_int_t)p->kv_value_bytes, "bytes_per_token",
+        "{s:s,s:f,s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "dtype", pagoda_dtype_name(p->kv_dtype),
+        "value_bytes", p->kv_value_bytes, "block_values", p->kv_block_values, "block_bytes",
+        p->kv_block_bytes, "bytes_per_token",
         (json_int_t)p->kv_bytes_per_token, "bytes_per_block", (json_int_t)p->kv_bytes_per_block,
         "pool_bytes", (json_int_t)p->kv_pool_bytes, "blocks", (json_int_t)p->kv_blocks, "tokens",
         (json_int_t)p->kv_tokens));
@@ -417,7 +437,7 @@ out:
 
 static void plan_usage(FILE *f)
 {
-    fprintf(f, "usage: pagoda plan --model FILE [--memory SIZE] [--kv-dtype f16|f32]\n"
+    fprintf(f, "usage: pagoda plan --model FILE [--memory SIZE] [--kv-dtype f16|q8_0|f32]\n"
                "                   [--max-seq-len N] [--max-batched-tokens N] [--max-num-seqs N]\n"
                "                   [--block-size N] [--json]\n"
                "Reads only the GGUF header and prints what memory the model needs and how\n"
@@ -462,6 +482,7 @@ int pagoda_cmd_plan(int argc, char **argv)
         else if (OPT("--kv-dtype")) {
             if (!strcasecmp(v, "f16")) o.kv_dtype = PAGODA_DTYPE_F16;
             else if (!strcasecmp(v, "f32")) o.kv_dtype = PAGODA_DTYPE_F32;
+            else if (!strcasecmp(v, "q8_0")) o.kv_dtype = PAGODA_DTYPE_Q8_0;
             else bad = 1;
         } else if (OPT("--max-seq-len")) bad = parse_i64(v, &o.max_seq_len);
         else if (OPT("--max-batched-tokens")) bad = parse_i64(v, &o.max_batched_tokens);

@@ -23,7 +23,7 @@
 
 typedef struct pagoda_memplan_opts {
     uint64_t memory_budget;     /* bytes; 0 = auto: MemAvailable x PAGODA_MEMPLAN_UTIL */
-    int kv_dtype;               /* PAGODA_DTYPE_F16 or PAGODA_DTYPE_F32. NB: F32 is 0, so
+    int kv_dtype;               /* PAGODA_DTYPE_F16, Q8_0 or F32. NB: F32 is 0, so
                                  * start from pagoda_memplan_opts_default() (F16) */
     int64_t max_seq_len;        /* 0 = the model's context length */
     int64_t max_batched_tokens; /* 0 = 512: tokens one forward pass takes */
@@ -45,8 +45,13 @@ typedef struct pagoda_memplan {
     /* Limits actually used (defaults filled in). */
     int kv_dtype;
     int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
-    /* KV: 2 (K and V) x layers x kv_heads x head_dim x bytes per value. */
-    uint64_t kv_value_bytes;
+    /* KV: 2 (K and V) x layers x kv_heads x head_dim x bytes per value,
+     * the last the KV type's data-precision factor: kv_block_bytes per
+     * kv_block_values values (F32 4 / 1, F16 2 / 1, Q8_0 34 / 32 = 1.0625:
+     * a 16-bit scale per 32 int8 values, so the same bytes hold 32/17 =
+     * 1.88x the tokens of F16). */
+    double kv_value_bytes;
+    int kv_block_values, kv_block_bytes;
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes_per_block;
     /* Sliding-window layers (gemma3; 0 / 0 otherwise): how many, their
@@ -97,7 +102,7 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp);
 char *pagoda_memplan_json(const pagoda_memplan *p);
 
 /* The CLI: argv[0] is the subcommand name ("plan"), options follow:
- *   --model FILE [--memory SIZE] [--kv-dtype f16|f32] [--max-seq-len N]
+ *   --model FILE [--memory SIZE] [--kv-dtype f16|q8_0|f32] [--max-seq-len N]
  *   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N] [--json]
  * Exit code: 0 the model fits, 1 it does not (or the file is bad), 2 usage. */
 int pagoda_cmd_plan(int argc, char **argv);

@@ -78,9 +78,12 @@ static int check_layout(cpu_ctx *c, const char *op, const pagoda_buffer *kv,
     if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
         L->head_dim <= 0)
         return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout has a non-positive dimension", op);
-    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16)
-        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32 or F16",
+    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16 && L->dtype != PAGODA_DTYPE_Q8_0)
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32, F16 or Q8_0",
                    op, pagoda_dtype_name(L->dtype));
+    if (!pagoda_kv_head_bytes(L))
+        return ERR(c, PAGODA_ERR_INVALID, "%s: KV type %s needs head_dim a multiple of 32, not %d", op,
+                   pagoda_dtype_name(L->dtype), L->head_dim);
     if (pagoda_kv_pool_bytes(L) > kv->size)
         return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout needs %zu bytes, buffer has %zu", op,
                    pagoda_kv_pool_bytes(L), kv->size);
@@ -133,7 +136,7 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
     /* One list of the types: the kernels' own check. */
     for (int t = 0; t < PAGODA_DTYPE_COUNT_; t++)
         if (pagoda_cpu_weight_type_supported(t)) o.weight_types |= 1ull << t;
-    o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
+    o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0);
     o.host_memory = true;
     memcpy(info, &o, o.struct_size);
     return PAGODA_OK;

@@ -109,6 +109,34 @@ int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend 
     return PAGODA_ERR_UNSUPPORTED;
 }
 
+int pagoda_forward_check_kv(const pagoda_hparams *hp, const pagoda_backend *be, int32_t kv_dtype,
+                            char *err, size_t err_len)
+{
+    const char *bn = be->info.name[0] ? be->info.name : "(unnamed)";
+    if (kv_dtype < 0 || kv_dtype > 63 || !((be->info.kv_types >> kv_dtype) & 1)) {
+        char types[96] = "";
+        size_t n = 0;
+        for (int d = 0; d < 64 && n < sizeof types; d++)
+            if ((be->info.kv_types >> d) & 1)
+                n += (size_t)snprintf(types + n, sizeof types - n, "%s%s", n ? " " : "", pagoda_dtype_name(d));
+        ERR("backend %s cannot keep the KV cache as %s ([engine] kv_dtype): its KV types are %s; "
+            "set kv_dtype to one of them, or serve with a backend that stores %s",
+            bn, pagoda_dtype_name(kv_dtype), n ? types : "none", pagoda_dtype_name(kv_dtype));
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = 1, .block_size = 1, .n_kv_heads = hp->n_kv_heads,
+                          .head_dim = hp->head_dim, .dtype = kv_dtype};
+    if (!pagoda_kv_head_bytes(&L)) {
+        int be_ = 1;
+        pagoda_dtype_block(kv_dtype, &be_, NULL);
+        ERR("KV cache type %s stores blocks of %d values along each head, but this model's heads "
+            "have %d values, not a multiple of %d: use kv_dtype = f16 or f32", pagoda_dtype_name(kv_dtype),
+            be_, hp->head_dim, be_);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
@@ -122,6 +150,7 @@ int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backen
     fw->max_logits = max_logits;
     const pagoda_hparams *hp = &m->hp;
     st = pagoda_forward_check_backend(hp, be, err, err_len);
+    if (!st) st = pagoda_forward_check_kv(hp, be, kv_dtype, err, err_len);
     if (st) {
         fw->be = NULL;   /* nothing to free */
         return st;

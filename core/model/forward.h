@@ -65,6 +65,14 @@ typedef struct pagoda_forward {
 int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
                                  size_t err_len);
 
+/* Can backend `be` keep this model's KV cache in kv_dtype? PAGODA_OK, or
+ * PAGODA_ERR_UNSUPPORTED with one line naming the type, the backend's KV
+ * types (info.kv_types) and the fix; also refuses a block type (Q8_0)
+ * whose blocks do not tile head_dim. pagoda_forward_init checks it; the
+ * runtime calls it before loading weights. */
+int pagoda_forward_check_kv(const pagoda_hparams *hp, const pagoda_backend *be, int32_t kv_dtype,
+                            char *err, size_t err_len);
+
 /* Activation bytes the pass needs for T tokens and S logit rows (the memory
  * plan uses the same formula). */
 size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S);

@@ -24,8 +24,10 @@ extern "C" {
 /* Minor history: 1.0 the first ABI; 1.1 backend ops geglu, scale and
  * attention_ext (pagoda_attn_params: sliding windows), for Gemma 3, and the
  * request's prompt_logprobs / prompt_logprobs_from / score_only with the
- * PROMPT event (host.h), for prompt scoring and perplexity. */
-#define PAGODA_ABI_MINOR 1
+ * PROMPT event (host.h), for prompt scoring and perplexity; 1.2 the Q8_0
+ * KV layout (pagoda_kv_layout, pagoda_kv_head_bytes: an 8-bit KV cache a
+ * backend opts into through info.kv_types). */
+#define PAGODA_ABI_MINOR 2
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -143,7 +143,8 @@ START_TEST(test_descriptor)
                    PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         ck_assert(info.weight_types & (1ull << types[i]));
-    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
+    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) |
+                                         (1ull << PAGODA_DTYPE_Q8_0));
     fprintf(stderr, "cpu backend info: %s\n", info.name);
     unload(&L);
 }
@@ -264,8 +265,12 @@ START_TEST(test_attention_end_to_end)
     ck_assert_int_eq(o->attention(L.ctx, &tq, kv, &lay, 0, &b, 2, 0.35f, &tout), PAGODA_ERR_INVALID);
     slot = 99;
     ck_assert_int_eq(o->kv_write(L.ctx, kv, &lay, 0, &tk, &tv, &slot, 1), PAGODA_ERR_INVALID);
+    /* Q8_0 needs heads of whole 32-value blocks; Q4_0 is no KV type */
+    slot = 2 * 4;
     pagoda_kv_layout q8 = lay;
     q8.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(o->kv_write(L.ctx, kv, &q8, 0, &tk, &tv, &slot, 1), PAGODA_ERR_INVALID);
+    q8.dtype = PAGODA_DTYPE_Q4_0;
     ck_assert_int_eq(o->kv_write(L.ctx, kv, &q8, 0, &tk, &tv, &slot, 1), PAGODA_ERR_UNSUPPORTED);
     /* copy_blocks moves block 2 to block 0. */
     int32_t src = 2, dst = 0;

@@ -67,8 +67,10 @@ static void bench_usage(FILE *f)
 "                          prefix  prefix vs paged, 2000-token shared system prompt\n"
 "                          quant   F16 vs Q8_0 vs Q4_0: decode, prefill, memory, KV left\n"
 "                          batch   16 concurrent sequences vs a single stream\n"
+"                          kvdtype f16 vs q8_0 KV cache: one stream decoding after a\n"
+"                                  2048-token prompt (decode step p50 kept per side)\n"
 "                        workload flags given override the comparison's defaults\n"
-"  --repeat N            sched/kv/prefix/batch: run the two sides alternately N times and\n"
+"  --repeat N            sched/kv/prefix/batch/kvdtype: run the two sides alternately N times and\n"
 "                        keep each side's fastest run (other load only slows a run down)\n"
 "  --memory SIZE         quant: the budget the KV left is planned under (default 4G)\n"
 "  --threads N           threads of the bandwidth and sgemm probes (default: all CPUs)\n"
@@ -190,7 +192,7 @@ int pagoda_cmd_bench(int argc, char **argv)
         else if (strncmp(argv[i], "--compare=", 10) == 0) o.compare = argv[i] + 10;
     }
     if (o.compare && bench_compare_defaults(o.compare, &o)) {
-        fprintf(stderr, "pagoda bench: unknown comparison '%s' (sched, kv, prefix, quant, batch)\n", o.compare);
+        fprintf(stderr, "pagoda bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, kvdtype)\n", o.compare);
         return EXIT_USAGE;
     }
     for (int i = 1; i < argc; i++) {
