@@ -129,8 +129,10 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
     pagoda_backend_info o;
     memset(&o, 0, sizeof o);
     o.struct_size = sz < sizeof o ? sz : sizeof o;
+    /* the kernels' level (pagoda_cpu_kernel_path says why, in the probe
+     * reason and the start-up line) */
     snprintf(o.name, sizeof o.name, "cpu (%s, %d threads, OpenBLAS %s)",
-             pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+             pagoda_cpu_isa_name(pagoda_cpu_kernel_isa()), c->n_threads, c->blas_core);
     meminfo(&o.mem_total, &o.mem_free);
     o.alignment = 64;
     /* One list of the types: the kernels' own check. */
@@ -446,11 +448,15 @@ static int cpu_synchronize(void *ctx)
 
 /* ------------------------------------------------------------ the plugin */
 
+/* The reason says which kernels run (`pagoda plugins` prints it), in the
+ * words of the start-up line. */
 static int cpu_probe(char *why, size_t why_len)
 {
-    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) return 100;
-    if (why && why_len) snprintf(why, why_len, "no AVX2/FMA/F16C: scalar kernels only (slow)");
-    return 40;
+    char path[128];
+    pagoda_cpu_kernel_path(path, sizeof path);
+    int slow = pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2;
+    if (why && why_len) snprintf(why, why_len, "%s%s", path, slow ? ", slow" : "");
+    return slow ? 40 : 100;
 }
 
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
@@ -485,8 +491,9 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                       "times slower; start with OPENBLAS_CORETYPE=%s (pagoda's main sets it unless "
                       "already set)",
                       c->blas_core, pagoda_blas_coretype_for_cpu());
-        host->log(host, PAGODA_LOG_INFO, "cpu backend: %s kernels, %d threads, OpenBLAS %s",
-                  pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+        char path[128];
+        host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
+                  pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);
     }
     *ctxp = c;
     return PAGODA_OK;
@@ -534,7 +541,7 @@ static const pagoda_plugin_desc cpu_desc = {
     PAGODA_DESC_HEADER(PAGODA_KIND_BACKEND),
     .name = "cpu",
     .version = "0.1.0",
-    .description = "CPU kernels: OpenBLAS sgemm, AVX2 int8/F16 matmul, paged attention",
+    .description = "CPU kernels: OpenBLAS sgemm, int8/F16 matmul and paged attention (SIMD level chosen at run time)",
     .config_keys = cpu_keys,
     .probe = cpu_probe,
     .create = cpu_create,

@@ -367,6 +367,6 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void)
 {
-    return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
+    return pagoda_cpu_kernel_isa() == PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
                                                           : &pagoda_vecdot_scalar;
 }

@@ -1079,6 +1079,34 @@ START_TEST(test_kv_q8_0_store_matches_reference)
 }
 END_TEST
 
+/* Which kernels run, and what they are called, on CPUs this machine is
+ * not: an AVX-512 CPU runs the AVX2 kernels and says so (the AVX2 table is
+ * the one picked), an AVX2 CPU forced to scalar says forced. */
+START_TEST(test_kernel_path_names)
+{
+    char buf[128];
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return; /* the AVX2 table would not run */
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_active_isa(), PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX2);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), &pagoda_vecdot_avx2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf),
+                     "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has no AVX-512 kernels yet)");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels (forced; the CPU has more)");
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), &pagoda_vecdot_scalar);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "scalar kernels (forced; the CPU has more)");
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_SCALAR);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "scalar kernels (no AVX2/FMA/F16C)");
+    pagoda_cpu_fake_detected_isa(-1);
+}
+END_TEST
+
 START_TEST(test_copy_blocks)
 {
     pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 2,
@@ -1142,6 +1170,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_attention_split_decode);
     tcase_add_test(tc, test_kv_q8_0_store_matches_reference);
     tcase_add_test(tc, test_copy_blocks);
+    tcase_add_test(tc, test_kernel_path_names);
     suite_add_tcase(s, tc);
     return s;
 }
