@@ -243,8 +243,8 @@ static int cpu_rms_norm(void *ctx, const pagoda_tensor *x, const pagoda_tensor *
     if (w->cols != x->cols || w->rows < 1)
         return ERR(c, PAGODA_ERR_INVALID, "rms_norm: w has %lld columns, x %lld",
                    (long long)w->cols, (long long)x->cols);
-    pagoda_cpu_rms_norm(tptr(x), x->row_stride, tptr(w), eps, tptr(out), out->row_stride, x->rows,
-                        x->cols);
+    pagoda_cpu_rms_norm_mt(&c->ex, tptr(x), x->row_stride, tptr(w), eps, tptr(out), out->row_stride,
+                           x->rows, x->cols);
     return PAGODA_OK;
 }
 
@@ -277,6 +277,47 @@ static int cpu_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
     return PAGODA_OK;
 }
 
+static int cpu_matmul_multi(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                            const pagoda_tensor *const *bias, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    _Static_assert(PAGODA_MATMUL_MULTI_MAX <= PAGODA_CPU_MATMUL_MAX, "the kernels take every matrix");
+    if (n < 1 || n > PAGODA_MATMUL_MULTI_MAX || !w || !out)
+        return ERR(c, PAGODA_ERR_INVALID, "matmul_multi: %d matrices (1..%d, w and out non-NULL)", n,
+                   PAGODA_MATMUL_MULTI_MAX);
+    TRY(check_tensor(c, "matmul_multi", "x", x, PAGODA_DTYPE_F32));
+    pagoda_cpu_mat m[PAGODA_MATMUL_MULTI_MAX];
+    for (int32_t i = 0; i < n; i++) {
+        const pagoda_tensor *b = bias ? bias[i] : NULL;
+        char wn[16], on[16];
+        snprintf(wn, sizeof wn, "w[%d]", i);
+        snprintf(on, sizeof on, "out[%d]", i);
+        TRY(check_tensor(c, "matmul_multi", wn, &w[i], -1));
+        TRY(check_tensor(c, "matmul_multi", on, &out[i], PAGODA_DTYPE_F32));
+        if (!pagoda_cpu_weight_type_supported(w[i].dtype))
+            return ERR(c, PAGODA_ERR_UNSUPPORTED, "matmul_multi: %s type %s (%d) is not supported by the cpu backend",
+                       wn, pagoda_dtype_name(w[i].dtype), (int)w[i].dtype);
+        if (w[i].cols != x->cols || out[i].rows != x->rows || out[i].cols != w[i].rows)
+            return ERR(c, PAGODA_ERR_INVALID,
+                       "matmul_multi: x %lld x %lld, %s %lld x %lld, %s %lld x %lld do not match",
+                       (long long)x->rows, (long long)x->cols, wn, (long long)w[i].rows,
+                       (long long)w[i].cols, on, (long long)out[i].rows, (long long)out[i].cols);
+        if (b) {
+            TRY(check_tensor(c, "matmul_multi", "bias", b, PAGODA_DTYPE_F32));
+            if (b->cols != w[i].rows || b->rows < 1)
+                return ERR(c, PAGODA_ERR_INVALID, "matmul_multi: bias[%d] has %lld columns, expected %lld", i,
+                           (long long)b->cols, (long long)w[i].rows);
+        }
+        m[i] = (pagoda_cpu_mat){.w = tptr(&w[i]), .dtype = w[i].dtype, .w_stride = w[i].row_stride,
+                                .N = w[i].rows, .bias = b ? tptr(b) : NULL, .out = tptr(&out[i]),
+                                .out_stride = out[i].row_stride};
+    }
+    int st = pagoda_cpu_matmul_multi(&c->ex, tptr(x), x->row_stride, x->rows, x->cols, m, n);
+    if (st == PAGODA_ERR_NOMEM) return ERR(c, st, "matmul_multi: cannot allocate activation scratch");
+    if (st) return ERR(c, st, "matmul_multi: %s", pagoda_status_str(st));
+    return PAGODA_OK;
+}
+
 static int cpu_rope(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t head_dim,
                     const int32_t *positions, const pagoda_rope_params *p)
 {
@@ -290,7 +331,7 @@ static int cpu_rope(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t 
     if (p->n_rot < 0 || p->n_rot % 2 || p->n_rot > head_dim || p->n_rot > 1024)
         return ERR(c, PAGODA_ERR_INVALID, "rope: n_rot %d must be even and <= head_dim %d (and 1024)",
                    p->n_rot, head_dim);
-    pagoda_cpu_rope(tptr(x), x->row_stride, x->rows, n_heads, head_dim, positions, p);
+    pagoda_cpu_rope_mt(&c->ex, tptr(x), x->row_stride, x->rows, n_heads, head_dim, positions, p);
     return PAGODA_OK;
 }
 
@@ -312,7 +353,8 @@ static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
         if (slots[i] < 0 || slots[i] >= n_slots)
             return ERR(c, PAGODA_ERR_INVALID, "kv_write: slot %d of token %d outside 0..%lld", slots[i],
                        i, (long long)n_slots - 1);
-    pagoda_cpu_kv_write(kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride, slots, n);
+    pagoda_cpu_kv_write_mt(&c->ex, kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride,
+                           slots, n);
     return PAGODA_OK;
 }
 
@@ -384,7 +426,7 @@ static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor 
     TRY(check_tensor(c, "swiglu", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "swiglu", gate, up));
     TRY(same_shape(c, "swiglu", gate, out));
-    pagoda_cpu_swiglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+    pagoda_cpu_swiglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                       out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
 }
@@ -398,7 +440,7 @@ static int cpu_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *
     TRY(check_tensor(c, "geglu", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "geglu", gate, up));
     TRY(same_shape(c, "geglu", gate, out));
-    pagoda_cpu_geglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+    pagoda_cpu_geglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                      out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
 }
@@ -409,7 +451,7 @@ static int cpu_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_te
     TRY(check_tensor(c, "scale", "x", x, PAGODA_DTYPE_F32));
     TRY(check_tensor(c, "scale", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "scale", x, out));
-    pagoda_cpu_scale(tptr(x), x->row_stride, s, tptr(out), out->row_stride, x->rows, x->cols);
+    pagoda_cpu_scale_mt(&c->ex, tptr(x), x->row_stride, s, tptr(out), out->row_stride, x->rows, x->cols);
     return PAGODA_OK;
 }
 
@@ -422,7 +464,7 @@ static int cpu_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
     TRY(check_tensor(c, "add", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "add", a, b));
     TRY(same_shape(c, "add", a, out));
-    pagoda_cpu_add(tptr(a), a->row_stride, tptr(b), b->row_stride, tptr(out), out->row_stride,
+    pagoda_cpu_add_mt(&c->ex, tptr(a), a->row_stride, tptr(b), b->row_stride, tptr(out), out->row_stride,
                    a->rows, a->cols);
     return PAGODA_OK;
 }
@@ -529,6 +571,7 @@ static const pagoda_backend_ops cpu_ops = {
     .geglu = cpu_geglu,
     .scale = cpu_scale,
     .attention_ext = cpu_attention_ext,
+    .matmul_multi = cpu_matmul_multi,
 };
 
 static const pagoda_config_key cpu_keys[] = {

@@ -2,8 +2,9 @@
  * ops.c: the small per-row kernels of the forward pass: RMSNorm, RoPE,
  * SwiGLU, GeGLU, scale, add, KV store and KV block copy. They move a few KB per token,
  * next to megabytes of weights in matmul, so they stay plain C (which gcc
- * vectorizes) and single-threaded; the F16 KV store, which gcc does not
- * vectorize, converts through the vecdot table (F16C).
+ * vectorizes) and single-threaded here (ops_pool.c spreads a prefill's
+ * rows over the pool); the F16 and Q8_0 KV stores, which gcc does not
+ * vectorize, convert through the vecdot table (F16C, AVX2).
  * Not for: matmul (matmul.c) or attention (attention.c).
  */
 #include "kernels.h"

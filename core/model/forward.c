@@ -280,6 +280,26 @@ static int scale_rows(pagoda_forward *fw, const pagoda_tensor *x, float s)
     return st;
 }
 
+/* out[i] = x * w[i]^T (+ bias[i]) for i < n: the backend's matmul_multi
+ * (ABI 1.2: x prepared once for all of them), else n matmuls. bias may be
+ * NULL; *what names the matmul that failed. */
+static int matmuls(pagoda_forward *fw, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                   const pagoda_tensor *const *bias, const pagoda_tensor *out, const char *const *names,
+                   const char **what)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    if (o->matmul_multi) {
+        *what = names[n];
+        return o->matmul_multi(fw->be->ctx, x, n, w, bias, out);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        *what = names[i];
+        int st = o->matmul(fw->be->ctx, x, &w[i], bias ? bias[i] : NULL, &out[i]);
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
 /* A view of the first n rows of an activation tensor. */
 static pagoda_tensor rows(pagoda_tensor t, int64_t n)
 {
@@ -358,9 +378,13 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         const pagoda_rope_params *rp = L->window ? &rope_swa : &rope;
         /* attention block */
         CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
-        CALL("matmul(attn_q)", o->matmul(c, &xb, &L->wq, L->has_bias ? &L->bq : NULL, &q));
-        CALL("matmul(attn_k)", o->matmul(c, &xb, &L->wk, L->has_bias ? &L->bk : NULL, &k));
-        CALL("matmul(attn_v)", o->matmul(c, &xb, &L->wv, L->has_bias ? &L->bv : NULL, &v));
+        {
+            static const char *const nm[] = {"matmul(attn_q)", "matmul(attn_k)", "matmul(attn_v)",
+                                             "matmul_multi(attn_q, attn_k, attn_v)"};
+            const pagoda_tensor w3[3] = {L->wq, L->wk, L->wv}, o3[3] = {q, k, v};
+            const pagoda_tensor *const b3[3] = {&L->bq, &L->bk, &L->bv};
+            if ((st = matmuls(fw, &xb, 3, w3, L->has_bias ? b3 : NULL, o3, nm, &what))) goto fail;
+        }
         if (L->has_qk_norm) {
             pagoda_tensor qh = reshape(q, hp->head_dim), kh = reshape(k, hp->head_dim);
             CALL("rms_norm(attn_q_norm)", o->rms_norm(c, &qh, &L->q_norm, hp->rms_eps, &qh));
@@ -384,8 +408,12 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         CALL("add", o->add(c, &x, &xb2, &x));
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
-        CALL("matmul(ffn_gate)", o->matmul(c, &xb, &L->w_gate, NULL, &hb));
-        CALL("matmul(ffn_up)", o->matmul(c, &xb, &L->w_up, NULL, &hb2));
+        {
+            static const char *const nm[] = {"matmul(ffn_gate)", "matmul(ffn_up)",
+                                             "matmul_multi(ffn_gate, ffn_up)"};
+            const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hb, hb2};
+            if ((st = matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
+        }
         if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
         else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));

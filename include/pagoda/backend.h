@@ -140,6 +140,9 @@ typedef struct pagoda_rope_params {
     const float *inv_freq;    /* [n_rot / 2] */
 } pagoda_rope_params;
 
+/* The most matrices one matmul_multi call takes (ABI 1.2). */
+#define PAGODA_MATMUL_MULTI_MAX 8
+
 /* Attention parameters of attention_ext (ABI 1.1). Filled by the core;
  * struct_size first so later minors can add fields at the end: a backend
  * reads a field only when struct_size covers it (absent fields read 0). */
@@ -203,7 +206,8 @@ typedef struct pagoda_backend_ops {
                 const int32_t *positions, const pagoda_rope_params *p);
 
     /* required. Store the K and V rows of n tokens (F32 [n x kv_heads*head_dim])
-     * into their slots of `layer` in the KV pool. */
+     * into their slots of `layer` in the KV pool (the n slots are distinct),
+     * rounded to the layout's type. */
     int (*kv_write)(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *layout, int32_t layer,
                     const pagoda_tensor *k, const pagoda_tensor *v, const int32_t *slots,
                     int32_t n);
@@ -255,6 +259,21 @@ typedef struct pagoda_backend_ops {
                          const pagoda_kv_layout *layout, int32_t layer,
                          const pagoda_batch *batch, const pagoda_attn_params *p,
                          const pagoda_tensor *out);
+
+    /* ---- ABI 1.2 ---- */
+
+    /* optional, ABI 1.2. n matmuls over one input, each exactly as `matmul`:
+     * out[i] = x * w[i]^T (+ bias[i]) for 0 <= i < n, 1 <= n <=
+     * PAGODA_MATMUL_MULTI_MAX. w and out are arrays of n tensors: w[i] of
+     * any type in info.weight_types (they may differ) and x's width, out[i]
+     * F32 [x.rows x w[i].rows], aliasing neither x nor another out; bias is
+     * NULL (no biases) or an array of n pointers, each NULL or F32 [1 x
+     * w[i].rows]. The forward pass hands over Q/K/V and gate/up this way, so
+     * a backend can prepare x once (the cpu backend quantizes it once and
+     * wakes its threads once for all of them). Fallback: n calls of
+     * `matmul`. */
+    int (*matmul_multi)(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                        const pagoda_tensor *const *bias, const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

@@ -26,7 +26,8 @@ extern "C" {
  * request's prompt_logprobs / prompt_logprobs_from / score_only with the
  * PROMPT event (host.h), for prompt scoring and perplexity; 1.2 the Q8_0
  * KV layout (pagoda_kv_layout, pagoda_kv_head_bytes: an 8-bit KV cache a
- * backend opts into through info.kv_types). */
+ * backend opts into through info.kv_types) and the optional backend op
+ * matmul_multi (several matmuls over one input: Q/K/V, gate/up). */
 #define PAGODA_ABI_MINOR 2
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"

@@ -243,6 +243,96 @@ out:
     free(wb); free(wv); free(x); free(bv); free(got);
 }
 
+/* --------------------------------------------------------- matmul_multi */
+
+/* n matmuls over one x (ABI 1.2): each output against its reference, with
+ * its type's tolerance; biases on matrices 0 and 2 only (the others NULL
+ * entries), x strided. */
+static void case_matmul_multi(cf *c, int n, const int *types, const int64_t *Ns, int64_t T, int64_t K)
+{
+    const char *op = "matmul_multi";
+    char shape[192];
+    int len = snprintf(shape, sizeof shape, "T=%lld K=%lld", (long long)T, (long long)K);
+    for (int i = 0; i < n && len < (int)sizeof shape - 32; i++)
+        len += snprintf(shape + len, sizeof shape - (size_t)len, " %s[%lld]%s", pagoda_dtype_name(types[i]),
+                        (long long)Ns[i], i % 2 ? "" : "+bias");
+    if (!c->ops->matmul_multi) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.2) is NULL: the core runs n matmuls");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (!has_type(c, types[i])) {
+            cf_record(c, op, shape, 0, 0, CF_SKIP, "%s not in info.weight_types", pagoda_dtype_name(types[i]));
+            return;
+        }
+    enum { MAXN = 4 };
+    uint8_t *wb[MAXN] = {0};
+    float *wv[MAXN] = {0}, *bv[MAXN] = {0}, *got[MAXN] = {0};
+    pagoda_buffer *wbuf[MAXN] = {0}, *bbuf[MAXN] = {0}, *obuf[MAXN] = {0}, *xb = NULL;
+    pagoda_tensor wt[MAXN], bt[MAXN], ot[MAXN], xt;
+    const pagoda_tensor *bp[MAXN] = {0};
+    float *x = malloc(sizeof(float) * (size_t)(T * K));
+    int st = x ? 0 : PAGODA_ERR_NOMEM;
+    for (int i = 0; i < n && !st; i++) {
+        bv[i] = malloc(sizeof(float) * (size_t)Ns[i]);
+        got[i] = malloc(sizeof(float) * (size_t)(T * Ns[i]));
+        st = !bv[i] || !got[i] ? PAGODA_ERR_NOMEM : make_weights(c, types[i], Ns[i], K, &wb[i], &wv[i]);
+    }
+    if (st) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    cf_fill(c, x, (size_t)(T * K), -1.0f, 1.0f);
+    st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, K, c->align, x, &xb, &xt);
+    for (int i = 0; i < n && !st; i++) {
+        for (int64_t r = 0; r < Ns[i]; r++) {
+            double rs = 0;
+            for (int64_t k = 0; k < K; k++) rs += fabs(wv[i][r * K + k]);
+            bv[i][r] = cf_uniform(c, -0.5f, 0.5f) * (float)rs;
+        }
+        st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, types[i], Ns[i], K, 0, wb[i], &wbuf[i], &wt[i]);
+        if (!st && i % 2 == 0)
+            st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, PAGODA_DTYPE_F32, 1, Ns[i], 0, bv[i], &bbuf[i], &bt[i]);
+        if (!st && i % 2 == 0) bp[i] = &bt[i];
+        if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, Ns[i], 0, NULL, &obuf[i], &ot[i]);
+    }
+    if (st) { cf_record_call(c, op, shape, "buffer_alloc/upload", st); goto out; }
+    if ((st = c->ops->matmul_multi(c->be, &xt, n, wt, bp, ot))) { cf_record_call(c, op, shape, op, st); goto out; }
+    double worst = 0, worst_tol = 0;
+    int wi = 0;
+    for (int i = 0; i < n; i++) {
+        if ((st = cf_tensor_get(c, &ot[i], got[i]))) { cf_record_call(c, op, shape, "download", st); goto out; }
+        double err = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 0; r < Ns[i]; r++) {
+                double s = bp[i] ? bv[i][r] : 0.0, mag = bp[i] ? fabs(bv[i][r]) : 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)x[t * K + k] * wv[i][r * K + k];
+                    s += p;
+                    mag += fabs(p);
+                }
+                double g = got[i][t * Ns[i] + r];
+                double e = isfinite(g) ? fabs(g - s) / (mag + 1e-30) : INFINITY;
+                if (e > err) err = e;
+            }
+        /* the worst matrix relative to its own tolerance */
+        if (i == 0 || err / matmul_tol(types[i]) > worst / worst_tol) {
+            worst = err;
+            worst_tol = matmul_tol(types[i]);
+            wi = i;
+        }
+    }
+    cf_record(c, op, shape, worst, worst_tol, worst <= worst_tol ? CF_PASS : CF_FAIL,
+              "output %d (%s) differs from its matmul", wi, pagoda_dtype_name(types[wi]));
+out:
+    cf_buffer_free(c, xb);
+    for (int i = 0; i < n; i++) {
+        cf_buffer_free(c, wbuf[i]); cf_buffer_free(c, bbuf[i]); cf_buffer_free(c, obuf[i]);
+        free(wb[i]); free(wv[i]); free(bv[i]); free(got[i]);
+    }
+    free(x);
+}
+
 /* ------------------------------------------- rms_norm, swiglu, add, rope */
 
 /* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add, 3 geglu, 4 scale
@@ -394,6 +484,21 @@ void cf_run_all_ops(cf *c)
         int be = 0;
         pagoda_dtype_block(dt, &be, NULL);
         if (be <= 32) case_matmul(c, dt, 3, 96, 40, true); /* K of 3 blocks of 32 */
+    }
+    /* Q/K/V and gate/up as the forward pass hands them over: one type,
+     * Q4_K_M's Q4_K + Q6_K, and types with nothing in common */
+    {
+        static const int qkv8[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q8_0};
+        static const int kmix[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q6_K};
+        static const int other[] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_F32, PAGODA_DTYPE_Q8_0};
+        static const int64_t n3[] = {96, 32, 32}, n2[] = {80, 80}, n4[] = {40, 24, 24, 40};
+        case_matmul_multi(c, 3, qkv8, n3, 1, 256);
+        case_matmul_multi(c, 3, qkv8, n3, 33, 256);
+        case_matmul_multi(c, 2, qkv8, n2, 5, 512);
+        case_matmul_multi(c, 3, kmix, n3, 1, 512);
+        case_matmul_multi(c, 3, kmix, n3, 9, 512);
+        case_matmul_multi(c, 4, other, n4, 1, 256);
+        case_matmul_multi(c, 4, other, n4, 6, 256);
     }
     if (c->ops->weights_from_host) {
         if (has_type(c, PAGODA_DTYPE_F32)) case_get_rows(c, PAGODA_DTYPE_F32, 20, 64, 9, true);
