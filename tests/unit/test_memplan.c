@@ -2,7 +2,8 @@
  * KV bytes per token and weight bytes, the documented activation and
  * workspace formulas, the KV pool arithmetic from a budget, a budget too
  * small to fit, sequence lengths beyond max_seq_len, JSON, CLI; a Q4_K
- * model's weight bytes and type name. */
+ * model's weight bytes and type name; gemma3's window pool (swa_kv) and
+ * the 8-bit KV cache (kv_dtype = q8_0). */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -141,14 +142,20 @@ START_TEST(options_and_limits)
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "max_seq_len 4096"), "%s", err);
     o.max_seq_len = 0;
+    /* Q8_0 KV quantizes each head in blocks of 32: stories260K's heads of 8 cannot */
     o.kv_dtype = PAGODA_DTYPE_Q8_0;
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "Q8_0"), "%s", err);
+    ck_assert_str_eq(err, "KV cache type Q8_0 stores blocks of 32 values along each head, but this "
+                          "model's heads have 8 values, not a multiple of 32: use kv_dtype = f16 or f32");
+    o.kv_dtype = PAGODA_DTYPE_Q4_0;
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_str_eq(err, "KV cache type Q4_0 is not supported (use f16, q8_0 or f32)");
+    o.kv_dtype = PAGODA_DTYPE_F16;
     /* NULL opts: defaults with an auto budget from /proc/meminfo. */
     ck_assert_int_eq(pagoda_memplan_compute(f, NULL, &p, err, sizeof err), 0);
     ck_assert(p.budget_auto);
     ck_assert_uint_gt(p.mem_available, 0);
-    ck_assert_uint_eq(p.kv_value_bytes, 2);
+    ck_assert(p.kv_value_bytes == 2.0);
     pagoda_gguf_close(f);
 }
 END_TEST
@@ -252,6 +259,69 @@ START_TEST(k_quant_weights)
     json_decref(root);
     free(js);
     pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* The 8-bit KV cache: 34 bytes per 32 values (a 16-bit scale per block),
+ * so the same budget holds 32/17 = 1.88x the tokens of F16; the plan shows
+ * the factor (text and JSON) and the CLI takes --kv-dtype q8_0. */
+START_TEST(q8_0_kv)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    /* 2 layers, 2 KV heads of 64 */
+    pagoda_genmodel_opts g = {.shape = "tiny-k", .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 1};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p16, p8;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p16, err, sizeof err), 0);
+    o.kv_dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p8, err, sizeof err), 0);
+    ck_assert_uint_eq(p16.kv_bytes_per_token, 2 * 2 * 2 * 64 * 2);
+    ck_assert_uint_eq(p8.kv_bytes_per_token, 2 * 2 * 2 * (64 / 32) * 34);
+    ck_assert(p8.kv_value_bytes == 1.0625);
+    ck_assert_int_eq(p8.kv_block_values, 32);
+    ck_assert_int_eq(p8.kv_block_bytes, 34);
+    ck_assert_uint_eq(p8.kv_bytes_per_block, p8.kv_bytes_per_token * 16);
+    /* the same bytes left for the pool hold 32/17 the tokens */
+    ck_assert_uint_eq(p8.fixed_bytes, p16.fixed_bytes);
+    ck_assert_uint_eq(p8.kv_blocks, (o.memory_budget - p8.fixed_bytes) / p8.kv_bytes_per_block);
+    double ratio = (double)p8.kv_tokens / (double)p16.kv_tokens;
+    ck_assert_msg(ratio > 1.88 && ratio < 1.885, "%f", ratio);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(&p8, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(txt, ", KV Q8_0\n"), "%s", txt);
+    ck_assert_msg(strstr(txt, "KV cache: 544 bytes/token = 2 x 2 layers x 2 kv_heads x 64 head_dim x 1.0625 "
+                              "bytes (Q8_0: 34 bytes per 32 values; 1.88x the tokens of F16 in the same bytes)\n"),
+                  "%s", txt);
+    free(txt);
+    char *js = pagoda_memplan_json(&p8);
+    json_t *root = json_loads(js, 0, NULL), *kv = json_object_get(root, "kv");
+    ck_assert_str_eq(json_string_value(json_object_get(kv, "dtype")), "Q8_0");
+    ck_assert(json_real_value(json_object_get(kv, "value_bytes")) == 1.0625);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "block_values")), 32);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "block_bytes")), 34);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "bytes_per_token")), 544);
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+    char *a1[] = {"plan", "--model", path, "--memory", "256M", "--kv-dtype", "q8_0"};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    ck_assert_int_eq(pagoda_cmd_plan(7, a1), 0);
+    fclose(stdout);
+    stdout = saved;
     unlink(path);
 }
 END_TEST
@@ -441,6 +511,7 @@ static Suite *suite(void)
     tcase_add_test(tc, k_quant_weights);
     tcase_add_test(tc, gemma3_sliding_window);
     tcase_add_test(tc, gemma3_plan_is_what_is_allocated);
+    tcase_add_test(tc, q8_0_kv);
     suite_add_tcase(s, tc);
     return s;
 }
