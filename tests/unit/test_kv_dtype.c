@@ -85,7 +85,8 @@ static void run_tokens_ring(pagoda_runtime *rt, int kv_dtype, int32_t ring, cons
         lv.block_table = ltable;
         pagoda_batch b = {.seq_no = (uint64_t)t0 + 1, .n_tokens = n, .tokens = tok + t0, .positions = pos + t0,
                           .slots = slots + t0, .n_seqs = 1, .seqs = &sv};
-        pagoda_batch lb = b;
+        pagoda_batch lb = b;   /* the window batch, as engine_step.c makes it */
+        lb.seq_no |= 1ull << 63;
         lb.slots = lslots + t0;
         lb.seqs = &lv;
         ck_assert_msg(pagoda_forward_run_scan(&fw, &b, ring ? &lb : NULL, rows, n,
