@@ -28,8 +28,11 @@ extern "C" {
  * constraint kind (constraint.h) with the request's constraint fields and
  * the host's check_constraint, for structured output; 1.2 inspection:
  * the KV policies' optional inspect op, the request's request_id and trace,
- * the event's trace fields and the host's inspect_json. */
-#define PAGODA_ABI_MINOR 2
+ * the event's trace fields and the host's inspect_json; 1.3 the Q8_0 KV
+ * layout (pagoda_kv_layout, pagoda_kv_head_bytes: an 8-bit KV cache a
+ * backend opts into through info.kv_types) and the optional backend op
+ * matmul_multi (several matmuls over one input: Q/K/V, gate/up). */
+#define PAGODA_ABI_MINOR 3
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
