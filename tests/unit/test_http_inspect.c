@@ -12,20 +12,10 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
-#include "fake_engine.h"
-#include "testutil.h"
-
-#ifdef PAGODA_HAVE_CURL
 #include "http_testutil.h"
 
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
+#ifdef PAGODA_HAVE_CURL
 
 static int inspect_calls(srv *s)
 {
@@ -362,27 +352,8 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = tu_run(suite());
-    curl_global_cleanup();
-    return rc;
-}
+int main(void) { return http_test_main(suite()); }
 
 #else /* !PAGODA_HAVE_CURL */
-START_TEST(test_skipped)
-{
-    fprintf(stderr, "test_http_inspect: libcurl not found at configure time; tests skipped\n");
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("http_inspect");
-    TCase *tc = tcase_create("skip");
-    tcase_add_test(tc, test_skipped);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+int main(void) { return http_test_main_skipped("test_http_inspect"); }
 #endif
