@@ -145,13 +145,7 @@ static void run(const char *const *extra, int first, int n, run_out *out)
 
 static void assert_same(const run_out *a, const run_out *b, const char *what)
 {
-    for (int i = 0; i < N_REQ; i++) {
-        ck_assert_int_eq(a->r[i].n_tokens, b->r[i].n_tokens);
-        for (int t = 0; t < a->r[i].n_tokens; t++)
-            ck_assert_msg(a->r[i].tokens[t] == b->r[i].tokens[t],
-                          "%s: request %d differs at token %d (%d vs %d)", what, i, t,
-                          a->r[i].tokens[t], b->r[i].tokens[t]);
-    }
+    et_assert_same_tokens(a->r, b->r, N_REQ, what);
 }
 
 /* Each request alone, every layer at every position. */
