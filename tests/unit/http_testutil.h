@@ -9,7 +9,6 @@
 #ifndef PAGODA_HTTP_TESTUTIL_H
 #define PAGODA_HTTP_TESTUTIL_H
 
-#include <dlfcn.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "fake_engine.h"
+#include "plugin_testhost.h"
 #include "testutil.h"
 
 #ifdef PAGODA_HAVE_CURL
@@ -69,17 +69,9 @@ static inline void srv_create(srv *s, const fake_kv *extra, int n_extra, void (*
     s->f = fake_engine_new(s->cfg, s->n_cfg);
     if (tweak) tweak(s->f);
 
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    ck_assert_ptr_nonnull(entry);
-    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    ck_assert_ptr_nonnull(s->desc);
-    ck_assert_int_eq(s->desc->kind, PAGODA_KIND_FRONTEND);
-    ck_assert_str_eq(s->desc->name, "http");
+    th_plugin p = th_load("frontend", "http"); /* asserts its name, kind and ABI */
+    s->lib = p.dl;
+    s->desc = p.desc;
     s->ops = s->desc->ops;
     char err[256] = {0};
     ck_assert_msg(s->desc->create(&s->f->host, &s->ctx, err, sizeof err) == PAGODA_OK, "%s", err);

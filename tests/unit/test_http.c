@@ -721,11 +721,7 @@ START_TEST(test_stop_drains)
     /* stop() twice is fine; run() after stop returns at once */
     s.ops->stop(s.ctx);
     ck_assert_int_eq(s.ops->run(s.ctx), PAGODA_OK);
-    s.desc->destroy(s.ctx);
-    fake_engine_free(s.f);
-    dlclose(s.lib);
-    unlink(s.port_file);
-    rmdir(s.dir);
+    srv_free(&s);
 }
 END_TEST
 
@@ -766,34 +762,21 @@ START_TEST(test_stop_partial_text)
     ck_assert_str_eq(jget_str(j, "choices.0.text"), want);
     json_decref(j);
     free(b.r.body);
-    s.desc->destroy(s.ctx);
-    fake_engine_free(s.f);
-    dlclose(s.lib);
-    unlink(s.port_file);
-    rmdir(s.dir);
+    srv_free(&s);
 }
 END_TEST
 
 START_TEST(test_descriptor_keys)
 {
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_ptr_nonnull(lib);
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    const pagoda_plugin_desc *d = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    th_plugin p = th_load("frontend", "http");
+    const pagoda_plugin_desc *d = p.desc;
     const char *want[] = {"host", "port", "api_key", "max_body_bytes", "threads", "timeout_s", "port_file",
                           "served_model_name"};
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        int found = 0;
-        for (const pagoda_config_key *k = d->config_keys; k->name; k++)
-            if (!strcmp(k->name, want[i])) found = 1;
-        ck_assert_msg(found, "key %s not declared", want[i]);
-    }
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        ck_assert_msg(th_declares_key(d, want[i]), "key %s not declared", want[i]);
     ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
     ck_assert_uint_eq(((const pagoda_frontend_ops *)d->ops)->struct_size, sizeof(pagoda_frontend_ops));
-    dlclose(lib);
+    th_unload(&p);
 }
 END_TEST
 
