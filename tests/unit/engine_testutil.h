@@ -1,5 +1,6 @@
-/* engine_testutil.h: build a runtime on the bundled model from a list of
- * "section.key=value" settings, and collect a request's events. Header-only
+/* engine_testutil.h: build a runtime on a model file (the bundled one
+ * unless told) from a list of "section.key=value" settings, and collect a
+ * request's events. Header-only
  * (static inline functions) so each suite that needs it includes it. */
 #ifndef PAGODA_ENGINE_TESTUTIL_H
 #define PAGODA_ENGINE_TESTUTIL_H
@@ -55,17 +56,17 @@ static inline void et_cb(void *user, const pagoda_event *ev)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Open a runtime (no frontend) on models/stories260K.gguf with settings
- * (NULL-terminated list), its engine not started: requests submitted
- * before pagoda_engine_start all arrive in its first step. Fails the test
- * on error. */
-static inline pagoda_runtime *et_open_stopped(pagoda_config **cfg_out, const char *const *settings)
+/* Open a runtime (no frontend) on the model file `model` with
+ * engine.log_level=warn and settings (NULL-terminated, may be NULL), its
+ * engine not started: requests submitted before pagoda_engine_start all
+ * arrive in its first step. Fails the test on error. */
+static inline pagoda_runtime *et_open_model(pagoda_config **cfg_out, const char *model, const char *const *settings)
 {
     char err[1024] = "";
     pagoda_config *cfg = pagoda_config_new_empty();
     ck_assert_ptr_nonnull(cfg);
     char buf[4200];
-    snprintf(buf, sizeof buf, "engine.model=%s", tu_src("models/stories260K.gguf"));
+    snprintf(buf, sizeof buf, "engine.model=%s", model);
     ck_assert_msg(pagoda_config_set(cfg, buf, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(pagoda_config_set(cfg, "engine.log_level=warn", err, sizeof err) == 0, "%s", err);
     for (int i = 0; settings && settings[i]; i++)
@@ -73,9 +74,15 @@ static inline pagoda_runtime *et_open_stopped(pagoda_config **cfg_out, const cha
                       settings[i], err);
     pagoda_runtime *rt = NULL;
     int st = pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err);
-    ck_assert_msg(st == 0, "runtime_open: %s", err);
+    ck_assert_msg(st == 0, "runtime_open %s: %s", model, err);
     *cfg_out = cfg;
     return rt;
+}
+
+/* et_open_model on the bundled models/stories260K.gguf. */
+static inline pagoda_runtime *et_open_stopped(pagoda_config **cfg_out, const char *const *settings)
+{
+    return et_open_model(cfg_out, tu_src("models/stories260K.gguf"), settings);
 }
 
 /* et_open_stopped, the engine started. */
