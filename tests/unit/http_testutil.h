@@ -189,6 +189,17 @@ static inline void http_req(srv *s, const char *method, const char *path, const 
     curl_easy_cleanup(c);
 }
 
+/* One request (body may be NULL, hdr may be NULL) whose status alone is checked. */
+static inline void expect_status(srv *s, const char *method, const char *path, const char *body, const char *hdr,
+                                 long want)
+{
+    resp r = {0};
+    http_req(s, method, path, body, body ? strlen(body) : 0, hdr, &r, 0);
+    ck_assert_msg(r.status == want, "%s %s -> %ld, want %ld: %s", method, path, r.status, want,
+                  r.body ? r.body : "(no body)");
+    free(r.body);
+}
+
 static inline json_t *post_json(srv *s, const char *path, const char *body, long *status)
 {
     resp r = {0};

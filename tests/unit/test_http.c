@@ -13,9 +13,7 @@ START_TEST(test_simple_routes)
     srv s;
     srv_start(&s, NULL, 0);
     resp r = {0};
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 200);
 
     memset(&r, 0, sizeof r);
     http_req(&s, "GET", "/v1/models", NULL, 0, NULL, &r, 0);
@@ -48,15 +46,9 @@ START_TEST(test_simple_routes)
     ck_assert_ptr_nonnull(strstr(r.body, "\"error\""));
     free(r.body);
 
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/completions", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 405);
-    free(r.body);
+    expect_status(&s, "GET", "/v1/completions", NULL, NULL, 405);
 
-    memset(&r, 0, sizeof r);
-    http_req(&s, "POST", "/health", "{}", 2, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 405);
-    free(r.body);
+    expect_status(&s, "POST", "/health", "{}", NULL, 405);
     srv_stop(&s);
 }
 END_TEST
@@ -472,10 +464,7 @@ START_TEST(test_bad_requests)
     expect_error(&s, C, deep, 400, "malformed JSON", NULL);
     free(deep);
     /* an embedded NUL */
-    resp r = {0};
-    http_req(&s, "POST", C, "{\"prompt\":\"a\\u0000b\"}", 21, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 400);
-    free(r.body);
+    expect_status(&s, "POST", C, "{\"prompt\":\"a\\u0000b\"}", NULL, 400);
     ck_assert_int_eq(s.f->n_log, 0); /* nothing reached the engine */
 
     /* the server still answers after all that */
@@ -523,32 +512,14 @@ START_TEST(test_auth)
     ck_assert_int_eq(r.status, 401);
     ck_assert_ptr_nonnull(strstr(r.body, "invalid_api_key"));
     free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer wrong", &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer sekri", &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/metrics", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
+    expect_status(&s, "GET", "/v1/models", NULL, "Authorization: Bearer wrong", 401);
+    expect_status(&s, "GET", "/v1/models", NULL, "Authorization: Bearer sekri", 401);
+    expect_status(&s, "GET", "/metrics", NULL, NULL, 401);
     const char *b = "{\"prompt\":\"a\"}";
-    http_req(&s, "POST", "/v1/completions", b, strlen(b), NULL, &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
+    expect_status(&s, "POST", "/v1/completions", b, NULL, 401);
     ck_assert_int_eq(s.f->n_log, 0);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "POST", "/v1/completions", b, strlen(b), "Authorization: Bearer sekrit", &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
+    expect_status(&s, "POST", "/v1/completions", b, "Authorization: Bearer sekrit", 200);
+    expect_status(&s, "GET", "/health", NULL, NULL, 200);
     srv_stop(&s);
 }
 END_TEST
@@ -585,18 +556,12 @@ START_TEST(test_busy_and_shutdown_status)
     s.f->submit_status = 0;
 
     s.f->ready = 0;
-    resp r = {0};
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 503);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 503);
     s.f->ready = 1;
 
     s.f->shutting = 1;
     expect_error(&s, "/v1/completions", "{\"prompt\":\"a\"}", 503, "shutting down", NULL);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 503);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 503);
     s.f->shutting = 0;
     srv_stop(&s);
 }
