@@ -20,7 +20,6 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -34,11 +33,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "integ_util.h"
 
 #define ROUND_REQUESTS 320
 #define CONCURRENCY 32
@@ -51,121 +50,15 @@
 #define UNDER_SANITIZER 0
 #endif
 
-static pid_t g_pid;
-static int g_port;
-static char g_tmp[128], g_log[256];
-
-static void kill_server(void)
-{
-    if (g_pid > 0) kill(g_pid, SIGKILL);
-}
-
-static void on_fatal(int sig)
-{
-    kill_server();
-    _exit(128 + sig);
-}
-
-static void msleep(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void print_log_tail(void)
-{
-    FILE *f = fopen(g_log, "r");
-    if (!f) return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, n > 3000 ? n - 3000 : 0, SEEK_SET);
-    char b[512];
-    size_t r;
-    fprintf(stderr, "---- server log (tail) ----\n");
-    while ((r = fread(b, 1, sizeof b, f)) > 0) fwrite(b, 1, r, stderr);
-    fclose(f);
-}
-
-static int start_server(const char *bin, const char *src)
-{
-    char cfg[512], pf[300], pfs[400];
-    snprintf(cfg, sizeof cfg, "%s/configs/cpu-ci.ini", src);
-    snprintf(pf, sizeof pf, "%s/port", g_tmp);
-    snprintf(pfs, sizeof pfs, "frontend.http.port_file=%s", pf);
-    snprintf(g_log, sizeof g_log, "%s/server.log", g_tmp);
-    /* a pool and queue that take a round's 32 at once; one kernel thread
-     * (the CI machine has 2 cores) */
-    const char *argv[] = {bin, "--config", cfg, "--set", "backend.cpu.threads=1",
-                          "--set", "frontend.http.port=0", "--set", pfs,
-                          "--set", "engine.max_queue=256", "--set", "engine.kv_cache_tokens=8192",
-                          NULL};
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        int fd = open(g_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    g_pid = pid;
-    for (int i = 0; i < 600; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            g_pid = 0;
-            fprintf(stderr, "server exited before listening\n");
-            print_log_tail();
-            return -1;
-        }
-        FILE *f = fopen(pf, "r");
-        if (f) {
-            int ok = fscanf(f, "%d", &g_port) == 1 && g_port > 0;
-            fclose(f);
-            if (ok) return 0;
-        }
-        msleep(100);
-    }
-    fprintf(stderr, "no port file after 60 s\n");
-    print_log_tail();
-    return -1;
-}
+static server g_srv;
 
 /* ------------------------------------------------------------ one exchange */
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_put(buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 4096;
-        while (c < b->len + n + 1) c *= 2;
-        char *np = realloc(b->p, c);
-        if (!np) abort();
-        b->p = np;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
 
 static int tcp_connect(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_srv.port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
@@ -275,7 +168,7 @@ typedef struct job {
 
 static job g_jobs[ROUND_REQUESTS];
 static atomic_int g_next;
-static atomic_int g_fail, g_ok[K_N], g_dropped, g_conn_err;
+static atomic_int g_ok[K_N], g_dropped, g_conn_err;
 static pthread_mutex_t g_print = PTHREAD_MUTEX_INITIALIZER;
 
 #define FAILF(...)                                                            \
@@ -351,6 +244,7 @@ static bool finish_ok(const char *f) { return f && (!strcmp(f, "stop") || !strcm
 /* Checks one answer against what its request was. */
 static void check(int idx, const job *j, const buf *raw)
 {
+    g_checks++; /* one per answer kept to the end (failures: FAILF) */
     int status, n_lines;
     buf body = {0};
     if (parse_answer(raw, &status, &body, &n_lines) < 0) {
@@ -445,17 +339,6 @@ static void *client(void *arg)
 
 /* ------------------------------------------------------------ the server's state */
 
-static double metric(const char *text, const char *name)
-{
-    size_t nl = strlen(name);
-    for (const char *p = text; p && *p;) {
-        if (strncmp(p, name, nl) == 0 && p[nl] == ' ') return strtod(p + nl + 1, NULL);
-        p = strchr(p, '\n');
-        if (p) p++;
-    }
-    return NAN;
-}
-
 /* Waits (bounded: 30 s) for no request running or waiting and no KV block used. */
 static bool wait_idle(void)
 {
@@ -509,29 +392,23 @@ static int run_round(int round)
 
 int main(void)
 {
-    const char *bin = getenv("PAGODA_BIN"), *src = getenv("PAGODA_SOURCE_DIR");
-    if (!bin || !src) {
-        fprintf(stderr, "set PAGODA_BIN and PAGODA_SOURCE_DIR (ctest does)\n");
-        return 2;
+    /* a watchdog, not a timing assertion */
+    if (integ_init("load", UNDER_SANITIZER ? 1500 : 600)) return 2;
+    /* a pool and queue that take a round's 32 at once */
+    static const char *const sets[] = {"engine.max_queue=256", "engine.kv_cache_tokens=8192", NULL};
+    if (server_start(&g_srv, "server", sets) < 0) {
+        FAILF("the server did not start");
+        return integ_finish();
     }
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_fatal);
-    signal(SIGTERM, on_fatal);
-    signal(SIGALRM, on_fatal);
-    alarm(UNDER_SANITIZER ? 1500 : 600); /* a watchdog, not a timing assertion */
-    atexit(kill_server);
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/pagoda-load-XXXXXX");
-    if (!mkdtemp(g_tmp)) return 1;
-    if (start_server(bin, src) < 0) return 1;
     make_jobs();
     int expected_ok[K_N] = {0};
     for (int i = 0; i < ROUND_REQUESTS; i++)
         if (!g_jobs[i].drop) expected_ok[g_jobs[i].kind]++;
 
     run_round(1);
-    long rss1 = rss_bytes(g_pid);
+    long rss1 = rss_bytes(g_srv.pid);
     run_round(2);
-    long rss2 = rss_bytes(g_pid);
+    long rss2 = rss_bytes(g_srv.pid);
     for (int k = 0; k < K_N; k++)
         if (atomic_load(&g_ok[k]) != expected_ok[k])
             FAILF("round 2: %d of %d %s requests answered completely", atomic_load(&g_ok[k]),
@@ -551,20 +428,9 @@ int main(void)
         FAILF("health after the rounds: %d", st);
     free(raw.p);
     free(body.p);
-    kill(g_pid, SIGTERM);
-    int wst = -1;
-    for (int i = 0; i < 300 && waitpid(g_pid, &wst, WNOHANG) == 0; i++) msleep(100);
-    if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+    int wst = server_stop(&g_srv, SIGTERM);
+    if (wst == -1 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
         FAILF("the server did not exit 0 after SIGTERM (status %d)", wst);
-        print_log_tail();
-    } else {
-        g_pid = 0;
-    }
-    int fails = atomic_load(&g_fail);
-    if (fails) print_log_tail();
-    printf("http_load: %d failure(s)\n", fails);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    if (system(cmd) != 0) {}
-    return fails ? 1 : 0;
+    if (atomic_load(&g_fail)) print_log_tail(&g_srv);
+    return integ_finish();
 }

@@ -17,8 +17,6 @@
  */
 #define _GNU_SOURCE
 #include <curl/curl.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -26,134 +24,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static int g_fail, g_checks, g_port;
-static pid_t g_pid;
-static char g_tmp[256];
+#include "integ_util.h"
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        g_checks++;                                                               \
-        if (!(cond)) {                                                            \
-            g_fail++;                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);      \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
-
-static void on_fatal(int sig)
-{
-    if (g_pid > 0) kill(g_pid, SIGKILL);
-    _exit(128 + sig);
-}
-
-static void msleep(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
-}
-
-static int server_start(const char *bin, const char *src)
-{
-    char portfile[400], cfg[600], pf[500], log[400];
-    snprintf(portfile, sizeof portfile, "%s/port", g_tmp);
-    snprintf(log, sizeof log, "%s/server.log", g_tmp);
-    snprintf(cfg, sizeof cfg, "%s/configs/cpu-ci.ini", src);
-    snprintf(pf, sizeof pf, "frontend.http.port_file=%s", portfile);
-    const char *argv[] = {bin, "--config", cfg, "--set", "backend.cpu.threads=1", "--set",
-                          "frontend.http.port=0", "--set", pf, "--set", "engine.max_seq_len=512",
-                          "--set", "engine.kv_cache_tokens=8192", "--set",
-                          "frontend.http.max_body_bytes=4M", NULL};
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    g_pid = pid;
-    for (int i = 0; i < 300; i++) {
-        int wst;
-        if (waitpid(pid, &wst, WNOHANG) == pid) { g_pid = 0; return -1; }
-        FILE *f = fopen(portfile, "r");
-        if (f) {
-            int ok = fscanf(f, "%d", &g_port) == 1 && g_port > 0;
-            fclose(f);
-            if (ok) return 0;
-        }
-        msleep(100);
-    }
-    return -1;
-}
+static server g_srv;
 
 /* ------------------------------------------------------------ HTTP */
 
-typedef struct resp {
-    long status;
-    char *body;
-    size_t len;
-    json_t *json;
-    double secs;
-} resp;
-
-static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
-{
-    resp *r = ud;
-    char *np = realloc(r->body, r->len + sz * nm + 1);
-    if (!np) return 0;
-    r->body = np;
-    memcpy(r->body + r->len, p, sz * nm);
-    r->len += sz * nm;
-    r->body[r->len] = 0;
-    return sz * nm;
-}
-
-static void resp_free(resp *r)
-{
-    free(r->body);
-    json_decref(r->json);
-    memset(r, 0, sizeof *r);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void post(const char *path, const char *body, resp *r)
-{
-    memset(r, 0, sizeof *r);
-    CURL *c = curl_easy_init();
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", g_port, path);
-    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-    hl = curl_slist_append(hl, "Expect:");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    double t0 = now_s();
-    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    r->secs = now_s() - t0;
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(c);
-    if (r->body) r->json = json_loadb(r->body, r->len, 0, NULL);
-}
+static void post(const char *path, const char *body, resp *r) { http(&g_srv, "POST", path, body, -1, NULL, r); }
 
 /* POST a JSON value (stolen) */
 static void post_j(const char *path, json_t *body, resp *r)
@@ -221,7 +101,7 @@ static void test_response_format(void)
                  "\"temperature\":1,\"seed\":%d,\"max_tokens\":300,\"response_format\":{\"type\":"
                  "\"json_schema\",\"json_schema\":{\"name\":\"person\",\"strict\":true,\"schema\":" PERSON "}}}", seed);
         post("/v1/chat/completions", body, &r);
-        CHECK(r.status == 200, "chat json_schema: %ld %s", r.status, r.body);
+        CHECK(r.status == 200, "chat json_schema: %ld %s", r.status, r.body.p);
         CHECK(!strcmp(finish(&r), "stop"), "finish %s", finish(&r));
         check_person(chat_content(&r), "chat json_schema");
         resp_free(&r);
@@ -230,7 +110,7 @@ static void test_response_format(void)
                  "\"max_tokens\":300,\"n\":2,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
                  "{\"name\":\"person\",\"schema\":" PERSON "}}}", seed);
         post("/v1/completions", body, &r);
-        CHECK(r.status == 200, "completions json_schema: %ld %s", r.status, r.body);
+        CHECK(r.status == 200, "completions json_schema: %ld %s", r.status, r.body.p);
         for (int i = 0; i < 2; i++) {
             json_t *c = json_array_get(json_object_get(r.json, "choices"), (size_t)i);
             json_t *t = json_object_get(c, "text");
@@ -241,7 +121,7 @@ static void test_response_format(void)
     resp r;
     post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"JSON\"}],\"temperature\":0,"
          "\"max_tokens\":200,\"response_format\":{\"type\":\"json_object\"}}", &r);
-    CHECK(r.status == 200, "json_object: %ld %s", r.status, r.body);
+    CHECK(r.status == 200, "json_object: %ld %s", r.status, r.body.p);
     if (!strcmp(finish(&r), "stop")) {
         json_t *v = json_loads(chat_content(&r), 0, NULL);
         CHECK(json_is_object(v), "json_object output: %s", chat_content(&r));
@@ -250,7 +130,7 @@ static void test_response_format(void)
     resp_free(&r);
     /* text: no constraint */
     post("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":5,\"response_format\":{\"type\":\"text\"}}", &r);
-    CHECK(r.status == 200, "text: %ld %s", r.status, r.body);
+    CHECK(r.status == 200, "text: %ld %s", r.status, r.body.p);
     resp_free(&r);
 }
 
@@ -259,7 +139,7 @@ static void test_grammar_regex_choice(void)
     resp r;
     post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"temperature\":1,\"max_tokens\":60,\"seed\":5,"
          "\"grammar\":\"root ::= \\\"Mood: \\\" (\\\"happy\\\" | \\\"sad\\\") \\\".\\\"\"}", &r);
-    CHECK(r.status == 200, "grammar: %ld %s", r.status, r.body);
+    CHECK(r.status == 200, "grammar: %ld %s", r.status, r.body.p);
     const char *t = json_string_value(json_object_get(choice0(&r), "text"));
     CHECK(t && (!strcmp(t, "Mood: happy.") || !strcmp(t, "Mood: sad.")), "grammar output %s", t ? t : "");
     CHECK(!strcmp(finish(&r), "stop"), "finish %s", finish(&r));
@@ -268,19 +148,19 @@ static void test_grammar_regex_choice(void)
          "\"max_tokens\":20,\"choice\":[\"red\",\"green\",\"blue\"]}", &r);
     const char *c = chat_content(&r);
     CHECK(r.status == 200 && c && (!strcmp(c, "red") || !strcmp(c, "green") || !strcmp(c, "blue")),
-          "choice: %ld %s", r.status, r.body);
+          "choice: %ld %s", r.status, r.body.p);
     resp_free(&r);
     post("/v1/completions", "{\"prompt\":\"Call\",\"temperature\":1,\"max_tokens\":30,"
          "\"guided_regex\":\"[0-9]{3}-[0-9]{4}\"}", &r);
     t = json_string_value(json_object_get(choice0(&r), "text"));
-    CHECK(r.status == 200 && t && strlen(t) == 8 && t[3] == '-', "guided_regex: %ld %s", r.status, r.body);
+    CHECK(r.status == 200 && t && strlen(t) == 8 && t[3] == '-', "guided_regex: %ld %s", r.status, r.body.p);
     resp_free(&r);
     /* stream a constrained completion: the chunks concatenate to a valid output */
     post("/v1/completions", "{\"prompt\":\"Once\",\"temperature\":1,\"max_tokens\":300,\"stream\":true,"
          "\"guided_json\":" PERSON "}", &r);
     CHECK(r.status == 200, "stream: %ld", r.status);
     char text[4096] = "";
-    for (char *line = r.body ? strstr(r.body, "data: {") : NULL; line; line = strstr(line + 1, "data: {")) {
+    for (char *line = r.body.p ? strstr(r.body.p, "data: {") : NULL; line; line = strstr(line + 1, "data: {")) {
         char *end = strstr(line, "\n\n");
         json_t *j = json_loadb(line + 6, end ? (size_t)(end - line - 6) : strlen(line + 6), 0, NULL);
         const char *piece = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
@@ -328,13 +208,13 @@ static void test_tools(void)
         if (mode == 2) json_object_set_new(b, "stream", json_true());
         resp r;
         post_j("/v1/chat/completions", b, &r);
-        CHECK(r.status == 200, "tools mode %d: %ld %s", mode, r.status, r.body);
+        CHECK(r.status == 200, "tools mode %d: %ld %s", mode, r.status, r.body.p);
         if (mode < 2) {
             json_t *msg = json_object_get(choice0(&r), "message");
             json_t *calls = json_object_get(msg, "tool_calls");
-            CHECK(json_array_size(calls) == 1, "tools mode %d: one call: %s", mode, r.body);
+            CHECK(json_array_size(calls) == 1, "tools mode %d: one call: %s", mode, r.body.p);
             check_call(json_array_get(calls, 0), "tool call");
-            CHECK(json_is_null(json_object_get(msg, "content")), "content null: %s", r.body);
+            CHECK(json_is_null(json_object_get(msg, "content")), "content null: %s", r.body.p);
             CHECK(!strcmp(finish(&r), "tool_calls"), "finish %s", finish(&r));
             if (mode == 0 && calls) {
                 /* the round trip: the call and its result go back in */
@@ -346,14 +226,14 @@ static void test_tools(void)
                                        "max_tokens", 8, "temperature", 0.0);
                 resp r2;
                 post_j("/v1/chat/completions", b2, &r2);
-                CHECK(r2.status == 200, "round trip: %ld %s", r2.status, r2.body);
+                CHECK(r2.status == 200, "round trip: %ld %s", r2.status, r2.body.p);
                 resp_free(&r2);
             }
         } else {
             int deltas = 0, role = 0;
             const char *fr = NULL;
             json_t *last = NULL;
-            for (char *line = r.body ? strstr(r.body, "data: {") : NULL; line; line = strstr(line + 1, "data: {")) {
+            for (char *line = r.body.p ? strstr(r.body.p, "data: {") : NULL; line; line = strstr(line + 1, "data: {")) {
                 char *end = strstr(line, "\n\n");
                 json_t *j = json_loadb(line + 6, end ? (size_t)(end - line - 6) : strlen(line + 6), 0, NULL);
                 json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
@@ -372,7 +252,7 @@ static void test_tools(void)
                 json_decref(j);
             }
             fr = last ? json_string_value(last) : "";
-            CHECK(role == 1 && deltas == 1, "stream: %d role chunks, %d tool_calls deltas: %s", role, deltas, r.body);
+            CHECK(role == 1 && deltas == 1, "stream: %d role chunks, %d tool_calls deltas: %s", role, deltas, r.body.p);
             CHECK(!strcmp(fr, "tool_calls"), "stream finish %s", fr);
             json_decref(last);
         }
@@ -395,7 +275,7 @@ static void expect_400(const char *path, const char *body, const char *param, co
 {
     resp r;
     post(path, body, &r);
-    CHECK(r.status == 400, "%.80s: status %ld %s", body, r.status, r.body);
+    CHECK(r.status == 400, "%.80s: status %ld %s", body, r.status, r.body.p);
     CHECK(!strcmp(err_param(&r), param), "%.80s: param '%s', wanted '%s'", body, err_param(&r), param);
     CHECK(strstr(err_msg(&r), msg), "%.80s: message '%s' lacks '%s'", body, err_msg(&r), msg);
     CHECK(r.secs < 10.0, "%.80s: took %.1f s", body, r.secs);
@@ -441,7 +321,7 @@ static void test_bad_input(void)
     /* a catastrophic regex is an ordinary automaton: 200, at once */
     resp r;
     post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":20,\"temperature\":1,\"regex\":\"(a+)+$|(x+x+)+y\"}", &r);
-    CHECK(r.status == 200 && r.secs < 10.0, "catastrophic regex: %ld in %.1f s %s", r.status, r.secs, r.body);
+    CHECK(r.status == 200 && r.secs < 10.0, "catastrophic regex: %ld in %.1f s %s", r.status, r.secs, r.body.p);
     resp_free(&r);
     /* a 1 MiB schema: over max_spec_bytes */
     size_t big = 1 << 20;
@@ -455,42 +335,25 @@ static void test_bad_input(void)
     pthread_join(th, NULL);
     CHECK(bg.status == 200 && json_integer_value(json_object_get(json_object_get(bg.json, "usage"),
                                                                  "completion_tokens")) == 200,
-          "the generation beside the bad requests: %ld %s", bg.status, bg.body ? bg.body : "");
+          "the generation beside the bad requests: %ld %s", bg.status, bg.body.p ? bg.body.p : "");
     resp_free(&bg);
 }
 
 int main(void)
 {
-    const char *bin = getenv("PAGODA_BIN"), *src = getenv("PAGODA_SOURCE_DIR");
-    if (!bin || !src) {
-        fprintf(stderr, "set PAGODA_BIN and PAGODA_SOURCE_DIR\n");
-        return 2;
-    }
-    signal(SIGINT, on_fatal);
-    signal(SIGTERM, on_fatal);
-    signal(SIGALRM, on_fatal);
-    alarm(600);
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/pagoda-structured-XXXXXX");
-    if (!mkdtemp(g_tmp)) return 2;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (server_start(bin, src) < 0) {
-        fprintf(stderr, "the server did not start; log in %s/server.log\n", g_tmp);
-        return 1;
+    if (integ_init("structured", 600)) return 2;
+    static const char *const sets[] = {"engine.max_seq_len=512", "engine.kv_cache_tokens=8192",
+                                       "frontend.http.max_body_bytes=4M", NULL};
+    if (server_start(&g_srv, "server", sets) < 0) {
+        CHECK(0, "the server did not start");
+        return integ_finish();
     }
     test_response_format();
     test_grammar_regex_choice();
     test_tools();
     test_bad_input();
-    kill(g_pid, SIGTERM);
-    int wst;
-    waitpid(g_pid, &wst, 0);
-    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "server exit status %d", wst);
-    curl_global_cleanup();
-    printf("http_structured: %d checks, %d failed\n", g_checks, g_fail);
-    if (!g_fail) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd)) {}
-    }
-    return g_fail ? 1 : 0;
+    int wst = server_stop(&g_srv, SIGTERM);
+    CHECK(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "server exit status %d", wst);
+    if (g_fail) print_log_tail(&g_srv);
+    return integ_finish();
 }

@@ -9,40 +9,25 @@
 # screenshots use SmolLM2).
 # Not for: the API's numbers against /metrics (inspect_api.sh).
 set -u
-: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}"
-build=${PAGODA_BUILD_DIR:-$(dirname "$(dirname "$PAGODA_BIN")")}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/integ_util.bash"
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null ||
     { echo "SKIP: no chromium (apt-get install chromium)"; exit 77; }
-tmp=$(mktemp -d /tmp/pagoda-inspect-ui-XXXXXX)
-pid=
-cleanup() {
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+integ_tmp inspect-ui
 
 model=${PAGODA_UI_MODEL:-$build/inspect-llama110M-2L.gguf}
 if [ ! -s "$model" ]; then
     "$PAGODA_BIN" gen-model --shape llama-110M --layers 2 --type Q8_0 --out "$model" >/dev/null ||
         { echo "FAIL: gen-model"; exit 1; }
 fi
-"$PAGODA_BIN" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set engine.model="$model" \
-    --set engine.kvcache=prefix --set engine.max_seq_len=1024 --set engine.memory_budget=1G --set engine.kv_cache_tokens=4096 \
-    --set frontend.http.port=0 --set frontend.http.port_file="$tmp/port" \
-    --set frontend.http.inspect_interval_ms=100 >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do
-    [ -s "$tmp/port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -s "$tmp/port" ] || { echo "FAIL: the server did not start"; cat "$tmp/server.log"; exit 1; }
+start_server "$tmp/server.log" "$tmp/port" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" \
+    --set engine.model="$model" --set engine.kvcache=prefix --set engine.max_seq_len=1024 \
+    --set engine.memory_budget=1G --set engine.kv_cache_tokens=4096 --set frontend.http.inspect_interval_ms=100 ||
+    { echo "FAIL: the server did not start"; cat "$tmp/server.log"; exit 1; }
 
 rc=0
-timeout 240 python3 "$here/inspect_check.py" ui "http://127.0.0.1:$(cat "$tmp/port")" ${PAGODA_UI_SHOTS:+"$PAGODA_UI_SHOTS"} || rc=$?
-kill -TERM "$pid"
-wait "$pid" 2>/dev/null
-pid=
+timeout 240 python3 "$here/inspect_check.py" ui "http://127.0.0.1:$port" ${PAGODA_UI_SHOTS:+"$PAGODA_UI_SHOTS"} || rc=$?
+stop_server
+[ "$fails" -eq 0 ] || rc=1
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || tail -20 "$tmp/server.log"
 exit $rc

@@ -5,18 +5,10 @@
 # refuses to start under a too-small memory_budget, naming the numbers.
 # Not for: the plan's arithmetic (tests/unit/test_memplan.c).
 set -u
-: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}"
+. "$(dirname "$0")/integ_util.bash"
 model=$PAGODA_SOURCE_DIR/models/stories260K.gguf
 cfg=$PAGODA_SOURCE_DIR/configs/cpu-ci.ini
-tmp=$(mktemp -d /tmp/pagoda-plan-XXXXXX)
-pid=
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; wait "$pid" 2>/dev/null; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+integ_tmp plan
 # expect_rc WANT CMD...: runs CMD (stdout+stderr to $tmp/out) and checks its status
 expect_rc() {
     local want=$1; shift
@@ -63,17 +55,11 @@ has "DOES NOT FIT"
 [ -s "$tmp/port" ] && fail "the refused server wrote a port file (it listened)"
 
 # and starts with enough: /health answers, SIGTERM exits 0
-"$PAGODA_BIN" --config "$cfg" --set engine.memory_budget=80M --set engine.kv_cache_tokens=0 \
-    --set backend.cpu.threads=1 --set frontend.http.port=0 --set frontend.http.port_file="$tmp/port" \
-    >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do [ -s "$tmp/port" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-if [ -s "$tmp/port" ]; then
-    curl -s "http://127.0.0.1:$(cat "$tmp/port")/v1/memory" >"$tmp/out"
+if start_server "$tmp/server.log" "$tmp/port" --config "$cfg" --set engine.memory_budget=80M \
+        --set engine.kv_cache_tokens=0 --set backend.cpu.threads=1; then
+    curl -s "http://127.0.0.1:$port/v1/memory" >"$tmp/out"
     py 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fits"] is True and d["bytes"]["budget"] == 80*1024*1024 and d["kv"]["blocks"] > 16, d["kv"]'
-    kill -TERM "$pid"
-    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    st=0; wait "$pid" || st=$?; pid=
+    st=0; stop_server || st=$?
     [ "$st" -eq 0 ] || fail "server exit status $st"
 else
     fail "server with an 80M budget did not start"; cat "$tmp/server.log"

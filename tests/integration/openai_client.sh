@@ -11,21 +11,10 @@
 # missing or PyPI cannot be reached. Not for: the HTTP details
 # (tests/integration/http_server.c).
 set -u
-: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}"
-build=${PAGODA_BUILD_DIR:-$(dirname "$(dirname "$PAGODA_BIN")")}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/integ_util.bash"
 venv=$build/openai-venv
-tmp=$(mktemp -d /tmp/pagoda-openai-XXXXXX)
-pid=
-
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+integ_tmp openai
 
 if [ ! -f "$venv/.pagoda-ok" ]; then
     rm -rf "$venv"
@@ -42,27 +31,15 @@ if [ ! -f "$venv/.pagoda-ok" ]; then
     touch "$venv/.pagoda-ok"
 fi
 
-# start_server LOG PORTFILE [--set k=v ...]: the server in the background ($pid)
-start_server() {
-    local log=$1 portfile=$2
-    shift 2
-    "$PAGODA_BIN" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu.threads=1 \
-        --set frontend.http.port=0 --set frontend.http.port_file="$portfile" \
-        --set frontend.http.api_key=test-key "$@" >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 300); do
-        [ -s "$portfile" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ ! -s "$portfile" ]; then
-        echo "FAIL: the server did not start"; cat "$log"; exit 1
-    fi
-    port=$(cat "$portfile")
+# server LOG PORTFILE [--set k=v ...]: the server with the API key in the background ($pid, $port)
+server() {
+    start_server "$1" "$2" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu.threads=1 \
+        --set frontend.http.api_key=test-key "${@:3}" ||
+        { echo "FAIL: the server did not start"; cat "$1"; exit 1; }
 }
 
 # stories260K's whole context: the tools block takes most of it
-start_server "$tmp/server.log" "$tmp/port" --set engine.max_seq_len=512
+server "$tmp/server.log" "$tmp/port" --set engine.max_seq_len=512
 
 rc=0
 timeout 120 "$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port/v1" test-key \
@@ -70,12 +47,8 @@ timeout 120 "$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port/
 timeout 300 "$venv/bin/python" "$here/openai_structured.py" "http://127.0.0.1:$port/v1" test-key \
     stories || rc=1
 
-kill -TERM "$pid"
-for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && { echo "FAIL: still running 30 s after SIGTERM"; kill -KILL "$pid"; }
 st=0
-wait "$pid" || st=$?
-pid=
+stop_server || st=$?
 if [ "$st" -ne 0 ]; then
     echo "FAIL: server exit status $st after SIGTERM"; rc=1
 fi
@@ -88,14 +61,13 @@ if [ -n "${PAGODA_SANITIZER:-}" ]; then
     # Release run checks. The server's threads were exercised above.
     echo "note: a $PAGODA_SANITIZER build: the SmolLM2 cases run in the Release suite only"
 elif [ -f "$smol" ]; then
-    start_server "$tmp/smol.log" "$tmp/smol.port" --set engine.model="$smol" \
+    server "$tmp/smol.log" "$tmp/smol.port" --set engine.model="$smol" \
         --set engine.max_seq_len=1024 --set engine.memory_budget=1G --set engine.kv_cache_tokens=4096
     timeout 600 "$venv/bin/python" "$here/openai_structured.py" "http://127.0.0.1:$port/v1" test-key \
         smollm2 || { rc=1; tail -20 "$tmp/smol.log"; }
-    kill -TERM "$pid"
-    wait "$pid" || { echo "FAIL: the SmolLM2 server's exit status"; rc=1; }
-    pid=
+    stop_server || { echo "FAIL: the SmolLM2 server's exit status"; rc=1; }
 else
     echo "note: $smol is absent (models/get-model smollm2): the SmolLM2 cases did not run"
 fi
+[ "$fails" -eq 0 ] || rc=1
 exit $rc

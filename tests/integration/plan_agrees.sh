@@ -10,35 +10,22 @@
 # Not for: the plan's arithmetic (test_memplan.c) or its refusals
 # (memory_plan.sh).
 set -u
-: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}"
+. "$(dirname "$0")/integ_util.bash"
 model=$PAGODA_SOURCE_DIR/models/stories260K.gguf
 cfg=$PAGODA_SOURCE_DIR/configs/cpu-ci.ini
-tmp=$(mktemp -d /tmp/pagoda-planagree-XXXXXX)
-pid=
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; wait "$pid" 2>/dev/null; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+integ_tmp planagree
 
 # server_memory CONFIG SETS...: starts the server, writes its /v1/memory to $tmp/server.json
 server_memory() {
     local c=$1; shift
-    rm -f "$tmp/port" "$tmp/server.json"
+    rm -f "$tmp/server.json"
     local args=(--config "$c")
     for s in "$@"; do args+=(--set "$s"); done
-    "$PAGODA_BIN" "${args[@]}" --set engine.frontend=http --set backend.cpu.threads=1 \
-        --set frontend.http.port=0 --set frontend.http.port_file="$tmp/port" >"$tmp/server.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 300); do [ -s "$tmp/port" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if [ -s "$tmp/port" ]; then
-        curl -s "http://127.0.0.1:$(cat "$tmp/port")/v1/memory" >"$tmp/server.json"
+    if start_server "$tmp/server.log" "$tmp/port" "${args[@]}" --set engine.frontend=http \
+            --set backend.cpu.threads=1; then
+        curl -s "http://127.0.0.1:$port/v1/memory" >"$tmp/server.json"
     fi
-    kill -TERM "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    pid=
+    stop_server
     [ -s "$tmp/server.json" ] || { fail "server did not start: $*"; tail -5 "$tmp/server.log"; return 1; }
 }
 

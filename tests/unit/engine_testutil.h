@@ -1,5 +1,6 @@
-/* engine_testutil.h: build a runtime on the bundled model from a list of
- * "section.key=value" settings, and collect a request's events. Header-only
+/* engine_testutil.h: build a runtime on a model file (the bundled one
+ * unless told) from a list of "section.key=value" settings, and collect a
+ * request's events. Header-only
  * (static inline functions) so each suite that needs it includes it. */
 #ifndef PAGODA_ENGINE_TESTUTIL_H
 #define PAGODA_ENGINE_TESTUTIL_H
@@ -55,15 +56,17 @@ static inline void et_cb(void *user, const pagoda_event *ev)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Open a runtime (no frontend) on models/stories260K.gguf with settings;
- * NULL-terminated list. Fails the test on error. */
-static inline pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const *settings)
+/* Open a runtime (no frontend) on the model file `model` with
+ * engine.log_level=warn and settings (NULL-terminated, may be NULL), its
+ * engine not started: requests submitted before pagoda_engine_start all
+ * arrive in its first step. Fails the test on error. */
+static inline pagoda_runtime *et_open_model(pagoda_config **cfg_out, const char *model, const char *const *settings)
 {
     char err[1024] = "";
     pagoda_config *cfg = pagoda_config_new_empty();
     ck_assert_ptr_nonnull(cfg);
     char buf[4200];
-    snprintf(buf, sizeof buf, "engine.model=%s", tu_src("models/stories260K.gguf"));
+    snprintf(buf, sizeof buf, "engine.model=%s", model);
     ck_assert_msg(pagoda_config_set(cfg, buf, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(pagoda_config_set(cfg, "engine.log_level=warn", err, sizeof err) == 0, "%s", err);
     for (int i = 0; settings && settings[i]; i++)
@@ -71,9 +74,22 @@ static inline pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const
                       settings[i], err);
     pagoda_runtime *rt = NULL;
     int st = pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err);
-    ck_assert_msg(st == 0, "runtime_open: %s", err);
-    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    ck_assert_msg(st == 0, "runtime_open %s: %s", model, err);
     *cfg_out = cfg;
+    return rt;
+}
+
+/* et_open_model on the bundled models/stories260K.gguf. */
+static inline pagoda_runtime *et_open_stopped(pagoda_config **cfg_out, const char *const *settings)
+{
+    return et_open_model(cfg_out, tu_src("models/stories260K.gguf"), settings);
+}
+
+/* et_open_stopped, the engine started. */
+static inline pagoda_runtime *et_open(pagoda_config **cfg_out, const char *const *settings)
+{
+    pagoda_runtime *rt = et_open_stopped(cfg_out, settings);
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
     return rt;
 }
 
@@ -83,9 +99,9 @@ static inline void et_close(pagoda_runtime *rt, pagoda_config *cfg)
     pagoda_config_free(cfg);
 }
 
-/* Submit a greedy request for `prompt`; returns its id. */
-static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t max_tokens,
-                                 et_result *r, float temperature)
+/* A request for `prompt` with the engine's defaults, max_tokens and
+ * temperature, ignoring EOS (so its length is max_tokens). */
+static inline pagoda_request et_request(pagoda_runtime *rt, const char *prompt, int32_t max_tokens, float temperature)
 {
     pagoda_request req;
     pagoda_engine_request_defaults(rt->engine, &req);
@@ -94,11 +110,30 @@ static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t
     req.max_tokens = max_tokens;
     req.temperature = temperature;
     req.ignore_eos = true;
+    return req;
+}
+
+/* Submit et_request(prompt, ...) collecting into r; returns its id. */
+static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t max_tokens,
+                                 et_result *r, float temperature)
+{
+    pagoda_request req = et_request(rt, prompt, max_tokens, temperature);
     uint64_t id = 0;
     char err[512] = "";
     int st = pagoda_engine_submit(rt->engine, &req, et_cb, r, &id, err, sizeof err);
     ck_assert_msg(st == 0, "submit: %s", err);
     return id;
+}
+
+/* The n results of two runs of the same requests: the same tokens, in order. */
+static inline void et_assert_same_tokens(const et_result *a, const et_result *b, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(a[i].n_tokens, b[i].n_tokens);
+        for (int t = 0; t < a[i].n_tokens; t++)
+            ck_assert_msg(a[i].tokens[t] == b[i].tokens[t], "%s: request %d differs at token %d (%d vs %d)",
+                          what, i, t, a[i].tokens[t], b[i].tokens[t]);
+    }
 }
 
 /* The reference for scored prompts, apart from the engine: the forward

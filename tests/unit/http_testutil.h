@@ -1,14 +1,14 @@
-/* http_testutil.h: the loopback harness of the HTTP frontend tests: load
- * frontend-http.so against the fake engine (fake_engine.h), run it on a
- * free port, make requests with libcurl, read JSON and SSE bodies.
- * Header-only (static inline). A copy of test_http.c's harness, made for
- * test_http_inspect.c while test_http.c was being changed on another
- * branch; test_http.c can include it instead of its own copy. */
+/* http_testutil.h: the loopback harness of the HTTP frontend's unit tests
+ * (test_http.c, test_http_hostile.c, test_http_tools.c, test_http_inspect.c):
+ * load frontend-http.so against the fake engine (fake_engine.h) and run it
+ * on a free port; with libcurl (PAGODA_HAVE_CURL) make requests and read
+ * JSON and SSE bodies. Header-only (static inline), so each test binary
+ * stays one source file.
+ * Not for: raw-socket clients (test_http_hostile.c keeps its own, libcurl
+ * would fix the framing up) or the real server (tests/integration/). */
 #ifndef PAGODA_HTTP_TESTUTIL_H
 #define PAGODA_HTTP_TESTUTIL_H
 
-#include <curl/curl.h>
-#include <dlfcn.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,8 +18,14 @@
 #include <unistd.h>
 
 #include "fake_engine.h"
+#include "plugin_testhost.h"
 #include "testutil.h"
 
+#ifdef PAGODA_HAVE_CURL
+#include <curl/curl.h>
+#endif
+
+/* ------------------------------------------------------------- server */
 
 typedef struct srv {
     fake_engine *f;
@@ -43,32 +49,37 @@ static inline void *run_thread(void *arg)
     return NULL;
 }
 
-static inline void srv_start_with(srv *s, const fake_kv *extra, int n_extra, void (*tweak)(fake_engine *))
+/* Loads the plugin and creates an instance with extra's keys, port_file
+ * added and port 0 unless extra names a port; tweak (may be NULL) adjusts
+ * the fake engine first. Does not run it (srv_run). */
+static inline void srv_create(srv *s, const fake_kv *extra, int n_extra, void (*tweak)(fake_engine *))
 {
     memset(s, 0, sizeof *s);
+    ck_assert_int_le(n_extra + 2, (int)(sizeof s->cfg / sizeof *s->cfg));
     snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_http_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(s->dir));
     snprintf(s->port_file, sizeof s->port_file, "%s/port", s->dir);
-    s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
     s->cfg[s->n_cfg++] = (fake_kv){"port_file", s->port_file};
-    for (int i = 0; i < n_extra; i++) s->cfg[s->n_cfg++] = extra[i];
+    int has_port = 0;
+    for (int i = 0; i < n_extra; i++) {
+        s->cfg[s->n_cfg++] = extra[i];
+        has_port |= !strcmp(extra[i].key, "port");
+    }
+    if (!has_port) s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
     s->f = fake_engine_new(s->cfg, s->n_cfg);
     if (tweak) tweak(s->f);
 
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    ck_assert_ptr_nonnull(entry);
-    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    ck_assert_ptr_nonnull(s->desc);
-    ck_assert_int_eq(s->desc->kind, PAGODA_KIND_FRONTEND);
-    ck_assert_str_eq(s->desc->name, "http");
+    th_plugin p = th_load("frontend", "http"); /* asserts its name, kind and ABI */
+    s->lib = p.dl;
+    s->desc = p.desc;
     s->ops = s->desc->ops;
     char err[256] = {0};
-    ck_assert_int_eq(s->desc->create(&s->f->host, &s->ctx, err, sizeof err), PAGODA_OK);
+    ck_assert_msg(s->desc->create(&s->f->host, &s->ctx, err, sizeof err) == PAGODA_OK, "%s", err);
+}
+
+/* Runs a created instance on its thread and waits for its port file. */
+static inline void srv_run(srv *s)
+{
     pthread_create(&s->th, NULL, run_thread, s);
     /* wait for the port file (bounded; the bound is a safety net, not asserted) */
     for (int i = 0; i < 1000; i++) {
@@ -83,20 +94,45 @@ static inline void srv_start_with(srv *s, const fake_kv *extra, int n_extra, voi
     ck_assert_int_gt(s->port, 0);
 }
 
+static inline void srv_start_with(srv *s, const fake_kv *extra, int n_extra, void (*tweak)(fake_engine *))
+{
+    srv_create(s, extra, n_extra, tweak);
+    srv_run(s);
+}
+
 static inline void srv_start(srv *s, const fake_kv *extra, int n_extra) { srv_start_with(s, extra, n_extra, NULL); }
 
-static inline void srv_stop(srv *s)
+/* Destroys an instance that is not running (never ran, or stopped). */
+static inline void srv_free(srv *s)
 {
-    s->ops->stop(s->ctx);
-    pthread_join(s->th, NULL);
-    ck_assert_int_eq(s->rc, PAGODA_OK);
-    ck_assert_int_eq(fake_live(s->f), 0);
     s->desc->destroy(s->ctx);
     fake_engine_free(s->f); /* joins the engine thread, which may still be in plugin code */
     dlclose(s->lib);
     unlink(s->port_file);
     rmdir(s->dir);
 }
+
+/* stop() must drain: run returns OK and no request is left live. */
+static inline void srv_stop(srv *s)
+{
+    s->ops->stop(s->ctx);
+    pthread_join(s->th, NULL);
+    ck_assert_int_eq(s->rc, PAGODA_OK);
+    ck_assert_int_eq(fake_live(s->f), 0);
+    srv_free(s);
+}
+
+/* How many times needle occurs in hay (NULL hay: 0). */
+static inline int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+#ifdef PAGODA_HAVE_CURL
+
+/* ------------------------------------------------------------- client */
 
 typedef struct resp {
     long status;
@@ -120,7 +156,7 @@ static inline size_t on_body(char *p, size_t sz, size_t n, void *u)
 
 /* One request; body may be NULL. extra_hdr may be NULL. timeout_ms 0: none. */
 static inline void http_req(srv *s, const char *method, const char *path, const char *body, size_t body_len,
-                     const char *extra_hdr, resp *r, long timeout_ms)
+                            const char *extra_hdr, resp *r, long timeout_ms)
 {
     CURL *c = curl_easy_init();
     char url[256];
@@ -153,6 +189,17 @@ static inline void http_req(srv *s, const char *method, const char *path, const 
     curl_easy_cleanup(c);
 }
 
+/* One request (body may be NULL, hdr may be NULL) whose status alone is checked. */
+static inline void expect_status(srv *s, const char *method, const char *path, const char *body, const char *hdr,
+                                 long want)
+{
+    resp r = {0};
+    http_req(s, method, path, body, body ? strlen(body) : 0, hdr, &r, 0);
+    ck_assert_msg(r.status == want, "%s %s -> %ld, want %ld: %s", method, path, r.status, want,
+                  r.body ? r.body : "(no body)");
+    free(r.body);
+}
+
 static inline json_t *post_json(srv *s, const char *path, const char *body, long *status)
 {
     resp r = {0};
@@ -165,19 +212,7 @@ static inline json_t *post_json(srv *s, const char *path, const char *body, long
     return j;
 }
 
-static inline const char *jget_str(json_t *j, const char *path)
-{
-    /* dotted path with numeric parts as array indices */
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
-        if (json_is_array(cur)) cur = json_array_get(cur, (size_t)atoi(tok));
-        else cur = json_object_get(cur, tok);
-    }
-    return json_is_string(cur) ? json_string_value(cur) : NULL;
-}
-
+/* The value at a dotted path, numeric parts indexing arrays ("choices.0.text"); NULL if absent. */
 static inline json_t *jget(json_t *j, const char *path)
 {
     char buf[256];
@@ -188,6 +223,12 @@ static inline json_t *jget(json_t *j, const char *path)
         else cur = json_object_get(cur, tok);
     }
     return cur;
+}
+
+static inline const char *jget_str(json_t *j, const char *path)
+{
+    json_t *v = jget(j, path);
+    return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 static inline long long jint(json_t *j, const char *path)
@@ -224,7 +265,7 @@ static inline int parse_sse(const char *body, json_t **chunks, int cap, int *don
 }
 
 static inline void expect_error(srv *s, const char *path, const char *body, long want, const char *needle,
-                         const char *param)
+                                const char *param)
 {
     long st;
     json_t *j = post_json(s, path, body, &st);
@@ -240,5 +281,25 @@ static inline void expect_error(srv *s, const char *path, const char *body, long
     }
     json_decref(j);
 }
+
+/* main() of a suite that needs libcurl. */
+static inline int http_test_main(Suite *s)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = tu_run(s);
+    curl_global_cleanup();
+    return rc;
+}
+
+#else /* !PAGODA_HAVE_CURL */
+
+/* main() of a suite that needs libcurl, built without it: ctest's skip (77). */
+static inline int http_test_main_skipped(const char *name)
+{
+    fprintf(stderr, "%s: libcurl not found at configure time; tests skipped\n", name);
+    return 77;
+}
+
+#endif /* PAGODA_HAVE_CURL */
 
 #endif /* PAGODA_HTTP_TESTUTIL_H */

@@ -2,7 +2,8 @@
  * built plugin .so straight from the plugin folder, without the core's
  * loader: log/error/config_* are served from a small in-test key table.
  * Header-only (static functions) because each test executable links only
- * its own .c and testutil.c. Not for: frontends (no engine slots). */
+ * its own .c and testutil.c. Not for: frontends' host (no engine slots:
+ * fake_engine.h), though th_load loads frontends too. */
 #ifndef PAGODA_PLUGIN_TESTHOST_H
 #define PAGODA_PLUGIN_TESTHOST_H
 

@@ -44,6 +44,7 @@
 #include "genmodel.h"
 #include "kernels.h"   /* pagoda_cpu_matmul_exact: which matmul path a batch takes */
 #include "gguf.h"
+#include "engine_testutil.h"
 #include "model.h"
 #include "runtime.h"
 #include "testutil.h"
@@ -145,20 +146,8 @@ static void gen_case(json_t *c, const char *out)
 
 static pagoda_runtime *open_rt(pagoda_config **cfg_out, const char *model)
 {
-    char err[1024] = "", buf[700];
-    pagoda_config *cfg = pagoda_config_new_empty();
-    ck_assert_ptr_nonnull(cfg);
-    snprintf(buf, sizeof buf, "engine.model=%s", model);
-    const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
-                              "engine.kv_cache_tokens=256", "engine.max_seq_len=128", NULL};
-    for (int i = 0; settings[i]; i++)
-        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
-                      settings[i], err);
-    pagoda_runtime *rt = NULL;
-    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0,
-                  "runtime_open %s: %s", model, err);
-    *cfg_out = cfg;
-    return rt;
+    const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=256", "engine.max_seq_len=128", NULL};
+    return et_open_model(cfg_out, model, settings);
 }
 
 typedef struct arch_check {
@@ -354,8 +343,7 @@ static void run_case_opts(const char *name, bool no_scale)
         ck_assert_msg(r->tokens[i] == want[n_prompt + i], "%s: engine token %d is %d, reference %d",
                       name, i, r->tokens[i], want[n_prompt + i]);
     free(r);
-    pagoda_runtime_close(rt);
-    pagoda_config_free(cfg);
+    et_close(rt, cfg);
     fprintf(stderr, "arch %-18s decode: %d logits within %.1e (largest error %.2e), %d greedy "
             "tokens equal; prefill: %d logits within %.1e (largest error %.2e)\n", name,
             dec.n_compared, dec.tol, dec.max_err, n_gen, pre.n_compared, pre.tol, pre.max_err);
@@ -535,8 +523,7 @@ START_TEST(gemma3_backend_without_ops)
     llama.n_swa_layers = 0;
     llama.swa_window = 0;
     ck_assert_int_eq(pagoda_forward_check_backend(&llama, &be, err, sizeof err), PAGODA_OK);
-    pagoda_runtime_close(rt);
-    pagoda_config_free(cfg);
+    et_close(rt, cfg);
 }
 END_TEST
 

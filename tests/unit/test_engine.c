@@ -59,14 +59,8 @@ static void run_combo(const char *sched, const char *kv, const char *extra, run_
 
 static void assert_same(const run_out *a, const run_out *b, const char *what)
 {
-    for (int i = 0; i < N_REQ; i++) {
-        ck_assert_int_eq(a->r[i].n_tokens, b->r[i].n_tokens);
-        for (int t = 0; t < a->r[i].n_tokens; t++)
-            ck_assert_msg(a->r[i].tokens[t] == b->r[i].tokens[t],
-                          "%s: request %d differs at token %d (%d vs %d)", what, i, t,
-                          a->r[i].tokens[t], b->r[i].tokens[t]);
-        ck_assert_str_eq(a->r[i].text, b->r[i].text);
-    }
+    et_assert_same_tokens(a->r, b->r, N_REQ, what);
+    for (int i = 0; i < N_REQ; i++) ck_assert_str_eq(a->r[i].text, b->r[i].text);
 }
 
 static run_out *reference(void)
@@ -182,13 +176,7 @@ START_TEST(stop_strings_never_leak)
     const char *first = strstr(text, stop);
     size_t want_len = (size_t)(first - text);
 
-    pagoda_request req;
-    pagoda_engine_request_defaults(rt->engine, &req);
-    req.prompt = "Once upon a time";
-    req.prompt_len = strlen(req.prompt);
-    req.max_tokens = 80;
-    req.temperature = 0;
-    req.ignore_eos = true;
+    pagoda_request req = et_request(rt, "Once upon a time", 80, 0);
     const char *stops[] = {"zzzz-never", stop};
     req.stop = stops;
     req.n_stop = 2;
@@ -252,13 +240,7 @@ START_TEST(seeded_sampling_reproducible)
     et_result *r = calloc(3, sizeof *r);
     for (int i = 0; i < 3; i++) {
         et_result_init(&r[i]);
-        pagoda_request req;
-        pagoda_engine_request_defaults(rt->engine, &req);
-        req.prompt = "Once upon a time";
-        req.prompt_len = strlen(req.prompt);
-        req.max_tokens = 60;
-        req.temperature = 1.0f;
-        req.ignore_eos = true;
+        pagoda_request req = et_request(rt, "Once upon a time", 60, 1.0f);
         req.has_seed = true;
         req.seed = i == 2 ? 43 : 42;
         uint64_t id;

@@ -85,25 +85,18 @@ static void hook(void *user, pagoda_engine *e)
  * invariants and fill out. */
 static void run(const char *const *extra, int first, int n, run_out *out)
 {
-    char model[128];
-    snprintf(model, sizeof model, "engine.model=%s", g_model);
-    const char *settings[24] = {model, "engine.log_level=warn", "engine.kv_dtype=f32",
-                                "engine.block_size=4", "engine.max_seq_len=128",
+    const char *settings[24] = {"engine.kv_dtype=f32", "engine.block_size=4", "engine.max_seq_len=128",
                                 "scheduler.continuous.max_batched_tokens=12",
                                 "scheduler.priority.max_batched_tokens=12",
                                 "scheduler.static.max_batched_tokens=12",
                                 "scheduler.continuous.max_num_seqs=6",
                                 "scheduler.priority.max_num_seqs=6", "scheduler.static.batch_size=6"};
-    int ns = 11;
+    int ns = 9;
     for (int i = 0; extra && extra[i]; i++) settings[ns++] = extra[i];
     settings[ns] = NULL;
-    pagoda_config *cfg = pagoda_config_new_empty();
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, g_model, settings);
     char err[1024] = "";
-    for (int i = 0; settings[i]; i++)
-        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
-                      settings[i], err);
-    pagoda_runtime *rt = NULL;
-    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0, "%s", err);
     pagoda_engine_set_check_invariants(rt->engine, true);
     pagoda_engine_set_step_hook(rt->engine, hook, out);
     ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
@@ -140,19 +133,12 @@ static void run(const char *const *extra, int first, int n, run_out *out)
         ck_assert_int_eq(out->swa.free_blocks, out->swa.geometry.pool_blocks);
         ck_assert_int_eq(out->swa.used_blocks, 0);
     }
-    pagoda_runtime_close(rt);
-    pagoda_config_free(cfg);
+    et_close(rt, cfg);
 }
 
 static void assert_same(const run_out *a, const run_out *b, const char *what)
 {
-    for (int i = 0; i < N_REQ; i++) {
-        ck_assert_int_eq(a->r[i].n_tokens, b->r[i].n_tokens);
-        for (int t = 0; t < a->r[i].n_tokens; t++)
-            ck_assert_msg(a->r[i].tokens[t] == b->r[i].tokens[t],
-                          "%s: request %d differs at token %d (%d vs %d)", what, i, t,
-                          a->r[i].tokens[t], b->r[i].tokens[t]);
-    }
+    et_assert_same_tokens(a->r, b->r, N_REQ, what);
 }
 
 /* Each request alone, every layer at every position. */

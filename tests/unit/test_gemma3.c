@@ -303,21 +303,11 @@ static bool backend_has_types(char *why, size_t n)
  * or "full" (every layer keeps every position) */
 static pagoda_runtime *open_rt(pagoda_config **cfg_out, bool *exact, const char *swa_kv)
 {
-    char err[1024] = "";
-    pagoda_config *cfg = pagoda_config_new_empty();
-    char buf[4200];
-    snprintf(buf, sizeof buf, "engine.model=%s", model_path());
     char swa[64];
     snprintf(swa, sizeof swa, "engine.swa_kv=%s", swa_kv);
-    const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
-                              "engine.max_seq_len=2048", "engine.kv_cache_tokens=8192",
+    const char *settings[] = {"engine.kv_dtype=f32", "engine.max_seq_len=2048", "engine.kv_cache_tokens=8192",
                               "backend.cpu.threads=2", swa, NULL};
-    for (int i = 0; settings[i]; i++)
-        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
-                      settings[i], err);
-    pagoda_runtime *rt = NULL;
-    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0,
-                  "runtime_open: %s", err);
+    pagoda_runtime *rt = et_open_model(cfg_out, model_path(), settings);
     /* exact arithmetic when no matmul weight is quantized */
     *exact = true;
     const gguf_file *g = rt->model->gguf;
@@ -325,7 +315,6 @@ static pagoda_runtime *open_rt(pagoda_config **cfg_out, bool *exact, const char 
         if (g->tensors[i].n_dims >= 2 && g->tensors[i].type != PAGODA_DTYPE_F32 &&
             g->tensors[i].type != PAGODA_DTYPE_F16)
             *exact = false;
-    *cfg_out = cfg;
     return rt;
 }
 

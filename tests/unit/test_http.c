@@ -2,242 +2,9 @@
  * over loopback with libcurl against the fake engine host (fake_engine.h):
  * every route, streaming and not, OpenAI response shapes, every error
  * status, cancel on client disconnect, and drain on stop(). */
-#include <dlfcn.h>
-#include <jansson.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "fake_engine.h"
-#include "testutil.h"
+#include "http_testutil.h"
 
 #ifdef PAGODA_HAVE_CURL
-#include <curl/curl.h>
-
-/* ------------------------------------------------------------ harness */
-
-typedef struct srv {
-    fake_engine *f;
-    void *lib;
-    const pagoda_plugin_desc *desc;
-    const pagoda_frontend_ops *ops;
-    void *ctx;
-    pthread_t th;
-    int rc;
-    int port;
-    char dir[64];
-    char port_file[128];
-    fake_kv cfg[16];
-    int n_cfg;
-} srv;
-
-static void *run_thread(void *arg)
-{
-    srv *s = arg;
-    s->rc = s->ops->run(s->ctx);
-    return NULL;
-}
-
-static void srv_start_with(srv *s, const fake_kv *extra, int n_extra, void (*tweak)(fake_engine *))
-{
-    memset(s, 0, sizeof *s);
-    snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_http_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(s->dir));
-    snprintf(s->port_file, sizeof s->port_file, "%s/port", s->dir);
-    s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
-    s->cfg[s->n_cfg++] = (fake_kv){"port_file", s->port_file};
-    for (int i = 0; i < n_extra; i++) s->cfg[s->n_cfg++] = extra[i];
-    s->f = fake_engine_new(s->cfg, s->n_cfg);
-    if (tweak) tweak(s->f);
-
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    ck_assert_ptr_nonnull(entry);
-    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    ck_assert_ptr_nonnull(s->desc);
-    ck_assert_int_eq(s->desc->kind, PAGODA_KIND_FRONTEND);
-    ck_assert_str_eq(s->desc->name, "http");
-    s->ops = s->desc->ops;
-    char err[256] = {0};
-    ck_assert_int_eq(s->desc->create(&s->f->host, &s->ctx, err, sizeof err), PAGODA_OK);
-    pthread_create(&s->th, NULL, run_thread, s);
-    /* wait for the port file (bounded; the bound is a safety net, not asserted) */
-    for (int i = 0; i < 1000; i++) {
-        FILE *fp = fopen(s->port_file, "r");
-        if (fp) {
-            int ok = fscanf(fp, "%d", &s->port) == 1;
-            fclose(fp);
-            if (ok && s->port > 0) break;
-        }
-        usleep(10000);
-    }
-    ck_assert_int_gt(s->port, 0);
-}
-
-static void srv_start(srv *s, const fake_kv *extra, int n_extra) { srv_start_with(s, extra, n_extra, NULL); }
-
-static void srv_stop(srv *s)
-{
-    s->ops->stop(s->ctx);
-    pthread_join(s->th, NULL);
-    ck_assert_int_eq(s->rc, PAGODA_OK);
-    ck_assert_int_eq(fake_live(s->f), 0);
-    s->desc->destroy(s->ctx);
-    fake_engine_free(s->f); /* joins the engine thread, which may still be in plugin code */
-    dlclose(s->lib);
-    unlink(s->port_file);
-    rmdir(s->dir);
-}
-
-typedef struct resp {
-    long status;
-    char *body;
-    size_t len;
-    char ctype[128];
-    int abort_after;   /* >0: abort the transfer once this many body bytes arrived */
-} resp;
-
-static size_t on_body(char *p, size_t sz, size_t n, void *u)
-{
-    resp *r = u;
-    size_t k = sz * n;
-    r->body = realloc(r->body, r->len + k + 1);
-    memcpy(r->body + r->len, p, k);
-    r->len += k;
-    r->body[r->len] = 0;
-    if (r->abort_after > 0 && r->len >= (size_t)r->abort_after) return 0; /* hang up */
-    return k;
-}
-
-/* One request; body may be NULL. extra_hdr may be NULL. timeout_ms 0: none. */
-static void http_req(srv *s, const char *method, const char *path, const char *body, size_t body_len,
-                     const char *extra_hdr, resp *r, long timeout_ms)
-{
-    CURL *c = curl_easy_init();
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    struct curl_slist *h = NULL;
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, "Expect:");
-    if (extra_hdr) h = curl_slist_append(h, extra_hdr);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body_len);
-    }
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    if (timeout_ms) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-    CURLcode cc = curl_easy_perform(c);
-    if (cc == CURLE_OK) {
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-        char *ct = NULL;
-        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-        if (ct) snprintf(r->ctype, sizeof r->ctype, "%s", ct);
-    } else {
-        r->status = -1;
-    }
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-}
-
-static json_t *post_json(srv *s, const char *path, const char *body, long *status)
-{
-    resp r = {0};
-    http_req(s, "POST", path, body, strlen(body), NULL, &r, 0);
-    *status = r.status;
-    json_error_t e;
-    json_t *j = r.body ? json_loads(r.body, 0, &e) : NULL;
-    ck_assert_msg(j != NULL, "POST %s -> %ld, body not JSON: %s", path, r.status, r.body ? r.body : "(none)");
-    free(r.body);
-    return j;
-}
-
-static const char *jget_str(json_t *j, const char *path)
-{
-    /* dotted path with numeric parts as array indices */
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
-        if (json_is_array(cur)) cur = json_array_get(cur, (size_t)atoi(tok));
-        else cur = json_object_get(cur, tok);
-    }
-    return json_is_string(cur) ? json_string_value(cur) : NULL;
-}
-
-static json_t *jget(json_t *j, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = j;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
-        if (json_is_array(cur)) cur = json_array_get(cur, (size_t)atoi(tok));
-        else cur = json_object_get(cur, tok);
-    }
-    return cur;
-}
-
-static long long jint(json_t *j, const char *path)
-{
-    json_t *v = jget(j, path);
-    ck_assert_msg(json_is_integer(v), "%s is not an integer", path);
-    return json_integer_value(v);
-}
-
-/* Parses an SSE body into JSON chunks; *done set when the stream ended with [DONE]. */
-static int parse_sse(const char *body, json_t **chunks, int cap, int *done)
-{
-    int n = 0;
-    *done = 0;
-    const char *p = body;
-    while (p && *p) {
-        const char *end = strstr(p, "\n\n");
-        ck_assert_msg(end != NULL, "SSE event not terminated by a blank line: %s", p);
-        ck_assert_msg(strncmp(p, "data: ", 6) == 0, "SSE line not 'data: ': %.40s", p);
-        ck_assert_msg(!*done, "data after [DONE]");
-        size_t len = (size_t)(end - p - 6);
-        if (len == 6 && !strncmp(p + 6, "[DONE]", 6)) {
-            *done = 1;
-        } else {
-            json_error_t e;
-            json_t *j = json_loadb(p + 6, len, 0, &e);
-            ck_assert_msg(j != NULL, "bad SSE JSON: %.*s", (int)len, p + 6);
-            ck_assert_int_lt(n, cap);
-            chunks[n++] = j;
-        }
-        p = end + 2;
-    }
-    return n;
-}
-
-static void expect_error(srv *s, const char *path, const char *body, long want, const char *needle,
-                         const char *param)
-{
-    long st;
-    json_t *j = post_json(s, path, body, &st);
-    ck_assert_msg(st == want, "%s %s -> %ld, want %ld", path, body, st, want);
-    const char *msg = jget_str(j, "error.message");
-    ck_assert_ptr_nonnull(msg);
-    ck_assert_ptr_nonnull(jget_str(j, "error.type"));
-    ck_assert_ptr_nonnull(jget(j, "error.code")); /* present (may be null) */
-    if (needle) ck_assert_msg(strstr(msg, needle) != NULL, "message '%s' lacks '%s'", msg, needle);
-    if (param) {
-        const char *pp = jget_str(j, "error.param");
-        ck_assert_msg(pp && !strcmp(pp, param), "param %s, want %s", pp ? pp : "null", param);
-    }
-    json_decref(j);
-}
 
 /* --------------------------------------------------------------- tests */
 
@@ -246,9 +13,7 @@ START_TEST(test_simple_routes)
     srv s;
     srv_start(&s, NULL, 0);
     resp r = {0};
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 200);
 
     memset(&r, 0, sizeof r);
     http_req(&s, "GET", "/v1/models", NULL, 0, NULL, &r, 0);
@@ -281,15 +46,9 @@ START_TEST(test_simple_routes)
     ck_assert_ptr_nonnull(strstr(r.body, "\"error\""));
     free(r.body);
 
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/completions", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 405);
-    free(r.body);
+    expect_status(&s, "GET", "/v1/completions", NULL, NULL, 405);
 
-    memset(&r, 0, sizeof r);
-    http_req(&s, "POST", "/health", "{}", 2, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 405);
-    free(r.body);
+    expect_status(&s, "POST", "/health", "{}", NULL, 405);
     srv_stop(&s);
 }
 END_TEST
@@ -705,10 +464,7 @@ START_TEST(test_bad_requests)
     expect_error(&s, C, deep, 400, "malformed JSON", NULL);
     free(deep);
     /* an embedded NUL */
-    resp r = {0};
-    http_req(&s, "POST", C, "{\"prompt\":\"a\\u0000b\"}", 21, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 400);
-    free(r.body);
+    expect_status(&s, "POST", C, "{\"prompt\":\"a\\u0000b\"}", NULL, 400);
     ck_assert_int_eq(s.f->n_log, 0); /* nothing reached the engine */
 
     /* the server still answers after all that */
@@ -756,32 +512,14 @@ START_TEST(test_auth)
     ck_assert_int_eq(r.status, 401);
     ck_assert_ptr_nonnull(strstr(r.body, "invalid_api_key"));
     free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer wrong", &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/v1/models", NULL, 0, "Authorization: Bearer sekri", &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/metrics", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
-    memset(&r, 0, sizeof r);
+    expect_status(&s, "GET", "/v1/models", NULL, "Authorization: Bearer wrong", 401);
+    expect_status(&s, "GET", "/v1/models", NULL, "Authorization: Bearer sekri", 401);
+    expect_status(&s, "GET", "/metrics", NULL, NULL, 401);
     const char *b = "{\"prompt\":\"a\"}";
-    http_req(&s, "POST", "/v1/completions", b, strlen(b), NULL, &r, 0);
-    ck_assert_int_eq(r.status, 401);
-    free(r.body);
+    expect_status(&s, "POST", "/v1/completions", b, NULL, 401);
     ck_assert_int_eq(s.f->n_log, 0);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "POST", "/v1/completions", b, strlen(b), "Authorization: Bearer sekrit", &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
+    expect_status(&s, "POST", "/v1/completions", b, "Authorization: Bearer sekrit", 200);
+    expect_status(&s, "GET", "/health", NULL, NULL, 200);
     srv_stop(&s);
 }
 END_TEST
@@ -818,18 +556,12 @@ START_TEST(test_busy_and_shutdown_status)
     s.f->submit_status = 0;
 
     s.f->ready = 0;
-    resp r = {0};
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 503);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 503);
     s.f->ready = 1;
 
     s.f->shutting = 1;
     expect_error(&s, "/v1/completions", "{\"prompt\":\"a\"}", 503, "shutting down", NULL);
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/health", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 503);
-    free(r.body);
+    expect_status(&s, "GET", "/health", NULL, NULL, 503);
     s.f->shutting = 0;
     srv_stop(&s);
 }
@@ -954,11 +686,7 @@ START_TEST(test_stop_drains)
     /* stop() twice is fine; run() after stop returns at once */
     s.ops->stop(s.ctx);
     ck_assert_int_eq(s.ops->run(s.ctx), PAGODA_OK);
-    s.desc->destroy(s.ctx);
-    fake_engine_free(s.f);
-    dlclose(s.lib);
-    unlink(s.port_file);
-    rmdir(s.dir);
+    srv_free(&s);
 }
 END_TEST
 
@@ -999,34 +727,21 @@ START_TEST(test_stop_partial_text)
     ck_assert_str_eq(jget_str(j, "choices.0.text"), want);
     json_decref(j);
     free(b.r.body);
-    s.desc->destroy(s.ctx);
-    fake_engine_free(s.f);
-    dlclose(s.lib);
-    unlink(s.port_file);
-    rmdir(s.dir);
+    srv_free(&s);
 }
 END_TEST
 
 START_TEST(test_descriptor_keys)
 {
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_ptr_nonnull(lib);
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    const pagoda_plugin_desc *d = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    th_plugin p = th_load("frontend", "http");
+    const pagoda_plugin_desc *d = p.desc;
     const char *want[] = {"host", "port", "api_key", "max_body_bytes", "threads", "timeout_s", "port_file",
                           "served_model_name"};
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        int found = 0;
-        for (const pagoda_config_key *k = d->config_keys; k->name; k++)
-            if (!strcmp(k->name, want[i])) found = 1;
-        ck_assert_msg(found, "key %s not declared", want[i]);
-    }
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        ck_assert_msg(th_declares_key(d, want[i]), "key %s not declared", want[i]);
     ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
     ck_assert_uint_eq(((const pagoda_frontend_ops *)d->ops)->struct_size, sizeof(pagoda_frontend_ops));
-    dlclose(lib);
+    th_unload(&p);
 }
 END_TEST
 
@@ -1058,27 +773,8 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = tu_run(suite());
-    curl_global_cleanup();
-    return rc;
-}
+int main(void) { return http_test_main(suite()); }
 
 #else /* !PAGODA_HAVE_CURL */
-START_TEST(test_skipped)
-{
-    fprintf(stderr, "test_http: libcurl not found at configure time; HTTP tests skipped\n");
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("http");
-    TCase *tc = tcase_create("skip");
-    tcase_add_test(tc, test_skipped);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+int main(void) { return http_test_main_skipped("test_http"); }
 #endif

@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -23,96 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fake_engine.h"
-#include "testutil.h"
+#include "http_testutil.h"
 
-/* ------------------------------------------------------------ harness */
-
-typedef struct srv {
-    fake_engine *f;
-    void *lib;
-    const pagoda_plugin_desc *desc;
-    const pagoda_frontend_ops *ops;
-    void *ctx;
-    pthread_t th;
-    int rc;
-    int port;
-    char dir[64];
-    char port_file[128];
-    fake_kv cfg[16];
-    int n_cfg;
-} srv;
-
-static void *run_thread(void *arg)
-{
-    srv *s = arg;
-    s->rc = s->ops->run(s->ctx);
-    return NULL;
-}
-
-/* Loads the plugin and creates an instance with cfg (port_file added).
- * Does not run it. */
-static void srv_create(srv *s, const fake_kv *extra, int n_extra)
-{
-    memset(s, 0, sizeof *s);
-    snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_hostile_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(s->dir));
-    snprintf(s->port_file, sizeof s->port_file, "%s/port", s->dir);
-    s->cfg[s->n_cfg++] = (fake_kv){"port_file", s->port_file};
-    int has_port = 0;
-    for (int i = 0; i < n_extra; i++) {
-        s->cfg[s->n_cfg++] = extra[i];
-        has_port |= !strcmp(extra[i].key, "port");
-    }
-    if (!has_port) s->cfg[s->n_cfg++] = (fake_kv){"port", "0"};
-    s->f = fake_engine_new(s->cfg, s->n_cfg);
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    ck_assert_ptr_nonnull(entry);
-    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    ck_assert_ptr_nonnull(s->desc);
-    s->ops = s->desc->ops;
-    char err[256] = {0};
-    ck_assert_msg(s->desc->create(&s->f->host, &s->ctx, err, sizeof err) == PAGODA_OK, "%s", err);
-}
-
-static void srv_start(srv *s, const fake_kv *extra, int n_extra)
-{
-    srv_create(s, extra, n_extra);
-    pthread_create(&s->th, NULL, run_thread, s);
-    for (int i = 0; i < 1000; i++) { /* bounded wait for the port file */
-        FILE *fp = fopen(s->port_file, "r");
-        if (fp) {
-            int ok = fscanf(fp, "%d", &s->port) == 1;
-            fclose(fp);
-            if (ok && s->port > 0) break;
-        }
-        usleep(10000);
-    }
-    ck_assert_int_gt(s->port, 0);
-}
-
-static void srv_free(srv *s)
-{
-    s->desc->destroy(s->ctx);
-    fake_engine_free(s->f);
-    dlclose(s->lib);
-    unlink(s->port_file);
-    rmdir(s->dir);
-}
-
-static void srv_stop(srv *s)
-{
-    s->ops->stop(s->ctx);
-    pthread_join(s->th, NULL);
-    ck_assert_int_eq(s->rc, PAGODA_OK);
-    ck_assert_int_eq(fake_live(s->f), 0);
-    srv_free(s);
-}
+/* ------------------------------------------------------------ raw client */
 
 static int64_t mono_ms(void)
 {
@@ -179,13 +91,6 @@ static int raw(int port, const char *req, size_t len, char *out, size_t cap, int
     return n;
 }
 
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
 static int status_of(const char *reply)
 {
     int st = 0;
@@ -208,7 +113,7 @@ START_TEST(test_port_taken)
     snprintf(port, sizeof port, "%d", a.port);
     fake_kv kv[] = {{"port", port}};
     srv b;
-    srv_create(&b, kv, 1);
+    srv_create(&b, kv, 1, NULL);
     int rc = b.ops->run(b.ctx);
     ck_assert_int_eq(rc, PAGODA_ERR_IO);
     char want[128];
@@ -230,7 +135,7 @@ START_TEST(test_port_taken)
     getsockname(l, (struct sockaddr *)&sa, &sl);
     snprintf(port, sizeof port, "%d", ntohs(sa.sin_port));
     srv c;
-    srv_create(&c, kv, 1);
+    srv_create(&c, kv, 1, NULL);
     ck_assert_int_eq(c.ops->run(c.ctx), PAGODA_ERR_IO);
     ck_assert_msg(strstr(c.f->last_error, "cannot listen"), "%s", c.f->last_error);
     srv_free(&c);

@@ -12,20 +12,10 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
-#include "fake_engine.h"
-#include "testutil.h"
-
-#ifdef PAGODA_HAVE_CURL
 #include "http_testutil.h"
 
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
+#ifdef PAGODA_HAVE_CURL
 
 static int inspect_calls(srv *s)
 {
@@ -66,15 +56,9 @@ START_TEST(test_inspect_route_and_auth)
     free(r.body);
     ck_assert_int_eq(inspect_calls(&s), 1);
     /* the page is open: it holds no data and asks for the key itself */
-    memset(&r, 0, sizeof r);
-    http_req(&s, "GET", "/ui", NULL, 0, NULL, &r, 0);
-    ck_assert_int_eq(r.status, 200);
-    free(r.body);
+    expect_status(&s, "GET", "/ui", NULL, NULL, 200);
     /* methods */
-    memset(&r, 0, sizeof r);
-    http_req(&s, "POST", "/v1/inspect", "{}", 2, "Authorization: Bearer sekret", &r, 0);
-    ck_assert_int_eq(r.status, 405);
-    free(r.body);
+    expect_status(&s, "POST", "/v1/inspect", "{}", "Authorization: Bearer sekret", 405);
     srv_stop(&s);
 }
 END_TEST
@@ -362,27 +346,8 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = tu_run(suite());
-    curl_global_cleanup();
-    return rc;
-}
+int main(void) { return http_test_main(suite()); }
 
 #else /* !PAGODA_HAVE_CURL */
-START_TEST(test_skipped)
-{
-    fprintf(stderr, "test_http_inspect: libcurl not found at configure time; tests skipped\n");
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("http_inspect");
-    TCase *tc = tcase_create("skip");
-    tcase_add_test(tc, test_skipped);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+int main(void) { return http_test_main_skipped("test_http_inspect"); }
 #endif

@@ -6,135 +6,21 @@
  * the 400s of bad fields, and <tool_call> blocks in the output read back as
  * tool_calls, whole and streamed. The real engine's side is
  * tests/integration/http_structured.c. */
-#include <dlfcn.h>
-#include <jansson.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include "fake_engine.h"
-#include "testutil.h"
+#include "http_testutil.h"
 
 #ifdef PAGODA_HAVE_CURL
-#include <curl/curl.h>
-
-typedef struct srv {
-    fake_engine *f;
-    void *lib;
-    const pagoda_plugin_desc *desc;
-    const pagoda_frontend_ops *ops;
-    void *ctx;
-    pthread_t th;
-    int rc, port;
-    char dir[64], port_file[512];
-    fake_kv cfg[4];
-} srv;
 
 static srv S;
 
-static void *run_thread(void *arg)
-{
-    srv *s = arg;
-    s->rc = s->ops->run(s->ctx);
-    return NULL;
-}
+static void setup(void) { srv_start(&S, NULL, 0); }
+static void teardown(void) { srv_stop(&S); }
 
-static void setup(void)
-{
-    srv *s = &S;
-    memset(s, 0, sizeof *s);
-    snprintf(s->dir, sizeof s->dir, "/tmp/pagoda_tools_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(s->dir));
-    strcpy(s->port_file, s->dir); /* (snprintf: a false truncation warning) */
-    strcat(s->port_file, "/port");
-    s->cfg[0] = (fake_kv){"port", "0"};
-    s->cfg[1] = (fake_kv){"port_file", s->port_file};
-    s->f = fake_engine_new(s->cfg, 2);
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-http.so", dir ? dir : tu_build("plugins"));
-    s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(s->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(s->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    s->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    s->ops = s->desc->ops;
-    char err[256] = {0};
-    ck_assert_int_eq(s->desc->create(&s->f->host, &s->ctx, err, sizeof err), PAGODA_OK);
-    pthread_create(&s->th, NULL, run_thread, s);
-    for (int i = 0; i < 1000 && s->port <= 0; i++) {
-        FILE *fp = fopen(s->port_file, "r");
-        if (fp) {
-            if (fscanf(fp, "%d", &s->port) != 1) s->port = 0;
-            fclose(fp);
-        }
-        if (s->port <= 0) usleep(10000);
-    }
-    ck_assert_int_gt(s->port, 0);
-}
-
-static void teardown(void)
-{
-    srv *s = &S;
-    s->ops->stop(s->ctx);
-    pthread_join(s->th, NULL);
-    ck_assert_int_eq(s->rc, PAGODA_OK);
-    ck_assert_int_eq(fake_live(s->f), 0);
-    (void)fake_wait_count;
-    s->desc->destroy(s->ctx);
-    fake_engine_free(s->f);
-    dlclose(s->lib);
-    unlink(s->port_file);
-    rmdir(s->dir);
-}
-
-typedef struct body {
-    char *p;
-    size_t len;
-} body;
-
-static size_t on_body(char *p, size_t sz, size_t n, void *u)
-{
-    body *b = u;
-    b->p = realloc(b->p, b->len + sz * n + 1);
-    memcpy(b->p + b->len, p, sz * n);
-    b->len += sz * n;
-    b->p[b->len] = 0;
-    return sz * n;
-}
-
-/* POST; returns the body (caller frees), *status the HTTP status */
-static char *post(const char *path, const char *json, long *status)
-{
-    CURL *c = curl_easy_init();
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", S.port, path);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    h = curl_slist_append(h, "Expect:");
-    body b = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(json));
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    *status = curl_easy_perform(c) == CURLE_OK ? 0 : -1;
-    if (*status == 0) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-    return b.p;
-}
-
-static json_t *post_json(const char *path, const char *json, long want)
+/* POST that must answer want with a JSON body. */
+static json_t *post_expect(const char *path, const char *json, long want)
 {
     long st;
-    char *b = post(path, json, &st);
-    ck_assert_msg(st == want, "%s -> %ld: %s", json, st, b ? b : "");
-    json_t *j = b ? json_loads(b, 0, NULL) : NULL;
-    ck_assert_msg(j, "not JSON: %s", b ? b : "");
-    free(b);
+    json_t *j = post_json(&S, path, json, &st);
+    ck_assert_msg(st == want, "%s -> %ld, want %ld", json, st, want);
     return j;
 }
 
@@ -146,13 +32,7 @@ static const fake_logged *last_logged(void)
 
 static void expect_400(const char *path, const char *json, const char *param, const char *needle)
 {
-    json_t *j = post_json(path, json, 400);
-    json_t *e = json_object_get(j, "error");
-    const char *p = json_string_value(json_object_get(e, "param"));
-    const char *m = json_string_value(json_object_get(e, "message"));
-    ck_assert_msg(p && !strcmp(p, param), "%s: param %s, want %s", json, p ? p : "null", param);
-    ck_assert_msg(m && strstr(m, needle), "%s: message '%s' lacks '%s'", json, m ? m : "", needle);
-    json_decref(j);
+    expect_error(&S, path, json, 400, needle, param);
 }
 
 #define TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":" \
@@ -160,7 +40,7 @@ static void expect_400(const char *path, const char *json, const char *param, co
 
 START_TEST(test_fields_to_request)
 {
-    json_t *j = post_json("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+    json_t *j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                           "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,"
                           "\"schema\":{\"type\":\"object\",\"properties\":{\"b\":{},\"a\":{}}}}}}", 200);
     json_decref(j);
@@ -169,23 +49,23 @@ START_TEST(test_fields_to_request)
     ck_assert(l->req.constraint_strict);
     /* the schema as given, properties in their order */
     ck_assert_str_eq(l->constraint, "{\"type\":\"object\",\"properties\":{\"b\":{},\"a\":{}}}");
-    j = post_json("/v1/completions", "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}", 200);
+    j = post_expect("/v1/completions", "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, PAGODA_CONSTRAINT_JSON_OBJECT);
-    j = post_json("/v1/completions", "{\"prompt\":\"hi\",\"guided_choice\":[\"a\",\"b\"]}", 200);
+    j = post_expect("/v1/completions", "{\"prompt\":\"hi\",\"guided_choice\":[\"a\",\"b\"]}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, PAGODA_CONSTRAINT_CHOICE);
     ck_assert_str_eq(last_logged()->constraint, "[\"a\",\"b\"]");
-    j = post_json("/v1/completions", "{\"prompt\":\"hi\",\"regex\":\"a+\"}", 200);
+    j = post_expect("/v1/completions", "{\"prompt\":\"hi\",\"regex\":\"a+\"}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, PAGODA_CONSTRAINT_REGEX);
     ck_assert(!last_logged()->req.constraint_strict);
-    j = post_json("/v1/completions", "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"text\"}}", 200);
+    j = post_expect("/v1/completions", "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"text\"}}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, 0);
     ck_assert_ptr_null(last_logged()->constraint);
     /* tool_choice required: a grammar of calls with the parameters schema */
-    j = post_json("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"tool_choice\":\"required\",\"max_tokens\":3}", 200);
     json_decref(j);
     l = last_logged();
@@ -194,12 +74,12 @@ START_TEST(test_fields_to_request)
     ck_assert_msg(strstr(l->constraint, "fn0 ::= \"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": \" %json "
                                         "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}} \"}\""),
                   "%s", l->constraint);
-    j = post_json("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"max_tokens\":3}", 200);
     json_decref(j);
     ck_assert_msg(strstr(last_logged()->constraint, "root ::= call\n"), "%s", last_logged()->constraint);
     /* auto: no constraint */
-    j = post_json("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"max_tokens\":3}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, 0);
@@ -242,7 +122,7 @@ END_TEST
 
 START_TEST(test_rendering)
 {
-    json_t *j = post_json("/v1/chat/completions",
+    json_t *j = post_expect("/v1/chat/completions",
                           "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
                           "\"add\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
                           "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}}]},{\"role\":"
@@ -257,7 +137,7 @@ START_TEST(test_rendering)
                   "%s", p);
     ck_assert_msg(strstr(p, "<|tool|><tool_response>\n5\n</tool_response>\n"), "%s", p);
     /* without tools the history still renders, and no tools block */
-    j = post_json("/v1/chat/completions",
+    j = post_expect("/v1/chat/completions",
                   "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"tool_calls\":"
                   "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
                   "\"content\":\"5\"}],\"max_tokens\":2}", 200);
@@ -274,7 +154,7 @@ END_TEST
 
 START_TEST(test_calls_read_back)
 {
-    json_t *j = post_json("/v1/chat/completions", CALLING "}", 200);
+    json_t *j = post_expect("/v1/chat/completions", CALLING "}", 200);
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     json_t *calls = json_object_get(msg, "tool_calls");
     ck_assert_int_eq(json_array_size(calls), 1);
@@ -292,9 +172,11 @@ START_TEST(test_calls_read_back)
     json_decref(j);
 
     /* streamed: one tool_calls delta, the content deltas the same text */
-    long st;
-    char *b = post("/v1/chat/completions", CALLING ",\"stream\":true}", &st);
-    ck_assert_int_eq(st, 200);
+    const char *streamed = CALLING ",\"stream\":true}";
+    resp r = {0};
+    http_req(&S, "POST", "/v1/chat/completions", streamed, strlen(streamed), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    char *b = r.body;
     int n_calls = 0;
     char text[16384] = "";
     const char *fin = NULL;
@@ -343,12 +225,8 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void) { return tu_run(suite()); }
+int main(void) { return http_test_main(suite()); }
 
-#else
-int main(void)
-{
-    printf("test_http_tools: built without libcurl; skipped\n");
-    return 77;
-}
+#else /* !PAGODA_HAVE_CURL */
+int main(void) { return http_test_main_skipped("test_http_tools"); }
 #endif

@@ -365,29 +365,11 @@ static void trace_cb(void *user, const pagoda_event *ev)
     pthread_mutex_unlock(&t->mu);
 }
 
-/* et_open without starting the engine: requests submitted before the start
- * all arrive in its first step. */
-static pagoda_runtime *open_stopped(pagoda_config **cfg_out, const char *const *settings)
-{
-    char err[1024] = "";
-    pagoda_config *cfg = pagoda_config_new_empty();
-    char buf[4200];
-    snprintf(buf, sizeof buf, "engine.model=%s", tu_src("models/stories260K.gguf"));
-    ck_assert_msg(pagoda_config_set(cfg, buf, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(pagoda_config_set(cfg, "engine.log_level=warn", err, sizeof err) == 0, "%s", err);
-    for (int i = 0; settings && settings[i]; i++)
-        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s", err);
-    pagoda_runtime *rt = NULL;
-    ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0, "%s", err);
-    *cfg_out = cfg;
-    return rt;
-}
-
 START_TEST(trace_tells_how_each_token_was_made)
 {
     const char *settings[] = {"engine.kvcache=paged", "engine.max_seq_len=512", NULL};
     pagoda_config *cfg;
-    pagoda_runtime *rt = open_stopped(&cfg, settings);
+    pagoda_runtime *rt = et_open_stopped(&cfg, settings);
     trace_rec t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < 3; i++) pthread_mutex_init(&t[i].mu, NULL);
@@ -395,13 +377,7 @@ START_TEST(trace_tells_how_each_token_was_made)
     uint64_t ids[3];
     int32_t n_prompt = 0;
     for (int i = 0; i < 3; i++) {
-        pagoda_request req;
-        pagoda_engine_request_defaults(rt->engine, &req);
-        req.prompt = "Once upon a time";
-        req.prompt_len = strlen(req.prompt);
-        req.max_tokens = 40;
-        req.ignore_eos = true;
-        req.temperature = 0;
+        pagoda_request req = et_request(rt, "Once upon a time", 40, 0);
         req.trace = i < 2;
         char err[256];
         ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, trace_cb, &t[i], &ids[i], err, sizeof err), 0);

@@ -142,22 +142,9 @@ static pagoda_runtime *open_rt(pagoda_config **cfg_out, arith a)
 {
     /* before the backend's first matmul: which path quantized weights take */
     setenv("PAGODA_CPU_GEMM_MIN_T", a == ARITH_F32 ? "1" : "1000000000", 1);
-    char err[1024] = "";
-    pagoda_config *cfg = pagoda_config_new_empty();
-    ck_assert_ptr_nonnull(cfg);
-    char buf[4200];
-    snprintf(buf, sizeof buf, "engine.model=%s", tu_src(MODEL_REL));
-    const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
-                              "engine.max_seq_len=512", "engine.kv_cache_tokens=2048",
+    const char *settings[] = {"engine.kv_dtype=f32", "engine.max_seq_len=512", "engine.kv_cache_tokens=2048",
                               "backend.cpu.threads=2", NULL};
-    for (int i = 0; settings[i]; i++)
-        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
-                      settings[i], err);
-    pagoda_runtime *rt = NULL;
-    int st = pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err);
-    ck_assert_msg(st == 0, "runtime_open: %s", err);
-    *cfg_out = cfg;
-    return rt;
+    return et_open_model(cfg_out, tu_src(MODEL_REL), settings);
 }
 
 START_TEST(model_hparams)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fake_engine.h"
+#include "plugin_testhost.h"
 #include "testutil.h"
 
 typedef struct fe_run {
@@ -60,16 +61,9 @@ static void setup(fe_run *r, const char *input, const fake_kv *extra, int n_extr
     for (int i = 0; i < n_extra; i++) r->cfg[r->n_cfg++] = extra[i];
     r->f = fake_engine_new(r->cfg, r->n_cfg);
     r->f->step_us = step_us;
-    const char *dir = getenv("PAGODA_PLUGIN_PATH");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/frontend-stdin.so", dir ? dir : tu_build("plugins"));
-    r->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(r->lib != NULL, "dlopen %s: %s", path, dlerror());
-    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(r->lib, PAGODA_PLUGIN_ENTRY_SYMBOL);
-    ck_assert_ptr_nonnull(entry);
-    r->desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
-    ck_assert_str_eq(r->desc->name, "stdin");
-    ck_assert_int_eq(r->desc->kind, PAGODA_KIND_FRONTEND);
+    th_plugin p = th_load("frontend", "stdin"); /* asserts its name, kind and ABI */
+    r->lib = p.dl;
+    r->desc = p.desc;
     r->ops = r->desc->ops;
     char err[256] = {0};
     ck_assert_int_eq(r->desc->create(&r->f->host, &r->ctx, err, sizeof err), PAGODA_OK);

@@ -1,0 +1,56 @@
+# integ_util.bash: what the shell integration tests share, sourced (not a
+# test: tests/CMakeLists.txt runs integration/*.sh only): the environment
+# ctest sets, a scratch folder removed on exit with any server still
+# running killed, failure counting, and `pagoda` started in the background
+# on a free loopback port and stopped with SIGTERM.
+# Not for: the C integration tests (integ_util.c).
+: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}"
+# shellcheck disable=SC2034 # build, port: for the scripts that source this
+build=${PAGODA_BUILD_DIR:-$(dirname "$(dirname "$PAGODA_BIN")")}
+pid=
+port=
+fails=0
+
+# integ_tmp NAME: makes $tmp (/tmp/pagoda-NAME-XXXXXX); on exit the server
+# ($pid) is killed if it still runs and $tmp removed.
+integ_tmp() {
+    tmp=$(mktemp -d "/tmp/pagoda-$1-XXXXXX")
+    trap integ_cleanup EXIT
+}
+integ_cleanup() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; wait "$pid" 2>/dev/null; fi
+    rm -rf "$tmp"
+}
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# start_server LOG PORTFILE ARGS...: `pagoda ARGS` in the background ($pid)
+# on port 0 writing PORTFILE, output to LOG; waits (bounded: 30 s) for the
+# port ($port). Returns 1 when the server exited or wrote no port first.
+start_server() {
+    local log=$1 portfile=$2
+    shift 2
+    rm -f "$portfile"
+    "$PAGODA_BIN" "$@" --set frontend.http.port=0 --set frontend.http.port_file="$portfile" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        [ -s "$portfile" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -s "$portfile" ] || return 1
+    # shellcheck disable=SC2034
+    port=$(cat "$portfile")
+}
+
+# stop_server: SIGTERM, then waits (bounded: 30 s, then SIGKILL and a
+# failure); returns the server's exit status.
+stop_server() {
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { fail "server still running 30 s after SIGTERM"; kill -KILL "$pid"; }
+    local st=0
+    wait "$pid" 2>/dev/null || st=$?
+    pid=
+    return "$st"
+}
