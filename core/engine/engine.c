@@ -126,10 +126,31 @@ void pagoda_engine_stop(pagoda_engine *e)
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
     pthread_cond_broadcast(&e->cv);
+    seq *unrun = e->started ? NULL : e->inbox_head;
+    if (unrun) {
+        e->inbox_head = e->inbox_tail = NULL;
+        e->n_inbox = 0;
+    }
     pthread_mutex_unlock(&e->mu);
     if (e->started && !e->stopped) {
         pthread_join(e->thread, NULL);
         e->stopped = true;
+    }
+    /* An engine that never ran still owes each request it accepted its one
+     * FINAL (cancelled), and owes it now, before the runtime destroys the
+     * frontend whose callback it is. */
+    for (seq *q = unrun, *n; q; q = n) {
+        n = q->next;
+        pagoda_event ev = {.struct_size = sizeof ev, .id = q->s.id, .type = PAGODA_EVENT_FINAL,
+                           .text = "", .token = -1, .finish_reason = PAGODA_FINISH_CANCELLED,
+                           .position = -1};
+        ev.usage.prompt_tokens = q->s.n_prompt;
+        ev.timings.queue_ms = ev.timings.total_ms = (engine_now_s() - q->t_arrival) * 1e3;
+        q->cb(q->user, &ev);
+        engine_seq_free(q);
+        pthread_mutex_lock(&e->mu);
+        if (--e->n_live == 0) pthread_cond_broadcast(&e->idle_cv);
+        pthread_mutex_unlock(&e->mu);
     }
 }
 
@@ -137,8 +158,7 @@ void pagoda_engine_free(pagoda_engine *e)
 {
     if (!e) return;
     pagoda_engine_stop(e);
-    /* requests still in the inbox when the thread never ran */
-    for (seq *q = e->inbox_head, *n; q; q = n) { n = q->next; engine_seq_free(q); }
+    /* pagoda_engine_stop emptied the inbox of an engine that never ran */
     for (int i = 0; i < e->n_seqs; i++) engine_seq_free(e->seqs[i]);
     engine_constraint_shutdown(e); /* after the sequences: their prefetches are done */
     pagoda_forward_free(&e->fw);

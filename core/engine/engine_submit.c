@@ -52,6 +52,7 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
                          void *user, uint64_t *id, char *err, size_t err_len)
 {
     pagoda_request req;
+    bool reserved = false; /* this request holds a place in n_live (see below) */
     pagoda_engine_request_defaults(e, &req);
     memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
     if (!cb) { ERR("no event callback"); return PAGODA_ERR_INVALID; }
@@ -224,6 +225,11 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
         st = PAGODA_ERR_NOSPACE;
         goto fail;
     }
+    /* The place is taken here, under the same lock as the check: two
+     * submits racing between the check and the enqueue below would both
+     * pass it (integ_http_server saw 2 waiting with max_queue = 1). */
+    e->n_live++;
+    reserved = true;
     q->s.id = e->next_id++;
     q->s.arrival = e->next_arrival++;
     q->t_arrival = engine_now_s();
@@ -253,7 +259,6 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     if (e->inbox_tail) e->inbox_tail->next = q; else e->inbox_head = q;
     e->inbox_tail = q;
     e->n_inbox++;
-    e->n_live++;
     *id = q->s.id;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -262,6 +267,11 @@ nomem:
     ERR("out of memory");
     st = PAGODA_ERR_NOMEM;
 fail:
+    if (reserved) {
+        pthread_mutex_lock(&e->mu);
+        if (--e->n_live == 0) pthread_cond_broadcast(&e->idle_cv);
+        pthread_mutex_unlock(&e->mu);
+    }
     engine_seq_free(q);
     return st;
 }

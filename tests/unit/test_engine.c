@@ -90,6 +90,74 @@ START_TEST(same_output_every_combo)
 }
 END_TEST
 
+/* max_queue holds under concurrent submits: 8 threads submit to an engine
+ * that is not started (nothing leaves the queue), and exactly max_num_seqs
+ * + max_queue of them are taken, round after round. The check and the
+ * place it grants were once taken under two locks, and two submits could
+ * both pass the check (a long prompt widens what lay between; this test
+ * did not catch that race here, integ_http_server under load did). Each
+ * accepted request gets its FINAL when the never-started engine stops. */
+typedef struct admit_arg {
+    pagoda_runtime *rt;
+    const char *prompt;
+    int ok, full, other;
+} admit_arg;
+
+static int g_admit_finals;
+
+static void admit_cb(void *user, const pagoda_event *ev)
+{
+    (void)user;
+    if (ev->type == PAGODA_EVENT_FINAL) __atomic_add_fetch(&g_admit_finals, 1, __ATOMIC_RELAXED);
+}
+
+static void *admit_thread(void *p)
+{
+    admit_arg *a = p;
+    for (int i = 0; i < 4; i++) {
+        pagoda_request req = et_request(a->rt, a->prompt, 4, 0);
+        uint64_t id = 0;
+        char err[256];
+        int st = pagoda_engine_submit(a->rt->engine, &req, admit_cb, NULL, &id, err, sizeof err);
+        if (st == PAGODA_OK) a->ok++;
+        else if (st == PAGODA_ERR_NOSPACE) a->full++;
+        else a->other++;
+    }
+    return NULL;
+}
+
+START_TEST(queue_admission_is_atomic)
+{
+    char prompt[4000] = "";
+    for (int i = 0; i < 60; i++) strcat(prompt, "Once upon a time ");
+    const char *sets[] = {"engine.max_queue=3", "scheduler.continuous.max_num_seqs=2", NULL};
+    enum { NT = 8, ROUNDS = 20 };
+    for (int round = 0; round < ROUNDS; round++) {
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open_stopped(&cfg, sets);
+        __atomic_store_n(&g_admit_finals, 0, __ATOMIC_RELAXED);
+        pthread_t th[NT];
+        admit_arg a[NT];
+        for (int i = 0; i < NT; i++) {
+            a[i] = (admit_arg){.rt = rt, .prompt = prompt};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, admit_thread, &a[i]), 0);
+        }
+        int ok = 0, full = 0, other = 0;
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            ok += a[i].ok;
+            full += a[i].full;
+            other += a[i].other;
+        }
+        ck_assert_int_eq(other, 0);
+        ck_assert_msg(ok == 5, "round %d: %d requests taken, max_num_seqs 2 + max_queue 3 = 5", round, ok);
+        ck_assert_int_eq(full, NT * 4 - 5);
+        et_close(rt, cfg);
+        ck_assert_int_eq(__atomic_load_n(&g_admit_finals, __ATOMIC_RELAXED), 5);
+    }
+}
+END_TEST
+
 START_TEST(preemption_keeps_output)
 {
     run_out *ref = reference();
@@ -261,6 +329,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("invariants");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, same_output_every_combo, 0, 9);
+    tcase_add_test(tc, queue_admission_is_atomic);
     tcase_add_test(tc, preemption_keeps_output);
     tcase_add_test(tc, cancel_and_shutdown_give_one_final);
     tcase_add_test(tc, stop_strings_never_leak);
