@@ -4,7 +4,7 @@
  * descriptor. The core checks, in this order: dlopen, the entry symbol, the
  * ABI version, struct sizes, kind and name against the config, required
  * slots. Not for: the ops of each kind (backend.h, scheduler.h, kvcache.h,
- * frontend.h) or the host table (host.h).
+ * frontend.h, constraint.h, comm.h) or the host table (host.h).
  *
  * Compatibility rule: same PAGODA_ABI_MAJOR, and the plugin's minor <= the
  * host's minor. Structs only grow at their end; every struct starts with
@@ -28,8 +28,10 @@ extern "C" {
  * constraint kind (constraint.h) with the request's constraint fields and
  * the host's check_constraint, for structured output; 1.2 inspection:
  * the KV policies' optional inspect op, the request's request_id and trace,
- * the event's trace fields and the host's inspect_json. */
-#define PAGODA_ABI_MINOR 2
+ * the event's trace fields and the host's inspect_json; 1.4 the comm kind
+ * (comm.h): collectives for tensor parallelism (comm-mpi, comm-nccl).
+ * (1.3 is another branch's; the numbers are reconciled at merge.) */
+#define PAGODA_ABI_MINOR 4
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
@@ -38,7 +40,8 @@ typedef enum pagoda_plugin_kind {
     PAGODA_KIND_SCHEDULER = 2,
     PAGODA_KIND_KVCACHE = 3,
     PAGODA_KIND_FRONTEND = 4,
-    PAGODA_KIND_CONSTRAINT = 5   /* minor 1: structured output (constraint.h) */
+    PAGODA_KIND_CONSTRAINT = 5,  /* minor 1: structured output (constraint.h) */
+    PAGODA_KIND_COMM = 6         /* minor 4: collectives, tensor parallelism (comm.h) */
 } pagoda_plugin_kind;
 
 static inline const char *pagoda_kind_name(int kind)
@@ -49,6 +52,7 @@ static inline const char *pagoda_kind_name(int kind)
     case PAGODA_KIND_KVCACHE: return "kvcache";
     case PAGODA_KIND_FRONTEND: return "frontend";
     case PAGODA_KIND_CONSTRAINT: return "constraint";
+    case PAGODA_KIND_COMM: return "comm";
     default: return "unknown";
     }
 }
