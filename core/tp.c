@@ -158,8 +158,10 @@ int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, char *err, size_t 
         memcpy(tab, s->block_table, sizeof *tab * (size_t)s->n_blocks);
         tab += s->n_blocks;
     }
-    memcpy(tab, tp->copy_src, sizeof *tab * (size_t)tp->n_copies);
-    memcpy(tab + tp->n_copies, tp->copy_dst, sizeof *tab * (size_t)tp->n_copies);
+    if (tp->n_copies) {   /* the lists are NULL until a first copy */
+        memcpy(tab, tp->copy_src, sizeof *tab * (size_t)tp->n_copies);
+        memcpy(tab + tp->n_copies, tp->copy_dst, sizeof *tab * (size_t)tp->n_copies);
+    }
     int st = pagoda_comm_broadcast(tp->comm, &h, sizeof h, 0, err, err_len);
     if (!st) st = pagoda_comm_broadcast(tp->comm, m, sizeof *m * h.n_ints, 0, err, err_len);
     if (!st) {
