@@ -24,7 +24,7 @@
 
 typedef struct pagoda_memplan_opts {
     uint64_t memory_budget;     /* bytes; 0 = auto: MemAvailable x PAGODA_MEMPLAN_UTIL */
-    int kv_dtype;               /* PAGODA_DTYPE_F16 or PAGODA_DTYPE_F32. NB: F32 is 0, so
+    int kv_dtype;               /* PAGODA_DTYPE_F16, Q8_0 or F32. NB: F32 is 0, so
                                  * start from pagoda_memplan_opts_default() (F16) */
     int64_t max_seq_len;        /* 0 = the model's context length */
     int64_t max_batched_tokens; /* 0 = 512: tokens one forward pass takes */
@@ -58,8 +58,14 @@ typedef struct pagoda_memplan {
     int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
     /* KV of the main pool, whose blocks the KV policy manages: 2 (K and V)
      * x its layers x kv_heads x head_dim x bytes per value. Its layers are
-     * every layer, or with a window pool (below) the global layers only. */
-    uint64_t kv_value_bytes;
+     * every layer, or with a window pool (below) the global layers only.
+     * Bytes per value is the KV type's data-precision factor: kv_block_bytes
+     * per kv_block_values values (F32 4 / 1, F16 2 / 1, Q8_0 34 / 32 =
+     * 1.0625: a 16-bit scale per 32 int8 values, so the same bytes hold
+     * 32/17 = 1.88x the tokens of F16). The window pool's layers use the
+     * same type. */
+    double kv_value_bytes;
+    int kv_block_values, kv_block_bytes;
     int64_t kv_pool_layers;
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes_per_block;
@@ -130,7 +136,7 @@ char *pagoda_memplan_json(const pagoda_memplan *p);
 
 /* The CLI: argv[0] is the subcommand name ("plan"), options follow:
  *   [--config FILE] [--set S.K=V]... [--model FILE] [--memory SIZE|auto]
- *   [--kv-dtype f16|f32] [--max-seq-len N] [--max-batched-tokens N]
+ *   [--kv-dtype f16|q8_0|f32] [--max-seq-len N] [--max-batched-tokens N]
  *   [--max-num-seqs N] [--block-size N] [--swa-kv window|full] [--json]
  * The plan is the server's for the same settings (pagoda_runtime_plan):
  * the model and the plugins are opened, the weights are not read.

@@ -226,6 +226,7 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     /* a model that needs an optional op the backend lacks is refused now,
      * before the weights are read */
     st = pagoda_forward_check_backend(hp, &rt->backend, err, err_len);
+    if (!st) st = pagoda_forward_check_kv(hp, &rt->backend, rt->ec.kv_dtype, err, err_len);
     if (st) goto fail;
 
     st = make_plugin(rt, PAGODA_KIND_SCHEDULER, rt->ec.scheduler, &rt->p_sched, &rt->h_sched,

@@ -15,6 +15,18 @@
  * Sliding-window layers (Gemma 3's local layers) pass a window: a query
  * starts at the first key inside it, so the blocks before are never read;
  * that one line in attn_worker is the whole window check.
+ * A decode row (a sequence with one query) over a long context has its
+ * keys cut into splits (flash-decoding): each item is one split with every
+ * head, the splits' partial softmax sums (max, sum, unnormalized output)
+ * are merged after the pool run. Without them one decoding sequence could
+ * only spread over threads by heads, and an item holding one or two heads
+ * reads one or two heads' bytes out of each slot: 128 of 1536 bytes for
+ * F16, 68 of 816 straddling two cache lines for Q8_0, so the 8-bit cache
+ * read as many lines as F16. With all heads an item reads whole slots.
+ * How many splits depends on the row's own context length only, so a row's
+ * arithmetic does not depend on what else the batch holds.
+ * KV types: F32 and F16 rows, Q8_0 blocks (vecdot.h scores_q8_0 /
+ * accum_q8_0); the layout's helpers give every byte offset.
  * Not for: writing the cache (ops.c kv_write).
  */
 #include "kernels.h"
@@ -32,6 +44,10 @@
 #endif
 /* Running sums of one item's heads live on the worker's stack. */
 #define MAX_GROUP_FLOATS 8192
+/* A decode row's keys per split, and the most splits (a 2048-token
+ * context: 8 splits of 256 keys, every head in each). */
+#define SPLIT_KEYS 256
+#define MAX_SPLITS 8
 
 typedef struct attn_task {
     const pagoda_vecdot_table *vt;
@@ -46,12 +62,29 @@ typedef struct attn_task {
     int32_t window;              /* 0, or the sliding window (keys p - window < j <= p) */
     float *out;
     size_t out_stride;
-    const int32_t *chunk_start;  /* [n_seqs + 1] prefix sums of query chunks */
+    const int32_t *unit_start;   /* [n_seqs + 1] prefix sums of (query chunk, split) units */
+    const int32_t *n_splits;     /* [n_seqs] key splits of its rows (> 1: one decode row) */
+    const int32_t *part_start;   /* [n_seqs] its first partial slot in `part` (split rows) */
+    float *part;                 /* per split and head: m, l, acc[head_dim] */
     int group;                   /* heads per item */
-    int n_groups;                /* items per query chunk */
+    int n_groups;                /* items per unit */
     int64_t n_items;
     atomic_llong next;
 } attn_task;
+
+/* Splits of a row with n_keys keys to read (decode rows only). */
+static int32_t splits_of(int32_t n_q, int32_t n_keys)
+{
+    if (n_q != 1) return 1;
+    int32_t s = n_keys / SPLIT_KEYS;
+    return s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s;
+}
+
+static int32_t first_key(int32_t window, int32_t pos)
+{
+    /* the window check, all of it: key j is seen iff pos - j < window */
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
 
 /* Prefetch the K and V rows of heads [h0, h1) in block number bi of the
  * sequence (if it holds any of the first n_keys keys). */
@@ -63,9 +96,8 @@ static void prefetch_block(const attn_task *a, const pagoda_seq_view *sv, int32_
     if (k0 >= n_keys) return;
     int32_t ns = n_keys - k0 < L->block_size ? n_keys - k0 : L->block_size;
     int per_kv = a->n_heads / L->n_kv_heads;
-    size_t elt = L->dtype == PAGODA_DTYPE_F32 ? 4 : 2, hd = (size_t)L->head_dim;
-    size_t slot_bytes = (size_t)L->n_kv_heads * hd * elt;
-    size_t lo = (size_t)(h0 / per_kv) * hd * elt, hi = (size_t)((h1 - 1) / per_kv + 1) * hd * elt;
+    size_t head_bytes = pagoda_kv_head_bytes(L), slot_bytes = pagoda_kv_slot_bytes(L);
+    size_t lo = (size_t)(h0 / per_kv) * head_bytes, hi = (size_t)((h1 - 1) / per_kv + 1) * head_bytes;
     int32_t blk = sv->block_table[bi];
     const uint8_t *nk = a->pool + pagoda_kv_offset(L, a->layer, 0, blk);
     const uint8_t *nv = a->pool + pagoda_kv_offset(L, a->layer, 1, blk);
@@ -78,16 +110,17 @@ static void prefetch_block(const attn_task *a, const pagoda_seq_view *sv, int32_
 
 /* Query row qrow for heads [h0, h1) over keys first .. n_keys - 1 (first
  * > 0 on a sliding-window layer: the keys before it, whole blocks of them
- * included, are never read). */
+ * included, are never read). part == NULL: the normalized output goes to
+ * the row of out; else per head (m, l, acc[head_dim]) to part, for the
+ * merge of a split row. */
 static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, int h1, int64_t qrow,
-                       int32_t first, int32_t n_keys)
+                       int32_t first, int32_t n_keys, float *part)
 {
     const pagoda_kv_layout *L = a->L;
     const pagoda_vecdot_table *vt = a->vt;
     int hd = L->head_dim, ng = h1 - h0;
     int per_kv = a->n_heads / L->n_kv_heads;
-    size_t elt = L->dtype == PAGODA_DTYPE_F32 ? 4 : 2;
-    size_t slot_bytes = (size_t)L->n_kv_heads * hd * elt;
+    size_t head_bytes = pagoda_kv_head_bytes(L), slot_bytes = pagoda_kv_slot_bytes(L);
     const float *q = (const float *)((const uint8_t *)a->q + qrow * a->q_stride);
     float *o = (float *)((uint8_t *)a->out + qrow * a->out_stride);
     float acc[MAX_GROUP_FLOATS];
@@ -118,13 +151,15 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
         }
         for (int h = 0; h < ng; h++) {
             int head = h0 + h, kvh = head / per_kv;
-            const uint8_t *kb = kb0 + (size_t)kvh * hd * elt, *vb = vb0 + (size_t)kvh * hd * elt;
+            const uint8_t *kb = kb0 + (size_t)kvh * head_bytes, *vb = vb0 + (size_t)kvh * head_bytes;
             const float *qh = q + (size_t)head * hd;
             float *ah = acc + (size_t)h * hd;
             float cm = -INFINITY;
-            if (elt == 4) {
+            if (L->dtype == PAGODA_DTYPE_F32) {
                 for (int32_t j = 0; j < cnt; j++)
                     sc[j] = vt->dot_f32((const float *)(kb + (size_t)j * slot_bytes), qh, hd) * a->scale;
+            } else if (L->dtype == PAGODA_DTYPE_Q8_0) {
+                vt->scores_q8_0(kb, slot_bytes, cnt, qh, hd, a->scale, sc);
             } else {
                 vt->scores_f16((const uint16_t *)kb, slot_bytes, cnt, qh, hd, a->scale, sc);
             }
@@ -138,10 +173,12 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
                 sc[j] = expf(sc[j] - nm);
                 lh += sc[j];
             }
-            if (elt == 4) {
+            if (L->dtype == PAGODA_DTYPE_F32) {
                 for (int32_t j = 0; j < cnt; j++)
                     vt->axpy_f32(ah, j == 0 ? alpha : 1.0f, sc[j],
                                  (const float *)(vb + (size_t)j * slot_bytes), hd);
+            } else if (L->dtype == PAGODA_DTYPE_Q8_0) {
+                vt->accum_q8_0(ah, alpha, sc, vb, slot_bytes, cnt, hd);
             } else {
                 vt->accum_f16(ah, alpha, sc, (const uint16_t *)vb, slot_bytes, cnt, hd);
             }
@@ -151,10 +188,45 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
         j0 += cnt;
     }
     for (int h = 0; h < ng; h++) {
+        const float *ah = acc + (size_t)h * hd;
+        if (part) {
+            float *ph = part + (size_t)(h0 + h) * ((size_t)hd + 2);
+            ph[0] = m[h];
+            ph[1] = l[h];
+            for (int d = 0; d < hd; d++) ph[2 + d] = ah[d];
+            continue;
+        }
         float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
         float *oh = o + (size_t)(h0 + h) * hd;
-        const float *ah = acc + (size_t)h * hd;
         for (int d = 0; d < hd; d++) oh[d] = ah[d] * inv;
+    }
+}
+
+/* A split row's output from its splits' partial sums: with M the largest
+ * m, o = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s (an empty split
+ * has m = -inf and adds nothing). */
+static void merge_row(const attn_task *a, const float *part, int32_t n_splits, int64_t qrow)
+{
+    int hd = a->L->head_dim;
+    size_t per_split = (size_t)a->n_heads * ((size_t)hd + 2);
+    float *o = (float *)((uint8_t *)a->out + qrow * a->out_stride);
+    for (int h = 0; h < a->n_heads; h++) {
+        float mx = -INFINITY;
+        for (int32_t s = 0; s < n_splits; s++) {
+            float m = part[(size_t)s * per_split + (size_t)h * ((size_t)hd + 2)];
+            if (m > mx) mx = m;
+        }
+        float *oh = o + (size_t)h * hd, l = 0.0f;
+        for (int d = 0; d < hd; d++) oh[d] = 0.0f;
+        for (int32_t s = 0; s < n_splits; s++) {
+            const float *ph = part + (size_t)s * per_split + (size_t)h * ((size_t)hd + 2);
+            if (ph[0] == -INFINITY) continue;
+            float w = expf(ph[0] - mx);
+            l += w * ph[1];
+            for (int d = 0; d < hd; d++) oh[d] += w * ph[2 + d];
+        }
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int d = 0; d < hd; d++) oh[d] *= inv;
     }
 }
 
@@ -165,20 +237,28 @@ static void attn_worker(void *arg, int ith, int nth)
     for (;;) {
         int64_t it = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (it >= a->n_items) break;
-        int64_t chunk = it / a->n_groups;
+        int64_t unit = it / a->n_groups;
         int h0 = (int)(it % a->n_groups) * a->group;
         int h1 = h0 + a->group < a->n_heads ? h0 + a->group : a->n_heads;
-        /* The sequence holding this chunk (few sequences: a linear scan). */
+        /* The sequence holding this unit (few sequences: a linear scan). */
         int s = 0;
-        while (a->chunk_start[s + 1] <= chunk) s++;
+        while (a->unit_start[s + 1] <= unit) s++;
         const pagoda_seq_view *sv = &b->seqs[s];
-        int64_t c = chunk - a->chunk_start[s];
-        int32_t i0 = (int32_t)(c * Q_CHUNK), i1 = i0 + Q_CHUNK < sv->n_q ? i0 + Q_CHUNK : sv->n_q;
+        int64_t u = unit - a->unit_start[s];
+        if (a->n_splits[s] > 1) {
+            /* split u of the sequence's one row: keys [k0, k1) of its range */
+            int32_t pos = sv->ctx_len - 1, first = first_key(a->window, pos), n = pos + 1 - first;
+            int32_t k0 = first + (int32_t)((int64_t)n * u / a->n_splits[s]);
+            int32_t k1 = first + (int32_t)((int64_t)n * (u + 1) / a->n_splits[s]);
+            float *part = a->part + ((size_t)a->part_start[s] + (size_t)u) * (size_t)a->n_heads *
+                                        ((size_t)a->L->head_dim + 2);
+            attend_row(a, sv, h0, h1, sv->q_start, k0, k1, part);
+            continue;
+        }
+        int32_t i0 = (int32_t)(u * Q_CHUNK), i1 = i0 + Q_CHUNK < sv->n_q ? i0 + Q_CHUNK : sv->n_q;
         for (int32_t i = i0; i < i1; i++) {
             int32_t pos = sv->ctx_len - sv->n_q + i;
-            /* the window check, all of it: key j is seen iff pos - j < window */
-            int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-            attend_row(a, sv, h0, h1, sv->q_start + i, first, pos + 1);
+            attend_row(a, sv, h0, h1, sv->q_start + i, first_key(a->window, pos), pos + 1, NULL);
         }
     }
 }
@@ -188,17 +268,36 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
                          float scale, int32_t window, float *out, size_t out_stride)
 {
     if (L->head_dim > MAX_HEAD_DIM) return PAGODA_ERR_UNSUPPORTED;
-    int32_t *cs = pagoda_cpu_scratch(ex, sizeof(int32_t) * ((size_t)b->n_seqs + 1));
+    /* One scratch: unit_start [n_seqs + 1], n_splits and part_start [n_seqs],
+     * then the partial sums of the split rows. */
+    size_t n_ints = 3 * (size_t)b->n_seqs + 1, ints_bytes = (n_ints * sizeof(int32_t) + 63) & ~(size_t)63;
+    int32_t n_parts = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const pagoda_seq_view *sv = &b->seqs[s];
+        int32_t sp = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1));
+        if (sp > 1) n_parts += sp;
+    }
+    size_t part_floats = (size_t)n_parts * (size_t)n_heads * ((size_t)L->head_dim + 2);
+    int32_t *cs = pagoda_cpu_scratch(ex, ints_bytes + part_floats * sizeof(float));
     if (!cs) return PAGODA_ERR_NOMEM;
+    int32_t *nsp = cs + b->n_seqs + 1, *ps = nsp + b->n_seqs;
+    float *part = (float *)((uint8_t *)cs + ints_bytes);
     cs[0] = 0;
-    for (int s = 0; s < b->n_seqs; s++) cs[s + 1] = cs[s] + (b->seqs[s].n_q + Q_CHUNK - 1) / Q_CHUNK;
+    n_parts = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const pagoda_seq_view *sv = &b->seqs[s];
+        nsp[s] = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1));
+        ps[s] = n_parts;
+        if (nsp[s] > 1) n_parts += nsp[s];
+        cs[s + 1] = cs[s] + (nsp[s] > 1 ? nsp[s] : (sv->n_q + Q_CHUNK - 1) / Q_CHUNK);
+    }
     /* As many heads per item as keeps every thread a few items to take
-     * (a single decoding sequence still spreads over the threads), at
-     * most what the stack sums hold. */
-    int64_t n_chunks = cs[b->n_seqs];
+     * (a single decoding sequence over a short context still spreads over
+     * the threads), at most what the stack sums hold. */
+    int64_t n_units = cs[b->n_seqs];
     int nth = pagoda_threadpool_size(ex->pool);
     int64_t want = 4 * (int64_t)nth;
-    int n_groups = n_chunks >= want ? 1 : (int)((want + n_chunks - 1) / n_chunks);
+    int n_groups = n_units >= want ? 1 : (int)((want + n_units - 1) / n_units);
     if (n_groups > n_heads) n_groups = n_heads;
     int group = (n_heads + n_groups - 1) / n_groups;
     while (group * L->head_dim > MAX_GROUP_FLOATS || group > MAX_GROUP_FLOATS / 8) group--;
@@ -207,10 +306,14 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
     attn_task a = {
         .vt = pagoda_cpu_vecdot(), .q = q, .q_stride = q_stride, .pool = pool, .L = L,
         .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window, .out = out,
-        .out_stride = out_stride, .chunk_start = cs, .group = group, .n_groups = n_groups,
-        .n_items = n_chunks * n_groups,
+        .out_stride = out_stride, .unit_start = cs, .n_splits = nsp, .part_start = ps,
+        .part = part, .group = group, .n_groups = n_groups, .n_items = n_units * n_groups,
     };
     atomic_init(&a.next, 0);
     pagoda_threadpool_run(ex->pool, attn_worker, &a);
+    for (int s = 0; s < b->n_seqs; s++)
+        if (nsp[s] > 1)
+            merge_row(&a, part + (size_t)ps[s] * (size_t)n_heads * ((size_t)L->head_dim + 2), nsp[s],
+                      b->seqs[s].q_start);
     return PAGODA_OK;
 }

@@ -78,9 +78,12 @@ static int check_layout(cpu_ctx *c, const char *op, const pagoda_buffer *kv,
     if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
         L->head_dim <= 0)
         return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout has a non-positive dimension", op);
-    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16)
-        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32 or F16",
+    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16 && L->dtype != PAGODA_DTYPE_Q8_0)
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32, F16 or Q8_0",
                    op, pagoda_dtype_name(L->dtype));
+    if (!pagoda_kv_head_bytes(L))
+        return ERR(c, PAGODA_ERR_INVALID, "%s: KV type %s needs head_dim a multiple of 32, not %d", op,
+                   pagoda_dtype_name(L->dtype), L->head_dim);
     if (pagoda_kv_pool_bytes(L) > kv->size)
         return ERR(c, PAGODA_ERR_INVALID, "%s: KV layout needs %zu bytes, buffer has %zu", op,
                    pagoda_kv_pool_bytes(L), kv->size);
@@ -126,14 +129,16 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
     pagoda_backend_info o;
     memset(&o, 0, sizeof o);
     o.struct_size = sz < sizeof o ? sz : sizeof o;
+    /* the kernels' level (pagoda_cpu_kernel_path says why, in the probe
+     * reason and the start-up line) */
     snprintf(o.name, sizeof o.name, "cpu (%s, %d threads, OpenBLAS %s)",
-             pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+             pagoda_cpu_isa_name(pagoda_cpu_kernel_isa()), c->n_threads, c->blas_core);
     meminfo(&o.mem_total, &o.mem_free);
     o.alignment = 64;
     /* One list of the types: the kernels' own check. */
     for (int t = 0; t < PAGODA_DTYPE_COUNT_; t++)
         if (pagoda_cpu_weight_type_supported(t)) o.weight_types |= 1ull << t;
-    o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
+    o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0);
     o.host_memory = true;
     memcpy(info, &o, o.struct_size);
     return PAGODA_OK;
@@ -238,8 +243,8 @@ static int cpu_rms_norm(void *ctx, const pagoda_tensor *x, const pagoda_tensor *
     if (w->cols != x->cols || w->rows < 1)
         return ERR(c, PAGODA_ERR_INVALID, "rms_norm: w has %lld columns, x %lld",
                    (long long)w->cols, (long long)x->cols);
-    pagoda_cpu_rms_norm(tptr(x), x->row_stride, tptr(w), eps, tptr(out), out->row_stride, x->rows,
-                        x->cols);
+    pagoda_cpu_rms_norm_mt(&c->ex, tptr(x), x->row_stride, tptr(w), eps, tptr(out), out->row_stride,
+                           x->rows, x->cols);
     return PAGODA_OK;
 }
 
@@ -272,6 +277,47 @@ static int cpu_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
     return PAGODA_OK;
 }
 
+static int cpu_matmul_multi(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                            const pagoda_tensor *const *bias, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    _Static_assert(PAGODA_MATMUL_MULTI_MAX <= PAGODA_CPU_MATMUL_MAX, "the kernels take every matrix");
+    if (n < 1 || n > PAGODA_MATMUL_MULTI_MAX || !w || !out)
+        return ERR(c, PAGODA_ERR_INVALID, "matmul_multi: %d matrices (1..%d, w and out non-NULL)", n,
+                   PAGODA_MATMUL_MULTI_MAX);
+    TRY(check_tensor(c, "matmul_multi", "x", x, PAGODA_DTYPE_F32));
+    pagoda_cpu_mat m[PAGODA_MATMUL_MULTI_MAX];
+    for (int32_t i = 0; i < n; i++) {
+        const pagoda_tensor *b = bias ? bias[i] : NULL;
+        char wn[16], on[16];
+        snprintf(wn, sizeof wn, "w[%d]", i);
+        snprintf(on, sizeof on, "out[%d]", i);
+        TRY(check_tensor(c, "matmul_multi", wn, &w[i], -1));
+        TRY(check_tensor(c, "matmul_multi", on, &out[i], PAGODA_DTYPE_F32));
+        if (!pagoda_cpu_weight_type_supported(w[i].dtype))
+            return ERR(c, PAGODA_ERR_UNSUPPORTED, "matmul_multi: %s type %s (%d) is not supported by the cpu backend",
+                       wn, pagoda_dtype_name(w[i].dtype), (int)w[i].dtype);
+        if (w[i].cols != x->cols || out[i].rows != x->rows || out[i].cols != w[i].rows)
+            return ERR(c, PAGODA_ERR_INVALID,
+                       "matmul_multi: x %lld x %lld, %s %lld x %lld, %s %lld x %lld do not match",
+                       (long long)x->rows, (long long)x->cols, wn, (long long)w[i].rows,
+                       (long long)w[i].cols, on, (long long)out[i].rows, (long long)out[i].cols);
+        if (b) {
+            TRY(check_tensor(c, "matmul_multi", "bias", b, PAGODA_DTYPE_F32));
+            if (b->cols != w[i].rows || b->rows < 1)
+                return ERR(c, PAGODA_ERR_INVALID, "matmul_multi: bias[%d] has %lld columns, expected %lld", i,
+                           (long long)b->cols, (long long)w[i].rows);
+        }
+        m[i] = (pagoda_cpu_mat){.w = tptr(&w[i]), .dtype = w[i].dtype, .w_stride = w[i].row_stride,
+                                .N = w[i].rows, .bias = b ? tptr(b) : NULL, .out = tptr(&out[i]),
+                                .out_stride = out[i].row_stride};
+    }
+    int st = pagoda_cpu_matmul_multi(&c->ex, tptr(x), x->row_stride, x->rows, x->cols, m, n);
+    if (st == PAGODA_ERR_NOMEM) return ERR(c, st, "matmul_multi: cannot allocate activation scratch");
+    if (st) return ERR(c, st, "matmul_multi: %s", pagoda_status_str(st));
+    return PAGODA_OK;
+}
+
 static int cpu_rope(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t head_dim,
                     const int32_t *positions, const pagoda_rope_params *p)
 {
@@ -285,7 +331,7 @@ static int cpu_rope(void *ctx, const pagoda_tensor *x, int32_t n_heads, int32_t 
     if (p->n_rot < 0 || p->n_rot % 2 || p->n_rot > head_dim || p->n_rot > 1024)
         return ERR(c, PAGODA_ERR_INVALID, "rope: n_rot %d must be even and <= head_dim %d (and 1024)",
                    p->n_rot, head_dim);
-    pagoda_cpu_rope(tptr(x), x->row_stride, x->rows, n_heads, head_dim, positions, p);
+    pagoda_cpu_rope_mt(&c->ex, tptr(x), x->row_stride, x->rows, n_heads, head_dim, positions, p);
     return PAGODA_OK;
 }
 
@@ -307,7 +353,8 @@ static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
         if (slots[i] < 0 || slots[i] >= n_slots)
             return ERR(c, PAGODA_ERR_INVALID, "kv_write: slot %d of token %d outside 0..%lld", slots[i],
                        i, (long long)n_slots - 1);
-    pagoda_cpu_kv_write(kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride, slots, n);
+    pagoda_cpu_kv_write_mt(&c->ex, kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride,
+                           slots, n);
     return PAGODA_OK;
 }
 
@@ -379,7 +426,7 @@ static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor 
     TRY(check_tensor(c, "swiglu", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "swiglu", gate, up));
     TRY(same_shape(c, "swiglu", gate, out));
-    pagoda_cpu_swiglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+    pagoda_cpu_swiglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                       out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
 }
@@ -393,7 +440,7 @@ static int cpu_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *
     TRY(check_tensor(c, "geglu", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "geglu", gate, up));
     TRY(same_shape(c, "geglu", gate, out));
-    pagoda_cpu_geglu(tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
+    pagoda_cpu_geglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                      out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
 }
@@ -404,7 +451,7 @@ static int cpu_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_te
     TRY(check_tensor(c, "scale", "x", x, PAGODA_DTYPE_F32));
     TRY(check_tensor(c, "scale", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "scale", x, out));
-    pagoda_cpu_scale(tptr(x), x->row_stride, s, tptr(out), out->row_stride, x->rows, x->cols);
+    pagoda_cpu_scale_mt(&c->ex, tptr(x), x->row_stride, s, tptr(out), out->row_stride, x->rows, x->cols);
     return PAGODA_OK;
 }
 
@@ -417,7 +464,7 @@ static int cpu_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
     TRY(check_tensor(c, "add", "out", out, PAGODA_DTYPE_F32));
     TRY(same_shape(c, "add", a, b));
     TRY(same_shape(c, "add", a, out));
-    pagoda_cpu_add(tptr(a), a->row_stride, tptr(b), b->row_stride, tptr(out), out->row_stride,
+    pagoda_cpu_add_mt(&c->ex, tptr(a), a->row_stride, tptr(b), b->row_stride, tptr(out), out->row_stride,
                    a->rows, a->cols);
     return PAGODA_OK;
 }
@@ -443,11 +490,15 @@ static int cpu_synchronize(void *ctx)
 
 /* ------------------------------------------------------------ the plugin */
 
+/* The reason says which kernels run (`pagoda plugins` prints it), in the
+ * words of the start-up line. */
 static int cpu_probe(char *why, size_t why_len)
 {
-    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) return 100;
-    if (why && why_len) snprintf(why, why_len, "no AVX2/FMA/F16C: scalar kernels only (slow)");
-    return 40;
+    char path[128];
+    pagoda_cpu_kernel_path(path, sizeof path);
+    int slow = pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2;
+    if (why && why_len) snprintf(why, why_len, "%s%s", path, slow ? ", slow" : "");
+    return slow ? 40 : 100;
 }
 
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
@@ -482,8 +533,9 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                       "times slower; start with OPENBLAS_CORETYPE=%s (pagoda's main sets it unless "
                       "already set)",
                       c->blas_core, pagoda_blas_coretype_for_cpu());
-        host->log(host, PAGODA_LOG_INFO, "cpu backend: %s kernels, %d threads, OpenBLAS %s",
-                  pagoda_cpu_isa_name(pagoda_cpu_active_isa()), c->n_threads, c->blas_core);
+        char path[128];
+        host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
+                  pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);
     }
     *ctxp = c;
     return PAGODA_OK;
@@ -519,6 +571,7 @@ static const pagoda_backend_ops cpu_ops = {
     .geglu = cpu_geglu,
     .scale = cpu_scale,
     .attention_ext = cpu_attention_ext,
+    .matmul_multi = cpu_matmul_multi,
 };
 
 static const pagoda_config_key cpu_keys[] = {
@@ -531,7 +584,7 @@ static const pagoda_plugin_desc cpu_desc = {
     PAGODA_DESC_HEADER(PAGODA_KIND_BACKEND),
     .name = "cpu",
     .version = "0.1.0",
-    .description = "CPU kernels: OpenBLAS sgemm, AVX2 int8/F16 matmul, paged attention",
+    .description = "CPU kernels: OpenBLAS sgemm, int8/F16 matmul and paged attention (SIMD level chosen at run time)",
     .config_keys = cpu_keys,
     .probe = cpu_probe,
     .create = cpu_create,

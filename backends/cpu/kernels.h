@@ -62,6 +62,29 @@ int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int6
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
                       float *out, size_t out_stride);
 
+/* One matrix of pagoda_cpu_matmul_multi: out[t, :N] = x[t] * w^T (+ bias). */
+typedef struct pagoda_cpu_mat {
+    const void *w;
+    int dtype;
+    size_t w_stride;
+    int64_t N;
+    const float *bias;     /* [N] or NULL */
+    float *out;
+    size_t out_stride;
+} pagoda_cpu_mat;
+
+/* Matrices one multi call takes (Q/K/V, gate/up: 3 and 2). */
+#define PAGODA_CPU_MATMUL_MAX 8
+
+/* pagoda_cpu_matmul for n <= PAGODA_CPU_MATMUL_MAX matrices over one x
+ * (each K columns): the matrices whose activations are prepared alike (the
+ * same int8 layout, interleave or transpose) share one preparation of x
+ * and one pool run over all their rows; the others (another layout,
+ * sgemm) run as separate matmuls. Results equal n pagoda_cpu_matmul calls
+ * exactly. PAGODA_ERR_INVALID for n outside 1..PAGODA_CPU_MATMUL_MAX. */
+int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                            const pagoda_cpu_mat *w, int n);
+
 /* out[i, :] = f32(table[ids[i], :]); ids already checked against the table. */
 int pagoda_cpu_get_rows(const void *table, int dtype, size_t row_stride, int64_t cols,
                         const int32_t *ids, int32_t n, float *out, size_t out_stride);
@@ -102,6 +125,25 @@ void pagoda_cpu_scale(const float *x, size_t x_stride, float s, float *out, size
 /* out = a + b; out may alias either. */
 void pagoda_cpu_add(const float *a, size_t a_stride, const float *b, size_t b_stride, float *out,
                     size_t out_stride, int64_t rows, int64_t cols);
+
+/* The row ops above over the thread pool when the call has enough rows
+ * (ops_pool.c: a prefill's; a decode step's stay on the caller); the same
+ * results exactly. kv_write_mt: the slots of one call are distinct. */
+void pagoda_cpu_rms_norm_mt(pagoda_cpu_exec *ex, const float *x, size_t x_stride, const float *w, float eps,
+                            float *out, size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_rope_mt(pagoda_cpu_exec *ex, float *x, size_t x_stride, int64_t n_tokens, int n_heads,
+                        int head_dim, const int32_t *positions, const pagoda_rope_params *p);
+void pagoda_cpu_add_mt(pagoda_cpu_exec *ex, const float *a, size_t a_stride, const float *b, size_t b_stride,
+                       float *out, size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_swiglu_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride, const float *up,
+                          size_t u_stride, float *out, size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_geglu_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride, const float *up,
+                         size_t u_stride, float *out, size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_scale_mt(pagoda_cpu_exec *ex, const float *x, size_t x_stride, float s, float *out,
+                         size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_kv_write_mt(pagoda_cpu_exec *ex, void *pool, const pagoda_kv_layout *L, int layer,
+                            const float *k, size_t k_stride, const float *v, size_t v_stride,
+                            const int32_t *slots, int32_t n);
 
 /* Copy whole blocks src[i] -> dst[i] in every layer, K and V. */
 void pagoda_cpu_copy_blocks(void *pool, const pagoda_kv_layout *L, const int32_t *src,

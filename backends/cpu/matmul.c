@@ -294,7 +294,7 @@ static void dot_x8_part(const mm_task *m, int64_t n0, int64_t n1)
  * tile stays in cache while all tokens pass over it. */
 static void dot_task(void *arg, int part, int n_parts)
 {
-    mm_task *m = arg;
+    const mm_task *m = arg;
     int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
     if (n1 > m->N) n1 = m->N;
     (void)n_parts;
@@ -433,82 +433,192 @@ bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
     return T >= sgemm_from(dtype);
 }
 
+/* The kernels and activation layouts of one matrix on the mm_task path
+ * (no allocation): what its activations must be prepared as. */
+static void mm_plan(mm_task *m)
+{
+    int w_dtype = m->dtype;
+    int64_t T = m->T, K = m->K;
+    if (act_q8k(w_dtype))
+        m->xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
+    else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
+             w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
+             w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL)
+        m->xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
+    bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL;
+    if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
+        m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? m->vt->gemm_q8_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q4_0 ? m->vt->gemm_q4_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q5_0 ? m->vt->gemm_q5_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q5_1 ? m->vt->gemm_q5_1_x8
+                   : w_dtype == PAGODA_DTYPE_IQ4_NL ? m->vt->gemm_iq4_nl_x8 : NULL;
+    if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(m->vt, w_dtype);
+    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
+    bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));
+    if (groups && m->vt->prep_q4_0 && !m->gemm_x8)
+        m->xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
+    if (w_dtype == PAGODA_DTYPE_F16 && T >= X8_MIN_T && m->vt->gemm_f16_x8)
+        m->gemm_f16_x8 = m->vt->gemm_f16_x8;
+    m->gemm = gemm_fn(m);
+}
+
+/* Can b use the activations prepared for a? The same layouts of the same x. */
+static bool mm_same_acts(const mm_task *a, const mm_task *b)
+{
+    return a->xq_stride == b->xq_stride && act_q8k(a->dtype) == act_q8k(b->dtype) &&
+           !a->gemm_x8 == !b->gemm_x8 && !a->gemm_kx8 == !b->gemm_kx8 &&
+           a->xp_stride == b->xp_stride && !a->gemm_f16_x8 == !b->gemm_f16_x8;
+}
+
+/* Prepare m's activations per its plan (quantized, interleaved or
+ * transposed into the exec's scratch). */
+static int mm_prepare(pagoda_cpu_exec *ex, mm_task *m)
+{
+    int64_t T = m->T, K = m->K;
+    if (m->xq_stride) {
+        /* One scratch: the q8a rows, then (Q4_0, Q5, IQ4_NL) their rearranged copy or
+         * (x8) their groups of eight. */
+        size_t xq_bytes = (m->xq_stride * (size_t)T + 63) & ~(size_t)63;
+        size_t x8_bytes = m->gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block)
+                        : m->gemm_kx8 ? (size_t)((T + 7) / 8) * (size_t)(K / 256) * sizeof(pagoda_q8kx8_block)
+                                      : 0;
+        m->xq = pagoda_cpu_scratch(ex, xq_bytes + m->xp_stride * (size_t)T + x8_bytes);
+        if (!m->xq) return PAGODA_ERR_NOMEM;
+        if (m->xp_stride) m->xp = m->xq + xq_bytes;
+        if (m->gemm_x8 || m->gemm_kx8) {
+            if (m->gemm_kx8)
+                m->kx8 = (pagoda_q8kx8_block *)(m->xq + xq_bytes);
+            else
+                m->x8 = (pagoda_q8x8_block *)(m->xq + xq_bytes);
+            pagoda_threadpool_run(ex->pool, quant_x8_task, m);
+        } else if (T <= QUANT_INLINE_T) {
+            /* A few rows quantize in about a microsecond: cheaper than
+             * waking the pool for it. */
+            quant_rows(m, 0, T);
+        } else {
+            pagoda_threadpool_run(ex->pool, quant_task, m);
+        }
+    }
+    if (m->gemm_f16_x8) {
+        m->xf8 = pagoda_cpu_scratch(ex, sizeof(float) * 8 * (size_t)K * (size_t)((T + 7) / 8));
+        if (!m->xf8) return PAGODA_ERR_NOMEM;
+        pagoda_threadpool_run(ex->pool, prep_f32_x8_task, m);
+    }
+    return PAGODA_OK;
+}
+
+/* Several matrices over one prepared input: their row parts in one pool
+ * run (part_start: each matrix's first part). */
+typedef struct mm_group {
+    mm_task *t;
+    int n;
+    int part_start[PAGODA_CPU_MATMUL_MAX + 1];
+} mm_group;
+
+static void group_dot_task(void *arg, int part, int n_parts)
+{
+    mm_group *g = arg;
+    int i = 0;
+    while (part >= g->part_start[i + 1]) i++;
+    dot_task(&g->t[i], part - g->part_start[i], n_parts);
+}
+
+/* Dot products of n prepared matrices (sharing their activations): a few
+ * parts per thread over all their rows, whole 4-row tiles, so a thread the
+ * OS took away for a while leaves its parts to the others (threadpool.h),
+ * and the pool wakes once for all n. */
+static void mm_run(pagoda_cpu_exec *ex, mm_task *t, int n)
+{
+    int nth = pagoda_threadpool_size(ex->pool);
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += t[i].N;
+    int64_t want = (int64_t)nth * PARTS_PER_THREAD;
+    int64_t rpp = (rows + want - 1) / want;
+    rpp = (rpp + 3) / 4 * 4;
+    if (rpp < MIN_ROWS_PER_PART) rpp = MIN_ROWS_PER_PART;
+    mm_group g = {.t = t, .n = n};
+    for (int i = 0; i < n; i++) {
+        t[i].rows_per_part = rpp;
+        g.part_start[i + 1] = g.part_start[i] + (int)((t[i].N + rpp - 1) / rpp);
+    }
+    if (n == 1)
+        pagoda_threadpool_run_parts(ex->pool, dot_task, t, g.part_start[1]);
+    else
+        pagoda_threadpool_run_parts(ex->pool, group_dot_task, &g, g.part_start[n]);
+}
+
+/* Does this matrix go to sgemm (F32 weights, or dequantize + sgemm)? */
+static bool mm_sgemm_path(int dtype, int64_t T)
+{
+    return (dtype == PAGODA_DTYPE_F32 && T >= F32_BLAS_MIN_T) || T >= sgemm_from(dtype);
+}
+
+static int mm_sgemm(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                    const pagoda_cpu_mat *w)
+{
+    if (w->dtype == PAGODA_DTYPE_F32) {
+        sgemm_f32(x, x_stride, T, K, w->w, w->w_stride, w->N, w->bias, w->out, w->out_stride);
+        return PAGODA_OK;
+    }
+    return gemm_dequant(ex, x, x_stride, T, K, w->w, w->dtype, w->w_stride, w->N, w->bias, w->out,
+                        w->out_stride);
+}
+
+int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
+                            const pagoda_cpu_mat *w, int n)
+{
+    if (n < 1 || n > PAGODA_CPU_MATMUL_MAX) return PAGODA_ERR_INVALID;
+    for (int i = 0; i < n; i++)
+        if (!pagoda_cpu_weight_type_supported(w[i].dtype)) return PAGODA_ERR_UNSUPPORTED;
+    if (T <= 0) return PAGODA_OK;
+    mm_task t[PAGODA_CPU_MATMUL_MAX];
+    bool done[PAGODA_CPU_MATMUL_MAX] = {false};
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    for (int i = 0; i < n; i++) {
+        if (w[i].N <= 0) { done[i] = true; continue; }
+        if (mm_sgemm_path(w[i].dtype, T)) {
+            int st = mm_sgemm(ex, x, x_stride, T, K, &w[i]);
+            if (st) return st;
+            done[i] = true;
+            continue;
+        }
+        t[i] = (mm_task){
+            .vt = vt, .x = x, .x_stride = x_stride, .T = T, .K = K, .N = w[i].N,
+            .w = w[i].w, .dtype = w[i].dtype, .w_stride = w[i].w_stride, .bias = w[i].bias,
+            .out = w[i].out, .out_stride = w[i].out_stride,
+        };
+        mm_plan(&t[i]);
+    }
+    /* Groups of matrices whose activations are prepared alike, in order:
+     * one preparation and one pool run each (Q/K/V or gate/up of one type:
+     * one group). The scratch holds one preparation at a time. */
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        mm_task g[PAGODA_CPU_MATMUL_MAX];
+        int ng = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && mm_same_acts(&t[i], &t[j])) {
+                g[ng++] = t[j];
+                done[j] = true;
+            }
+        int st = mm_prepare(ex, &g[0]);
+        if (st) return st;
+        for (int j = 1; j < ng; j++) {
+            g[j].xq = g[0].xq; g[j].xp = g[0].xp; g[j].x8 = g[0].x8;
+            g[j].kx8 = g[0].kx8; g[j].xf8 = g[0].xf8;
+        }
+        mm_run(ex, g, ng);
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_cpu_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                       const void *w, int w_dtype, size_t w_stride, int64_t N, const float *bias,
                       float *out, size_t out_stride)
 {
-    if (!pagoda_cpu_weight_type_supported(w_dtype)) return PAGODA_ERR_UNSUPPORTED;
-    if (T <= 0 || N <= 0) return PAGODA_OK;
-    if (w_dtype == PAGODA_DTYPE_F32 && T >= F32_BLAS_MIN_T) {
-        sgemm_f32(x, x_stride, T, K, w, w_stride, N, bias, out, out_stride);
-        return PAGODA_OK;
-    }
-    if (T >= sgemm_from(w_dtype))
-        return gemm_dequant(ex, x, x_stride, T, K, w, w_dtype, w_stride, N, bias, out, out_stride);
-    mm_task m = {
-        .vt = pagoda_cpu_vecdot(), .x = x, .x_stride = x_stride, .T = T, .K = K, .N = N,
-        .w = w, .dtype = w_dtype, .w_stride = w_stride, .bias = bias, .out = out,
-        .out_stride = out_stride,
-    };
-    if (act_q8k(w_dtype))
-        m.xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
-    else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
-             w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
-             w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL)
-        m.xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
-    bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL;
-    if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
-        m.gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? m.vt->gemm_q8_0_x8
-                  : w_dtype == PAGODA_DTYPE_Q4_0 ? m.vt->gemm_q4_0_x8
-                  : w_dtype == PAGODA_DTYPE_Q5_0 ? m.vt->gemm_q5_0_x8
-                  : w_dtype == PAGODA_DTYPE_Q5_1 ? m.vt->gemm_q5_1_x8
-                  : w_dtype == PAGODA_DTYPE_IQ4_NL ? m.vt->gemm_iq4_nl_x8 : NULL;
-    if (T >= X8_MIN_T) m.gemm_kx8 = gemm_kx8_of(m.vt, w_dtype);
-    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
-    bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(&m));
-    if (groups && m.vt->prep_q4_0 && !m.gemm_x8)
-        m.xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
-    if (m.xq_stride) {
-        /* One scratch: the q8a rows, then (Q4_0, Q5, IQ4_NL) their rearranged copy or
-         * (x8) their groups of eight. */
-        size_t xq_bytes = (m.xq_stride * (size_t)T + 63) & ~(size_t)63;
-        size_t x8_bytes = m.gemm_x8 ? (size_t)((T + 7) / 8) * (size_t)(K / 32) * sizeof(pagoda_q8x8_block)
-                        : m.gemm_kx8 ? (size_t)((T + 7) / 8) * (size_t)(K / 256) * sizeof(pagoda_q8kx8_block)
-                                     : 0;
-        m.xq = pagoda_cpu_scratch(ex, xq_bytes + m.xp_stride * (size_t)T + x8_bytes);
-        if (!m.xq) return PAGODA_ERR_NOMEM;
-        if (m.xp_stride) m.xp = m.xq + xq_bytes;
-        if (m.gemm_x8 || m.gemm_kx8) {
-            if (m.gemm_kx8)
-                m.kx8 = (pagoda_q8kx8_block *)(m.xq + xq_bytes);
-            else
-                m.x8 = (pagoda_q8x8_block *)(m.xq + xq_bytes);
-            pagoda_threadpool_run(ex->pool, quant_x8_task, &m);
-        } else if (T <= QUANT_INLINE_T) {
-            /* A few rows quantize in about a microsecond: cheaper than
-             * waking the pool for it. */
-            quant_rows(&m, 0, T);
-        } else {
-            pagoda_threadpool_run(ex->pool, quant_task, &m);
-        }
-    }
-    if (w_dtype == PAGODA_DTYPE_F16 && T >= X8_MIN_T && m.vt->gemm_f16_x8) {
-        m.gemm_f16_x8 = m.vt->gemm_f16_x8;
-        m.xf8 = pagoda_cpu_scratch(ex, sizeof(float) * 8 * (size_t)K * (size_t)((T + 7) / 8));
-        if (!m.xf8) return PAGODA_ERR_NOMEM;
-        pagoda_threadpool_run(ex->pool, prep_f32_x8_task, &m);
-    }
-    m.gemm = gemm_fn(&m);
-    /* A few parts per thread, whole 4-row tiles: a thread the OS took away
-     * for a while leaves its parts to the others (threadpool.h). */
-    int nth = pagoda_threadpool_size(ex->pool);
-    int64_t want = (int64_t)nth * PARTS_PER_THREAD;
-    int64_t rpp = (N + want - 1) / want;
-    rpp = (rpp + 3) / 4 * 4;
-    if (rpp < MIN_ROWS_PER_PART) rpp = MIN_ROWS_PER_PART;
-    m.rows_per_part = rpp;
-    pagoda_threadpool_run_parts(ex->pool, dot_task, &m, (int)((N + rpp - 1) / rpp));
-    return PAGODA_OK;
+    pagoda_cpu_mat m = {.w = w, .dtype = w_dtype, .w_stride = w_stride, .N = N, .bias = bias,
+                        .out = out, .out_stride = out_stride};
+    return pagoda_cpu_matmul_multi(ex, x, x_stride, T, K, &m, 1);
 }
 
 int pagoda_cpu_get_rows(const void *table, int dtype, size_t row_stride, int64_t cols,

@@ -2,8 +2,9 @@
  * ops.c: the small per-row kernels of the forward pass: RMSNorm, RoPE,
  * SwiGLU, GeGLU, scale, add, KV store and KV block copy. They move a few KB per token,
  * next to megabytes of weights in matmul, so they stay plain C (which gcc
- * vectorizes) and single-threaded; the F16 KV store, which gcc does not
- * vectorize, converts through the vecdot table (F16C).
+ * vectorizes) and single-threaded here (ops_pool.c spreads a prefill's
+ * rows over the pool); the F16 and Q8_0 KV stores, which gcc does not
+ * vectorize, convert through the vecdot table (F16C, AVX2).
  * Not for: matmul (matmul.c) or attention (attention.c).
  */
 #include "kernels.h"
@@ -103,19 +104,23 @@ void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const
                          size_t k_stride, const float *v, size_t v_stride, const int32_t *slots,
                          int32_t n)
 {
-    size_t row = (size_t)L->n_kv_heads * (size_t)L->head_dim;
-    size_t elt = L->dtype == PAGODA_DTYPE_F32 ? 4 : 2;
+    /* A slot's K (or V) is one row of n_kv_heads * head_dim values in the
+     * layout's type (Q8_0: head_dim a multiple of 32, so the row's blocks
+     * are each head's blocks in order). */
+    size_t row = (size_t)L->n_kv_heads * (size_t)L->head_dim, slot_bytes = pagoda_kv_slot_bytes(L);
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     for (int32_t i = 0; i < n; i++) {
         int block = slots[i] / L->block_size, s = slots[i] % L->block_size;
         for (int kv = 0; kv < 2; kv++) {
             const float *src = kv ? CROW(v, v_stride, i) : CROW(k, k_stride, i);
             uint8_t *dst = (uint8_t *)pool + pagoda_kv_offset(L, layer, kv, block) +
-                           (size_t)s * row * elt;
-            if (L->dtype == PAGODA_DTYPE_F32) {
+                           (size_t)s * slot_bytes;
+            if (L->dtype == PAGODA_DTYPE_F32)
                 memcpy(dst, src, row * sizeof(float));
-            } else {
-                pagoda_cpu_vecdot()->to_f16(src, (uint16_t *)dst, (int64_t)row);
-            }
+            else if (L->dtype == PAGODA_DTYPE_Q8_0)
+                vt->quant_kv_q8_0(src, dst, (int64_t)row);
+            else
+                vt->to_f16(src, (uint16_t *)dst, (int64_t)row);
         }
     }
 }

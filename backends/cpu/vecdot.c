@@ -223,6 +223,45 @@ static void accum_f16_scalar(float *acc, float alpha, const float *p, const uint
         for (int d = 0; d < hd; d++) acc[d] *= alpha;
 }
 
+static void quant_kv_q8_0_scalar(const float *x, void *y, int64_t k)
+{
+    pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, y, k);
+}
+
+/* The Q8_0 KV rows: a block's values are d * q (f16 d), summed in the
+ * order of the F16 reference. */
+static float dot_kv_q8_0_scalar(const pagoda_blk_q8_0 *k, const float *q, int hd)
+{
+    float s = 0.0f;
+    for (int b = 0; b < hd / 32; b++) {
+        float d = pagoda_fp16_to_fp32(k[b].d), bs = 0.0f;
+        for (int i = 0; i < 32; i++) bs += (float)k[b].qs[i] * q[32 * b + i];
+        s += d * bs;
+    }
+    return s;
+}
+
+static void scores_q8_0_scalar(const void *k, size_t stride, int n, const float *q, int hd,
+                               float scale, float *sc)
+{
+    for (int j = 0; j < n; j++)
+        sc[j] = scale * dot_kv_q8_0_scalar((const pagoda_blk_q8_0 *)((const uint8_t *)k + j * stride),
+                                           q, hd);
+}
+
+static void accum_q8_0_scalar(float *acc, float alpha, const float *p, const void *v, size_t stride,
+                              int n, int hd)
+{
+    for (int d = 0; d < hd; d++) acc[d] *= alpha;
+    for (int j = 0; j < n; j++) {
+        const pagoda_blk_q8_0 *vb = (const pagoda_blk_q8_0 *)((const uint8_t *)v + j * stride);
+        for (int b = 0; b < hd / 32; b++) {
+            float w = p[j] * pagoda_fp16_to_fp32(vb[b].d);
+            for (int i = 0; i < 32; i++) acc[32 * b + i] += w * (float)vb[b].qs[i];
+        }
+    }
+}
+
 static void dequant_scalar(int dtype, const void *w, float *out, int64_t k)
 {
     pagoda_dequantize_row(dtype, w, out, k);
@@ -321,10 +360,13 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .dot_q5_0 = dot_q5_0_scalar,
     .dot_q5_1 = dot_q5_1_scalar,
     .dot_iq4_nl = dot_iq4_nl_scalar,
+    .quant_kv_q8_0 = quant_kv_q8_0_scalar,
+    .scores_q8_0 = scores_q8_0_scalar,
+    .accum_q8_0 = accum_q8_0_scalar,
 };
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void)
 {
-    return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
+    return pagoda_cpu_kernel_isa() == PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
                                                           : &pagoda_vecdot_scalar;
 }

@@ -229,6 +229,20 @@ typedef struct pagoda_vecdot_table {
                       int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* The Q8_0 KV cache (pagoda_kv_layout): GGUF's Q8_0 blocks
+     * (pagoda_blk_q8_0), a head's hd values in hd / 32 of them.
+     * quant_kv_q8_0: k values (a multiple of 32) to k / 32 blocks, the
+     * same bytes as pagoda_quantize_row's Q8_0 (scale amax / 127 stored as
+     * f16, q = roundf(x / scale), half away from zero).
+     * scores_q8_0 / accum_q8_0: scores_f16 / accum_f16 over Q8_0 rows
+     * (stride bytes apart), each block widened to floats in registers and
+     * its scale applied once per block: exact products of the stored
+     * values with q (scores) and p (accum), no rounding of either. */
+    void (*quant_kv_q8_0)(const float *x, void *y, int64_t k);
+    void (*scores_q8_0)(const void *k, size_t stride, int n, const float *q, int hd, float scale,
+                        float *sc);
+    void (*accum_q8_0)(float *acc, float alpha, const float *p, const void *v, size_t stride, int n,
+                       int hd);
 } pagoda_vecdot_table;
 
 /* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */

@@ -115,4 +115,12 @@ void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const voi
 void pagoda_cpu_swiglu_avx2(const float *g, const float *u, float *out, int64_t n);
 void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n);
 
+/* The Q8_0 KV cache (vecdot_kv_avx2.c), signatures as vecdot.h's
+ * quant_kv_q8_0 / scores_q8_0 / accum_q8_0. */
+void pagoda_cpu_quant_kv_q8_0_avx2(const float *x, void *y, int64_t k);
+void pagoda_cpu_scores_q8_0_avx2(const void *k, size_t stride, int n, const float *q, int hd,
+                                 float scale, float *sc);
+void pagoda_cpu_accum_q8_0_avx2(float *acc, float alpha, const float *p, const void *v, size_t stride,
+                                int n, int hd);
+
 #endif

@@ -166,6 +166,8 @@ static int cuda_info(void *ctx, pagoda_backend_info *info)
                         (1ull << PAGODA_DTYPE_BF16) | (1ull << PAGODA_DTYPE_Q8_0) |
                         (1ull << PAGODA_DTYPE_Q4_0) | (1ull << PAGODA_DTYPE_Q4_1) |
                         (1ull << PAGODA_DTYPE_Q6_K);
+    /* no Q8_0 (ABI 1.3) until its kv_write and attention run on a GPU: the
+     * core refuses kv_dtype = q8_0 at start on this backend */
     full.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
     full.host_memory = false;
     /* An older core's struct is shorter: fill only what it has. */

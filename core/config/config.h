@@ -31,7 +31,7 @@ typedef struct pagoda_engine_config {
     char frontend[64];         /* "http" */
     char constraint[64];       /* "grammar"; "none": no structured output */
     int32_t max_seq_len;       /* 0: the model's context */
-    int32_t kv_dtype;          /* PAGODA_DTYPE_F16 (default) or PAGODA_DTYPE_F32 */
+    int32_t kv_dtype;          /* PAGODA_DTYPE_F16 (default), PAGODA_DTYPE_Q8_0 or PAGODA_DTYPE_F32 */
     uint64_t memory_budget;    /* bytes; 0: from device memory ("auto") */
     double gpu_memory_utilization; /* 0.9 */
     uint64_t seed;             /* 0: a random seed per request */

@@ -39,7 +39,7 @@ typedef struct pagoda_engine_opts {
     int32_t max_seq_len;        /* context per sequence (<= the model's) */
     int32_t n_blocks;           /* KV pool blocks */
     int32_t block_size;         /* tokens per block */
-    int32_t kv_dtype;           /* PAGODA_DTYPE_F16 or F32 */
+    int32_t kv_dtype;           /* PAGODA_DTYPE_F16, Q8_0 or F32 (pagoda_kv_layout) */
     int32_t max_queue;          /* waiting requests before submit says NOSPACE */
     uint64_t seed;              /* 0: a random seed per request without one */
     int32_t default_max_tokens; /* when a request gives none */

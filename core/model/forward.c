@@ -185,6 +185,34 @@ void pagoda_forward_kv_layouts(const pagoda_hparams *hp, const pagoda_forward_kv
     local->n_blocks = window ? kv->local_blocks : 0;
 }
 
+int pagoda_forward_check_kv(const pagoda_hparams *hp, const pagoda_backend *be, int32_t kv_dtype,
+                            char *err, size_t err_len)
+{
+    const char *bn = be->info.name[0] ? be->info.name : "(unnamed)";
+    if (kv_dtype < 0 || kv_dtype > 63 || !((be->info.kv_types >> kv_dtype) & 1)) {
+        char types[96] = "";
+        size_t n = 0;
+        for (int d = 0; d < 64 && n < sizeof types; d++)
+            if ((be->info.kv_types >> d) & 1)
+                n += (size_t)snprintf(types + n, sizeof types - n, "%s%s", n ? " " : "", pagoda_dtype_name(d));
+        ERR("backend %s cannot keep the KV cache as %s ([engine] kv_dtype): its KV types are %s; "
+            "set kv_dtype to one of them, or serve with a backend that stores %s",
+            bn, pagoda_dtype_name(kv_dtype), n ? types : "none", pagoda_dtype_name(kv_dtype));
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = 1, .block_size = 1, .n_kv_heads = hp->n_kv_heads,
+                          .head_dim = hp->head_dim, .dtype = kv_dtype};
+    if (!pagoda_kv_head_bytes(&L)) {
+        int be_ = 1;
+        pagoda_dtype_block(kv_dtype, &be_, NULL);
+        ERR("KV cache type %s stores blocks of %d values along each head, but this model's heads "
+            "have %d values, not a multiple of %d: use kv_dtype = f16 or f32", pagoda_dtype_name(kv_dtype),
+            be_, hp->head_dim, be_);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    return PAGODA_OK;
+}
+
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                         int32_t max_tokens, int32_t max_logits, int32_t n_blocks,
                         int32_t block_size, int32_t kv_dtype, char *err, size_t err_len)
@@ -263,6 +291,7 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     }
     const pagoda_hparams *hp = &fw->hp;
     st = pagoda_forward_check_backend(hp, be, err, err_len);
+    if (!st) st = pagoda_forward_check_kv(hp, be, kv->dtype, err, err_len);
     if (st) {
         fw->be = NULL;   /* nothing to free */
         return st;
@@ -405,6 +434,26 @@ static int scale_rows(pagoda_forward *fw, const pagoda_tensor *x, float s)
     return st;
 }
 
+/* out[i] = x * w[i]^T (+ bias[i]) for i < n: the backend's matmul_multi
+ * (ABI 1.3: x prepared once for all of them), else n matmuls. bias may be
+ * NULL; *what names the matmul that failed. */
+static int matmuls(pagoda_forward *fw, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                   const pagoda_tensor *const *bias, const pagoda_tensor *out, const char *const *names,
+                   const char **what)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    if (o->matmul_multi) {
+        *what = names[n];
+        return o->matmul_multi(fw->be->ctx, x, n, w, bias, out);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        *what = names[i];
+        int st = o->matmul(fw->be->ctx, x, &w[i], bias ? bias[i] : NULL, &out[i]);
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
 /* A view of the first n rows of an activation tensor. */
 static pagoda_tensor rows(pagoda_tensor t, int64_t n)
 {
@@ -490,9 +539,13 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         const pagoda_rope_params *rp = L->window ? &rope_swa : &rope;
         /* attention block */
         CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
-        CALL("matmul(attn_q)", o->matmul(c, &xb, &L->wq, L->has_bias ? &L->bq : NULL, &q));
-        CALL("matmul(attn_k)", o->matmul(c, &xb, &L->wk, L->has_bias ? &L->bk : NULL, &k));
-        CALL("matmul(attn_v)", o->matmul(c, &xb, &L->wv, L->has_bias ? &L->bv : NULL, &v));
+        {
+            static const char *const nm[] = {"matmul(attn_q)", "matmul(attn_k)", "matmul(attn_v)",
+                                             "matmul_multi(attn_q, attn_k, attn_v)"};
+            const pagoda_tensor w3[3] = {L->wq, L->wk, L->wv}, o3[3] = {q, k, v};
+            const pagoda_tensor *const b3[3] = {&L->bq, &L->bk, &L->bv};
+            if ((st = matmuls(fw, &xb, 3, w3, L->has_bias ? b3 : NULL, o3, nm, &what))) goto fail;
+        }
         if (L->has_qk_norm) {
             pagoda_tensor qh = reshape(q, hp->head_dim), kh = reshape(k, hp->head_dim);
             CALL("rms_norm(attn_q_norm)", o->rms_norm(c, &qh, &L->q_norm, hp->rms_eps, &qh));
@@ -522,8 +575,12 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         CALL("add", o->add(c, &x, &xb2, &x));
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
-        CALL("matmul(ffn_gate)", o->matmul(c, &xb, &L->w_gate, NULL, &hb));
-        CALL("matmul(ffn_up)", o->matmul(c, &xb, &L->w_up, NULL, &hb2));
+        {
+            static const char *const nm[] = {"matmul(ffn_gate)", "matmul(ffn_up)",
+                                             "matmul_multi(ffn_gate, ffn_up)"};
+            const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hb, hb2};
+            if ((st = matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
+        }
         if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
         else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));

@@ -42,7 +42,7 @@ typedef struct pagoda_forward_layer {
 typedef struct pagoda_forward_kv {
     int32_t n_blocks;        /* blocks of the main pool */
     int32_t block_size;      /* tokens per block */
-    int32_t dtype;           /* PAGODA_DTYPE_F16 or F32 */
+    int32_t dtype;           /* PAGODA_DTYPE_F16, F32 or Q8_0 (both pools) */
     int32_t local_blocks;    /* 0: no window pool; else its blocks */
 } pagoda_forward_kv;
 
@@ -98,6 +98,14 @@ typedef struct pagoda_forward {
  * weights so a server refuses at once. */
 int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,
                                  size_t err_len);
+
+/* Can backend `be` keep this model's KV cache in kv_dtype? PAGODA_OK, or
+ * PAGODA_ERR_UNSUPPORTED with one line naming the type, the backend's KV
+ * types (info.kv_types) and the fix; also refuses a block type (Q8_0)
+ * whose blocks do not tile head_dim. pagoda_forward_init checks it; the
+ * runtime calls it before loading weights. */
+int pagoda_forward_check_kv(const pagoda_hparams *hp, const pagoda_backend *be, int32_t kv_dtype,
+                            char *err, size_t err_len);
 
 /* Activation bytes the pass needs for T tokens and S logit rows (the memory
  * plan uses the same formula). */

@@ -44,15 +44,27 @@ typedef struct pagoda_backend_info {
     uint64_t mem_free;        /* bytes free now */
     uint32_t alignment;       /* offsets within buffers must be multiples */
     uint64_t weight_types;    /* bit (1 << pagoda_dtype) for each matmul weight type */
-    uint64_t kv_types;        /* bit (1 << pagoda_dtype) for each KV element type */
+    uint64_t kv_types;        /* bit (1 << pagoda_dtype) for each KV type it stores (F32, F16,
+                               * Q8_0: see pagoda_kv_layout); the core refuses another at start */
     bool host_memory;         /* buffers live in host RAM (the CPU backend) */
 } pagoda_backend_info;
 
 /*
  * The KV pool: one buffer laid out by block. For layer l, K (kv=0) or
- * V (kv=1), block b, slot s in the block, head h, element d, the value is at
- *   pagoda_kv_offset(layout, l, kv, b) + ((s * n_kv_heads + h) * head_dim + d) * elt
+ * V (kv=1), block b, slot s in the block, head h, the head's head_dim
+ * values start at
+ *   pagoda_kv_offset(layout, l, kv, b) + (s * n_kv_heads + h) * pagoda_kv_head_bytes(layout)
+ * and are stored as one row of `dtype` (types.h):
+ *   F32, F16: head_dim values of 4 or 2 bytes, value d at d * 4 (or 2);
+ *   Q8_0 (ABI 1.3): head_dim / 32 blocks of 34 bytes, GGUF's Q8_0 block
+ *     (f16 scale d, then 32 int8 q; value = d * q), values 32i..32i+31 in
+ *     block i, so head_dim must be a multiple of 32.
+ * A slot holds every head's row side by side, so a slot's whole K (or V)
+ * is one row of n_kv_heads * head_dim values of `dtype`.
  * A token's slot number is block * block_size + slot-in-block.
+ * Layouts are generic: the core may hand a backend more than one (a
+ * pool per group of layers), each with its own dtype and sizes; a kernel
+ * reads the bytes only through these helpers.
  */
 typedef struct pagoda_kv_layout {
     int32_t n_layers;
@@ -60,13 +72,27 @@ typedef struct pagoda_kv_layout {
     int32_t block_size;   /* tokens per block */
     int32_t n_kv_heads;
     int32_t head_dim;
-    int32_t dtype;        /* PAGODA_DTYPE_F32 or PAGODA_DTYPE_F16 */
+    int32_t dtype;        /* PAGODA_DTYPE_F32, PAGODA_DTYPE_F16 or (ABI 1.3) PAGODA_DTYPE_Q8_0 */
 } pagoda_kv_layout;
+
+/* Bytes of one head's head_dim values in the layout's dtype; 0 when the
+ * dtype is not a KV type or head_dim is not a whole number of its blocks. */
+static inline size_t pagoda_kv_head_bytes(const pagoda_kv_layout *L)
+{
+    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16 && L->dtype != PAGODA_DTYPE_Q8_0)
+        return 0;
+    return pagoda_dtype_row_bytes(L->dtype, L->head_dim);
+}
+
+/* Bytes of one slot (every KV head) of K or V. */
+static inline size_t pagoda_kv_slot_bytes(const pagoda_kv_layout *L)
+{
+    return (size_t)L->n_kv_heads * pagoda_kv_head_bytes(L);
+}
 
 static inline size_t pagoda_kv_block_bytes(const pagoda_kv_layout *L)
 {
-    size_t elt = L->dtype == PAGODA_DTYPE_F32 ? 4 : 2;
-    return (size_t)L->block_size * (size_t)L->n_kv_heads * (size_t)L->head_dim * elt;
+    return (size_t)L->block_size * pagoda_kv_slot_bytes(L);
 }
 
 static inline size_t pagoda_kv_offset(const pagoda_kv_layout *L, int layer, int kv, int block)
@@ -115,6 +141,9 @@ typedef struct pagoda_rope_params {
     float mscale;             /* 1.0 unless a scaling method says otherwise */
     const float *inv_freq;    /* [n_rot / 2] */
 } pagoda_rope_params;
+
+/* The most matrices one matmul_multi call takes (ABI 1.3). */
+#define PAGODA_MATMUL_MULTI_MAX 8
 
 /* Attention parameters of attention_ext (ABI 1.1). Filled by the core;
  * struct_size first so later minors can add fields at the end: a backend
@@ -182,7 +211,8 @@ typedef struct pagoda_backend_ops {
                 const int32_t *positions, const pagoda_rope_params *p);
 
     /* required. Store the K and V rows of n tokens (F32 [n x kv_heads*head_dim])
-     * into their slots of `layer` in the KV pool. */
+     * into their slots of `layer` in the KV pool (the n slots are distinct),
+     * rounded to the layout's type. */
     int (*kv_write)(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *layout, int32_t layer,
                     const pagoda_tensor *k, const pagoda_tensor *v, const int32_t *slots,
                     int32_t n);
@@ -234,6 +264,21 @@ typedef struct pagoda_backend_ops {
                          const pagoda_kv_layout *layout, int32_t layer,
                          const pagoda_batch *batch, const pagoda_attn_params *p,
                          const pagoda_tensor *out);
+
+    /* ---- ABI 1.3 ---- */
+
+    /* optional, ABI 1.3. n matmuls over one input, each exactly as `matmul`:
+     * out[i] = x * w[i]^T (+ bias[i]) for 0 <= i < n, 1 <= n <=
+     * PAGODA_MATMUL_MULTI_MAX. w and out are arrays of n tensors: w[i] of
+     * any type in info.weight_types (they may differ) and x's width, out[i]
+     * F32 [x.rows x w[i].rows], aliasing neither x nor another out; bias is
+     * NULL (no biases) or an array of n pointers, each NULL or F32 [1 x
+     * w[i].rows]. The forward pass hands over Q/K/V and gate/up this way, so
+     * a backend can prepare x once (the cpu backend quantizes it once and
+     * wakes its threads once for all of them). Fallback: n calls of
+     * `matmul`. */
+    int (*matmul_multi)(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                        const pagoda_tensor *const *bias, const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

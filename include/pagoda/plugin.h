@@ -28,9 +28,12 @@ extern "C" {
  * constraint kind (constraint.h) with the request's constraint fields and
  * the host's check_constraint, for structured output; 1.2 inspection:
  * the KV policies' optional inspect op, the request's request_id and trace,
- * the event's trace fields and the host's inspect_json; 1.4 the comm kind
- * (comm.h): collectives for tensor parallelism (comm-mpi, comm-nccl).
- * (1.3 is another branch's; the numbers are reconciled at merge.) */
+ * the event's trace fields and the host's inspect_json; 1.3 the Q8_0 KV
+ * layout (pagoda_kv_layout, pagoda_kv_head_bytes: an 8-bit KV cache a
+ * backend opts into through info.kv_types) and the optional backend op
+ * matmul_multi (several matmuls over one input: Q/K/V, gate/up); 1.4 the
+ * comm kind (comm.h): collectives for tensor parallelism (comm-mpi,
+ * comm-nccl). */
 #define PAGODA_ABI_MINOR 4
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"

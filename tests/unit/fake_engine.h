@@ -107,6 +107,10 @@ typedef struct fake_engine {
     int ready, shutting;
     int n_ctx;
     int step_us;
+    int hold_submits;            /* > 0: no step runs until that many submits came, or
+                                    hold_ms passed (a test of pipelining that does not
+                                    depend on how fast this machine is) */
+    int hold_ms;
     int cached_tokens;           /* reported in every FINAL's usage */
     int inspect_bump;            /* inspect_json's version moves on every call */
     int inspect_pad;             /* bytes of padding in inspect_json's answer */
@@ -532,6 +536,16 @@ static void *fake_thread(void *arg)
         if (!f->live) {
             pthread_cond_wait(&f->cv, &f->mu);
             continue;
+        }
+        if (f->hold_submits > 0 && f->n_log < f->hold_submits && !f->quit) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += f->hold_ms / 1000;
+            until.tv_nsec += (long)(f->hold_ms % 1000) * 1000000L;
+            if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+            while (f->n_log < f->hold_submits && !f->quit)
+                if (pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) break;
+            f->hold_submits = 0; /* once */
         }
         int n = 0;
         for (fake_req *r = f->live; r; r = r->next) n++;

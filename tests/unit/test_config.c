@@ -254,7 +254,7 @@ START_TEST(test_bad_engine_values)
               "bad value for engine.memory_budget: '12Q'; expected a size in bytes like 4096, "
               "512M, 8G or 1.5G, or auto");
     assert_at(load_err("[engine]\nkv_dtype = f8\n"), 2,
-              "bad value for engine.kv_dtype: 'f8'; expected one of f16|f32");
+              "bad value for engine.kv_dtype: 'f8'; expected one of f16|q8_0|f32");
     assert_at(load_err("[engine]\nchat_template = vicuna\n"), 2,
               "bad value for engine.chat_template: 'vicuna'; expected one of "
               "auto|chatml|llama2|llama3|mistral|zephyr|gemma");
@@ -400,6 +400,9 @@ START_TEST(test_set_overrides)
     ck_assert_int_eq(pagoda_config_set(c, "engine.kv_dtype=f32", g_err, sizeof g_err), PAGODA_OK);
     ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
     ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_F32);
+    ck_assert_int_eq(pagoda_config_set(c, "engine.kv_dtype=q8_0", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_Q8_0);
     pagoda_config_free(c);
 }
 END_TEST

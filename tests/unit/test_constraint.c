@@ -251,8 +251,11 @@ START_TEST(test_kind_loads)
     text[n] = 0;
     fclose(f);
     remove(path);
-    ck_assert_msg(strstr(text, "constraint.grammar  ABI 1.1"), "%s", text);
-    ck_assert_msg(strstr(text, "max_spec_bytes (size, default 256K"), "%s", text);
+    /* the listing is long: on failure print only its start (Check's messages are bounded) */
+    char want[64];
+    snprintf(want, sizeof want, "constraint.grammar  ABI %d.%d", PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    ck_assert_msg(strstr(text, want), "no '%s' in: %.2000s", want, text);
+    ck_assert_msg(strstr(text, "max_spec_bytes (size, default 256K"), "%.2000s", text);
 }
 END_TEST
 

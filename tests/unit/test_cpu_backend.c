@@ -24,14 +24,15 @@ static char last_error[1024];
 static int n_errors;
 static int64_t cfg_threads = 2;
 
+static char last_log[1024];
+
 static void fake_log(const pagoda_host *h, int level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[cpu test log %d] ", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(last_log, sizeof last_log, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "[cpu test log %d] %s\n", level, last_log);
 }
 
 static int fake_error(const pagoda_host *h, int status, const char *fmt, ...)
@@ -143,7 +144,8 @@ START_TEST(test_descriptor)
                    PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         ck_assert(info.weight_types & (1ull << types[i]));
-    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
+    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) |
+                                         (1ull << PAGODA_DTYPE_Q8_0));
     fprintf(stderr, "cpu backend info: %s\n", info.name);
     unload(&L);
 }
@@ -264,8 +266,12 @@ START_TEST(test_attention_end_to_end)
     ck_assert_int_eq(o->attention(L.ctx, &tq, kv, &lay, 0, &b, 2, 0.35f, &tout), PAGODA_ERR_INVALID);
     slot = 99;
     ck_assert_int_eq(o->kv_write(L.ctx, kv, &lay, 0, &tk, &tv, &slot, 1), PAGODA_ERR_INVALID);
+    /* Q8_0 needs heads of whole 32-value blocks; Q4_0 is no KV type */
+    slot = 2 * 4;
     pagoda_kv_layout q8 = lay;
     q8.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(o->kv_write(L.ctx, kv, &q8, 0, &tk, &tv, &slot, 1), PAGODA_ERR_INVALID);
+    q8.dtype = PAGODA_DTYPE_Q4_0;
     ck_assert_int_eq(o->kv_write(L.ctx, kv, &q8, 0, &tk, &tv, &slot, 1), PAGODA_ERR_UNSUPPORTED);
     /* copy_blocks moves block 2 to block 0. */
     int32_t src = 2, dst = 0;
@@ -276,6 +282,49 @@ START_TEST(test_attention_end_to_end)
     o->buffer_free(L.ctx, kv);
     o->buffer_free(L.ctx, act);
     unload(&L);
+}
+END_TEST
+
+/* The probe reason (what `pagoda plugins [-v]` prints), the start-up line
+ * and the info name say which kernels run, in the same words: on this
+ * machine, and with PAGODA_CPU_ISA=scalar forcing the reference kernels.
+ * (The naming on an AVX-512 CPU, which runs the AVX2 kernels, is checked
+ * with a faked CPUID in test_cpu_kernels.) */
+static void check_path_agrees(const char *want_path, const char *want_isa)
+{
+    loaded L = load_backend();
+    char why[256] = "";
+    L.desc->probe(why, sizeof why);
+    ck_assert_msg(strncmp(why, want_path, strlen(want_path)) == 0, "probe: '%s', want '%s'", why, want_path);
+    char line[512];
+    snprintf(line, sizeof line, "cpu backend: %s, 2 threads, OpenBLAS ", want_path);
+    ck_assert_msg(strncmp(last_log, line, strlen(line)) == 0, "log: '%s', want '%s'", last_log, line);
+    pagoda_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ck_assert_int_eq(L.ops->info(L.ctx, &info), PAGODA_OK);
+    char name[96];
+    snprintf(name, sizeof name, "cpu (%s, 2 threads,", want_isa);
+    ck_assert_msg(strncmp(info.name, name, strlen(name)) == 0, "info: '%s', want '%s'", info.name, name);
+    unload(&L);
+}
+
+START_TEST(test_kernel_path_named_alike)
+{
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl");
+    unsetenv("PAGODA_CPU_ISA");
+    check_path_agrees(!avx2     ? "scalar kernels (no AVX2/FMA/F16C)"
+                      : avx512 ? "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has no AVX-512 kernels yet)"
+                               : "AVX2 kernels",
+                      avx2 ? "AVX2" : "scalar");
+    if (!avx2) return;
+    setenv("PAGODA_CPU_ISA", "scalar", 1);
+    check_path_agrees("scalar kernels (forced; the CPU has more)", "scalar");
+    unsetenv("PAGODA_CPU_ISA");
 }
 END_TEST
 
@@ -304,6 +353,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_end_to_end);
     tcase_add_test(tc, test_attention_end_to_end);
     tcase_add_test(tc, test_threads_default_is_cpu_count);
+    tcase_add_test(tc, test_kernel_path_named_alike);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -833,21 +833,24 @@ typedef struct seq_spec {
 
 /* window 0: causal over all keys; window W: the reference sees only keys
  * pos - W < j <= pos (sliding-window layers). */
-static void check_attention(int kv_dtype, int head_dim, int block_size, int window)
+/* decode_ctx: the context of the decoding sequence (37; from 512 its keys
+ * are cut into splits whose partial sums are merged). */
+static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int window, int decode_ctx)
 {
     tu_rng r;
     tu_rng_seed(&r, 1000 + (uint64_t)kv_dtype * 7 + (uint64_t)head_dim + (uint64_t)block_size);
     const int n_heads = 8, n_kv = 2, n_layers = 2, layer = 1;
     /* Prefill from scratch, a decode token, a later prefill chunk. */
-    const seq_spec spec[3] = {{13, 13}, {1, 37}, {9, 29}};
-    pagoda_kv_layout L = {.n_layers = n_layers, .n_blocks = 24, .block_size = block_size,
+    const seq_spec spec[3] = {{13, 13}, {1, decode_ctx}, {9, 29}};
+    const int n_blocks = 16 + (decode_ctx + block_size - 1) / block_size;
+    pagoda_kv_layout L = {.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
                           .n_kv_heads = n_kv, .head_dim = head_dim, .dtype = kv_dtype};
     uint8_t *pool = xmalloc(pagoda_kv_pool_bytes(&L));
     memset(pool, 0x7f, pagoda_kv_pool_bytes(&L)); /* garbage outside the slots used */
     /* Shuffled block ids shared out among the sequences. */
-    int32_t perm[24];
-    for (int i = 0; i < 24; i++) perm[i] = i;
-    for (int i = 23; i > 0; i--) {
+    int32_t *perm = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
         int j = (int)(tu_rng_u64(&r) % (uint64_t)(i + 1));
         int32_t t = perm[i];
         perm[i] = perm[j];
@@ -857,15 +860,35 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
     int nb[3], used = 0;
     int kvw = n_kv * head_dim, qw = n_heads * head_dim;
     float *K[3], *V[3];
+    /* What the cache holds of each row: the value itself (F32), rounded to
+     * half (F16), or the reference Q8_0 blocks dequantized (Q8_0). */
+    float *Ks[3], *Vs[3];
+    size_t row_bytes = pagoda_kv_slot_bytes(&L);
+    uint8_t *qrow = xmalloc(row_bytes);
     for (int s = 0; s < 3; s++) {
         nb[s] = (spec[s].ctx_len + block_size - 1) / block_size;
-        ck_assert_int_le(used + nb[s], 24);
+        ck_assert_int_le(used + nb[s], n_blocks);
         tables[s] = perm + used;
         used += nb[s];
         K[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
         V[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
         tu_fill_normal(&r, K[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
         tu_fill_normal(&r, V[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
+        Ks[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        Vs[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        for (int kv = 0; kv < 2; kv++)
+            for (int p = 0; p < spec[s].ctx_len; p++) {
+                const float *src = (kv ? V[s] : K[s]) + p * kvw;
+                float *dst = (kv ? Vs[s] : Ks[s]) + p * kvw;
+                if (kv_dtype == PAGODA_DTYPE_Q8_0) {
+                    ck_assert_int_eq(pagoda_quantize_row(kv_dtype, src, qrow, kvw), PAGODA_OK);
+                    ck_assert_int_eq(pagoda_dequantize_row(kv_dtype, qrow, dst, kvw), PAGODA_OK);
+                } else {
+                    for (int e = 0; e < kvw; e++)
+                        dst[e] = kv_dtype == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(src[e]))
+                                                              : src[e];
+                }
+            }
         /* Earlier steps wrote the cached prefix, one token at a time. */
         for (int p = 0; p < spec[s].ctx_len - spec[s].n_q; p++) {
             int32_t slot = tables[s][p / block_size] * block_size + p % block_size;
@@ -893,11 +916,18 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
         }
     size_t kvs = sizeof(float) * (size_t)kvw;
     pagoda_cpu_kv_write(pool, &L, layer, kstep, kvs, vstep, kvs, slots, n_tok);
-    /* The cache holds exactly what was written (rounded for F16). */
+    /* The cache holds exactly what was written (rounded for F16; for Q8_0
+     * the reference quantizer's bytes). */
     for (int s = 0; s < 3; s++)
         for (int p = 0; p < spec[s].ctx_len; p++)
             for (int kv = 0; kv < 2; kv++) {
                 const uint8_t *base = pool + pagoda_kv_offset(&L, layer, kv, tables[s][p / block_size]);
+                if (kv_dtype == PAGODA_DTYPE_Q8_0) {
+                    ck_assert_int_eq(pagoda_quantize_row(kv_dtype, (kv ? V[s] : K[s]) + p * kvw, qrow, kvw),
+                                     PAGODA_OK);
+                    ck_assert(memcmp(base + (size_t)(p % block_size) * row_bytes, qrow, row_bytes) == 0);
+                    continue;
+                }
                 for (int e = 0; e < kvw; e++) {
                     float src = (kv ? V[s] : K[s])[p * kvw + e];
                     size_t idx = (size_t)(p % block_size) * kvw + e;
@@ -917,7 +947,7 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
     ck_assert_int_eq(pagoda_threadpool_create(3, &tp), PAGODA_OK);
     pagoda_cpu_exec ex = {.pool = tp};
     float *out = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
-    double *sc = xmalloc(sizeof(double) * 64);
+    double *sc = xmalloc(sizeof(double) * (size_t)(decode_ctx + 64));
     for (int ii = 0; ii < N_ISAS; ii++) {
         pagoda_cpu_force_isa(ISAS[ii]);
         memset(out, 0, sizeof(float) * (size_t)(n_tok * qw));
@@ -934,22 +964,15 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
                     int j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
                     for (int j = j0; j <= pos; j++) {
                         double d = 0;
-                        for (int e = 0; e < head_dim; e++) {
-                            float kval = K[s][j * kvw + kh * head_dim + e];
-                            if (kv_dtype == PAGODA_DTYPE_F16) kval = pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(kval));
-                            d += (double)qh[e] * kval;
-                        }
+                        for (int e = 0; e < head_dim; e++)
+                            d += (double)qh[e] * Ks[s][j * kvw + kh * head_dim + e];
                         sc[j] = d * scale;
                         if (sc[j] > mx) mx = sc[j];
                     }
                     for (int j = j0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
                     for (int e = 0; e < head_dim; e++) {
                         double o = 0;
-                        for (int j = j0; j <= pos; j++) {
-                            float vval = V[s][j * kvw + kh * head_dim + e];
-                            if (kv_dtype == PAGODA_DTYPE_F16) vval = pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(vval));
-                            o += sc[j] * vval;
-                        }
+                        for (int j = j0; j <= pos; j++) o += sc[j] * Vs[s][j * kvw + kh * head_dim + e];
                         o /= sum;
                         float got = out[row * qw + h * head_dim + e];
                         ck_assert_msg(fabs(got - o) <= 1e-4,
@@ -966,7 +989,11 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
     for (int s = 0; s < 3; s++) {
         free(K[s]);
         free(V[s]);
+        free(Ks[s]);
+        free(Vs[s]);
     }
+    free(qrow);
+    free(perm);
     free(sc);
     free(out);
     free(q);
@@ -974,6 +1001,11 @@ static void check_attention(int kv_dtype, int head_dim, int block_size, int wind
     free(vstep);
     free(slots);
     free(pool);
+}
+
+static void check_attention(int kv_dtype, int head_dim, int block_size, int window)
+{
+    check_attention_ctx(kv_dtype, head_dim, block_size, window, 37);
 }
 
 START_TEST(test_attention_f32_kv) { check_attention(PAGODA_DTYPE_F32, 64, 8, 0); }
@@ -991,6 +1023,87 @@ START_TEST(test_attention_window)
     check_attention(PAGODA_DTYPE_F16, 64, 4, 9);
     check_attention(PAGODA_DTYPE_F32, 32, 4, 1);
     check_attention(PAGODA_DTYPE_F16, 256, 16, 100);
+}
+END_TEST
+
+/* The 8-bit KV cache: MHA-like, Gemma's 256-wide heads, one block's
+ * worth (head_dim 32), and a window across skipped blocks. */
+/* A decode row over 700 keys: 2 splits of 350, merged; over 2100 keys
+ * with a window of 600 (the splits cover the window only). */
+START_TEST(test_attention_split_decode)
+{
+    check_attention_ctx(PAGODA_DTYPE_F32, 64, 16, 0, 700);
+    check_attention_ctx(PAGODA_DTYPE_F16, 32, 16, 0, 2100);
+    check_attention_ctx(PAGODA_DTYPE_Q8_0, 64, 16, 600, 2100);
+}
+END_TEST
+
+START_TEST(test_attention_q8_0_kv)
+{
+    check_attention(PAGODA_DTYPE_Q8_0, 64, 16, 0);
+    check_attention(PAGODA_DTYPE_Q8_0, 256, 8, 0);
+    check_attention(PAGODA_DTYPE_Q8_0, 32, 5, 0);
+    check_attention(PAGODA_DTYPE_Q8_0, 64, 4, 9);
+}
+END_TEST
+
+/* The Q8_0 KV store gives the reference quantizer's bytes on every path,
+ * including values that land exactly on a half step (roundf rounds them
+ * away from zero, where the int8 activations round half to even), zero
+ * blocks and huge ones. */
+START_TEST(test_kv_q8_0_store_matches_reference)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 77);
+    enum { K = 32 * 12 };
+    float x[K];
+    tu_fill_normal(&r, x, K, 3.0f);
+    /* block 1: amax 127 so x * (1 / d) is x itself: exact halves */
+    for (int j = 0; j < 32; j++) x[32 + j] = (float)(j - 16) + 0.5f;
+    x[32] = 127.0f;
+    /* block 2: zeros; block 3: one huge value; block 4: tiny ones */
+    for (int j = 0; j < 32; j++) x[64 + j] = 0.0f;
+    x[96 + 5] = 6.0e4f;
+    for (int j = 0; j < 32; j++) x[128 + j] = (float)(j - 16) * 1e-7f;
+    uint8_t want[K / 32 * 34], got[K / 32 * 34];
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, want, K), PAGODA_OK);
+    for (int ii = 0; ii < N_ISAS; ii++) {
+        pagoda_cpu_force_isa(ISAS[ii]);
+        memset(got, 0xa5, sizeof got);
+        pagoda_cpu_vecdot()->quant_kv_q8_0(x, got, K);
+        for (size_t i = 0; i < sizeof got; i++)
+            ck_assert_msg(got[i] == want[i], "isa %d byte %zu (block %zu): %d vs %d", ISAS[ii], i, i / 34,
+                          got[i], want[i]);
+    }
+    pagoda_cpu_force_isa(-1);
+}
+END_TEST
+
+/* Which kernels run, and what they are called, on CPUs this machine is
+ * not: an AVX-512 CPU runs the AVX2 kernels and says so (the AVX2 table is
+ * the one picked), an AVX2 CPU forced to scalar says forced. */
+START_TEST(test_kernel_path_names)
+{
+    char buf[128];
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return; /* the AVX2 table would not run */
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_active_isa(), PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX2);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), &pagoda_vecdot_avx2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf),
+                     "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has no AVX-512 kernels yet)");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels (forced; the CPU has more)");
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), &pagoda_vecdot_scalar);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "scalar kernels (forced; the CPU has more)");
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_SCALAR);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "scalar kernels (no AVX2/FMA/F16C)");
+    pagoda_cpu_fake_detected_isa(-1);
 }
 END_TEST
 
@@ -1053,7 +1166,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_attention_f16_kv);
     tcase_add_test(tc, test_attention_odd_head_dim);
     tcase_add_test(tc, test_attention_window);
+    tcase_add_test(tc, test_attention_q8_0_kv);
+    tcase_add_test(tc, test_attention_split_decode);
+    tcase_add_test(tc, test_kv_q8_0_store_matches_reference);
     tcase_add_test(tc, test_copy_blocks);
+    tcase_add_test(tc, test_kernel_path_names);
     suite_add_tcase(s, tc);
     return s;
 }

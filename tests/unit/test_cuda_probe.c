@@ -61,6 +61,7 @@ START_TEST(test_descriptor)
               ops->matmul && ops->rope && ops->kv_write && ops->attention && ops->swiglu &&
               ops->add && ops->copy_blocks && ops->synchronize);
     ck_assert(!ops->geglu && !ops->scale && !ops->attention_ext);
+    ck_assert(!ops->matmul_multi); /* ABI 1.3: the core runs n matmuls */
     ck_assert_ptr_nonnull(d->config_keys);
     ck_assert_str_eq(d->config_keys[0].name, "device");
     ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
@@ -97,6 +98,20 @@ START_TEST(test_probe_and_create)
     ck_assert(info.mem_total > 0 && info.mem_free <= info.mem_total);
     ck_assert(!info.host_memory);
     ck_assert(info.weight_types & (1ull << PAGODA_DTYPE_Q8_0));
+    /* no Q8_0 KV (ABI 1.3) until it runs on a GPU: kv_dtype = q8_0 is
+     * refused at start, naming the type and these types */
+    ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16));
+    pagoda_backend be;
+    memset(&be, 0, sizeof be);
+    be.info = info;
+    pagoda_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_kv_heads = 4;
+    hp.head_dim = 64;
+    ck_assert_int_eq(pagoda_forward_check_kv(&hp, &be, PAGODA_DTYPE_Q8_0, err, sizeof err),
+                     PAGODA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "cannot keep the KV cache as Q8_0") && strstr(err, "its KV types are F32 F16"),
+                  "%s", err);
     g_desc->destroy(ctx);
 
     /* A device index that does not exist is refused by name. */

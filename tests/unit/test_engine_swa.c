@@ -6,8 +6,9 @@
  * the window pool) and as each request served alone, under every scheduler
  * x KV policy, under preemption, and with prefix-cache hits shorter and
  * longer than what a hit recomputes; the window pool's accounting holds
- * after every step, its seats and blocks are all free when idle, and a
- * long sequence holds no more than its window's blocks. */
+ * after every step, its seats and blocks are all free when idle, a long
+ * sequence holds no more than its window's blocks, and with kv_dtype =
+ * q8_0 the window pool (stored in Q8_0 too) still gives full's output. */
 #define _GNU_SOURCE
 #include <unistd.h>
 
@@ -264,6 +265,34 @@ START_TEST(long_sequence_holds_its_window)
 }
 END_TEST
 
+/* The 8-bit KV cache in the window pool: the local layers store kv_dtype
+ * = q8_0 as the main pool does (heads of 32 here: one Q8_0 block each),
+ * and the greedy output with swa_kv = window, 6 at a time under prefix
+ * hits, is the same as with swa_kv = full, each request alone: the same
+ * rows rounded the same way wherever they are kept. */
+START_TEST(q8_0_window_equals_full)
+{
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = g_model,
+                              .seed = 31, .arch = "gemma3", .layers = 6, .sliding_window = 8,
+                              .swa_pattern = 3, .std = 0.1f, .norm_std = 0.1f, .tied = true,
+                              .head_dim = 32};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+    const char *sr[] = {"engine.kv_dtype=q8_0", "engine.swa_kv=full",
+                        "scheduler.continuous.max_num_seqs=1", NULL};
+    run(sr, 0, N_REQ, ref);
+    ck_assert(!ref->swa.geometry.window);
+    const char *sg[] = {"engine.kv_dtype=q8_0", "engine.swa_kv=window", "engine.kvcache=prefix", NULL};
+    run(sg, 0, N_REQ, got);
+    ck_assert(got->swa.geometry.window);
+    ck_assert_int_gt(got->kv.hit_tokens, 0);
+    assert_same(ref, got, "q8_0, swa_kv = window under prefix hits vs full alone");
+    free(ref);
+    free(got);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_swa");
@@ -274,6 +303,7 @@ static Suite *suite(void)
     tcase_add_test(tc, prefix_hits_recompute_the_window);
     tcase_add_test(tc, preemption_keeps_output);
     tcase_add_test(tc, long_sequence_holds_its_window);
+    tcase_add_test(tc, q8_0_window_equals_full);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -282,8 +282,9 @@ START_TEST(test_load_each_kind)
 END_TEST
 
 /* A plugin built against ABI 1.0 still loads into this pagoda (1.1 or later); the
- * slots 1.1 added read NULL even where its static table has bytes past the
- * struct_size it declares (the loader copies struct_size, not sizeof). */
+ * slots later minors added (1.1's geglu/scale/attention_ext, 1.3's matmul_multi)
+ * read NULL even where its static table has bytes past the struct_size it
+ * declares (the loader copies struct_size, not sizeof). */
 START_TEST(test_load_older_minor)
 {
     pagoda_config *c = pagoda_config_new_empty();
@@ -296,6 +297,7 @@ START_TEST(test_load_older_minor)
     ck_assert_ptr_null(p->ops.backend.geglu);
     ck_assert_ptr_null(p->ops.backend.scale);
     ck_assert_ptr_null(p->ops.backend.attention_ext);
+    ck_assert_ptr_null(p->ops.backend.matmul_multi);
     pagoda_plugin_free(p);
     pagoda_config_free(c);
 }
@@ -600,7 +602,7 @@ START_TEST(test_cli)
     ck_assert_str_eq(g_out, "pagoda: --set: unknown key 'blok' in [engine]; did you mean 'block_size'?\n");
     /* The source tree's folder holds configs/default.ini: it is the default. */
     ck_assert_int_eq(run_pagoda(NULL, tu_src(""), "--set engine.kv_dtype=f8"), 2);
-    ck_assert_msg(strstr(g_out, "pagoda: --set: bad value for engine.kv_dtype: 'f8'; expected one of f16|f32\n"),
+    ck_assert_msg(strstr(g_out, "pagoda: --set: bad value for engine.kv_dtype: 'f8'; expected one of f16|q8_0|f32\n"),
                   "%s", g_out);
 
     /* `pagoda plugins` shows refused plugins with their reason. */

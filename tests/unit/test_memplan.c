@@ -2,7 +2,9 @@
  * KV bytes per token and weight bytes, the documented activation and
  * workspace formulas, the KV pool arithmetic from a budget, a budget too
  * small to fit, sequence lengths beyond max_seq_len, JSON, CLI; a Q4_K
- * model's weight bytes and type name. */
+ * model's weight bytes and type name; gemma3's window pool (swa_kv) and
+ * the 8-bit KV cache (kv_dtype = q8_0), apart and together, against what
+ * a runtime allocates. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -141,14 +143,20 @@ START_TEST(options_and_limits)
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "max_seq_len 4096"), "%s", err);
     o.max_seq_len = 0;
+    /* Q8_0 KV quantizes each head in blocks of 32: stories260K's heads of 8 cannot */
     o.kv_dtype = PAGODA_DTYPE_Q8_0;
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "Q8_0"), "%s", err);
+    ck_assert_str_eq(err, "KV cache type Q8_0 stores blocks of 32 values along each head, but this "
+                          "model's heads have 8 values, not a multiple of 32: use kv_dtype = f16 or f32");
+    o.kv_dtype = PAGODA_DTYPE_Q4_0;
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_str_eq(err, "KV cache type Q4_0 is not supported (use f16, q8_0 or f32)");
+    o.kv_dtype = PAGODA_DTYPE_F16;
     /* NULL opts: defaults with an auto budget from /proc/meminfo. */
     ck_assert_int_eq(pagoda_memplan_compute(f, NULL, &p, err, sizeof err), 0);
     ck_assert(p.budget_auto);
     ck_assert_uint_gt(p.mem_available, 0);
-    ck_assert_uint_eq(p.kv_value_bytes, 2);
+    ck_assert(p.kv_value_bytes == 2.0);
     pagoda_gguf_close(f);
 }
 END_TEST
@@ -252,6 +260,69 @@ START_TEST(k_quant_weights)
     json_decref(root);
     free(js);
     pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* The 8-bit KV cache: 34 bytes per 32 values (a 16-bit scale per block),
+ * so the same budget holds 32/17 = 1.88x the tokens of F16; the plan shows
+ * the factor (text and JSON) and the CLI takes --kv-dtype q8_0. */
+START_TEST(q8_0_kv)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    /* 2 layers, 2 KV heads of 64 */
+    pagoda_genmodel_opts g = {.shape = "tiny-k", .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 1};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p16, p8;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p16, err, sizeof err), 0);
+    o.kv_dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p8, err, sizeof err), 0);
+    ck_assert_uint_eq(p16.kv_bytes_per_token, 2 * 2 * 2 * 64 * 2);
+    ck_assert_uint_eq(p8.kv_bytes_per_token, 2 * 2 * 2 * (64 / 32) * 34);
+    ck_assert(p8.kv_value_bytes == 1.0625);
+    ck_assert_int_eq(p8.kv_block_values, 32);
+    ck_assert_int_eq(p8.kv_block_bytes, 34);
+    ck_assert_uint_eq(p8.kv_bytes_per_block, p8.kv_bytes_per_token * 16);
+    /* the same bytes left for the pool hold 32/17 the tokens */
+    ck_assert_uint_eq(p8.fixed_bytes, p16.fixed_bytes);
+    ck_assert_uint_eq(p8.kv_blocks, (o.memory_budget - p8.fixed_bytes) / p8.kv_bytes_per_block);
+    double ratio = (double)p8.kv_tokens / (double)p16.kv_tokens;
+    ck_assert_msg(ratio > 1.88 && ratio < 1.885, "%f", ratio);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(&p8, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(txt, ", KV Q8_0\n"), "%s", txt);
+    ck_assert_msg(strstr(txt, "KV cache: 544 bytes/token = 2 x 2 layers x 2 kv_heads x 64 head_dim x 1.0625 "
+                              "bytes (Q8_0: 34 bytes per 32 values; 1.88x the tokens of F16 in the same bytes)\n"),
+                  "%s", txt);
+    free(txt);
+    char *js = pagoda_memplan_json(&p8);
+    json_t *root = json_loads(js, 0, NULL), *kv = json_object_get(root, "kv");
+    ck_assert_str_eq(json_string_value(json_object_get(kv, "dtype")), "Q8_0");
+    ck_assert(json_real_value(json_object_get(kv, "value_bytes")) == 1.0625);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "block_values")), 32);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "block_bytes")), 34);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "bytes_per_token")), 544);
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+    char *a1[] = {"plan", "--model", path, "--memory", "256M", "--kv-dtype", "q8_0"};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    ck_assert_int_eq(pagoda_cmd_plan(7, a1), 0);
+    fclose(stdout);
+    stdout = saved;
     unlink(path);
 }
 END_TEST
@@ -372,23 +443,27 @@ END_TEST
 /* The plan counts exactly what the engine allocates: a runtime on a tiny
  * gemma3 model, both swa_kv modes, an explicit pool and one from the
  * budget, and the engine's pools as the forward pass allocated them. */
-static void plan_equals_allocation(const char *model, const char *swa_kv, const char *pool)
+static void plan_equals_allocation_kv(const char *model, const char *swa_kv, const char *pool,
+                                      const char *kv_dtype)
 {
     char err[1024] = "", buf[700];
     pagoda_config *cfg = pagoda_config_new_empty();
     snprintf(buf, sizeof buf, "engine.model=%s", model);
-    char s_swa[64], s_pool[64];
+    char s_swa[64], s_pool[64], s_dt[64];
     snprintf(s_swa, sizeof s_swa, "engine.swa_kv=%s", swa_kv);
     snprintf(s_pool, sizeof s_pool, "%s", pool);
+    snprintf(s_dt, sizeof s_dt, "engine.kv_dtype=%s", kv_dtype);
     const char *settings[] = {buf, "engine.log_level=warn", "engine.max_seq_len=300",
                               "engine.block_size=8", "scheduler.continuous.max_num_seqs=5",
-                              "scheduler.continuous.max_batched_tokens=24", s_swa, s_pool, NULL};
+                              "scheduler.continuous.max_batched_tokens=24", s_swa, s_pool, s_dt,
+                              NULL};
     for (int i = 0; settings[i]; i++)
         ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s: %s",
                       settings[i], err);
     pagoda_runtime *rt = NULL;
     ck_assert_msg(pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err) == 0, "%s", err);
     const pagoda_memplan *p = &rt->plan;
+    ck_assert_str_eq(pagoda_dtype_name(p->kv_dtype), strcmp(kv_dtype, "q8_0") ? "F16" : "Q8_0");
     pagoda_engine_swa_stats st;
     ck_assert_int_eq(pagoda_engine_get_swa_stats(rt->engine, &st), 0);
     bool window = strcmp(swa_kv, "window") == 0;
@@ -412,6 +487,11 @@ static void plan_equals_allocation(const char *model, const char *swa_kv, const 
     pagoda_config_free(cfg);
 }
 
+static void plan_equals_allocation(const char *model, const char *swa_kv, const char *pool)
+{
+    plan_equals_allocation_kv(model, swa_kv, pool, "f16");
+}
+
 START_TEST(gemma3_plan_is_what_is_allocated)
 {
     char path[] = "/tmp/pagoda_memplan_XXXXXX";
@@ -430,6 +510,104 @@ START_TEST(gemma3_plan_is_what_is_allocated)
 }
 END_TEST
 
+/* The 8-bit KV cache with gemma3's window pool: the local layers' pool is
+ * stored in kv_dtype too, so every KV figure of the plan (the main pool,
+ * the window pool, the sink, a sequence) takes Q8_0's 34 bytes per 32
+ * values, and a runtime allocates exactly those bytes. head_dim 32: one
+ * Q8_0 block per head. */
+START_TEST(gemma3_q8_0_window_pool)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    /* 13 layers: 5 and 11 global; 2 KV heads of 32; window 40; context 512 */
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = 1,
+                              .arch = "gemma3", .layers = 13, .sliding_window = 40, .head_dim = 32};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p16, p8;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p16, err, sizeof err), 0);
+    o.kv_dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p8, err, sizeof err), 0);
+    const uint64_t pl16 = 2 * 2 * 32 * 2;          /* K and V, 2 heads of 32, F16 */
+    const uint64_t pl8 = 2 * 2 * (32 / 32) * 34;   /* ... as one Q8_0 block each */
+    ck_assert(p8.swa.window);
+    ck_assert_int_eq(p8.n_swa_layers, 11);
+    ck_assert_int_eq(p8.kv_pool_layers, 2);
+    ck_assert_uint_eq(p16.kv_bytes_per_token, 2 * pl16);
+    ck_assert_uint_eq(p8.kv_bytes_per_token, 2 * pl8);
+    ck_assert_uint_eq(p8.kv_bytes_per_token_full, 13 * pl8);
+    ck_assert_uint_eq(p8.kv_swa_bytes_per_token, 11 * pl8);
+    ck_assert_uint_eq(p8.kv_bytes_per_block, 2 * pl8 * 16);
+    /* the same geometry (it does not depend on the type), in Q8_0 bytes */
+    ck_assert_int_eq(p8.swa.pool_blocks, p16.swa.pool_blocks);
+    ck_assert_int_eq(p8.swa.pool_blocks, 16 * 4 + 47);
+    ck_assert_int_eq(p8.swa.sink_blocks, 32);
+    ck_assert_uint_eq(p8.swa_block_bytes, 11 * pl8 * 16);
+    ck_assert_uint_eq(p8.swa_pool_bytes, 111 * 11 * pl8 * 16);
+    ck_assert_uint_eq(p16.swa_pool_bytes, 111 * 11 * pl16 * 16);
+    ck_assert_uint_eq(p8.kv_sink_bytes, 32 * 2 * pl8 * 16);
+    ck_assert_uint_eq(p8.kv_bytes_per_seq_full, 13 * pl8 * 512);
+    ck_assert_uint_eq(p8.kv_bytes_per_seq, 2 * pl8 * 512 + 11 * pl8 * 64);
+    /* the budget pays the (smaller) window pool and sink first; the rest
+     * holds 32/17 the global layers' tokens of F16, and more in all */
+    uint64_t fixed8 = p8.swa_pool_bytes + p8.kv_sink_bytes;
+    ck_assert_uint_eq(p8.fixed_bytes, p16.fixed_bytes);
+    ck_assert_uint_eq(p8.kv_blocks, ((256ull << 20) - p8.fixed_bytes - fixed8) / (2 * pl8 * 16));
+    ck_assert_uint_eq(p8.kv_total_bytes, p8.kv_pool_bytes + fixed8);
+    ck_assert_uint_gt(p8.kv_tokens, p16.kv_tokens * 188 / 100);
+    ck_assert_uint_eq(p8.fit[0].seqs_full, p8.kv_total_bytes / (13 * pl8 * 16) / 32);
+    /* text and JSON name the type and the window pool's Q8_0 bytes */
+    char *text = NULL;
+    size_t tn = 0;
+    FILE *mf = open_memstream(&text, &tn);
+    pagoda_memplan_print(&p8, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(text, ", KV Q8_0\n") &&
+                  strstr(text, "KV cache: 272 bytes/token = 2 x 2 global layers x 2 kv_heads x 32 "
+                               "head_dim x 1.0625 bytes (Q8_0: 34 bytes per 32 values; 1.88x the "
+                               "tokens of F16 in the same bytes)\n") &&
+                  strstr(text, "sliding window: 11 of 13 layers read only their last 40 tokens and keep only those"),
+                  "%s", text);
+    free(text);
+    char *js = pagoda_memplan_json(&p8);
+    json_t *root = json_loads(js, 0, NULL), *kv = json_object_get(root, "kv");
+    json_t *sw = json_object_get(kv, "sliding_window");
+    ck_assert_str_eq(json_string_value(json_object_get(kv, "dtype")), "Q8_0");
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "pool_layers")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(kv, "bytes_per_token")), 272);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "bytes_per_token")), 11 * 136);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "pool_bytes")), (json_int_t)p8.swa_pool_bytes);
+    ck_assert_int_eq(json_integer_value(json_object_get(sw, "sink_bytes")), (json_int_t)p8.kv_sink_bytes);
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+    /* the CLI takes both: --kv-dtype q8_0 with --swa-kv */
+    char *a1[] = {"plan", "--model", path, "--memory", "256M", "--kv-dtype", "q8_0", "--swa-kv", "window"};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    ck_assert_int_eq(pagoda_cmd_plan(9, a1), 0);
+    fclose(stdout);
+    stdout = saved;
+
+    /* what a runtime allocates is the plan, Q8_0 window pool included */
+    g.layers = 7;
+    g.sliding_window = 6;
+    g.seed = 2;
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    plan_equals_allocation_kv(path, "window", "engine.kv_cache_tokens=1000", "q8_0");
+    plan_equals_allocation_kv(path, "full", "engine.kv_cache_tokens=1000", "q8_0");
+    plan_equals_allocation_kv(path, "window", "engine.memory_budget=120M", "q8_0");
+    unlink(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("memplan");
@@ -441,6 +619,8 @@ static Suite *suite(void)
     tcase_add_test(tc, k_quant_weights);
     tcase_add_test(tc, gemma3_sliding_window);
     tcase_add_test(tc, gemma3_plan_is_what_is_allocated);
+    tcase_add_test(tc, q8_0_kv);
+    tcase_add_test(tc, gemma3_q8_0_window_pool);
     suite_add_tcase(s, tc);
     return s;
 }

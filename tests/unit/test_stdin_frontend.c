@@ -241,7 +241,14 @@ END_TEST
 START_TEST(test_no_waiting)
 {
     fe_run r;
-    setup(&r, "one forever\ntwo forever\nthree forever\n", (fake_kv[]){{"max_tokens", "30"}}, 1, 20000);
+    setup(&r, "one forever\ntwo forever\nthree forever\n", (fake_kv[]){{"max_tokens", "30"}}, 1, 1000);
+    /* The engine makes no token until all three lines were submitted, or 10 s
+     * passed: a frontend that waits for one answer before it reads the next
+     * line gets its first answer only after the 10 s, and the third submit
+     * then sees a FINAL. (It was a 20 ms step race, which a loaded machine
+     * running the sanitizer builds could lose.) */
+    r.f->hold_submits = 3;
+    r.f->hold_ms = 10000;
     ck_assert_int_eq(r.ops->run(r.ctx), PAGODA_OK);
     ck_assert_int_eq(r.f->n_log, 3);
     ck_assert_int_eq(r.f->log[2].finals_at_submit, 0);

@@ -71,8 +71,10 @@ static void bench_usage(FILE *f)
 "                                  first walk and cached; --requests walks; --vocab FILE: also\n"
 "                                  that model's vocabulary) and --concurrency constrained\n"
 "                                  streams vs free ones (--repeat; 0: masks only)\n"
+"                          kvdtype f16 vs q8_0 KV cache: one stream decoding after a\n"
+"                                  2048-token prompt (decode step p50 kept per side)\n"
 "                        workload flags given override the comparison's defaults\n"
-"  --repeat N            sched/kv/prefix/batch: run the two sides alternately N times and\n"
+"  --repeat N            sched/kv/prefix/batch/kvdtype: run the two sides alternately N times and\n"
 "                        keep each side's fastest run (other load only slows a run down)\n"
 "  --memory SIZE         quant: the budget the KV left is planned under (default 4G)\n"
 "  --threads N           threads of the bandwidth and sgemm probes (default: all CPUs)\n"
@@ -195,7 +197,7 @@ int pagoda_cmd_bench(int argc, char **argv)
     }
     if (o.compare && bench_compare_defaults(o.compare, &o)) {
         fprintf(stderr, "pagoda bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, "
-                "structured)\n", o.compare);
+                "structured, kvdtype)\n", o.compare);
         return EXIT_USAGE;
     }
     for (int i = 1; i < argc; i++) {

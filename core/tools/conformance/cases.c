@@ -243,6 +243,96 @@ out:
     free(wb); free(wv); free(x); free(bv); free(got);
 }
 
+/* --------------------------------------------------------- matmul_multi */
+
+/* n matmuls over one x (ABI 1.3): each output against its reference, with
+ * its type's tolerance; biases on matrices 0 and 2 only (the others NULL
+ * entries), x strided. */
+static void case_matmul_multi(cf *c, int n, const int *types, const int64_t *Ns, int64_t T, int64_t K)
+{
+    const char *op = "matmul_multi";
+    char shape[192];
+    int len = snprintf(shape, sizeof shape, "T=%lld K=%lld", (long long)T, (long long)K);
+    for (int i = 0; i < n && len < (int)sizeof shape - 32; i++)
+        len += snprintf(shape + len, sizeof shape - (size_t)len, " %s[%lld]%s", pagoda_dtype_name(types[i]),
+                        (long long)Ns[i], i % 2 ? "" : "+bias");
+    if (!c->ops->matmul_multi) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.3) is NULL: the core runs n matmuls");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (!has_type(c, types[i])) {
+            cf_record(c, op, shape, 0, 0, CF_SKIP, "%s not in info.weight_types", pagoda_dtype_name(types[i]));
+            return;
+        }
+    enum { MAXN = 4 };
+    uint8_t *wb[MAXN] = {0};
+    float *wv[MAXN] = {0}, *bv[MAXN] = {0}, *got[MAXN] = {0};
+    pagoda_buffer *wbuf[MAXN] = {0}, *bbuf[MAXN] = {0}, *obuf[MAXN] = {0}, *xb = NULL;
+    pagoda_tensor wt[MAXN], bt[MAXN], ot[MAXN], xt;
+    const pagoda_tensor *bp[MAXN] = {0};
+    float *x = malloc(sizeof(float) * (size_t)(T * K));
+    int st = x ? 0 : PAGODA_ERR_NOMEM;
+    for (int i = 0; i < n && !st; i++) {
+        bv[i] = malloc(sizeof(float) * (size_t)Ns[i]);
+        got[i] = malloc(sizeof(float) * (size_t)(T * Ns[i]));
+        st = !bv[i] || !got[i] ? PAGODA_ERR_NOMEM : make_weights(c, types[i], Ns[i], K, &wb[i], &wv[i]);
+    }
+    if (st) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    cf_fill(c, x, (size_t)(T * K), -1.0f, 1.0f);
+    st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, K, c->align, x, &xb, &xt);
+    for (int i = 0; i < n && !st; i++) {
+        for (int64_t r = 0; r < Ns[i]; r++) {
+            double rs = 0;
+            for (int64_t k = 0; k < K; k++) rs += fabs(wv[i][r * K + k]);
+            bv[i][r] = cf_uniform(c, -0.5f, 0.5f) * (float)rs;
+        }
+        st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, types[i], Ns[i], K, 0, wb[i], &wbuf[i], &wt[i]);
+        if (!st && i % 2 == 0)
+            st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, PAGODA_DTYPE_F32, 1, Ns[i], 0, bv[i], &bbuf[i], &bt[i]);
+        if (!st && i % 2 == 0) bp[i] = &bt[i];
+        if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, Ns[i], 0, NULL, &obuf[i], &ot[i]);
+    }
+    if (st) { cf_record_call(c, op, shape, "buffer_alloc/upload", st); goto out; }
+    if ((st = c->ops->matmul_multi(c->be, &xt, n, wt, bp, ot))) { cf_record_call(c, op, shape, op, st); goto out; }
+    double worst = 0, worst_tol = 0;
+    int wi = 0;
+    for (int i = 0; i < n; i++) {
+        if ((st = cf_tensor_get(c, &ot[i], got[i]))) { cf_record_call(c, op, shape, "download", st); goto out; }
+        double err = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 0; r < Ns[i]; r++) {
+                double s = bp[i] ? bv[i][r] : 0.0, mag = bp[i] ? fabs(bv[i][r]) : 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)x[t * K + k] * wv[i][r * K + k];
+                    s += p;
+                    mag += fabs(p);
+                }
+                double g = got[i][t * Ns[i] + r];
+                double e = isfinite(g) ? fabs(g - s) / (mag + 1e-30) : INFINITY;
+                if (e > err) err = e;
+            }
+        /* the worst matrix relative to its own tolerance */
+        if (i == 0 || err / matmul_tol(types[i]) > worst / worst_tol) {
+            worst = err;
+            worst_tol = matmul_tol(types[i]);
+            wi = i;
+        }
+    }
+    cf_record(c, op, shape, worst, worst_tol, worst <= worst_tol ? CF_PASS : CF_FAIL,
+              "output %d (%s) differs from its matmul", wi, pagoda_dtype_name(types[wi]));
+out:
+    cf_buffer_free(c, xb);
+    for (int i = 0; i < n; i++) {
+        cf_buffer_free(c, wbuf[i]); cf_buffer_free(c, bbuf[i]); cf_buffer_free(c, obuf[i]);
+        free(wb[i]); free(wv[i]); free(bv[i]); free(got[i]);
+    }
+    free(x);
+}
+
 /* ------------------------------------------- rms_norm, swiglu, add, rope */
 
 /* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add, 3 geglu, 4 scale
@@ -372,324 +462,6 @@ out:
     free(x); free(got); free(want); free(pos);
 }
 
-/* ------------------------------------------------- kv_write + attention */
-
-typedef struct seq_spec { int32_t hist, n_q; } seq_spec;
-
-static float kv_round(int kvdt, float v)
-{
-    return kvdt == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(pagoda_fp32_to_fp16(v)) : v;
-}
-
-/* window < 0: `attention`; window >= 0: `attention_ext` with that sliding
- * window (0: none, which must equal `attention`).
- * ring (with a window): each sequence's block table is a ring, as the
- * core's sliding-window pool hands blocks on: logical block i is physical
- * block ring[i % R], R the fewest blocks that hold the keys of the step's
- * windows (1 + ceil((window + n_q - 2) / block_size)). Positions whose
- * slot a later one took are not in the pool any more (only the survivors
- * are written), so a kernel that reads a key outside its window, or maps
- * a key's position from anything but its index in the table, reads
- * another position's key. */
-static int32_t ring_blocks(int32_t window, int32_t n_q, int32_t bs)
-{
-    return 1 + (window + n_q - 2 + bs - 1) / bs;
-}
-
-static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
-{
-    const char *aop = window < 0 ? "attention" : "attention_ext";
-    char shape[192];
-    int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d",
-                       pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
-    if (window >= 0) len += snprintf(shape + len, sizeof shape - (size_t)len, " window %d", window);
-    if (ring) len += snprintf(shape + len, sizeof shape - (size_t)len, " ring");
-    len += snprintf(shape + len, sizeof shape - (size_t)len, " seqs");
-    for (int s = 0; s < n_seqs && len < (int)sizeof shape - 16; s++)
-        len += snprintf(shape + len, sizeof shape - (size_t)len, " %d+%d", ss[s].hist, ss[s].n_q);
-    if (!((c->info.kv_types >> kvdt) & 1)) {
-        cf_record(c, aop, shape, 0, 0, CF_SKIP, "KV type %s not advertised in info.kv_types",
-                  pagoda_dtype_name(kvdt));
-        return;
-    }
-    if (window >= 0 && !c->ops->attention_ext) {
-        cf_record(c, aop, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.1) is NULL: the core "
-                  "refuses models with sliding-window layers (gemma3)");
-        return;
-    }
-    int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
-    pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt};
-    /* ring: R physical blocks a sequence, and the history whose slots a
-     * later position took is not written (kept(s, p) false) */
-    int32_t total_blocks = 0, phys_blocks = 0, T = 0, H = 0, H_all = 0;
-#define RING_R(s) (ring ? ring_blocks(window, ss[s].n_q, bs) : 0)
-#define KEPT(s, p) (!ring || (p) + RING_R(s) * bs >= ss[s].hist + ss[s].n_q)
-    for (int s = 0; s < n_seqs; s++) {
-        int32_t nb = (ss[s].hist + ss[s].n_q + bs - 1) / bs + 1; /* +1: an unused table entry */
-        total_blocks += nb;
-        phys_blocks += ring ? RING_R(s) : nb;
-        T += ss[s].n_q;
-        H_all += ss[s].hist;
-        for (int32_t p = 0; p < ss[s].hist; p++) H += KEPT(s, p);
-    }
-    L.n_blocks = phys_blocks + 3;
-    const int layer = 1;
-    size_t elt = kvdt == PAGODA_DTYPE_F32 ? 4 : 2, pool_bytes = pagoda_kv_pool_bytes(&L);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
-    int32_t *tables = malloc(sizeof(int32_t) * (size_t)total_blocks);
-    pagoda_seq_view *views = calloc((size_t)n_seqs, sizeof *views);
-    float *kh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow)), *vh = malloc(sizeof(float) * (size_t)((H_all + T) * kvrow));
-    int32_t *hslots = malloc(sizeof(int32_t) * (size_t)(H + 1)), *slots = malloc(sizeof(int32_t) * (size_t)T);
-    int32_t *positions = malloc(sizeof(int32_t) * (size_t)T), *tokens = calloc((size_t)T, sizeof(int32_t));
-    int64_t *seq_base = malloc(sizeof(int64_t) * (size_t)n_seqs); /* first row of each seq in kh/vh */
-    float *q = malloc(sizeof(float) * (size_t)(T * qcols)), *got = malloc(sizeof(float) * (size_t)(T * qcols));
-    double *want = malloc(sizeof(double) * (size_t)(T * qcols));
-    uint8_t *pool0 = malloc(pool_bytes), *pool1 = malloc(pool_bytes);
-    double *sc = NULL;
-    pagoda_buffer *kvb = NULL, *hkb = NULL, *hvb = NULL, *nkb = NULL, *nvb = NULL, *qb = NULL, *ob = NULL;
-    pagoda_tensor hkt, hvt, nkt, nvt, qt, ot;
-    int st;
-    if (!perm || !tables || !views || !kh || !vh || !hslots || !slots || !positions || !tokens ||
-        !seq_base || !q || !got || !want || !pool0 || !pool1) {
-        cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory");
-        goto out;
-    }
-    /* Blocks in a shuffled order so a backend that assumes contiguous
-     * blocks fails. */
-    for (int32_t i = 0; i < L.n_blocks; i++) perm[i] = i;
-    for (int32_t i = L.n_blocks - 1; i > 0; i--) {
-        int32_t j = cf_randint(c, i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    /* Rows of kh/vh: each sequence's history then its new tokens. */
-    int32_t tb = 0, pb = 0, qrow = 0, hi = 0;
-    int64_t base = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        int32_t ctx = ss[s].hist + ss[s].n_q, nb = (ctx + bs - 1) / bs + 1;
-        views[s] = (pagoda_seq_view){.q_start = qrow, .n_q = ss[s].n_q, .ctx_len = ctx,
-                                     .n_blocks = nb, .block_table = tables + tb};
-        for (int32_t i = 0; i < nb; i++) tables[tb + i] = perm[pb + (ring ? i % RING_R(s) : i)];
-        seq_base[s] = base;
-        for (int32_t p = 0; p < ctx; p++) {
-            int32_t slot = tables[tb + p / bs] * bs + p % bs;
-            if (p < ss[s].hist) {
-                if (KEPT(s, p)) hslots[hi++] = slot;
-            } else {
-                slots[qrow + p - ss[s].hist] = slot;
-                positions[qrow + p - ss[s].hist] = p;
-            }
-        }
-        tb += nb;
-        pb += ring ? RING_R(s) : nb;
-        qrow += ss[s].n_q;
-        base += ctx;
-    }
-    cf_fill(c, kh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
-    cf_fill(c, vh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
-    cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
-    /* The pool starts as random finite values, so writes to the wrong
-     * slot or layer show. */
-    for (size_t i = 0; i < pool_bytes / elt; i++) {
-        float v = cf_uniform(c, -4.0f, 4.0f);
-        if (elt == 4) memcpy(pool0 + i * 4, &v, 4);
-        else { uint16_t h = pagoda_fp32_to_fp16(v); memcpy(pool0 + i * 2, &h, 2); }
-    }
-    /* Packed copies of the history rows and the new rows, in slot order. */
-    float *hk = malloc(sizeof(float) * (size_t)((H + 1) * kvrow)), *hv = malloc(sizeof(float) * (size_t)((H + 1) * kvrow));
-    float *nk = malloc(sizeof(float) * (size_t)(T * kvrow)), *nv = malloc(sizeof(float) * (size_t)(T * kvrow));
-    if (!hk || !hv || !nk || !nv) {
-        free(hk); free(hv); free(nk); free(nv);
-        cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory");
-        goto out;
-    }
-    {
-        int32_t h = 0, r = 0;
-        for (int s = 0; s < n_seqs; s++)
-            for (int32_t p = 0; p < ss[s].hist + ss[s].n_q; p++) {
-                const float *ks = kh + (seq_base[s] + p) * kvrow, *vs = vh + (seq_base[s] + p) * kvrow;
-                if (p < ss[s].hist && !KEPT(s, p)) continue;
-                if (p < ss[s].hist) {
-                    memcpy(hk + h * kvrow, ks, sizeof(float) * (size_t)kvrow);
-                    memcpy(hv + h * kvrow, vs, sizeof(float) * (size_t)kvrow);
-                    h++;
-                } else {
-                    memcpy(nk + r * kvrow, ks, sizeof(float) * (size_t)kvrow);
-                    memcpy(nv + r * kvrow, vs, sizeof(float) * (size_t)kvrow);
-                    r++;
-                }
-            }
-    }
-    st = c->ops->buffer_alloc(c->be, PAGODA_BUF_KV, pool_bytes, &kvb);
-    if (!st) st = c->ops->upload(c->be, kvb, 0, pool0, pool_bytes);
-    if (!st && H) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, H, kvrow, 0, hk, &hkb, &hkt);
-    if (!st && H) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, H, kvrow, 0, hv, &hvb, &hvt);
-    /* The new K/V rows strided, as the forward pass's views of a fused QKV are. */
-    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, kvrow, c->align, nk, &nkb, &nkt);
-    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, kvrow, c->align, nv, &nvb, &nvt);
-    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, q, &qb, &qt);
-    if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, NULL, &ob, &ot);
-    free(hk); free(hv); free(nk); free(nv);
-    if (st) { cf_record_call(c, "kv_write", shape, "buffer_alloc/upload", st); goto out; }
-
-    /* An earlier step wrote the history; this step writes the new tokens. */
-    if (H && (st = c->ops->kv_write(c->be, kvb, &L, layer, &hkt, &hvt, hslots, H))) {
-        cf_record_call(c, "kv_write", shape, "kv_write (history)", st);
-        goto out;
-    }
-    if ((st = c->ops->kv_write(c->be, kvb, &L, layer, &nkt, &nvt, slots, T))) {
-        cf_record_call(c, "kv_write", shape, "kv_write", st);
-        goto out;
-    }
-    pagoda_batch batch = {.seq_no = 1, .n_tokens = T, .tokens = tokens, .positions = positions,
-                          .slots = slots, .n_seqs = n_seqs, .seqs = views};
-    float ascale = 1.0f / sqrtf((float)hd);
-    if (window < 0) {
-        st = c->ops->attention(c->be, &qt, kvb, &L, layer, &batch, n_heads, ascale, &ot);
-    } else {
-        pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = n_heads, .scale = ascale,
-                                 .window = window};
-        st = c->ops->attention_ext(c->be, &qt, kvb, &L, layer, &batch, &ap, &ot);
-    }
-    if (st) {
-        cf_record_call(c, aop, shape, aop, st);
-        goto out;
-    }
-    if ((st = cf_tensor_get(c, &ot, got)) || (st = c->ops->download(c->be, kvb, 0, pool1, pool_bytes))) {
-        cf_record_call(c, "attention", shape, "download", st);
-        goto out;
-    }
-
-    /* kv_write: every written slot holds its row (rounded to the KV type),
-     * every other byte of the pool is as it was. */
-    {
-        double kerr = 0;
-        size_t slot_bytes = (size_t)kvrow * elt;
-        for (int s = 0; s < n_seqs; s++)
-            for (int32_t p = 0; p < views[s].ctx_len; p++) {
-                if (!KEPT(s, p)) continue;
-                int32_t blk = views[s].block_table[p / bs], sl = p % bs;
-                for (int kv = 0; kv < 2; kv++) {
-                    size_t off = pagoda_kv_offset(&L, layer, kv, blk) + (size_t)sl * slot_bytes;
-                    const float *src = (kv ? vh : kh) + (seq_base[s] + p) * kvrow;
-                    for (int64_t j = 0; j < kvrow; j++) {
-                        float g, w = kv_round(kvdt, src[j]);
-                        if (elt == 4) memcpy(&g, pool1 + off + (size_t)j * 4, 4);
-                        else { uint16_t h; memcpy(&h, pool1 + off + (size_t)j * 2, 2); g = pagoda_fp16_to_fp32(h); }
-                        double e = isfinite(g) ? fabs((double)g - w) : INFINITY;
-                        if (e > kerr) kerr = e;
-                    }
-                    memcpy(pool0 + off, pool1 + off, slot_bytes); /* expected from here on */
-                }
-            }
-        size_t bad = pool_bytes;
-        for (size_t i = 0; i < pool_bytes && bad == pool_bytes; i++) if (pool0[i] != pool1[i]) bad = i;
-        if (bad != pool_bytes)
-            cf_record(c, "kv_write", shape, 1, 0, CF_FAIL,
-                      "byte %zu of the pool changed, outside the slots written (layer %zu, K/V %zu, block %zu)",
-                      bad, bad / (2 * (size_t)L.n_blocks * pagoda_kv_block_bytes(&L)),
-                      bad / ((size_t)L.n_blocks * pagoda_kv_block_bytes(&L)) % 2,
-                      bad / pagoda_kv_block_bytes(&L) % (size_t)L.n_blocks);
-        else
-            cf_record(c, "kv_write", shape, kerr, 1e-6, kerr <= 1e-6 ? CF_PASS : CF_FAIL,
-                      "stored values differ from the rows written (rounded to %s)", pagoda_dtype_name(kvdt));
-    }
-
-    /* attention: causal softmax over each sequence's own keys, GQA; with a
-     * window, over the keys j with 0 <= p - j < window only. */
-    {
-        int32_t maxctx = 0;
-        for (int s = 0; s < n_seqs; s++) if (views[s].ctx_len > maxctx) maxctx = views[s].ctx_len;
-        sc = malloc(sizeof(double) * (size_t)maxctx);
-        if (!sc) { cf_record(c, "attention", shape, 0, 0, CF_FAIL, "the runner ran out of memory"); goto out; }
-        double scale = 1.0 / sqrt((double)hd);
-        int group = n_heads / n_kv;
-        for (int s = 0; s < n_seqs; s++)
-            for (int32_t i = 0; i < views[s].n_q; i++) {
-                int32_t row = views[s].q_start + i, n_keys = ss[s].hist + i + 1;
-                int32_t j0 = window > 0 && n_keys > window ? n_keys - window : 0;
-                for (int h = 0; h < n_heads; h++) {
-                    const float *qv = q + row * qcols + (int64_t)h * hd;
-                    int kvh = h / group;
-                    double m = -INFINITY, l = 0;
-                    for (int32_t j = j0; j < n_keys; j++) {
-                        const float *kr = kh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
-                        double d = 0;
-                        for (int e = 0; e < hd; e++) d += (double)qv[e] * kv_round(kvdt, kr[e]);
-                        sc[j] = d * scale;
-                        if (sc[j] > m) m = sc[j];
-                    }
-                    for (int32_t j = j0; j < n_keys; j++) { sc[j] = exp(sc[j] - m); l += sc[j]; }
-                    double *w = want + row * qcols + (int64_t)h * hd;
-                    for (int e = 0; e < hd; e++) w[e] = 0;
-                    for (int32_t j = j0; j < n_keys; j++) {
-                        const float *vr = vh + (seq_base[s] + j) * kvrow + (int64_t)kvh * hd;
-                        for (int e = 0; e < hd; e++) w[e] += sc[j] / l * kv_round(kvdt, vr[e]);
-                    }
-                }
-            }
-        double err = cf_max_rel_err(got, want, (size_t)(T * qcols));
-        double tol = kvdt == PAGODA_DTYPE_F32 ? 1e-4 : 5e-4;
-        cf_record(c, aop, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
-                  "outputs differ from causal softmax attention over the block tables%s",
-                  window > 0 ? " within the window" : "");
-    }
-out:
-    cf_buffer_free(c, kvb); cf_buffer_free(c, hkb); cf_buffer_free(c, hvb); cf_buffer_free(c, nkb);
-    cf_buffer_free(c, nvb); cf_buffer_free(c, qb); cf_buffer_free(c, ob);
-    free(perm); free(tables); free(views); free(kh); free(vh); free(hslots); free(slots);
-    free(positions); free(tokens); free(seq_base); free(q); free(got); free(want); free(pool0);
-    free(pool1); free(sc);
-#undef KEPT
-#undef RING_R
-}
-
-/* ---------------------------------------------------------- copy_blocks */
-
-static void case_copy_blocks(cf *c, int kvdt)
-{
-    const char *op = "copy_blocks";
-    pagoda_kv_layout L = {.n_layers = 2, .n_blocks = 12, .block_size = 4, .n_kv_heads = 2,
-                          .head_dim = 16, .dtype = kvdt};
-    int32_t src[] = {0, 5, 7}, dst[] = {3, 9, 1};
-    char shape[128];
-    snprintf(shape, sizeof shape, "KV %s 2 layers, 12 blocks of 4, 0->3 5->9 7->1", pagoda_dtype_name(kvdt));
-    if (!c->ops->copy_blocks) {
-        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot is NULL: the core downloads and uploads blocks");
-        return;
-    }
-    if (!((c->info.kv_types >> kvdt) & 1)) {
-        cf_record(c, op, shape, 0, 0, CF_SKIP, "KV type not advertised");
-        return;
-    }
-    size_t n = pagoda_kv_pool_bytes(&L), bb = pagoda_kv_block_bytes(&L);
-    uint8_t *a = malloc(n), *b = malloc(n);
-    pagoda_buffer *kv = NULL;
-    int st;
-    if (!a || !b) { cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory"); goto out; }
-    for (size_t i = 0; i < n; i++) a[i] = (uint8_t)cf_rand(c);
-    if ((st = c->ops->buffer_alloc(c->be, PAGODA_BUF_KV, n, &kv)) || (st = c->ops->upload(c->be, kv, 0, a, n))) {
-        cf_record_call(c, op, shape, "buffer_alloc/upload", st);
-        goto out;
-    }
-    if ((st = c->ops->copy_blocks(c->be, kv, &L, src, dst, 3))) { cf_record_call(c, op, shape, "copy_blocks", st); goto out; }
-    if ((st = c->ops->download(c->be, kv, 0, b, n))) { cf_record_call(c, op, shape, "download", st); goto out; }
-    for (int l = 0; l < L.n_layers; l++)
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < 3; i++)
-                memcpy(a + pagoda_kv_offset(&L, l, k, dst[i]), a + pagoda_kv_offset(&L, l, k, src[i]), bb);
-    size_t bad = n;
-    for (size_t i = 0; i < n && bad == n; i++) if (a[i] != b[i]) bad = i;
-    if (bad == n) cf_record(c, op, shape, 0, 0, CF_PASS, " ");
-    else cf_record(c, op, shape, 1, 0, CF_FAIL, "pool byte %zu (block %zu) differs from the expected copy",
-                   bad, bad / bb % (size_t)L.n_blocks);
-out:
-    if (kv) c->ops->buffer_free(c->be, kv);
-    free(a);
-    free(b);
-}
-
 /* ------------------------------------------------------------- the list */
 
 void cf_run_all_ops(cf *c)
@@ -712,6 +484,21 @@ void cf_run_all_ops(cf *c)
         int be = 0;
         pagoda_dtype_block(dt, &be, NULL);
         if (be <= 32) case_matmul(c, dt, 3, 96, 40, true); /* K of 3 blocks of 32 */
+    }
+    /* Q/K/V and gate/up as the forward pass hands them over: one type,
+     * Q4_K_M's Q4_K + Q6_K, and types with nothing in common */
+    {
+        static const int qkv8[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q8_0};
+        static const int kmix[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q6_K};
+        static const int other[] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_F32, PAGODA_DTYPE_Q8_0};
+        static const int64_t n3[] = {96, 32, 32}, n2[] = {80, 80}, n4[] = {40, 24, 24, 40};
+        case_matmul_multi(c, 3, qkv8, n3, 1, 256);
+        case_matmul_multi(c, 3, qkv8, n3, 33, 256);
+        case_matmul_multi(c, 2, qkv8, n2, 5, 512);
+        case_matmul_multi(c, 3, kmix, n3, 1, 512);
+        case_matmul_multi(c, 3, kmix, n3, 9, 512);
+        case_matmul_multi(c, 4, other, n4, 1, 256);
+        case_matmul_multi(c, 4, other, n4, 6, 256);
     }
     if (c->ops->weights_from_host) {
         if (has_type(c, PAGODA_DTYPE_F32)) case_get_rows(c, PAGODA_DTYPE_F32, 20, 64, 9, true);
@@ -737,30 +524,7 @@ void cf_run_all_ops(cf *c)
         case_rope(c, 5, 2, 128, 128, neox, 0.75f); /* scaled */
     }
 
-    static const seq_spec mixed[] = {{0, 37}, {49, 1}, {15, 10}, {0, 1}};
-    static const seq_spec long_mix[] = {{0, 5}, {100, 1}, {31, 33}, {7, 1}};
-    static const seq_spec decode[] = {{0, 1}, {3, 1}, {16, 1}};
-    static const int kvtypes[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16};
-    /* Gemma 3 270M's heads: 4 query heads on 1 KV head of 256 */
-    static const seq_spec gemma[] = {{0, 40}, {70, 1}, {21, 12}};
-    /* ... and long enough that each ring wraps: a decode at 600, a
-     * 24-token chunk at 300 */
-    static const seq_spec gemma_ring[] = {{600, 1}, {300, 24}, {5, 3}};
-    for (int k = 0; k < 2; k++) {
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1, false);    /* MHA, prefill + decode */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1, false);  /* GQA 4:1, T > 32 */
-        case_attention(c, kvtypes[k], 8, 4, 8, 16, decode, 3, -1, false);    /* the bundled model's heads */
-        /* sliding windows: inside a block, across skipped blocks, none */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false);
-        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19, false);
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0, false);
-        /* ring-shaped block tables (the core's sliding-window pool): the
-         * same physical block for logical blocks i and i + R */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true);
-        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true);
-    }
-    case_copy_blocks(c, PAGODA_DTYPE_F32);
-    case_copy_blocks(c, PAGODA_DTYPE_F16);
+    cf_run_kv_ops(c);
 
     if (c->ops->synchronize) {
         int st = c->ops->synchronize(c->be);

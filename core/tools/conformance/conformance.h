@@ -3,7 +3,7 @@
  * files: one backend instance under test, a seeded RNG, helpers that move
  * tensors in and out of the backend's buffers, and the list of results
  * (one per op case: op, shapes, largest error, tolerance, verdict).
- * Not for: the op cases themselves (cases.c) or the command line and the
+ * Not for: the op cases themselves (cases.c, cases_kv.c) or the command line and the
  * end-to-end model run (conformance.c).
  */
 #ifndef PAGODA_CONFORMANCE_H
@@ -67,5 +67,8 @@ double cf_max_rel_err(const float *got, const double *want, size_t n);
 
 /* --------------------------------------------------------------- cases */
 void cf_run_all_ops(cf *c);
+/* kv_write, attention, attention_ext and copy_blocks for every KV type
+ * (cases_kv.c; cf_run_all_ops calls it). */
+void cf_run_kv_ops(cf *c);
 
 #endif /* PAGODA_CONFORMANCE_H */
