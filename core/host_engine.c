@@ -201,8 +201,8 @@ static char *h_metrics_text(const pagoda_host *h)
     if (!rt->metrics) return NULL;
     pagoda_engine_stats st = {.struct_size = sizeof st};
     h_stats(h, &st);
-    pagoda_metric_gauge g[16];
-    int n = pagoda_runtime_plan_gauges(rt, g, 16);
+    pagoda_metric_gauge g[32];
+    int n = pagoda_runtime_plan_gauges(rt, g, 32);
     return pagoda_metrics_render(rt->metrics, &st, g, n);
 }
 

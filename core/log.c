@@ -59,6 +59,13 @@ int pagoda_log_level_parse(const char *s, int *level)
     return -1;
 }
 
+static char g_prefix[32];   /* "rank 1: " under tensor parallelism; set before threads */
+
+void pagoda_log_set_prefix(const char *prefix)
+{
+    snprintf(g_prefix, sizeof g_prefix, "%s", prefix ? prefix : "");
+}
+
 void pagoda_logv(int level, const char *fmt, va_list ap)
 {
     if (level > atomic_load(&g_level)) return;
@@ -73,7 +80,8 @@ void pagoda_logv(int level, const char *fmt, va_list ap)
     /* Format the whole line first so it is written in one call. */
     char line[4096];
     int n = (int)strftime(line, sizeof line, "%Y-%m-%d %H:%M:%S", &tm);
-    n += snprintf(line + n, sizeof line - (size_t)n, ".%03d %s ", (int)(tv.tv_usec / 1000), tag);
+    n += snprintf(line + n, sizeof line - (size_t)n, ".%03d %s %s", (int)(tv.tv_usec / 1000), tag,
+                  g_prefix);
     int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     if (m < 0) m = 0;
     n += m;

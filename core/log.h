@@ -21,6 +21,9 @@ void pagoda_logv(int level, const char *fmt, va_list ap);
 /* [any thread] The level filter; PAGODA_LOG_INFO at start. Values outside
  * ERROR..DEBUG are clamped. */
 void pagoda_log_set_level(int level);
+/* Text after the level on every line ("rank 1: "), "" for none; set it
+ * before other threads log. */
+void pagoda_log_set_prefix(const char *prefix);
 int pagoda_log_get_level(void);
 
 /* Where lines go; NULL means stderr (the default). The stream must stay

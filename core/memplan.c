@@ -17,6 +17,7 @@
 #include "config.h" /* pagoda_parse_size */
 #include "model.h"  /* pagoda_hparams_read: which layers slide */
 #include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
+#include "tp_shard.h" /* what tensor parallelism splits */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -125,6 +126,18 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         p->swa_window = hp.swa_window;
     }
 
+    /* --- tensor parallelism: the model must split N ways; the rank's
+     * heads, KV heads and FFN rows size what follows */
+    p->tensor_parallel = o.tensor_parallel > 1 ? o.tensor_parallel : 1;
+    int64_t tp = p->tensor_parallel;
+    if (tp > 1) {
+        pagoda_tp_dims td = {.n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads, .ffn = p->ffn,
+                             .n_swa_layers = p->n_swa_layers};
+        int st = pagoda_tp_check(f, &td, (int32_t)tp, err, n);
+        if (st) return st;
+    }
+    int64_t heads_r = p->n_heads / tp, kv_heads_r = p->n_kv_heads / tp, ffn_r = p->ffn / tp;
+
     /* --- weights: every tensor in the file, by type */
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
@@ -137,6 +150,8 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
             p->weight_params_by_type[t->type] += ne;
         }
     }
+    p->weight_bytes_model = p->weight_bytes;
+    if (tp > 1) p->weight_bytes = pagoda_tp_rank_weight_bytes(f, (int32_t)tp);
 
     /* --- options */
     if (o.kv_dtype != PAGODA_DTYPE_F16 && o.kv_dtype != PAGODA_DTYPE_F32 &&
@@ -181,7 +196,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      * values (both lengths are whole blocks, checked above); with key =
      * value = head_dim, 2 x kv_heads x head_dim x bytes. The window pool's
      * layers are stored in the same type, so per_layer holds for them too. */
-    uint64_t per_layer = (uint64_t)p->n_kv_heads;
+    uint64_t per_layer = (uint64_t)kv_heads_r;
     ok &= mulu(&per_layer, (uint64_t)((p->head_dim + val_len) / p->kv_block_values));
     ok &= mulu(&per_layer, (uint64_t)p->kv_block_bytes);
     uint64_t kv_all = per_layer;                  /* every layer */
@@ -227,8 +242,8 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
      *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
      *   and logits [S x vocab], and 64 bytes of alignment per tensor (11). */
-    uint64_t q_dim = (uint64_t)(p->n_heads * p->head_dim), kv_dim = (uint64_t)(p->n_kv_heads * p->head_dim);
-    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)p->ffn;
+    uint64_t q_dim = (uint64_t)(heads_r * p->head_dim), kv_dim = (uint64_t)(kv_heads_r * p->head_dim);
+    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)ffn_r;
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
@@ -250,11 +265,11 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     uint64_t rows = (uint64_t)p->max_batched_tokens + 8;
     if (rows < 264) rows = 264;
     uint64_t qs = rows;
-    ok &= mulu(&qs, (uint64_t)(p->dim > p->ffn ? p->dim : p->ffn));
+    ok &= mulu(&qs, (uint64_t)(p->dim > ffn_r ? p->dim : ffn_r));
     ok &= mulu(&qs, 4);
     p->qscratch_bytes = qs;
     uint64_t as = (uint64_t)p->max_num_seqs;
-    ok &= mulu(&as, (uint64_t)p->n_heads);
+    ok &= mulu(&as, (uint64_t)heads_r);
     ok &= mulu(&as, (uint64_t)p->max_seq_len);
     ok &= mulu(&as, 4);
     p->att_scratch_bytes = as;
@@ -367,6 +382,11 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
             " KV, head_dim %" PRId64 "), ffn %" PRId64 ", vocab %" PRId64 ", context %" PRId64 "\n",
             p->arch, p->n_layers, p->dim, p->n_heads, p->n_kv_heads, p->head_dim, p->ffn, p->vocab,
             p->context);
+    if (p->tensor_parallel > 1)
+        fprintf(fp, "tensor parallel: %" PRId64 " ranks; each holds %" PRId64 " heads, %" PRId64
+                " KV heads and %" PRId64 " FFN rows a layer: every figure below is one rank's\n",
+                p->tensor_parallel, p->n_heads / p->tensor_parallel,
+                p->n_kv_heads / p->tensor_parallel, p->ffn / p->tensor_parallel);
     fprintf(fp, "limits: max_seq_len %" PRId64 ", max_batched_tokens %" PRId64 ", max_num_seqs %" PRId64
             ", block_size %" PRId64 ", KV %s\n\n",
             p->max_seq_len, p->max_batched_tokens, p->max_num_seqs, p->block_size,
@@ -380,8 +400,13 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", label, p->weight_bytes_by_type[t],
                 human(p->weight_bytes_by_type[t], a, sizeof a));
     }
-    fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%.1fM params)\n", "weights total", p->weight_bytes,
-            human(p->weight_bytes, a, sizeof a), (double)p->n_params / 1e6);
+    fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%.1fM params)\n", "weights total",
+            p->weight_bytes_model, human(p->weight_bytes_model, a, sizeof a),
+            (double)p->n_params / 1e6);
+    if (p->tensor_parallel > 1)
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (split tensors / %" PRId64 ", the rest whole)\n",
+                "weights per rank", p->weight_bytes, human(p->weight_bytes, a, sizeof a),
+                p->tensor_parallel);
     fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%" PRIu64 " f32/token + logits %s)\n", "activations",
             p->act_bytes, human(p->act_bytes, a, sizeof a), p->act_floats_per_token,
             human(p->logits_bytes, b, sizeof b));
@@ -401,7 +426,7 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " %slayers x %" PRId64
             " kv_heads x %" PRId64 " head_dim x %g bytes",
             p->kv_bytes_per_token, p->kv_pool_layers, p->swa.window ? "global " : "",
-            p->n_kv_heads, p->head_dim, p->kv_value_bytes);
+            p->n_kv_heads / p->tensor_parallel, p->head_dim, p->kv_value_bytes);
     if (p->kv_block_values > 1)
         fprintf(fp, " (%s: %d bytes per %d values; %.2fx the tokens of F16 in the same bytes)",
                 pagoda_dtype_name(p->kv_dtype), p->kv_block_bytes, p->kv_block_values,
@@ -506,6 +531,15 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         "bytes_per_seq_full", (json_int_t)p->kv_bytes_per_seq_full, "bytes_per_seq",
         (json_int_t)p->kv_bytes_per_seq));
     json_object_set(root, "sequences", fit);
+    /* one rank's share (the same figures as above; with one process, the
+     * whole) */
+    json_object_set_new(root, "tensor_parallel", json_integer((json_int_t)p->tensor_parallel));
+    json_object_set_new(root, "per_rank", json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
+        "weights_bytes_model", (json_int_t)p->weight_bytes_model, "kv_bytes_per_token",
+        (json_int_t)p->kv_bytes_per_token, "kv_heads", (json_int_t)(p->n_kv_heads / p->tensor_parallel),
+        "activations_bytes", (json_int_t)p->act_bytes, "kv_pool_tokens", (json_int_t)p->kv_tokens,
+        "fixed_bytes", (json_int_t)p->fixed_bytes, "sequences", fit));
     json_object_set_new(root, "budget_auto", json_boolean(p->budget_auto));
     json_object_set_new(root, "mem_available", json_integer((json_int_t)p->mem_available));
     json_object_set_new(root, "fits", json_boolean(p->fits));
@@ -526,7 +560,7 @@ static void plan_usage(FILE *f)
     fprintf(f, "usage: pagoda plan [--config FILE] [--set SECTION.KEY=VALUE]... [--model FILE]\n"
                "                   [--memory SIZE|auto] [--kv-dtype f16|q8_0|f32] [--max-seq-len N]\n"
                "                   [--max-batched-tokens N] [--max-num-seqs N] [--block-size N]\n"
-               "                   [--swa-kv window|full] [--json]\n"
+               "                   [--swa-kv window|full] [--tp N] [--json]\n"
                "Prints the memory plan the server would use with these settings, computed the\n"
                "way `pagoda --config` computes it (the model's header, the backend, the\n"
                "scheduler's limits, kv_cache_tokens, the cap on an automatic budget), without\n"
@@ -536,7 +570,8 @@ static void plan_usage(FILE *f)
                "(q8_0: 34 bytes per 32 values, 1.88x the tokens of f16 in the same memory),\n"
                "--max-seq-len engine.max_seq_len, --block-size engine.block_size, --swa-kv\n"
                "engine.swa_kv (sliding-window models: local layers keep their window or all),\n"
-               "--max-num-seqs and --max-batched-tokens the scheduler's [scheduler.NAME] keys.\n"
+               "--max-num-seqs and --max-batched-tokens the scheduler's [scheduler.NAME] keys,\n"
+               "--tp engine.tensor_parallel (the plan of one of N ranks; JSON \"per_rank\").\n"
                "--set wins over them and they win over the file; without --config the\n"
                "defaults of an empty config apply. Exit 0 when it fits, 1 when not (or the\n"
                "model cannot be read), 2 for a usage or config error.\n",
@@ -616,7 +651,11 @@ int pagoda_cmd_plan(int argc, char **argv)
             opt_engine[n_engine++][1] = v;
         } else if (OPT("--max-num-seqs")) { bad = parse_i64(v, &n); seqs = v; }
         else if (OPT("--max-batched-tokens")) { bad = parse_i64(v, &n); toks = v; }
-        else if (OPT("--swa-kv")) {
+        else if (OPT("--tp")) {
+            bad = parse_i64(v, &n);
+            opt_engine[n_engine][0] = "tensor_parallel";
+            opt_engine[n_engine++][1] = v;
+        } else if (OPT("--swa-kv")) {
             bad = strcasecmp(v, "window") && strcasecmp(v, "full");
             opt_engine[n_engine][0] = "swa_kv";
             opt_engine[n_engine++][1] = v;

@@ -31,6 +31,7 @@ typedef struct pagoda_memplan_opts {
     int64_t max_num_seqs;       /* 0 = 16: sequences one step runs */
     int64_t block_size;         /* 0 = 16: tokens per KV block */
     int swa_kv;                 /* pagoda_swa_kv: PAGODA_SWA_KV_WINDOW (0) or FULL */
+    int64_t tensor_parallel;    /* 0 or 1: one process; N: the plan of one of N ranks */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -41,7 +42,15 @@ typedef struct pagoda_memplan {
     char arch[32];
     int64_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, vocab, context;
     uint64_t n_params;
-    uint64_t weight_bytes;                          /* sum of every tensor's bytes */
+    uint64_t weight_bytes;                          /* sum of every tensor's bytes (with
+                                                     * tensor_parallel > 1: one rank's share) */
+    /* Tensor parallelism: the ranks, and the whole model's weight bytes.
+     * With N > 1 every byte count below (weights, KV per token, activations,
+     * workspace, the pool) is one rank's: heads, KV heads and FFN rows are
+     * split N ways (tp_shard.h), the KV pool holds 1/N of each token's KV
+     * heads, so N ranks hold N times the tokens of one. */
+    int64_t tensor_parallel;
+    uint64_t weight_bytes_model;
     uint64_t weight_bytes_by_type[PAGODA_DTYPE_COUNT_];
     uint64_t weight_params_by_type[PAGODA_DTYPE_COUNT_];
     /* Limits actually used (defaults filled in). */

@@ -69,6 +69,11 @@ static const slot constraint_required[] = {
     SLOT(pagoda_constraint_ops, matcher_free), SLOT(pagoda_constraint_ops, fill_mask),
     SLOT(pagoda_constraint_ops, advance), SLOT(pagoda_constraint_ops, is_complete), { 0, NULL },
 };
+static const slot comm_required[] = {
+    SLOT(pagoda_comm_ops, info), SLOT(pagoda_comm_ops, all_reduce), SLOT(pagoda_comm_ops, broadcast),
+    SLOT(pagoda_comm_ops, gather), SLOT(pagoda_comm_ops, all_gather), SLOT(pagoda_comm_ops, barrier),
+    { 0, NULL },
+};
 
 typedef struct kind_info {
     const char *ops_type;
@@ -92,14 +97,17 @@ static const kind_info *kind_info_of(int kind)
         /* added in minor 1: its first table ends at is_complete */
         { "pagoda_constraint_ops", SIZE_1_0(pagoda_constraint_ops, is_complete),
           sizeof(pagoda_constraint_ops), constraint_required, 1 },
+        /* added in minor 4: its first table ends at interrupt */
+        { "pagoda_comm_ops", SIZE_1_0(pagoda_comm_ops, interrupt), sizeof(pagoda_comm_ops),
+          comm_required, 4 },
     };
-    if (kind < PAGODA_KIND_BACKEND || kind > PAGODA_KIND_CONSTRAINT) return NULL;
+    if (kind < PAGODA_KIND_BACKEND || kind > PAGODA_KIND_COMM) return NULL;
     return &k[kind - 1];
 }
 
 int pagoda_plugin_kind_from_name(const char *word)
 {
-    for (int k = PAGODA_KIND_BACKEND; k <= PAGODA_KIND_CONSTRAINT; k++)
+    for (int k = PAGODA_KIND_BACKEND; k <= PAGODA_KIND_COMM; k++)
         if (word && strcmp(word, pagoda_kind_name(k)) == 0) return k;
     return 0;
 }
@@ -409,8 +417,8 @@ int pagoda_plugin_load_file(const char *path, int kind, const char *name, pagoda
     const kind_info *ki = kind_info_of(p->desc.kind);
     if (!ki) {
         set_err(err, err_len, "plugin %s (ABI %u.%u, this pagoda is ABI %d.%d): unknown kind %d: "
-                              "kind must be backend (1), scheduler (2), kvcache (3), frontend (4) or "
-                              "constraint (5); fix the descriptor's kind and rebuild",
+                              "kind must be backend (1), scheduler (2), kvcache (3), frontend (4), "
+                              "constraint (5) or comm (6); fix the descriptor's kind and rebuild",
                 path, pM, pm, HM, Hm, (int)p->desc.kind);
         goto fail;
     }

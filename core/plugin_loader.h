@@ -47,6 +47,7 @@ typedef struct pagoda_plugin {
         pagoda_kvcache_ops kvcache;
         pagoda_frontend_ops frontend;
         pagoda_constraint_ops constraint;
+        pagoda_comm_ops comm;
     } ops;
     int probe_score;           /* 0..100, 100 when the plugin has no probe */
     char probe_why[256];       /* probe's reason ("" when none) */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "host.h"
@@ -90,12 +91,74 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
     };
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && n < cap; i++) g[n++] = all[i];
+    if (rt->comm && rt->tp) {
+        /* what the links cost (rank 0's view; each rank moves the same) */
+        const pagoda_comm_stats *c = &rt->comm->st;
+        double steps = (double)rt->tp->steps;
+        pagoda_metric_gauge cg[] = {
+            {"pagoda_comm_ranks", "Ranks the model is split over (tensor parallelism)",
+             (double)rt->tp->size},
+            {"pagoda_comm_steps_total", "Steps broadcast to the other ranks", steps},
+            {"pagoda_comm_bytes_total", "Bytes this rank handed to collectives", (double)c->bytes},
+            {"pagoda_comm_seconds_total", "Seconds this rank spent in collectives", c->seconds},
+            {"pagoda_comm_all_reduce_calls_total", "All-reduces (two per layer per step)",
+             (double)c->all_reduce_calls},
+            {"pagoda_comm_all_reduce_bytes_total", "Bytes all-reduced", (double)c->all_reduce_bytes},
+            {"pagoda_comm_all_reduce_seconds_total", "Seconds in all-reduces", c->all_reduce_seconds},
+            {"pagoda_comm_broadcast_bytes_total", "Bytes of steps broadcast", (double)c->broadcast_bytes},
+            {"pagoda_comm_broadcast_seconds_total", "Seconds in broadcasts", c->broadcast_seconds},
+            {"pagoda_comm_bytes_per_step", "Mean bytes in collectives per step",
+             steps > 0 ? (double)c->bytes / steps : 0},
+            {"pagoda_comm_seconds_per_step", "Mean seconds in collectives per step",
+             steps > 0 ? c->seconds / steps : 0},
+        };
+        for (size_t i = 0; i < sizeof cg / sizeof cg[0] && n < cap; i++) g[n++] = cg[i];
+    }
     return n;
 }
 
 bool pagoda_runtime_shutting_down(const pagoda_runtime *rt)
 {
     return __atomic_load_n(&rt->shutting_down, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Join the group: the comm plugin, its size against tensor_parallel, this
+ * rank's log prefix. */
+static int open_tp(pagoda_runtime *rt, char *err, size_t err_len)
+{
+    int st = pagoda_comm_open(rt->cfg, rt->ec.comm, &rt->comm, err, err_len);
+    if (st) return st;
+    const pagoda_comm_info *ci = &rt->comm->info;
+    if (ci->size != rt->ec.tensor_parallel) {
+        ERR("engine.tensor_parallel = %d but the launcher started %d rank%s: start it with "
+            "mpirun -n %d (or set tensor_parallel = %d)", rt->ec.tensor_parallel, ci->size,
+            ci->size == 1 ? "" : "s", rt->ec.tensor_parallel, ci->size);
+        return PAGODA_ERR_INVALID;
+    }
+    if (ci->device_memory) {
+        /* the forward pass hands the comm host buffers (forward.c tp_reduce) */
+        ERR("comm.%s takes device memory, which the forward pass does not hand it yet: use "
+            "engine.comm = mpi (with the CUDA backend the partial sums then go through host "
+            "memory; docs/scaling.md)", rt->comm->name);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    if ((st = pagoda_tp_new(rt->comm, &rt->tp))) {
+        ERR("out of memory");
+        return st;
+    }
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d: ", ci->rank);
+    pagoda_log_set_prefix(prefix);
+    pagoda_log(PAGODA_LOG_INFO, "tensor parallel: rank %d of %d, pid %d (comm.%s: %s, %s)",
+               ci->rank, ci->size, (int)getpid(), rt->comm->name, ci->name, ci->transport);
+    return PAGODA_OK;
+}
+
+bool pagoda_runtime_is_worker(const pagoda_runtime *rt) { return rt->tp && rt->tp->rank != 0; }
+
+void pagoda_runtime_interrupt_comm(pagoda_runtime *rt)
+{
+    if (rt && rt->comm) pagoda_comm_interrupt(rt->comm);
 }
 
 /* plan_only: stop once the plan is computed, fit or not (pagoda plan). */
@@ -111,6 +174,11 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     int st = pagoda_config_engine(cfg, &rt->ec, err, err_len);
     if (st) goto fail;
     pagoda_log_set_level(rt->ec.log_level);
+    if (!plan_only && rt->ec.tensor_parallel > 1) {
+        /* first, so every rank refuses what follows together (tp_agree) */
+        if ((st = open_tp(rt, err, err_len))) goto fail;
+        if (rt->tp->rank != 0) with_frontend = false;
+    }
     if (!rt->ec.model[0]) {
         ERR("no model: set [engine] model = PATH in the config or --set engine.model=PATH");
         st = PAGODA_ERR_INVALID;
@@ -196,6 +264,7 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     po.max_num_seqs = max_seqs;
     po.block_size = rt->ec.block_size;
     po.swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW;
+    po.tensor_parallel = rt->ec.tensor_parallel;
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
     int64_t want_tokens = rt->ec.kv_cache_tokens;
@@ -248,9 +317,23 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
                          &rt->front_ctx, err, err_len);
         if (st) goto fail;
     }
+    if (rt->tp) {
+        rt->tp_agreed = true;
+        st = pagoda_tp_agree(rt->tp, "start-up", PAGODA_OK,
+                             pagoda_tp_fingerprint(cfg, rt->model->gguf), err, err_len);
+        if (st) goto fail;
+        pagoda_log(PAGODA_LOG_INFO, "tensor parallel: %d ranks agree on config and model (comm.%s: "
+                   "%s)", rt->tp->size, rt->comm->name, rt->comm->info.name);
+    }
     *out = rt;
     return PAGODA_OK;
 fail:
+    if (rt->tp && !rt->tp_agreed) {
+        /* the other ranks wait for this rank's word */
+        char e2[256];
+        rt->tp_agreed = true;
+        (void)pagoda_tp_agree(rt->tp, "start-up", st ? st : PAGODA_ERR_INTERNAL, 0, e2, sizeof e2);
+    }
     pagoda_runtime_close(rt);
     return st ? st : PAGODA_ERR_INTERNAL;
 }
@@ -297,12 +380,34 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
     /* read the weights in now, under a progress bar, rather than as page
      * faults inside the first requests */
     const gguf_file *wg = rt->model->gguf;
-    (void)pagoda_prefault_weights(wg->map + wg->data_offset, wg->size - wg->data_offset,
-                                  "loading weights");
+    /* a rank of a tensor-parallel group reads only its share (forward.c
+     * packs it), not the whole file */
+    if (!rt->tp)
+        (void)pagoda_prefault_weights(wg->map + wg->data_offset, wg->size - wg->data_offset,
+                                      "loading weights");
+    if (rt->tp) eo.tp = &rt->tp->fwd;
     pagoda_engine *e = NULL;
     int st = pagoda_engine_create(rt->model, &rt->backend, &rt->sched, &rt->kv, &eo, &e, err,
                                   err_len);
+    if (rt->tp) {
+        char e2[512];
+        int ast = pagoda_tp_agree(rt->tp, "loading the weights", st, 0, e2, sizeof e2);
+        if (!st && ast) {
+            snprintf(err, err_len, "%s", e2);
+            st = ast;
+            pagoda_engine_free(e);
+        }
+    }
     if (st) return st;
+    if (rt->tp && rt->tp->rank != 0) {
+        /* a worker: its engine is never started (pagoda_runtime_work) */
+        rt->engine = e;
+        return PAGODA_OK;
+    }
+    if (rt->tp) {
+        pagoda_engine_set_tp(e, rt->tp);
+        rt->tp_workers_running = true;
+    }
     pagoda_engine_set_metrics(e, rt->metrics);
     if (pagoda_engine_set_constraint(e, pagoda_runtime_constraint(rt)) != PAGODA_OK) {
         ERR("out of memory for the constraint buffers");
@@ -341,6 +446,21 @@ pagoda_engine *pagoda_runtime_wait_loaded(pagoda_runtime *rt)
     return pagoda_runtime_engine(rt);
 }
 
+int pagoda_runtime_work(pagoda_runtime *rt, char *err, size_t err_len)
+{
+    int st = pagoda_runtime_load(rt, false, err, err_len);
+    if (st) return st;
+    pagoda_log(PAGODA_LOG_INFO, "tensor parallel: rank %d holds its shard (%.1f MiB of weights, "
+               "%d of %d KV heads); waiting for rank 0's steps", rt->tp->rank,
+               (double)rt->plan.weight_bytes / 1048576.0, rt->model->hp.n_kv_heads / rt->tp->size,
+               rt->model->hp.n_kv_heads);
+    st = pagoda_engine_tp_worker(rt->engine, rt->tp, err, err_len);
+    if (!st)
+        pagoda_log(PAGODA_LOG_INFO, "tensor parallel: rank 0 said stop after %lld steps",
+                   (long long)rt->tp->steps);
+    return st;
+}
+
 pagoda_engine *pagoda_runtime_engine(const pagoda_runtime *rt)
 {
     return __atomic_load_n(&rt->engine, __ATOMIC_ACQUIRE);
@@ -350,6 +470,11 @@ void pagoda_runtime_close(pagoda_runtime *rt)
 {
     if (!rt) return;
     if (rt->engine) pagoda_engine_stop(rt->engine);
+    if (rt->tp_workers_running && rt->comm && !rt->comm->broken) {
+        char e[256];
+        if (pagoda_tp_send_stop(rt->tp, e, sizeof e))
+            pagoda_log(PAGODA_LOG_WARN, "tensor parallel: could not stop the other ranks: %s", e);
+    }
     if (rt->p_front) pagoda_plugin_destroy(rt->p_front, rt->front_ctx);
     pagoda_engine_free(rt->engine);
     /* after the engine: its requests' matchers belong to this plugin */
@@ -370,6 +495,8 @@ void pagoda_runtime_close(pagoda_runtime *rt)
     pagoda_metrics_free(rt->metrics);
     free(rt->plan_json);
     pagoda_model_free(rt->model);
+    pagoda_tp_free(rt->tp);
+    pagoda_comm_close(rt->comm);   /* last: MPI_Finalize */
     pthread_mutex_destroy(&rt->load_mu);
     pthread_cond_destroy(&rt->load_cv);
     free(rt);

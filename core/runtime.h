@@ -10,11 +10,13 @@
 
 #include <pthread.h>
 
+#include "comm.h"
 #include "config.h"
 #include "engine.h"
 #include "memplan.h"
 #include "metrics.h"
 #include "plugin_loader.h"
+#include "tp.h"
 
 typedef struct pagoda_runtime {
     pagoda_config *cfg;            /* not owned */
@@ -36,6 +38,11 @@ typedef struct pagoda_runtime {
     pthread_mutex_t load_mu;       /* guards load_state */
     pthread_cond_t load_cv;
     int load_state;                /* 0 loading, 1 serving, -1 loading failed */
+    /* tensor parallelism (engine.tensor_parallel > 1), else NULL */
+    pagoda_comm *comm;
+    pagoda_tp *tp;
+    bool tp_agreed;                /* the start-up agreement was made */
+    bool tp_workers_running;       /* rank 0: the workers are in their loop (stop them at close) */
 } pagoda_runtime;
 
 /* Open the model (header, tensors, tokenizer), load the backend, scheduler
@@ -68,6 +75,16 @@ void pagoda_runtime_load_failed(pagoda_runtime *rt);
 /* Stop the engine (every request gets its FINAL), destroy the plugins,
  * free the model. */
 void pagoda_runtime_close(pagoda_runtime *rt);
+
+/* Tensor parallelism: this rank is not rank 0 (it runs no frontend). */
+bool pagoda_runtime_is_worker(const pagoda_runtime *rt);
+/* A worker rank: load its shard, then take steps from rank 0 until it says
+ * stop (PAGODA_OK) or the group fails. */
+int pagoda_runtime_work(pagoda_runtime *rt, char *err, size_t err_len);
+/* [any thread, async-signal-safe] The job is ending: a collective waiting
+ * on a rank that may be dead returns an error (in-flight requests then
+ * end with it). */
+void pagoda_runtime_interrupt_comm(pagoda_runtime *rt);
 
 /* The constraint engine, or NULL when structured output is off. */
 pagoda_constraint *pagoda_runtime_constraint(pagoda_runtime *rt);

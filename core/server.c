@@ -32,6 +32,15 @@ static void *watch_signals(void *arg)
         if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
         pagoda_log(PAGODA_LOG_INFO, "%s: stopping (in-flight requests end with a final event)",
                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+        if (w->rt->tp) {
+            /* the launcher signals every rank of a job that ends (mpirun does so
+             * at once when a rank dies, then SIGKILLs a second later): a
+             * collective waiting on another rank is ended, so the step in
+             * flight fails and its requests hear the error now */
+            pagoda_log(PAGODA_LOG_WARN, "tensor parallel: the group is stopping; a step in flight "
+                       "fails and its requests end with an error");
+            pagoda_runtime_interrupt_comm(w->rt);
+        }
         __atomic_store_n(&w->rt->shutting_down, 1, __ATOMIC_RELEASE);
         if (w->rt->p_front && w->rt->front_ctx) w->rt->p_front->ops.frontend.stop(w->rt->front_ctx);
     }
@@ -81,6 +90,18 @@ int pagoda_serve(pagoda_config *cfg)
     w.rt = rt;
     pthread_t th, lt;
     bool have_watcher = pthread_create(&th, NULL, watch_signals, &w) == 0;
+    if (pagoda_runtime_is_worker(rt)) {
+        /* tensor parallelism: a rank other than 0 serves no one; it runs
+         * rank 0's steps on its shard until rank 0 says stop */
+        st = pagoda_runtime_work(rt, err, sizeof err);
+        if (st) pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+        if (have_watcher) {
+            pthread_kill(th, SIGUSR2);
+            pthread_join(th, NULL);
+        }
+        pagoda_runtime_close(rt);
+        return st ? 1 : 0;
+    }
     loader l = {.rt = rt};
     if (pthread_create(&lt, NULL, load_weights, &l)) {
         pagoda_log(PAGODA_LOG_ERROR, "could not start the loading thread");

@@ -83,6 +83,10 @@ static const engine_key engine_keys[] = {
     EK("min_p", PAGODA_KEY_FLOAT, "0.0", 0, 1, "default min-p; 0: off"),
     EK("max_queue", PAGODA_KEY_INT, "1024", 1, 16777216, "requests waiting at most; more are refused"),
     { { "log_level", PAGODA_KEY_STRING, "info", 0, 0, "log level" }, "error|warn|info|debug", false },
+    EK("tensor_parallel", PAGODA_KEY_INT, "1", 1, 4096,
+       "ranks the model is split over (launch that many with mpirun); 1: no splitting"),
+    EK("comm", PAGODA_KEY_STRING, "mpi", 0, 0,
+       "collectives plugin name, used when tensor_parallel > 1 (mpi, nccl)"),
 };
 #undef EK
 #define N_ENGINE_KEYS (sizeof engine_keys / sizeof engine_keys[0])
@@ -95,7 +99,7 @@ static const engine_key *engine_key_find(const char *name)
 }
 
 static const char *const section_kinds[] = { "backend", "scheduler", "kvcache", "frontend",
-                                             "constraint" };
+                                             "constraint", "comm" };
 #define N_SECTION_KINDS (sizeof section_kinds / sizeof section_kinds[0])
 
 /* ------------------------------------------------------------ small helpers */
@@ -238,7 +242,8 @@ static int check_section_name(const char *sec, char *why, size_t n)
 {
     if (strcmp(sec, "engine") == 0) return 0;
     const char *dot = strchr(sec, '.');
-    const char *all[] = { "engine", "backend", "scheduler", "kvcache", "frontend", "constraint" };
+    const char *all[] = { "engine", "backend", "scheduler", "kvcache", "frontend", "constraint",
+                          "comm" };
     if (dot) {
         size_t kl = (size_t)(dot - sec);
         char kind[64];
@@ -251,19 +256,19 @@ static int check_section_name(const char *sec, char *why, size_t n)
                      "or '-'", kind);
             return -1;
         }
-        const char *best = pagoda_closest(kind, all, 6);
+        const char *best = pagoda_closest(kind, all, 7);
         if (strcmp(best, "engine") == 0)
             snprintf(why, n, "; did you mean [engine]?");
         else
             snprintf(why, n, "; did you mean [%s.%s]?", best, dot + 1);
     } else {
-        const char *best = pagoda_closest(sec, all, 6);
+        const char *best = pagoda_closest(sec, all, 7);
         if (strcmp(best, "engine") == 0) snprintf(why, n, "; did you mean [engine]?");
         else snprintf(why, n, "; did you mean [%s.NAME] (a plugin section is [kind.name])?", best);
     }
     size_t l = strlen(why);
     snprintf(why + l, n - l, " (valid: [engine], [backend.NAME], [scheduler.NAME], "
-                             "[kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+                             "[kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     return -1;
 }
 
@@ -287,7 +292,7 @@ static int check_engine_entry(const pagoda_config *c, const cfg_entry *e, char *
     }
     if ((strcmp(e->key, "backend") == 0 || strcmp(e->key, "scheduler") == 0 ||
          strcmp(e->key, "kvcache") == 0 || strcmp(e->key, "frontend") == 0 ||
-         strcmp(e->key, "constraint") == 0) &&
+         strcmp(e->key, "constraint") == 0 || strcmp(e->key, "comm") == 0) &&
         !valid_plugin_name(e->raw)) {
         set_err(err, n, "%s: bad value for engine.%s: '%s'; expected a plugin name (letters, "
                         "digits, '_' or '-')", where, e->key, e->raw);
@@ -574,6 +579,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->kvcache, sizeof out->kvcache, "%s", STR("kvcache"));
     snprintf(out->frontend, sizeof out->frontend, "%s", STR("frontend"));
     snprintf(out->constraint, sizeof out->constraint, "%s", STR("constraint"));
+    snprintf(out->comm, sizeof out->comm, "%s", STR("comm"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0    ? PAGODA_DTYPE_F32
                   : strcmp(STR("kv_dtype"), "q8_0") == 0 ? PAGODA_DTYPE_Q8_0
@@ -593,6 +599,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     ok &= pagoda_parse_int(STR("default_max_tokens"), &i64) == 0; out->default_max_tokens = (int32_t)i64;
     ok &= pagoda_parse_int(STR("top_k"), &i64) == 0; out->top_k = (int32_t)i64;
     ok &= pagoda_parse_int(STR("max_queue"), &i64) == 0; out->max_queue = (int32_t)i64;
+    ok &= pagoda_parse_int(STR("tensor_parallel"), &i64) == 0; out->tensor_parallel = (int32_t)i64;
     ok &= pagoda_parse_float(STR("gpu_memory_utilization"), &f) == 0; out->gpu_memory_utilization = f;
     ok &= pagoda_parse_float(STR("temperature"), &f) == 0; out->temperature = (float)f;
     ok &= pagoda_parse_float(STR("top_p"), &f) == 0; out->top_p = (float)f;
@@ -647,6 +654,21 @@ int pagoda_config_validate_section(const pagoda_config *c, const char *section,
         }
     }
     return PAGODA_OK;
+}
+
+uint64_t pagoda_config_hash(const pagoda_config *c)
+{
+    /* FNV-1a over every entry in order (file, then --set), 0-separated */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; c && i < c->n; i++) {
+        const char *parts[3] = {c->e[i].section, c->e[i].key, c->e[i].raw};
+        for (int p = 0; p < 3; p++) {
+            for (const unsigned char *s = (const unsigned char *)(parts[p] ? parts[p] : ""); *s; s++)
+                h = (h ^ *s) * 1099511628211ull;
+            h = (h ^ 0xff) * 1099511628211ull;
+        }
+    }
+    return h;
 }
 
 void pagoda_config_free(pagoda_config *c)

@@ -46,6 +46,8 @@ typedef struct pagoda_engine_config {
     float min_p;               /* 0.0 (off) */
     int32_t max_queue;         /* 1024 */
     int32_t log_level;         /* PAGODA_LOG_INFO */
+    int32_t tensor_parallel;   /* 1: one process; N: the model split over N ranks */
+    char comm[64];             /* "mpi": the collectives plugin when tensor_parallel > 1 */
 } pagoda_engine_config;
 
 /* Load and check an INI file: syntax, duplicate keys, section names
@@ -100,6 +102,9 @@ bool pagoda_config_entry(const pagoda_config *c, size_t i, const char **section,
                          const char **value);
 
 void pagoda_config_free(pagoda_config *c);
+/* A hash of every key and value, in the order they were given (tensor
+ * parallelism's ranks compare it at start). */
+uint64_t pagoda_config_hash(const pagoda_config *c);
 
 /* ---- value parsers, shared with host.c (return 0, or -1 on bad text) */
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "tp.h"
 
 /* ------------------------------------------------------------ lifecycle */
 
@@ -64,8 +65,8 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     pagoda_forward_kv fkv = {.n_blocks = e->opts.n_blocks + e->swa.g.sink_blocks,
                              .block_size = e->opts.block_size, .dtype = e->opts.kv_dtype,
                              .local_blocks = e->swa.g.pool_blocks};
-    st = pagoda_forward_init_kv(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs, &fkv, err,
-                                err_len);
+    st = pagoda_forward_init_tp(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs, &fkv,
+                                opts->tp, err, err_len);
     if (st) goto fail;
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);
     if (st) {
@@ -313,7 +314,43 @@ int64_t pagoda_engine_invariant_failures(const pagoda_engine *e) { return e->inv
 const pagoda_model *pagoda_engine_model(const pagoda_engine *e) { return e->model; }
 const pagoda_engine_opts *pagoda_engine_get_opts(const pagoda_engine *e) { return &e->opts; }
 
+static int copy_blocks_here(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n);
+
 int pagoda_engine_copy_blocks(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    int st = copy_blocks_here(e, src, dst, n);
+    /* the other ranks hold their KV heads of the same blocks: they copy
+     * before the next step */
+    if (!st && e->tp) st = pagoda_tp_record_copies(e->tp, src, dst, n);
+    return st;
+}
+
+void pagoda_engine_set_tp(pagoda_engine *e, struct pagoda_tp *tp) { e->tp = tp; }
+
+static int worker_copy(void *user, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    return copy_blocks_here(user, src, dst, n);
+}
+
+static int worker_forward(void *user, const pagoda_batch *b, char *err, size_t err_len)
+{
+    pagoda_engine *e = user;
+    if (b->n_tokens > e->fw.max_tokens) {
+        ERR("tensor parallel: a step of %d tokens is more than this rank's %d: ranks started "
+            "with different limits", b->n_tokens, e->fw.max_tokens);
+        return PAGODA_ERR_INVALID;
+    }
+    /* the logits are rank 0's (the output head is replicated): none here */
+    return pagoda_forward_run_scan(&e->fw, b, NULL, NULL, 0, NULL, NULL, err, err_len);
+}
+
+int pagoda_engine_tp_worker(pagoda_engine *e, struct pagoda_tp *tp, char *err, size_t err_len)
+{
+    pagoda_tp_worker w = {.user = e, .copy_blocks = worker_copy, .forward = worker_forward};
+    return pagoda_tp_worker_run(tp, &w, err, err_len);
+}
+
+static int copy_blocks_here(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n)
 {
     pagoda_backend *be = e->be;
     if (be->ops.copy_blocks) return be->ops.copy_blocks(be->ctx, e->fw.kv, &e->fw.kv_layout, src, dst, n);

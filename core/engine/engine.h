@@ -48,6 +48,8 @@ typedef struct pagoda_engine_opts {
     bool check_invariants;      /* verify KV accounting after every step */
     int32_t swa_kv;             /* pagoda_swa_kv: a sliding-window model's local layers keep
                                  * only their window (0, the default) or every position */
+    const pagoda_forward_tp *tp; /* tensor parallelism: this rank's share (NULL: the whole
+                                 * model); must outlive the engine */
 } pagoda_engine_opts;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -71,6 +73,15 @@ void pagoda_engine_set_mask_observer(pagoda_engine *e,
 /* [any thread] Compile a spec with c as submit() would (host check_constraint). */
 int pagoda_constraint_check(pagoda_constraint *c, int32_t type, const char *text, size_t len,
                             bool strict, char *err, size_t err_len);
+struct pagoda_tp;
+/* Tensor parallelism on rank 0 (before start): every step is broadcast to
+ * the other ranks before its forward pass, and KV block copies are
+ * recorded for them. Not owned. */
+void pagoda_engine_set_tp(pagoda_engine *e, struct pagoda_tp *tp);
+/* Tensor parallelism on the other ranks: the engine is never started;
+ * this runs the worker loop (tp.h) on the caller's thread until rank 0
+ * says stop or something fails. */
+int pagoda_engine_tp_worker(pagoda_engine *e, struct pagoda_tp *tp, char *err, size_t err_len);
 /* Optional metrics sink (before start). */
 void pagoda_engine_set_metrics(pagoda_engine *e, struct pagoda_metrics *m);
 /* Start the engine thread. */

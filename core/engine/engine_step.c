@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "tp.h"
 #include "tokenizer.h"
 
 seq *engine_find_seq(pagoda_engine *e, uint64_t id)
@@ -310,8 +311,11 @@ bool engine_step(pagoda_engine *e)
                           .seqs = e->swa.views};
     pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = n_score,
                               .consume = consume_scores, .user = e};
-    st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
-                                 n_logits, e->logits, n_score ? &scan : NULL, err, sizeof err);
+    /* tensor parallelism: the other ranks run the same step on their shards */
+    st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, sizeof err) : PAGODA_OK;
+    if (!st)
+        st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
+                                     n_logits, e->logits, n_score ? &scan : NULL, err, sizeof err);
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
         int32_t np = e->n_plan;

@@ -10,6 +10,8 @@
  */
 #include "forward.h"
 
+#include "tp_shard.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +40,69 @@ static pagoda_tensor weight(const pagoda_forward *fw, const gguf_tensor *t)
     w.dtype = t->type;
     w.cols = t->ne[0];
     w.rows = t->n_dims >= 2 ? t->ne[1] : 1;
-    w.row_stride = pagoda_dtype_row_bytes(t->type, t->ne[0]);
+    if (fw->tp_offsets) {
+        /* this rank's packed shard (pack_shard) */
+        const gguf_file *g = fw->model->gguf;
+        w.offset = fw->tp_offsets[t - g->tensors];
+        int split = pagoda_tp_split_of(t->name.ptr, t->name.len);
+        int64_t n = fw->tp.size;
+        if (split == PAGODA_TP_ROWS && t->n_dims >= 2) w.rows /= n;
+        else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_COLS) w.cols /= n;
+    }
+    w.row_stride = pagoda_dtype_row_bytes(t->type, w.cols);
     return w;
+}
+
+/* Tensor parallelism: this rank's share of every tensor, packed into one
+ * host buffer (each tensor 64-byte aligned): row-split tensors are one
+ * contiguous run of whole rows, column-split ones a run of whole blocks of
+ * every row, the rest whole. Only these pages of the mapped file are read. */
+static int pack_shard(pagoda_forward *fw, size_t *bytes, char *err, size_t err_len)
+{
+    const gguf_file *g = fw->model->gguf;
+    int64_t n = fw->tp.size, r = fw->tp.rank;
+    fw->tp_offsets = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *fw->tp_offsets);
+    if (!fw->tp_offsets) { ERR("out of memory"); return PAGODA_ERR_NOMEM; }
+    size_t off = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        fw->tp_offsets[i] = off;
+        off = align_up(off + pagoda_tp_tensor_bytes(&g->tensors[i], (int32_t)n), 64);
+    }
+    *bytes = off ? off : 64;
+    unsigned char *dst = NULL;
+    if (posix_memalign((void **)&dst, 64, *bytes)) { ERR("out of memory for the rank's %zu weight bytes", *bytes); return PAGODA_ERR_NOMEM; }
+    fw->tp_weights = dst;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        const unsigned char *src = (const unsigned char *)g->map + g->data_offset + t->offset;
+        unsigned char *d = dst + fw->tp_offsets[i];
+        uint64_t share = pagoda_tp_tensor_bytes(t, (int32_t)n);
+        int split = pagoda_tp_split_of(t->name.ptr, t->name.len);
+        if (split == PAGODA_TP_COLS) {
+            size_t row = pagoda_dtype_row_bytes(t->type, t->ne[0]), part = row / (size_t)n;
+            int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
+            for (int64_t y = 0; y < rows; y++)
+                memcpy(d + (size_t)y * part, src + (size_t)y * row + (size_t)r * part, part);
+        } else if (split == PAGODA_TP_ROWS) {
+            memcpy(d, src + (size_t)r * share, share);
+        } else {
+            memcpy(d, src, share);
+        }
+    }
+    return PAGODA_OK;
+}
+
+/* Sum the rank's partial t [rows x dim] over every rank, in place. */
+static int tp_reduce(pagoda_forward *fw, const pagoda_tensor *t, char *err, size_t err_len)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    size_t n = (size_t)t->rows * (size_t)t->cols;
+    int st = o->download(fw->be->ctx, t->buf, t->offset, fw->tp_host, n * sizeof(float));
+    if (st) { ERR("download for the all-reduce failed"); return st; }
+    if ((st = fw->tp.all_reduce(fw->tp.user, fw->tp_host, n, err, err_len))) return st;
+    st = o->upload(fw->be->ctx, t->buf, t->offset, fw->tp_host, n * sizeof(float));
+    if (st) ERR("upload after the all-reduce failed");
+    return st;
 }
 
 static pagoda_tensor act(pagoda_forward *fw, size_t *off, int64_t rows, int64_t cols)
@@ -193,6 +256,13 @@ int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
                            int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
                            char *err, size_t err_len)
 {
+    return pagoda_forward_init_tp(fw, m, be, max_tokens, max_logits, kv, NULL, err, err_len);
+}
+
+int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                           int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
+                           const pagoda_forward_tp *tp, char *err, size_t err_len)
+{
     memset(fw, 0, sizeof *fw);
     int st = check_weight_types(m, be, err, err_len);
     if (st) return st;
@@ -200,7 +270,26 @@ int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->be = be;
     fw->max_tokens = max_tokens;
     fw->max_logits = max_logits;
-    const pagoda_hparams *hp = &m->hp;
+    fw->hp = m->hp;
+    fw->tp.size = 1;
+    if (tp && tp->size > 1) {
+        pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
+                             .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers};
+        if (!tp->all_reduce || tp->rank < 0 || tp->rank >= tp->size) {
+            ERR("internal: tensor parallel rank %d of %d without an all-reduce", tp->rank, tp->size);
+            fw->be = NULL;
+            return PAGODA_ERR_INTERNAL;
+        }
+        if ((st = pagoda_tp_check(m->gguf, &td, tp->size, err, err_len))) {
+            fw->be = NULL;
+            return st;
+        }
+        fw->tp = *tp;
+        fw->hp.n_heads /= tp->size;
+        fw->hp.n_kv_heads /= tp->size;
+        fw->hp.ffn /= tp->size;
+    }
+    const pagoda_hparams *hp = &fw->hp;
     st = pagoda_forward_check_backend(hp, be, err, err_len);
     if (!st) st = pagoda_forward_check_kv(hp, be, kv->dtype, err, err_len);
     if (st) {
@@ -209,10 +298,17 @@ int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     }
 
     /* weights: the whole data section of the file, used in place where the
-     * backend can (CPU), copied to the device otherwise */
+     * backend can (CPU), copied to the device otherwise; with tensor
+     * parallelism this rank's packed share */
     const gguf_file *g = m->gguf;
     const void *data = g->map + g->data_offset;
     fw->weight_bytes = g->size - g->data_offset;
+    if (fw->tp.size > 1) {
+        if ((st = pack_shard(fw, &fw->weight_bytes, err, err_len))) goto fail;
+        data = fw->tp_weights;
+        fw->tp_host = malloc(sizeof(float) * (size_t)max_tokens * (size_t)hp->dim);
+        if (!fw->tp_host) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+    }
     if (be->ops.weights_from_host)
         st = be->ops.weights_from_host(be->ctx, data, fw->weight_bytes, &fw->weights);
     else {
@@ -313,6 +409,9 @@ void pagoda_forward_free(pagoda_forward *fw)
     free(fw->layers);
     free(fw->inv_freq);
     free(fw->inv_freq_swa);
+    free(fw->tp_weights);
+    free(fw->tp_offsets);
+    free(fw->tp_host);
     memset(fw, 0, sizeof *fw);
 }
 
@@ -376,7 +475,7 @@ static pagoda_tensor reshape(pagoda_tensor t, int64_t c)
 static int output_logits(pagoda_forward *fw, int32_t T, const int32_t *rows_of, int32_t n,
                          float *out, const char **what)
 {
-    const pagoda_hparams *hp = &fw->model->hp;
+    const pagoda_hparams *hp = &fw->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
     void *c = fw->be->ctx;
     pagoda_tensor x = rows(fw->x, T), xl = rows(fw->xl, n), logits = rows(fw->logits, n);
@@ -406,7 +505,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                             int32_t n_logits, float *logits_out, const pagoda_logit_scan *scan,
                             char *err, size_t err_len)
 {
-    const pagoda_hparams *hp = &fw->model->hp;
+    const pagoda_hparams *hp = &fw->hp;
     const pagoda_backend_ops *o = &fw->be->ops;
     void *c = fw->be->ctx;
     int32_t T = batch->n_tokens;
@@ -469,6 +568,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                                            hp->attn_scale, &att));
         }
         CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;
         if (L->has_post_norms)
             CALL("rms_norm(post_attention_norm)",
                  o->rms_norm(c, &xb2, &L->post_attn_norm, hp->rms_eps, &xb2));
@@ -484,6 +584,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
         else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
         CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
+        if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;
         if (L->has_post_norms)
             CALL("rms_norm(post_ffw_norm)", o->rms_norm(c, &xb2, &L->post_ffn_norm, hp->rms_eps, &xb2));
         CALL("add", o->add(c, &x, &xb2, &x));

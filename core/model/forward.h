@@ -46,8 +46,25 @@ typedef struct pagoda_forward_kv {
     int32_t local_blocks;    /* 0: no window pool; else its blocks */
 } pagoda_forward_kv;
 
+/* Tensor parallelism as the forward pass sees it (filled by the core's
+ * tp.c): this rank's place among size ranks and the all-reduce (sum, in
+ * place, host memory) of the partial sums that attn_output and ffn_down
+ * leave. size <= 1: the whole model, no collectives. */
+typedef struct pagoda_forward_tp {
+    int32_t rank, size;
+    int (*all_reduce)(void *user, float *buf, size_t count, char *err, size_t err_len);
+    void *user;
+} pagoda_forward_tp;
+
 typedef struct pagoda_forward {
     const pagoda_model *model;
+    /* the model as this rank runs it: the hyperparameters with heads, KV
+     * heads and FFN rows divided by the ranks (= model->hp with one) */
+    pagoda_hparams hp;
+    pagoda_forward_tp tp;
+    void *tp_weights;        /* the rank's packed shard of the weights (host), or NULL */
+    uint64_t *tp_offsets;    /* [n_tensors] each tensor's offset in it */
+    float *tp_host;          /* [max_tokens x dim] staging for the all-reduce */
     pagoda_backend *be;
     int32_t max_tokens;      /* rows of the activation buffers */
     int32_t max_logits;      /* rows of logits per step */
@@ -105,6 +122,15 @@ void pagoda_forward_kv_layouts(const pagoda_hparams *hp, const pagoda_forward_kv
 int pagoda_forward_init_kv(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
                            int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
                            char *err, size_t err_len);
+/* The same for rank tp->rank of tp->size (tensor parallelism; tp NULL or
+ * size 1: the whole model): the split weights are packed into a host
+ * buffer of this rank's share (tp_shard.h says which), the KV pool holds
+ * this rank's KV heads, and each layer all-reduces its two partial sums
+ * through tp->all_reduce. A model that does not split size ways is
+ * refused with the numbers (pagoda_tp_check). */
+int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,
+                           int32_t max_tokens, int32_t max_logits, const pagoda_forward_kv *kv,
+                           const pagoda_forward_tp *tp, char *err, size_t err_len);
 /* The same with every layer in one pool of n_blocks blocks of block_size
  * tokens in kv_dtype. */
 int pagoda_forward_init(pagoda_forward *fw, const pagoda_model *m, pagoda_backend *be,

@@ -34,6 +34,9 @@ static const pagoda_model_shape shapes[] = {
     /* tiny, but every row length a multiple of 256, so the K-quant types
      * (256-value super-blocks) apply to every matrix */
     {"tiny-k",         256, 2,     4,    2,  512,  512,   512},
+    /* heads, KV heads and FFN that split 2, 3 and 6 ways, with whole
+     * 32-value blocks of every split row (tensor parallelism's tests) */
+    {"tiny-tp",        192, 2,     12,   6,  576,  512,   512},
 };
 
 const pagoda_model_shape *pagoda_model_shape_find(const char *name)
@@ -288,7 +291,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (err && err_len) err[0] = 0;
     const pagoda_model_shape *sh = o ? pagoda_model_shape_find(o->shape) : NULL;
     if (!sh) {
-        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k)",
+        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp)",
                  o && o->shape ? o->shape : "");
         goto out;
     }
@@ -540,6 +543,7 @@ static void gen_usage(FILE *f)
                "                        [--seed N] [--layers N] [--arch A] [--rope-scaling S]\n"
                "                        [--tied] [--std S] [--norm-std S] [--head-dim N]\n"
                "  --shape   llama-110M | tinyllama-1.1B | tiny | tiny-k (tiny, rows of 256)\n"
+               "            | tiny-tp (12 heads, 6 KV heads, FFN 576: splits 2, 3, 6 ways)\n"
                "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL |\n"
                "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS (norms stay F32; a matrix whose\n"
                "            rows are not a multiple of 256 gets llama-quantize's fallback:\n"
@@ -655,7 +659,7 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         return 2;
     }
     if (!pagoda_model_shape_find(o.shape)) {
-        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k)\n",
+        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp)\n",
                 o.shape);
         return 2;
     }

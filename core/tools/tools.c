@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "bench.h"
+#include "comm_check.h"
 #include "genmodel.h"
 #include "perplexity.h"
 
@@ -24,5 +25,9 @@ const pagoda_subcommand pagoda_tool_subcommands[] = {
      "  perplexity ...         a model's perplexity on a text, llama-perplexity's way\n"
      "                         (pagoda perplexity --help)\n",
      pagoda_cmd_perplexity},
+    {"comm-check", "mpirun -n N pagoda comm-check [--comm mpi] [--max-bytes SIZE] [--bench]",
+     "  comm-check ...         a comm plugin's conformance test, on every rank under\n"
+     "                         mpirun (pagoda comm-check --help)\n",
+     pagoda_cmd_comm_check},
     {NULL, NULL, NULL, NULL},
 };

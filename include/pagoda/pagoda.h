@@ -9,5 +9,6 @@
 #include "pagoda/scheduler.h"
 #include "pagoda/frontend.h"
 #include "pagoda/constraint.h"
+#include "pagoda/comm.h"
 #include "pagoda/host.h"
 #endif

@@ -4,7 +4,7 @@
  * descriptor. The core checks, in this order: dlopen, the entry symbol, the
  * ABI version, struct sizes, kind and name against the config, required
  * slots. Not for: the ops of each kind (backend.h, scheduler.h, kvcache.h,
- * frontend.h) or the host table (host.h).
+ * frontend.h, constraint.h, comm.h) or the host table (host.h).
  *
  * Compatibility rule: same PAGODA_ABI_MAJOR, and the plugin's minor <= the
  * host's minor. Structs only grow at their end; every struct starts with
@@ -31,8 +31,10 @@ extern "C" {
  * the event's trace fields and the host's inspect_json; 1.3 the Q8_0 KV
  * layout (pagoda_kv_layout, pagoda_kv_head_bytes: an 8-bit KV cache a
  * backend opts into through info.kv_types) and the optional backend op
- * matmul_multi (several matmuls over one input: Q/K/V, gate/up). */
-#define PAGODA_ABI_MINOR 3
+ * matmul_multi (several matmuls over one input: Q/K/V, gate/up); 1.4 the
+ * comm kind (comm.h): collectives for tensor parallelism (comm-mpi,
+ * comm-nccl). */
+#define PAGODA_ABI_MINOR 4
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
@@ -41,7 +43,8 @@ typedef enum pagoda_plugin_kind {
     PAGODA_KIND_SCHEDULER = 2,
     PAGODA_KIND_KVCACHE = 3,
     PAGODA_KIND_FRONTEND = 4,
-    PAGODA_KIND_CONSTRAINT = 5   /* minor 1: structured output (constraint.h) */
+    PAGODA_KIND_CONSTRAINT = 5,  /* minor 1: structured output (constraint.h) */
+    PAGODA_KIND_COMM = 6         /* minor 4: collectives, tensor parallelism (comm.h) */
 } pagoda_plugin_kind;
 
 static inline const char *pagoda_kind_name(int kind)
@@ -52,6 +55,7 @@ static inline const char *pagoda_kind_name(int kind)
     case PAGODA_KIND_KVCACHE: return "kvcache";
     case PAGODA_KIND_FRONTEND: return "frontend";
     case PAGODA_KIND_CONSTRAINT: return "constraint";
+    case PAGODA_KIND_COMM: return "comm";
     default: return "unknown";
     }
 }

@@ -207,18 +207,18 @@ START_TEST(test_unknown_section)
 {
     assert_at(load_err("[engine]\nbackend = cpu\n[engine2]\nx = 1\n"), 3,
               "unknown section [engine2]; did you mean [engine]? (valid: [engine], "
-              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     assert_at(load_err("[backnd.cpu]\nthreads = 2\n"), 1,
               "unknown section [backnd.cpu]; did you mean [backend.cpu]? (valid: [engine], "
-              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+              "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     /* Found even with no key in it. */
     assert_at(load_err("[engine]\n\n[schedular.static]\n"), 3,
               "unknown section [schedular.static]; did you mean [scheduler.static]? (valid: "
-              "[engine], [backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+              "[engine], [backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     assert_at(load_err("[backend]\nx = 1\n"), 1,
               "unknown section [backend]; did you mean [backend.NAME] (a plugin section is "
               "[kind.name])? (valid: [engine], [backend.NAME], [scheduler.NAME], "
-              "[kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+              "[kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     assert_at(load_err("[backend.a/b]\n"), 1,
               "unknown section [backend.a/b]: the plugin name after 'backend.' must be 1 to 63 "
               "letters, digits, '_' or '-'");
@@ -386,7 +386,7 @@ START_TEST(test_set_overrides)
     ck_assert_str_eq(g_err, "--set: bad value for engine.block_size: 'big'; expected an integer from 1 to 1024");
     ck_assert_int_eq(pagoda_config_set(c, "engin.block_size=3", g_err, sizeof g_err), PAGODA_ERR_INVALID);
     ck_assert_str_eq(g_err, "--set: unknown section [engin]; did you mean [engine]? (valid: [engine], "
-                            "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME])");
+                            "[backend.NAME], [scheduler.NAME], [kvcache.NAME], [frontend.NAME], [constraint.NAME], [comm.NAME])");
     ck_assert_int_eq(pagoda_config_set(c, "block_size", g_err, sizeof g_err), PAGODA_ERR_INVALID);
     ck_assert_str_eq(g_err, "--set 'block_size': expected section.key=value (e.g. engine.block_size=32)");
     ck_assert_int_eq(pagoda_config_set(c, "block_size=3", g_err, sizeof g_err), PAGODA_ERR_INVALID);

@@ -1,0 +1,48 @@
+/*
+ * tp_shard.h: how tensor parallelism splits a model (Megatron style): which
+ * tensors are split and how, whether a model splits N ways (whole heads,
+ * whole KV heads, whole FFN rows, whole quantization blocks), and the bytes
+ * each rank holds. Shared by the memory plan (from the GGUF header alone)
+ * and the forward pass (which packs each rank's shard).
+ *
+ *   attn_q/k/v (weights and biases), ffn_gate, ffn_up: split by output rows
+ *   attn_output, ffn_down: split by input columns (the partial sums are
+ *                          all-reduced)
+ *   everything else (embeddings, norms, output head): replicated
+ *
+ * Not for: moving data (comm.h) or running the split (forward.c, tp.c).
+ */
+#ifndef PAGODA_TP_SHARD_H
+#define PAGODA_TP_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef enum pagoda_tp_split {
+    PAGODA_TP_REPLICATED = 0,
+    PAGODA_TP_ROWS = 1,      /* rank r holds rows [r*R/N, (r+1)*R/N) (a 1-D bias: its elements) */
+    PAGODA_TP_COLS = 2       /* rank r holds columns [r*C/N, (r+1)*C/N) of every row */
+} pagoda_tp_split;
+
+/* The split of the tensor named name[0..len). */
+int pagoda_tp_split_of(const char *name, size_t len);
+
+/* The shape tensor parallelism needs. */
+typedef struct pagoda_tp_dims {
+    int64_t n_heads, n_kv_heads, ffn, n_swa_layers;
+} pagoda_tp_dims;
+
+/* Can f (with dims d) be split n ways? PAGODA_OK, or PAGODA_ERR_INVALID
+ * with one line naming the numbers that do not divide and the values of
+ * tensor_parallel that would work. */
+int pagoda_tp_check(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char *err,
+                    size_t err_len);
+
+/* The bytes of t one rank of n holds. */
+uint64_t pagoda_tp_tensor_bytes(const gguf_tensor *t, int32_t n);
+/* The bytes of every tensor of f one rank of n holds. */
+uint64_t pagoda_tp_rank_weight_bytes(const gguf_file *f, int32_t n);
+
+#endif /* PAGODA_TP_SHARD_H */

@@ -1,0 +1,280 @@
+/* test_tp.c: tensor parallelism's split without MPI: N threads, each a
+ * rank with its own runtime (backend instance) and a forward pass of its
+ * shard, all-reducing through shared memory (a barrier, then a sum in rank
+ * order), must give the one-process logits within float tolerance, for a
+ * generated model whose heads split 2 and 3 ways (F32, Q8_0, and qwen2's
+ * QKV biases). Also: what tp_shard splits, and the refusal of a model that
+ * does not split. The MPI path itself runs in the tests/tp scripts. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "genmodel.h"
+#include "runtime.h"
+#include "testutil.h"
+#include "tp_shard.h"
+
+static char g_dir[] = "/tmp/pagoda_tp_XXXXXX";
+
+static void gen(const char *path, const char *shape, const char *type, const char *arch)
+{
+    char *argv[] = {"gen-model", "--shape", (char *)shape, "--type", (char *)type, "--arch",
+                    (char *)arch, "--out", (char *)path, NULL};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, argv), 0);
+}
+
+static pagoda_runtime *open_rt(pagoda_config **cfg_out, const char *model)
+{
+    char err[1024] = "", buf[700];
+    pagoda_config *cfg = pagoda_config_new_empty();
+    snprintf(buf, sizeof buf, "engine.model=%s", model);
+    const char *settings[] = {buf, "engine.log_level=warn", "engine.kv_dtype=f32",
+                              "engine.kv_cache_tokens=256", "engine.max_seq_len=128",
+                              "backend.cpu.threads=1", NULL};
+    for (int i = 0; settings[i]; i++)
+        ck_assert_msg(pagoda_config_set(cfg, settings[i], err, sizeof err) == 0, "%s", err);
+    pagoda_runtime *rt = NULL;
+    ck_assert_msg(pagoda_runtime_prepare(cfg, false, false, &rt, err, sizeof err) == 0, "%s", err);
+    *cfg_out = cfg;
+    return rt;
+}
+
+#define T_PROMPT 12
+#define N_DECODE 4
+#define MAXR 4
+
+/* the shared-memory all-reduce of the thread ranks */
+typedef struct group {
+    int n;
+    pthread_barrier_t bar;
+    float *slot[MAXR];
+    size_t cap;
+} group;
+
+typedef struct rank {
+    group *g;
+    int r;
+    pagoda_runtime *rt;
+    pagoda_forward fw;
+    float *logits;      /* [(T_PROMPT + N_DECODE) x V] rows of every step (rank 0) */
+    char err[512];
+    int st;
+} rank;
+
+static int shm_all_reduce(void *user, float *buf, size_t count, char *err, size_t err_len)
+{
+    rank *k = user;
+    group *g = k->g;
+    if (count > g->cap) {
+        snprintf(err, err_len, "test group: %zu floats > %zu", count, g->cap);
+        return PAGODA_ERR_INVALID;
+    }
+    memcpy(g->slot[k->r], buf, count * sizeof *buf);
+    pthread_barrier_wait(&g->bar);
+    for (size_t i = 0; i < count; i++) {
+        float s = 0;
+        for (int r = 0; r < g->n; r++) s += g->slot[r][i];   /* rank order: the same bits everywhere */
+        buf[i] = s;
+    }
+    pthread_barrier_wait(&g->bar);
+    return PAGODA_OK;
+}
+
+/* A prompt in one prefill (logits of every row), then greedy decoding of
+ * the tokens `forced` (so every rank and the one-process run see the same
+ * tokens) one at a time. */
+static int run_steps(pagoda_forward *fw, int32_t V, float *logits, char *err, size_t n)
+{
+    const int32_t bs = 16, table[8] = {3, 1, 6, 0, 2, 7, 5, 4};
+    int32_t toks[T_PROMPT + N_DECODE], pos[64], slots[64], rows[64];
+    for (int32_t i = 0; i < T_PROMPT + N_DECODE; i++) toks[i] = (int32_t)((i * 37 + 11) % V);
+    for (int32_t i = 0; i < 64; i++) {
+        pos[i] = i;
+        slots[i] = table[i / bs] * bs + i % bs;
+        rows[i] = i;
+    }
+    pagoda_seq_view sv = {.q_start = 0, .n_q = T_PROMPT, .ctx_len = T_PROMPT, .n_blocks = 8,
+                          .block_table = table};
+    pagoda_batch b = {.seq_no = 1, .n_tokens = T_PROMPT, .tokens = toks, .positions = pos,
+                      .slots = slots, .n_seqs = 1, .seqs = &sv};
+    int st = pagoda_forward_run(fw, &b, rows, logits ? T_PROMPT : 0, logits, err, n);
+    for (int32_t d = 0; d < N_DECODE && !st; d++) {
+        int32_t at = T_PROMPT + d;
+        sv = (pagoda_seq_view){.q_start = 0, .n_q = 1, .ctx_len = at + 1, .n_blocks = 8,
+                               .block_table = table};
+        b = (pagoda_batch){.seq_no = (uint64_t)d + 2, .n_tokens = 1, .tokens = toks + at,
+                           .positions = pos + at, .slots = slots + at, .n_seqs = 1, .seqs = &sv};
+        st = pagoda_forward_run(fw, &b, rows, logits ? 1 : 0,
+                                logits ? logits + (size_t)at * (size_t)V : NULL, err, n);
+    }
+    return st;
+}
+
+static void *rank_main(void *arg)
+{
+    rank *k = arg;
+    int32_t V = k->rt->model->hp.n_vocab;
+    k->st = run_steps(&k->fw, V, k->r == 0 ? k->logits : NULL, k->err, sizeof k->err);
+    return NULL;
+}
+
+static void check_split(const char *shape, const char *type, const char *arch, int n, double tol)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s-%s-%s.gguf", g_dir, shape, type, arch);
+    gen(path, shape, type, arch);
+    char err[1024] = "";
+
+    /* one process */
+    pagoda_config *cfg1;
+    pagoda_runtime *rt1 = open_rt(&cfg1, path);
+    int32_t V = rt1->model->hp.n_vocab, D = rt1->model->hp.dim;
+    size_t rows = T_PROMPT + N_DECODE;
+    float *want = calloc(rows * (size_t)V, sizeof *want), *got = calloc(rows * (size_t)V, sizeof *got);
+    pagoda_forward fw1;
+    ck_assert_msg(pagoda_forward_init(&fw1, rt1->model, &rt1->backend, 64, 64, 8, 16,
+                                      PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(run_steps(&fw1, V, want, err, sizeof err) == 0, "%s", err);
+    pagoda_forward_free(&fw1);
+
+    /* n thread ranks */
+    group g = {.n = n, .cap = (size_t)64 * (size_t)D};
+    pthread_barrier_init(&g.bar, NULL, (unsigned)n);
+    rank k[MAXR];
+    pagoda_config *cfgs[MAXR];
+    pagoda_forward_kv kv = {.n_blocks = 8, .block_size = 16, .dtype = PAGODA_DTYPE_F32};
+    for (int r = 0; r < n; r++) {
+        g.slot[r] = calloc(g.cap, sizeof(float));
+        k[r] = (rank){.g = &g, .r = r, .logits = got};
+        k[r].rt = open_rt(&cfgs[r], path);
+        pagoda_forward_tp tp = {.rank = r, .size = n, .all_reduce = shm_all_reduce, .user = &k[r]};
+        ck_assert_msg(pagoda_forward_init_tp(&k[r].fw, k[r].rt->model, &k[r].rt->backend, 64, 64,
+                                             &kv, &tp, err, sizeof err) == 0, "rank %d: %s", r, err);
+        /* each rank holds its share: the split tensors' bytes / n */
+        ck_assert_uint_eq(k[r].fw.weight_bytes >= pagoda_tp_rank_weight_bytes(k[r].rt->model->gguf, n), 1);
+        ck_assert_int_eq(k[r].fw.kv_layout.n_kv_heads, k[r].rt->model->hp.n_kv_heads / n);
+    }
+    pthread_t th[MAXR];
+    for (int r = 0; r < n; r++) pthread_create(&th[r], NULL, rank_main, &k[r]);
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) ck_assert_msg(k[r].st == 0, "rank %d: %s", r, k[r].err);
+
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < rows * (size_t)V; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (d > worst) worst = d;
+        if (fabs(want[i]) > scale) scale = fabs(want[i]);
+    }
+    ck_assert_msg(scale > 0.01, "%s: logits all near zero", path);
+    ck_assert_msg(worst <= tol * (scale > 1 ? scale : 1), "%s split %d ways: logits differ by %g "
+                  "(largest |logit| %g, tolerance %g)", path, n, worst, scale, tol);
+    /* the same argmax in every row the margin allows */
+    for (size_t rr = 0; rr < rows; rr++) {
+        const float *a = want + rr * (size_t)V, *b = got + rr * (size_t)V;
+        int32_t ia = 0, ib = 0, second = -1;
+        for (int32_t v = 1; v < V; v++) {
+            if (a[v] > a[ia]) ia = v;
+            if (b[v] > b[ib]) ib = v;
+        }
+        for (int32_t v = 0; v < V; v++)
+            if (v != ia && (second < 0 || a[v] > a[second])) second = v;
+        if (a[ia] - a[second] > 2 * worst)
+            ck_assert_msg(ia == ib, "row %zu: argmax %d (one process) vs %d (split)", rr, ia, ib);
+    }
+    for (int r = 0; r < n; r++) {
+        pagoda_forward_free(&k[r].fw);
+        pagoda_runtime_close(k[r].rt);
+        pagoda_config_free(cfgs[r]);
+        free(g.slot[r]);
+    }
+    pthread_barrier_destroy(&g.bar);
+    pagoda_runtime_close(rt1);
+    pagoda_config_free(cfg1);
+    free(want);
+    free(got);
+}
+
+START_TEST(split_f32_2) { check_split("tiny-tp", "F32", "llama", 2, 1e-4); }
+END_TEST
+START_TEST(split_f32_3) { check_split("tiny-tp", "F32", "llama", 3, 1e-4); }
+END_TEST
+/* Q8_0: the backend rounds activations to int8 blocks per row; the column
+ * split keeps whole blocks, so only the sums' order differs */
+START_TEST(split_q8_3) { check_split("tiny-tp", "Q8_0", "llama", 3, 1e-3); }
+END_TEST
+START_TEST(split_qwen2_bias_2) { check_split("tiny-tp", "F32", "qwen2", 2, 1e-4); }
+END_TEST
+
+START_TEST(split_rules)
+{
+    ck_assert_int_eq(pagoda_tp_split_of("blk.3.attn_q.weight", 19), PAGODA_TP_ROWS);
+    ck_assert_int_eq(pagoda_tp_split_of("blk.3.attn_v.bias", 17), PAGODA_TP_ROWS);
+    ck_assert_int_eq(pagoda_tp_split_of("blk.10.ffn_up.weight", 20), PAGODA_TP_ROWS);
+    ck_assert_int_eq(pagoda_tp_split_of("blk.0.attn_output.weight", 24), PAGODA_TP_COLS);
+    ck_assert_int_eq(pagoda_tp_split_of("blk.0.ffn_down.weight", 21), PAGODA_TP_COLS);
+    ck_assert_int_eq(pagoda_tp_split_of("blk.0.attn_norm.weight", 22), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(pagoda_tp_split_of("token_embd.weight", 17), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(pagoda_tp_split_of("output.weight", 13), PAGODA_TP_REPLICATED);
+
+    /* tiny: 4 heads, 2 KV heads, FFN 128 */
+    char path[600], err[512] = "";
+    snprintf(path, sizeof path, "%s/tiny.gguf", g_dir);
+    gen(path, "tiny", "F32", "llama");
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_ptr_nonnull(m);
+    pagoda_tp_dims d = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads, .ffn = m->hp.ffn};
+    ck_assert_int_eq(pagoda_tp_check(m->gguf, &d, 2, err, sizeof err), PAGODA_OK);
+    ck_assert_int_eq(pagoda_tp_check(m->gguf, &d, 3, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(err, "tensor_parallel = 3 cannot split this model: its 4 attention heads, 2 KV "
+                          "heads and FFN of 128 must each divide by 3; values that work: 1, 2");
+    pagoda_model_free(m);
+    /* Q8_0 tiny: split 2 ways, attn_output's 64 columns become 32 a rank (one
+     * block); 4 ways would need 16 (half a block) */
+    snprintf(path, sizeof path, "%s/tiny-q8.gguf", g_dir);
+    gen(path, "tiny", "Q8_0", "llama");
+    m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(pagoda_tp_check(m->gguf, &d, 2, err, sizeof err), PAGODA_OK);
+    /* 4 ways: 2 KV heads do not divide; the heads rule speaks first */
+    ck_assert_int_eq(pagoda_tp_check(m->gguf, &d, 4, err, sizeof err), PAGODA_ERR_INVALID);
+    pagoda_tp_dims d2 = {.n_heads = 4, .n_kv_heads = 4, .ffn = 128};
+    ck_assert_int_eq(pagoda_tp_check(m->gguf, &d2, 4, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(err, "(Q8_0) would be cut into 16 input columns a rank, which is not a "
+                              "whole number of its 32-value quantization blocks; values that "
+                              "work: 1, 2"), "%s", err);
+    /* a rank's bytes: replicated whole, split / n */
+    uint64_t all = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) all += m->gguf->tensors[i].nbytes;
+    ck_assert_uint_eq(pagoda_tp_rank_weight_bytes(m->gguf, 1), all);
+    ck_assert_uint_lt(pagoda_tp_rank_weight_bytes(m->gguf, 2), all);
+    pagoda_model_free(m);
+}
+END_TEST
+
+static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(g_dir)); }
+static void teardown(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    (void)system(cmd);
+    strcpy(g_dir, "/tmp/pagoda_tp_XXXXXX");
+}
+
+int main(void)
+{
+    Suite *s = suite_create("tp");
+    TCase *tc = tcase_create("split");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, split_rules);
+    tcase_add_test(tc, split_f32_2);
+    tcase_add_test(tc, split_f32_3);
+    tcase_add_test(tc, split_q8_3);
+    tcase_add_test(tc, split_qwen2_bias_2);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
