@@ -56,6 +56,7 @@ typedef struct g_rule {
      * rule item{min} tail (rep_a: min) */
     int8_t rep_kind;
     int32_t rep_a, rep_b;
+    int32_t rep_n;        /* rep_kind 1: the chain's length (O_1 .. O_n) */
 } g_rule;
 
 typedef struct g_limits {
@@ -204,6 +205,7 @@ typedef struct g_state {
     bool accept;           /* the root has finished: the output may end */
     bool esc;              /* a truncated state's parse popped into G_WILD */
     int32_t trunc;         /* the truncated state of this one, -1 until made */
+    int32_t infl, infl_k;  /* g_dfa_inflate's state and bound, -1 until made */
     int32_t *next;         /* [256] -2 unknown, -1 dead, else a state; NULL until used */
     g_mask *mask;          /* cached token mask, NULL until computed */
     g_tmask *tmask;        /* a truncated state's tokens: certain ones and the
@@ -222,6 +224,7 @@ typedef struct g_dfa_limits {
     int64_t max_bytes;     /* transitions, nodes and masks together */
     int32_t trunc_depth;   /* frames kept by g_dfa_truncate; 0: no truncated masks */
     int32_t horizon;       /* the longest token in bytes: how far a mask looks ahead */
+    bool inflate;          /* share masks along counted repetition (g_dfa_inflate) */
 } g_dfa_limits;
 
 typedef struct g_dfa {
@@ -279,6 +282,18 @@ void g_dfa_drop_masks(g_dfa *d, bool all);
  * the top: the items of an array, the values of one schema in many places. */
 int32_t g_dfa_truncate(g_dfa *d, int32_t s);
 
+/* The state of s with its counted-repetition frames moved to the largest
+ * count the mask can tell apart ("k more items may come", k up to the
+ * horizon, becomes the chain's longest such count), or s itself when no
+ * frame moves; -3 on error. *k: the longest token (bytes) for which both
+ * states allow the same tokens and make the same escape roots: a token of
+ * L bytes starts at most L items, so frames with more than L items left
+ * read it alike. So a maxLength string's every remaining length takes its
+ * short tokens from one shared mask, and only tokens longer than *k are
+ * walked from the state itself (gram_mask.c). Frames whose bound would be
+ * below 2 are left where they are. Cached in the state. */
+int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k);
+
 /* ------------------------------------------------------------ token masks */
 
 typedef struct g_trie {
@@ -291,6 +306,9 @@ typedef struct g_trie {
     int32_t *tok_first;    /* [n_nodes + 1] tokens ending at i: tok_ids[tok_first[i] ..) */
     int32_t *tok_ids;
     int32_t max_depth;
+    uint16_t *maxlen;      /* [n_nodes] the longest token in i's subtree (bytes) */
+    int32_t *by_len;       /* the tokens that write text, longest first */
+    int32_t n_by_len;
     char **tok_bytes;      /* [n_vocab] copies, for advance() */
     uint32_t *tok_len;
 } g_trie;

@@ -19,6 +19,7 @@
  * Not for: the grammar's construction (gram_ir.c) or token masks
  * (gram_mask.c). Threads: one caller at a time (grammar.c locks).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,6 +361,7 @@ static int32_t state_intern(g_dfa *d, int32_t n, bool accept, bool esc)
     s->accept = accept;
     s->esc = esc;
     s->trunc = -1;
+    s->infl = -1;
     if (n) memcpy(d->state_nodes + d->n_state_nodes, ids, sizeof *ids * (size_t)n);
     d->n_state_nodes += n;
     d->state_hash[h] = d->n_states;
@@ -498,5 +500,129 @@ int32_t g_dfa_truncate(g_dfa *d, int32_t s)
     int32_t t = state_intern(d, w, d->states[s].accept, false);
     if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty truncated state") : t;
     d->states[s].trunc = t;
+    return t;
+}
+
+/* A frame's position moved up its counted repetition (see g_dfa_inflate):
+ * "b - 1 more optional items" (a frame after an item of O_b) becomes the
+ * chain's largest count within the horizon, "m more mandatory items" the
+ * largest m within it; *kf: the longest token that cannot tell the two
+ * apart (one that starts fewer items than are left never reaches the end
+ * of the count, so its bytes are read alike). pos itself when no move. */
+static int32_t inflate_pos(const g_grammar *g, int32_t pos, int32_t H, int32_t *kf)
+{
+    int32_t r = g->pos_rule ? g->pos_rule[pos] : -1;
+    if (r < 0 || H <= 0) return pos;
+    const g_rule *ru = &g->rules[r];
+    if (ru->rep_kind == 1 && ru->n_alts == 2 && pos == ru->alts[0] + 1 && ru->rep_n >= ru->rep_b) {
+        int32_t b = ru->rep_b, c = ru->rep_n < H + 2 ? ru->rep_n : H + 2;
+        if (c <= b) return pos;
+        const g_rule *to = &g->rules[ru->rep_a + c - 1];
+        if (to->n_alts != 2 || to->rep_b != c) return pos;
+        *kf = b - 2;
+        return to->alts[0] + 1;
+    }
+    if (ru->rep_kind == 2 && ru->n_alts == 1) {
+        int32_t i = pos - ru->alts[0], m = ru->rep_a - i;
+        if (i < 1 || i > ru->rep_a) return pos;
+        int32_t m2 = ru->rep_a - 1 < H + 1 ? ru->rep_a - 1 : H + 1;
+        if (m2 <= m) return pos;
+        *kf = m - 1;
+        return ru->alts[0] + (ru->rep_a - m2);
+    }
+    return pos;
+}
+
+/* frames whose bound is below this are not moved: they would leave almost
+ * every token to walk, for the price of one more shared mask */
+#define INFLATE_MIN 2
+
+int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
+{
+    if (d->states[s].infl >= 0) {
+        *k = d->states[s].infl_k;
+        return d->states[s].infl;
+    }
+    int32_t n = d->states[s].n, first = d->states[s].first, K = INT32_MAX;
+    if (!d->lim.inflate || n == 0) {
+        d->states[s].infl_k = 0;
+        *k = 0;
+        return d->states[s].infl = s;
+    }
+    int32_t *tops = malloc(sizeof *tops * (size_t)n), cap = 64, *chain = malloc(sizeof *chain * (size_t)cap);
+    if (!tops || !chain) {
+        free(tops);
+        free(chain);
+        return dfa_fail(d, "out of memory");
+    }
+    bool moved_any = false;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t depth = 0, id = d->state_nodes[first + i];
+        for (; id >= 0; id = d->nodes[id].parent) {
+            if (depth == cap) {
+                int32_t *nc = realloc(chain, sizeof *nc * (size_t)cap * 2);
+                if (!nc) {
+                    free(tops);
+                    free(chain);
+                    return dfa_fail(d, "out of memory");
+                }
+                chain = nc;
+                cap *= 2;
+            }
+            chain[depth++] = id;
+        }
+        /* id: the bottom's parent (-1, or G_WILD for a truncated stack) */
+        int32_t j_moved = -1;
+        for (int32_t j = 0; j < depth; j++) {
+            int32_t kf = -1, pos = d->nodes[chain[j]].pos;
+            if (inflate_pos(d->g, pos, d->lim.horizon, &kf) != pos && kf >= INFLATE_MIN) {
+                j_moved = j;
+                if (kf < K) K = kf;
+            }
+        }
+        if (j_moved < 0) {
+            tops[i] = chain[0];
+            continue;
+        }
+        moved_any = true;
+        /* the frames above the deepest move are made again over it */
+        int32_t parent = d->nodes[chain[j_moved]].parent;
+        for (int32_t j = j_moved; j >= 0; j--) {
+            int32_t kf = -1, pos = d->nodes[chain[j]].pos, np = inflate_pos(d->g, pos, d->lim.horizon, &kf);
+            parent = node_intern(d, np != pos && kf >= INFLATE_MIN ? np : pos, parent);
+            if (parent < 0) {
+                free(tops);
+                free(chain);
+                return -3;
+            }
+        }
+        tops[i] = parent;
+    }
+    free(chain);
+    if (!moved_any) {
+        free(tops);
+        d->states[s].infl_k = 0;
+        *k = 0;
+        return d->states[s].infl = s;
+    }
+    if (n > d->cap_out) {
+        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+        if (!no) {
+            free(tops);
+            return dfa_fail(d, "out of memory");
+        }
+        d->out = no;
+        d->cap_out = n;
+    }
+    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
+    free(tops);
+    int32_t t = state_intern(d, w, d->states[s].accept, d->states[s].esc);
+    if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty inflated state") : t;
+    d->states[s].infl = t;
+    d->states[s].infl_k = K;
+    *k = K;
     return t;
 }

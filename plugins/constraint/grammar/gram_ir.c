@@ -583,6 +583,12 @@ int32_t g_rule_repeat(g_grammar *g, int32_t item, int32_t min, int32_t max)
             }
             tail = o;
         }
+        /* the chain's length, for g_dfa_inflate: O_1 .. O_n made one after the other */
+        int32_t n = 0;
+        while (first >= 0 && first + n <= tail && g->rules[first + n].rep_kind == 1 &&
+               g->rules[first + n].rep_a == first && g->rules[first + n].rep_b == n + 1)
+            n++;
+        for (int32_t k = 0; k < n; k++) g->rules[first + k].rep_n = n;
     }
     int32_t r = g_rule_new(g, "%s{%d,%d}", g->rules[item].name, min, max);
     if (r >= 0 && min > 0) {

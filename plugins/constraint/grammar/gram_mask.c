@@ -15,6 +15,7 @@
  * Not for: the automaton (gram_dfa.c) or who may call this when
  * (grammar.c locks the automaton around it).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,14 @@ size_t g_mask_bytes(const g_mask *m) { return m ? sizeof *m + sizeof(uint32_t) *
 /* ------------------------------------------------------------ the trie */
 
 static const g_trie *g_sort_trie; /* qsort has no context pointer; set under build_mu */
+
+static int len_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const g_trie *t = g_sort_trie;
+    if (t->tok_len[x] != t->tok_len[y]) return t->tok_len[x] > t->tok_len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
 
 static int tok_cmp(const void *a, const void *b)
 {
@@ -60,6 +69,8 @@ void g_trie_free(g_trie *t)
     free(t->parent);
     free(t->tok_first);
     free(t->tok_ids);
+    free(t->maxlen);
+    free(t->by_len);
     free(t);
 }
 
@@ -90,9 +101,14 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
         order[n_text++] = i;
         total += l;
     }
+    t->by_len = malloc(sizeof *t->by_len * (size_t)(n_text + 1));
+    if (!t->by_len) goto fail;
+    memcpy(t->by_len, order, sizeof *order * (size_t)n_text);
+    t->n_by_len = n_text;
     pthread_mutex_lock(&build_mu);
     g_sort_trie = t;
     qsort(order, (size_t)n_text, sizeof *order, tok_cmp);
+    qsort(t->by_len, (size_t)n_text, sizeof *order, len_cmp);
     g_sort_trie = NULL;
     pthread_mutex_unlock(&build_mu);
     /* at most one node per byte of every token */
@@ -103,8 +119,10 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
     t->parent = malloc(sizeof *t->parent * (size_t)cap);
     t->tok_first = malloc(sizeof *t->tok_first * (size_t)(cap + 1));
     t->tok_ids = malloc(sizeof *t->tok_ids * (size_t)(n_text + 1));
+    t->maxlen = malloc(sizeof *t->maxlen * (size_t)cap);
     path = malloc(sizeof *path * 65537);
-    if (!t->byte || !t->depth || !t->skip || !t->parent || !t->tok_first || !t->tok_ids || !path)
+    if (!t->byte || !t->depth || !t->skip || !t->parent || !t->tok_first || !t->tok_ids || !t->maxlen ||
+        !path)
         goto fail;
     /* preorder: sorted tokens share their common prefix with the previous
      * one; the nodes past it are popped (their subtree ends here) and the
@@ -136,6 +154,11 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
      * next node's first (tokens attach to the newest node, in order) */
     t->tok_first[n] = n_ids;
     t->n_nodes = n;
+    /* a subtree's deepest node is its longest token: children come after
+     * their parent in preorder, so one backward pass carries it up */
+    for (int32_t i = 0; i < n; i++) t->maxlen[i] = t->depth[i];
+    for (int32_t i = n - 1; i >= 0; i--)
+        if (t->parent[i] >= 0 && t->maxlen[t->parent[i]] < t->maxlen[i]) t->maxlen[t->parent[i]] = t->maxlen[i];
     free(order);
     free(path);
     return t;
@@ -178,13 +201,25 @@ typedef struct roots {
     bool oom;
 } roots;
 
+static void roots_push(roots *rs, int32_t i)
+{
+    if (rs->n == rs->cap) {
+        int32_t nc = rs->cap ? rs->cap * 2 : 64;
+        int32_t *nr = realloc(rs->r, sizeof *nr * (size_t)nc);
+        if (!nr) rs->oom = true;
+        else { rs->r = nr; rs->cap = nc; }
+    }
+    if (rs->n < rs->cap) rs->r[rs->n++] = i;
+}
+
 /* The walk over trie nodes [begin, end) whose parent (at depth base) is in
  * state s0: out gets every token whose bytes the automaton reads without
  * dying. With esc_roots, a node reached in a state that only escaped is
- * recorded there and its subtree skipped (truncated states). 0, or -1 with
- * d->err. */
+ * recorded there and its subtree skipped (truncated states). Subtrees whose
+ * tokens are all at most prune bytes long are skipped (another mask decides
+ * them). 0, or -1 with d->err. */
 static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t end, int32_t base,
-                uint32_t *out, int32_t *n_allowed, roots *esc_roots)
+                uint32_t *out, int32_t *n_allowed, roots *esc_roots, int32_t prune)
 {
     int32_t st_small[256], *st = st_small;
     if (t->max_depth + 1 > 256) {
@@ -196,7 +231,12 @@ static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t en
     const uint8_t *byte = t->byte;
     const uint16_t *depth = t->depth;
     const int32_t *skip = t->skip, *tf = t->tok_first, *ids = t->tok_ids;
+    const uint16_t *maxlen = t->maxlen;
     for (int32_t i = begin; i < end;) {
+        if (prune && maxlen[i] <= prune) {
+            i = skip[i];
+            continue;
+        }
         int32_t dep = depth[i];
         int32_t ns = g_dfa_step(d, st[dep - 1], byte[i]);
         if (ns < 0) {
@@ -210,13 +250,7 @@ static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t en
         if (esc_roots) {
             const g_state *q = &d->states[ns];
             if (q->n == 0 && !q->accept) { /* escaped and nothing else: undecided here */
-                if (esc_roots->n == esc_roots->cap) {
-                    int32_t nc = esc_roots->cap ? esc_roots->cap * 2 : 64;
-                    int32_t *nr = realloc(esc_roots->r, sizeof *nr * (size_t)nc);
-                    if (!nr) esc_roots->oom = true;
-                    else { esc_roots->r = nr; esc_roots->cap = nc; }
-                }
-                if (esc_roots->n < esc_roots->cap) esc_roots->r[esc_roots->n++] = i;
+                roots_push(esc_roots, i);
                 i = skip[i];
                 continue;
             }
@@ -235,7 +269,7 @@ int g_mask_fill_uncached(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out)
 {
     int32_t n = 0;
     memset(out, 0, sizeof *out * (size_t)((t->n_vocab + 31) / 32));
-    return walk(d, t, s, 0, t->n_nodes, 0, out, &n, NULL);
+    return walk(d, t, s, 0, t->n_nodes, 0, out, &n, NULL, 0);
 }
 
 static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
@@ -294,20 +328,54 @@ static void room_for(g_dfa *d, int64_t b)
     if (d->mask_bytes + b > d->lim.max_bytes / 2) g_dfa_drop_masks(d, false);
 }
 
+static g_tmask *tmask_of(g_dfa *d, const g_trie *t, int32_t T, uint32_t *scratch);
+
+/* The tokens state X reads (into out, every word written; with rs, the
+ * escape roots too, as tmask_of wants them). When X has an inflated state
+ * (g_dfa_inflate), the tokens of at most K bytes are that state's (its
+ * cached mask or tmask, shared along the whole count) and only subtrees
+ * holding longer tokens are walked from X; else one walk of the trie. */
+static int tokens_of(g_dfa *d, const g_trie *t, int32_t X, uint32_t *out, roots *rs)
+{
+    int32_t words = (t->n_vocab + 31) / 32, K = 0, n_allowed = 0;
+    int32_t Xi = g_dfa_inflate(d, X, &K);
+    if (Xi < 0) return -1;
+    if (Xi == X) {
+        memset(out, 0, sizeof *out * (size_t)words);
+        return walk(d, t, X, 0, t->n_nodes, 0, out, &n_allowed, rs, 0);
+    }
+    if (rs) {
+        g_tmask *tm = tmask_of(d, t, Xi, out);
+        if (!tm) return -1;
+        /* copied before the walk below, which may drop cached masks */
+        expand(tm->certain, t->n_vocab, out);
+        for (int32_t k = 0; k < tm->n_roots; k++)
+            if (t->maxlen[tm->roots[k]] <= K) roots_push(rs, tm->roots[k]);
+        if (rs->oom) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return -1;
+        }
+    } else {
+        bool hit;
+        if (g_mask_fill(d, t, Xi, out, &hit) < 0) return -1;
+    }
+    for (int32_t k = 0; k < t->n_by_len && (int32_t)t->tok_len[t->by_len[k]] > K; k++)
+        out[t->by_len[k] >> 5] &= ~(1u << (t->by_len[k] & 31));
+    return walk(d, t, X, 0, t->n_nodes, 0, out, &n_allowed, rs, K);
+}
+
 /* The truncated state T's certain tokens and escape roots, cached in T. */
 static g_tmask *tmask_of(g_dfa *d, const g_trie *t, int32_t T, uint32_t *scratch)
 {
     if (d->states[T].tmask) return d->states[T].tmask;
-    memset(scratch, 0, sizeof *scratch * (size_t)((t->n_vocab + 31) / 32));
     roots rs = {0};
-    int32_t n_allowed = 0;
-    if (walk(d, t, T, 0, t->n_nodes, 0, scratch, &n_allowed, &rs) < 0 || rs.oom) {
+    if (tokens_of(d, t, T, scratch, &rs) < 0 || rs.oom) {
         if (rs.oom) snprintf(d->err, sizeof d->err, "out of memory");
         free(rs.r);
         return NULL;
     }
     g_tmask *tm = malloc(sizeof *tm + sizeof(int32_t) * (size_t)rs.n);
-    g_mask *cm = compress(scratch, t->n_vocab, n_allowed);
+    g_mask *cm = compress(scratch, t->n_vocab, popcount_all(scratch, t->n_vocab));
     if (!tm || !cm) {
         free(tm);
         free(cm);
@@ -351,12 +419,9 @@ int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit)
     *hit = false;
     int32_t T = g_dfa_truncate(d, s);
     if (T < 0) return -1;
-    int32_t words = (t->n_vocab + 31) / 32;
-    int32_t n_allowed = 0;
     if (T == s) {
-        /* nothing was cut: one walk of the whole trie */
-        memset(out, 0, sizeof *out * (size_t)words);
-        if (walk(d, t, s, 0, t->n_nodes, 0, out, &n_allowed, NULL) < 0) return -1;
+        /* nothing was cut: the state's own tokens */
+        if (tokens_of(d, t, s, out, NULL) < 0) return -1;
     } else {
         /* the truncated state's certain tokens (shared), then the subtrees
          * only this state's full stacks decide */
@@ -366,16 +431,24 @@ int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit)
         d->states[T].used = d->clock;
         d->trunc_hits += shared;
         expand(tm->certain, t->n_vocab, out);
-        for (int32_t k = 0; k < tm->n_roots; k++) {
-            int32_t i = tm->roots[k];
-            int32_t a = state_above(d, t, s, i);
-            if (a == -3) return -1;
-            if (a < 0) continue;
-            if (walk(d, t, a, i, t->skip[i], t->depth[i] - 1, out, &n_allowed, NULL) < 0) return -1;
+        /* the roots are copied: a walk may drop cached masks (tm with them) */
+        int32_t n_roots = tm->n_roots, small[64], *rts = small;
+        if (n_roots > 64 && !(rts = malloc(sizeof *rts * (size_t)n_roots))) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return -1;
         }
-        n_allowed = popcount_all(out, t->n_vocab);
+        memcpy(rts, tm->roots, sizeof *rts * (size_t)n_roots);
+        int st = 0;
+        for (int32_t k = 0; k < n_roots && !st; k++) {
+            int32_t i = rts[k], n_allowed = 0;
+            int32_t a = state_above(d, t, s, i);
+            if (a == -3) st = -1;
+            else if (a >= 0) st = walk(d, t, a, i, t->skip[i], t->depth[i] - 1, out, &n_allowed, NULL, 0);
+        }
+        if (rts != small) free(rts);
+        if (st < 0) return -1;
     }
-    g_mask *m = compress(out, t->n_vocab, n_allowed);
+    g_mask *m = compress(out, t->n_vocab, popcount_all(out, t->n_vocab));
     if (!m) return 0; /* served uncached */
     int64_t b = (int64_t)g_mask_bytes(m);
     room_for(d, b);
