@@ -206,7 +206,9 @@ typedef struct g_state {
     bool esc;              /* a truncated state's parse popped into G_WILD */
     int32_t trunc;         /* the truncated state of this one, -1 until made */
     int32_t infl, infl_k;  /* g_dfa_inflate's state and bound, -1 until made */
-    int32_t *next;         /* [256] -2 unknown, -1 dead, else a state; NULL until used */
+    int32_t *next;         /* [classes] -2 unknown, -1 dead, else a state; NULL until used */
+    uint8_t *cls;          /* [256] each byte's class (inside next's block): bytes every top
+                              reads alike share one transition */
     g_mask *mask;          /* cached token mask, NULL until computed */
     g_tmask *tmask;        /* a truncated state's tokens: certain ones and the
                               subtrees the full state must decide */
@@ -266,8 +268,11 @@ int32_t g_dfa_start(g_dfa *d);
 int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b);
 static inline int32_t g_dfa_step(g_dfa *d, int32_t s, uint8_t b)
 {
-    const int32_t *nx = d->states[s].next;
-    if (nx && nx[b] != -2) return nx[b];
+    const g_state *st = &d->states[s];
+    if (st->next) {
+        int32_t v = st->next[st->cls[b]];
+        if (v != -2) return v;
+    }
     return g_dfa_step_slow(d, s, b);
 }
 /* Drops cached masks to make room: the least recently used three quarters

@@ -384,20 +384,53 @@ int32_t g_dfa_start(g_dfa *d)
     return s;
 }
 
+/* The byte classes of state s: two bytes are in one class when every top
+ * of s reads both or neither, so their transitions are the same closure.
+ * Found by splitting the bytes on each distinct byte set of the tops. The
+ * table (next per class, then cls[256]) is allocated here. 0 or -3. */
+static int make_classes(g_dfa *d, int32_t s)
+{
+    const g_grammar *g = d->g;
+    int32_t n = d->states[s].n, first = d->states[s].first;
+    int32_t small[64], *sets = n > 64 ? malloc(sizeof *sets * (size_t)n) : small;
+    if (!sets) return dfa_fail(d, "out of memory");
+    for (int32_t i = 0; i < n; i++) sets[i] = g->elems[d->nodes[d->state_nodes[first + i]].pos].arg;
+    qsort(sets, (size_t)n, sizeof *sets, int_cmp);
+    uint8_t cls[256] = {0};
+    int32_t nc = 1;
+    for (int32_t i = 0; i < n && nc < 256; i++) {
+        if (i && sets[i] == sets[i - 1]) continue;
+        const uint8_t *set = g->sets[sets[i]];
+        int16_t map[512];
+        for (int32_t k = 0; k < 2 * nc; k++) map[k] = -1;
+        int32_t nn = 0;
+        for (int b = 0; b < 256; b++) {
+            int key = cls[b] * 2 + (set[b >> 3] >> (b & 7) & 1);
+            if (map[key] < 0) map[key] = (int16_t)nn++;
+            cls[b] = (uint8_t)map[key];
+        }
+        nc = nn;
+    }
+    if (sets != small) free(sets);
+    size_t sz = sizeof(int32_t) * (size_t)nc + 256;
+    int32_t *nx = malloc(sz);
+    if (!nx) return dfa_fail(d, "out of memory");
+    for (int32_t k = 0; k < nc; k++) nx[k] = -2;
+    memcpy(nx + nc, cls, 256);
+    d->states[s].next = nx;
+    d->states[s].cls = (uint8_t *)(nx + nc);
+    d->bytes += (int64_t)sz;
+    if (over(d)) {
+        snprintf(d->err, sizeof d->err, "the spec's automaton grew past %lld MiB "
+                 "(constraint.grammar max_automaton_bytes)", (long long)(d->lim.max_bytes >> 20));
+        return -3;
+    }
+    return 0;
+}
+
 int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b)
 {
-    if (!d->states[s].next) {
-        int32_t *nx = malloc(sizeof *nx * 256);
-        if (!nx) return dfa_fail(d, "out of memory");
-        for (int i = 0; i < 256; i++) nx[i] = -2;
-        d->states[s].next = nx;
-        d->bytes += (int64_t)(sizeof *nx * 256);
-        if (over(d)) {
-            snprintf(d->err, sizeof d->err, "the spec's automaton grew past %lld MiB "
-                     "(constraint.grammar max_automaton_bytes)", (long long)(d->lim.max_bytes >> 20));
-            return -3;
-        }
-    }
+    if (!d->states[s].next && make_classes(d, s) < 0) return -3;
     const g_grammar *g = d->g;
     int32_t n_work = 0;
     int32_t first = d->states[s].first, n = d->states[s].n;
@@ -417,7 +450,8 @@ int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b)
         next = state_intern(d, n_out, accept, esc || was_esc);
         if (next == -3) return -3;
     }
-    d->states[s].next[b] = next; /* states may have moved: index again */
+    /* states may have moved: index again */
+    d->states[s].next[d->states[s].cls[b]] = next;
     return next;
 }
 
