@@ -301,6 +301,8 @@ int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k);
 
 /* ------------------------------------------------------------ token masks */
 
+#define G_SHORT_MAX 32
+
 typedef struct g_trie {
     int32_t n_vocab;
     int32_t n_nodes;
@@ -314,6 +316,7 @@ typedef struct g_trie {
     uint16_t *maxlen;      /* [n_nodes] the longest token in i's subtree (bytes) */
     int32_t *by_len;       /* the tokens that write text, longest first */
     int32_t n_by_len;
+    uint32_t *short_bits;  /* [G_SHORT_MAX][words] the tokens of at most K bytes, as masks */
     char **tok_bytes;      /* [n_vocab] copies, for advance() */
     uint32_t *tok_len;
 } g_trie;

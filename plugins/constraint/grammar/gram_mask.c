@@ -71,6 +71,7 @@ void g_trie_free(g_trie *t)
     free(t->tok_ids);
     free(t->maxlen);
     free(t->by_len);
+    free(t->short_bits);
     free(t);
 }
 
@@ -150,6 +151,13 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
         prev_len = l;
     }
     while (sp > 0) t->skip[path[--sp]] = n;
+    /* short_bits[K - 1]: the tokens of at most K bytes, K = 1 .. G_SHORT_MAX */
+    int32_t words = (n_vocab + 31) / 32;
+    t->short_bits = calloc((size_t)G_SHORT_MAX * (size_t)words, sizeof *t->short_bits);
+    if (!t->short_bits) goto fail;
+    for (int32_t i = 0; i < n_vocab; i++)
+        for (uint32_t k = t->tok_len[i] ? t->tok_len[i] : G_SHORT_MAX + 1; k <= G_SHORT_MAX; k++)
+            t->short_bits[(size_t)(k - 1) * (size_t)words + (size_t)(i >> 5)] |= 1u << (i & 31);
     /* tok_first[i] was set when node i was made; a node's tokens run to the
      * next node's first (tokens attach to the newest node, in order) */
     t->tok_first[n] = n_ids;
@@ -290,7 +298,14 @@ static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
 static int32_t popcount_all(const uint32_t *bits, int32_t n_vocab)
 {
     int32_t n = 0;
-    for (int32_t w = 0; w < (n_vocab + 31) / 32; w++) n += __builtin_popcount(bits[w]);
+    /* SWAR: this build has no popcnt instruction, and libgcc's table
+     * routine cost more than the walk on 262k-token masks */
+    for (int32_t w = 0; w < (n_vocab + 31) / 32; w++) {
+        uint32_t x = bits[w];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        n += (int32_t)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+    }
     return n;
 }
 
@@ -359,8 +374,13 @@ static int tokens_of(g_dfa *d, const g_trie *t, int32_t X, uint32_t *out, roots 
         bool hit;
         if (g_mask_fill(d, t, Xi, out, &hit) < 0) return -1;
     }
-    for (int32_t k = 0; k < t->n_by_len && (int32_t)t->tok_len[t->by_len[k]] > K; k++)
-        out[t->by_len[k] >> 5] &= ~(1u << (t->by_len[k] & 31));
+    if (K <= G_SHORT_MAX) {
+        const uint32_t *sb = t->short_bits + (size_t)(K - 1) * (size_t)words;
+        for (int32_t w = 0; w < words; w++) out[w] &= sb[w];
+    } else {
+        for (int32_t k = 0; k < t->n_by_len && (int32_t)t->tok_len[t->by_len[k]] > K; k++)
+            out[t->by_len[k] >> 5] &= ~(1u << (t->by_len[k] & 31));
+    }
     return walk(d, t, X, 0, t->n_nodes, 0, out, &n_allowed, rs, K);
 }
 
