@@ -7,8 +7,12 @@
  * root has finished; states are interned too. The transition of a state on
  * a byte is computed once (advance every top whose set holds the byte,
  * then close: pop finished rules, push the alternatives of rules met) and
- * kept in the state's table of 256, so following a token's bytes, and
- * walking the whole vocabulary's trie for a mask, is mostly table lookups.
+ * kept in the state's table, one entry per byte class (bytes every top
+ * reads alike), so following a token's bytes, and walking the whole
+ * vocabulary's trie for a mask, is mostly table lookups.
+ *
+ * Also here: the two maps of a state onto one whose mask it shares
+ * (g_dfa_truncate, g_dfa_inflate; gram.h says when each is exact).
  *
  * A rule reference that ends its alternative returns where its caller
  * would have (a tail call), so repetition (x*, right recursion) does not

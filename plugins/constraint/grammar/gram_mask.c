@@ -12,6 +12,13 @@
  * string, nearly everything is allowed). Filling a request's mask from
  * the cache is then a copy or a short loop.
  *
+ * Two kinds of sharing keep misses from walking the whole trie: a state's
+ * stacks cut to their top frames (g_dfa_truncate: the certain tokens and
+ * the escape roots only the full state decides), and counted repetition
+ * moved to its largest count (g_dfa_inflate: the tokens of at most K bytes
+ * come from that state's mask, and only subtrees that hold a longer token
+ * are walked, each trie node knowing its subtree's longest token).
+ *
  * Not for: the automaton (gram_dfa.c) or who may call this when
  * (grammar.c locks the automaton around it).
  */
