@@ -194,6 +194,7 @@ int32_t g_json_number_range(g_json *j, const g_bounds *b, const char *path);
 
 typedef struct g_mask g_mask;
 typedef struct g_tmask g_tmask;
+typedef struct g_need g_need;
 
 /* A stack whose bottom was cut (g_dfa_truncate) rests on G_WILD: popping
  * into it means "some continuation the cut frames decide". */
@@ -206,6 +207,10 @@ typedef struct g_state {
     bool esc;              /* a truncated state's parse popped into G_WILD */
     int32_t trunc;         /* the truncated state of this one, -1 until made */
     int32_t infl, infl_k;  /* g_dfa_inflate's state and bound, -1 until made */
+    int32_t infl_pos;      /* when one optional count moved: the frame position it moved
+                              to (-1 otherwise), and the items it had left (infl_r) */
+    int32_t infl_r;
+    g_need *need;          /* an inflated state's tokens' counts (gram_mask.c), or NULL */
     int32_t *next;         /* [classes] -2 unknown, -1 dead, else a state; NULL until used */
     uint8_t *cls;          /* [256] each byte's class (inside next's block): bytes every top
                               reads alike share one transition */
@@ -299,6 +304,15 @@ int32_t g_dfa_truncate(g_dfa *d, int32_t s);
  * below 2 are left where they are. Cached in the state. */
 int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k);
 
+/* State s's parses in two states: *in, those inside the counted chain
+ * whose frames sit at position target (an O_c frame of g_dfa_inflate) over
+ * one of parents, with *started: the items they started since O_c; *ex,
+ * the others (which left the chain, or never were in it), with s's accept
+ * and escape flags. -1 for an empty side. Returns 0; -1 when the parses
+ * inside are at more than one count; -3 on error. */
+int g_dfa_split(g_dfa *d, int32_t s, int32_t target, const int32_t *parents, int32_t n_parents, int32_t *in,
+                int32_t *ex, int32_t *started);
+
 /* ------------------------------------------------------------ token masks */
 
 #define G_SHORT_MAX 32
@@ -336,5 +350,7 @@ void g_mask_free(g_mask *m);
 size_t g_mask_bytes(const g_mask *m);
 void g_tmask_free(g_tmask *m);
 size_t g_tmask_bytes(const g_tmask *m);
+void g_need_free(g_need *m);
+size_t g_need_bytes(const g_need *m);
 
 #endif /* PAGODA_GRAM_H */

@@ -72,6 +72,7 @@ void g_dfa_free(g_dfa *d)
         free(d->states[i].next);
         g_mask_free(d->states[i].mask);
         g_tmask_free(d->states[i].tmask);
+        g_need_free(d->states[i].need);
     }
     free(d->states);
     free(d->state_hash);
@@ -101,7 +102,7 @@ void g_dfa_drop_masks(g_dfa *d, bool all)
         uint32_t *st = malloc(sizeof *st * (size_t)(d->n_states + 1));
         if (st) {
             for (int32_t i = 0; i < d->n_states; i++)
-                if (d->states[i].mask || d->states[i].tmask) st[n++] = d->states[i].used;
+                if (d->states[i].mask || d->states[i].tmask || d->states[i].need) st[n++] = d->states[i].used;
             if (n) {
                 qsort(st, (size_t)n, sizeof *st, u32_cmp);
                 keep_from = st[n - 1 - n / 4];
@@ -113,11 +114,13 @@ void g_dfa_drop_masks(g_dfa *d, bool all)
     for (int32_t i = 0; i < d->n_states; i++) {
         g_state *s = &d->states[i];
         if (!all && s->used >= keep_from) continue;
-        size_t b = g_mask_bytes(s->mask) + g_tmask_bytes(s->tmask);
+        size_t b = g_mask_bytes(s->mask) + g_tmask_bytes(s->tmask) + g_need_bytes(s->need);
         g_mask_free(s->mask);
         g_tmask_free(s->tmask);
+        g_need_free(s->need);
         s->mask = NULL;
         s->tmask = NULL;
+        s->need = NULL;
         d->bytes -= (int64_t)b;
         d->mask_bytes -= (int64_t)b;
     }
@@ -366,6 +369,7 @@ static int32_t state_intern(g_dfa *d, int32_t n, bool accept, bool esc)
     s->esc = esc;
     s->trunc = -1;
     s->infl = -1;
+    s->infl_pos = -1;
     if (n) memcpy(d->state_nodes + d->n_state_nodes, ids, sizeof *ids * (size_t)n);
     d->n_state_nodes += n;
     d->state_hash[h] = d->n_states;
@@ -593,7 +597,8 @@ int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
         free(chain);
         return dfa_fail(d, "out of memory");
     }
-    bool moved_any = false;
+    bool moved_any = false, one_count = true;
+    int32_t from_pos = -1;
     for (int32_t i = 0; i < n; i++) {
         int32_t depth = 0, id = d->state_nodes[first + i];
         for (; id >= 0; id = d->nodes[id].parent) {
@@ -613,9 +618,15 @@ int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
         int32_t j_moved = -1;
         for (int32_t j = 0; j < depth; j++) {
             int32_t kf = -1, pos = d->nodes[chain[j]].pos;
-            if (inflate_pos(d->g, pos, d->lim.horizon, &kf) != pos && kf >= INFLATE_MIN) {
+            int32_t np = inflate_pos(d->g, pos, d->lim.horizon, &kf);
+            if (np != pos && kf >= INFLATE_MIN) {
                 j_moved = j;
                 if (kf < K) K = kf;
+                /* one optional count moved everywhere: the state can be its
+                 * inflated state's tokens filtered by count (gram_mask.c) */
+                const g_rule *ru = &d->g->rules[d->g->pos_rule[pos]];
+                if (ru->rep_kind != 1 || (from_pos >= 0 && from_pos != pos)) one_count = false;
+                from_pos = pos;
             }
         }
         if (j_moved < 0) {
@@ -661,6 +672,82 @@ int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
     if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty inflated state") : t;
     d->states[s].infl = t;
     d->states[s].infl_k = K;
+    if (one_count) {
+        const g_rule *ru = &d->g->rules[d->g->pos_rule[from_pos]];
+        int32_t kf;
+        d->states[s].infl_pos = inflate_pos(d->g, from_pos, d->lim.horizon, &kf);
+        d->states[s].infl_r = ru->rep_b - 1;
+    }
     *k = K;
     return t;
+}
+
+/* Is node x a frame of the counted chain whose frames sit at target (an
+ * O_c position) over one of parents? Its items started since: c - m. */
+static bool chain_frame(const g_dfa *d, int32_t x, int32_t target, const int32_t *parents, int32_t n_parents,
+                        int32_t *started)
+{
+    const g_grammar *g = d->g;
+    int32_t pos = d->nodes[x].pos, r = g->pos_rule[pos], rt = g->pos_rule[target];
+    const g_rule *ru = &g->rules[r], *to = &g->rules[rt];
+    if (ru->rep_kind != 1 || ru->rep_a != to->rep_a || pos != ru->alts[0] + 1) return false;
+    for (int32_t k = 0; k < n_parents; k++)
+        if (d->nodes[x].parent == parents[k]) {
+            *started = to->rep_b - ru->rep_b;
+            return true;
+        }
+    return false;
+}
+
+int g_dfa_split(g_dfa *d, int32_t s, int32_t target, const int32_t *parents, int32_t n_parents, int32_t *in,
+                int32_t *ex, int32_t *started)
+{
+    int32_t n = d->states[s].n, first = d->states[s].first, n_in = 0, cnt = -1;
+    bool accept = d->states[s].accept, esc = d->states[s].esc;
+    int32_t small[64], *side = n > 64 ? malloc(sizeof *side * (size_t)n) : small;
+    if (!side) return dfa_fail(d, "out of memory");
+    for (int32_t i = 0; i < n; i++) {
+        int32_t st = -1;
+        side[i] = 0;
+        for (int32_t x = d->state_nodes[first + i]; x >= 0; x = d->nodes[x].parent)
+            if (chain_frame(d, x, target, parents, n_parents, &st)) {
+                side[i] = 1;
+                break;
+            }
+        if (!side[i]) continue;
+        if (cnt >= 0 && st != cnt) { /* parses in the count at two counts: not one number */
+            if (side != small) free(side);
+            return -1;
+        }
+        cnt = st;
+        n_in++;
+    }
+    if (n > d->cap_out) {
+        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+        if (!no) {
+            if (side != small) free(side);
+            return dfa_fail(d, "out of memory");
+        }
+        d->out = no;
+        d->cap_out = n;
+    }
+    /* the tops stay sorted: each side is a subsequence */
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (side[i]) d->out[w++] = d->state_nodes[d->states[s].first + i];
+    int32_t a = state_intern(d, w, false, false);
+    if (a == -3) {
+        if (side != small) free(side);
+        return -3;
+    }
+    w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!side[i]) d->out[w++] = d->state_nodes[d->states[s].first + i];
+    if (side != small) free(side);
+    int32_t b = state_intern(d, w, accept, esc);
+    if (b == -3) return -3;
+    *in = a;
+    *ex = b;
+    *started = cnt < 0 ? 0 : cnt;
+    return 0;
 }
