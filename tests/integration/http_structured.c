@@ -4,7 +4,7 @@
  * JSON: the token mask alone makes its outputs valid). Checks, on both
  * endpoints: response_format json_schema / json_object, grammar, regex,
  * choice and vLLM's guided_* names; n > 1; streaming; tools with
- * tool_choice "required" and a named function (tool_calls, finish_reason
+ * tool_choice "required", a named function and "auto" (tool_calls, finish_reason
  * "tool_calls", streamed deltas, the call sent back with a "tool" message);
  * bad input (malformed schema, recursion without a base case, a grammar
  * accepting nothing, a catastrophic regex, a 1 MiB schema, tools with a bad
@@ -256,6 +256,27 @@ static void test_tools(void)
             CHECK(!strcmp(fr, "tool_calls"), "stream finish %s", fr);
             json_decref(last);
         }
+        resp_free(&r);
+    }
+    /* "auto": constrained too (free text until a <tool_call> block opens,
+     * then a call): whatever stories260K writes, every call read back is a
+     * valid call of add, and the finish reason says whether it called */
+    for (int k = 0; k < 4; k++) {
+        json_t *b = json_pack("{s:[{s:s,s:s}],s:i,s:f,s:i,s:O,s:s}", "messages", "role", "user", "content",
+                              "add 2 and 3", "max_tokens", 40, "temperature", 1.0, "seed", 70 + k, "tools", tools,
+                              "tool_choice", "auto");
+        resp r;
+        post_j("/v1/chat/completions", b, &r);
+        CHECK(r.status == 200, "auto: %ld %s", r.status, r.body.p);
+        json_t *msg = json_object_get(choice0(&r), "message");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        size_t i;
+        json_t *call;
+        json_array_foreach(calls, i, call) check_call(call, "auto call");
+        const char *fr = finish(&r);
+        CHECK(!strcmp(fr, json_array_size(calls) ? "tool_calls" : "stop") || !strcmp(fr, "length"),
+              "auto: finish %s: %s", fr, r.body.p);
+        CHECK(json_array_size(calls) || json_is_string(json_object_get(msg, "content")), "auto: %s", r.body.p);
         resp_free(&r);
     }
     json_decref(tools);

@@ -147,6 +147,22 @@ def main():
     for d in calls.values():
         check(d["name"] == "get_weather" and "city" in json.loads(d["arguments"]), f"streamed call {d}")
 
+    # "auto": free text until a <tool_call> block opens, then a call held to
+    # the function's parameters; whatever the model chooses, each call read
+    # back is a valid get_weather call and the finish reason agrees
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, temperature=1.0, seed=seed, max_tokens=tmax,
+                                           messages=[{"role": "user", "content": "Call get_weather for Paris."}],
+                                           tools=[WEATHER], tool_choice="auto")
+        m = r.choices[0].message
+        for call in m.tool_calls or []:
+            args = json.loads(call.function.arguments)
+            check(call.function.name == "get_weather" and set(args) <= {"city", "unit"} and "city" in args,
+                  f"auto call {call}")
+        check(r.choices[0].finish_reason in (("tool_calls",) if m.tool_calls else ("stop",)) + ("length",),
+              f"auto finish {r.choices[0].finish_reason} with {len(m.tool_calls or [])} calls")
+        check(m.tool_calls or m.content is not None, f"auto: neither text nor calls: {m}")
+
     # errors: a bad parameters schema, a keyword strict mode refuses
     bad_tool = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}}}

@@ -14,6 +14,7 @@
  *   - bad specs: malformed, unproductive recursion, a grammar accepting
  *     nothing, left recursion, catastrophic regexes (fast, correct),
  *     oversized ones (refused by the limits, in bounded time). */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,6 +509,110 @@ START_TEST(test_json_object)
 }
 END_TEST
 
+/* tool_choice "auto" (the grammar plugins/frontend/http/structured.c
+ * writes; test_http_tools checks it writes this): free text, in which
+ * "<tool_call>" can only open a call, each call held to its function */
+static const char AUTO_TOOLS[] =
+    "root ::= t0 (call t0){0,8}\n"
+    "t0 ::= \"\" | [^<] t0 | \"<\" t1\n"
+    "t1 ::= \"\" | \"t\" t2 | \"<\" t1 | [^t<] t0\n"
+    "t2 ::= \"\" | \"o\" t3 | \"<\" t1 | [^o<] t0\n"
+    "t3 ::= \"\" | \"o\" t4 | \"<\" t1 | [^o<] t0\n"
+    "t4 ::= \"\" | \"l\" t5 | \"<\" t1 | [^l<] t0\n"
+    "t5 ::= \"\" | \"_\" t6 | \"<\" t1 | [^_<] t0\n"
+    "t6 ::= \"\" | \"c\" t7 | \"<\" t1 | [^c<] t0\n"
+    "t7 ::= \"\" | \"a\" t8 | \"<\" t1 | [^a<] t0\n"
+    "t8 ::= \"\" | \"l\" t9 | \"<\" t1 | [^l<] t0\n"
+    "t9 ::= \"\" | \"l\" t10 | \"<\" t1 | [^l<] t0\n"
+    "t10 ::= \"\" | \"<\" t1 | [^><] t0\n"
+    "call ::= \"<tool_call>\\n\" (fn0 | fn1) \"\\n</tool_call>\"\n"
+    "fn0 ::= \"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": \" %json {\"type\":\"object\",\"properties\":"
+    "{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"],\"additionalProperties\":false} \"}\"\n"
+    "fn1 ::= \"{\\\"name\\\": \\\"g\\\", \\\"arguments\\\": \" %json {\"type\":\"object\",\"properties\":"
+    "{\"s\":{\"type\":\"string\",\"maxLength\":3}},\"additionalProperties\":false} \"}\"\n";
+
+/* well-formed UTF-8 (no overlong forms, surrogates or cut characters):
+ * text is code points, as [^<] is */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        uint32_t cp = k == 1 ? c : c & (0x7F >> k);
+        for (size_t j = 1; j < k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* the output of AUTO_TOOLS: text without the tag, calls of f or g with
+ * valid arguments, at most 8 */
+static bool auto_ok(const char *text, size_t n, void *user)
+{
+    int *called = user, calls = 0; /* *called: outputs judged good that hold a call */
+    static const char open[] = "<tool_call>\n", close[] = "\n</tool_call>";
+    size_t pos = 0;
+    if (!utf8_ok((const unsigned char *)text, n)) return false;
+    for (;;) {
+        const char *at = memmem(text + pos, n - pos, "<tool_call>", 11);
+        if (!at) {
+            *called += calls > 0;
+            return true;
+        }
+        size_t p = (size_t)(at - text);
+        if (n - p < sizeof open - 1 || memcmp(text + p, open, sizeof open - 1)) return false;
+        p += sizeof open - 1;
+        json_error_t je;
+        json_t *v = json_loadb(text + p, n - p, JSON_DISABLE_EOF_CHECK, &je);
+        if (!v) return false;
+        p += (size_t)je.position;
+        const char *name = json_string_value(json_object_get(v, "name"));
+        json_t *args = json_object_get(v, "arguments");
+        bool ok = json_object_size(v) == 2 && name && json_is_object(args);
+        if (ok && !strcmp(name, "f"))
+            ok = json_object_size(args) == 1 && json_is_integer(json_object_get(args, "x"));
+        else if (ok && !strcmp(name, "g"))
+            ok = json_object_size(args) <= 1 && (json_object_size(args) == 0 ||
+                 (json_is_string(json_object_get(args, "s")) && st_utf8_chars(json_string_value(json_object_get(args, "s")),
+                  json_string_length(json_object_get(args, "s"))) <= 3));
+        else
+            ok = false;
+        json_decref(v);
+        if (!ok || n - p < sizeof close - 1 || memcmp(text + p, close, sizeof close - 1)) return false;
+        pos = p + sizeof close - 1;
+        if (++calls > 8) return false;
+    }
+}
+
+START_TEST(test_tools_auto)
+{
+    void *c = must_compile(PAGODA_CONSTRAINT_GRAMMAR, AUTO_TOOLS);
+    /* text, the tag's start as text, a call, text again */
+    ck_assert(accepts_str(c, ""));
+    ck_assert(accepts_str(c, "Sure. <tool_ <tool_cal> <<tool_call"));
+    ck_assert(accepts_str(c, "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>"));
+    ck_assert(accepts_str(c, "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>\nthen "
+                             "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\":-1}}\n</tool_call> done"));
+    ck_assert(!accepts_str(c, "<tool_call>\n{\"name\": \"h\", \"arguments\": {}}\n</tool_call>"));
+    ck_assert(!accepts_str(c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"3\"}}\n</tool_call>"));
+    ck_assert(!accepts_str(c, "text <tool_call> more text"));
+    ck_assert(!accepts_str(c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}")); /* unclosed */
+    /* random walks: every output reads back as text and valid calls, and
+     * the mask matches advance(); some walks must have called */
+    int called = 0;
+    oracle orc = {auto_ok, NULL, true, &called};
+    for (int k = 0; k < 6; k++) walks(c, 10, 400, 900 + (uint64_t)k, &orc, k == 0);
+    ck_assert_int_gt(called, 0);
+    O->compiled_free(g_ctx, c);
+}
+END_TEST
+
 /* ------------------------------------------------------------ cache */
 
 START_TEST(test_mask_cache_and_stats)
@@ -668,6 +773,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_schema_random);
     tcase_add_test(tc, test_schema_horizon);
     tcase_add_test(tc, test_json_object);
+    tcase_add_test(tc, test_tools_auto);
     tcase_add_test(tc, test_mask_cache_and_stats);
     tcase_add_test(tc, test_bad_specs);
     suite_add_tcase(s, tc);

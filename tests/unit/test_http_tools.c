@@ -78,9 +78,25 @@ START_TEST(test_fields_to_request)
                   ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"max_tokens\":3}", 200);
     json_decref(j);
     ck_assert_msg(strstr(last_logged()->constraint, "root ::= call\n"), "%s", last_logged()->constraint);
-    /* auto: no constraint */
+    /* auto (the default with tools): free text that cannot hold "<tool_call>"
+     * except as the start of a call, then calls and text again */
     j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"max_tokens\":3}", 200);
+    json_decref(j);
+    l = last_logged();
+    ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
+    ck_assert_msg(strstr(l->constraint, "root ::= t0 (call t0){0,8}\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t0 ::= \"\" | [^<] t0 | \"<\" t1\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t1 ::= \"\" | \"t\" t2 | \"<\" t1 | [^t<] t0\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t10 ::= \"\" | \"<\" t1 | [^><] t0\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "call ::= \"<tool_call>\\n\" (fn0"), "%s", l->constraint);
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
+                  ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"max_tokens\":3}", 200);
+    json_decref(j);
+    ck_assert_msg(strstr(last_logged()->constraint, "root ::= t0 (call t0){0,1}\n"), "%s", last_logged()->constraint);
+    /* none: no constraint, no tools in the prompt */
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
+                  ",\"tool_choice\":\"none\",\"max_tokens\":3}", 200);
     json_decref(j);
     ck_assert_int_eq(last_logged()->req.constraint_type, 0);
 }

@@ -56,6 +56,7 @@ typedef struct g_rule {
      * rule item{min} tail (rep_a: min) */
     int8_t rep_kind;
     int32_t rep_a, rep_b;
+    int32_t rep_n;        /* rep_kind 1: the chain's length (O_1 .. O_n) */
 } g_rule;
 
 typedef struct g_limits {
@@ -193,6 +194,7 @@ int32_t g_json_number_range(g_json *j, const g_bounds *b, const char *path);
 
 typedef struct g_mask g_mask;
 typedef struct g_tmask g_tmask;
+typedef struct g_need g_need;
 
 /* A stack whose bottom was cut (g_dfa_truncate) rests on G_WILD: popping
  * into it means "some continuation the cut frames decide". */
@@ -204,7 +206,14 @@ typedef struct g_state {
     bool accept;           /* the root has finished: the output may end */
     bool esc;              /* a truncated state's parse popped into G_WILD */
     int32_t trunc;         /* the truncated state of this one, -1 until made */
-    int32_t *next;         /* [256] -2 unknown, -1 dead, else a state; NULL until used */
+    int32_t infl, infl_k;  /* g_dfa_inflate's state and bound, -1 until made */
+    int32_t infl_pos;      /* when one optional count moved: the frame position it moved
+                              to (-1 otherwise), and the items it had left (infl_r) */
+    int32_t infl_r;
+    g_need *need;          /* an inflated state's tokens' counts (gram_mask.c), or NULL */
+    int32_t *next;         /* [classes] -2 unknown, -1 dead, else a state; NULL until used */
+    uint8_t *cls;          /* [256] each byte's class (inside next's block): bytes every top
+                              reads alike share one transition */
     g_mask *mask;          /* cached token mask, NULL until computed */
     g_tmask *tmask;        /* a truncated state's tokens: certain ones and the
                               subtrees the full state must decide */
@@ -222,6 +231,7 @@ typedef struct g_dfa_limits {
     int64_t max_bytes;     /* transitions, nodes and masks together */
     int32_t trunc_depth;   /* frames kept by g_dfa_truncate; 0: no truncated masks */
     int32_t horizon;       /* the longest token in bytes: how far a mask looks ahead */
+    bool inflate;          /* share masks along counted repetition (g_dfa_inflate) */
 } g_dfa_limits;
 
 typedef struct g_dfa {
@@ -263,8 +273,11 @@ int32_t g_dfa_start(g_dfa *d);
 int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b);
 static inline int32_t g_dfa_step(g_dfa *d, int32_t s, uint8_t b)
 {
-    const int32_t *nx = d->states[s].next;
-    if (nx && nx[b] != -2) return nx[b];
+    const g_state *st = &d->states[s];
+    if (st->next) {
+        int32_t v = st->next[st->cls[b]];
+        if (v != -2) return v;
+    }
     return g_dfa_step_slow(d, s, b);
 }
 /* Drops cached masks to make room: the least recently used three quarters
@@ -279,7 +292,30 @@ void g_dfa_drop_masks(g_dfa *d, bool all);
  * the top: the items of an array, the values of one schema in many places. */
 int32_t g_dfa_truncate(g_dfa *d, int32_t s);
 
+/* The state of s with its counted-repetition frames moved to the largest
+ * count the mask can tell apart ("k more items may come", k up to the
+ * horizon, becomes the chain's longest such count), or s itself when no
+ * frame moves; -3 on error. *k: the longest token (bytes) for which both
+ * states allow the same tokens and make the same escape roots: a token of
+ * L bytes starts at most L items, so frames with more than L items left
+ * read it alike. So a maxLength string's every remaining length takes its
+ * short tokens from one shared mask, and only tokens longer than *k are
+ * walked from the state itself (gram_mask.c). Frames whose bound would be
+ * below 2 are left where they are. Cached in the state. */
+int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k);
+
+/* State s's parses in two states: *in, those inside the counted chain
+ * whose frames sit at position target (an O_c frame of g_dfa_inflate) over
+ * one of parents, with *started: the items they started since O_c; *ex,
+ * the others (which left the chain, or never were in it), with s's accept
+ * and escape flags. -1 for an empty side. Returns 0; -1 when the parses
+ * inside are at more than one count; -3 on error. */
+int g_dfa_split(g_dfa *d, int32_t s, int32_t target, const int32_t *parents, int32_t n_parents, int32_t *in,
+                int32_t *ex, int32_t *started);
+
 /* ------------------------------------------------------------ token masks */
+
+#define G_SHORT_MAX 32
 
 typedef struct g_trie {
     int32_t n_vocab;
@@ -291,6 +327,10 @@ typedef struct g_trie {
     int32_t *tok_first;    /* [n_nodes + 1] tokens ending at i: tok_ids[tok_first[i] ..) */
     int32_t *tok_ids;
     int32_t max_depth;
+    uint16_t *maxlen;      /* [n_nodes] the longest token in i's subtree (bytes) */
+    int32_t *by_len;       /* the tokens that write text, longest first */
+    int32_t n_by_len;
+    uint32_t *short_bits;  /* [G_SHORT_MAX][words] the tokens of at most K bytes, as masks */
     char **tok_bytes;      /* [n_vocab] copies, for advance() */
     uint32_t *tok_len;
 } g_trie;
@@ -310,5 +350,7 @@ void g_mask_free(g_mask *m);
 size_t g_mask_bytes(const g_mask *m);
 void g_tmask_free(g_tmask *m);
 size_t g_tmask_bytes(const g_tmask *m);
+void g_need_free(g_need *m);
+size_t g_need_bytes(const g_need *m);
 
 #endif /* PAGODA_GRAM_H */

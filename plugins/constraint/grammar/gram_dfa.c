@@ -7,8 +7,12 @@
  * root has finished; states are interned too. The transition of a state on
  * a byte is computed once (advance every top whose set holds the byte,
  * then close: pop finished rules, push the alternatives of rules met) and
- * kept in the state's table of 256, so following a token's bytes, and
- * walking the whole vocabulary's trie for a mask, is mostly table lookups.
+ * kept in the state's table, one entry per byte class (bytes every top
+ * reads alike), so following a token's bytes, and walking the whole
+ * vocabulary's trie for a mask, is mostly table lookups.
+ *
+ * Also here: the two maps of a state onto one whose mask it shares
+ * (g_dfa_truncate, g_dfa_inflate; gram.h says when each is exact).
  *
  * A rule reference that ends its alternative returns where its caller
  * would have (a tail call), so repetition (x*, right recursion) does not
@@ -19,6 +23,7 @@
  * Not for: the grammar's construction (gram_ir.c) or token masks
  * (gram_mask.c). Threads: one caller at a time (grammar.c locks).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +72,7 @@ void g_dfa_free(g_dfa *d)
         free(d->states[i].next);
         g_mask_free(d->states[i].mask);
         g_tmask_free(d->states[i].tmask);
+        g_need_free(d->states[i].need);
     }
     free(d->states);
     free(d->state_hash);
@@ -96,7 +102,7 @@ void g_dfa_drop_masks(g_dfa *d, bool all)
         uint32_t *st = malloc(sizeof *st * (size_t)(d->n_states + 1));
         if (st) {
             for (int32_t i = 0; i < d->n_states; i++)
-                if (d->states[i].mask || d->states[i].tmask) st[n++] = d->states[i].used;
+                if (d->states[i].mask || d->states[i].tmask || d->states[i].need) st[n++] = d->states[i].used;
             if (n) {
                 qsort(st, (size_t)n, sizeof *st, u32_cmp);
                 keep_from = st[n - 1 - n / 4];
@@ -108,11 +114,13 @@ void g_dfa_drop_masks(g_dfa *d, bool all)
     for (int32_t i = 0; i < d->n_states; i++) {
         g_state *s = &d->states[i];
         if (!all && s->used >= keep_from) continue;
-        size_t b = g_mask_bytes(s->mask) + g_tmask_bytes(s->tmask);
+        size_t b = g_mask_bytes(s->mask) + g_tmask_bytes(s->tmask) + g_need_bytes(s->need);
         g_mask_free(s->mask);
         g_tmask_free(s->tmask);
+        g_need_free(s->need);
         s->mask = NULL;
         s->tmask = NULL;
+        s->need = NULL;
         d->bytes -= (int64_t)b;
         d->mask_bytes -= (int64_t)b;
     }
@@ -360,6 +368,8 @@ static int32_t state_intern(g_dfa *d, int32_t n, bool accept, bool esc)
     s->accept = accept;
     s->esc = esc;
     s->trunc = -1;
+    s->infl = -1;
+    s->infl_pos = -1;
     if (n) memcpy(d->state_nodes + d->n_state_nodes, ids, sizeof *ids * (size_t)n);
     d->n_state_nodes += n;
     d->state_hash[h] = d->n_states;
@@ -382,20 +392,53 @@ int32_t g_dfa_start(g_dfa *d)
     return s;
 }
 
+/* The byte classes of state s: two bytes are in one class when every top
+ * of s reads both or neither, so their transitions are the same closure.
+ * Found by splitting the bytes on each distinct byte set of the tops. The
+ * table (next per class, then cls[256]) is allocated here. 0 or -3. */
+static int make_classes(g_dfa *d, int32_t s)
+{
+    const g_grammar *g = d->g;
+    int32_t n = d->states[s].n, first = d->states[s].first;
+    int32_t small[64], *sets = n > 64 ? malloc(sizeof *sets * (size_t)n) : small;
+    if (!sets) return dfa_fail(d, "out of memory");
+    for (int32_t i = 0; i < n; i++) sets[i] = g->elems[d->nodes[d->state_nodes[first + i]].pos].arg;
+    qsort(sets, (size_t)n, sizeof *sets, int_cmp);
+    uint8_t cls[256] = {0};
+    int32_t nc = 1;
+    for (int32_t i = 0; i < n && nc < 256; i++) {
+        if (i && sets[i] == sets[i - 1]) continue;
+        const uint8_t *set = g->sets[sets[i]];
+        int16_t map[512];
+        for (int32_t k = 0; k < 2 * nc; k++) map[k] = -1;
+        int32_t nn = 0;
+        for (int b = 0; b < 256; b++) {
+            int key = cls[b] * 2 + (set[b >> 3] >> (b & 7) & 1);
+            if (map[key] < 0) map[key] = (int16_t)nn++;
+            cls[b] = (uint8_t)map[key];
+        }
+        nc = nn;
+    }
+    if (sets != small) free(sets);
+    size_t sz = sizeof(int32_t) * (size_t)nc + 256;
+    int32_t *nx = malloc(sz);
+    if (!nx) return dfa_fail(d, "out of memory");
+    for (int32_t k = 0; k < nc; k++) nx[k] = -2;
+    memcpy(nx + nc, cls, 256);
+    d->states[s].next = nx;
+    d->states[s].cls = (uint8_t *)(nx + nc);
+    d->bytes += (int64_t)sz;
+    if (over(d)) {
+        snprintf(d->err, sizeof d->err, "the spec's automaton grew past %lld MiB "
+                 "(constraint.grammar max_automaton_bytes)", (long long)(d->lim.max_bytes >> 20));
+        return -3;
+    }
+    return 0;
+}
+
 int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b)
 {
-    if (!d->states[s].next) {
-        int32_t *nx = malloc(sizeof *nx * 256);
-        if (!nx) return dfa_fail(d, "out of memory");
-        for (int i = 0; i < 256; i++) nx[i] = -2;
-        d->states[s].next = nx;
-        d->bytes += (int64_t)(sizeof *nx * 256);
-        if (over(d)) {
-            snprintf(d->err, sizeof d->err, "the spec's automaton grew past %lld MiB "
-                     "(constraint.grammar max_automaton_bytes)", (long long)(d->lim.max_bytes >> 20));
-            return -3;
-        }
-    }
+    if (!d->states[s].next && make_classes(d, s) < 0) return -3;
     const g_grammar *g = d->g;
     int32_t n_work = 0;
     int32_t first = d->states[s].first, n = d->states[s].n;
@@ -415,7 +458,8 @@ int32_t g_dfa_step_slow(g_dfa *d, int32_t s, uint8_t b)
         next = state_intern(d, n_out, accept, esc || was_esc);
         if (next == -3) return -3;
     }
-    d->states[s].next[b] = next; /* states may have moved: index again */
+    /* states may have moved: index again */
+    d->states[s].next[d->states[s].cls[b]] = next;
     return next;
 }
 
@@ -499,4 +543,211 @@ int32_t g_dfa_truncate(g_dfa *d, int32_t s)
     if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty truncated state") : t;
     d->states[s].trunc = t;
     return t;
+}
+
+/* A frame's position moved up its counted repetition (see g_dfa_inflate):
+ * "b - 1 more optional items" (a frame after an item of O_b) becomes the
+ * chain's largest count within the horizon, "m more mandatory items" the
+ * largest m within it; *kf: the longest token that cannot tell the two
+ * apart (one that starts fewer items than are left never reaches the end
+ * of the count, so its bytes are read alike). pos itself when no move. */
+static int32_t inflate_pos(const g_grammar *g, int32_t pos, int32_t H, int32_t *kf)
+{
+    int32_t r = g->pos_rule ? g->pos_rule[pos] : -1;
+    if (r < 0 || H <= 0) return pos;
+    const g_rule *ru = &g->rules[r];
+    if (ru->rep_kind == 1 && ru->n_alts == 2 && pos == ru->alts[0] + 1 && ru->rep_n >= ru->rep_b) {
+        int32_t b = ru->rep_b, c = ru->rep_n < H + 2 ? ru->rep_n : H + 2;
+        if (c <= b) return pos;
+        const g_rule *to = &g->rules[ru->rep_a + c - 1];
+        if (to->n_alts != 2 || to->rep_b != c) return pos;
+        *kf = b - 2;
+        return to->alts[0] + 1;
+    }
+    if (ru->rep_kind == 2 && ru->n_alts == 1) {
+        int32_t i = pos - ru->alts[0], m = ru->rep_a - i;
+        if (i < 1 || i > ru->rep_a) return pos;
+        int32_t m2 = ru->rep_a - 1 < H + 1 ? ru->rep_a - 1 : H + 1;
+        if (m2 <= m) return pos;
+        *kf = m - 1;
+        return ru->alts[0] + (ru->rep_a - m2);
+    }
+    return pos;
+}
+
+/* frames whose bound is below this are not moved: they would leave almost
+ * every token to walk, for the price of one more shared mask */
+#define INFLATE_MIN 2
+
+int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
+{
+    if (d->states[s].infl >= 0) {
+        *k = d->states[s].infl_k;
+        return d->states[s].infl;
+    }
+    int32_t n = d->states[s].n, first = d->states[s].first, K = INT32_MAX;
+    if (!d->lim.inflate || n == 0) {
+        d->states[s].infl_k = 0;
+        *k = 0;
+        return d->states[s].infl = s;
+    }
+    int32_t *tops = malloc(sizeof *tops * (size_t)n), cap = 64, *chain = malloc(sizeof *chain * (size_t)cap);
+    if (!tops || !chain) {
+        free(tops);
+        free(chain);
+        return dfa_fail(d, "out of memory");
+    }
+    bool moved_any = false, one_count = true;
+    int32_t from_pos = -1;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t depth = 0, id = d->state_nodes[first + i];
+        for (; id >= 0; id = d->nodes[id].parent) {
+            if (depth == cap) {
+                int32_t *nc = realloc(chain, sizeof *nc * (size_t)cap * 2);
+                if (!nc) {
+                    free(tops);
+                    free(chain);
+                    return dfa_fail(d, "out of memory");
+                }
+                chain = nc;
+                cap *= 2;
+            }
+            chain[depth++] = id;
+        }
+        /* id: the bottom's parent (-1, or G_WILD for a truncated stack) */
+        int32_t j_moved = -1;
+        for (int32_t j = 0; j < depth; j++) {
+            int32_t kf = -1, pos = d->nodes[chain[j]].pos;
+            int32_t np = inflate_pos(d->g, pos, d->lim.horizon, &kf);
+            if (np != pos && kf >= INFLATE_MIN) {
+                j_moved = j;
+                if (kf < K) K = kf;
+                /* one optional count moved everywhere: the state can be its
+                 * inflated state's tokens filtered by count (gram_mask.c) */
+                const g_rule *ru = &d->g->rules[d->g->pos_rule[pos]];
+                if (ru->rep_kind != 1 || (from_pos >= 0 && from_pos != pos)) one_count = false;
+                from_pos = pos;
+            }
+        }
+        if (j_moved < 0) {
+            tops[i] = chain[0];
+            continue;
+        }
+        moved_any = true;
+        /* the frames above the deepest move are made again over it */
+        int32_t parent = d->nodes[chain[j_moved]].parent;
+        for (int32_t j = j_moved; j >= 0; j--) {
+            int32_t kf = -1, pos = d->nodes[chain[j]].pos, np = inflate_pos(d->g, pos, d->lim.horizon, &kf);
+            parent = node_intern(d, np != pos && kf >= INFLATE_MIN ? np : pos, parent);
+            if (parent < 0) {
+                free(tops);
+                free(chain);
+                return -3;
+            }
+        }
+        tops[i] = parent;
+    }
+    free(chain);
+    if (!moved_any) {
+        free(tops);
+        d->states[s].infl_k = 0;
+        *k = 0;
+        return d->states[s].infl = s;
+    }
+    if (n > d->cap_out) {
+        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+        if (!no) {
+            free(tops);
+            return dfa_fail(d, "out of memory");
+        }
+        d->out = no;
+        d->cap_out = n;
+    }
+    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
+    free(tops);
+    int32_t t = state_intern(d, w, d->states[s].accept, d->states[s].esc);
+    if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty inflated state") : t;
+    d->states[s].infl = t;
+    d->states[s].infl_k = K;
+    if (one_count) {
+        const g_rule *ru = &d->g->rules[d->g->pos_rule[from_pos]];
+        int32_t kf;
+        d->states[s].infl_pos = inflate_pos(d->g, from_pos, d->lim.horizon, &kf);
+        d->states[s].infl_r = ru->rep_b - 1;
+    }
+    *k = K;
+    return t;
+}
+
+/* Is node x a frame of the counted chain whose frames sit at target (an
+ * O_c position) over one of parents? Its items started since: c - m. */
+static bool chain_frame(const g_dfa *d, int32_t x, int32_t target, const int32_t *parents, int32_t n_parents,
+                        int32_t *started)
+{
+    const g_grammar *g = d->g;
+    int32_t pos = d->nodes[x].pos, r = g->pos_rule[pos], rt = g->pos_rule[target];
+    const g_rule *ru = &g->rules[r], *to = &g->rules[rt];
+    if (ru->rep_kind != 1 || ru->rep_a != to->rep_a || pos != ru->alts[0] + 1) return false;
+    for (int32_t k = 0; k < n_parents; k++)
+        if (d->nodes[x].parent == parents[k]) {
+            *started = to->rep_b - ru->rep_b;
+            return true;
+        }
+    return false;
+}
+
+int g_dfa_split(g_dfa *d, int32_t s, int32_t target, const int32_t *parents, int32_t n_parents, int32_t *in,
+                int32_t *ex, int32_t *started)
+{
+    int32_t n = d->states[s].n, first = d->states[s].first, n_in = 0, cnt = -1;
+    bool accept = d->states[s].accept, esc = d->states[s].esc;
+    int32_t small[64], *side = n > 64 ? malloc(sizeof *side * (size_t)n) : small;
+    if (!side) return dfa_fail(d, "out of memory");
+    for (int32_t i = 0; i < n; i++) {
+        int32_t st = -1;
+        side[i] = 0;
+        for (int32_t x = d->state_nodes[first + i]; x >= 0; x = d->nodes[x].parent)
+            if (chain_frame(d, x, target, parents, n_parents, &st)) {
+                side[i] = 1;
+                break;
+            }
+        if (!side[i]) continue;
+        if (cnt >= 0 && st != cnt) { /* parses in the count at two counts: not one number */
+            if (side != small) free(side);
+            return -1;
+        }
+        cnt = st;
+        n_in++;
+    }
+    if (n > d->cap_out) {
+        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+        if (!no) {
+            if (side != small) free(side);
+            return dfa_fail(d, "out of memory");
+        }
+        d->out = no;
+        d->cap_out = n;
+    }
+    /* the tops stay sorted: each side is a subsequence */
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (side[i]) d->out[w++] = d->state_nodes[d->states[s].first + i];
+    int32_t a = state_intern(d, w, false, false);
+    if (a == -3) {
+        if (side != small) free(side);
+        return -3;
+    }
+    w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!side[i]) d->out[w++] = d->state_nodes[d->states[s].first + i];
+    if (side != small) free(side);
+    int32_t b = state_intern(d, w, accept, esc);
+    if (b == -3) return -3;
+    *in = a;
+    *ex = b;
+    *started = cnt < 0 ? 0 : cnt;
+    return 0;
 }

@@ -566,11 +566,18 @@ int32_t g_rule_repeat(g_grammar *g, int32_t item, int32_t min, int32_t max)
         g_rule_alt(g, tail, &s);
         g_rule_alt(g, tail, &s);
     } else {
-        int32_t first = -1;
+        int32_t first = -1, end = -1;
+        /* O_1 = item end | "" with end the empty rule: the last item gets a
+         * frame too (it would be a tail call), so every parse inside the
+         * chain shows its count (gram_mask.c's counts) */
+        if (max - min >= 1) {
+            end = g_rule_new(g, "%s{end}", g->rules[item].name);
+            g_rule_alt(g, end, &s);
+        }
         for (int32_t k = 1; k <= max - min && !g->failed; k++) {
             int32_t o = g_rule_new(g, "%s{0,%d}", g->rules[item].name, k);
             g_seq_ref(g, &s, item);
-            if (tail >= 0) g_seq_ref(g, &s, tail);
+            g_seq_ref(g, &s, tail >= 0 ? tail : end);
             g_rule_alt(g, o, &s);
             g_rule_alt(g, o, &s);
             if (o < 0) break;
@@ -583,6 +590,12 @@ int32_t g_rule_repeat(g_grammar *g, int32_t item, int32_t min, int32_t max)
             }
             tail = o;
         }
+        /* the chain's length, for g_dfa_inflate: O_1 .. O_n made one after the other */
+        int32_t n = 0;
+        while (first >= 0 && first + n <= tail && g->rules[first + n].rep_kind == 1 &&
+               g->rules[first + n].rep_a == first && g->rules[first + n].rep_b == n + 1)
+            n++;
+        for (int32_t k = 0; k < n; k++) g->rules[first + k].rep_n = n;
     }
     int32_t r = g_rule_new(g, "%s{%d,%d}", g->rules[item].name, min, max);
     if (r >= 0 && min > 0) {

@@ -12,9 +12,17 @@
  * string, nearly everything is allowed). Filling a request's mask from
  * the cache is then a copy or a short loop.
  *
+ * Two kinds of sharing keep misses from walking the whole trie: a state's
+ * stacks cut to their top frames (g_dfa_truncate: the certain tokens and
+ * the escape roots only the full state decides), and counted repetition
+ * moved to its largest count (g_dfa_inflate: the tokens of at most K bytes
+ * come from that state's mask, and only subtrees that hold a longer token
+ * are walked, each trie node knowing its subtree's longest token).
+ *
  * Not for: the automaton (gram_dfa.c) or who may call this when
  * (grammar.c locks the automaton around it).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +43,14 @@ size_t g_mask_bytes(const g_mask *m) { return m ? sizeof *m + sizeof(uint32_t) *
 /* ------------------------------------------------------------ the trie */
 
 static const g_trie *g_sort_trie; /* qsort has no context pointer; set under build_mu */
+
+static int len_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const g_trie *t = g_sort_trie;
+    if (t->tok_len[x] != t->tok_len[y]) return t->tok_len[x] > t->tok_len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
 
 static int tok_cmp(const void *a, const void *b)
 {
@@ -60,6 +76,9 @@ void g_trie_free(g_trie *t)
     free(t->parent);
     free(t->tok_first);
     free(t->tok_ids);
+    free(t->maxlen);
+    free(t->by_len);
+    free(t->short_bits);
     free(t);
 }
 
@@ -90,9 +109,14 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
         order[n_text++] = i;
         total += l;
     }
+    t->by_len = malloc(sizeof *t->by_len * (size_t)(n_text + 1));
+    if (!t->by_len) goto fail;
+    memcpy(t->by_len, order, sizeof *order * (size_t)n_text);
+    t->n_by_len = n_text;
     pthread_mutex_lock(&build_mu);
     g_sort_trie = t;
     qsort(order, (size_t)n_text, sizeof *order, tok_cmp);
+    qsort(t->by_len, (size_t)n_text, sizeof *order, len_cmp);
     g_sort_trie = NULL;
     pthread_mutex_unlock(&build_mu);
     /* at most one node per byte of every token */
@@ -103,8 +127,10 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
     t->parent = malloc(sizeof *t->parent * (size_t)cap);
     t->tok_first = malloc(sizeof *t->tok_first * (size_t)(cap + 1));
     t->tok_ids = malloc(sizeof *t->tok_ids * (size_t)(n_text + 1));
+    t->maxlen = malloc(sizeof *t->maxlen * (size_t)cap);
     path = malloc(sizeof *path * 65537);
-    if (!t->byte || !t->depth || !t->skip || !t->parent || !t->tok_first || !t->tok_ids || !path)
+    if (!t->byte || !t->depth || !t->skip || !t->parent || !t->tok_first || !t->tok_ids || !t->maxlen ||
+        !path)
         goto fail;
     /* preorder: sorted tokens share their common prefix with the previous
      * one; the nodes past it are popped (their subtree ends here) and the
@@ -132,10 +158,22 @@ g_trie *g_trie_new(int32_t n_vocab, const char *const *bytes, const uint32_t *le
         prev_len = l;
     }
     while (sp > 0) t->skip[path[--sp]] = n;
+    /* short_bits[K - 1]: the tokens of at most K bytes, K = 1 .. G_SHORT_MAX */
+    int32_t words = (n_vocab + 31) / 32;
+    t->short_bits = calloc((size_t)G_SHORT_MAX * (size_t)words, sizeof *t->short_bits);
+    if (!t->short_bits) goto fail;
+    for (int32_t i = 0; i < n_vocab; i++)
+        for (uint32_t k = t->tok_len[i] ? t->tok_len[i] : G_SHORT_MAX + 1; k <= G_SHORT_MAX; k++)
+            t->short_bits[(size_t)(k - 1) * (size_t)words + (size_t)(i >> 5)] |= 1u << (i & 31);
     /* tok_first[i] was set when node i was made; a node's tokens run to the
      * next node's first (tokens attach to the newest node, in order) */
     t->tok_first[n] = n_ids;
     t->n_nodes = n;
+    /* a subtree's deepest node is its longest token: children come after
+     * their parent in preorder, so one backward pass carries it up */
+    for (int32_t i = 0; i < n; i++) t->maxlen[i] = t->depth[i];
+    for (int32_t i = n - 1; i >= 0; i--)
+        if (t->parent[i] >= 0 && t->maxlen[t->parent[i]] < t->maxlen[i]) t->maxlen[t->parent[i]] = t->maxlen[i];
     free(order);
     free(path);
     return t;
@@ -178,13 +216,25 @@ typedef struct roots {
     bool oom;
 } roots;
 
+static void roots_push(roots *rs, int32_t i)
+{
+    if (rs->n == rs->cap) {
+        int32_t nc = rs->cap ? rs->cap * 2 : 64;
+        int32_t *nr = realloc(rs->r, sizeof *nr * (size_t)nc);
+        if (!nr) rs->oom = true;
+        else { rs->r = nr; rs->cap = nc; }
+    }
+    if (rs->n < rs->cap) rs->r[rs->n++] = i;
+}
+
 /* The walk over trie nodes [begin, end) whose parent (at depth base) is in
  * state s0: out gets every token whose bytes the automaton reads without
  * dying. With esc_roots, a node reached in a state that only escaped is
- * recorded there and its subtree skipped (truncated states). 0, or -1 with
- * d->err. */
+ * recorded there and its subtree skipped (truncated states). Subtrees whose
+ * tokens are all at most prune bytes long are skipped (another mask decides
+ * them). 0, or -1 with d->err. */
 static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t end, int32_t base,
-                uint32_t *out, int32_t *n_allowed, roots *esc_roots)
+                uint32_t *out, int32_t *n_allowed, roots *esc_roots, int32_t prune)
 {
     int32_t st_small[256], *st = st_small;
     if (t->max_depth + 1 > 256) {
@@ -196,7 +246,12 @@ static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t en
     const uint8_t *byte = t->byte;
     const uint16_t *depth = t->depth;
     const int32_t *skip = t->skip, *tf = t->tok_first, *ids = t->tok_ids;
+    const uint16_t *maxlen = t->maxlen;
     for (int32_t i = begin; i < end;) {
+        if (prune && maxlen[i] <= prune) {
+            i = skip[i];
+            continue;
+        }
         int32_t dep = depth[i];
         int32_t ns = g_dfa_step(d, st[dep - 1], byte[i]);
         if (ns < 0) {
@@ -210,13 +265,7 @@ static int walk(g_dfa *d, const g_trie *t, int32_t s0, int32_t begin, int32_t en
         if (esc_roots) {
             const g_state *q = &d->states[ns];
             if (q->n == 0 && !q->accept) { /* escaped and nothing else: undecided here */
-                if (esc_roots->n == esc_roots->cap) {
-                    int32_t nc = esc_roots->cap ? esc_roots->cap * 2 : 64;
-                    int32_t *nr = realloc(esc_roots->r, sizeof *nr * (size_t)nc);
-                    if (!nr) esc_roots->oom = true;
-                    else { esc_roots->r = nr; esc_roots->cap = nc; }
-                }
-                if (esc_roots->n < esc_roots->cap) esc_roots->r[esc_roots->n++] = i;
+                roots_push(esc_roots, i);
                 i = skip[i];
                 continue;
             }
@@ -235,7 +284,7 @@ int g_mask_fill_uncached(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out)
 {
     int32_t n = 0;
     memset(out, 0, sizeof *out * (size_t)((t->n_vocab + 31) / 32));
-    return walk(d, t, s, 0, t->n_nodes, 0, out, &n, NULL);
+    return walk(d, t, s, 0, t->n_nodes, 0, out, &n, NULL, 0);
 }
 
 static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
@@ -256,7 +305,14 @@ static void expand(const g_mask *m, int32_t n_vocab, uint32_t *out)
 static int32_t popcount_all(const uint32_t *bits, int32_t n_vocab)
 {
     int32_t n = 0;
-    for (int32_t w = 0; w < (n_vocab + 31) / 32; w++) n += __builtin_popcount(bits[w]);
+    /* SWAR: this build has no popcnt instruction, and libgcc's table
+     * routine cost more than the walk on 262k-token masks */
+    for (int32_t w = 0; w < (n_vocab + 31) / 32; w++) {
+        uint32_t x = bits[w];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        n += (int32_t)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+    }
     return n;
 }
 
@@ -294,20 +350,330 @@ static void room_for(g_dfa *d, int64_t b)
     if (d->mask_bytes + b > d->lim.max_bytes / 2) g_dfa_drop_masks(d, false);
 }
 
+static g_tmask *tmask_of(g_dfa *d, const g_trie *t, int32_t T, uint32_t *scratch);
+
+/* ------------------------------------------------------------ counts */
+
+/* An inflated state B's tokens with the number of items each needs to
+ * start in B's moved count (g_dfa_inflate): a state that had r items left
+ * there allows exactly the tokens of need <= r (a parse of it from B that
+ * starts at most r items is one from the state, and the other way round),
+ * and keeps the escape roots of need <= r. Found by one more walk of B in
+ * which each node's parses are kept in groups of one count: those still in
+ * the chain (their count is in their frames) and those that left it (the
+ * count they left with). Not possible (ok false) when one group's parses
+ * are at two counts, more than G_MAX_GROUPS groups meet, or a node where
+ * only escaped parses are cheapest would be an escape root for some r but
+ * not for B (those need more than a filter). */
+struct g_need {
+    int32_t pos;           /* the moved frames' position in B */
+    int32_t n_vocab;
+    bool roots;            /* made with escape roots (a truncated state's walk) */
+    bool ok;
+    int32_t n_roots;
+    uint8_t *tok;          /* [n_vocab] items needed, 255: never */
+    int32_t *root_node;    /* the escape roots, as the walk meets them */
+    uint8_t *root_need;
+};
+
+#define G_MAX_GROUPS 4
+
+void g_need_free(g_need *m)
+{
+    if (!m) return;
+    free(m->tok);
+    free(m->root_node);
+    free(m->root_need);
+    free(m);
+}
+
+size_t g_need_bytes(const g_need *m)
+{
+    return m ? sizeof *m + (size_t)m->n_roots * 5 + (m->tok ? (size_t)m->n_vocab : 0) : 0;
+}
+
+typedef struct grp {
+    int32_t s, cnt;
+    bool in;               /* inside the chain: split again after each byte */
+} grp;
+
+/* g_dfa_split's answers in one walk, by state (a walk meets few states
+ * and splits each many times) */
+typedef struct split_memo {
+    int32_t *v;            /* [cap * 3] in, ex, started; in -4: not asked yet */
+    int32_t cap;
+} split_memo;
+
+static int split_cached(g_dfa *d, split_memo *m, int32_t s, int32_t pos, const int32_t *par, int32_t n_par,
+                        int32_t *in, int32_t *ex, int32_t *st)
+{
+    if (s >= m->cap) {
+        int32_t nc = m->cap ? m->cap : 1024;
+        while (nc <= s) nc *= 2;
+        int32_t *nv = realloc(m->v, sizeof *nv * 3 * (size_t)nc);
+        if (!nv) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return -3;
+        }
+        for (int32_t k = m->cap; k < nc; k++) nv[3 * k] = -4;
+        m->v = nv;
+        m->cap = nc;
+    }
+    int32_t *e = m->v + 3 * (size_t)s;
+    if (e[0] == -4) {
+        int r = g_dfa_split(d, s, pos, par, n_par, &e[0], &e[1], &e[2]);
+        if (r == -3) {
+            e[0] = -4;
+            return -3;
+        }
+        if (r < 0) e[0] = -5; /* two counts */
+    }
+    if (e[0] == -5) return -1;
+    *in = e[0];
+    *ex = e[1];
+    *st = e[2];
+    return 0;
+}
+
+/* The groups of B's parses after node byte b from the groups above. 0, 1
+ * (not one count per group: give up), -1 error. */
+static int groups_step(g_dfa *d, split_memo *memo, const grp *up, int32_t n_up, uint8_t b, int32_t pos,
+                       const int32_t *par, int32_t n_par, grp *out, int32_t *n_out)
+{
+    int32_t n = 0;
+    for (int32_t k = 0; k < n_up; k++) {
+        int32_t r = g_dfa_step(d, up[k].s, b);
+        if (r == -3) return -1;
+        if (r < 0) continue;
+        int32_t in = -1, ex = r, st = up[k].cnt;
+        if (up[k].in) {
+            int sp = split_cached(d, memo, r, pos, par, n_par, &in, &ex, &st);
+            if (sp == -3) return -1;
+            if (sp < 0) return 1;
+        }
+        if (in >= 0) {
+            if (n == G_MAX_GROUPS) return 1;
+            out[n++] = (grp){in, st, true};
+        }
+        if (ex >= 0) {
+            int32_t j = 0;
+            while (j < n && !(out[j].s == ex && out[j].cnt == up[k].cnt && !out[j].in)) j++;
+            if (j == n) {
+                if (n == G_MAX_GROUPS) return 1;
+                out[n++] = (grp){ex, up[k].cnt, false};
+            }
+        }
+    }
+    *n_out = n;
+    return 0;
+}
+
+/* The counts of B's tokens for the moved position pos (see g_need). NULL
+ * on error (d->err); a g_need with ok false when counts cannot be used. */
+static g_need *need_walk(g_dfa *d, const g_trie *t, int32_t B, int32_t pos, bool with_roots)
+{
+    g_need *nd = calloc(1, sizeof *nd);
+    int32_t depth_cap = t->max_depth + 1;
+    int32_t *st = malloc(sizeof *st * (size_t)depth_cap);
+    grp *gs = malloc(sizeof *gs * (size_t)depth_cap * G_MAX_GROUPS);
+    int32_t *ng = malloc(sizeof *ng * (size_t)depth_cap);
+    int32_t par[16], n_par = 0;
+    int32_t cap_roots = 0;
+    split_memo memo = {0};
+    if (!nd || !st || !gs || !ng || !(nd->tok = malloc((size_t)t->n_vocab))) goto oom;
+    memset(nd->tok, 255, (size_t)t->n_vocab);
+    nd->n_vocab = t->n_vocab;
+    nd->pos = pos;
+    nd->roots = with_roots;
+    /* the moved frames' parents in B */
+    for (int32_t i = 0; i < d->states[B].n; i++)
+        for (int32_t x = d->state_nodes[d->states[B].first + i]; x >= 0; x = d->nodes[x].parent) {
+            if (d->nodes[x].pos != pos) continue;
+            int32_t k = 0;
+            while (k < n_par && par[k] != d->nodes[x].parent) k++;
+            if (k == n_par) {
+                if (n_par == 16) goto unusable;
+                par[n_par++] = d->nodes[x].parent;
+            }
+        }
+    {
+        int32_t in, ex, cnt;
+        int sp = g_dfa_split(d, B, pos, par, n_par, &in, &ex, &cnt);
+        if (sp == -3) goto fail;
+        if (sp < 0 || cnt != 0) goto unusable;
+        ng[0] = 0;
+        if (in >= 0) gs[ng[0]++] = (grp){in, 0, true};
+        if (ex >= 0) gs[ng[0]++] = (grp){ex, 0, false};
+    }
+    st[0] = B;
+    for (int32_t i = 0; i < t->n_nodes;) {
+        int32_t dep = t->depth[i];
+        int32_t ns = g_dfa_step(d, st[dep - 1], t->byte[i]);
+        if (ns == -3) goto fail;
+        if (ns < 0) {
+            i = t->skip[i];
+            continue;
+        }
+        grp *g = gs + (size_t)dep * G_MAX_GROUPS;
+        int r = groups_step(d, &memo, gs + (size_t)(dep - 1) * G_MAX_GROUPS, ng[dep - 1], t->byte[i], pos, par,
+                            n_par, g, &ng[dep]);
+        if (r < 0) goto fail;
+        if (r > 0 || ng[dep] == 0) goto unusable;
+        int32_t any = 255, nonesc = 255;
+        for (int32_t k = 0; k < ng[dep]; k++) {
+            const g_state *q = &d->states[g[k].s];
+            int32_t c = g[k].cnt > 254 ? 254 : g[k].cnt;
+            if (c < any) any = c;
+            if ((q->n > 0 || q->accept) && c < nonesc) nonesc = c;
+        }
+        /* an r in [any, nonesc) would see only escaped parses here: an
+         * escape root B does not have */
+        if (nonesc != 255 && any < nonesc) goto unusable;
+        const g_state *q = &d->states[ns];
+        if (with_roots && q->n == 0 && !q->accept) {
+            if (nd->n_roots == cap_roots) {
+                int32_t nc = cap_roots ? cap_roots * 2 : 64;
+                int32_t *a = realloc(nd->root_node, sizeof *a * (size_t)nc);
+                if (a) nd->root_node = a;
+                uint8_t *b = realloc(nd->root_need, (size_t)nc);
+                if (b) nd->root_need = b;
+                if (!a || !b) goto oom;
+                cap_roots = nc;
+            }
+            nd->root_node[nd->n_roots] = i;
+            nd->root_need[nd->n_roots++] = (uint8_t)any;
+            i = t->skip[i];
+            continue;
+        }
+        st[dep] = ns;
+        for (int32_t k = t->tok_first[i]; k < t->tok_first[i + 1]; k++) nd->tok[t->tok_ids[k]] = (uint8_t)any;
+        i++;
+    }
+    nd->ok = true;
+    free(st);
+    free(gs);
+    free(ng);
+    free(memo.v);
+    return nd;
+unusable:
+    nd->ok = false;
+    free(nd->tok);
+    nd->tok = NULL;
+    free(st);
+    free(gs);
+    free(ng);
+    free(memo.v);
+    return nd;
+oom:
+    snprintf(d->err, sizeof d->err, "out of memory");
+fail:
+    g_need_free(nd);
+    free(st);
+    free(gs);
+    free(ng);
+    free(memo.v);
+    return NULL;
+}
+
+/* B's counts for pos, made on first use and kept with B. */
+static g_need *need_of(g_dfa *d, const g_trie *t, int32_t B, int32_t pos, bool with_roots)
+{
+    g_need *nd = d->states[B].need;
+    if (nd && nd->pos == pos && nd->roots == with_roots) return nd;
+    nd = need_walk(d, t, B, pos, with_roots);
+    if (!nd) return NULL;
+    int64_t b = (int64_t)g_need_bytes(nd);
+    room_for(d, b);
+    if (d->states[B].need) {
+        int64_t ob = (int64_t)g_need_bytes(d->states[B].need);
+        d->bytes -= ob;
+        d->mask_bytes -= ob;
+        g_need_free(d->states[B].need);
+    }
+    d->states[B].need = nd;
+    d->bytes += b;
+    d->mask_bytes += b;
+    return nd;
+}
+
+/* below this K the inflated state's counts are used instead of a pruned
+ * walk (a pruned walk of a larger K visits few nodes) */
+#define G_NEED_BELOW 16
+
+/* The tokens state X reads (into out, every word written; with rs, the
+ * escape roots too, as tmask_of wants them). When X has an inflated state
+ * (g_dfa_inflate), the tokens of at most K bytes are that state's (its
+ * cached mask or tmask, shared along the whole count) and only subtrees
+ * holding longer tokens are walked from X; else one walk of the trie. */
+static int tokens_of(g_dfa *d, const g_trie *t, int32_t X, uint32_t *out, roots *rs)
+{
+    int32_t words = (t->n_vocab + 31) / 32, K = 0, n_allowed = 0;
+    int32_t Xi = g_dfa_inflate(d, X, &K);
+    if (Xi < 0) return -1;
+    if (Xi == X) {
+        memset(out, 0, sizeof *out * (size_t)words);
+        return walk(d, t, X, 0, t->n_nodes, 0, out, &n_allowed, rs, 0);
+    }
+    if (K < G_NEED_BELOW && d->states[X].infl_pos >= 0) {
+        int32_t r = d->states[X].infl_r;
+        g_need *nd = need_of(d, t, Xi, d->states[X].infl_pos, rs != NULL);
+        if (!nd) return -1;
+        if (nd->ok) {
+            for (int32_t w = 0; w < words; w++) {
+                uint32_t bits = 0;
+                const uint8_t *q = nd->tok + (size_t)w * 32;
+                int32_t n = t->n_vocab - w * 32 < 32 ? t->n_vocab - w * 32 : 32;
+                for (int32_t j = 0; j < n; j++) bits |= (uint32_t)(q[j] <= r) << j;
+                out[w] = bits;
+            }
+            if (rs) {
+                for (int32_t k = 0; k < nd->n_roots; k++)
+                    if (nd->root_need[k] <= r) roots_push(rs, nd->root_node[k]);
+                if (rs->oom) {
+                    snprintf(d->err, sizeof d->err, "out of memory");
+                    return -1;
+                }
+            }
+            return 0;
+        }
+    }
+    if (rs) {
+        g_tmask *tm = tmask_of(d, t, Xi, out);
+        if (!tm) return -1;
+        /* copied before the walk below, which may drop cached masks */
+        expand(tm->certain, t->n_vocab, out);
+        for (int32_t k = 0; k < tm->n_roots; k++)
+            if (t->maxlen[tm->roots[k]] <= K) roots_push(rs, tm->roots[k]);
+        if (rs->oom) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return -1;
+        }
+    } else {
+        bool hit;
+        if (g_mask_fill(d, t, Xi, out, &hit) < 0) return -1;
+    }
+    if (K <= G_SHORT_MAX) {
+        const uint32_t *sb = t->short_bits + (size_t)(K - 1) * (size_t)words;
+        for (int32_t w = 0; w < words; w++) out[w] &= sb[w];
+    } else {
+        for (int32_t k = 0; k < t->n_by_len && (int32_t)t->tok_len[t->by_len[k]] > K; k++)
+            out[t->by_len[k] >> 5] &= ~(1u << (t->by_len[k] & 31));
+    }
+    return walk(d, t, X, 0, t->n_nodes, 0, out, &n_allowed, rs, K);
+}
+
 /* The truncated state T's certain tokens and escape roots, cached in T. */
 static g_tmask *tmask_of(g_dfa *d, const g_trie *t, int32_t T, uint32_t *scratch)
 {
     if (d->states[T].tmask) return d->states[T].tmask;
-    memset(scratch, 0, sizeof *scratch * (size_t)((t->n_vocab + 31) / 32));
     roots rs = {0};
-    int32_t n_allowed = 0;
-    if (walk(d, t, T, 0, t->n_nodes, 0, scratch, &n_allowed, &rs) < 0 || rs.oom) {
+    if (tokens_of(d, t, T, scratch, &rs) < 0 || rs.oom) {
         if (rs.oom) snprintf(d->err, sizeof d->err, "out of memory");
         free(rs.r);
         return NULL;
     }
     g_tmask *tm = malloc(sizeof *tm + sizeof(int32_t) * (size_t)rs.n);
-    g_mask *cm = compress(scratch, t->n_vocab, n_allowed);
+    g_mask *cm = compress(scratch, t->n_vocab, popcount_all(scratch, t->n_vocab));
     if (!tm || !cm) {
         free(tm);
         free(cm);
@@ -351,12 +717,9 @@ int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit)
     *hit = false;
     int32_t T = g_dfa_truncate(d, s);
     if (T < 0) return -1;
-    int32_t words = (t->n_vocab + 31) / 32;
-    int32_t n_allowed = 0;
     if (T == s) {
-        /* nothing was cut: one walk of the whole trie */
-        memset(out, 0, sizeof *out * (size_t)words);
-        if (walk(d, t, s, 0, t->n_nodes, 0, out, &n_allowed, NULL) < 0) return -1;
+        /* nothing was cut: the state's own tokens */
+        if (tokens_of(d, t, s, out, NULL) < 0) return -1;
     } else {
         /* the truncated state's certain tokens (shared), then the subtrees
          * only this state's full stacks decide */
@@ -366,16 +729,24 @@ int g_mask_fill(g_dfa *d, const g_trie *t, int32_t s, uint32_t *out, bool *hit)
         d->states[T].used = d->clock;
         d->trunc_hits += shared;
         expand(tm->certain, t->n_vocab, out);
-        for (int32_t k = 0; k < tm->n_roots; k++) {
-            int32_t i = tm->roots[k];
-            int32_t a = state_above(d, t, s, i);
-            if (a == -3) return -1;
-            if (a < 0) continue;
-            if (walk(d, t, a, i, t->skip[i], t->depth[i] - 1, out, &n_allowed, NULL) < 0) return -1;
+        /* the roots are copied: a walk may drop cached masks (tm with them) */
+        int32_t n_roots = tm->n_roots, small[64], *rts = small;
+        if (n_roots > 64 && !(rts = malloc(sizeof *rts * (size_t)n_roots))) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return -1;
         }
-        n_allowed = popcount_all(out, t->n_vocab);
+        memcpy(rts, tm->roots, sizeof *rts * (size_t)n_roots);
+        int st = 0;
+        for (int32_t k = 0; k < n_roots && !st; k++) {
+            int32_t i = rts[k], n_allowed = 0;
+            int32_t a = state_above(d, t, s, i);
+            if (a == -3) st = -1;
+            else if (a >= 0) st = walk(d, t, a, i, t->skip[i], t->depth[i] - 1, out, &n_allowed, NULL, 0);
+        }
+        if (rts != small) free(rts);
+        if (st < 0) return -1;
     }
-    g_mask *m = compress(out, t->n_vocab, n_allowed);
+    g_mask *m = compress(out, t->n_vocab, popcount_all(out, t->n_vocab));
     if (!m) return 0; /* served uncached */
     int64_t b = (int64_t)g_mask_bytes(m);
     room_for(d, b);

@@ -59,6 +59,7 @@ typedef struct gctx {
     g_dfa_limits dlim;
     int64_t max_spec_bytes;
     int32_t cache_entries;
+    bool plain_masks;
     pthread_mutex_t mu;
     compiled *head;
     int32_t n_cache;
@@ -97,6 +98,11 @@ static const pagoda_config_key keys[] = {
     {"cache_entries", PAGODA_KEY_INT, "64", 0, 1e6, "compiled specs kept for reuse"},
     {"trunc_depth", PAGODA_KEY_INT, "3", 0, 64,
      "stack frames a shared mask looks at (0: a mask per full parse state only)"},
+    {"count_sharing", PAGODA_KEY_BOOL, "true", 0, 0,
+     "the remaining counts of a bounded repetition (a maxLength string) share one mask for the "
+     "tokens too short to tell them apart"},
+    {"plain_masks", PAGODA_KEY_BOOL, "false", 0, 0,
+     "every mask one walk of the whole vocabulary, no cache or sharing (for tests and measurements)"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 
@@ -116,6 +122,8 @@ static int create(const pagoda_host *h, void **out, char *err, size_t err_len)
     c->dlim.max_bytes = h ? h->config_int(h, "max_automaton_bytes", 256ll << 20) : 256ll << 20;
     c->cache_entries = (int32_t)(h ? h->config_int(h, "cache_entries", 64) : 64);
     c->dlim.trunc_depth = (int32_t)(h ? h->config_int(h, "trunc_depth", 3) : 3);
+    c->dlim.inflate = h ? h->config_bool(h, "count_sharing", true) : true;
+    c->plain_masks = h ? h->config_bool(h, "plain_masks", false) : false;
     pthread_mutex_init(&c->mu, NULL);
     c->st.struct_size = sizeof c->st;
     *out = c;
@@ -318,7 +326,7 @@ static int compile(void *ctx, const pagoda_constraint_spec *sp, void **out, char
     } else if (!(k->d = g_dfa_new(k->g, &(g_dfa_limits){
                      .max_states = c->dlim.max_states, .max_stacks = c->dlim.max_stacks,
                      .max_bytes = c->dlim.max_bytes, .trunc_depth = c->dlim.trunc_depth,
-                     .horizon = c->trie->max_depth}))) {
+                     .horizon = c->trie->max_depth, .inflate = c->dlim.inflate}))) {
         set_err(err, err_len, "out of memory");
         st = PAGODA_ERR_NOMEM;
     } else if ((k->start = g_dfa_start(k->d)) < 0) {
@@ -429,7 +437,8 @@ static int fill_mask(void *ctx, void *p, uint32_t *mask, char *err, size_t err_l
     double t0 = now_s();
     bool hit = false;
     pthread_mutex_lock(&k->mu);
-    int r = g_mask_fill(k->d, c->trie, m->state, mask, &hit);
+    int r = c->plain_masks ? g_mask_fill_uncached(k->d, c->trie, m->state, mask)
+                           : g_mask_fill(k->d, c->trie, m->state, mask, &hit);
     if (r < 0) set_err(err, err_len, "%s", k->d->err);
     int64_t bytes = k->d->bytes;
     pthread_mutex_unlock(&k->mu);

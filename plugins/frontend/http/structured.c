@@ -15,8 +15,9 @@
  * format (and every template family's: docs/structured-output.md).
  * With tool_choice "required" or a named function the output is
  * constrained to such calls (each call's arguments to its parameters
- * schema); with "auto" the model may answer in text or call, and its
- * calls are read back from the text.
+ * schema); with "auto" the output is free text until the model opens a
+ * <tool_call> block, and that block is then held to a call (free again
+ * after it). Calls are read back from the text either way.
  * Not for: the other fields (parse.c) or the plain response (output.c).
  */
 #define _GNU_SOURCE
@@ -184,15 +185,48 @@ static int parse_tools(const pagoda_host *h, json_t *o, st_req *sr, perr *pe)
     return 0;
 }
 
+/* Free text that never holds OPEN_TAG: the output of "auto" up to the
+ * model's first call, and between and after calls. A right-linear grammar
+ * of the tag's matcher: tK is "the text ends with the tag's first K
+ * bytes"; a byte that breaks the match goes back to t0 (or to t1 on a
+ * '<', the tag's only '<' being its first byte), and the byte that would
+ * finish the tag is the one text cannot take: that is where a call begins.
+ * Every tK may end, so a text may stop anywhere, even inside what looks
+ * like the start of a tag. */
+static void text_rules(sbuf *g)
+{
+    static const char tag[] = OPEN_TAG; /* "<tool_call>" */
+    const int n = (int)sizeof tag - 1;
+    char buf[160];
+    sb_str(g, "t0 ::= \"\" | [^<] t0 | \"<\" t1\n");
+    for (int k = 1; k < n; k++) {
+        char c = tag[k];
+        if (k + 1 < n)
+            snprintf(buf, sizeof buf, "t%d ::= \"\" | \"%c\" t%d | \"<\" t1 | [^%c<] t0\n", k, c, k + 1, c);
+        else /* the last byte would finish the tag */
+            snprintf(buf, sizeof buf, "t%d ::= \"\" | \"<\" t1 | [^%c<] t0\n", k, c);
+        sb_str(g, buf);
+    }
+}
+
 /* The grammar of the calls tool_choice asks for: one call (a named
  * function, or parallel_tool_calls false) or up to MAX_PARALLEL_CALLS,
- * each {"name": "f", "arguments": <f's parameters>} in its tags. */
+ * each {"name": "f", "arguments": <f's parameters>} in its tags. With
+ * "auto", free text (text_rules) comes first, and between and after the
+ * calls: the model writes what it likes until it opens a <tool_call>
+ * block, and from that byte on the block is held to a call of one of the
+ * functions with its arguments valid for that function's parameters. */
 static char *calls_grammar(const st_req *sr, bool *strict)
 {
     sbuf g = {0};
     *strict = false;
-    bool many = sr->tool_choice == ST_TOOLS_REQUIRED && sr->parallel;
-    if (many) {
+    bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel;
+    if (sr->tool_choice == ST_TOOLS_AUTO) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "root ::= t0 (call t0){0,%d}\n", many ? MAX_PARALLEL_CALLS : 1);
+        sb_str(&g, buf);
+        text_rules(&g);
+    } else if (many) {
         char buf[96];
         snprintf(buf, sizeof buf, "root ::= call (\"\\n\" call){0,%d}\n", MAX_PARALLEL_CALLS - 1);
         sb_str(&g, buf);
@@ -282,12 +316,25 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
     } else if (sr->tool_choice == ST_TOOLS_AUTO && sr->type) {
         return rf_fail(pe, sr->field, "'%s' leaves the model no way to call a tool: with 'tools', set "
                        "'tool_choice' to \"none\" or drop '%s'", sr->field, sr->field);
+    } else if (sr->tool_choice == ST_TOOLS_AUTO && h->check_constraint) {
+        bool strict;
+        char *g = calls_grammar(sr, &strict);
+        if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     }
     if (!sr->type || !h->check_constraint) return 0;
     char err[512] = "";
     int st = h->check_constraint(h, sr->type, sr->spec, sr->spec ? strlen(sr->spec) : 0, sr->strict, err,
                                  sizeof err);
     if (st == PAGODA_OK) return 0;
+    if (st == PAGODA_ERR_UNSUPPORTED && sr->tool_choice == ST_TOOLS_AUTO) {
+        /* no constraint engine ([engine] constraint = none): "auto" still
+         * works, its calls read back from free text */
+        free(sr->spec);
+        sr->spec = NULL;
+        sr->type = 0;
+        sr->field = NULL;
+        return 0;
+    }
     if (st == PAGODA_ERR_NOMEM) return rf_fail(pe, sr->field, "out of memory compiling '%s'", sr->field);
     /* the message starts with the spec's kind (json_schema: ..., grammar: ...) */
     return rf_fail(pe, sr->field, "%s", err[0] ? err : pagoda_status_str(st));
