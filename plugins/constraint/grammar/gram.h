@@ -184,6 +184,11 @@ int32_t g_json_string(g_json *j, int32_t min, int32_t max);
 int32_t g_json_integer(g_json *j);
 int32_t g_json_number(g_json *j);
 int32_t g_json_lit(g_json *j, const char *name, const char *text);
+/* The comma list of a JSON object's members or an array's elements, into
+ * the rules the caller made (so it keeps their names and order): more ::=
+ * "," ws item; list ::= item more* | (empty). Returns list; s is empty on
+ * entry and on return. */
+int32_t g_json_items(g_grammar *g, g_seq *s, int32_t item, int32_t ws, int32_t more, int32_t list);
 /* any JSON value; after it, j->object and j->array are any object / array */
 int32_t g_json_value(g_json *j);
 /* integers / numbers within b (no exponent), as a rule named from path */

@@ -329,15 +329,7 @@ static int32_t object_rule(sc *c, json_t *s, const char *path)
         g_seq_ref(g, &s2, ws);
         g_rule_alt(g, kv, &s2);
         int32_t more = g_rule_new(g, "%s/more", path);
-        g_seq_byte(g, &s2, ',');
-        g_seq_ref(g, &s2, ws);
-        g_seq_ref(g, &s2, kv);
-        g_rule_alt(g, more, &s2);
-        int32_t body = g_rule_new(g, "%s/members", path);
-        g_seq_ref(g, &s2, kv);
-        g_seq_ref(g, &s2, g_rule_repeat(g, more, 0, -1));
-        g_rule_alt(g, body, &s2);
-        g_rule_alt(g, body, &s2);
+        int32_t body = g_json_items(g, &s2, kv, ws, more, g_rule_new(g, "%s/members", path));
         g_seq_byte(g, &s2, '{');
         g_seq_ref(g, &s2, ws);
         g_seq_ref(g, &s2, body);
