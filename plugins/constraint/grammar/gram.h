@@ -101,6 +101,10 @@ typedef struct g_range {
 
 g_grammar *g_new(const g_limits *lim);
 void g_free(g_grammar *g);
+/* Makes *p (an array of *cap elements of elem bytes) hold at least need,
+ * doubling; false (and *p unchanged) when memory runs out or the count
+ * passes INT32_MAX. Shared by the grammar's builder and its checks. */
+bool g_grow(void **p, int32_t *cap, int32_t need, size_t elem);
 /* Records the first error (printf-style); later ones are dropped. Returns -1. */
 int g_fail(g_grammar *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
