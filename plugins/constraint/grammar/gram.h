@@ -359,7 +359,33 @@ void g_mask_free(g_mask *m);
 size_t g_mask_bytes(const g_mask *m);
 void g_tmask_free(g_tmask *m);
 size_t g_tmask_bytes(const g_tmask *m);
+
+/* An inflated state B's tokens with the number of items each needs to
+ * start in B's moved count (g_dfa_inflate): a state that had r items left
+ * there allows exactly the tokens of need <= r (a parse of it from B that
+ * starts at most r items is one from the state, and the other way round),
+ * and keeps the escape roots of need <= r. Found by one more walk of B in
+ * which each node's parses are kept in groups of one count: those still in
+ * the chain (their count is in their frames) and those that left it (the
+ * count they left with). Not possible (ok false) when one group's parses
+ * are at two counts, more than G_MAX_GROUPS groups meet, or a node where
+ * only escaped parses are cheapest would be an escape root for some r but
+ * not for B (those need more than a filter). */
+struct g_need {
+    int32_t pos;           /* the moved frames' position in B */
+    int32_t n_vocab;
+    bool roots;            /* made with escape roots (a truncated state's walk) */
+    bool ok;
+    int32_t n_roots;
+    uint8_t *tok;          /* [n_vocab] items needed, 255: never */
+    int32_t *root_node;    /* the escape roots, as the walk meets them */
+    uint8_t *root_need;
+};
+
 void g_need_free(g_need *m);
 size_t g_need_bytes(const g_need *m);
+/* The counts of B's tokens for the moved position pos (gram_mask_count.c).
+ * NULL on error (d->err); a g_need with ok false when counts cannot be used. */
+g_need *g_need_walk(g_dfa *d, const g_trie *t, int32_t B, int32_t pos, bool with_roots);
 
 #endif /* PAGODA_GRAM_H */
