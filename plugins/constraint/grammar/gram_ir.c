@@ -396,18 +396,22 @@ static g_range *ranges_normed(g_grammar *g, const g_range *ranges, int32_t *n, i
     return r;
 }
 
-/* Classes already made into rules, so an equal class (hash h, normalized
+/* Classes already made into rules, so an equal class (normalized
  * r[0..n), plain or as JSON text) reuses its rule instead of growing the
- * grammar again. CPMEMO_NONE when there is none yet. */
-#define CPMEMO_NONE INT32_MIN
-static int32_t cpmemo_find(const g_grammar *g, uint32_t h, int json, const g_range *r, int32_t n)
+ * grammar again: true when it did (s refers to that rule, r is freed);
+ * else false with *h the class's hash for cpmemo_add. */
+static bool cpmemo_use(g_grammar *g, g_seq *s, int json, g_range *r, int32_t n, uint32_t *h)
 {
+    *h = fnv(r, sizeof *r * (size_t)n);
     for (int32_t i = 0; i < g->n_cpmemo; i++) {
         const g_cpmemo *m = &g->cpmemo[i];
-        if (m->hash == h && !m->json == !json && m->n == n && !memcmp(m->r, r, sizeof *r * (size_t)n))
-            return m->rule;
+        if (m->hash == *h && !m->json == !json && m->n == n && !memcmp(m->r, r, sizeof *r * (size_t)n)) {
+            free(r);
+            g_seq_ref(g, s, m->rule);
+            return true;
+        }
     }
-    return CPMEMO_NONE;
+    return false;
 }
 
 /* Records rule as the class r (the memo takes r); false with the grammar
@@ -438,13 +442,8 @@ void g_seq_cpclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         free(r);
         return;
     }
-    uint32_t h = fnv(r, sizeof *r * (size_t)n);
-    int32_t memo = cpmemo_find(g, h, 0, r, n);
-    if (memo != CPMEMO_NONE) {
-        free(r);
-        g_seq_ref(g, s, memo);
-        return;
-    }
+    uint32_t h;
+    if (cpmemo_use(g, s, 0, r, n, &h)) return;
     int32_t rule = g_rule_new(g, "char-class-%d", g->anon++);
     /* ASCII part as one set, then each encoded length apart */
     uint8_t set[32] = {0};
@@ -501,13 +500,8 @@ void g_seq_jsonclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         free(r);
         return;
     }
-    uint32_t h = fnv(r, sizeof *r * (size_t)n);
-    int32_t memo = cpmemo_find(g, h, 1, r, n);
-    if (memo != CPMEMO_NONE) {
-        free(r);
-        g_seq_ref(g, s, memo);
-        return;
-    }
+    uint32_t h;
+    if (cpmemo_use(g, s, 1, r, n, &h)) return;
     int32_t rule = g_rule_new(g, "json-char-class-%d", g->anon++);
     /* the class without what JSON escapes, as itself */
     g_range *safe = malloc(sizeof *safe * (size_t)(2 * n + 8));
