@@ -183,6 +183,9 @@ typedef struct g_bounds {
 
 void g_json_init(g_json *j, g_grammar *g);
 int32_t g_json_ws(g_json *j);
+/* Gives rule r the one alternative '"' body '"' (a JSON string whose
+ * characters body reads, as written); returns r. */
+int32_t g_json_quoted(g_grammar *g, int32_t r, int32_t body);
 /* a JSON string of min..max characters (max < 0: any length) */
 int32_t g_json_string(g_json *j, int32_t min, int32_t max);
 int32_t g_json_integer(g_json *j);

@@ -87,18 +87,23 @@ static int32_t json_char(g_json *c)
 }
 
 /* a JSON string with min..max characters (max < 0: any) */
-int32_t g_json_string(g_json *c, int32_t min, int32_t max)
+int32_t g_json_quoted(g_grammar *g, int32_t r, int32_t body)
 {
-    if (min == 0 && max < 0 && c->jstr >= 0) return c->jstr;
-    g_grammar *g = c->g;
-    int32_t body = g_rule_repeat(g, json_char(c), min, max);
-    int32_t r = g_rule_new(g, "string{%d,%d}", min, max);
     g_seq s = {0};
     g_seq_byte(g, &s, '"');
     g_seq_ref(g, &s, body);
     g_seq_byte(g, &s, '"');
     g_rule_alt(g, r, &s);
     g_seq_free(&s);
+    return r;
+}
+
+int32_t g_json_string(g_json *c, int32_t min, int32_t max)
+{
+    if (min == 0 && max < 0 && c->jstr >= 0) return c->jstr;
+    g_grammar *g = c->g;
+    int32_t body = g_rule_repeat(g, json_char(c), min, max);
+    int32_t r = g_json_quoted(g, g_rule_new(g, "string{%d,%d}", min, max), body);
     if (min == 0 && max < 0) c->jstr = r;
     return r;
 }

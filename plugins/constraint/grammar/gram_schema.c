@@ -545,14 +545,7 @@ static int32_t string_rule(sc *c, json_t *s, const char *path)
         subpath(sub, path, pat ? "pattern" : "format");
         int32_t body = g_regex_rule(g, re, re_len, G_RE_JSON_STRING, sub);
         if (body < 0) return -1;
-        int32_t r = g_rule_new(g, "%s", path);
-        g_seq sq = {0};
-        g_seq_byte(g, &sq, '"');
-        g_seq_ref(g, &sq, body);
-        g_seq_byte(g, &sq, '"');
-        g_rule_alt(g, r, &sq);
-        g_seq_free(&sq);
-        return r;
+        return g_json_quoted(g, g_rule_new(g, "%s", path), body);
     }
     if (max >= 0 && min > max) return g_rule_new(g, "%s (minLength above maxLength)", path);
     return g_json_string(&c->j, (int32_t)min, (int32_t)max);
