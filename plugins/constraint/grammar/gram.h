@@ -191,6 +191,9 @@ int32_t g_json_string(g_json *j, int32_t min, int32_t max);
 int32_t g_json_integer(g_json *j);
 int32_t g_json_number(g_json *j);
 int32_t g_json_lit(g_json *j, const char *name, const char *text);
+/* Gives rule r the alternative key ws ":" ws val ws (an object member);
+ * returns r. s is empty on entry and on return. */
+int32_t g_json_member(g_grammar *g, g_seq *s, int32_t r, int32_t key, int32_t ws, int32_t val);
 /* The comma list of a JSON object's members or an array's elements, into
  * the rules the caller made (so it keeps their names and order): more ::=
  * "," ws item; list ::= item more* | (empty). Returns list; s is empty on

@@ -172,6 +172,18 @@ int32_t g_json_lit(g_json *c, const char *name, const char *text)
     return g_rule_lit(c->g, name, text, strlen(text));
 }
 
+int32_t g_json_member(g_grammar *g, g_seq *s, int32_t r, int32_t key, int32_t ws, int32_t val)
+{
+    g_seq_ref(g, s, key);
+    g_seq_ref(g, s, ws);
+    g_seq_byte(g, s, ':');
+    g_seq_ref(g, s, ws);
+    g_seq_ref(g, s, val);
+    g_seq_ref(g, s, ws);
+    g_rule_alt(g, r, s);
+    return r;
+}
+
 int32_t g_json_items(g_grammar *g, g_seq *s, int32_t item, int32_t ws, int32_t more, int32_t list)
 {
     g_seq_byte(g, s, ',');
@@ -212,14 +224,7 @@ int32_t g_json_value(g_json *c)
     int32_t ws = g_json_ws(c), str = g_json_string(c, 0, -1);
     g_seq s = {0};
     /* member ::= string ws ":" ws value ws */
-    int32_t mem = g_rule_new(g, "member");
-    g_seq_ref(g, &s, str);
-    g_seq_ref(g, &s, ws);
-    g_seq_byte(g, &s, ':');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, v);
-    g_seq_ref(g, &s, ws);
-    g_rule_alt(g, mem, &s);
+    int32_t mem = g_json_member(g, &s, g_rule_new(g, "member"), str, ws, v);
     int32_t obj = c->object = g_json_bracket(g, &s, mem, ws, '{', '}', "members", "object");
     /* element ::= value ws */
     int32_t el = g_rule_new(g, "element");

@@ -321,13 +321,7 @@ static int32_t object_rule(sc *c, json_t *s, const char *path)
         int32_t val = json_is_object(addl) ? schema_rule(c, addl, sub3) : g_json_value(&c->j);
         if (val < 0) goto out;
         int32_t kv = g_rule_new(g, "%s/member", path);
-        g_seq_ref(g, &s2, g_json_string(&c->j, 0, -1));
-        g_seq_ref(g, &s2, ws);
-        g_seq_byte(g, &s2, ':');
-        g_seq_ref(g, &s2, ws);
-        g_seq_ref(g, &s2, val);
-        g_seq_ref(g, &s2, ws);
-        g_rule_alt(g, kv, &s2);
+        g_json_member(g, &s2, kv, g_json_string(&c->j, 0, -1), ws, val);
         int32_t more = g_rule_new(g, "%s/more", path);
         int32_t body = g_json_items(g, &s2, kv, ws, more, g_rule_new(g, "%s/members", path));
         g_seq_byte(g, &s2, '{');
