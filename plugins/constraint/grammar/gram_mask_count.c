@@ -188,28 +188,22 @@ g_need *g_need_walk(g_dfa *d, const g_trie *t, int32_t B, int32_t pos, bool with
         i++;
     }
     nd->ok = true;
-    free(st);
-    free(gs);
-    free(ng);
-    free(memo.v);
-    return nd;
+    goto out;
 unusable:
     nd->ok = false;
     free(nd->tok);
     nd->tok = NULL;
+    goto out;
+oom:
+    snprintf(d->err, sizeof d->err, "out of memory");
+fail:
+    g_need_free(nd);
+    nd = NULL;
+out:
     free(st);
     free(gs);
     free(ng);
     free(memo.v);
     return nd;
-oom:
-    snprintf(d->err, sizeof d->err, "out of memory");
-fail:
-    g_need_free(nd);
-    free(st);
-    free(gs);
-    free(ng);
-    free(memo.v);
-    return NULL;
 }
 
