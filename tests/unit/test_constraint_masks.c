@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "gguf.h"
 #include "plugin_loader.h"
 #include "plugin_testhost.h"
@@ -217,22 +218,6 @@ static long compare_walks(inst *fast, inst *plain, int type, const char *text, i
     return n_masks;
 }
 
-static const char ORDER_SCHEMA[] =
-    "{\"type\":\"object\",\"properties\":{"
-    "\"order_id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]{6}$\"},"
-    "\"customer\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
-    "\"email\":{\"type\":\"string\",\"maxLength\":60},\"vip\":{\"type\":\"boolean\"}},"
-    "\"required\":[\"name\",\"email\"],\"additionalProperties\":false},"
-    "\"items\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":8,\"items\":{\"type\":\"object\","
-    "\"properties\":{\"sku\":{\"type\":\"string\",\"maxLength\":16},\"quantity\":{\"type\":\"integer\","
-    "\"minimum\":1,\"maximum\":1000},\"unit_price\":{\"type\":\"number\",\"minimum\":0},"
-    "\"notes\":{\"type\":[\"string\",\"null\"],\"maxLength\":80}},\"required\":[\"sku\",\"quantity\","
-    "\"unit_price\"],\"additionalProperties\":false}},"
-    "\"status\":{\"enum\":[\"pending\",\"paid\",\"shipped\",\"cancelled\"]},"
-    "\"placed\":{\"type\":\"string\",\"format\":\"date\"},"
-    "\"total\":{\"type\":\"number\",\"minimum\":0}},"
-    "\"required\":[\"order_id\",\"customer\",\"items\",\"status\",\"total\"],\"additionalProperties\":false}";
-
 typedef struct spec {
     int type;
     const char *text;
@@ -242,7 +227,7 @@ typedef struct spec {
  * at and above the horizon, nullable items, nested counts, strings with
  * both bounds, counts inside arrays and inside a grammar's tool call */
 static const spec specs[] = {
-    {PAGODA_CONSTRAINT_JSON_SCHEMA, ORDER_SCHEMA},
+    {PAGODA_CONSTRAINT_JSON_SCHEMA, pagoda_bench_order_schema},
     {PAGODA_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":40}"},
     {PAGODA_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":30,\"maxLength\":95}"},
     {PAGODA_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":120,\"maxLength\":200}"},

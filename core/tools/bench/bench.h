@@ -98,4 +98,10 @@ double pagoda_bench_union_length(double *iv, size_t n);
  * code: 0 ok, 1 runtime error, 2 usage error. */
 int pagoda_cmd_bench(int argc, char **argv);
 
+/* The extraction schema `pagoda bench structured` measures (nested object,
+ * array of objects, enums, bounds, a pattern, a format, optional fields):
+ * here so test_constraint_masks checks the fast masks on the very schema
+ * whose timings the bench reports. */
+extern const char pagoda_bench_order_schema[];
+
 #endif /* PAGODA_BENCH_H */

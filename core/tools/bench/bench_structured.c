@@ -23,9 +23,8 @@
 #include "plugin_loader.h"
 #include "tokenizer.h"
 
-/* A realistic extraction schema: nested object, array of objects, enums,
- * bounded integers and numbers, a pattern, a format, optional fields. */
-static const char ORDER_SCHEMA[] =
+/* A realistic extraction schema (see bench.h). */
+const char pagoda_bench_order_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"order_id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]{6}$\"},"
     "\"customer\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
@@ -147,7 +146,8 @@ static int measure_masks(const bench_opts *o, const char *model_path, int walks,
     int32_t V = mf->n_vocab = pagoda_tokenizer_n_vocab(t);
     const pagoda_constraint_ops *O = &l.c.ops;
     pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_JSON_SCHEMA,
-                                 .text = ORDER_SCHEMA, .len = strlen(ORDER_SCHEMA), .strict = true};
+                                 .text = pagoda_bench_order_schema,
+                                 .len = strlen(pagoda_bench_order_schema), .strict = true};
     double t0 = bench_now_s();
     if ((st = O->compile(l.c.ctx, &sp, &comp, err, err_len))) goto out;
     mf->compile_ms = (bench_now_s() - t0) * 1e3;
@@ -392,7 +392,8 @@ int bench_do_structured(const bench_opts *o)
     for (int rep = 0; rep < 2 && !st; rep++) {
         double tps;
         int64_t tk;
-        st = run_streams(rt, n, 400, ORDER_SCHEMA, 7 + (uint64_t)rep * 100, &tps, &tk, err, sizeof err);
+        st = run_streams(rt, n, 400, pagoda_bench_order_schema, 7 + (uint64_t)rep * 100, &tps, &tk, err,
+                         sizeof err);
     }
     pthread_mutex_lock(&g_fill_mu);
     g_fill_on = false;

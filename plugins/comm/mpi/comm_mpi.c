@@ -113,6 +113,20 @@ static int op_of(int32_t op, MPI_Op *o)
     }
 }
 
+/* The MPI type and op of a reduction (both reduce calls take the same
+ * pairs); PAGODA_ERR_UNSUPPORTED with err naming the call `what` when
+ * either has none. */
+static int reduce_of(int32_t dtype, int32_t op, MPI_Datatype *t, MPI_Op *o, size_t *elt, const char *what,
+                     char *err, size_t err_len)
+{
+    if (dtype_of(dtype, t, elt) || op_of(op, o)) {
+        ERR("%s: dtype %s / op %d not supported (F32 with sum, max or min)", what, pagoda_dtype_name(dtype),
+            op);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    return PAGODA_OK;
+}
+
 /* MPI counts are int: larger buffers go in pieces of at most CHUNK units. */
 #define CHUNK ((size_t)1 << 30)
 
@@ -133,14 +147,11 @@ static int m_all_reduce(void *ctx, void *buf, size_t count, int32_t dtype, int32
                         size_t err_len)
 {
     mpi_ctx *c = ctx;
-    MPI_Datatype t;
-    MPI_Op o;
-    size_t elt;
-    if (dtype_of(dtype, &t, &elt) || op_of(op, &o)) {
-        ERR("all_reduce: dtype %s / op %d not supported (F32 with sum, max or min)",
-            pagoda_dtype_name(dtype), op);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL; /* set by reduce_of; GCC cannot see through its || */
+    size_t elt = 0;
+    int bad = reduce_of(dtype, op, &t, &o, &elt, "all_reduce", err, err_len);
+    if (bad) return bad;
     for (size_t off = 0; off < count || (count == 0 && off == 0); off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);
         MPI_Request r;
@@ -216,15 +227,12 @@ static int m_all_reduce_async(void *ctx, void *buf, size_t count, int32_t dtype,
                               pagoda_comm_request **req, char *err, size_t err_len)
 {
     mpi_ctx *c = ctx;
-    MPI_Datatype t;
-    MPI_Op o;
-    size_t elt;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL; /* set by reduce_of; GCC cannot see through its || */
+    size_t elt = 0;
     *req = NULL;
-    if (dtype_of(dtype, &t, &elt) || op_of(op, &o)) {
-        ERR("all_reduce_async: dtype %s / op %d not supported (F32 with sum, max or min)",
-            pagoda_dtype_name(dtype), op);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
+    int bad = reduce_of(dtype, op, &t, &o, &elt, "all_reduce_async", err, err_len);
+    if (bad) return bad;
     if (count > (size_t)INT_MAX) {
         ERR("all_reduce_async: %zu elements is more than MPI's %d", count, INT_MAX);
         return PAGODA_ERR_UNSUPPORTED;

@@ -101,6 +101,10 @@ typedef struct g_range {
 
 g_grammar *g_new(const g_limits *lim);
 void g_free(g_grammar *g);
+/* Makes *p (an array of *cap elements of elem bytes) hold at least need,
+ * doubling; false (and *p unchanged) when memory runs out or the count
+ * passes INT32_MAX. Shared by the grammar's builder and its checks. */
+bool g_grow(void **p, int32_t *cap, int32_t need, size_t elem);
 /* Records the first error (printf-style); later ones are dropped. Returns -1. */
 int g_fail(g_grammar *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -179,11 +183,22 @@ typedef struct g_bounds {
 
 void g_json_init(g_json *j, g_grammar *g);
 int32_t g_json_ws(g_json *j);
+/* Gives rule r the one alternative '"' body '"' (a JSON string whose
+ * characters body reads, as written); returns r. */
+int32_t g_json_quoted(g_grammar *g, int32_t r, int32_t body);
 /* a JSON string of min..max characters (max < 0: any length) */
 int32_t g_json_string(g_json *j, int32_t min, int32_t max);
 int32_t g_json_integer(g_json *j);
 int32_t g_json_number(g_json *j);
 int32_t g_json_lit(g_json *j, const char *name, const char *text);
+/* Gives rule r the alternative key ws ":" ws val ws (an object member);
+ * returns r. s is empty on entry and on return. */
+int32_t g_json_member(g_grammar *g, g_seq *s, int32_t r, int32_t key, int32_t ws, int32_t val);
+/* The comma list of a JSON object's members or an array's elements, into
+ * the rules the caller made (so it keeps their names and order): more ::=
+ * "," ws item; list ::= item more* | (empty). Returns list; s is empty on
+ * entry and on return. */
+int32_t g_json_items(g_grammar *g, g_seq *s, int32_t item, int32_t ws, int32_t more, int32_t list);
 /* any JSON value; after it, j->object and j->array are any object / array */
 int32_t g_json_value(g_json *j);
 /* integers / numbers within b (no exponent), as a rule named from path */
@@ -350,7 +365,33 @@ void g_mask_free(g_mask *m);
 size_t g_mask_bytes(const g_mask *m);
 void g_tmask_free(g_tmask *m);
 size_t g_tmask_bytes(const g_tmask *m);
+
+/* An inflated state B's tokens with the number of items each needs to
+ * start in B's moved count (g_dfa_inflate): a state that had r items left
+ * there allows exactly the tokens of need <= r (a parse of it from B that
+ * starts at most r items is one from the state, and the other way round),
+ * and keeps the escape roots of need <= r. Found by one more walk of B in
+ * which each node's parses are kept in groups of one count: those still in
+ * the chain (their count is in their frames) and those that left it (the
+ * count they left with). Not possible (ok false) when one group's parses
+ * are at two counts, more than G_MAX_GROUPS groups meet, or a node where
+ * only escaped parses are cheapest would be an escape root for some r but
+ * not for B (those need more than a filter). */
+struct g_need {
+    int32_t pos;           /* the moved frames' position in B */
+    int32_t n_vocab;
+    bool roots;            /* made with escape roots (a truncated state's walk) */
+    bool ok;
+    int32_t n_roots;
+    uint8_t *tok;          /* [n_vocab] items needed, 255: never */
+    int32_t *root_node;    /* the escape roots, as the walk meets them */
+    uint8_t *root_need;
+};
+
 void g_need_free(g_need *m);
 size_t g_need_bytes(const g_need *m);
+/* The counts of B's tokens for the moved position pos (gram_mask_count.c).
+ * NULL on error (d->err); a g_need with ok false when counts cannot be used. */
+g_need *g_need_walk(g_dfa *d, const g_trie *t, int32_t B, int32_t pos, bool with_roots);
 
 #endif /* PAGODA_GRAM_H */

@@ -16,19 +16,6 @@
 
 #include "gram.h"
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem)
-{
-    if (need <= *cap) return true;
-    int64_t nc = *cap ? (int64_t)*cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    if (nc > INT32_MAX) return false;
-    void *np = realloc(*p, (size_t)nc * elem);
-    if (!np) return false;
-    *p = np;
-    *cap = (int32_t)nc;
-    return true;
-}
-
 /* ------------------------------------------------------------ checks */
 
 static bool set_empty(const uint8_t *set)
@@ -156,7 +143,7 @@ static int left_recursion(g_grammar *g, const bool *nul)
         first[r] = n_ed;
         for (int32_t k = 0; k < g->rules[r].n_alts; k++) {
             for (int32_t p = g->rules[r].alts[k]; g->elems[p].kind == G_RULE; p++) {
-                if (!grow((void **)&ed, &cap_ed, n_ed + 1, sizeof *ed)) {
+                if (!g_grow((void **)&ed, &cap_ed, n_ed + 1, sizeof *ed)) {
                     g_fail(g, "out of memory");
                     goto out;
                 }

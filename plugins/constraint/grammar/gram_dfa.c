@@ -376,6 +376,37 @@ static int32_t state_intern(g_dfa *d, int32_t n, bool accept, bool esc)
     return d->n_states++;
 }
 
+/* d->out holds at least n ids (a state's tops are written there before
+ * state_intern reads them); -3 with d->err when memory runs out. */
+static int out_reserve(g_dfa *d, int32_t n)
+{
+    if (n <= d->cap_out) return 0;
+    int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
+    if (!no) return dfa_fail(d, "out of memory");
+    d->out = no;
+    d->cap_out = n;
+    return 0;
+}
+
+/* The state of the n tops in `tops` (sorted and made unique first, as
+ * state_intern wants them); frees tops whatever happens. A state that comes
+ * out empty is an internal fault here (truncating or inflating a live state
+ * keeps its tops), reported as `empty_what`. */
+static int32_t tops_state(g_dfa *d, int32_t *tops, int32_t n, bool accept, bool esc, const char *empty_what)
+{
+    if (out_reserve(d, n) < 0) {
+        free(tops);
+        return -3;
+    }
+    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
+    free(tops);
+    int32_t t = state_intern(d, w, accept, esc);
+    return t == -1 ? dfa_fail(d, empty_what) : t;
+}
+
 int32_t g_dfa_start(g_dfa *d)
 {
     if (d->start >= 0) return d->start;
@@ -525,22 +556,8 @@ int32_t g_dfa_truncate(g_dfa *d, int32_t s)
         free(tops);
         return d->states[s].trunc = s;
     }
-    if (n > d->cap_out) {
-        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
-        if (!no) {
-            free(tops);
-            return dfa_fail(d, "out of memory");
-        }
-        d->out = no;
-        d->cap_out = n;
-    }
-    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
-    int32_t w = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
-    free(tops);
-    int32_t t = state_intern(d, w, d->states[s].accept, false);
-    if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty truncated state") : t;
+    int32_t t = tops_state(d, tops, n, d->states[s].accept, false, "internal: an empty truncated state");
+    if (t < 0) return t;
     d->states[s].trunc = t;
     return t;
 }
@@ -654,22 +671,9 @@ int32_t g_dfa_inflate(g_dfa *d, int32_t s, int32_t *k)
         *k = 0;
         return d->states[s].infl = s;
     }
-    if (n > d->cap_out) {
-        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
-        if (!no) {
-            free(tops);
-            return dfa_fail(d, "out of memory");
-        }
-        d->out = no;
-        d->cap_out = n;
-    }
-    qsort(tops, (size_t)n, sizeof *tops, int_cmp);
-    int32_t w = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (!w || tops[i] != d->out[w - 1]) d->out[w++] = tops[i];
-    free(tops);
-    int32_t t = state_intern(d, w, d->states[s].accept, d->states[s].esc);
-    if (t < 0) return t == -1 ? dfa_fail(d, "internal: an empty inflated state") : t;
+    int32_t t = tops_state(d, tops, n, d->states[s].accept, d->states[s].esc,
+                           "internal: an empty inflated state");
+    if (t < 0) return t;
     d->states[s].infl = t;
     d->states[s].infl_k = K;
     if (one_count) {
@@ -722,14 +726,9 @@ int g_dfa_split(g_dfa *d, int32_t s, int32_t target, const int32_t *parents, int
         cnt = st;
         n_in++;
     }
-    if (n > d->cap_out) {
-        int32_t *no = realloc(d->out, sizeof *no * (size_t)n);
-        if (!no) {
-            if (side != small) free(side);
-            return dfa_fail(d, "out of memory");
-        }
-        d->out = no;
-        d->cap_out = n;
+    if (out_reserve(d, n) < 0) {
+        if (side != small) free(side);
+        return -3;
     }
     /* the tops stay sorted: each side is a subsequence */
     int32_t w = 0;

@@ -63,7 +63,7 @@ int g_fail(g_grammar *g, const char *fmt, ...)
     return -1;
 }
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem)
+bool g_grow(void **p, int32_t *cap, int32_t need, size_t elem)
 {
     if (need <= *cap) return true;
     int64_t nc = *cap ? (int64_t)*cap * 2 : 16;
@@ -84,7 +84,7 @@ static int32_t rule_add(g_grammar *g, char *name)
         g_fail(g, "out of memory");
         return -1;
     }
-    if (!grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) {
+    if (!g_grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) {
         free(name);
         g_fail(g, "out of memory");
         return -1;
@@ -157,8 +157,8 @@ void g_rule_alt(g_grammar *g, int32_t rule, g_seq *s)
         goto out;
     }
     g_rule *r = &g->rules[rule];
-    if (!grow((void **)&g->elems, &g->cap_elems, g->n_elems + s->n + 1, sizeof *g->elems) ||
-        !grow((void **)&r->alts, &r->cap_alts, r->n_alts + 1, sizeof *r->alts)) {
+    if (!g_grow((void **)&g->elems, &g->cap_elems, g->n_elems + s->n + 1, sizeof *g->elems) ||
+        !g_grow((void **)&r->alts, &r->cap_alts, r->n_alts + 1, sizeof *r->alts)) {
         g_fail(g, "out of memory");
         goto out;
     }
@@ -186,7 +186,7 @@ static void seq_push(g_grammar *g, g_seq *s, int32_t kind, int32_t arg)
                "elements (constraint.grammar max_elements)", (long long)g->lim.max_elems);
         return;
     }
-    if (!grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
+    if (!g_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
         g_fail(g, "out of memory");
         return;
     }
@@ -224,7 +224,7 @@ static int32_t set_intern(g_grammar *g, const uint8_t set[32])
         if (memcmp(g->sets[g->set_hash[h]], set, 32) == 0) return g->set_hash[h];
         h = (h + 1) & (uint32_t)(g->cap_set_hash - 1);
     }
-    if (!grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets))
+    if (!g_grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets))
         return g_fail(g, "out of memory");
     memcpy(g->sets[g->n_sets], set, 32);
     g->set_hash[h] = g->n_sets;
@@ -376,21 +376,62 @@ static void utf8_split(g_grammar *g, int32_t rule, uint32_t lo, uint32_t hi, int
     g_seq_free(&s);
 }
 
+/* A normalized copy of ranges[0..*n) with room for 2 * *n + extra ranges
+ * (what g_ranges_norm and the callers' splitting need); *n becomes its
+ * count. NULL with the grammar failed when memory runs out. */
+static g_range *ranges_normed(g_grammar *g, const g_range *ranges, int32_t *n, int32_t extra)
+{
+    g_range *r = malloc(sizeof *r * (size_t)(2 * *n + extra));
+    if (!r) {
+        g_fail(g, "out of memory");
+        return NULL;
+    }
+    memcpy(r, ranges, sizeof *r * (size_t)*n);
+    *n = g_ranges_norm(r, *n);
+    if (*n < 0) {
+        free(r);
+        g_fail(g, "out of memory");
+        return NULL;
+    }
+    return r;
+}
+
+/* Classes already made into rules, so an equal class (normalized
+ * r[0..n), plain or as JSON text) reuses its rule instead of growing the
+ * grammar again: true when it did (s refers to that rule, r is freed);
+ * else false with *h the class's hash for cpmemo_add. */
+static bool cpmemo_use(g_grammar *g, g_seq *s, int json, g_range *r, int32_t n, uint32_t *h)
+{
+    *h = fnv(r, sizeof *r * (size_t)n);
+    for (int32_t i = 0; i < g->n_cpmemo; i++) {
+        const g_cpmemo *m = &g->cpmemo[i];
+        if (m->hash == *h && !m->json == !json && m->n == n && !memcmp(m->r, r, sizeof *r * (size_t)n)) {
+            free(r);
+            g_seq_ref(g, s, m->rule);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Records rule as the class r (the memo takes r); false with the grammar
+ * failed (and r freed) when memory runs out. */
+static bool cpmemo_add(g_grammar *g, uint32_t h, int json, g_range *r, int32_t n, int32_t rule)
+{
+    if (!g_grow((void **)&g->cpmemo, &g->cap_cpmemo, g->n_cpmemo + 1, sizeof *g->cpmemo)) {
+        free(r);
+        g_fail(g, "out of memory");
+        return false;
+    }
+    g->cpmemo[g->n_cpmemo++] = (g_cpmemo){h, json, r, n, rule};
+    return true;
+}
+
 void g_seq_cpclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
 {
     if (g->failed) return;
-    g_range *r = malloc(sizeof *r * (size_t)(2 * n + 1));
-    if (!r) {
-        g_fail(g, "out of memory");
-        return;
-    }
-    memcpy(r, ranges, sizeof *r * (size_t)n);
-    n = g_ranges_norm(r, n);
-    if (n < 0) {
-        free(r);
-        g_fail(g, "out of memory");
-        return;
-    }
+    g_range *r = ranges_normed(g, ranges, &n, 1);
+    if (!r) return;
     if (n == 0 || r[n - 1].hi < 0x80) {
         /* ASCII only (or empty: an element that never matches, which
          * g_finish treats as unable to finish) */
@@ -401,15 +442,8 @@ void g_seq_cpclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         free(r);
         return;
     }
-    uint32_t h = fnv(r, sizeof *r * (size_t)n);
-    for (int32_t i = 0; i < g->n_cpmemo; i++) {
-        g_cpmemo *m = &g->cpmemo[i];
-        if (m->hash == h && !m->json && m->n == n && !memcmp(m->r, r, sizeof *r * (size_t)n)) {
-            free(r);
-            g_seq_ref(g, s, m->rule);
-            return;
-        }
-    }
+    uint32_t h;
+    if (cpmemo_use(g, s, 0, r, n, &h)) return;
     int32_t rule = g_rule_new(g, "char-class-%d", g->anon++);
     /* ASCII part as one set, then each encoded length apart */
     uint8_t set[32] = {0};
@@ -432,13 +466,7 @@ void g_seq_cpclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         g_rule_alt(g, rule, &a);
         g_seq_free(&a);
     }
-    if (!grow((void **)&g->cpmemo, &g->cap_cpmemo, g->n_cpmemo + 1, sizeof *g->cpmemo)) {
-        free(r);
-        g_fail(g, "out of memory");
-        return;
-    }
-    g->cpmemo[g->n_cpmemo++] = (g_cpmemo){h, 0, r, n, rule};
-    g_seq_ref(g, s, rule);
+    if (cpmemo_add(g, h, 0, r, n, rule)) g_seq_ref(g, s, rule);
 }
 
 /* The one escape JSON text uses here for a character it must escape. */
@@ -459,18 +487,8 @@ static int json_escape(uint32_t c, char *out)
 void g_seq_jsonclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
 {
     if (g->failed) return;
-    g_range *r = malloc(sizeof *r * (size_t)(2 * n + 4));
-    if (!r) {
-        g_fail(g, "out of memory");
-        return;
-    }
-    memcpy(r, ranges, sizeof *r * (size_t)n);
-    n = g_ranges_norm(r, n);
-    if (n < 0) {
-        free(r);
-        g_fail(g, "out of memory");
-        return;
-    }
+    g_range *r = ranges_normed(g, ranges, &n, 4);
+    if (!r) return;
     /* which of the characters JSON escapes are in the class */
     bool esc[0x5D] = {false};
     bool any_esc = false;
@@ -482,15 +500,8 @@ void g_seq_jsonclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         free(r);
         return;
     }
-    uint32_t h = fnv(r, sizeof *r * (size_t)n);
-    for (int32_t i = 0; i < g->n_cpmemo; i++) {
-        g_cpmemo *m = &g->cpmemo[i];
-        if (m->hash == h && m->json && m->n == n && !memcmp(m->r, r, sizeof *r * (size_t)n)) {
-            free(r);
-            g_seq_ref(g, s, m->rule);
-            return;
-        }
-    }
+    uint32_t h;
+    if (cpmemo_use(g, s, 1, r, n, &h)) return;
     int32_t rule = g_rule_new(g, "json-char-class-%d", g->anon++);
     /* the class without what JSON escapes, as itself */
     g_range *safe = malloc(sizeof *safe * (size_t)(2 * n + 8));
@@ -525,13 +536,7 @@ void g_seq_jsonclass(g_grammar *g, g_seq *s, const g_range *ranges, int32_t n)
         g_rule_alt(g, rule, &a);
     }
     g_seq_free(&a);
-    if (!grow((void **)&g->cpmemo, &g->cap_cpmemo, g->n_cpmemo + 1, sizeof *g->cpmemo)) {
-        free(r);
-        g_fail(g, "out of memory");
-        return;
-    }
-    g->cpmemo[g->n_cpmemo++] = (g_cpmemo){h, 1, r, n, rule};
-    g_seq_ref(g, s, rule);
+    if (cpmemo_add(g, h, 1, r, n, rule)) g_seq_ref(g, s, rule);
 }
 
 /* ------------------------------------------------------------ repetition */

@@ -87,18 +87,23 @@ static int32_t json_char(g_json *c)
 }
 
 /* a JSON string with min..max characters (max < 0: any) */
-int32_t g_json_string(g_json *c, int32_t min, int32_t max)
+int32_t g_json_quoted(g_grammar *g, int32_t r, int32_t body)
 {
-    if (min == 0 && max < 0 && c->jstr >= 0) return c->jstr;
-    g_grammar *g = c->g;
-    int32_t body = g_rule_repeat(g, json_char(c), min, max);
-    int32_t r = g_rule_new(g, "string{%d,%d}", min, max);
     g_seq s = {0};
     g_seq_byte(g, &s, '"');
     g_seq_ref(g, &s, body);
     g_seq_byte(g, &s, '"');
     g_rule_alt(g, r, &s);
     g_seq_free(&s);
+    return r;
+}
+
+int32_t g_json_string(g_json *c, int32_t min, int32_t max)
+{
+    if (min == 0 && max < 0 && c->jstr >= 0) return c->jstr;
+    g_grammar *g = c->g;
+    int32_t body = g_rule_repeat(g, json_char(c), min, max);
+    int32_t r = g_json_quoted(g, g_rule_new(g, "string{%d,%d}", min, max), body);
     if (min == 0 && max < 0) c->jstr = r;
     return r;
 }
@@ -167,6 +172,49 @@ int32_t g_json_lit(g_json *c, const char *name, const char *text)
     return g_rule_lit(c->g, name, text, strlen(text));
 }
 
+int32_t g_json_member(g_grammar *g, g_seq *s, int32_t r, int32_t key, int32_t ws, int32_t val)
+{
+    g_seq_ref(g, s, key);
+    g_seq_ref(g, s, ws);
+    g_seq_byte(g, s, ':');
+    g_seq_ref(g, s, ws);
+    g_seq_ref(g, s, val);
+    g_seq_ref(g, s, ws);
+    g_rule_alt(g, r, s);
+    return r;
+}
+
+int32_t g_json_items(g_grammar *g, g_seq *s, int32_t item, int32_t ws, int32_t more, int32_t list)
+{
+    g_seq_byte(g, s, ',');
+    g_seq_ref(g, s, ws);
+    g_seq_ref(g, s, item);
+    g_rule_alt(g, more, s);
+    g_seq_ref(g, s, item);
+    g_seq_ref(g, s, g_rule_repeat(g, more, 0, -1));
+    g_rule_alt(g, list, s);
+    g_rule_alt(g, list, s);
+    return list;
+}
+
+/* name ::= open ws items close, items ::= item more-items* | (empty),
+ * more-items ::= "," ws item: the one shape an object and an array share.
+ * Rules are made in the order more-ITEMS, ITEMS, NAME. s is empty on entry
+ * and on return (g_rule_alt takes its contents). */
+static int32_t g_json_bracket(g_grammar *g, g_seq *s, int32_t item, int32_t ws, uint8_t open, uint8_t close,
+                              const char *items, const char *name)
+{
+    int32_t more = g_rule_new(g, "more-%s", items);
+    int32_t list = g_json_items(g, s, item, ws, more, g_rule_new(g, "%s", items));
+    int32_t r = g_rule_new(g, "%s", name);
+    g_seq_byte(g, s, open);
+    g_seq_ref(g, s, ws);
+    g_seq_ref(g, s, list);
+    g_seq_byte(g, s, close);
+    g_rule_alt(g, r, s);
+    return r;
+}
+
 /* any JSON value; object and array of any values (recursive) */
 int32_t g_json_value(g_json *c)
 {
@@ -176,51 +224,14 @@ int32_t g_json_value(g_json *c)
     int32_t ws = g_json_ws(c), str = g_json_string(c, 0, -1);
     g_seq s = {0};
     /* member ::= string ws ":" ws value ws */
-    int32_t mem = g_rule_new(g, "member");
-    g_seq_ref(g, &s, str);
-    g_seq_ref(g, &s, ws);
-    g_seq_byte(g, &s, ':');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, v);
-    g_seq_ref(g, &s, ws);
-    g_rule_alt(g, mem, &s);
-    int32_t more = g_rule_new(g, "more-members");
-    g_seq_byte(g, &s, ',');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, mem);
-    g_rule_alt(g, more, &s);
-    int32_t mems = g_rule_new(g, "members");
-    g_seq_ref(g, &s, mem);
-    g_seq_ref(g, &s, g_rule_repeat(g, more, 0, -1));
-    g_rule_alt(g, mems, &s);
-    g_rule_alt(g, mems, &s);
-    int32_t obj = c->object = g_rule_new(g, "object");
-    g_seq_byte(g, &s, '{');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, mems);
-    g_seq_byte(g, &s, '}');
-    g_rule_alt(g, obj, &s);
+    int32_t mem = g_json_member(g, &s, g_rule_new(g, "member"), str, ws, v);
+    int32_t obj = c->object = g_json_bracket(g, &s, mem, ws, '{', '}', "members", "object");
     /* element ::= value ws */
     int32_t el = g_rule_new(g, "element");
     g_seq_ref(g, &s, v);
     g_seq_ref(g, &s, ws);
     g_rule_alt(g, el, &s);
-    int32_t moree = g_rule_new(g, "more-elements");
-    g_seq_byte(g, &s, ',');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, el);
-    g_rule_alt(g, moree, &s);
-    int32_t els = g_rule_new(g, "elements");
-    g_seq_ref(g, &s, el);
-    g_seq_ref(g, &s, g_rule_repeat(g, moree, 0, -1));
-    g_rule_alt(g, els, &s);
-    g_rule_alt(g, els, &s);
-    int32_t arr = c->array = g_rule_new(g, "array");
-    g_seq_byte(g, &s, '[');
-    g_seq_ref(g, &s, ws);
-    g_seq_ref(g, &s, els);
-    g_seq_byte(g, &s, ']');
-    g_rule_alt(g, arr, &s);
+    int32_t arr = c->array = g_json_bracket(g, &s, el, ws, '[', ']', "elements", "array");
     int32_t alts[] = {obj, arr, str, g_json_number(c), g_json_lit(c, "true", "true"),
                       g_json_lit(c, "false", "false"), g_json_lit(c, "null", "null")};
     for (size_t i = 0; i < sizeof alts / sizeof alts[0]; i++) {
