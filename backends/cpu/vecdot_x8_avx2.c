@@ -246,11 +246,14 @@ static GEMM_X8(gemm_f16_x8_small, tile_f16_x8, float, n * 8, 1)
 
 /* F16 prefill (T >= F16B_MIN_T): blocked for the caches. Per F16B_ROWS
  * weight rows and F16B_GC token groups (a chunk), the K axis in blocks of
- * F16B_KC: the rows' block is converted to F32 once into pan (16 KB, L1)
+ * F16B_KC: the rows' block is converted to F32 once into pan (8 KB, L1)
  * and serves the chunk's 96 tokens (the small path converts it again for
- * every 16 tokens), the chunk's x block (96 KB) stays in L2, and the
- * partial sums of the 16 x 96 outputs wait in part (6 KB) between K
- * blocks. The register tile is 4 rows x 3 token groups: 12 accumulators,
+ * every 16 tokens), a token triple's x block (12 KB) stays in L1 across
+ * the 16 rows (with 256-value blocks the two overflowed L1's 32 KB and it
+ * ran slower), and the partial sums of the 16 x 96 outputs wait in part
+ * (6 KB) between K blocks. The caller hands over a whole row part and a
+ * chunk passes over all its rows before the next chunk, so x is read
+ * from L3 once per chunk and part, not once per 16 rows. The register tile is 4 rows x 3 token groups: 12 accumulators,
  * per k 3 loads of x and 4 broadcasts for 12 FMAs (the small path: 2 + 4
  * for 8), which is what lets the FMA units, not the loads, set the pace.
  * Measured on this Zen 3, one core, T = 512, K = 768, N = 2048, CPU
