@@ -35,8 +35,7 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 /* True when matmul/get_rows handle weights of this type. */
 int pagoda_cpu_weight_type_supported(int dtype);
 
-/* From this many rows on, BF16 / Q4_1 weights (F16: from
- * PAGODA_CPU_GEMM_MIN_T_F16) are dequantized a tile at a time and
+/* From this many rows on, BF16 / Q4_1 weights are dequantized a tile at a time and
  * multiplied with OpenBLAS sgemm (prefill: compute-bound, where sgemm beats
  * their kernels); below it Q4_1 quantizes the activations (decode:
  * bandwidth-bound, where reading fewer weight bytes wins) and F16 / BF16
@@ -45,7 +44,6 @@ int pagoda_cpu_weight_type_supported(int dtype);
  * T (their tokens-in-lanes kernels beat sgemm). PAGODA_CPU_GEMM_MIN_T in
  * the environment sets one crossover for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
-#define PAGODA_CPU_GEMM_MIN_T_F16 256
 
 /* True when pagoda_cpu_matmul computes exact F32 products for T rows of
  * this weight type (F32/F16/BF16 always; quantized types on the sgemm

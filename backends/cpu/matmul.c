@@ -302,6 +302,14 @@ static void dot_task(void *arg, int part, int n_parts)
         dot_x8_part(m, n0, n1);
         return;
     }
+    if (m->xf8) {
+        /* The whole part in one call: the F16 kernel orders its loops so
+         * that a chunk of tokens passes over all the part's rows (vecdot_x8_avx2.c). */
+        m->gemm_f16_x8(m->w + n0 * m->w_stride, m->w_stride, n1 - n0, m->xf8, m->T, m->K, m->out + n0,
+                       m->out_stride);
+        if (m->bias) add_bias(m, n0, n1);
+        return;
+    }
     for (int64_t nt = n0; nt < n1; nt += ROW_TILE) {
         int64_t ne = nt + ROW_TILE < n1 ? nt + ROW_TILE : n1;
         if (m->xf8) {
@@ -397,10 +405,12 @@ static int64_t gemm_min_t_env(void)
 /* Where dequantize + sgemm takes over from our kernels, per type, without
  * the environment override. Q8_0 / Q4_0: never (their tokens-in-lanes
  * int8 kernels beat it at every T: 110M, 512-token prefill, Q8_0 ~0.95 ->
- * 0.71 s, Q4_0 ~0.95 -> 0.65 s). F16: from 256 tokens (x8 vs sgemm,
- * prefill of 64 / 128 / 256 / 512 tokens on 110M: 129 / 249 / 540 / 1066
- * vs 206 / 310 / 546 / 967 ms; a 32-sequence decode step went from ~100
- * to 214 ms at the old crossover of 32). The K-quants and IQ4_XS: never
+ * 0.71 s, Q4_0 ~0.95 -> 0.65 s). F16: never either, since its lanes
+ * kernel is blocked for prefill (vecdot_x8_avx2.c; it handed over to sgemm
+ * from 256 tokens before): one core, CPU time, T = 512, K x N = 768 x 2048
+ * / 5632 x 2048, 27.6 / 201 ms against 27.7 / 201 ms for dequantize +
+ * sgemm, and with 2 threads it stays in our pool instead of alternating
+ * with OpenBLAS's threads (docs/backend-cpu.md "F16 prefill"). The K-quants and IQ4_XS: never
  * (their lanes kernels, one core, K = N = 2048, T = 64 / 512: Q4_K 179 /
  * 170 GFLOP/s against 67 / 79 for dequantize + sgemm, Q5_K 157 / 154 vs
  * 61 / 76, Q6_K 133 / 127 vs 28 / 64). The others: from 32. */
@@ -414,7 +424,8 @@ static int64_t sgemm_min_t(int dtype)
      * 67 / 71 / 80, IQ4_NL 101 / 100 / 101 vs 67 / 75 / 80. */
     if (dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 || dtype == PAGODA_DTYPE_IQ4_NL)
         return INT64_MAX;
-    if (dtype == PAGODA_DTYPE_F16) return PAGODA_CPU_GEMM_MIN_T_F16;
+    /* F16 on a table without its lanes kernel (scalar): sgemm from 256. */
+    if (dtype == PAGODA_DTYPE_F16) return pagoda_cpu_vecdot()->gemm_f16_x8 ? INT64_MAX : 256;
     return PAGODA_CPU_GEMM_MIN_T;
 }
 

@@ -240,8 +240,126 @@ FORCE_INLINE void tile_f16_x8(const uint8_t *w, size_t ws, int RB, const float *
 
 /* F16: rows 4 at a time against pairs of token groups (8 accumulators:
  * enough FMA chains in flight for two FMAs a cycle at latency 4), 8 at a
- * time when there is a single group (n = values per row). */
-GEMM_X8(pagoda_cpu_gemm_f16_x8_avx2, tile_f16_x8, float, n * 8, 1)
+ * time when there is a single group (n = values per row). The small-T path
+ * (batched decode) of the kernel below. */
+static GEMM_X8(gemm_f16_x8_small, tile_f16_x8, float, n * 8, 1)
+
+/* F16 prefill (T >= F16B_MIN_T): blocked for the caches. Per F16B_ROWS
+ * weight rows and F16B_GC token groups (a chunk), the K axis in blocks of
+ * F16B_KC: the rows' block is converted to F32 once into pan (8 KB, L1)
+ * and serves the chunk's 96 tokens (the small path converts it again for
+ * every 16 tokens), a token triple's x block (12 KB) stays in L1 across
+ * the 16 rows (with 256-value blocks the two overflowed L1's 32 KB and it
+ * ran slower), and the partial sums of the 16 x 96 outputs wait in part
+ * (6 KB) between K blocks. The caller hands over a whole row part and a
+ * chunk passes over all its rows before the next chunk, so x is read
+ * from L3 once per chunk and part, not once per 16 rows. The register tile is 4 rows x 3 token groups: 12 accumulators,
+ * per k 3 loads of x and 4 broadcasts for 12 FMAs (the small path: 2 + 4
+ * for 8), which is what lets the FMA units, not the loads, set the pace.
+ * Measured on this Zen 3, one core, T = 512, K = 768, N = 2048, CPU
+ * time: see docs/backend-cpu.md "F16 prefill". */
+#define F16B_MIN_T 24
+#define F16B_KC 128
+#define F16B_GC 12
+#define F16B_ROWS 16
+
+FORCE_INLINE void f16b_tile(const float *pan, int RB, const float *x, int64_t xg, int NO, int kc,
+                            float *part, int first, int last, const int *nt, float *out, size_t os)
+{
+    __m256 acc[4][3];
+    UNROLL(4) for (int r = 0; r < RB; r++)
+        UNROLL(3) for (int o = 0; o < NO; o++)
+            acc[r][o] = first ? _mm256_setzero_ps() : _mm256_load_ps(part + (r * F16B_GC + o) * 8);
+    for (int i = 0; i < kc; i++) {
+        __m256 x0 = _mm256_load_ps(x + i * 8);
+        __m256 x1 = NO > 1 ? _mm256_load_ps(x + xg + i * 8) : x0;
+        __m256 x2 = NO > 2 ? _mm256_load_ps(x + 2 * xg + i * 8) : x0;
+        UNROLL(4) for (int r = 0; r < RB; r++) {
+            __m256 b = _mm256_broadcast_ss(pan + r * F16B_KC + i);
+            acc[r][0] = _mm256_fmadd_ps(b, x0, acc[r][0]);
+            if (NO > 1) acc[r][1] = _mm256_fmadd_ps(b, x1, acc[r][1]);
+            if (NO > 2) acc[r][2] = _mm256_fmadd_ps(b, x2, acc[r][2]);
+        }
+    }
+    if (!last) {
+        UNROLL(4) for (int r = 0; r < RB; r++)
+            UNROLL(3) for (int o = 0; o < NO; o++) _mm256_store_ps(part + (r * F16B_GC + o) * 8, acc[r][o]);
+        return;
+    }
+    UNROLL(4) for (int r = 0; r < RB; r++)
+        UNROLL(3) for (int o = 0; o < NO; o++)
+            store_x8(acc[r][o], nt[o], (float *)((uint8_t *)out + 8 * o * os) + r, os);
+}
+
+/* The RB x NO variants (RB 4 or 1, NO 1..3) as constants for the unroll. */
+static void f16b_tile_any(const float *pan, int rb, const float *x, int64_t xg, int no, int kc,
+                          float *part, int first, int last, const int *nt, float *out, size_t os)
+{
+    if (rb == 4) {
+        if (no == 3) f16b_tile(pan, 4, x, xg, 3, kc, part, first, last, nt, out, os);
+        else if (no == 2) f16b_tile(pan, 4, x, xg, 2, kc, part, first, last, nt, out, os);
+        else f16b_tile(pan, 4, x, xg, 1, kc, part, first, last, nt, out, os);
+    } else {
+        if (no == 3) f16b_tile(pan, 1, x, xg, 3, kc, part, first, last, nt, out, os);
+        else if (no == 2) f16b_tile(pan, 1, x, xg, 2, kc, part, first, last, nt, out, os);
+        else f16b_tile(pan, 1, x, xg, 1, kc, part, first, last, nt, out, os);
+    }
+}
+
+void pagoda_cpu_gemm_f16_x8_avx2(const void *wv, size_t ws, int64_t nr, const float *x, int64_t T,
+                                 int64_t k, float *out, size_t os)
+{
+    if (T < F16B_MIN_T) {
+        gemm_f16_x8_small(wv, ws, nr, x, T, k, out, os);
+        return;
+    }
+    const uint8_t *w = wv;
+    float pan[F16B_ROWS][F16B_KC] __attribute__((aligned(32)));
+    float part[F16B_ROWS * F16B_GC * 8] __attribute__((aligned(32)));
+    int64_t ng = (T + 7) / 8, xg = k * 8;
+    for (int64_t g0 = 0; g0 < ng; g0 += F16B_GC) {
+        int gn = ng - g0 < F16B_GC ? (int)(ng - g0) : F16B_GC;
+        for (int64_t r0 = 0; r0 < nr; r0 += F16B_ROWS) {
+            int rn = nr - r0 < F16B_ROWS ? (int)(nr - r0) : F16B_ROWS;
+            for (int64_t k0 = 0; k0 < k; k0 += F16B_KC) {
+                int kc = k - k0 < F16B_KC ? (int)(k - k0) : F16B_KC;
+                int first = k0 == 0, last = k0 + kc >= k;
+                for (int r = 0; r < rn; r++) {
+                    const uint16_t *wr = (const uint16_t *)(w + (r0 + r) * ws) + k0;
+                    /* The next panel's bytes of this row (its next K block, or
+                     * the next 16 rows' first) on their way while this panel
+                     * is used: 256 bytes a row are too short a stream for the
+                     * hardware prefetcher, and without this the conversion
+                     * waited on them (12% of the kernel's samples at T = 512). */
+                    const char *nx = !last ? (const char *)(wr + F16B_KC)
+                                   : r0 + F16B_ROWS + r < nr ? (const char *)(w + (r0 + F16B_ROWS + r) * ws)
+                                                             : NULL;
+                    if (nx)
+                        for (int b = 0; b < F16B_KC * 2; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
+                    int i = 0;
+                    for (; i + 8 <= kc; i += 8) _mm256_store_ps(&pan[r][i], load_f16(wr + i));
+                    for (; i < kc; i++) pan[r][i] = f16(wr[i]);
+                }
+                for (int g = 0; g < gn;) {
+                    int no = gn - g >= 3 ? 3 : gn - g, nt[3];
+                    for (int o = 0; o < no; o++) {
+                        int64_t left = T - 8 * (g0 + g + o);
+                        nt[o] = left < 8 ? (int)left : 8;
+                    }
+                    const float *xb = x + (g0 + g) * xg + k0 * 8;
+                    float *ob = (float *)((uint8_t *)out + 8 * (g0 + g) * os) + r0;
+                    for (int r = 0; r < rn;) {
+                        int rb = rn - r >= 4 ? 4 : 1;
+                        f16b_tile_any(pan[r], rb, xb, xg, no, kc, part + (r * F16B_GC + g) * 8, first,
+                                      last, nt, ob + r, os);
+                        r += rb;
+                    }
+                    g += no;
+                }
+            }
+        }
+    }
+}
 
 /* Q5_0 / Q5_1 / IQ4_NL: a tile's RB weight blocks are first made 32 bytes
  * each in element order (vecdot_avx2.h q5_values / iq4nl_values) in a

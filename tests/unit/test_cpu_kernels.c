@@ -380,7 +380,11 @@ static const mm_case MM_CASES[] = {
     {4, 256, 13}, {8, 256, 13}, {17, 96, 9}, {31, 64, 21}, {24, 320, 11}, {16, 544, 6},
     {PAGODA_CPU_GEMM_MIN_T + 9, 512, 300}, /* dequantize + sgemm, two tiles (x8: 6 groups) */
     {150, 96, 7},                          /* x8: token chunks of 64 + 64 + 22 */
-    {PAGODA_CPU_GEMM_MIN_T_F16 + 3, 64, 5}, /* F16 on dequantize + sgemm too */
+    {259, 64, 5}, /* F16: the blocked lanes kernel (AVX2), dequantize + sgemm (scalar) */
+    /* F16's blocked lanes kernel (T >= 24): token chunks of 12 + 3 groups
+     * (a triple, 1 token in the last group), K blocks of 128 x 6 + 32,
+     * rows 16 + 4 + 3 (4-row tiles, then one at a time). */
+    {113, 800, 23},
     /* The 256-value types' lanes kernels (the cases above with K % 256 ==
      * 0 cover one group with 4 padding lanes, one full group, 2 groups of
      * 8 and the single-token dots): groups 2 + 1 with 5 tokens in the

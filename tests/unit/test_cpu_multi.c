@@ -119,6 +119,8 @@ START_TEST(test_matmul_multi_equals_separate)
         /* layouts that differ: Q8_0 + F16 + F32 (sgemm from 3 rows) + Q4_0 */
         {1, 256, 4, {Q8, F16, F32, Q4}, {40, 24, 24, 40}, true},
         {6, 256, 4, {Q8, F16, F32, Q4}, {40, 24, 24, 40}, true},
+        /* F16 gate/up on the blocked lanes kernel (T >= 24): 5 groups, 3 K blocks */
+        {40, 384, 2, {F16, F16}, {72, 72}, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_multi(&cases[i], &ex, &r);
     /* n outside 1..PAGODA_CPU_MATMUL_MAX */
