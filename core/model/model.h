@@ -28,6 +28,14 @@ typedef enum pagoda_ffn_act {
     PAGODA_FFN_GELU_TANH = 1   /* GeGLU: gelu_tanh(gate) * up (gemma3) */
 } pagoda_ffn_act;
 
+/* How a mixture-of-experts router turns its logits into expert weights
+ * (GGUF expert_gating_func, numbered as llama.cpp numbers it). */
+typedef enum pagoda_moe_gating {
+    PAGODA_MOE_GATING_SOFTMAX = 1,        /* softmax over every expert, then top-k */
+    PAGODA_MOE_GATING_SIGMOID = 2,        /* sigmoid per expert (+ exp_probs_b for choosing) */
+    PAGODA_MOE_GATING_SOFTMAX_WEIGHT = 3  /* top-k of the logits, then softmax over those k */
+} pagoda_moe_gating;
+
 /* Per-layer flags are kept for at most this many layers (a model with
  * sliding-window layers and more is refused; Gemma 3 27B has 62). */
 #define PAGODA_MAX_SWA_LAYERS 256
@@ -68,6 +76,20 @@ typedef struct pagoda_hparams {
     int32_t n_swa_layers;
     float rope_theta_swa;
     uint8_t is_swa[PAGODA_MAX_SWA_LAYERS];
+    /* Mixture of experts (n_experts 0: a dense FFN in every layer). Layers
+     * l < n_dense_lead keep a dense FFN of width ffn; the others route each
+     * token to n_experts_used of n_experts experts of width ffn_exp, plus
+     * shared experts of total width ffn_shexp (0: none) that every token
+     * runs. Expert weights: gating, then (norm_topk) divided by their sum,
+     * then times routed_scale. */
+    int32_t n_experts;        /* expert_count */
+    int32_t n_experts_used;   /* expert_used_count (top-k) */
+    int32_t ffn_exp;          /* expert_feed_forward_length (else feed_forward_length) */
+    int32_t ffn_shexp;        /* shared experts' width, 0 if none */
+    int32_t n_dense_lead;     /* leading_dense_block_count (glm4moe, deepseek) */
+    int32_t moe_gating;       /* pagoda_moe_gating */
+    bool moe_norm_topk;       /* expert_weights_norm */
+    float moe_scale;          /* expert_weights_scale (1) */
 } pagoda_hparams;
 
 typedef struct pagoda_layer_tensors {
@@ -76,6 +98,15 @@ typedef struct pagoda_layer_tensors {
     const gguf_tensor *q_norm, *k_norm;        /* qwen3, gemma3; else NULL */
     const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
     const gguf_tensor *post_attn_norm, *post_ffn_norm;  /* gemma3; else NULL */
+    /* Mixture of experts (a routed layer has these and no w_gate/w_up/w_down):
+     * the router [dim -> n_experts], the experts as 3-D tensors
+     * [dim, ffn_exp, n_experts] (down [ffn_exp, dim, n_experts]), the
+     * choice bias [n_experts] (glm4moe, deepseek: added for choosing only),
+     * and the shared experts as one dense FFN with an optional sigmoid gate
+     * [dim -> 1] (qwen2moe). NULL where absent. */
+    const gguf_tensor *ffn_gate_inp, *exp_probs_b;
+    const gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+    const gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
 } pagoda_layer_tensors;
 
 typedef struct pagoda_model {
@@ -103,6 +134,12 @@ void pagoda_model_rope_inv_freq(const pagoda_model *m, float *inv_freq);
 /* The same for sliding-window layers: rope_theta_swa, no scaling (as
  * Gemma 3 trains them: linear scaling stretches only the global layers). */
 void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq);
+
+/* Does layer l route its FFN through experts? */
+static inline bool pagoda_hparams_is_moe_layer(const pagoda_hparams *hp, int l)
+{
+    return hp->n_experts > 0 && l >= hp->n_dense_lead;
+}
 
 /* Is layer l a sliding-window layer? */
 static inline bool pagoda_hparams_is_swa(const pagoda_hparams *hp, int l)

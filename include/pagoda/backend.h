@@ -279,6 +279,34 @@ typedef struct pagoda_backend_ops {
      * `matmul`. */
     int (*matmul_multi)(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
                         const pagoda_tensor *const *bias, const pagoda_tensor *out);
+
+    /* ---- ABI 1.5: mixture-of-experts (all optional) ---- */
+
+    /* optional, ABI 1.5. Expert matmuls over a 3-D weight: out row r is
+     *   out[r] = x[r / x_div] * W_e^T,  e = ids[r],  0 <= r < out.rows,
+     * where W_e is expert e's [w.rows x w.cols] matrix, starting at byte
+     * w.offset + e * expert_stride of w.buf (rows w.row_stride apart), of
+     * any type in info.weight_types; 0 <= ids[r] < n_experts (ids is a host
+     * array of out.rows entries, valid for the call). x F32 [X x w.cols]
+     * with X = out.rows / x_div; out F32 [out.rows x w.rows], not aliasing
+     * x. x_div is n_used (every routed slot of a token reads the token's
+     * row: gate and up) or 1 (each slot its own row: down). A backend
+     * should read each expert's rows once per call however many rows chose
+     * it (group the rows by expert): that is what makes batched MoE decode
+     * pay. Fallback: one `matmul` per output row on views of x, W_e and out
+     * (correct, slow). */
+    int (*matmul_experts)(void *ctx, const pagoda_tensor *x, int32_t x_div,
+                          const pagoda_tensor *w, int32_t n_experts, size_t expert_stride,
+                          const int32_t *ids, const pagoda_tensor *out);
+
+    /* optional, ABI 1.5. The weighted sum of each token's k expert rows:
+     *   out[t] = (accumulate ? out[t] : 0) + sum_{j<k} weights[t*k + j] * y[t*k + j]
+     * for t < out.rows; y F32 [out.rows*k x out.cols], out F32 [out.rows x
+     * out.cols], not aliasing y; weights a host array of out.rows*k floats
+     * valid for the call. With k = 1 it scales rows (a shared expert's
+     * gate). Fallback: download, sum on the host, upload. */
+    int (*moe_combine)(void *ctx, const pagoda_tensor *y, int32_t k, const float *weights,
+                       bool accumulate, const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

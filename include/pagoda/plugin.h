@@ -33,8 +33,10 @@ extern "C" {
  * backend opts into through info.kv_types) and the optional backend op
  * matmul_multi (several matmuls over one input: Q/K/V, gate/up); 1.4 the
  * comm kind (comm.h): collectives for tensor parallelism (comm-mpi,
- * comm-nccl). */
-#define PAGODA_ABI_MINOR 4
+ * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
+ * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
+ * expert) and moe_combine (the routed rows' weighted sum). */
+#define PAGODA_ABI_MINOR 5
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
