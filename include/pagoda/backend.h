@@ -282,31 +282,34 @@ typedef struct pagoda_backend_ops {
 
     /* ---- ABI 1.5: mixture-of-experts (all optional) ---- */
 
-    /* optional, ABI 1.5. Expert matmuls over a 3-D weight: out row r is
-     *   out[r] = x[r / x_div] * W_e^T,  e = ids[r],  0 <= r < out.rows,
-     * where W_e is expert e's [w.rows x w.cols] matrix, starting at byte
-     * w.offset + e * expert_stride of w.buf (rows w.row_stride apart), of
-     * any type in info.weight_types; 0 <= ids[r] < n_experts (ids is a host
-     * array of out.rows entries, valid for the call). x F32 [X x w.cols]
-     * with X = out.rows / x_div; out F32 [out.rows x w.rows], not aliasing
-     * x. x_div is n_used (every routed slot of a token reads the token's
-     * row: gate and up) or 1 (each slot its own row: down). A backend
-     * should read each expert's rows once per call however many rows chose
-     * it (group the rows by expert): that is what makes batched MoE decode
-     * pay. Fallback: one `matmul` per output row on views of x, W_e and out
-     * (correct, slow). */
-    int (*matmul_experts)(void *ctx, const pagoda_tensor *x, int32_t x_div,
+    /* optional, ABI 1.5. Expert matmuls over a 3-D weight: output row r is
+     *   out[r] = x[xr] * W_e^T,  xr = x_rows ? x_rows[r] : r,  e = ids[r],
+     * for 0 <= r < out.rows, where W_e is expert e's [w.rows x w.cols]
+     * matrix starting at byte w.offset + e * expert_stride of w.buf (its
+     * rows w.row_stride apart), of any type in info.weight_types, and
+     * 0 <= ids[r] < n_experts. x F32 [X x w.cols] (0 <= x_rows[r] < X); out
+     * F32 [out.rows x w.rows], aliasing neither x nor w. ids and x_rows are
+     * host arrays of out.rows entries, valid for the call; rows come in any
+     * order (the core hands them as token-major (token, choice) pairs: gate
+     * and up with x_rows = each pair's token, down with x_rows NULL). A
+     * backend should read each expert's weights once per call however many
+     * rows chose it (group the rows by expert): that is what makes batched
+     * MoE decode pay. Fallback: one `matmul` per output row on views of x,
+     * W_e and out (correct, slow). */
+    int (*matmul_experts)(void *ctx, const pagoda_tensor *x, const int32_t *x_rows,
                           const pagoda_tensor *w, int32_t n_experts, size_t expert_stride,
                           const int32_t *ids, const pagoda_tensor *out);
 
-    /* optional, ABI 1.5. The weighted sum of each token's k expert rows:
-     *   out[t] = (accumulate ? out[t] : 0) + sum_{j<k} weights[t*k + j] * y[t*k + j]
-     * for t < out.rows; y F32 [out.rows*k x out.cols], out F32 [out.rows x
-     * out.cols], not aliasing y; weights a host array of out.rows*k floats
-     * valid for the call. With k = 1 it scales rows (a shared expert's
-     * gate). Fallback: download, sum on the host, upload. */
-    int (*moe_combine)(void *ctx, const pagoda_tensor *y, int32_t k, const float *weights,
-                       bool accumulate, const pagoda_tensor *out);
+    /* optional, ABI 1.5. The routed rows' weighted sum: out is first zeroed
+     * unless `accumulate`, then for r = 0, 1, ..., y.rows - 1 in that order
+     *   out[dst_rows[r]] += weights[r] * y[r]
+     * y F32 [R x C], out F32 [out.rows x C], not aliasing y; dst_rows
+     * (0 <= dst_rows[r] < out.rows) and weights are host arrays of y.rows
+     * entries, valid for the call. With y one row per token it scales rows
+     * (a shared expert's gate). Fallback: download, sum on the host,
+     * upload. */
+    int (*moe_combine)(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows,
+                       const float *weights, bool accumulate, const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus
