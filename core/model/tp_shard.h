@@ -23,7 +23,9 @@
 typedef enum pagoda_tp_split {
     PAGODA_TP_REPLICATED = 0,
     PAGODA_TP_ROWS = 1,      /* rank r holds rows [r*R/N, (r+1)*R/N) (a 1-D bias: its elements) */
-    PAGODA_TP_COLS = 2       /* rank r holds columns [r*C/N, (r+1)*C/N) of every row */
+    PAGODA_TP_COLS = 2,      /* rank r holds columns [r*C/N, (r+1)*C/N) of every row */
+    PAGODA_TP_EXPERTS = 3    /* a 3-D expert tensor: rank r holds experts [r*E/N, (r+1)*E/N)
+                              * whole, one contiguous run (ffn_{gate,up,down}_exps) */
 } pagoda_tp_split;
 
 /* The split of the tensor named name[0..len). */
