@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api/api.h"
 #include "dispatch.h"
 #include "endpoints.h"
 #include "gate.h"
@@ -24,7 +25,7 @@
 #include "ui.h"
 
 enum { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_MEMORY, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE,
-       R_INSPECT, R_INSPECT_STREAM, R_UI };
+       R_INSPECT, R_INSPECT_STREAM, R_UI, R_MESSAGES, R_COUNT_TOKENS };
 
 static const struct {
     const char *path;
@@ -42,15 +43,15 @@ static const struct {
     {"/v1/inspect", "GET", R_INSPECT},
     {"/v1/inspect/stream", "GET", R_INSPECT_STREAM},
     {"/ui", "GET", R_UI},
+    {"/v1/messages", "POST", R_MESSAGES},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS},
 };
 
 static int auth_ok(http_fe *fe, struct MHD_Connection *conn)
 {
     if (!fe->api_key[0]) return 1;
-    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!a || strncasecmp(a, "Bearer ", 7)) return 0;
-    a += 7;
-    while (*a == ' ') a++;
+    /* Bearer, or Anthropic's x-api-key header (api/api.c) */
+    const char *a = api_key_of(conn);
     /* compare every byte whatever the first difference, so timing says nothing */
     size_t la = strlen(a), lk = strlen(fe->api_key);
     unsigned diff = (unsigned)(la ^ lk);
@@ -65,10 +66,13 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
     /* /health and the page itself are open; the page asks for the key
      * before it reads anything (ui.h) */
     int is_health = !strcmp(url, "/health") || !strcmp(url, "/ui");
+    /* errors in Anthropic's shape on its routes (reply.h) */
+    reply_flavor = !strncmp(url, "/v1/messages", 12) ? REPLY_ANTHROPIC : REPLY_OPENAI;
     if (!is_health && !auth_ok(fe, conn)) {
         return send_json_hdr(conn, MHD_HTTP_UNAUTHORIZED,
                              error_json("invalid_request_error",
-                                        "missing or wrong API key: send 'Authorization: Bearer <api_key>'",
+                                        "missing or wrong API key: send 'Authorization: Bearer <api_key>' "
+                                        "(or 'x-api-key: <api_key>')",
                                         NULL, "invalid_api_key"),
                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
@@ -107,6 +111,7 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
     case R_INSPECT: return route_inspect(fe, conn);
     case R_INSPECT_STREAM: return route_inspect_stream(fe, conn);
     case R_UI: return route_ui(fe, conn);
+    case R_COUNT_TOKENS: return route_count_tokens(fe, conn, cs);
     default: break;
     }
     pthread_mutex_lock(&fe->mu);
@@ -115,6 +120,7 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
     if (stopping || h->shutting_down(h))
         return send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
                           "the server is shutting down");
+    if (route == R_MESSAGES) return route_messages(fe, conn, cs);
     return route_generate(fe, conn, cs, route == R_CHAT ? KIND_CHAT : KIND_COMPLETION);
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "generate.h"
 #include "output.h"
 #include "parse.h"
@@ -66,8 +67,18 @@ static int echo_prompt(const pagoda_host *h, choice *c, const prompt_in *pr)
 enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_state *cs,
                                       int kind)
 {
-    const pagoda_host *h = fe->host;
     json_error_t jerr;
+    json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
+    if (!root)
+        return BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+                   jerr.column);
+    return generate_body(fe, conn, cs, kind, root, NULL);
+}
+
+enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_state *cs, int kind,
+                              json_t *root, struct api_state *as)
+{
+    const pagoda_host *h = fe->host;
     perr pe = {{0}, {0}};
     prompt_in *prompts = NULL;
     int n_prompts = 0;
@@ -83,12 +94,6 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     st_req sr;
     memset(&sr, 0, sizeof sr);
 
-    json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
-    if (!root) {
-        ret = BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
-                  jerr.column);
-        goto out;
-    }
     if (!json_is_object(root)) {
         ret = BAD(conn, NULL, "the body must be a JSON object");
         goto out;
@@ -138,6 +143,10 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
         goto out;
     }
     cs->hr = hr;
+    if (as) { /* the response is written in another API's shape (api/api.h) */
+        hr->as = as;
+        as = NULL;
+    }
     hr->stream = p.stream;
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
@@ -229,7 +238,8 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     }
 
     if (hr->stream) {
-        if (kind == KIND_CHAT) sse_role_chunks(hr);
+        if (hr->as) api_stream_start(hr, rendered);
+        else if (kind == KIND_CHAT) sse_role_chunks(hr);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                    sse_reader, hr, sse_free);
         if (!r) {
@@ -252,7 +262,7 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
         ret = MHD_NO; /* nobody to answer */
         goto out;
     }
-    ret = answer_full(conn, hr);
+    ret = hr->as ? api_answer_full(conn, hr) : answer_full(conn, hr);
     goto out;
 
 bad:
@@ -265,5 +275,6 @@ out:
     free_prompts(prompts, n_prompts);
     st_free(&sr);
     json_decref(root);
+    api_state_free(as); /* not handed to a request */
     return ret;
 }

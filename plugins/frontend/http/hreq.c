@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "api/api.h"
 #include "hreq.h"
 #include "structured.h"
 
@@ -52,6 +53,7 @@ static void hreq_free(hreq *hr)
         json_decref(hr->choices[i].trace);
     }
     free(hr->choices);
+    api_state_free(hr->as);
     free(hr->out.p);
     pthread_mutex_destroy(&hr->mu);
     pthread_cond_destroy(&hr->cv);

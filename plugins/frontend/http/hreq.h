@@ -110,6 +110,7 @@ struct hreq {
     sbuf out;
     size_t out_pos;
     int eos;
+    struct api_state *as;    /* answered as /v1/messages or /v1/responses (api/api.h), or NULL */
     hreq *prev, *next;       /* fe->list */
 };
 

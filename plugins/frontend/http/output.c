@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
@@ -243,6 +244,11 @@ static void sse_event(hreq *hr, ev_item *e)
 {
     json_t *lp = NULL;
     apply_event(hr, e, &lp);
+    if (hr->as) { /* another API's events (api/api.h) */
+        json_decref(lp);
+        api_stream_event(hr, e);
+        return;
+    }
     if (e->type == PAGODA_EVENT_PROMPT) return; /* echo is never streamed */
     choice *c = &hr->choices[e->choice];
     if (hr->tools && e->type == PAGODA_EVENT_TOKEN) {
@@ -328,6 +334,10 @@ void sse_role_chunks(hreq *hr)
 
 static void sse_tail(hreq *hr)
 {
+    if (hr->as) {
+        api_stream_tail(hr);
+        return;
+    }
     if (hr->include_usage) {
         json_t *o = base_obj(hr, hr->kind == KIND_CHAT ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(o, "choices", json_array());
