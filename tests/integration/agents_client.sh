@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# agents_client.sh: the official `anthropic` Python SDK (from PyPI) against
-# a real pagoda server, as openai_client.sh does for `openai`: a virtual
+# agents_client.sh: the official `anthropic` and `openai` Python SDKs (from
+# PyPI) on the agent APIs of a real pagoda server, as openai_client.sh does
+# for chat completions: a virtual
 # environment kept in the build folder (later runs reuse it), a server on a
-# free loopback port with an API key and the prefix cache, anthropic_client.py (Messages API) on
-# stories260K, then, when models/SmolLM2-135M-Instruct.Q4_1.gguf is there
+# free loopback port with an API key and the prefix cache, anthropic_client.py (Messages API) and
+# responses_client.py (Responses API) on stories260K, then, when models/SmolLM2-135M-Instruct.Q4_1.gguf is there
 # and the build is not a sanitizer one, again on SmolLM2. Exits 77 (ctest:
 # skipped) when the venv module is missing or PyPI cannot be reached.
 # Not for: the HTTP details (tests/unit/test_http_api.c).
@@ -39,6 +40,7 @@ server() {
 server "$tmp/server.log" "$tmp/port" --set engine.max_seq_len=512
 rc=0
 timeout 300 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
+timeout 300 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
 st=0
 stop_server || st=$?
 if [ "$st" -ne 0 ]; then
@@ -55,6 +57,8 @@ elif [ -f "$smol" ]; then
     server "$tmp/smol.log" "$tmp/smol.port" --set engine.model="$smol" \
         --set engine.max_seq_len=1024 --set engine.memory_budget=1G --set engine.kv_cache_tokens=4096
     timeout 600 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
+        { rc=1; tail -20 "$tmp/smol.log"; }
+    timeout 600 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
         { rc=1; tail -20 "$tmp/smol.log"; }
     stop_server || { echo "FAIL: the SmolLM2 server's exit status"; rc=1; }
 else

@@ -25,7 +25,7 @@
 #include "ui.h"
 
 enum { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_MEMORY, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE,
-       R_INSPECT, R_INSPECT_STREAM, R_UI, R_MESSAGES, R_COUNT_TOKENS };
+       R_INSPECT, R_INSPECT_STREAM, R_UI, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES };
 
 static const struct {
     const char *path;
@@ -45,6 +45,7 @@ static const struct {
     {"/ui", "GET", R_UI},
     {"/v1/messages", "POST", R_MESSAGES},
     {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS},
+    {"/v1/responses", "POST", R_RESPONSES},
 };
 
 static int auth_ok(http_fe *fe, struct MHD_Connection *conn)
@@ -121,6 +122,7 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
         return send_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
                           "the server is shutting down");
     if (route == R_MESSAGES) return route_messages(fe, conn, cs);
+    if (route == R_RESPONSES) return route_responses(fe, conn, cs);
     return route_generate(fe, conn, cs, route == R_CHAT ? KIND_CHAT : KIND_COMPLETION);
 }
 

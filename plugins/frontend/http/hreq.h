@@ -142,6 +142,7 @@ struct http_fe {
     time_t started;
     int inspect_interval_ms; /* GET /v1/inspect/stream: at most one snapshot this often */
     struct inspect_hub *hub; /* the stream's shared snapshots (inspect.h) */
+    struct resp_store *store; /* /v1/responses' stored turns (api/store.h), made on first use */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

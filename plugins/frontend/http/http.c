@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "pagoda/pagoda.h"
+#include "api/store.h"
 #include "dispatch.h"
 #include "gate.h"
 #include "hreq.h"
@@ -249,6 +250,7 @@ static void http_destroy(void *ctx)
     if (fe->d) MHD_stop_daemon(fe->d);
     gate_free(fe->gate);
     inspect_hub_free(fe->hub);
+    store_free(fe->store);
     pthread_mutex_destroy(&fe->mu);
     pthread_cond_destroy(&fe->cv);
     free(fe);

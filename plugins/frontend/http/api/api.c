@@ -119,21 +119,25 @@ void api_stream_start(hreq *hr, const char *rendered)
 {
     api_state *as = hr->as;
     if (rendered) as->input_tokens = api_count_tokens(hr->fe->host, rendered);
-    msg_stream_start(hr);
+    if (as->api == API_MESSAGES) msg_stream_start(hr);
+    else resp_stream_start(hr);
 }
 
 void api_stream_event(hreq *hr, ev_item *e)
 {
     if (e->type == PAGODA_EVENT_PROMPT) return;
-    msg_stream_event(hr, e);
+    if (hr->as->api == API_MESSAGES) msg_stream_event(hr, e);
+    else resp_stream_event(hr, e);
 }
 
 void api_stream_tail(hreq *hr)
 {
-    msg_stream_tail(hr);
+    if (hr->as->api == API_MESSAGES) msg_stream_tail(hr);
+    else resp_stream_tail(hr);
 }
 
 enum MHD_Result api_answer_full(struct MHD_Connection *conn, hreq *hr)
 {
-    return msg_answer_full(conn, hr);
+    if (hr->as->api == API_MESSAGES) return msg_answer_full(conn, hr);
+    return resp_answer_full(conn, hr);
 }
