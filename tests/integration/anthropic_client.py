@@ -181,6 +181,12 @@ def main():
     except anthropic.BadRequestError as e:
         check("toolu_nope" in str(e), f"unknown tool_use_id: {e}")
     try:
+        client.messages.create(model=model, max_tokens=8, messages=user, tools=[{
+            "name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}}])
+        check(False, "a tool schema that does not compile must fail")
+    except anthropic.BadRequestError as e:
+        check("tools" in str(e), f"bad schema error names tools: {e}")
+    try:
         Anthropic(base_url=base_url, api_key="wrong", max_retries=0).messages.create(
             model=model, max_tokens=8, messages=user)
         check(False, "a wrong key must fail")

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/reasoning.h"
 #include "generate.h"
 #include "output.h"
 #include "parse.h"
@@ -118,6 +119,8 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
         }
+        int think, think_open; /* probed (once) before this request's rendering */
+        api_template_thinks(fe, &think, &think_open);
         int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
         if (st != PAGODA_OK || !rendered) {
             ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
@@ -147,6 +150,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         hr->as = as;
         as = NULL;
     }
+    if (kind == KIND_CHAT && !hr->as) reasoning_setup(hr); /* <think> apart from content */
     hr->stream = p.stream;
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "api/reasoning.h"
 #include "hreq.h"
 #include "structured.h"
 
@@ -50,6 +51,7 @@ static void hreq_free(hreq *hr)
         free(hr->choices[i].pieces.p);
         json_decref(hr->choices[i].lp);
         st_choice_free(&hr->choices[i]);
+        reasoning_free(&hr->choices[i]);
         json_decref(hr->choices[i].trace);
     }
     free(hr->choices);

@@ -83,6 +83,7 @@ typedef struct choice {
     sbuf pieces;
     int n_prompt_lp;
     struct tc_reader *tc;    /* tool calls being read from a stream (structured.c) */
+    struct splitter *think;  /* chat: reasoning kept apart (api/reasoning.h), or NULL */
 } choice;
 
 /* One HTTP request: its choices, the events queued for its thread. */
@@ -143,6 +144,7 @@ struct http_fe {
     int inspect_interval_ms; /* GET /v1/inspect/stream: at most one snapshot this often */
     struct inspect_hub *hub; /* the stream's shared snapshots (inspect.h) */
     struct resp_store *store; /* /v1/responses' stored turns (api/store.h), made on first use */
+    atomic_int template_thinks; /* api.c's probe: 0 not yet, 1 no, 2 the generation prompt opens <think> */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

@@ -84,14 +84,20 @@ int64_t api_count_tokens(const pagoda_host *h, const char *text)
     return n;
 }
 
-void api_template_thinks(const pagoda_host *h, int *think, int *think_open)
+void api_template_thinks(http_fe *fe, int *think, int *think_open)
 {
     /* a block the template opens in the prompt is seen in a rendered
      * probe's generation prompt (DeepSeek-R1's "<think>\n"); one the model
      * opens itself (Qwen3) is found in the output, so <think> is always
-     * read as reasoning */
+     * read as reasoning. The template does not change: probed once. */
+    const pagoda_host *h = fe->host;
     *think = 1;
     *think_open = 0;
+    int known = atomic_load(&fe->template_thinks);
+    if (known) {
+        *think_open = known == 2;
+        return;
+    }
     if (!h->chat_render) return;
     pagoda_chat_message m = {.role = "user", .content = "hi"};
     char *r = NULL;
@@ -101,6 +107,7 @@ void api_template_thinks(const pagoda_host *h, int *think, int *think_open)
     while (len && (r[len - 1] == '\n' || r[len - 1] == ' ')) len--;
     if (len >= 7 && !memcmp(r + len - 7, "<think>", 7)) *think_open = 1;
     h->free(h, r);
+    atomic_store(&fe->template_thinks, *think_open ? 2 : 1);
 }
 
 const char *api_key_of(struct MHD_Connection *conn)

@@ -71,9 +71,9 @@ enum MHD_Result api_answer_full(struct MHD_Connection *conn, hreq *hr);
 void api_sse(hreq *hr, const char *name, json_t *o);
 /* The count of tokens of text (the rendered prompt). */
 int64_t api_count_tokens(const pagoda_host *h, const char *text);
-/* Does this model's template think (<think> blocks), and does its
- * generation prompt open the block? From the template's text. */
-void api_template_thinks(const pagoda_host *h, int *think, int *think_open);
+/* Is <think> reasoning (always), and does the template's generation
+ * prompt open the block (a probe rendering, once per server)? */
+void api_template_thinks(http_fe *fe, int *think, int *think_open);
 /* The request's API key (Bearer or x-api-key), "" when none. */
 const char *api_key_of(struct MHD_Connection *conn);
 

@@ -315,7 +315,7 @@ enum MHD_Result route_messages(http_fe *fe, struct MHD_Connection *conn, conn_st
         return MHD_NO;
     }
     as->tools = has_tools;
-    api_template_thinks(fe->host, &as->think, &as->think_open);
+    api_template_thinks(fe, &as->think, &as->think_open);
     return generate_body(fe, conn, cs, KIND_CHAT, chat, as);
 }
 

@@ -322,7 +322,7 @@ enum MHD_Result route_responses(http_fe *fe, struct MHD_Connection *conn, conn_s
     json_object_set_new(as->req, "store", json_boolean(as->store));
     as->tools = has_tools;
     as->out_items = json_array();
-    api_template_thinks(fe->host, &as->think, &as->think_open);
+    api_template_thinks(fe, &as->think, &as->think_open);
     json_decref(r);
     json_decref(hist);
     json_decref(msgs);
