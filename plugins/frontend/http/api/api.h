@@ -37,6 +37,7 @@ typedef struct api_state {
     sbuf text, reasoning;    /* the open block's text so far (Responses' done events) */
     int64_t input_tokens;    /* the rendered prompt's length (message_start) */
     int seq;                 /* Responses: sequence_number */
+    int cut;                 /* Responses: the output ended at max_output_tokens (items "incomplete") */
     json_t *out_items;       /* Responses: the output items so far */
     /* Responses: what is stored */
     json_t *req;             /* the request's fields echoed in the response object */

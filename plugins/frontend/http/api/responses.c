@@ -406,7 +406,7 @@ static void r_close(hreq *hr)
                                                          as->reasoning.p ? as->reasoning.p : "", as->reasoning.len));
         json_object_set_new(item, "content", json_pack("[o]", part));
     }
-    json_object_set_new(item, "status", json_string("completed"));
+    json_object_set_new(item, "status", json_string(as->cut ? "incomplete" : "completed"));
     ev(hr, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", idx, "item", item));
     as->text.len = as->reasoning.len = 0;
     as->open = 0;
@@ -549,10 +549,10 @@ static void finish(hreq *hr, choice *c)
 {
     api_state *as = hr->as;
     split_sink k = {r_text, r_think, r_call, hr};
+    as->cut = c->finish_reason == PAGODA_FINISH_LENGTH; /* the item left open is cut short */
     split_end(&as->sp, &k);
     r_close(hr);
     keep(hr);
-    (void)c;
 }
 
 enum MHD_Result resp_answer_full(struct MHD_Connection *conn, hreq *hr)
