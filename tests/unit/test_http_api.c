@@ -6,6 +6,13 @@
  * /v1/responses; Anthropic's error shape and x-api-key; the Responses
  * store scoped per API key and an unknown previous_response_id. The
  * official SDKs' side is tests/integration/agents_client.sh. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+
 #include "http_testutil.h"
 
 #ifdef PAGODA_HAVE_CURL
@@ -323,6 +330,117 @@ START_TEST(test_responses_store)
 }
 END_TEST
 
+/* ------------------------------------------------------------ keep-alive */
+
+static int64_t now_ms_(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* one response read whole (by its Content-Length); 1 when the peer then
+ * closed (read ended at EOF), in *closed; the status returned */
+static int one_response(int fd, char *out, size_t cap, int *closed)
+{
+    size_t n = 0;
+    *closed = 0;
+    int64_t end = now_ms_() + 10000;
+    for (;;) {
+        char *h = strstr(out, "\r\n\r\n");
+        if (n && h) {
+            const char *cl = strcasestr(out, "\r\nContent-Length:");
+            size_t head = (size_t)(h - out) + 4;
+            if (cl && n >= head + strtoull(cl + 17, NULL, 10)) break;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left = (int)(end - now_ms_());
+        ck_assert_msg(left > 0 && poll(&p, 1, left) == 1, "no response in 10 s: %s", out);
+        ssize_t r = recv(fd, out + n, cap - 1 - n, 0);
+        if (r <= 0) {
+            *closed = 1;
+            break;
+        }
+        n += (size_t)r;
+        out[n] = 0;
+    }
+    int st = 0;
+    sscanf(out, "HTTP/1.%*d %d", &st);
+    return st;
+}
+
+/* waits (bounded) for the server to close fd: 1 when it did */
+static int closed_within(int fd, int ms)
+{
+    int64_t end = now_ms_() + ms;
+    char c;
+    for (;;) {
+        int left = (int)(end - now_ms_());
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) == 1) return recv(fd, &c, 1, 0) <= 0;
+    }
+}
+
+#define KA_REQ "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+               "Content-Length: 35\r\n\r\n{\"prompt\":\"one two\",\"max_tokens\":2}"
+
+START_TEST(test_keep_alive)
+{
+    srv s;
+    fake_kv extra[] = {{"threads", "4"}, {"request_timeout_s", "1"}};
+    srv_start(&s, extra, 2);
+    static char out[16384];
+    int closed;
+    int fd = connect_to(s.port);
+    for (int i = 0; i < 3; i++) { /* three requests in turn on one connection */
+        memset(out, 0, sizeof out);
+        ck_assert_int_eq(send(fd, KA_REQ, strlen(KA_REQ), 0), (ssize_t)strlen(KA_REQ));
+        ck_assert_int_eq(one_response(fd, out, sizeof out, &closed), 200);
+        ck_assert_msg(!closed && !strcasestr(out, "Connection: close"), "request %d: %s", i, out);
+        ck_assert_ptr_nonnull(strstr(out, "\"text\""));
+    }
+    /* a follow-up with two different lengths: 400 and closed (MHD, not the gate, read it) */
+    const char *bad = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 35\r\nContent-Length: 3\r\n\r\n"
+                      "{\"prompt\":\"one two\",\"max_tokens\":2}";
+    memset(out, 0, sizeof out);
+    send(fd, bad, strlen(bad), 0);
+    ck_assert_int_eq(one_response(fd, out, sizeof out, &closed), 400);
+    ck_assert_ptr_nonnull(strstr(out, "Content-Length"));
+    ck_assert(closed_within(fd, 5000));
+    close(fd);
+    /* kept open and idle past request_timeout_s (1 s): closed, unanswered */
+    fd = connect_to(s.port);
+    memset(out, 0, sizeof out);
+    send(fd, KA_REQ, strlen(KA_REQ), 0);
+    ck_assert_int_eq(one_response(fd, out, sizeof out, &closed), 200);
+    ck_assert_msg(closed_within(fd, 5000), "an idle kept connection stays open");
+    close(fd);
+    /* threads 4: at most 2 connections kept between requests */
+    int fds[3];
+    int kept = 0;
+    for (int i = 0; i < 3; i++) {
+        fds[i] = connect_to(s.port);
+        memset(out, 0, sizeof out);
+        send(fds[i], KA_REQ, strlen(KA_REQ), 0);
+        ck_assert_int_eq(one_response(fds[i], out, sizeof out, &closed), 200);
+        kept += !strcasestr(out, "Connection: close");
+    }
+    ck_assert_int_eq(kept, 2);
+    for (int i = 0; i < 3; i++) close(fds[i]);
+    srv_stop(&s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_api");
@@ -335,6 +453,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_messages_errors);
     tcase_add_test(tc, test_x_api_key);
     tcase_add_test(tc, test_responses_store);
+    tcase_add_test(tc, test_keep_alive);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -59,6 +59,22 @@ static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
 /* Reads what the server sends until it closes or timeout_ms passes; the
  * answer is NUL-terminated in out. Returns the byte count, -1 on a reset
  * before any byte. */
+/* a whole response in out[0..n) that keeps its connection open (keep-alive):
+ * no more will come, so the reader stops there instead of at a close */
+static int whole_kept(const char *out, size_t n)
+{
+    const char *end = memmem(out, n, "\r\n\r\n", 4);
+    if (!end) return 0;
+    size_t head = (size_t)(end - out) + 4;
+    char h[8192];
+    snprintf(h, sizeof h, "%.*s", (int)(head < sizeof h ? head : sizeof h - 1), out);
+    if (strcasestr(h, "\r\nConnection: close\r\n")) return 0;
+    const char *cl = strcasestr(h, "\r\nContent-Length:");
+    if (cl) return n >= head + strtoull(cl + 17, NULL, 10);
+    if (strcasestr(h, "\r\nTransfer-Encoding: chunked\r\n")) return n >= 5 && !memcmp(out + n - 5, "0\r\n\r\n", 5);
+    return 0;
+}
+
 static int read_reply(int fd, char *out, size_t cap, int timeout_ms)
 {
     size_t n = 0;
@@ -75,7 +91,7 @@ static int read_reply(int fd, char *out, size_t cap, int timeout_ms)
         }
         if (r <= 0) break;
         n += (size_t)r;
-        if (n == cap - 1) break;
+        if (n == cap - 1 || whole_kept(out, n)) break;
     }
     out[n] = 0;
     return (int)n;
@@ -154,12 +170,17 @@ START_TEST(test_framing)
     const char *body = COMPLETION;
     size_t bl = strlen(body);
 
-    /* a well-formed request still works, and says it closes */
+    /* a well-formed request still works, and its connection stays open
+     * (keep-alive) unless it asks to close */
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
              bl, body);
     raw(s.port, req, strlen(req), out, sizeof out, 5000);
     ck_assert_msg(status_of(out) == 200, "%s", out);
-    ck_assert_msg(strcasestr(out, "\r\nConnection: close\r\n"), "%s", out);
+    ck_assert_msg(!strcasestr(out, "\r\nConnection: close\r\n"), "%s", out);
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "Content-Length: %zu\r\n\r\n%s", bl, body);
+    raw(s.port, req, strlen(req), out, sizeof out, 5000);
+    ck_assert_msg(status_of(out) == 200 && strcasestr(out, "\r\nConnection: close\r\n"), "%s", out);
 
     /* two different Content-Length headers: 400 (MHD took the first) */
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n"

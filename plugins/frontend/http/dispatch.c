@@ -1,6 +1,7 @@
 /*
  * dispatch.c: from MHD to a route: the per-connection state, the body read
- * in pieces (an oversize one refused with 413 without keeping it), the
+ * in pieces (an oversize one refused with 413 without keeping it), keep-alive
+ * within the gate's bounds (a follow-up request's framing checked), the
  * Bearer key check (every route but /health and /ui), the route table (404, 405
  * with Allow), and the completion notice that cancels and releases.
  * Not for: what a route does (endpoints.c, generate.c).
@@ -126,6 +127,33 @@ static enum MHD_Result dispatch(http_fe *fe, struct MHD_Connection *conn, const 
     return route_generate(fe, conn, cs, route == R_CHAT ? KIND_CHAT : KIND_COMPLETION);
 }
 
+/* what the gate checks on a connection's first request, for the next ones:
+ * one plain Content-Length (or several equal), never with Transfer-Encoding */
+typedef struct framing {
+    int n_cl, n_te, bad;
+    const char *cl;
+} framing;
+
+static enum MHD_Result framing_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) f->n_te++;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) return MHD_YES;
+    const char *v = value ? value : "";
+    if (!*v || strspn(v, "0123456789") != strlen(v) || (f->cl && strcmp(f->cl, v))) f->bad = 1;
+    f->cl = v;
+    f->n_cl++;
+    return MHD_YES;
+}
+
+static int follow_up_framing_ok(struct MHD_Connection *conn)
+{
+    framing f = {0, 0, 0, NULL};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_hdr, &f);
+    return !f.bad && !(f.n_cl && f.n_te);
+}
+
 enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_data_size, void **con_cls)
@@ -136,11 +164,19 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
-        /* One request per connection: MHD then answers "Connection: close"
-         * and closes after the response, so the next request comes through
-         * the gate (its deadline and framing checks) instead of being read
-         * by this thread, which a kept-alive client could hold. */
-        MHD_set_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION, "close");
+        /* Keep-alive within bounds (gate.h): past them "Connection: close",
+         * so MHD closes after the response. A follow-up request was read
+         * by MHD, not the gate: its framing is checked here. */
+        int follow_up = 0;
+        if (!gate_request_start(fe->gate, conn, &follow_up))
+            MHD_set_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION, "close");
+        if (follow_up && !follow_up_framing_ok(conn)) {
+            cs->too_large = 1; /* read nothing more of it */
+            MHD_set_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION, "close");
+            return send_error(conn, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, NULL,
+                              "bad framing: Content-Length must be one plain number, and not beside "
+                              "Transfer-Encoding");
+        }
         /* refuse an announced oversize body before reading it */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > (unsigned long long)fe->max_body) {
@@ -173,6 +209,8 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     conn_state *cs = *con_cls;
+    /* sent whole: a connection kept open waits for its next request (gate.h) */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) gate_request_done(((http_fe *)cls)->gate, conn);
     if (!cs) return;
     if (cs->hr) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) hreq_cancel(cs->hr);

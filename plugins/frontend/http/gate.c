@@ -58,6 +58,9 @@ typedef struct mconn {       /* a connection handed to MHD */
     int killed;              /* the gate answered 408 on it */
     int forced;              /* and then shut it down */
     int64_t kill_at;
+    int requests;            /* requests MHD began on it (keep-alive: more than one) */
+    int kept;                /* may stay open after its response (counted in n_kept) */
+    int idle;                /* kept open after a response; the next request's headers not in yet */
     struct mconn *prev, *next;
 } mconn;
 
@@ -70,6 +73,7 @@ struct gate {
     pthread_mutex_t mu;
     mconn *mlist;            /* under mu */
     int n_mhd;               /* under mu: connections MHD holds (or is being handed) */
+    int n_kept;              /* under mu: connections allowed to stay open between requests */
     pconn *plist;
     int n_wait;
     int accept_off;
@@ -331,7 +335,12 @@ static void watch_mhd(gate *g, int64_t now)
             }
             continue;
         }
-        if (!m->received && !m->killed && now >= m->deadline) {
+        if (m->idle && !m->killed && now >= m->deadline) {
+            /* kept alive, and no next request within request_timeout_s:
+             * closed without an answer (nothing was asked) */
+            shutdown(m->fd, SHUT_RDWR);
+            m->killed = m->forced = 1;
+        } else if (!m->received && !m->killed && now >= m->deadline) {
             char msg[128];
             snprintf(msg, sizeof msg, "the request did not arrive within request_timeout_s (%d s)",
                      g->o.request_timeout_s);
@@ -495,6 +504,7 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         else g->mlist = m->next;
         if (m->next) m->next->prev = m->prev;
         g->n_mhd--;
+        if (m->kept) g->n_kept--;
         pthread_mutex_unlock(&g->mu);
         free(m);
         *socket_context = NULL;
@@ -511,4 +521,44 @@ int gate_request_received(gate *g, struct MHD_Connection *c)
     m->received = 1;
     pthread_mutex_unlock(&g->mu);
     return killed ? -1 : 0;
+}
+
+/* at most half the serving threads may be held by connections waiting
+ * for their next request, so kept-alive clients cannot take them all */
+static int max_kept(const gate *g) { return g->o.threads / 2 > 0 ? g->o.threads / 2 : 1; }
+
+int gate_request_start(gate *g, struct MHD_Connection *c, int *follow_up)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    mconn *m = ci ? ci->socket_context : NULL;
+    *follow_up = 0;
+    if (!g || !m) return 0;
+    pthread_mutex_lock(&g->mu);
+    *follow_up = m->requests++ > 0;
+    m->idle = 0;
+    if (m->kept) { /* the slot its last response took is given back, and maybe taken again */
+        m->kept = 0;
+        g->n_kept--;
+    }
+    int keep = !m->killed && g->n_kept < max_kept(g);
+    if (keep) {
+        m->kept = 1;
+        g->n_kept++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return keep;
+}
+
+void gate_request_done(gate *g, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    mconn *m = ci ? ci->socket_context : NULL;
+    if (!g || !m) return;
+    pthread_mutex_lock(&g->mu);
+    if (m->kept && !m->killed) {
+        m->received = 0;
+        m->idle = 1;
+        m->deadline = mono_ms() + (int64_t)g->o.request_timeout_s * 1000;
+    }
+    pthread_mutex_unlock(&g->mu);
 }

@@ -66,4 +66,17 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
  * returns MHD_NO, closing the connection). */
 int gate_request_received(gate *g, struct MHD_Connection *c);
 
+/* Keep-alive. [connection thread] A request's headers are in (MHD calls
+ * the handler for the first time): 1 when the connection may stay open
+ * after its response (fewer than threads / 2 connections are allowed to
+ * wait for their next request), 0 when the response must close it.
+ * *follow_up: not the connection's first request, so MHD read it, not the
+ * gate (the caller checks its framing). */
+int gate_request_start(gate *g, struct MHD_Connection *c, int *follow_up);
+
+/* [connection thread] c's response went out whole: a connection kept open
+ * must bring its next request whole within request_timeout_s of now, or
+ * the gate closes it (no answer, as nothing was asked). */
+void gate_request_done(gate *g, struct MHD_Connection *c);
+
 #endif /* PAGODA_HTTP_GATE_H */
