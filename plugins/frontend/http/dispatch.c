@@ -164,6 +164,8 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
+        /* this request's error shape (reply.h); a kept-alive thread's last one must not leak */
+        reply_flavor = !strncmp(url, "/v1/messages", 12) ? REPLY_ANTHROPIC : REPLY_OPENAI;
         /* Keep-alive within bounds (gate.h): past them "Connection: close",
          * so MHD closes after the response. A follow-up request was read
          * by MHD, not the gate: its framing is checked here. */
