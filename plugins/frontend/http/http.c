@@ -11,7 +11,8 @@
  * (request bodies), output.c (SSE and JSON answers from engine events),
  * hreq.c (a request's state and lifetime), reply.c (plain answers, errors),
  * inspect.c (the inspection routes), trace.c (pagoda_trace entries), ui.c
- * (the page, compiled in from ui/inspect.html).
+ * (the page, compiled in from ui/inspect.html); api/ (POST /v1/messages and
+ * /v1/responses, reasoning apart: api/README.md).
  * Not for: tokenizing, templates or sampling: all of that is the engine's,
  * reached through the host table.
  *
