@@ -32,9 +32,14 @@
 #include "matmul_task.h"
 #include "vecdot.h"
 
-/* Parts per thread of the dot pass, and its smallest part (rows). */
+/* Parts per thread of the dot pass, and its smallest and largest part
+ * (rows). The largest keeps parts short (an expert's 768 rows of one
+ * token are ~0.1 ms): the caller waits only for parts already claimed, so
+ * short ones leave a short tail when a worker is descheduled on a loaded
+ * machine. */
 #define PARTS_PER_THREAD 4
 #define MIN_ROWS_PER_PART 16
+#define MAX_ROWS_PER_PART 128
 /* A part's cost is rows x (tokens + READ_COST): the weight rows' read
  * counts as this many tokens' dots (decode is bandwidth-bound). */
 #define READ_COST 4
@@ -220,7 +225,7 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
     size_t sz_idx = align64(sizeof(int32_t) * (size_t)(R + 2 * E + 1)) +
                     align64(sizeof(xp_expert) * (size_t)E) +
                     (x_rows ? align64(sizeof(int32_t) * (size_t)(X + R)) : 0);
-    uint8_t *base = pagoda_cpu_scratch_aux(ex, sz_idx);
+    uint8_t *base = pagoda_cpu_scratch_aux(ex, sz_idx, 0);
     if (!base) return PAGODA_ERR_NOMEM;
 
     /* Counting sort of the rows by expert (stable). */
@@ -285,9 +290,9 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
     size_t o_xf8 = o_xf + (c.need_f32 ? align64(sizeof(float) * (size_t)K * (size_t)R) : 0);
     size_t o_ys = o_xf8 + (!c.quant ? align64(f8_per_group * (size_t)groups) : 0);
     size_t total = o_ys + (any_ys ? align64(sizeof(float) * (size_t)N * (size_t)R) : 0);
-    uint8_t *nb = pagoda_cpu_scratch_aux(ex, total);
+    uint8_t *nb = pagoda_cpu_scratch_aux(ex, total, sz_idx);
     if (!nb) return PAGODA_ERR_NOMEM;
-    base = nb; /* the aux scratch keeps its contents when it grows: rebase the index part */
+    base = nb; /* the index part was kept if the scratch grew: rebase its pointers */
     perm = (int32_t *)base;
     exps = (xp_expert *)(base + align64(sizeof(int32_t) * (size_t)(R + 2 * E + 1)));
     c.perm = perm;
@@ -334,6 +339,7 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
         int64_t rpp = (N + np - 1) / np;
         rpp = (rpp + 3) / 4 * 4;
         if (rpp < MIN_ROWS_PER_PART) rpp = MIN_ROWS_PER_PART;
+        if (rpp > MAX_ROWS_PER_PART) rpp = MAX_ROWS_PER_PART;
         xe->rpp = rpp;
         xe->part0 = parts;
         parts += (int)((N + rpp - 1) / rpp);

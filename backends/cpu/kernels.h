@@ -32,8 +32,8 @@ typedef struct pagoda_cpu_exec {
  * Valid until the next call on the same exec. */
 void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes);
 /* The same for the second scratch (experts.c), which matmul never uses;
- * it keeps its contents when it grows. */
-void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes);
+ * when it grows, its first `keep` bytes are kept. */
+void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes, size_t keep);
 /* Frees both scratches (not the pool). */
 void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 

@@ -69,14 +69,14 @@ void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes)
     return p;
 }
 
-void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes)
+void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes, size_t keep)
 {
     if (bytes <= ex->aux_size && ex->aux) return ex->aux;
     size_t sz = (bytes + 63) & ~(size_t)63;
     if (sz < 4096) sz = 4096;
     void *p = aligned_alloc(64, sz);
     if (!p) return NULL;
-    if (ex->aux) memcpy(p, ex->aux, ex->aux_size);
+    if (ex->aux && keep) memcpy(p, ex->aux, keep < ex->aux_size ? keep : ex->aux_size);
     free(ex->aux);
     ex->aux = p;
     ex->aux_size = sz;
