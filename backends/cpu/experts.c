@@ -12,8 +12,9 @@
  * quantized once, not 8 times); (2) per expert, its rows gathered and
  * laid out as its kernels read them (the int8 rows, Q4_0's groups, the
  * tokens-in-lanes interleave, F32 rows for the float types); (3) the dot
- * products, in row parts of every active expert at once (experts x
- * output-row tiles), the heaviest experts' parts first, so decode (one row
+ * products, in row parts of the active experts (experts x output-row
+ * tiles, at least 4 parts per thread per pool run, so a decode's experts
+ * of one row share a run), the heaviest experts first, so decode (one row
  * per expert, many experts) and prefill (dozens of rows per expert) both
  * spread over the threads. Experts whose rows reach the sgemm crossover
  * (F32 from 3 rows, BF16 / Q4_1 from 32) run pagoda_cpu_matmul on their
