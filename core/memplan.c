@@ -15,6 +15,7 @@
 #include "memplan.h"
 
 #include "config.h" /* pagoda_parse_size */
+#include "memplan_weights.h" /* weights by type, experts, active parameters, decode bytes */
 #include "model.h"  /* pagoda_hparams_read: which layers slide */
 #include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
 #include "tp_shard.h" /* what tensor parallelism splits */
@@ -131,27 +132,23 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     p->tensor_parallel = o.tensor_parallel > 1 ? o.tensor_parallel : 1;
     int64_t tp = p->tensor_parallel;
     if (tp > 1) {
+        /* the expert keys as they are: memplan_weights.c checks them
+         * against the tensors */
+        int64_t n_exp = 0, n_lead = 0;
+        if (!get_arch_int(f, p->arch, "expert_count", &n_exp) || n_exp < 0) n_exp = 0;
+        if (!get_arch_int(f, p->arch, "leading_dense_block_count", &n_lead) || n_lead < 0) n_lead = 0;
         pagoda_tp_dims td = {.n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads, .ffn = p->ffn,
-                             .n_swa_layers = p->n_swa_layers};
+                             .n_swa_layers = p->n_swa_layers, .n_experts = n_exp,
+                             .n_dense_lead = n_lead};
         int st = pagoda_tp_check(f, &td, (int32_t)tp, err, n);
         if (st) return st;
     }
     int64_t heads_r = p->n_heads / tp, kv_heads_r = p->n_kv_heads / tp, ffn_r = p->ffn / tp;
 
-    /* --- weights: every tensor in the file, by type */
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        uint64_t ne = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) ne *= (uint64_t)t->ne[d]; /* checked at open */
-        p->n_params += ne;
-        p->weight_bytes += t->nbytes;
-        if (t->type >= 0 && t->type < PAGODA_DTYPE_COUNT_) {
-            p->weight_bytes_by_type[t->type] += t->nbytes;
-            p->weight_params_by_type[t->type] += ne;
-        }
-    }
-    p->weight_bytes_model = p->weight_bytes;
-    if (tp > 1) p->weight_bytes = pagoda_tp_rank_weight_bytes(f, (int32_t)tp);
+    /* --- weights: every tensor in the file, by type; the experts, the
+     * active parameters and the bytes a decoded token reads */
+    int wst = pagoda_memplan_weights(f, tp, p, err, n);
+    if (wst) return wst;
 
     /* --- options */
     if (o.kv_dtype != PAGODA_DTYPE_F16 && o.kv_dtype != PAGODA_DTYPE_F32 &&
@@ -382,7 +379,13 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
             " KV, head_dim %" PRId64 "), ffn %" PRId64 ", vocab %" PRId64 ", context %" PRId64 "\n",
             p->arch, p->n_layers, p->dim, p->n_heads, p->n_kv_heads, p->head_dim, p->ffn, p->vocab,
             p->context);
-    if (p->tensor_parallel > 1)
+    if (p->tensor_parallel > 1 && p->n_experts)
+        fprintf(fp, "tensor parallel: %" PRId64 " ranks; each holds %" PRId64 " heads, %" PRId64
+                " KV heads and %" PRId64 " of the %" PRId64 " experts a MoE layer, whole (shared "
+                "experts and dense layers split by rows): every figure below is one rank's\n",
+                p->tensor_parallel, p->n_heads / p->tensor_parallel,
+                p->n_kv_heads / p->tensor_parallel, p->experts_per_rank, p->n_experts);
+    else if (p->tensor_parallel > 1)
         fprintf(fp, "tensor parallel: %" PRId64 " ranks; each holds %" PRId64 " heads, %" PRId64
                 " KV heads and %" PRId64 " FFN rows a layer: every figure below is one rank's\n",
                 p->tensor_parallel, p->n_heads / p->tensor_parallel,
@@ -423,6 +426,7 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
     else
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "budget", p->budget_bytes,
                 human(p->budget_bytes, a, sizeof a));
+    pagoda_memplan_weights_print(p, fp);
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " %slayers x %" PRId64
             " kv_heads x %" PRId64 " head_dim x %g bytes",
             p->kv_bytes_per_token, p->kv_pool_layers, p->swa.window ? "global " : "",
@@ -545,6 +549,7 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
     json_object_set_new(root, "fits", json_boolean(p->fits));
     json_object_set_new(root, "shortfall_bytes", json_integer((json_int_t)p->shortfall_bytes));
     json_object_set_new(root, "reason", json_string(p->reason));
+    pagoda_memplan_weights_json(p, root);
     out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 out:
     json_decref(root);

@@ -53,6 +53,32 @@ typedef struct pagoda_memplan {
     uint64_t weight_bytes_model;
     uint64_t weight_bytes_by_type[PAGODA_DTYPE_COUNT_];
     uint64_t weight_params_by_type[PAGODA_DTYPE_COUNT_];
+    /* What a token reads (memplan_weights.c). Mixture of experts (zeros
+     * for a dense model): n_experts a MoE layer, n_experts_used of them
+     * run for each token, of width ffn_exp, in n_moe_layers layers; the
+     * routed experts' parameters and bytes (whole model), by type. */
+    int64_t n_experts, n_experts_used, ffn_exp, n_moe_layers;
+    uint64_t expert_params, expert_bytes;
+    uint64_t expert_bytes_by_type[PAGODA_DTYPE_COUNT_];
+    uint64_t expert_params_by_type[PAGODA_DTYPE_COUNT_];
+    /* Active parameters, those one token runs: every tensor but the routed
+     * experts, plus n_experts_used of each MoE layer's n_experts (the
+     * embedding and output head whole, as model cards count "active").
+     * = n_params for a dense model. */
+    uint64_t n_params_active;
+    /* Bytes one decoded token reads, the decode bandwidth bound: every
+     * weight but the routed experts and the token embedding, plus
+     * n_experts_used experts a MoE layer and one embedding row (the whole
+     * table when it is also the output head). Whole model. */
+    uint64_t decode_bytes_per_token;
+    /* tensor_parallel N > 1: the experts a rank holds a layer (whole, a
+     * contiguous run), their bytes, and what a rank reads a decoded token:
+     * its share of the split tensors, the replicated ones whole, and its
+     * experts' share of the routed ones: n_experts_used / N of them a layer
+     * on average, at most min(n_experts_used, experts_per_rank) (_max). */
+    int64_t experts_per_rank;
+    uint64_t expert_bytes_per_rank;
+    uint64_t decode_bytes_per_token_rank, decode_bytes_per_token_rank_max;
     /* Limits actually used (defaults filled in). */
     int kv_dtype;
     int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
