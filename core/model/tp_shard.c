@@ -23,11 +23,8 @@ int pagoda_tp_split_of(const char *name, size_t len)
     if (len < 4 || memcmp(name, "blk.", 4) != 0) return PAGODA_TP_REPLICATED;
     static const char *const rows[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                        ".attn_q.bias", ".attn_k.bias", ".attn_v.bias",
-                                       ".ffn_gate.weight", ".ffn_up.weight",
-                                       ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight"};
-    static const char *const cols[] = {".attn_output.weight", ".ffn_down.weight",
-                                       ".ffn_down_shexp.weight"};
-    if (ends_with(name, len, "_exps.weight")) return PAGODA_TP_EXPERTS;
+                                       ".ffn_gate.weight", ".ffn_up.weight"};
+    static const char *const cols[] = {".attn_output.weight", ".ffn_down.weight"};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (ends_with(name, len, rows[i])) return PAGODA_TP_ROWS;
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
@@ -42,13 +39,6 @@ static bool tensor_splits(const gguf_tensor *t, int32_t n, char *why, size_t wn)
     if (split == PAGODA_TP_REPLICATED || n == 1) return true;
     int be = 1, bb = 4;
     pagoda_dtype_block(t->type, &be, &bb);
-    if (split == PAGODA_TP_EXPERTS) {
-        int64_t e = t->n_dims >= 3 ? t->ne[2] : 1;
-        if (e % n == 0) return true;
-        snprintf(why, wn, "%.*s holds %lld experts, which do not divide by %d", (int)t->name.len,
-                 t->name.ptr, (long long)e, n);
-        return false;
-    }
     if (split == PAGODA_TP_ROWS) {
         int64_t rows = t->n_dims >= 2 ? t->ne[1] : t->ne[0];
         if (rows % n == 0) return true;
