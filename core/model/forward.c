@@ -324,7 +324,8 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->tp.size = 1;
     if (tp && tp->size > 1) {
         pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
-                             .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers};
+                             .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers,
+                             .n_experts = m->hp.n_experts, .n_dense_lead = m->hp.n_dense_lead};
         if (!tp->all_reduce || tp->rank < 0 || tp->rank >= tp->size) {
             ERR("internal: tensor parallel rank %d of %d without an all-reduce", tp->rank, tp->size);
             fw->be = NULL;
@@ -340,8 +341,10 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->hp.ffn /= tp->size;
         fw->hp.ffn_shexp /= tp->size;
     }
-    fw->n_exp_local = fw->hp.n_experts / fw->tp.size;
-    fw->exp_lo = fw->tp.rank * fw->n_exp_local;
+    int64_t first, count;
+    pagoda_tp_expert_range(fw->hp.n_experts, fw->tp.rank, fw->tp.size, &first, &count);
+    fw->exp_lo = (int32_t)first;
+    fw->n_exp_local = (int32_t)count;
     const pagoda_hparams *hp = &fw->hp;
     st = pagoda_forward_check_backend(hp, be, err, err_len);
     if (!st) st = pagoda_forward_check_kv(hp, be, kv->dtype, err, err_len);

@@ -27,6 +27,7 @@
  * the key or tensor. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -586,6 +587,145 @@ START_TEST(device_without_slot_refused)
 }
 END_TEST
 
+/* ---- tensor parallelism: experts split whole over thread ranks ---- */
+
+enum { MAXR = 4 };
+
+typedef struct tp_group {
+    int n;
+    pthread_barrier_t bar;
+    float *slot[MAXR];
+    size_t cap;
+} tp_group;
+
+typedef struct tp_rank {
+    tp_group *g;
+    int r;
+    pagoda_runtime *rt;
+    pagoda_forward fw;
+    pagoda_backend *be;
+    const int32_t *tok;
+    float *logits;      /* rank 0's */
+    int st;
+} tp_rank;
+
+/* a barrier, then the sum in rank order (the same bits on every rank) */
+static int shm_all_reduce(void *user, float *buf, size_t count, char *err, size_t err_len)
+{
+    tp_rank *k = user;
+    tp_group *g = k->g;
+    if (count > g->cap) {
+        snprintf(err, err_len, "test group: %zu floats > %zu", count, g->cap);
+        return PAGODA_ERR_INVALID;
+    }
+    memcpy(g->slot[k->r], buf, count * sizeof *buf);
+    pthread_barrier_wait(&g->bar);
+    for (size_t i = 0; i < count; i++) {
+        float s = 0;
+        for (int r = 0; r < g->n; r++) s += g->slot[r][i];
+        buf[i] = s;
+    }
+    pthread_barrier_wait(&g->bar);
+    return PAGODA_OK;
+}
+
+/* seq_logits on an initialised forward pass */
+static int run_seq(pagoda_forward *fw, int32_t V, const int32_t *tok, float *logits)
+{
+    const int32_t nb = (N_TOK + BS - 1) / BS;
+    int32_t table[4], pos[N_TOK], rows[N_TOK];
+    for (int32_t b = 0; b < nb; b++) table[b] = b;
+    for (int32_t i = 0; i < N_TOK; i++) pos[i] = rows[i] = i;
+    char err[512];
+    for (int32_t t0 = 0; t0 < N_TOK;) {
+        int32_t n = t0 == 0 ? 16 : 1;
+        pagoda_seq_view sv = {.q_start = 0, .n_q = n, .ctx_len = t0 + n, .n_blocks = nb, .block_table = table};
+        pagoda_batch b = {.seq_no = (uint64_t)t0 + 1, .n_tokens = n, .tokens = tok + t0,
+                          .positions = pos + t0, .slots = pos + t0, .n_seqs = 1, .seqs = &sv};
+        int st = pagoda_forward_run(fw, &b, rows, logits ? n : 0,
+                                    logits ? logits + (size_t)t0 * (size_t)V : NULL, err, sizeof err);
+        if (st) return st;
+        t0 += n;
+    }
+    return PAGODA_OK;
+}
+
+static void *tp_rank_main(void *arg)
+{
+    tp_rank *k = arg;
+    k->st = run_seq(&k->fw, k->rt->model->hp.n_vocab, k->tok, k->logits);
+    return NULL;
+}
+
+/* The model split n ways (threads) gives the one-process logits. */
+static void check_tp(const char *path, int n, const char *what)
+{
+    pagoda_config *c1;
+    pagoda_runtime *r1 = open_rt(&c1, path);
+    const int32_t V = r1->model->hp.n_vocab, D = r1->model->hp.dim, E = r1->model->hp.n_experts;
+    int32_t tok[N_TOK];
+    tokens(V, tok, 3);
+    size_t nl = (size_t)N_TOK * (size_t)V;
+    float *want = malloc(nl * 4), *got = malloc(nl * 4);
+    seq_logits(r1, &r1->backend, tok, want);
+    tp_group g = {.n = n, .cap = (size_t)N_TOK * (size_t)D};
+    pthread_barrier_init(&g.bar, NULL, (unsigned)n);
+    tp_rank k[MAXR];
+    pagoda_config *cfgs[MAXR];
+    pagoda_forward_kv kv = {.n_blocks = 2, .block_size = BS, .dtype = PAGODA_DTYPE_F32};
+    char err[1024];
+    for (int r = 0; r < n; r++) {
+        g.slot[r] = calloc(g.cap, sizeof(float));
+        k[r] = (tp_rank){.g = &g, .r = r, .tok = tok, .logits = r == 0 ? got : NULL};
+        k[r].rt = open_rt(&cfgs[r], path);
+        pagoda_forward_tp tp = {.rank = r, .size = n, .all_reduce = shm_all_reduce, .user = &k[r]};
+        ck_assert_msg(pagoda_forward_init_tp(&k[r].fw, k[r].rt->model, &k[r].rt->backend, N_TOK, N_TOK,
+                                             &kv, &tp, err, sizeof err) == 0, "rank %d: %s", r, err);
+        /* whole experts: rank r holds [r E/n, (r+1) E/n) */
+        ck_assert_int_eq(k[r].fw.n_exp_local, E / n);
+        ck_assert_int_eq(k[r].fw.exp_lo, r * (E / n));
+    }
+    pthread_t th[MAXR];
+    for (int r = 0; r < n; r++) pthread_create(&th[r], NULL, tp_rank_main, &k[r]);
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) ck_assert_int_eq(k[r].st, 0);
+    double amax, d = max_diff(want, got, nl, &amax);
+    printf("%s split %d ways: max |logit diff| %.3g, max |logit| %.3g\n", what, n, d, amax);
+    ck_assert(amax > 0.5);
+    ck_assert_msg(d <= 1e-4 * amax, "%s split %d ways: logits differ by %g", what, n, d);
+    for (int r = 0; r < n; r++) {
+        pagoda_forward_free(&k[r].fw);
+        et_close(k[r].rt, cfgs[r]);
+        free(g.slot[r]);
+    }
+    pthread_barrier_destroy(&g.bar);
+    et_close(r1, c1);
+    free(want);
+    free(got);
+}
+
+START_TEST(tp_experts_split)
+{
+    /* qwen3moe, experts that differ */
+    check_tp(noisy_qwen3moe(), 2, "qwen3moe");
+    /* qwen2moe: a gated shared expert split by rows/columns beside them */
+    const char *d = tmp_path("qwen2.gguf"), *t = tmp_path("q2moe.gguf");
+    gen_dense("qwen2", d, 41);
+    twin_spec s = {.arch = "qwen2moe", .n_experts = 4, .k = 2, .norm = 1, .scale = 0.5f,
+                   .shexp = true, .shexp_gate = true, .noise = 0.05f, .seed = 42};
+    write_twin(d, t, &s);
+    check_tp(t, 2, "qwen2moe");
+    /* glm4moe: a leading dense layer, sigmoid + bias, plain shared expert */
+    const char *q = tmp_path("qwen3b.gguf"), *gl = tmp_path("glm.gguf");
+    gen_dense("qwen3", q, 43);
+    twin_spec gs = {.arch = "glm4moe", .n_experts = 4, .k = 2, .lead = 1, .gating = 2, .norm = 1,
+                    .scale = 0.5f, .shexp = true, .probs_b = true, .glm = true, .noise = 0.05f,
+                    .seed = 44};
+    write_twin(q, gl, &gs);
+    check_tp(gl, 2, "glm4moe");
+}
+END_TEST
+
 /* A malformed twin is refused at load, the message naming `want`. */
 static void refused(twin_spec s, const char *want, const char *want2)
 {
@@ -653,6 +793,7 @@ static Suite *suite(void)
     tcase_add_test(tc, upcycled_glm4moe);
     tcase_add_test(tc, grouped_batch_equals_alone);
     tcase_add_test(tc, device_without_slot_refused);
+    tcase_add_test(tc, tp_experts_split);
     tcase_add_test(tc, bad_expert_keys);
     tcase_add_test(tc, bad_expert_tensors);
     tcase_add_test(tc, unused_tensors_refused);
