@@ -3,9 +3,10 @@
  * spirit of llama2.c's run.c. Each step runs every token of a flattened
  * batch (prefill chunks and decode tokens of many sequences) through all
  * layers at once; attention reads each sequence's KV through its block
- * table. The architectures differ in a few flags of pagoda_hparams (QKV
- * biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU and
- * sliding-window layers with their own RoPE table), each one `if` here.
+ * table. The architectures differ in what model.c bound from arch.c's
+ * row (QKV biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU
+ * and sliding-window layers with their own RoPE table, routed experts and
+ * shared experts), each one `if` here; the expert FFN is moe_ffn().
  * Not for: choosing the batch or sampling.
  */
 #include "forward.h"
