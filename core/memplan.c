@@ -118,9 +118,12 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         snprintf(err, n, "%s: cannot tell the vocabulary size (no tokenizer.ggml.tokens)", fname);
         return PAGODA_ERR_INVALID;
     }
-    if (!strcmp(p->arch, "gemma3")) {
-        /* which layers slide, as the model binds them (model.c) */
-        pagoda_hparams hp;
+    /* which layers slide, and a mixture of experts' widths, as the model
+     * binds them (model.c): the forward pass sizes its buffers from these */
+    pagoda_hparams hp = {0};
+    int64_t key_e = 0;
+    bool moe_keys = get_arch_int(f, p->arch, "expert_count", &key_e) && key_e > 0;
+    if (!strcmp(p->arch, "gemma3") || moe_keys) {
         int st = pagoda_hparams_read(f, &hp, err, n);
         if (st) return st;
         p->n_swa_layers = hp.n_swa_layers;
@@ -132,14 +135,9 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     p->tensor_parallel = o.tensor_parallel > 1 ? o.tensor_parallel : 1;
     int64_t tp = p->tensor_parallel;
     if (tp > 1) {
-        /* the expert keys as they are: memplan_weights.c checks them
-         * against the tensors */
-        int64_t n_exp = 0, n_lead = 0;
-        if (!get_arch_int(f, p->arch, "expert_count", &n_exp) || n_exp < 0) n_exp = 0;
-        if (!get_arch_int(f, p->arch, "leading_dense_block_count", &n_lead) || n_lead < 0) n_lead = 0;
         pagoda_tp_dims td = {.n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads, .ffn = p->ffn,
-                             .n_swa_layers = p->n_swa_layers, .n_experts = n_exp,
-                             .n_dense_lead = n_lead};
+                             .n_swa_layers = p->n_swa_layers, .n_experts = hp.n_experts,
+                             .n_dense_lead = hp.n_dense_lead};
         int st = pagoda_tp_check(f, &td, (int32_t)tp, err, n);
         if (st) return st;
     }
@@ -238,9 +236,26 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      *   hb, hb2    [T x ffn]    gate and up projections (SwiGLU in place)
      * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
      *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
-     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11). */
+     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11;
+     *   with experts, below, 16). */
     uint64_t q_dim = (uint64_t)(heads_r * p->head_dim), kv_dim = (uint64_t)(kv_heads_r * p->head_dim);
-    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)ffn_r;
+    /* A mixture of experts: hb, hb2 are as wide as the dense FFN where a
+     * layer has one, and the shared expert (the rank's rows of each), and
+     * per token come the router logits [E], the k (token, expert) pairs'
+     * gate, up [ffn_exp] and output [dim] rows, and the shared expert's
+     * output before its gate [dim]: 5 tensors more (16 in all). */
+    uint64_t hb = (uint64_t)ffn_r, moe_floats = 0, n_act = 11;
+    if (hp.n_experts > 0) {
+        hb = hp.n_dense_lead > 0 ? (uint64_t)ffn_r : 0;
+        uint64_t sh = (uint64_t)hp.ffn_shexp / (uint64_t)tp;
+        if (sh > hb) hb = sh;
+        moe_floats = (uint64_t)hp.n_experts +
+                     (uint64_t)hp.n_experts_used * (2 * (uint64_t)hp.ffn_exp + (uint64_t)p->dim) +
+                     (hp.ffn_shexp > 0 ? (uint64_t)p->dim : 0);
+        n_act = 16;
+        ffn_r = (int64_t)(hb > (uint64_t)hp.ffn_exp ? hb : (uint64_t)hp.ffn_exp);  /* widest input row */
+    }
+    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * hb + moe_floats;
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
@@ -249,7 +264,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= mulu(&logits, 4);
     p->logits_bytes = logits;
     ok &= addu(&act, logits);
-    ok &= addu(&act, 11 * 64);
+    ok &= addu(&act, n_act * 64);
     p->act_bytes = act;
 
     /* --- workspace: the matmul's scratch, sized for its widest input row

@@ -113,14 +113,18 @@ typedef struct pagoda_memplan {
      * configured (with a window pool: its main-pool blocks plus the window
      * blocks it holds between steps, swa.hold_blocks). */
     uint64_t kv_bytes_per_seq_full, kv_bytes_per_seq;
-    /* Activations (F32): per token (4*dim + q_dim + 2*kv_dim + 2*ffn) floats
-     * for max_batched_tokens, plus logits of max_num_seqs x vocab. */
+    /* Activations (F32): per token (3*dim + 2*q_dim + 2*kv_dim + 2*ffn)
+     * floats for max_batched_tokens, plus logits of max_num_seqs x vocab.
+     * A mixture of experts: ffn is the dense FFN's width if a layer has one,
+     * or the shared expert's if wider, plus experts + k x (2*ffn_exp + dim)
+     * (router logits, the pairs' rows) + dim if there is a shared expert. */
     uint64_t act_floats_per_token;
     uint64_t act_bytes;                             /* includes logits_bytes */
     uint64_t logits_bytes;
     /* Workspace: the matmul scratch (max(max_batched_tokens + 8, 264) x
-     * max(dim, ffn) x 4 bytes) and attention scores (max_num_seqs x heads x
-     * max_seq_len f32). */
+     * max(dim, ffn) x 4 bytes; with experts ffn is the widest input row of
+     * the FFN: the dense, shared or expert width) and attention scores
+     * (max_num_seqs x heads x max_seq_len f32). */
     uint64_t qscratch_bytes, att_scratch_bytes, workspace_bytes;
     uint64_t overhead_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead */

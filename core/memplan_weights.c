@@ -83,22 +83,21 @@ int pagoda_memplan_weights(const gguf_file *f, int64_t tp, pagoda_memplan *p, ch
     int64_t key_e = 0, key_k = 0;
     bool has_e = arch_int(f, p->arch, "expert_count", &key_e);
     bool has_k = arch_int(f, p->arch, "expert_used_count", &key_k);
-    if (!p->n_experts && has_e && key_e > 0) {
-        snprintf(err, n, "%s: %s.expert_count is %" PRId64 " but no tensor holds experts "
-                 "(blk.N.ffn_{gate,up,down}_exps.weight)", fname, p->arch, key_e);
-        return PAGODA_ERR_INVALID;
-    }
+    /* expert_count with no expert tensor: every layer dense (a glm4moe
+     * whose leading_dense_block_count covers them all), planned as such */
     if (p->n_experts) {
         if (!has_e || key_e != p->n_experts) {
-            snprintf(err, n, "%s: %s.expert_count is %s%" PRId64 " but tensor %.*s holds %" PRId64
-                     " experts", fname, p->arch, has_e ? "" : "missing, so ", has_e ? key_e : 0,
-                     (int)first_exp->name.len, first_exp->name.ptr, p->n_experts);
+            char is[48] = "missing";
+            if (has_e) snprintf(is, sizeof is, "%" PRId64, key_e);
+            snprintf(err, n, "%s: %s.expert_count is %s but tensor %.*s holds %" PRId64 " experts",
+                     fname, p->arch, is, (int)first_exp->name.len, first_exp->name.ptr, p->n_experts);
             return PAGODA_ERR_INVALID;
         }
         if (!has_k || key_k < 1 || key_k > key_e) {
-            snprintf(err, n, "%s: %s.expert_used_count is %s%" PRId64 ": expected 1..%" PRId64
-                     " (expert_count)", fname, p->arch, has_k ? "" : "missing, so ", has_k ? key_k : 0,
-                     key_e);
+            char is[48] = "missing";
+            if (has_k) snprintf(is, sizeof is, "%" PRId64, key_k);
+            snprintf(err, n, "%s: %s.expert_used_count is %s: expected 1..%" PRId64 " (expert_count)",
+                     fname, p->arch, is, key_e);
             return PAGODA_ERR_INVALID;
         }
         p->n_experts_used = key_k;

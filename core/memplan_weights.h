@@ -23,8 +23,9 @@
  * weight_bytes as one rank's of tp) from f; p->arch must be set and f must
  * split tp ways (pagoda_tp_check). 0, or PAGODA_ERR_INVALID with one line
  * naming the key or tensor: expert tensors that are not 3-D or hold
- * different expert counts, expert_count that disagrees with them or has
- * none, expert_used_count missing or outside 1..expert_count. */
+ * different expert counts, expert_count missing or other than theirs,
+ * expert_used_count missing or outside 1..expert_count (a file with no
+ * expert tensor is dense, whatever its expert_count). */
 int pagoda_memplan_weights(const gguf_file *f, int64_t tp, pagoda_memplan *p, char *err, size_t n);
 
 /* The experts, parameters and decode lines of the printed plan. */

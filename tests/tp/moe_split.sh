@@ -48,8 +48,8 @@ serve_one() {
     kill -0 "$pid" 2>/dev/null && fail "still running 15 s after SIGTERM ($how, $shape)"
     pid=
     if [ "$how" = two ]; then
-        grep -q "rank 1: tensor parallel: rank 0 said stop after" "$tmp/err" ||
-            fail "rank 1 did not take the steps ($shape)"
+        grep -q "rank 1: tensor parallel: rank 1 holds its shard" "$tmp/err" ||
+            fail "rank 1 did not hold a shard ($shape)"
     fi
 }
 

@@ -786,7 +786,7 @@ START_TEST(moe_tiny_plans)
         ck_assert_int_ge(fd, 0);
         close(fd);
         char err[512];
-        pagoda_genmodel_opts g = {.shape = shapes[s], .dtype = PAGODA_DTYPE_Q4_K, .out = path, .seed = 1};
+        pagoda_genmodel_opts g = {.shape = shapes[s], .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 1};
         if (s == 3) g.layers = 3;
         ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
         gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
@@ -811,9 +811,24 @@ START_TEST(moe_tiny_plans)
             }
         }
         ck_assert_uint_eq(p.expert_bytes, exp_b);
-        ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_Q4_K], exp_b);
+        ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_Q8_0], exp_b);
         ck_assert_uint_eq(p.decode_bytes_per_token, rest_b - emb_b + emb_row + exp_b / 4);
         ck_assert_uint_lt(p.n_params_active, p.n_params);
+        /* activations: what the forward pass carves, whole and a rank's */
+        pagoda_hparams hp;
+        ck_assert_msg(pagoda_hparams_read(f, &hp, err, sizeof err) == 0, "%s", err);
+        hp.n_vocab = (int32_t)p.vocab;
+        ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, (int32_t)p.max_batched_tokens,
+                                                                (int32_t)p.max_num_seqs));
+        o.tensor_parallel = 2;
+        ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s: %s", shapes[s], err);
+        hp.n_heads /= 2;
+        hp.n_kv_heads /= 2;
+        hp.ffn /= 2;
+        hp.ffn_shexp /= 2;
+        ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, (int32_t)p.max_batched_tokens,
+                                                                (int32_t)p.max_num_seqs));
+        ck_assert_int_eq(p.experts_per_rank, 4);
         pagoda_gguf_close(f);
         unlink(path);
     }
@@ -889,15 +904,15 @@ START_TEST(moe_bad_input)
     ck_assert_int_ge(fd, 0);
     close(fd);
     bad_moe_header(path, 4, 5, 4, 3);
-    expect_refusal(path, "llama.expert_used_count is 5: expected 1..4 (expert_count)");
+    expect_refusal(path, "key llama.expert_used_count = 5 must be 1..4 (llama.expert_count)");
     bad_moe_header(path, 4, 0, 4, 3);
-    expect_refusal(path, "llama.expert_used_count is 0: expected 1..4");
+    expect_refusal(path, "key llama.expert_used_count = 0 must be 1..4");
     bad_moe_header(path, 4, -1, 4, 3);
-    expect_refusal(path, "llama.expert_used_count is missing");
+    expect_refusal(path, "missing key llama.expert_used_count");
     bad_moe_header(path, 8, 2, 4, 3);
     expect_refusal(path, "llama.expert_count is 8 but tensor blk.0.ffn_gate_exps.weight holds 4 experts");
     bad_moe_header(path, -1, 2, 4, 3);
-    expect_refusal(path, "llama.expert_count is missing");
+    expect_refusal(path, "llama.expert_count is missing but tensor blk.0.ffn_gate_exps.weight holds 4 experts");
     bad_moe_header(path, 4, 2, 6, 3);
     expect_refusal(path, "tensor blk.0.ffn_down_exps.weight holds 4 experts, blk.0.ffn_gate_exps.weight 6");
     bad_moe_header(path, 4, 2, 1, 2);

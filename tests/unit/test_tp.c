@@ -171,6 +171,8 @@ static void check_split(const char *shape, const char *type, const char *arch, i
         if (d > worst) worst = d;
         if (fabs(want[i]) > scale) scale = fabs(want[i]);
     }
+    fprintf(stderr, "test_tp: %s-%s-%s split %d ways: logits within %.3g (largest |logit| %.3g)\n",
+            shape, type, arch, n, worst, scale);
     ck_assert_msg(scale > 0.01, "%s: logits all near zero", path);
     ck_assert_msg(worst <= tol * (scale > 1 ? scale : 1), "%s split %d ways: logits differ by %g "
                   "(largest |logit| %g, tolerance %g)", path, n, worst, scale, tol);
@@ -356,9 +358,12 @@ START_TEST(split_moe_mixtral_2)
     if (moe_opens("mixtral-tiny", "F32", "llama")) check_split("mixtral-tiny", "F32", "llama", 2, 1e-4);
 }
 END_TEST
-START_TEST(split_moe_glm4_q8_2)
+/* F32 only: with int8-rounded activations a 1e-7 change of the residual
+ * (the all-reduce's order) can flip a rounding, and near a tie the choice
+ * of experts, a discrete jump no tolerance bounds */
+START_TEST(split_moe_glm4_2)
 {
-    if (moe_opens("glm4moe-tiny", "Q8_0", "glm4moe")) check_split("glm4moe-tiny", "Q8_0", "glm4moe", 2, 1e-3);
+    if (moe_opens("glm4moe-tiny", "F32", "glm4moe")) check_split("glm4moe-tiny", "F32", "glm4moe", 2, 1e-4);
 }
 END_TEST
 
@@ -386,7 +391,7 @@ int main(void)
     tcase_add_test(tc, split_moe_qwen3_2);
     tcase_add_test(tc, split_moe_qwen2_shared_4);
     tcase_add_test(tc, split_moe_mixtral_2);
-    tcase_add_test(tc, split_moe_glm4_q8_2);
+    tcase_add_test(tc, split_moe_glm4_2);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
