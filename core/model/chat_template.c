@@ -21,7 +21,8 @@ pagoda_chat_family pagoda_chat_detect(const char *t)
     /* Most specific markers first: each family's turn delimiter is unique
      * to it, except [INST] (Llama 2 and Mistral; <<SYS>> tells them apart)
      * and <|user|> (Zephyr, but also Phi-3, which ends turns with <|end|>). */
-    if (strstr(t, "<|im_start|>")) return PAGODA_CHAT_CHATML;
+    if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML;
+    if (strstr(t, "[gMASK]")) return PAGODA_CHAT_GLM4;
     if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
     if (strstr(t, "<start_of_turn>")) return PAGODA_CHAT_GEMMA;
     if (strstr(t, "[INST]")) return strstr(t, "<<SYS>>") ? PAGODA_CHAT_LLAMA2 : PAGODA_CHAT_MISTRAL;
@@ -33,6 +34,7 @@ static const char *const family_names[] = {
     [PAGODA_CHAT_CHATML] = "chatml", [PAGODA_CHAT_LLAMA2] = "llama2",
     [PAGODA_CHAT_LLAMA3] = "llama3", [PAGODA_CHAT_MISTRAL] = "mistral",
     [PAGODA_CHAT_ZEPHYR] = "zephyr", [PAGODA_CHAT_GEMMA] = "gemma",
+    [PAGODA_CHAT_QWEN3] = "qwen3", [PAGODA_CHAT_GLM4] = "glm4",
     [PAGODA_CHAT_UNKNOWN] = "unknown",
 };
 
@@ -64,7 +66,7 @@ int pagoda_chat_select(const char *config_value, const char *jinja_template,
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
-                     "llama3, mistral, zephyr or gemma",
+                     "llama3, mistral, zephyr, gemma, qwen3 or glm4",
                      config_value);
         return PAGODA_ERR_INVALID;
     }
@@ -134,6 +136,96 @@ static void render_chatml(sbuf *b, const pagoda_chat_message *msgs, int32_t n, b
         sb_add(b, "<|im_end|>\n");
     }
     if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
+/* An assistant turn's text split at its reasoning: what lies between
+ * <think> and the first </think> (both ends stripped of newlines) and what
+ * follows the last </think> (leading newlines stripped), as Qwen3's and
+ * GLM-4.5's templates split it. Without </think>: no reasoning, all text. */
+typedef struct think_split {
+    const char *r;
+    size_t rn;
+    const char *c;
+} think_split;
+
+static think_split split_think(const char *s)
+{
+    think_split t = {.r = "", .rn = 0, .c = s};
+    const char *close = strstr(s, "</think>");
+    if (!close) return t;
+    const char *open = NULL;
+    for (const char *p = strstr(s, "<think>"); p && p < close; p = strstr(p + 1, "<think>")) open = p;
+    const char *r = open ? open + 7 : s, *re = close;
+    while (r < re && *r == '\n') r++;
+    while (re > r && re[-1] == '\n') re--;
+    t.r = r;
+    t.rn = (size_t)(re - r);
+    const char *last = close;
+    for (const char *p = strstr(close + 1, "</think>"); p; p = strstr(p + 1, "</think>")) last = p;
+    t.c = last + 8;
+    while (*t.c == '\n') t.c++;
+    return t;
+}
+
+static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
+{
+    int32_t u = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (is_role(&msgs[i], "user")) u = i;
+    return u;
+}
+
+/* Qwen3: ChatML, where assistant turns before the last user message keep
+ * only their answer (the reasoning of earlier turns is dropped) and the
+ * generation prompt leaves the model to think (enable_thinking's default). */
+static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    int32_t u = last_user(msgs, n);
+    for (int32_t i = 0; i < n; i++) {
+        sb_add(b, "<|im_start|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "\n");
+        if (is_role(&msgs[i], "assistant") && i < u) sb_add(b, split_think(content_of(&msgs[i])).c);
+        else sb_add(b, content_of(&msgs[i]));
+        sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
+/* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
+ * turn opens with its reasoning in <think></think> (empty before the last
+ * user message) and its answer stripped; the generation prompt is the bare
+ * <|assistant|> (thinking on). */
+static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    int32_t u = last_user(msgs, n);
+    sb_add(b, "[gMASK]<sop>");
+    for (int32_t i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "assistant")) {
+            think_split t = split_think(content_of(&msgs[i]));
+            sb_add(b, "<|assistant|>\n<think>");
+            if (i > u && t.rn) {
+                sbuf r = {0};
+                sb_addn(&r, t.r, t.rn);
+                if (r.oom) b->oom = true;
+                else sb_add_trimmed(b, r.p);
+                free(r.p);
+            }
+            sb_add(b, "</think>");
+            size_t k = 0;
+            while (t.c[k] && is_space(t.c[k])) k++;
+            if (t.c[k]) {
+                sb_add(b, "\n");
+                sb_add_trimmed(b, t.c);
+            }
+            continue;
+        }
+        sb_add(b, "<|");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "|>\n");
+        sb_add(b, content_of(&msgs[i]));
+    }
+    if (gen) sb_add(b, "<|assistant|>");
 }
 
 static void render_llama3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *bos)
@@ -283,6 +375,8 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
     case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
     case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
     case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
+    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
     case PAGODA_CHAT_CHATML:
     case PAGODA_CHAT_UNKNOWN:
     default: render_chatml(&b, msgs, n, add_generation_prompt); break;
@@ -302,7 +396,9 @@ const char *const *pagoda_chat_stop_strings(pagoda_chat_family f)
     static const char *const llama3[] = {"<|eot_id|>", NULL};
     static const char *const gemma[] = {"<end_of_turn>", NULL};
     static const char *const eos[] = {"</s>", NULL};
+    static const char *const glm4[] = {"<|user|>", "<|observation|>", "<|endoftext|>", NULL};
     switch (f) {
+    case PAGODA_CHAT_GLM4: return glm4;
     case PAGODA_CHAT_LLAMA3: return llama3;
     case PAGODA_CHAT_GEMMA: return gemma;
     case PAGODA_CHAT_LLAMA2:

@@ -3,7 +3,7 @@
  * common template families, recognised from the GGUF's
  * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
  * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
- * mistral|zephyr|gemma`). Also names the stop strings each family implies.
+ * mistral|zephyr|gemma|qwen3|glm4`). Also names the stop strings each family implies.
  * Not for: tokenizing (the engine tokenizes the rendered text with
  * parse_special = true, add_special = false), tool calls, or templates
  * outside these families (they fall back to ChatML with a warning).
@@ -23,6 +23,14 @@
  *   gemma    <bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
  *            +gen <start_of_turn>model\n  (system folded into the first user
  *            turn, assistant named model, contents trimmed)
+ *   qwen3    ChatML, but an assistant turn before the last user message keeps
+ *            only the text after its last </think> (leading newlines
+ *            stripped); +gen <|im_start|>assistant\n (thinking on, the
+ *            template's enable_thinking default)
+ *   glm4     [gMASK]<sop><|system|>\nS<|user|>\nU<|assistant|>\n<think></think>\nA
+ *            ... +gen <|assistant|> (GLM-4.5/4.6: an assistant turn after the
+ *            last user message keeps its reasoning inside <think></think>,
+ *            stripped; the answer is stripped and omitted when empty)
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text
@@ -56,6 +64,8 @@ typedef enum pagoda_chat_family {
     PAGODA_CHAT_MISTRAL,
     PAGODA_CHAT_ZEPHYR,
     PAGODA_CHAT_GEMMA,
+    PAGODA_CHAT_QWEN3,
+    PAGODA_CHAT_GLM4,
     PAGODA_CHAT_UNKNOWN
 } pagoda_chat_family;
 
@@ -63,7 +73,7 @@ typedef enum pagoda_chat_family {
  * NULL, empty or unrecognised -> PAGODA_CHAT_UNKNOWN. */
 pagoda_chat_family pagoda_chat_detect(const char *jinja_template);
 
-/* "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma" -> *out and
+/* "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "qwen3", "glm4" -> *out and
  * PAGODA_OK; anything else (including "auto", NULL) -> PAGODA_ERR_INVALID. */
 int pagoda_chat_family_from_name(const char *name, pagoda_chat_family *out);
 
@@ -88,8 +98,8 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
                        char **out, char *err, size_t err_len);
 
 /* NULL-terminated list of stop strings the family implies (static storage):
- * chatml/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
- * llama2/mistral/zephyr "</s>". */
+ * chatml/qwen3/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
+ * llama2/mistral/zephyr "</s>", glm4 "<|user|>", "<|observation|>", "<|endoftext|>". */
 const char *const *pagoda_chat_stop_strings(pagoda_chat_family f);
 
 /* The default system prompt a ChatML template writes when the conversation

@@ -3,13 +3,15 @@
  * spirit of llama2.c's run.c. Each step runs every token of a flattened
  * batch (prefill chunks and decode tokens of many sequences) through all
  * layers at once; attention reads each sequence's KV through its block
- * table. The architectures differ in a few flags of pagoda_hparams (QKV
- * biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU and
- * sliding-window layers with their own RoPE table), each one `if` here.
+ * table. The architectures differ in what model.c bound from arch.c's
+ * row (QKV biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU
+ * and sliding-window layers with their own RoPE table, routed experts and
+ * shared experts), each one `if` here; the expert FFN is moe_ffn().
  * Not for: choosing the batch or sampling.
  */
 #include "forward.h"
 
+#include "moe_route.h"
 #include "tp_shard.h"
 
 #include <math.h>
@@ -21,14 +23,31 @@
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* The width of hb/hb2: the dense FFN where some layer has one, and the
+ * shared expert, which uses them too. */
+static size_t hb_width(const pagoda_hparams *hp)
+{
+    bool dense = hp->n_experts == 0 || hp->n_dense_lead > 0;
+    size_t w = dense ? (size_t)hp->ffn : 0;
+    return (size_t)hp->ffn_shexp > w ? (size_t)hp->ffn_shexp : w;
+}
+
 /* The activation tensors, in the order they are carved from one buffer. */
 size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
 {
     size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-    size_t per_tok = 3 * (size_t)hp->dim + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->ffn;
+    size_t per_tok = 3 * (size_t)hp->dim + 2 * q_dim + 2 * kv_dim + 2 * hb_width(hp);
+    if (hp->n_experts > 0) {
+        /* router logits, the pair rows' gate, up and output, the shared
+         * expert's output before its gate */
+        per_tok += (size_t)hp->n_experts +
+                   (size_t)hp->n_experts_used * (2 * (size_t)hp->ffn_exp + (size_t)hp->dim) +
+                   (hp->ffn_shexp > 0 ? (size_t)hp->dim : 0);
+    }
     size_t per_logit = (size_t)hp->dim + (size_t)hp->n_vocab;
-    /* + 64 bytes of alignment slack per tensor (11 tensors) */
-    return ((size_t)T * per_tok + (size_t)S * per_logit) * sizeof(float) + 11 * 64;
+    /* + 64 bytes of alignment slack per tensor (11 tensors; 16 with experts) */
+    size_t n_tensors = hp->n_experts > 0 ? 16 : 11;
+    return ((size_t)T * per_tok + (size_t)S * per_logit) * sizeof(float) + n_tensors * 64;
 }
 
 static pagoda_tensor weight(const pagoda_forward *fw, const gguf_tensor *t)
@@ -46,10 +65,29 @@ static pagoda_tensor weight(const pagoda_forward *fw, const gguf_tensor *t)
         w.offset = fw->tp_offsets[t - g->tensors];
         int split = pagoda_tp_split_of(t->name.ptr, t->name.len);
         int64_t n = fw->tp.size;
-        if (split == PAGODA_TP_ROWS && t->n_dims >= 2) w.rows /= n;
+        if (split == PAGODA_TP_EXPERTS) w.rows = t->ne[1];   /* one expert (weight_experts) */
+        else if (split == PAGODA_TP_ROWS && t->n_dims >= 2) w.rows /= n;
         else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_COLS) w.cols /= n;
     }
     w.row_stride = pagoda_dtype_row_bytes(t->type, w.cols);
+    return w;
+}
+
+/* A 3-D expert tensor as the view of this rank's first expert [ne1 x ne0]
+ * and the bytes from one expert to the next (with tensor parallelism the
+ * rank's experts are one contiguous run of its shard). */
+static pagoda_tensor weight_experts(const pagoda_forward *fw, const gguf_tensor *t, size_t *stride)
+{
+    pagoda_tensor w = {0};
+    *stride = 0;
+    if (!t) return w;
+    w.buf = fw->weights;
+    w.offset = fw->tp_offsets ? fw->tp_offsets[t - fw->model->gguf->tensors] : t->offset;
+    w.dtype = t->type;
+    w.cols = t->ne[0];
+    w.rows = t->ne[1];
+    w.row_stride = pagoda_dtype_row_bytes(t->type, w.cols);
+    *stride = w.row_stride * (size_t)w.rows;
     return w;
 }
 
@@ -83,7 +121,8 @@ static int pack_shard(pagoda_forward *fw, size_t *bytes, char *err, size_t err_l
             int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
             for (int64_t y = 0; y < rows; y++)
                 memcpy(d + (size_t)y * part, src + (size_t)y * row + (size_t)r * part, part);
-        } else if (split == PAGODA_TP_ROWS) {
+        } else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_EXPERTS) {
+            /* whole rows, or whole experts: one contiguous run */
             memcpy(d, src + (size_t)r * share, share);
         } else {
             memcpy(d, src, share);
@@ -127,16 +166,19 @@ static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, c
 {
     const gguf_tensor *t = NULL;
     for (int l = -1; l < m->hp.n_layers && !t; l++) {
-        const gguf_tensor *ws[7] = {0};
+        const gguf_tensor *ws[15] = {0};
         if (l < 0) {
             ws[0] = m->tok_embd;
             ws[1] = m->output;
         } else {
             const pagoda_layer_tensors *L = &m->layers[l];
-            const gguf_tensor *lw[7] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+            const gguf_tensor *lw[15] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down,
+                                         L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps,
+                                         L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
+                                         L->ffn_down_shexp, L->ffn_gate_inp_shexp};
             memcpy(ws, lw, sizeof ws);
         }
-        for (int i = 0; i < 7 && !t; i++)
+        for (int i = 0; i < 15 && !t; i++)
             if (ws[i] && (ws[i]->type < 0 || ws[i]->type > 63 || !((be->info.weight_types >> ws[i]->type) & 1)))
                 t = ws[i];
     }
@@ -164,6 +206,16 @@ int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend 
         why = "its sliding-window layers";
     }
     /* scale has a fallback (a host round trip of the embeddings) */
+    if (!op && hp->n_experts > 0 && !be->ops.matmul_experts && !be->info.host_memory) {
+        /* the core's fallback (a matmul per routed row) reads a device's
+         * weights one row of tokens at a time: refused rather than crawled */
+        ERR("backend %s has no matmul_experts op (an optional op of plugin ABI 1.5), which "
+            "mixture-of-experts models (%s: %d experts, top-%d) need on a device: serve this model "
+            "with [engine] backend = cpu, or add matmul_experts to the plugin "
+            "(docs/plugin-guide.md)", be->info.name[0] ? be->info.name : "(unnamed)", hp->arch,
+            hp->n_experts, hp->n_experts_used);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
     if (!op) return PAGODA_OK;
     ERR("backend %s has no %s op (an optional op of plugin ABI 1.1), which %s models need for %s: "
         "serve this model with a backend that has it ([engine] backend = cpu), or add %s to the "
@@ -274,7 +326,8 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->tp.size = 1;
     if (tp && tp->size > 1) {
         pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
-                             .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers};
+                             .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers,
+                             .n_experts = m->hp.n_experts, .n_dense_lead = m->hp.n_dense_lead};
         if (!tp->all_reduce || tp->rank < 0 || tp->rank >= tp->size) {
             ERR("internal: tensor parallel rank %d of %d without an all-reduce", tp->rank, tp->size);
             fw->be = NULL;
@@ -288,7 +341,12 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->hp.n_heads /= tp->size;
         fw->hp.n_kv_heads /= tp->size;
         fw->hp.ffn /= tp->size;
+        fw->hp.ffn_shexp /= tp->size;
     }
+    int64_t first, count;
+    pagoda_tp_expert_range(fw->hp.n_experts, fw->tp.rank, fw->tp.size, &first, &count);
+    fw->exp_lo = (int32_t)first;
+    fw->n_exp_local = (int32_t)count;
     const pagoda_hparams *hp = &fw->hp;
     st = pagoda_forward_check_backend(hp, be, err, err_len);
     if (!st) st = pagoda_forward_check_kv(hp, be, kv->dtype, err, err_len);
@@ -341,6 +399,20 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         F->post_attn_norm = weight(fw, L->post_attn_norm);
         F->post_ffn_norm = weight(fw, L->post_ffn_norm);
         F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
+        F->moe = L->ffn_gate_exps != NULL;
+        if (F->moe) {
+            F->router = weight(fw, L->ffn_gate_inp);
+            F->gate_exps = weight_experts(fw, L->ffn_gate_exps, &F->gate_exps_stride);
+            F->up_exps = weight_experts(fw, L->ffn_up_exps, &F->up_exps_stride);
+            F->down_exps = weight_experts(fw, L->ffn_down_exps, &F->down_exps_stride);
+            F->exp_probs_b = L->exp_probs_b ? (const float *)L->exp_probs_b->data : NULL;
+            F->has_shexp = L->ffn_gate_shexp != NULL;
+            F->gate_shexp = weight(fw, L->ffn_gate_shexp);
+            F->up_shexp = weight(fw, L->ffn_up_shexp);
+            F->down_shexp = weight(fw, L->ffn_down_shexp);
+            F->has_shexp_gate = L->ffn_gate_inp_shexp != NULL;
+            F->gate_inp_shexp = weight(fw, L->ffn_gate_inp_shexp);
+        }
     }
     /* which pool each layer's KV is in, and its index there */
     pagoda_forward_kv_layouts(hp, kv, &fw->kv_layout, &fw->kv_local_layout);
@@ -367,10 +439,35 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->att = act(fw, &off, T, q_dim);
     fw->k = act(fw, &off, T, kv_dim);
     fw->v = act(fw, &off, T, kv_dim);
-    fw->hb = act(fw, &off, T, hp->ffn);
-    fw->hb2 = act(fw, &off, T, hp->ffn);
+    fw->hb = act(fw, &off, T, (int64_t)hb_width(hp));
+    fw->hb2 = act(fw, &off, T, (int64_t)hb_width(hp));
     fw->xl = act(fw, &off, S, hp->dim);
     fw->logits = act(fw, &off, S, hp->n_vocab);
+    if (hp->n_experts > 0) {
+        int64_t P = T * hp->n_experts_used, E = hp->n_experts;
+        fw->rl = act(fw, &off, T, E);
+        fw->eg = act(fw, &off, P, hp->ffn_exp);
+        fw->eu = act(fw, &off, P, hp->ffn_exp);
+        fw->ey = act(fw, &off, P, hp->dim);
+        if (hp->ffn_shexp > 0) fw->ys = act(fw, &off, T, hp->dim);
+        fw->moe.logits = malloc(sizeof(float) * (size_t)(T * E));
+        fw->moe.weights = malloc(sizeof(float) * (size_t)P);
+        fw->moe.pair_w = malloc(sizeof(float) * (size_t)P);
+        fw->moe.ids = malloc(sizeof(int32_t) * (size_t)P);
+        fw->moe.pair_e = malloc(sizeof(int32_t) * (size_t)P);
+        fw->moe.pair_t = malloc(sizeof(int32_t) * (size_t)P);
+        fw->moe.tok = malloc(sizeof(int32_t) * (size_t)T);
+        fw->moe.gate = malloc(sizeof(float) * (size_t)T);
+        fw->moe.scratch = malloc(sizeof(float) * 3 * (size_t)E);
+        if (!fw->moe.logits || !fw->moe.weights || !fw->moe.pair_w || !fw->moe.ids ||
+            !fw->moe.pair_e || !fw->moe.pair_t || !fw->moe.tok || !fw->moe.gate ||
+            !fw->moe.scratch) {
+            ERR("out of memory for the routing of %lld tokens", (long long)T);
+            st = PAGODA_ERR_NOMEM;
+            goto fail;
+        }
+        for (int32_t t = 0; t < T; t++) fw->moe.tok[t] = t;
+    }
     if (off > fw->act_bytes) {
         ERR("internal: activation layout %zu > %zu bytes", off, fw->act_bytes);
         st = PAGODA_ERR_INTERNAL;
@@ -412,6 +509,15 @@ void pagoda_forward_free(pagoda_forward *fw)
     free(fw->tp_weights);
     free(fw->tp_offsets);
     free(fw->tp_host);
+    free(fw->moe.logits);
+    free(fw->moe.weights);
+    free(fw->moe.pair_w);
+    free(fw->moe.ids);
+    free(fw->moe.pair_e);
+    free(fw->moe.pair_t);
+    free(fw->moe.tok);
+    free(fw->moe.gate);
+    free(fw->moe.scratch);
     memset(fw, 0, sizeof *fw);
 }
 
@@ -468,6 +574,142 @@ static pagoda_tensor reshape(pagoda_tensor t, int64_t c)
     t.cols = c;
     t.row_stride = (size_t)c * 4;
     return t;
+}
+
+/* A packed [n x c] view at the start of an activation tensor. */
+static pagoda_tensor view(pagoda_tensor t, int64_t n, int64_t c)
+{
+    t.rows = n;
+    t.cols = c;
+    t.row_stride = (size_t)c * 4;
+    return t;
+}
+
+/* out[r] = x[x_rows ? x_rows[r] : r] * W_{ids[r]}^T: the backend's
+ * matmul_experts (ABI 1.5), else one matmul per row on views of x, the
+ * expert's matrix and out (correct, slow; refused at start on a device). */
+static int experts(pagoda_forward *fw, const pagoda_tensor *x, const int32_t *x_rows,
+                   const pagoda_tensor *w, size_t stride, const int32_t *ids,
+                   const pagoda_tensor *out)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    if (o->matmul_experts)
+        return o->matmul_experts(fw->be->ctx, x, x_rows, w, fw->n_exp_local, stride, ids, out);
+    for (int64_t r = 0; r < out->rows; r++) {
+        pagoda_tensor xv = *x, wv = *w, ov = *out;
+        xv.offset += (size_t)(x_rows ? x_rows[r] : r) * x->row_stride;
+        xv.rows = 1;
+        wv.offset += (size_t)ids[r] * stride;
+        ov.offset += (size_t)r * out->row_stride;
+        ov.rows = 1;
+        int st = o->matmul(fw->be->ctx, &xv, &wv, NULL, &ov);
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
+/* out[dst[r]] += w[r] * y[r] after zeroing out unless accumulate: the
+ * backend's moe_combine (ABI 1.5), else on the host (download, sum,
+ * upload). y and out are packed. */
+static int combine(pagoda_forward *fw, const pagoda_tensor *y, const int32_t *dst, const float *w,
+                   bool accumulate, const pagoda_tensor *out)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    if (y->rows == 0 && accumulate) return PAGODA_OK;
+    if (o->moe_combine && y->rows > 0) return o->moe_combine(c, y, dst, w, accumulate, out);
+    size_t C = (size_t)out->cols, no = (size_t)out->rows * C, ny = (size_t)y->rows * C;
+    float *ho = malloc((no + ny) * sizeof(float));
+    if (!ho) return PAGODA_ERR_NOMEM;
+    float *hy = ho + no;
+    int st = PAGODA_OK;
+    if (accumulate) st = o->download(c, out->buf, out->offset, ho, no * sizeof(float));
+    else memset(ho, 0, no * sizeof(float));
+    if (!st && ny) st = o->download(c, y->buf, y->offset, hy, ny * sizeof(float));
+    if (!st) {
+        for (int64_t r = 0; r < y->rows; r++) {
+            float *dr = ho + (size_t)dst[r] * C;
+            const float *yr = hy + (size_t)r * C;
+            for (size_t i = 0; i < C; i++) dr[i] += w[r] * yr[i];
+        }
+        st = o->upload(c, out->buf, out->offset, ho, no * sizeof(float));
+    }
+    free(ho);
+    return st;
+}
+
+/* The expert FFN of a routed layer: xb [T x dim] (the normed input) ->
+ * out [T x dim], this rank's partial sum under tensor parallelism (its
+ * experts' pairs and its share of the shared expert; the caller
+ * all-reduces it once). Router logits to the host, the routing there
+ * (moe_route.c), then the (token, choice) pairs of this rank's experts
+ * token-major through gate, up, SwiGLU and down, and their weighted sum. */
+static int moe_ffn(pagoda_forward *fw, const pagoda_forward_layer *L, int32_t T,
+                   const pagoda_tensor *xb, const pagoda_tensor *out, const char **what)
+{
+    const pagoda_hparams *hp = &fw->hp;
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    const int32_t E = hp->n_experts, k = hp->n_experts_used;
+    int st;
+#define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
+    pagoda_tensor rl = rows(fw->rl, T);
+    MCALL("matmul(ffn_gate_inp)", o->matmul(c, xb, &L->router, NULL, &rl));
+    MCALL("download(router logits)",
+          o->download(c, rl.buf, rl.offset, fw->moe.logits, (size_t)T * (size_t)E * sizeof(float)));
+    pagoda_moe_route_params rp = {.n_experts = E, .k = k, .gating = hp->moe_gating,
+                                  .norm_topk = hp->moe_norm_topk, .scale = hp->moe_scale,
+                                  .bias = L->exp_probs_b};
+    pagoda_moe_route_rows(&rp, fw->moe.logits, T, fw->moe.ids, fw->moe.weights, fw->moe.scratch);
+    /* this rank's pairs, token-major, experts in local numbering */
+    int32_t n = 0;
+    for (int32_t p = 0; p < T * k; p++) {
+        int32_t e = fw->moe.ids[p] - fw->exp_lo;
+        if (e < 0 || e >= fw->n_exp_local) continue;
+        fw->moe.pair_e[n] = e;
+        fw->moe.pair_t[n] = p / k;
+        fw->moe.pair_w[n] = fw->moe.weights[p];
+        n++;
+    }
+    bool acc = false;
+    if (L->has_shexp) {
+        /* the shared expert, a dense FFN every token runs (this rank's rows) */
+        int64_t W = L->gate_shexp.rows;
+        pagoda_tensor g = view(fw->hb, T, W), u = view(fw->hb2, T, W);
+        static const char *const nm[] = {"matmul(ffn_gate_shexp)", "matmul(ffn_up_shexp)",
+                                         "matmul_multi(ffn_gate_shexp, ffn_up_shexp)"};
+        const pagoda_tensor w2[2] = {L->gate_shexp, L->up_shexp}, o2[2] = {g, u};
+        if ((st = matmuls(fw, xb, 2, w2, NULL, o2, nm, what))) return st;
+        MCALL("swiglu(shexp)", o->swiglu(c, &g, &u, &g));
+        if (L->has_shexp_gate) {
+            /* qwen2moe: times sigmoid(x . gate_inp_shexp), one weight a token */
+            pagoda_tensor ys = rows(fw->ys, T), gl = view(fw->rl, T, 1);
+            MCALL("matmul(ffn_down_shexp)", o->matmul(c, &g, &L->down_shexp, NULL, &ys));
+            MCALL("matmul(ffn_gate_inp_shexp)", o->matmul(c, xb, &L->gate_inp_shexp, NULL, &gl));
+            MCALL("download(shared expert gate)",
+                  o->download(c, gl.buf, gl.offset, fw->moe.gate, (size_t)T * sizeof(float)));
+            for (int32_t t = 0; t < T; t++) fw->moe.gate[t] = pagoda_moe_sigmoid(fw->moe.gate[t]);
+            MCALL("moe_combine(shared expert gate)",
+                  combine(fw, &ys, fw->moe.tok, fw->moe.gate, false, out));
+        } else {
+            MCALL("matmul(ffn_down_shexp)", o->matmul(c, &g, &L->down_shexp, NULL, out));
+        }
+        acc = true;
+    }
+    pagoda_tensor eg = view(fw->eg, n, hp->ffn_exp), eu = view(fw->eu, n, hp->ffn_exp);
+    pagoda_tensor ey = view(fw->ey, n, hp->dim);
+    if (n > 0) {
+        MCALL("matmul_experts(ffn_gate_exps)",
+              experts(fw, xb, fw->moe.pair_t, &L->gate_exps, L->gate_exps_stride, fw->moe.pair_e, &eg));
+        MCALL("matmul_experts(ffn_up_exps)",
+              experts(fw, xb, fw->moe.pair_t, &L->up_exps, L->up_exps_stride, fw->moe.pair_e, &eu));
+        MCALL("swiglu(experts)", o->swiglu(c, &eg, &eu, &eg));
+        MCALL("matmul_experts(ffn_down_exps)",
+              experts(fw, &eg, NULL, &L->down_exps, L->down_exps_stride, fw->moe.pair_e, &ey));
+    }
+    MCALL("moe_combine(experts)", combine(fw, &ey, fw->moe.pair_t, fw->moe.pair_w, acc, out));
+#undef MCALL
+    return PAGODA_OK;
 }
 
 /* Final norm and vocabulary projection of n rows of the residual stream,
@@ -575,15 +817,18 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         CALL("add", o->add(c, &x, &xb2, &x));
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
-        {
+        if (L->moe) {
+            if ((st = moe_ffn(fw, L, T, &xb, &xb2, &what))) goto fail;
+        } else {
             static const char *const nm[] = {"matmul(ffn_gate)", "matmul(ffn_up)",
                                              "matmul_multi(ffn_gate, ffn_up)"};
-            const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hb, hb2};
+            pagoda_tensor hg = view(hb, T, L->w_gate.rows), hu = view(hb2, T, L->w_up.rows);
+            const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hg, hu};
             if ((st = matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
+            if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hg, &hu, &hg));
+            else CALL("swiglu", o->swiglu(c, &hg, &hu, &hg));
+            CALL("matmul(ffn_down)", o->matmul(c, &hg, &L->w_down, NULL, &xb2));
         }
-        if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hb, &hb2, &hb));
-        else CALL("swiglu", o->swiglu(c, &hb, &hb2, &hb));
-        CALL("matmul(ffn_down)", o->matmul(c, &hb, &L->w_down, NULL, &xb2));
         if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;
         if (L->has_post_norms)
             CALL("rms_norm(post_ffw_norm)", o->rms_norm(c, &xb2, &L->post_ffn_norm, hp->rms_eps, &xb2));

@@ -28,6 +28,16 @@ typedef struct pagoda_forward_layer {
     pagoda_tensor ffn_norm, w_gate, w_up, w_down;
     pagoda_tensor post_attn_norm, post_ffn_norm;  /* gemma3 */
     bool has_bias, has_qk_norm, has_post_norms;
+    /* mixture of experts (moe): the router [E x dim], this rank's experts
+     * as the view of its first one (rows x cols of one expert) and the
+     * bytes from one expert to the next, the shared expert (a dense FFN of
+     * this rank's ffn_shexp rows) and its sigmoid gate [1 x dim], and the
+     * selection bias (host memory, [E]) */
+    bool moe, has_shexp, has_shexp_gate;
+    pagoda_tensor router, gate_exps, up_exps, down_exps;
+    size_t gate_exps_stride, up_exps_stride, down_exps_stride;
+    pagoda_tensor gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
+    const float *exp_probs_b;
     int32_t window;        /* sliding window of this layer, 0: full causal */
     bool local;            /* its KV is in the window pool (kv_local), not the main one */
     int32_t kv_layer;      /* its layer index within that pool's layout */
@@ -87,6 +97,24 @@ typedef struct pagoda_forward {
     pagoda_tensor hb, hb2;   /* [T x ffn]   gate and up projections */
     pagoda_tensor xl;        /* [S x dim]   rows that produce logits */
     pagoda_tensor logits;    /* [S x vocab] */
+    /* mixture of experts: [E x dim] router logits (and the shared gate's
+     * [T x 1]), the (token, choice) pair rows P = T x n_experts_used */
+    pagoda_tensor rl;        /* [T x E] */
+    pagoda_tensor eg, eu;    /* [P x ffn_exp] the experts' gate and up */
+    pagoda_tensor ey;        /* [P x dim]     the experts' outputs */
+    pagoda_tensor ys;        /* [T x dim]     the shared expert before its gate */
+    int32_t exp_lo, n_exp_local;   /* this rank's experts: [exp_lo, exp_lo + n_exp_local) */
+    struct {                 /* host scratch of the routing */
+        float *logits;       /* [T x E] */
+        float *weights;      /* [P] */
+        float *pair_w;       /* [P] this rank's pairs: weight, */
+        int32_t *ids;        /* [P] */
+        int32_t *pair_e;     /* [P] local expert, */
+        int32_t *pair_t;     /* [P] token */
+        int32_t *tok;        /* [T] 0, 1, ..., T-1 */
+        float *gate;         /* [T] shared expert's gate */
+        float *scratch;      /* [3 E] */
+    } moe;
     float *inv_freq;         /* [rope_dims / 2] global layers */
     float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
 } pagoda_forward;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "pagoda/types.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
@@ -29,97 +30,121 @@ static bool key_float(const gguf_file *f, const char *arch, const char *suffix, 
     return pagoda_gguf_get_float(f, key, out);
 }
 
-/* Gemma 3's keys and constants (after the common ones). What the file
- * does not say comes from Gemma 3's definition (HF Gemma3TextConfig, the
- * gemma_pytorch config), as llama.cpp also assumes it:
- *   - embeddings times sqrt(dim); RMSNorm weights stored with Gemma's +1
- *     already added by the converter (used as they are);
- *   - local layers: every layer but each sliding_window_pattern-th
- *     (default 6: layers 5, 11, 17, ... are global), unless the key is a
- *     per-layer array;
- *   - local RoPE base rope.freq_base_swa, default 10000
- *     (rope_local_base_freq); the global base is rope.freq_base;
- *   - query_pre_attn_scalar: head_dim, except the 27B (62 layers) where it
- *     is dim / heads; scores are scaled by 1/sqrt(that);
- *   - no final logit soft-capping (Gemma 2 had it; a file that asks for
- *     it is refused rather than run without it).
- * The window is required and may not exceed the training context (a
- * larger one is a malformed file); a server max_seq_len below the window
- * is fine: its local layers then see every earlier key. */
-static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+/* The mixture-of-experts keys of a family that may route (arch.h says
+ * which), as llama.cpp's converter writes them; what a family leaves out
+ * comes from its row. Checked against the tensors when they are bound. */
+static int read_moe_keys(const gguf_file *f, const pagoda_arch *A, pagoda_hparams *hp, char *err,
+                         size_t err_len)
 {
+    const char *a = hp->arch;
     int64_t v;
     double d;
-    hp->embd_scale = sqrtf((float)hp->dim);
-    hp->post_norms = true;
-    hp->ffn_act = PAGODA_FFN_GELU_TANH;
-    float qpas = hp->n_layers == 62 ? (float)hp->dim / (float)hp->n_heads : (float)hp->head_dim;
-    hp->attn_scale = 1.0f / sqrtf(qpas);
-    if (key_float(f, hp->arch, "final_logit_softcapping", &d) && d != 0.0) {
-        ERR("%s: key %s.final_logit_softcapping = %g: logit soft-capping is not supported",
-            f->path, hp->arch, d);
-        return PAGODA_ERR_UNSUPPORTED;
+    if (A->nextn && key_int(f, a, "nextn_predict_layers", &v) && v != 0) {
+        if (v < 0 || v >= hp->n_layers) {
+            ERR("%s: key %s.nextn_predict_layers = %lld must be 0..%d (below block_count)", f->path,
+                a, (long long)v, hp->n_layers - 1);
+            return PAGODA_ERR_INVALID;
+        }
+        /* the MTP blocks are the last ones; their tensors are loaded and ignored */
+        hp->n_nextn = (int32_t)v;
+        hp->n_layers -= (int32_t)v;
     }
-    if (!key_int(f, hp->arch, "attention.sliding_window", &v)) {
-        ERR("%s: missing key %s.attention.sliding_window (Gemma 3's local attention window)",
-            f->path, hp->arch);
+    if (A->moe == PAGODA_ARCH_NO) return PAGODA_OK;
+    if (!key_int(f, a, "expert_count", &v)) {
+        if (A->moe == PAGODA_ARCH_MAYBE && !pagoda_gguf_tensor(f, "blk.0.ffn_gate_inp.weight"))
+            return PAGODA_OK;   /* a dense model of a family that may route */
+        ERR("%s: missing key %s.expert_count (the number of experts of this mixture-of-experts "
+            "model)", f->path, a);
         return PAGODA_ERR_INVALID;
     }
-    if (v <= 0 || v > hp->n_ctx_train) {
-        ERR("%s: key %s.attention.sliding_window = %lld is outside 1..%d (the context_length)",
-            f->path, hp->arch, (long long)v, hp->n_ctx_train);
+    if (v <= 0 || v > 65536) {
+        ERR("%s: key %s.expert_count = %lld is out of range (1..65536)", f->path, a, (long long)v);
         return PAGODA_ERR_INVALID;
     }
-    hp->swa_window = (int32_t)v;
-    if (hp->n_layers > PAGODA_MAX_SWA_LAYERS) {
-        ERR("%s: %d layers with sliding-window attention: at most %d are supported", f->path,
-            hp->n_layers, PAGODA_MAX_SWA_LAYERS);
-        return PAGODA_ERR_UNSUPPORTED;
+    hp->n_experts = (int32_t)v;
+    if (!key_int(f, a, "expert_used_count", &v)) {
+        ERR("%s: missing key %s.expert_used_count (how many experts each token uses)", f->path, a);
+        return PAGODA_ERR_INVALID;
+    }
+    if (v <= 0 || v > hp->n_experts) {
+        ERR("%s: key %s.expert_used_count = %lld must be 1..%d (%s.expert_count)", f->path, a,
+            (long long)v, hp->n_experts, a);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->n_experts_used = (int32_t)v;
+    hp->ffn_exp = hp->ffn;
+    if (key_int(f, a, "expert_feed_forward_length", &v)) {
+        if (v <= 0 || v > (1 << 24)) {
+            ERR("%s: key %s.expert_feed_forward_length = %lld is out of range (1..16M)", f->path, a,
+                (long long)v);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->ffn_exp = (int32_t)v;
+    }
+    if (key_int(f, a, "leading_dense_block_count", &v)) {
+        if (v < 0 || v > hp->n_layers) {
+            ERR("%s: key %s.leading_dense_block_count = %lld must be 0..%d (block_count)", f->path,
+                a, (long long)v, hp->n_layers);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->n_dense_lead = (int32_t)v;
+    }
+    hp->moe_gating = A->moe_gating;
+    if (key_int(f, a, "expert_gating_func", &v)) {
+        if (v != PAGODA_MOE_GATING_SOFTMAX && v != PAGODA_MOE_GATING_SIGMOID &&
+            v != PAGODA_MOE_GATING_SOFTMAX_WEIGHT) {
+            ERR("%s: key %s.expert_gating_func = %lld is not a gating function pagoda knows (1 "
+                "softmax, 2 sigmoid, 3 softmax over the selected)", f->path, a, (long long)v);
+            return PAGODA_ERR_UNSUPPORTED;
+        }
+        hp->moe_gating = (int32_t)v;
     }
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
-    const gguf_kv *pk = pagoda_gguf_find(f, key);
-    if (pk && pk->val.type == GGUF_T_ARRAY) {
-        if (pk->val.v.arr.count != (uint64_t)hp->n_layers ||
-            pk->val.v.arr.elem_type == GGUF_T_STRING || pk->val.v.arr.elem_type == GGUF_T_ARRAY) {
-            ERR("%s: key %s is an array of %llu, expected %d booleans (one per layer)", f->path,
-                key, (unsigned long long)pk->val.v.arr.count, hp->n_layers);
+    snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+    if (!pagoda_gguf_get_bool(f, key, &hp->moe_norm_topk)) hp->moe_norm_topk = A->moe_norm_topk;
+    hp->moe_scale = 1.0f;
+    if (key_float(f, a, "expert_weights_scale", &d)) {
+        if (!(d > 0.0 && d <= 1000.0)) {
+            ERR("%s: key %s.expert_weights_scale = %g must be in (0, 1000]", f->path, a, d);
             return PAGODA_ERR_INVALID;
         }
-        for (int l = 0; l < hp->n_layers; l++)
-            hp->is_swa[l] = pagoda_gguf_arr_num(&pk->val, (uint64_t)l) != 0;
-    } else {
-        int64_t n = 6;
-        if (pk && (!pagoda_gguf_get_int(f, key, &n) || n < 0 || n > hp->n_layers)) {
-            ERR("%s: key %s must be a layer count 0..%d or a per-layer boolean array", f->path,
-                key, hp->n_layers);
-            return PAGODA_ERR_INVALID;
-        }
-        /* n = 0: every layer local; else the last of each n is global */
-        for (int l = 0; l < hp->n_layers; l++) hp->is_swa[l] = n == 0 || l % n < n - 1;
+        hp->moe_scale = (float)d;
     }
-    for (int l = 0; l < hp->n_layers; l++) hp->n_swa_layers += hp->is_swa[l];
-    hp->rope_theta_swa = key_float(f, hp->arch, "rope.freq_base_swa", &d) ? (float)d : 10000.0f;
-    if (!(hp->rope_theta_swa > 0.0f)) {
-        ERR("%s: key %s.rope.freq_base_swa = %g must be positive", f->path, hp->arch,
-            (double)hp->rope_theta_swa);
+    if (A->shexp == PAGODA_ARCH_NO) return PAGODA_OK;
+    int64_t n_sh = -1;
+    char tn[64];
+    snprintf(tn, sizeof tn, "blk.%d.ffn_gate_shexp.weight", hp->n_dense_lead);
+    const gguf_tensor *t = pagoda_gguf_tensor(f, tn);
+    if (key_int(f, a, "expert_shared_feed_forward_length", &v)) n_sh = v;
+    else if (key_int(f, a, "expert_shared_count", &v)) n_sh = v * hp->ffn_exp;
+    else if (t && t->n_dims >= 2) n_sh = t->ne[1];
+    else if (A->shexp == PAGODA_ARCH_YES) {
+        ERR("%s: missing key %s.expert_shared_feed_forward_length (the shared expert's width)",
+            f->path, a);
         return PAGODA_ERR_INVALID;
     }
+    if (n_sh < -1 || n_sh > (1 << 24)) {
+        ERR("%s: the shared experts' width %lld (%s.expert_shared_*) is out of range (0..16M)",
+            f->path, (long long)n_sh, a);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->ffn_shexp = n_sh > 0 ? (int32_t)n_sh : 0;
     return PAGODA_OK;
 }
 
 int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
 {
     memset(hp, 0, sizeof *hp);
+    char names[160];
+    pagoda_arch_list(names, sizeof names);
     char *arch = pagoda_gguf_get_str(f, "general.architecture");
     if (!arch) {
-        ERR("%s: missing key general.architecture (expected llama, qwen2, qwen3 or gemma3)", f->path);
+        ERR("%s: missing key general.architecture (expected one of %s)", f->path, names);
         return PAGODA_ERR_INVALID;
     }
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
-        strcmp(arch, "gemma3")) {
-        ERR("%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
-            f->path, arch);
+    const pagoda_arch *A = pagoda_arch_find(arch);
+    if (!A) {
+        ERR("%s: architecture '%s' is not supported (supported: %s)", f->path, arch, names);
         free(arch);
         return PAGODA_ERR_UNSUPPORTED;
     }
@@ -175,17 +200,22 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
             hp->rope_dims, hp->head_dim);
         return PAGODA_ERR_INVALID;
     }
-    hp->rope_neox = strcmp(hp->arch, "llama") != 0;
-    hp->qkv_bias = strcmp(hp->arch, "qwen2") == 0;
-    hp->qk_norm = strcmp(hp->arch, "qwen3") == 0 || strcmp(hp->arch, "gemma3") == 0;
+    hp->rope_neox = A->rope_neox;
+    hp->qkv_bias = A->qkv_bias == PAGODA_ARCH_YES ||
+                   (A->qkv_bias == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, "blk.0.attn_q.bias"));
+    hp->qk_norm = A->qk_norm == PAGODA_ARCH_YES ||
+                  (A->qk_norm == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, "blk.0.attn_q_norm.weight"));
+    hp->post_norms = A->post_norms;
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->ffn_act = PAGODA_FFN_SILU;
+    hp->ffn_act = A->ffn_act;
     hp->rope_theta_swa = hp->rope_theta;
-    if (!strcmp(hp->arch, "gemma3")) {
-        int st = read_gemma3(f, hp, err, err_len);
+    if (A->read_keys) {
+        int st = A->read_keys(f, hp, err, err_len);
         if (st) return st;
     }
+    int st = read_moe_keys(f, A, hp, err, err_len);
+    if (st) return st;
 
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
@@ -228,8 +258,9 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
 }
 
 /* Find a tensor and check its type is one we can compute with and its
- * shape is [ne0, ne1] (ne1 = 0: a vector of ne0). */
-static int bind(const pagoda_model *m, const char *name, int64_t ne0, int64_t ne1,
+ * shape is [ne0, ne1] (ne1 = 0: a vector of ne0; a [ne0, 1] matrix is
+ * taken for one too). Every tensor bound is marked in used[]. */
+static int bind(const pagoda_model *m, uint8_t *used, const char *name, int64_t ne0, int64_t ne1,
                 bool required, bool f32_only, const gguf_tensor **out, char *err, size_t err_len)
 {
     const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
@@ -240,10 +271,12 @@ static int bind(const pagoda_model *m, const char *name, int64_t ne0, int64_t ne
             m->hp.arch);
         return PAGODA_ERR_INVALID;
     }
+    used[t - m->gguf->tensors] = 1;
     int64_t want_dims = ne1 ? 2 : 1;
     int64_t got1 = t->n_dims >= 2 ? t->ne[1] : 0;
     bool extra = false;
     for (uint32_t i = 2; i < t->n_dims; i++) extra |= t->ne[i] != 1;
+    if (!ne1 && got1 == 1) got1 = 0;
     if (t->ne[0] != ne0 || got1 != ne1 || extra) {
         ERR("%s: tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld] (%lld dims)",
             m->gguf->path, name, (long long)t->ne[0], (long long)got1, t->n_dims,
@@ -262,14 +295,159 @@ static int bind(const pagoda_model *m, const char *name, int64_t ne0, int64_t ne
     return PAGODA_OK;
 }
 
+/* A 3-D expert tensor [ne0, ne1, n_experts] of layer l (required). */
+static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
+                        int64_t ne0, int64_t ne1, const gguf_tensor **out, char *err,
+                        size_t err_len)
+{
+    const pagoda_hparams *hp = &m->hp;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
+    const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
+    *out = t;
+    if (!t) {
+        ERR("%s: tensor %s is missing (architecture %s routes layer %d through %d experts)",
+            m->gguf->path, name, hp->arch, l, hp->n_experts);
+        return PAGODA_ERR_INVALID;
+    }
+    used[t - m->gguf->tensors] = 1;
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1) {
+        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %d] "
+            "(the experts' matrices stacked)", m->gguf->path, name, (long long)t->ne[0],
+            (long long)(t->n_dims >= 2 ? t->ne[1] : 1), (long long)(t->n_dims >= 3 ? t->ne[2] : 1),
+            t->n_dims, (long long)ne0, (long long)ne1, hp->n_experts);
+        return PAGODA_ERR_INVALID;
+    }
+    if (t->ne[2] != hp->n_experts) {
+        ERR("%s: tensor %s holds %lld experts but key %s.expert_count = %d", m->gguf->path, name,
+            (long long)t->ne[2], hp->arch, hp->n_experts);
+        return PAGODA_ERR_INVALID;
+    }
+    if (!pagoda_dtype_block(t->type, NULL, NULL)) {
+        ERR("%s: tensor %s has unsupported type %d", m->gguf->path, name, t->type);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    return PAGODA_OK;
+}
+
+/* Should a file of family A have the group `has` in a layer? YES, NO, or
+ * (MAYBE) whether the probe tensor is in the file. */
+static bool wants(const pagoda_model *m, uint8_t has, const char *probe)
+{
+    return has == PAGODA_ARCH_YES || (has == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(m->gguf, probe));
+}
+
+/* Tensors a file may hold that no family runs: RoPE's precomputed table
+ * of old llama conversions. Anything else not bound is refused, so a file
+ * whose block_count was lowered below its blocks (or that holds tensors
+ * of another family) is not served with parts of it silently dropped. */
+static bool ignorable(const pagoda_model *m, const gguf_tensor *t)
+{
+    const char *n = t->name.ptr;
+    size_t len = t->name.len;
+    static const char rot[] = ".attn_rot_embd.weight";
+    if (len > sizeof rot - 1 && !memcmp(n + len - (sizeof rot - 1), rot, sizeof rot - 1)) return true;
+    /* the MTP blocks after the layers that run (glm4moe's nextn) */
+    if (m->hp.n_nextn > 0 && len > 4 && !memcmp(n, "blk.", 4)) {
+        long b = 0;
+        size_t i = 4;
+        for (; i < len && n[i] >= '0' && n[i] <= '9' && b < 1000000; i++) b = b * 10 + (n[i] - '0');
+        if (i > 4 && i < len && n[i] == '.' && b >= m->hp.n_layers &&
+            b < (long)m->hp.n_layers + m->hp.n_nextn)
+            return true;
+    }
+    return false;
+}
+
+/* Bind one layer's tensors as the family's row says. */
+static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int l, char *err,
+                      size_t err_len)
+{
+    const pagoda_hparams *hp = &m->hp;
+    pagoda_layer_tensors *L = &m->layers[l];
+    int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    bool moe = pagoda_hparams_is_moe_layer(hp, l);
+    char name[96], probe[96];
+#define B(field, suffix, ne0, ne1, req, f32)                                              \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                   \
+    if (bind(m, used, name, ne0, ne1, req, f32, &L->field, err, err_len)) return PAGODA_ERR_INVALID;
+    B(attn_norm, "attn_norm.weight", hp->dim, 0, true, true)
+    B(wq, "attn_q.weight", hp->dim, q_dim, true, false)
+    B(wk, "attn_k.weight", hp->dim, kv_dim, true, false)
+    B(wv, "attn_v.weight", hp->dim, kv_dim, true, false)
+    B(wo, "attn_output.weight", q_dim, hp->dim, true, false)
+    if (hp->qkv_bias) {
+        B(bq, "attn_q.bias", q_dim, 0, true, true)
+        B(bk, "attn_k.bias", kv_dim, 0, true, true)
+        B(bv, "attn_v.bias", kv_dim, 0, true, true)
+    }
+    if (hp->qk_norm) {
+        B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, true, true)
+        B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true, true)
+    }
+    char norm[64];
+    snprintf(norm, sizeof norm, "%s.weight", A->ffn_norm);
+    B(ffn_norm, norm, hp->dim, 0, true, true)
+    if (hp->post_norms) {
+        B(post_attn_norm, "post_attention_norm.weight", hp->dim, 0, true, true)
+        B(post_ffn_norm, "post_ffw_norm.weight", hp->dim, 0, true, true)
+    }
+    if (!moe) {
+        B(w_gate, "ffn_gate.weight", hp->dim, hp->ffn, true, false)
+        B(w_up, "ffn_up.weight", hp->dim, hp->ffn, true, false)
+        B(w_down, "ffn_down.weight", hp->ffn, hp->dim, true, false)
+        return PAGODA_OK;
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    if (!pagoda_gguf_tensor(m->gguf, name)) {
+        ERR("%s: tensor %s (the router of layer %d's %d experts) is missing", m->gguf->path, name,
+            l, hp->n_experts);
+        return PAGODA_ERR_INVALID;
+    }
+    if (bind_experts(m, used, l, "ffn_gate_exps", hp->dim, hp->ffn_exp, &L->ffn_gate_exps, err,
+                     err_len) ||
+        bind_experts(m, used, l, "ffn_up_exps", hp->dim, hp->ffn_exp, &L->ffn_up_exps, err,
+                     err_len) ||
+        bind_experts(m, used, l, "ffn_down_exps", hp->ffn_exp, hp->dim, &L->ffn_down_exps, err,
+                     err_len))
+        return PAGODA_ERR_INVALID;
+    B(ffn_gate_inp, "ffn_gate_inp.weight", hp->dim, hp->n_experts, true, false)
+    if (L->ffn_gate_exps->type != L->ffn_up_exps->type) {
+        ERR("%s: tensors blk.%d.ffn_gate_exps.weight (%s) and ffn_up_exps.weight (%s) have "
+            "different types: a layer's gate and up experts are one type", m->gguf->path, l,
+            pagoda_dtype_name(L->ffn_gate_exps->type), pagoda_dtype_name(L->ffn_up_exps->type));
+        return PAGODA_ERR_INVALID;
+    }
+    snprintf(probe, sizeof probe, "blk.%d.exp_probs_b.bias", hp->n_dense_lead);
+    if (wants(m, A->exp_probs_b, probe)) {
+        B(exp_probs_b, "exp_probs_b.bias", hp->n_experts, 0, true, true)
+    }
+    if (hp->ffn_shexp > 0) {
+        B(ffn_gate_shexp, "ffn_gate_shexp.weight", hp->dim, hp->ffn_shexp, true, false)
+        B(ffn_up_shexp, "ffn_up_shexp.weight", hp->dim, hp->ffn_shexp, true, false)
+        B(ffn_down_shexp, "ffn_down_shexp.weight", hp->ffn_shexp, hp->dim, true, false)
+        snprintf(probe, sizeof probe, "blk.%d.ffn_gate_inp_shexp.weight", hp->n_dense_lead);
+        if (wants(m, A->shexp_gate, probe)) {
+            B(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", hp->dim, 0, true, false)
+        }
+    }
+#undef B
+    return PAGODA_OK;
+}
+
 pagoda_model *pagoda_model_open(const char *path, char *err, size_t err_len)
 {
+    uint8_t *used = NULL;
     pagoda_model *m = calloc(1, sizeof *m);
     if (!m) { ERR("out of memory"); return NULL; }
     m->gguf = pagoda_gguf_open(path, err, err_len);
     if (!m->gguf) goto fail;
     if (pagoda_hparams_read(m->gguf, &m->hp, err, err_len)) goto fail;
     pagoda_hparams *hp = &m->hp;
+    const pagoda_arch *A = pagoda_arch_find(hp->arch);
+    used = calloc(m->gguf->n_tensors ? m->gguf->n_tensors : 1, 1);
+    if (!used) { ERR("out of memory"); goto fail; }
 
     const gguf_tensor *emb = pagoda_gguf_tensor(m->gguf, "token_embd.weight");
     if (!emb || emb->n_dims < 2) {
@@ -277,50 +455,34 @@ pagoda_model *pagoda_model_open(const char *path, char *err, size_t err_len)
         goto fail;
     }
     hp->n_vocab = (int32_t)emb->ne[1];
-    int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
-    int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
 
-    if (bind(m, "token_embd.weight", hp->dim, hp->n_vocab, true, false, &m->tok_embd, err, err_len) ||
-        bind(m, "output_norm.weight", hp->dim, 0, true, true, &m->output_norm, err, err_len) ||
-        bind(m, "output.weight", hp->dim, hp->n_vocab, false, false, &m->output, err, err_len))
+    if (bind(m, used, "token_embd.weight", hp->dim, hp->n_vocab, true, false, &m->tok_embd, err, err_len) ||
+        bind(m, used, "output_norm.weight", hp->dim, 0, true, true, &m->output_norm, err, err_len) ||
+        bind(m, used, "output.weight", hp->dim, hp->n_vocab, false, false, &m->output, err, err_len))
         goto fail;
     if (!m->output) {
         m->output = m->tok_embd;
         hp->tied_output = true;
     }
-    m->rope_freqs = pagoda_gguf_tensor(m->gguf, "rope_freqs.weight");
-    if (m->rope_freqs) {
-        if (bind(m, "rope_freqs.weight", hp->rope_dims / 2, 0, true, true, &m->rope_freqs, err,
-                 err_len))
+    if (pagoda_gguf_tensor(m->gguf, "rope_freqs.weight")) {
+        if (bind(m, used, "rope_freqs.weight", hp->rope_dims / 2, 0, true, true, &m->rope_freqs,
+                 err, err_len))
             goto fail;
         hp->rope_scaling = PAGODA_ROPE_SCALING_LLAMA3;
     }
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     if (!m->layers) { ERR("out of memory"); goto fail; }
-    for (int l = 0; l < hp->n_layers; l++) {
-        pagoda_layer_tensors *L = &m->layers[l];
-        char name[96];
-#define B(field, suffix, ne0, ne1, req, f32)                                              \
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                   \
-    if (bind(m, name, ne0, ne1, req, f32, &L->field, err, err_len)) goto fail;
-        B(attn_norm, "attn_norm.weight", hp->dim, 0, true, true)
-        B(wq, "attn_q.weight", hp->dim, q_dim, true, false)
-        B(wk, "attn_k.weight", hp->dim, kv_dim, true, false)
-        B(wv, "attn_v.weight", hp->dim, kv_dim, true, false)
-        B(wo, "attn_output.weight", q_dim, hp->dim, true, false)
-        B(bq, "attn_q.bias", q_dim, 0, hp->qkv_bias, true)
-        B(bk, "attn_k.bias", kv_dim, 0, hp->qkv_bias, true)
-        B(bv, "attn_v.bias", kv_dim, 0, hp->qkv_bias, true)
-        B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm, true)
-        B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm, true)
-        B(ffn_norm, "ffn_norm.weight", hp->dim, 0, true, true)
-        B(w_gate, "ffn_gate.weight", hp->dim, hp->ffn, true, false)
-        B(w_up, "ffn_up.weight", hp->dim, hp->ffn, true, false)
-        B(w_down, "ffn_down.weight", hp->ffn, hp->dim, true, false)
-        B(post_attn_norm, "post_attention_norm.weight", hp->dim, 0, hp->post_norms, true)
-        B(post_ffn_norm, "post_ffw_norm.weight", hp->dim, 0, hp->post_norms, true)
-#undef B
+    for (int l = 0; l < hp->n_layers; l++)
+        if (bind_layer(m, A, used, l, err, err_len)) goto fail;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        if (used[i] || ignorable(m, t)) continue;
+        ERR("%s: tensor %.*s is not used by architecture %s with %d blocks (block_count%s): a "
+            "file with tensors it does not run is refused, not served with them ignored",
+            path, (int)t->name.len, t->name.ptr, hp->arch, hp->n_layers,
+            hp->n_nextn ? " minus nextn_predict_layers" : "");
+        goto fail;
     }
 
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
@@ -343,8 +505,10 @@ pagoda_model *pagoda_model_open(const char *path, char *err, size_t err_len)
         m->name = strdup(base ? base + 1 : path);
     }
     m->chat_template = pagoda_gguf_get_str(m->gguf, "tokenizer.chat_template");
+    free(used);
     return m;
 fail:
+    free(used);
     pagoda_model_free(m);
     return NULL;
 }

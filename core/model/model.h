@@ -1,10 +1,12 @@
 /*
  * model.h: a transformer model as read from a GGUF file: hyperparameters
  * from the architecture's keys, every weight tensor found and its shape
- * checked, and the tokenizer. Architectures: llama (Llama 2/3, TinyLlama,
- * Mistral, SmolLM), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm), gemma3
- * (text only: scaled embeddings, Q/K norms, post-norms, GeGLU, sliding-
- * window layers with their own RoPE base).
+ * checked, every tensor of the file accounted for, and the tokenizer. The
+ * families are rows of arch.c's table: llama (Llama 2/3, TinyLlama,
+ * Mistral, SmolLM; Mixtral with expert tensors), qwen2 (QKV bias), qwen3
+ * (per-head Q/K RMSNorm), gemma3 (text only: scaled embeddings, Q/K norms,
+ * post-norms, GeGLU, sliding-window layers with their own RoPE base), and
+ * the mixtures of experts qwen3moe, qwen2moe and glm4moe.
  * Not for: running it (forward.c) or memory planning (memplan.c).
  */
 #ifndef PAGODA_MODEL_H
@@ -90,6 +92,9 @@ typedef struct pagoda_hparams {
     int32_t moe_gating;       /* pagoda_moe_gating */
     bool moe_norm_topk;       /* expert_weights_norm */
     float moe_scale;          /* expert_weights_scale (1) */
+    /* Blocks after the n_layers that run: an MTP (next-token prediction)
+     * head (glm4moe's nextn_predict_layers), loaded and never run. */
+    int32_t n_nextn;
 } pagoda_hparams;
 
 typedef struct pagoda_layer_tensors {

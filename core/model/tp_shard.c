@@ -3,6 +3,9 @@
  * attention reads only its own KV heads), whole FFN rows, and, for the
  * column-split matrices, whole quantization blocks of each row (a block's
  * scale covers 32 or 256 values, so a cut inside one cannot be read).
+ * A mixture-of-experts layer splits by whole experts: each rank runs the
+ * (token, expert) pairs of its own experts in full, so an expert's rows
+ * and its blocks are never cut, and the expert width need not divide.
  * Not for: packing the bytes (forward.c).
  */
 #include "tp_shard.h"
@@ -23,8 +26,14 @@ int pagoda_tp_split_of(const char *name, size_t len)
     if (len < 4 || memcmp(name, "blk.", 4) != 0) return PAGODA_TP_REPLICATED;
     static const char *const rows[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                        ".attn_q.bias", ".attn_k.bias", ".attn_v.bias",
-                                       ".ffn_gate.weight", ".ffn_up.weight"};
-    static const char *const cols[] = {".attn_output.weight", ".ffn_down.weight"};
+                                       ".ffn_gate.weight", ".ffn_up.weight",
+                                       ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight"};
+    static const char *const cols[] = {".attn_output.weight", ".ffn_down.weight",
+                                       ".ffn_down_shexp.weight"};
+    static const char *const exps[] = {".ffn_gate_exps.weight", ".ffn_up_exps.weight",
+                                       ".ffn_down_exps.weight", ".ffn_gate_up_exps.weight"};
+    for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++)
+        if (ends_with(name, len, exps[i])) return PAGODA_TP_EXPERTS;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (ends_with(name, len, rows[i])) return PAGODA_TP_ROWS;
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
@@ -39,6 +48,17 @@ static bool tensor_splits(const gguf_tensor *t, int32_t n, char *why, size_t wn)
     if (split == PAGODA_TP_REPLICATED || n == 1) return true;
     int be = 1, bb = 4;
     pagoda_dtype_block(t->type, &be, &bb);
+    if (split == PAGODA_TP_EXPERTS) {
+        if (t->n_dims != 3) {
+            snprintf(why, wn, "%.*s is an expert tensor of %u dimensions, not 3", (int)t->name.len,
+                     t->name.ptr, t->n_dims);
+            return false;
+        }
+        if (t->ne[2] % n == 0) return true;
+        snprintf(why, wn, "%.*s holds %lld experts, which do not divide by %d", (int)t->name.len,
+                 t->name.ptr, (long long)t->ne[2], n);
+        return false;
+    }
     if (split == PAGODA_TP_ROWS) {
         int64_t rows = t->n_dims >= 2 ? t->ne[1] : t->ne[0];
         if (rows % n == 0) return true;
@@ -70,9 +90,21 @@ static bool splits(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char 
         snprintf(why, wn, "models with sliding-window layers are not split yet");
         return false;
     }
-    if (d->n_heads % n || d->n_kv_heads % n || d->ffn % n) {
+    /* a MoE model without dense layers has no FFN of width ffn to cut */
+    bool dense_ffn = d->n_experts <= 0 || d->n_dense_lead > 0;
+    if (dense_ffn && (d->n_heads % n || d->n_kv_heads % n || d->ffn % n)) {
         snprintf(why, wn, "its %lld attention heads, %lld KV heads and FFN of %lld must each divide "
                  "by %d", (long long)d->n_heads, (long long)d->n_kv_heads, (long long)d->ffn, n);
+        return false;
+    }
+    if (!dense_ffn && (d->n_heads % n || d->n_kv_heads % n)) {
+        snprintf(why, wn, "its %lld attention heads and %lld KV heads must each divide by %d",
+                 (long long)d->n_heads, (long long)d->n_kv_heads, n);
+        return false;
+    }
+    if (d->n_experts > 0 && d->n_experts % n) {
+        snprintf(why, wn, "its %lld experts must divide by %d (each rank holds whole experts)",
+                 (long long)d->n_experts, n);
         return false;
     }
     for (uint64_t i = 0; i < f->n_tensors; i++)
@@ -96,11 +128,20 @@ int pagoda_tp_check(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char
     return PAGODA_ERR_INVALID;
 }
 
+void pagoda_tp_expert_range(int64_t n_experts, int32_t r, int32_t n, int64_t *first,
+                            int64_t *count)
+{
+    if (n < 1) n = 1;
+    *first = (int64_t)r * n_experts / n;
+    *count = ((int64_t)r + 1) * n_experts / n - *first;
+}
+
 uint64_t pagoda_tp_tensor_bytes(const gguf_tensor *t, int32_t n)
 {
     if (n <= 1 || pagoda_tp_split_of(t->name.ptr, t->name.len) == PAGODA_TP_REPLICATED)
         return t->nbytes;
-    return t->nbytes / (uint64_t)n;   /* whole rows or whole blocks of each row: exact */
+    /* whole rows, whole blocks of each row, or whole experts: exact */
+    return t->nbytes / (uint64_t)n;
 }
 
 uint64_t pagoda_tp_rank_weight_bytes(const gguf_file *f, int32_t n)

@@ -5,10 +5,18 @@
  * each rank holds. Shared by the memory plan (from the GGUF header alone)
  * and the forward pass (which packs each rank's shard).
  *
- *   attn_q/k/v (weights and biases), ffn_gate, ffn_up: split by output rows
- *   attn_output, ffn_down: split by input columns (the partial sums are
- *                          all-reduced)
- *   everything else (embeddings, norms, output head): replicated
+ *   attn_q/k/v (weights and biases), ffn_gate, ffn_up,
+ *   ffn_gate_shexp, ffn_up_shexp: split by output rows
+ *   attn_output, ffn_down, ffn_down_shexp: split by input columns (the
+ *                          partial sums are all-reduced)
+ *   ffn_{gate,up,down}_exps (3-D, [cols, rows, n_experts]): split by
+ *                          experts, whole: rank r holds experts
+ *                          [r*E/N, (r+1)*E/N), one contiguous run of the
+ *                          tensor (the routed sum is all-reduced once
+ *                          after the MoE block, with the shared expert's)
+ *   everything else (embeddings, norms, output head, the router
+ *   ffn_gate_inp, its bias exp_probs_b, the shared expert's gate
+ *   ffn_gate_inp_shexp): replicated
  *
  * Not for: moving data (comm.h) or running the split (forward.c, tp.c).
  */
@@ -34,6 +42,10 @@ int pagoda_tp_split_of(const char *name, size_t len);
 /* The shape tensor parallelism needs. */
 typedef struct pagoda_tp_dims {
     int64_t n_heads, n_kv_heads, ffn, n_swa_layers;
+    /* mixture of experts (0: a dense model): the experts a MoE layer holds,
+     * and how many leading layers keep a dense FFN of width ffn (with
+     * n_experts > 0 and no dense layer, ffn need not divide) */
+    int64_t n_experts, n_dense_lead;
 } pagoda_tp_dims;
 
 /* Can f (with dims d) be split n ways? PAGODA_OK, or PAGODA_ERR_INVALID
@@ -41,6 +53,11 @@ typedef struct pagoda_tp_dims {
  * tensor_parallel that would work. */
 int pagoda_tp_check(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char *err,
                     size_t err_len);
+
+/* The experts [*first, *first + *count) that rank r of n holds of a
+ * model with n_experts experts (n must divide n_experts: pagoda_tp_check). */
+void pagoda_tp_expert_range(int64_t n_experts, int32_t r, int32_t n, int64_t *first,
+                            int64_t *count);
 
 /* The bytes of t one rank of n holds. */
 uint64_t pagoda_tp_tensor_bytes(const gguf_tensor *t, int32_t n);

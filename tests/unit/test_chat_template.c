@@ -42,6 +42,54 @@ START_TEST(render_chatml)
 }
 END_TEST
 
+/* A thinking conversation: the first answer's reasoning is dropped (it is
+ * before the last user message), the last one (after it) kept. */
+static const pagoda_chat_message think_conv[] = {
+    {"system", "Be brief."},
+    {"user", "Hi"},
+    {"assistant", "<think>\nThey greet.\n</think>\n\nHello!"},
+    {"user", "2+2?"},
+    {"assistant", "<think>\nAdd.\n</think>\n\n 4 "},
+};
+
+START_TEST(render_qwen3)
+{
+    expect_render(PAGODA_CHAT_QWEN3, think_conv, 4, true, NULL, NULL,
+                  "<|im_start|>system\nBe brief.<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\nHello!<|im_end|>\n"
+                  "<|im_start|>user\n2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    /* an answer after the last user message keeps its reasoning as given */
+    expect_render(PAGODA_CHAT_QWEN3, think_conv + 3, 2, false, NULL, NULL,
+                  "<|im_start|>user\n2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\nAdd.\n</think>\n\n 4 <|im_end|>\n");
+    /* without reasoning it is ChatML */
+    expect_render(PAGODA_CHAT_QWEN3, conv, 4, true, NULL, NULL,
+                  "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\nHello!<|im_end|>\n"
+                  "<|im_start|>user\n2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+}
+END_TEST
+
+START_TEST(render_glm4)
+{
+    expect_render(PAGODA_CHAT_GLM4, think_conv, 4, true, NULL, NULL,
+                  "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi"
+                  "<|assistant|>\n<think></think>\nHello!<|user|>\n2+2?<|assistant|>");
+    /* after the last user message the reasoning is kept, stripped; the
+     * answer stripped */
+    expect_render(PAGODA_CHAT_GLM4, think_conv + 3, 2, false, NULL, NULL,
+                  "[gMASK]<sop><|user|>\n2+2?<|assistant|>\n<think>Add.</think>\n4");
+    /* an empty answer is left out */
+    const pagoda_chat_message empty[] = {{"user", "x"}, {"assistant", "  "}};
+    expect_render(PAGODA_CHAT_GLM4, empty, 2, false, NULL, NULL,
+                  "[gMASK]<sop><|user|>\nx<|assistant|>\n<think></think>");
+}
+END_TEST
+
 START_TEST(render_llama2)
 {
     expect_render(PAGODA_CHAT_LLAMA2, conv, 4, true, NULL, NULL,
@@ -172,6 +220,17 @@ static const char *T_GEMMA =
     "{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
     "{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
     "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
+/* Qwen3's (excerpt: the reasoning split and the thinking switch) and
+ * GLM-4.5's (its opening and turn markers). */
+static const char *T_QWEN3 =
+    "{%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n').split('<think>')[-1] %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content }}{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+static const char *T_GLM45 =
+    "[gMASK]<sop>\n{% for m in messages %}{%- if m.role == 'user' -%}<|user|>\n{{ visible_text(m.content) }}"
+    "{%- elif m.role == 'assistant' -%}\n<|assistant|>{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}";
 static const char *T_PHI3 =
     "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
     "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
@@ -188,6 +247,8 @@ START_TEST(detect_families)
     ck_assert_int_eq(pagoda_chat_detect(T_ZEPHYR), PAGODA_CHAT_ZEPHYR);
     ck_assert_int_eq(pagoda_chat_detect(T_GEMMA), PAGODA_CHAT_GEMMA);
     ck_assert_int_eq(pagoda_chat_detect(T_PHI3), PAGODA_CHAT_UNKNOWN);
+    ck_assert_int_eq(pagoda_chat_detect(T_QWEN3), PAGODA_CHAT_QWEN3);
+    ck_assert_int_eq(pagoda_chat_detect(T_GLM45), PAGODA_CHAT_GLM4);
     ck_assert_int_eq(pagoda_chat_detect(NULL), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect(""), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect("{{ messages }}"), PAGODA_CHAT_UNKNOWN);
@@ -197,8 +258,8 @@ END_TEST
 START_TEST(names_and_select)
 {
     pagoda_chat_family f;
-    const char *names[] = {"chatml", "llama2", "llama3", "mistral", "zephyr", "gemma"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "qwen3", "glm4"};
+    for (int i = 0; i < 8; i++) {
         ck_assert_int_eq(pagoda_chat_family_from_name(names[i], &f), PAGODA_OK);
         ck_assert_int_eq(f, i);
         ck_assert_str_eq(pagoda_chat_family_name(f), names[i]);
@@ -236,6 +297,12 @@ START_TEST(stop_strings)
     ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_LLAMA2)[0], "</s>");
     ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_MISTRAL)[0], "</s>");
     ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_UNKNOWN)[0], "<|im_end|>");
+    ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_QWEN3)[0], "<|im_end|>");
+    const char *const *g = pagoda_chat_stop_strings(PAGODA_CHAT_GLM4);
+    ck_assert_str_eq(g[0], "<|user|>");
+    ck_assert_str_eq(g[1], "<|observation|>");
+    ck_assert_str_eq(g[2], "<|endoftext|>");
+    ck_assert_ptr_null(g[3]);
 }
 END_TEST
 
@@ -265,6 +332,8 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, render_chatml);
     tcase_add_test(tc, render_llama2);
+    tcase_add_test(tc, render_qwen3);
+    tcase_add_test(tc, render_glm4);
     tcase_add_test(tc, render_llama3);
     tcase_add_test(tc, render_mistral);
     tcase_add_test(tc, render_zephyr);
