@@ -62,8 +62,8 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 
 /* [connection thread] The request on c has been received whole (MHD calls
  * the handler for the last time): the gate stops watching its deadline.
- * Returns 0, or -1 when the gate already answered 408 (the handler then
- * returns MHD_NO, closing the connection). */
+ * Returns 0, or -1 when the gate already answered it (408, or
+ * gate_refuse; the handler then returns MHD_NO, closing the connection). */
 int gate_request_received(gate *g, struct MHD_Connection *c);
 
 /* Keep-alive. [connection thread] A request's headers are in (MHD calls
@@ -78,5 +78,24 @@ int gate_request_start(gate *g, struct MHD_Connection *c, int *follow_up);
  * must bring its next request whole within request_timeout_s of now, or
  * the gate closes it (no answer, as nothing was asked). */
 void gate_request_done(gate *g, struct MHD_Connection *c);
+
+/* [connection thread] Answers the request on c while MHD is still reading
+ * its body, where MHD 0.9.75 can queue no response: status and msg in the
+ * API's error shape, written on the socket as the gate writes its own
+ * answers; the socket is shut after a moment (the client's remaining
+ * input drained meanwhile), which ends MHD's read. For a chunked body too
+ * large (413) and one that ended before its last chunk (400). Returns 0,
+ * or -1 when the request was answered already (or is not the gate's). */
+int gate_refuse(gate *g, struct MHD_Connection *c, int status, const char *msg);
+
+/* Answers the gate gave itself, by reason, for /metrics. */
+typedef struct gate_counts {
+    uint64_t server_busy;     /* 503: every serving thread busy, or too many waiting */
+    uint64_t request_timeout; /* 408 */
+    uint64_t bad_request;     /* 400/413/414/431/501/505: broken framing, a body refused */
+} gate_counts;
+
+/* [any thread] A snapshot of the counts (zeros for a NULL gate). */
+void gate_get_counts(gate *g, gate_counts *out);
 
 #endif /* PAGODA_HTTP_GATE_H */
