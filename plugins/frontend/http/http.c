@@ -73,15 +73,14 @@ static void log_cut(http_fe *fe)
 {
     const pagoda_host *h = fe->host;
     for (hreq *hr = fe->list; hr; hr = hr->next) {
+        /* hr->out is the connection thread's (it formats outside the lock) */
         pthread_mutex_lock(&hr->mu);
         int stream = hr->stream, eos = hr->eos;
-        size_t held = hr->out.len - hr->out_pos;
         pthread_mutex_unlock(&hr->mu);
         if (stream)
             h->log(h, PAGODA_LOG_WARN, "stopping: request %s: its client stopped reading; the stream is cut "
-                   "after the %d s grace (shutdown_grace_s) %s (%zu more bytes waiting to be written)",
-                   hr->id, fe->grace_s, eos ? "with its final event and [DONE] written, unread"
-                                            : "before its final event", held);
+                   "after the %d s grace (shutdown_grace_s) %s", hr->id, fe->grace_s,
+                   eos ? "with its final event and [DONE] written, unread" : "before its final event was sent");
         else
             h->log(h, PAGODA_LOG_WARN, "stopping: request %s: its client stopped reading; the answer is cut "
                    "after the %d s grace (shutdown_grace_s)", hr->id, fe->grace_s);
