@@ -275,7 +275,8 @@ static void get_metrics(int port, char *out, size_t cap)
  * connection unanswered when the client then ended its side, and one past
  * max_body_bytes was answered only at request_timeout_s (408). Now: 400
  * and 413 in the API's shape; a bad size line gets MHD's own 400; a good
- * body that large is served. */
+ * body that large is served. A body cut short with a half-close within
+ * the hold was closed unanswered too: 400 as well. */
 START_TEST(test_chunked_past_hold)
 {
     fake_kv kv[] = {{"max_body_bytes", "49152"}};
@@ -290,7 +291,21 @@ START_TEST(test_chunked_past_hold)
     int fl = snprintf(first, sizeof first, "{\"prompt\": \"one two\", \"max_tokens\": 2, \"user\": \"%s", pad);
     static char req[120000];
 
-    /* a 64-bit chunk size, then the client ends its side: 400 */
+    /* a body cut short by a client that ends its side (and still reads):
+     * 400, within the gate's hold (a declared length, a chunked body) */
+    const char *cut[] = {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"",
+                         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "5\r\n{\"pro\r\n"};
+    for (int i = 0; i < 2; i++) {
+        int cfd = tcp_connect(s.port);
+        send_str(cfd, cut[i]);
+        shutdown(cfd, SHUT_WR);
+        read_reply(cfd, out, sizeof out, 10000);
+        close(cfd);
+        ck_assert_msg(status_of(out) == 400 && strstr(out, "ended before its body did"), "%d: %s", i, out);
+    }
+
+    /* past it, a 64-bit chunk size (MHD takes it), then the client ends its side: 400 */
     int n = snprintf(req, sizeof req, "%s%x\r\n%s\r\nffffffffffffffff\r\nxx", head, fl, first);
     int fd = tcp_connect(s.port);
     send_all(fd, req, (size_t)n);
@@ -325,7 +340,7 @@ START_TEST(test_chunked_past_hold)
 
     /* the two the frontend answered itself are counted */
     get_metrics(s.port, out, sizeof out);
-    ck_assert_msg(strstr(out, "\npagoda_http_rejected_total{reason=\"bad_request\"} 2\n"), "%s", out);
+    ck_assert_msg(strstr(out, "\npagoda_http_rejected_total{reason=\"bad_request\"} 4\n"), "%s", out);
     srv_stop(&s);
 }
 END_TEST

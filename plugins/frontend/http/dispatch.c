@@ -229,9 +229,7 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
      * 2^64 - 1) but frame.c refuses ends this way. It may still read:
      * answer before MHD closes (0.9.75 calls this first). */
     if (!cs->hr && !cs->too_large && toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT)
-        gate_refuse(fe->gate, conn, MHD_HTTP_BAD_REQUEST,
-                    "the request ended before its body did (a chunked body ends with a chunk of size 0; "
-                    "a chunk size must be at most max_body_bytes)");
+        gate_refuse(fe->gate, conn, MHD_HTTP_BAD_REQUEST, GATE_BODY_CUT);
     if (cs->hr) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) hreq_cancel(cs->hr);
         hreq_release(cs->hr);

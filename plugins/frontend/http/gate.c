@@ -275,7 +275,12 @@ static void p_examine(gate *g, pconn *p)
             return;
         }
     }
-    if (p->rdhup) p_close(g, p); /* half a request and the client said it is done */
+    /* half a request and the client said it is done: with its headers
+     * whole it can still read why (past GATE_HOLD, dispatch.c says the same) */
+    if (p->rdhup) {
+        if (st == FRAME_READY) p_answer(g, p, 400, GATE_BODY_CUT, 0);
+        else p_close(g, p);
+    }
 }
 
 static void accept_all(gate *g)

@@ -27,6 +27,11 @@
 #define GATE_HOLD (32 * 1024)      /* a request this large waits in the gate whole */
 #define GATE_MAX_HEAD (16 * 1024)  /* request line and headers, at most */
 
+/* The 400 for a client that ended its side before its body was whole
+ * (it may still read the answer). */
+#define GATE_BODY_CUT "the request ended before its body did (a Content-Length body needs all its bytes, " \
+                      "a chunked one its last chunk of size 0, with every chunk size within max_body_bytes)"
+
 typedef struct gate gate;
 
 typedef struct gate_opts {
