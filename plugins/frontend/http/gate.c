@@ -4,7 +4,8 @@
  * bytes are only peeked (MSG_PEEK), never read, so MHD later reads the
  * request whole from the socket as if it had accepted it itself.
  * Not for: anything after a request is handed over, except watching the
- * deadline of a large body MHD's thread is still reading.
+ * deadline of a large body MHD's thread is still reading, and answering
+ * for that thread when MHD cannot (gate_refuse).
  *
  * Costs: a waiting connection is a descriptor and ~100 bytes. A trickling
  * one is peeked at most once per PEEK_GAP_MS, so a flood of tiny writes

@@ -5,9 +5,9 @@
  * GATE_HOLD bytes, have arrived; checks the framing (frame.h); and only
  * then hands the connection to libmicrohttpd, whose thread per connection
  * serves it. What it answers itself: 400/413/414/431/501/505 for broken
- * framing, 408 when a request does not arrive within request_timeout_s,
- * 503 with Retry-After when every serving thread is busy or too many
- * connections wait. A body larger than GATE_HOLD is read by MHD's thread,
+ * framing or a body cut short by a half-close, 408 when a request does not
+ * arrive within request_timeout_s, 503 with Retry-After when every serving
+ * thread is busy or too many connections wait; it counts them (/metrics). A body larger than GATE_HOLD is read by MHD's thread,
  * watched by the gate against the same deadline (408 past it).
  * Not for: routing or answering requests (dispatch.c and the rest).
  *
