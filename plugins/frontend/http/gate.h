@@ -7,8 +7,10 @@
  * serves it. What it answers itself: 400/413/414/431/501/505 for broken
  * framing or a body cut short by a half-close, 408 when a request does not
  * arrive within request_timeout_s, 503 with Retry-After when every serving
- * thread is busy or too many connections wait; it counts them (/metrics). A body larger than GATE_HOLD is read by MHD's thread,
- * watched by the gate against the same deadline (408 past it).
+ * thread is busy or too many connections wait; it counts them (/metrics).
+ * A body larger than GATE_HOLD is read by MHD's thread, watched by the
+ * gate against the same deadline (408 past it); gate_refuse answers for
+ * that thread (413, or 400 for a cut body) where MHD can queue nothing.
  * Not for: routing or answering requests (dispatch.c and the rest).
  *
  * Why: MHD 0.9.75's thread-per-connection mode gave every connection a
