@@ -1,7 +1,9 @@
 /*
  * dispatch.c: from MHD to a route: the per-connection state, the body read
- * in pieces (an oversize one refused with 413 without keeping it), keep-alive
- * within the gate's bounds (a follow-up request's framing checked), the
+ * in pieces (an oversize one refused with 413 without keeping it, a
+ * chunked one at once, through the gate), a body cut short answered 400,
+ * keep-alive within the gate's bounds (a follow-up request's framing
+ * checked), the
  * Bearer key check (every route but /health and /ui), the route table (404, 405
  * with Allow), and the completion notice that cancels and releases.
  * Not for: what a route does (endpoints.c, generate.c).
@@ -192,9 +194,16 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
     if (*upload_data_size) {
         if (!cs->too_large) {
             if (cs->body.len + *upload_data_size > (size_t)fe->max_body) {
+                /* only a chunked body gets here (a declared length is
+                 * refused above): answer now, not after the rest of it,
+                 * which a chunk size of 2^64 - 1 would make forever */
                 cs->too_large = 1;
                 free(cs->body.p);
                 memset(&cs->body, 0, sizeof cs->body);
+                char msg[128];
+                snprintf(msg, sizeof msg, "the chunked body is larger than max_body_bytes (%lld)",
+                         (long long)fe->max_body);
+                gate_refuse(fe->gate, conn, MHD_HTTP_CONTENT_TOO_LARGE, msg);
             } else if (sb_put(&cs->body, upload_data, *upload_data_size) < 0) {
                 return MHD_NO;
             }
@@ -210,10 +219,17 @@ enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *ur
 void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    http_fe *fe = cls;
     conn_state *cs = *con_cls;
     /* sent whole: a connection kept open waits for its next request (gate.h) */
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) gate_request_done(((http_fe *)cls)->gate, conn);
     if (!cs) return;
+    /* The client ended its side while its body was still coming: past the
+     * bytes the gate checked (GATE_HOLD), a chunk size MHD took (up to
+     * 2^64 - 1) but frame.c refuses ends this way. It may still read:
+     * answer before MHD closes (0.9.75 calls this first). */
+    if (!cs->hr && !cs->too_large && toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT)
+        gate_refuse(fe->gate, conn, MHD_HTTP_BAD_REQUEST, GATE_BODY_CUT);
     if (cs->hr) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) hreq_cancel(cs->hr);
         hreq_release(cs->hr);

@@ -40,6 +40,38 @@ static enum MHD_Result submit_error(struct MHD_Connection *conn, int st, const c
     }
 }
 
+/* A 'model' other than the served name: served anyway (agents send their
+ * own names), logged once per name while MODEL_SEEN_MAX names are
+ * remembered; 1 when strict_model refuses it. */
+static int other_model(http_fe *fe, const char *name)
+{
+    if (!strcmp(name, fe->served_name)) return 0;
+    if (fe->strict_model) return 1;
+    uint64_t hsh = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) hsh = (hsh ^ *p) * 1099511628211ull;
+    int log = 0, last = 0;
+    pthread_mutex_lock(&fe->mu);
+    int seen = 0;
+    for (int i = 0; i < fe->n_model_seen && !seen; i++) seen = fe->model_seen[i] == hsh;
+    if (!seen && fe->n_model_seen < MODEL_SEEN_MAX) {
+        fe->model_seen[fe->n_model_seen++] = hsh;
+        log = 1;
+        last = fe->n_model_seen == MODEL_SEEN_MAX;
+    }
+    pthread_mutex_unlock(&fe->mu);
+    if (!log) return 0;
+    char safe[101]; /* the client's bytes: no control character reaches the log */
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && k < sizeof safe - 1; p++)
+        safe[k++] = *p < 0x20 || *p == 0x7F ? '?' : (char)*p;
+    safe[k] = 0;
+    fe->host->log(fe->host, PAGODA_LOG_WARN,
+                  "a request names model '%s', which is not served here: answering with '%s' (logged "
+                  "once per name%s; [frontend.http] strict_model = true answers 404)",
+                  safe, fe->served_name, last ? ", and this is the last name logged" : "");
+    return 0;
+}
+
 /* echo: the choice's text starts with the prompt's (the string as sent,
  * or the ids' text), and its generated entries' offsets after it. */
 static int echo_prompt(const pagoda_host *h, choice *c, const prompt_in *pr)
@@ -100,6 +132,13 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         goto out;
     }
     if (parse_common(h, root, kind, &p, &pe) < 0) goto bad;
+    json_t *model = json_object_get(root, "model");
+    if (json_is_string(model) && other_model(fe, json_string_value(model))) {
+        ret = send_error(conn, MHD_HTTP_NOT_FOUND, "invalid_request_error", "model", "model_not_found",
+                         "The model `%.200s` does not exist: this server serves `%s` (GET /v1/models)",
+                         json_string_value(model), fe->served_name);
+        goto out;
+    }
     /* response_format, grammar, regex, choice, tools (structured.c) */
     if (st_parse(h, root, kind, &sr, &pe) < 0) goto bad;
     if (sr.type && p.echo) {

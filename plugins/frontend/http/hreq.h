@@ -35,6 +35,7 @@
 #endif
 
 #define POLL_MS 100            /* how often a waiting thread checks its client */
+#define MODEL_SEEN_MAX 64      /* distinct unknown model names logged, at most */
 
 typedef struct http_fe http_fe;
 typedef struct hreq hreq;
@@ -129,6 +130,11 @@ struct http_fe {
     int max_waiting;
     char port_file[1024];
     char served_name[128];
+    int strict_model;        /* a request naming another model: 404 model_not_found */
+    int grace_s;             /* shutdown_grace_s: answers still going out at stop get this long */
+    /* other model names seen (hashes, under mu), each logged once; full: no more logged */
+    uint64_t model_seen[MODEL_SEEN_MAX];
+    int n_model_seen;
 
     struct MHD_Daemon *d;
     struct gate *gate;       /* the front door (gate.h) */
