@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "config_check.h"
 #include "host.h"
 #include "host_engine.h"
 #include "log.h"
@@ -179,6 +180,10 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
         if ((st = open_tp(rt, err, err_len))) goto fail;
         if (rt->tp->rank != 0) with_frontend = false;
     }
+    /* every section and key against the plugins named, before the model,
+     * the plan or any plugin is loaded: a typo is not found only once the
+     * plan "fits", nor is a misspelled section ignored */
+    if ((st = pagoda_config_check_plugins(cfg, err, err_len))) goto fail;
     if (!rt->ec.model[0]) {
         ERR("no model: set [engine] model = PATH in the config or --set engine.model=PATH");
         st = PAGODA_ERR_INVALID;

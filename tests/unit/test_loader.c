@@ -592,8 +592,9 @@ START_TEST(test_cli)
     ck_assert_int_eq(run_pagoda(NULL, NULL, "frobnicate"), 2);
     /* No --config and no configs/default.ini here. */
     ck_assert_int_eq(run_pagoda(NULL, NULL, ""), 2);
-    ck_assert_str_eq(g_out, "pagoda: no config file: give --config FILE (the default "
-                            "configs/default.ini was not found in the current folder); see pagoda --help\n");
+    ck_assert_str_eq(g_out, "pagoda: no config file: give --config FILE or a model (pagoda "
+                            "serve MODEL.gguf; the default configs/default.ini was not found in "
+                            "the current folder); see pagoda --help\n");
     ck_assert_int_eq(run_pagoda(NULL, NULL, "--config /nonexistent/x.ini"), 2);
     ck_assert_str_eq(g_out, "pagoda: cannot open config file /nonexistent/x.ini: No such file or directory\n");
     char args[2048];
