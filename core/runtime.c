@@ -425,6 +425,9 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         pagoda_engine_free(e);
         return st;
     }
+    if (start && rt->h_front)
+        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", rt->model->name,
+                   pagoda_host_section(rt->h_front));
     /* published last: frontends on other threads read it to decide whether
      * the server is ready */
     pthread_mutex_lock(&rt->load_mu);
@@ -477,8 +480,11 @@ void pagoda_runtime_close(pagoda_runtime *rt)
     if (rt->engine) pagoda_engine_stop(rt->engine);
     if (rt->tp_workers_running && rt->comm && !rt->comm->broken) {
         char e[256];
+        /* after a signal every rank stops on its own (the launcher signals
+         * them all); a stop that cannot be sent then is no failure */
         if (pagoda_tp_send_stop(rt->tp, e, sizeof e))
-            pagoda_log(PAGODA_LOG_WARN, "tensor parallel: could not stop the other ranks: %s", e);
+            pagoda_log(pagoda_runtime_shutting_down(rt) ? PAGODA_LOG_DEBUG : PAGODA_LOG_WARN,
+                       "tensor parallel: could not stop the other ranks: %s", e);
     }
     if (rt->p_front) pagoda_plugin_destroy(rt->p_front, rt->front_ctx);
     pagoda_engine_free(rt->engine);

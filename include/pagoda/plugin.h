@@ -35,7 +35,8 @@ extern "C" {
  * comm kind (comm.h): collectives for tensor parallelism (comm-mpi,
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
- * expert) and moe_combine (the routed rows' weighted sum). */
+ * expert) and moe_combine (the routed rows' weighted sum), and the
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
 #define PAGODA_ABI_MINOR 5
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
