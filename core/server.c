@@ -1,7 +1,8 @@
 /*
  * server.c: `pagoda --config FILE`. Signals are blocked in every thread and
  * taken by one watcher thread with sigwait, which asks the frontend to stop
- * (never from inside a signal handler). Once the frontend returns, the
+ * (never from inside a signal handler); SIGINT is first offered to the
+ * frontend's interrupt op (terminal chat takes it to stop a reply). Once the frontend returns, the
  * engine is stopped, which ends every request still in flight with a FINAL.
  * The weights load on a thread of their own while the frontend already
  * answers. Not for: building the runtime (runtime.c) or other subcommands

@@ -10,7 +10,7 @@
  * The core calls stop() on SIGINT/SIGTERM from a watcher thread (never
  * from inside a signal handler), and from the loading thread when the
  * weights fail to load. On SIGINT it first offers the interrupt to
- * interrupt() where the frontend has it (ABI 1.5), which may take it.
+ * interrupt() where the frontend has it (ABI 1.6), which may take it.
  *
  * Not for: anything engine-side; a frontend sees only the host table.
  */
@@ -36,7 +36,7 @@ typedef struct pagoda_frontend_ops {
      * drain what is in flight. Safe to call more than once, before run(). */
     void (*stop)(void *ctx);
 
-    /* ---- minor 5 */
+    /* ---- minor 6 */
     /* [signal watcher thread] optional. Ctrl-C (SIGINT) arrived: return 1
      * when the frontend took it itself (terminal chat stops the reply that
      * is streaming and keeps the conversation), 0 to have the server stop
