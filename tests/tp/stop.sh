@@ -2,8 +2,8 @@
 # stop.sh: Ctrl-C on a tensor-parallel job (mpirun -n 2 with configs/tp2.ini)
 # is a stop that was asked for, not a failure (issue 23). A terminal's
 # Ctrl-C reaches mpirun alone (it puts each rank in a process group of its
-# own), which then signals every rank (SIGTERM) to end the job: the ranks
-# log the stop at INFO, none a WARN or an ERROR, and none may exit
+# own), which then signals every rank (SIGTERM) to end the job: the stop
+# is logged at INFO, no rank logs a WARN or an ERROR, and none exits
 # non-zero (mpirun would print a banner). mpirun's own exit status after a SIGINT is 1 whatever the ranks
 # do, so it is not checked. Waits are on the log, with a deadline.
 # Not for: a rank that dies (kill.sh).
@@ -46,13 +46,11 @@ after=$(sed -n '/INFO  rank 0: serving /,$p' "$tmp/rank.0"; sed -n '/rank 1 hold
 echo "$after" | grep -E " (WARN|ERROR) " && fail "a stop that was asked for logged a WARN or an ERROR"
 grep -q "non-zero exit code\|exiting improperly\|exited on signal" "$tmp/err" &&
     fail "a rank did not end cleanly"
-# rank 0 logs its SIGTERM, unless mpirun, seeing rank 1 end first (a rank
-# whose collective was interrupted leaves without MPI_Finalize), ends rank 0
-# before that signal reaches it: then the line is rank 1's alone, and
-# nobody's line is a WARN or an ERROR
+# Which ranks get to log depends on mpirun's order: a rank whose
+# collective was interrupted leaves without MPI_Finalize, and mpirun then
+# ends the other one (SIGKILL, not reported) unless its own SIGTERM, or
+# rank 0's stop, reached it first. What holds on every order: some rank
+# logged the signal at INFO, and nobody a WARN or an ERROR (above).
 grep -q "INFO  rank [01]: SIG\(TERM\|INT\): stopping" "$tmp/rank.0" "$tmp/rank.1" ||
     fail "no rank logged its stop"
-# rank 1 stops on its own signal, or on rank 0's stop when that came first
-grep -q "INFO  rank 1: tensor parallel: rank \(1 stopped on the signal\|0 said stop\)" "$tmp/rank.1" ||
-    fail "rank 1 did not log the end of its work at INFO"
-echo "tp stop: Ctrl-C to mpirun ended both ranks with INFO lines only"
+echo "tp stop: Ctrl-C to mpirun ended the job with INFO lines only"
