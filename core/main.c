@@ -5,12 +5,14 @@
  * (gen-model, bench, ...: core/tools, found through subcommand.h). Exit codes: 0 ok, 1 runtime error, 2 usage or config error.
  * Not for: any serving logic (server.c), plugin loading (plugin_loader.c).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "config_flags.h"
 #include "log.h"
 #include "memplan.h"
 #include "plugin_loader.h"
@@ -51,7 +53,8 @@ static void openblas_coretype_setup(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pagoda [serve] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+            "usage: pagoda [serve] [MODEL.gguf] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+            "                      [--port N] [-c N] [-np N] [...: the short flags below]\n"
             "       pagoda plugins [-v]\n"
             "       pagoda plan [--config FILE] [--set S.K=V]... [--model FILE] [...]\n");
     for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
@@ -62,11 +65,19 @@ static void usage(FILE *f)
             "Runs the LLM inference server described by an INI file (see docs/config.md).\n"
             "\n"
             "  -c, --config FILE      the config file; default: " DEFAULT_CONFIG " if it exists\n"
+            "                         here; with a model given, else the source tree's\n"
+            "                         (a build-tree pagoda), else the built-in defaults\n"
             "  -s, --set S.K=V        override one key, e.g. --set engine.block_size=32\n"
             "                         or --set frontend.http.port=9000 (repeatable; wins over\n"
             "                         the file)\n"
             "  -h, --help             this text\n"
             "  -V, --version          the version and plugin ABI\n"
+            "\n"
+            "short flags, as llama-server and vllm spell them; each sets one INI key\n"
+            "(docs/config.md), applied after the file like --set (-c N with a number is\n"
+            "the context size, -c FILE the config):\n");
+    pagoda_cli_flags_help(f);
+    fprintf(f,
             "\n"
             "subcommands:\n"
             "  serve                  serve with the configured frontend (the default)\n"
@@ -105,74 +116,76 @@ static int cmd_plugins(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* The default config when none is given: ./configs/default.ini, else
+ * (source_tree) the source tree's when this pagoda runs from its build
+ * tree, as the plugin search finds the build tree's plugins. NULL when
+ * neither exists. */
+static const char *default_config(char *buf, size_t n, bool source_tree)
+{
+    if (access(DEFAULT_CONFIG, R_OK) == 0) return DEFAULT_CONFIG;
+    if (!source_tree) return NULL;
+#ifdef PAGODA_SOURCE_ROOT
+    char exe[4096], root[4096];
+    if (*PAGODA_BUILD_ROOT && realpath("/proc/self/exe", exe) && realpath(PAGODA_BUILD_ROOT, root)) {
+        size_t l = strlen(root);
+        snprintf(buf, n, "%s/" DEFAULT_CONFIG, PAGODA_SOURCE_ROOT);
+        if (strncmp(exe, root, l) == 0 && exe[l] == '/' && access(buf, R_OK) == 0) return buf;
+    }
+#endif
+    (void)buf;
+    (void)n;
+    return NULL;
+}
+
 static int cmd_serve(int argc, char **argv, int first)
 {
-    const char *config_path = NULL;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    int nsets = 0, rc = EXIT_USAGE;
+    pagoda_serve_args args;
+    int rc = EXIT_USAGE;
     pagoda_config *cfg = NULL;
-    char err[2048];
-    if (!sets) {
-        fprintf(stderr, "pagoda: out of memory\n");
-        return EXIT_RUNTIME;
+    char err[4096], dbuf[4200];
+    int st = pagoda_serve_args_parse(argc, argv, first, &args, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "pagoda: %s\n", err);
+        rc = st == PAGODA_ERR_NOMEM ? EXIT_RUNTIME : EXIT_USAGE;
+        goto out;
     }
-    for (int i = first; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        bool is_config = false, is_set = false;
-        if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) is_config = true;
-        else if (strncmp(a, "--config=", 9) == 0) { is_config = true; val = a + 9; }
-        else if (strcmp(a, "-s") == 0 || strcmp(a, "--set") == 0) is_set = true;
-        else if (strncmp(a, "--set=", 6) == 0) { is_set = true; val = a + 6; }
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            rc = EXIT_OK;
-            goto out;
-        } else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-            printf("pagoda %s (plugin ABI %d.%d)\n", PAGODA_VERSION_STRING, PAGODA_ABI_MAJOR,
-                   PAGODA_ABI_MINOR);
-            rc = EXIT_OK;
+    if (args.help) {
+        usage(stdout);
+        rc = EXIT_OK;
+        goto out;
+    }
+    if (args.version) {
+        printf("pagoda %s (plugin ABI %d.%d)\n", PAGODA_VERSION_STRING, PAGODA_ABI_MAJOR,
+               PAGODA_ABI_MINOR);
+        rc = EXIT_OK;
+        goto out;
+    }
+    const char *config_path = args.config_path;
+    if (!config_path) {
+        /* the source tree's file only with a model given: a bare `pagoda`
+         * elsewhere asks for a config rather than serving the demo model */
+        config_path = default_config(dbuf, sizeof dbuf, args.model_given);
+        if (config_path) {
+            pagoda_log(PAGODA_LOG_INFO, "no --config given: using %s", config_path);
+        } else if (!args.model_given) {
+            fprintf(stderr, "pagoda: no config file: give --config FILE or a model (pagoda serve "
+                            "MODEL.gguf; the default %s was not found in the current folder); see "
+                            "pagoda --help\n", DEFAULT_CONFIG);
             goto out;
         } else {
-            fprintf(stderr, "pagoda: unknown argument '%s' (see pagoda --help)\n", a);
-            goto out;
-        }
-        if (!val) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "pagoda: %s needs a value (see pagoda --help)\n", a);
-                goto out;
-            }
-            val = argv[++i];
-        }
-        if (is_config) {
-            if (config_path) {
-                fprintf(stderr, "pagoda: --config given twice ('%s' and '%s')\n", config_path, val);
-                goto out;
-            }
-            config_path = val;
-        } else if (is_set) {
-            sets[nsets++] = val;
+            pagoda_log(PAGODA_LOG_INFO, "no --config given and no %s found: using the built-in "
+                       "defaults (the same as %s's)", DEFAULT_CONFIG, DEFAULT_CONFIG);
         }
     }
-    if (!config_path) {
-        if (access(DEFAULT_CONFIG, R_OK) != 0) {
-            fprintf(stderr, "pagoda: no config file: give --config FILE (the default %s was not "
-                            "found in the current folder); see pagoda --help\n", DEFAULT_CONFIG);
-            goto out;
-        }
-        config_path = DEFAULT_CONFIG;
-        pagoda_log(PAGODA_LOG_INFO, "no --config given: using %s", DEFAULT_CONFIG);
-    }
-    cfg = pagoda_config_load(config_path, err, sizeof err);
+    cfg = config_path ? pagoda_config_load(config_path, err, sizeof err) : pagoda_config_new_empty();
     if (!cfg) {
+        fprintf(stderr, "pagoda: %s\n", config_path ? err : "out of memory");
+        goto out;
+    }
+    if (pagoda_serve_args_apply(&args, cfg, err, sizeof err) != PAGODA_OK) {
         fprintf(stderr, "pagoda: %s\n", err);
         goto out;
     }
-    for (int i = 0; i < nsets; i++)
-        if (pagoda_config_set(cfg, sets[i], err, sizeof err) != PAGODA_OK) {
-            fprintf(stderr, "pagoda: %s\n", err);
-            goto out;
-        }
     pagoda_engine_config ec;
     if (pagoda_config_engine(cfg, &ec, err, sizeof err) != PAGODA_OK) {
         fprintf(stderr, "pagoda: %s\n", err);
@@ -182,8 +195,15 @@ static int cmd_serve(int argc, char **argv, int first)
     rc = pagoda_serve(cfg);
 out:
     pagoda_config_free(cfg);
-    free(sets);
+    pagoda_serve_args_free(&args);
     return rc;
+}
+
+/* `pagoda MODEL.gguf ...`: a first argument that is a model file, not a command. */
+static bool looks_like_model(const char *a)
+{
+    size_t l = strlen(a);
+    return (l > 5 && strcmp(a + l - 5, ".gguf") == 0) || access(a, R_OK) == 0;
 }
 
 int main(int argc, char **argv)
@@ -194,7 +214,7 @@ int main(int argc, char **argv)
     for (const pagoda_subcommand *c = pagoda_tool_subcommands; argc >= 2 && c->name; c++)
         if (strcmp(argv[1], c->name) == 0) return c->run(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cmd_serve(argc, argv, 2);
-    if (argc >= 2 && argv[1][0] != '-') {
+    if (argc >= 2 && argv[1][0] != '-' && !looks_like_model(argv[1])) {
         fprintf(stderr, "pagoda: unknown command '%s' (commands: serve, plugins, plan", argv[1]);
         for (const pagoda_subcommand *c = pagoda_tool_subcommands; c->name; c++)
             fprintf(stderr, ", %s", c->name);

@@ -274,6 +274,15 @@ static void list_names(int kind, const char **dirs, size_t nd, char *out, size_t
     }
 }
 
+const char *pagoda_plugin_closest(int kind, const char *name, char *names, size_t n)
+{
+    const char *dirs[64];
+    size_t nd = pagoda_plugin_search_dirs(dirs, 64);
+    const char *closest = NULL;
+    list_names(kind, dirs, nd, names, n, name ? name : "", &closest);
+    return closest;
+}
+
 int pagoda_plugin_find(const pagoda_config *cfg, int kind, const char *name, char *path,
                        size_t path_len, char *err, size_t err_len)
 {

@@ -63,6 +63,11 @@ int pagoda_plugin_kind_from_name(const char *word);
 int pagoda_plugin_find(const pagoda_config *cfg, int kind, const char *name, char *path,
                        size_t path_len, char *err, size_t err_len);
 
+/* The plugins of `kind` in the search folders, comma-separated into names
+ * ("" when none), and the one whose name is closest to `name` (NULL when
+ * none; the string lives until the next call). */
+const char *pagoda_plugin_closest(int kind, const char *name, char *names, size_t n);
+
 /* Load and check one file. kind/name: what the config asked for (0/NULL:
  * take whatever the file is, as `pagoda plugins` does). Does not probe or
  * validate config. On success *out is the caller's (pagoda_plugin_free). */

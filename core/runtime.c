@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "config_check.h"
 #include "host.h"
 #include "host_engine.h"
 #include "log.h"
@@ -179,6 +180,10 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
         if ((st = open_tp(rt, err, err_len))) goto fail;
         if (rt->tp->rank != 0) with_frontend = false;
     }
+    /* every section and key against the plugins named, before the model,
+     * the plan or any plugin is loaded: a typo is not found only once the
+     * plan "fits", nor is a misspelled section ignored */
+    if ((st = pagoda_config_check_plugins(cfg, err, err_len))) goto fail;
     if (!rt->ec.model[0]) {
         ERR("no model: set [engine] model = PATH in the config or --set engine.model=PATH");
         st = PAGODA_ERR_INVALID;
@@ -420,6 +425,9 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         pagoda_engine_free(e);
         return st;
     }
+    if (start && rt->h_front)
+        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", rt->model->name,
+                   pagoda_host_section(rt->h_front));
     /* published last: frontends on other threads read it to decide whether
      * the server is ready */
     pthread_mutex_lock(&rt->load_mu);
@@ -472,8 +480,11 @@ void pagoda_runtime_close(pagoda_runtime *rt)
     if (rt->engine) pagoda_engine_stop(rt->engine);
     if (rt->tp_workers_running && rt->comm && !rt->comm->broken) {
         char e[256];
+        /* after a signal every rank stops on its own (the launcher signals
+         * them all); a stop that cannot be sent then is no failure */
         if (pagoda_tp_send_stop(rt->tp, e, sizeof e))
-            pagoda_log(PAGODA_LOG_WARN, "tensor parallel: could not stop the other ranks: %s", e);
+            pagoda_log(pagoda_runtime_shutting_down(rt) ? PAGODA_LOG_DEBUG : PAGODA_LOG_WARN,
+                       "tensor parallel: could not stop the other ranks: %s", e);
     }
     if (rt->p_front) pagoda_plugin_destroy(rt->p_front, rt->front_ctx);
     pagoda_engine_free(rt->engine);

@@ -1,7 +1,8 @@
 /*
  * server.c: `pagoda --config FILE`. Signals are blocked in every thread and
  * taken by one watcher thread with sigwait, which asks the frontend to stop
- * (never from inside a signal handler). Once the frontend returns, the
+ * (never from inside a signal handler); SIGINT is first offered to the
+ * frontend's interrupt op (terminal chat takes it to stop a reply). Once the frontend returns, the
  * engine is stopped, which ends every request still in flight with a FINAL.
  * The weights load on a thread of their own while the frontend already
  * answers. Not for: building the runtime (runtime.c) or other subcommands
@@ -30,18 +31,29 @@ static void *watch_signals(void *arg)
         int sig = 0;
         if (sigwait(&w->set, &sig)) continue;
         if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
+        const pagoda_frontend_ops *fo = w->rt->p_front ? &w->rt->p_front->ops.frontend : NULL;
+        if (sig == SIGINT && fo && fo->interrupt && w->rt->front_ctx &&
+            !pagoda_runtime_shutting_down(w->rt) && fo->interrupt(w->rt->front_ctx)) {
+            /* terminal chat stopped its reply and goes on */
+            pagoda_log(PAGODA_LOG_DEBUG, "SIGINT: taken by frontend %s",
+                       pagoda_host_section(w->rt->h_front));
+            continue;
+        }
+        /* before the stop is published: a worker rank whose collective the
+         * interrupt below ends then knows that it was asked to stop */
+        __atomic_store_n(&w->rt->shutting_down, 1, __ATOMIC_RELEASE);
         pagoda_log(PAGODA_LOG_INFO, "%s: stopping (in-flight requests end with a final event)",
                    sig == SIGINT ? "SIGINT" : "SIGTERM");
         if (w->rt->tp) {
             /* the launcher signals every rank of a job that ends (mpirun does so
              * at once when a rank dies, then SIGKILLs a second later): a
              * collective waiting on another rank is ended, so the step in
-             * flight fails and its requests hear the error now */
-            pagoda_log(PAGODA_LOG_WARN, "tensor parallel: the group is stopping; a step in flight "
-                       "fails and its requests end with an error");
+             * flight fails and its requests hear the error now. A stop that
+             * was asked for is no failure: INFO, and each rank exits 0. */
+            pagoda_log(PAGODA_LOG_INFO, "tensor parallel: rank %d stops with the group (a step in "
+                       "flight ends its requests with an error)", w->rt->tp->rank);
             pagoda_runtime_interrupt_comm(w->rt);
         }
-        __atomic_store_n(&w->rt->shutting_down, 1, __ATOMIC_RELEASE);
         if (w->rt->p_front && w->rt->front_ctx) w->rt->p_front->ops.frontend.stop(w->rt->front_ctx);
     }
 }
@@ -57,14 +69,14 @@ typedef struct loader {
 static void *load_weights(void *arg)
 {
     loader *l = arg;
+    /* the "serving" line is logged inside, before the engine is published:
+     * a frontend that waits for ready (terminal chat's prompt) then writes
+     * after it */
     l->st = pagoda_runtime_load(l->rt, true, l->err, sizeof l->err);
     if (l->st) {
         pagoda_log(PAGODA_LOG_ERROR, "%s", l->err);
         pagoda_runtime_load_failed(l->rt);
         l->rt->p_front->ops.frontend.stop(l->rt->front_ctx);
-    } else {
-        pagoda_log(PAGODA_LOG_INFO, "serving %s with %s", l->rt->model->name,
-                   pagoda_host_section(l->rt->h_front));
     }
     return NULL;
 }
@@ -94,7 +106,14 @@ int pagoda_serve(pagoda_config *cfg)
         /* tensor parallelism: a rank other than 0 serves no one; it runs
          * rank 0's steps on its shard until rank 0 says stop */
         st = pagoda_runtime_work(rt, err, sizeof err);
-        if (st) pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+        if (st && pagoda_runtime_shutting_down(rt)) {
+            /* the signal ended the wait for rank 0's next step: asked for */
+            pagoda_log(PAGODA_LOG_INFO, "tensor parallel: rank %d stopped on the signal (after "
+                       "%lld steps)", rt->tp->rank, (long long)rt->tp->steps);
+            st = PAGODA_OK;
+        } else if (st) {
+            pagoda_log(PAGODA_LOG_ERROR, "%s", err);
+        }
         if (have_watcher) {
             pthread_kill(th, SIGUSR2);
             pthread_join(th, NULL);

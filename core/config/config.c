@@ -565,6 +565,14 @@ bool pagoda_config_entry(const pagoda_config *c, size_t i, const char **section,
     return true;
 }
 
+bool pagoda_config_section_at(const pagoda_config *c, size_t i, const char **name, int *line)
+{
+    if (!c || i >= c->ns) return false;
+    if (name) *name = c->s[i].name;
+    if (line) *line = c->s[i].line;
+    return true;
+}
+
 int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char *err,
                          size_t err_len)
 {

@@ -101,6 +101,10 @@ const char *pagoda_config_dir(const pagoda_config *c);
 bool pagoda_config_entry(const pagoda_config *c, size_t i, const char **section, const char **key,
                          const char **value);
 
+/* Iterate the sections in the order first seen: its name and the line of
+ * its header (0 when only --set named it); false past the end. */
+bool pagoda_config_section_at(const pagoda_config *c, size_t i, const char **name, int *line);
+
 void pagoda_config_free(pagoda_config *c);
 /* A hash of every key and value, in the order they were given (tensor
  * parallelism's ranks compare it at start). */

@@ -9,7 +9,8 @@
  * done (stdin at EOF with every request finished) or stop() was called.
  * The core calls stop() on SIGINT/SIGTERM from a watcher thread (never
  * from inside a signal handler), and from the loading thread when the
- * weights fail to load.
+ * weights fail to load. On SIGINT it first offers the interrupt to
+ * interrupt() where the frontend has it (ABI 1.6), which may take it.
  *
  * Not for: anything engine-side; a frontend sees only the host table.
  */
@@ -34,6 +35,15 @@ typedef struct pagoda_frontend_ops {
     /* [any thread] required. Ask run() to return: stop accepting, cancel or
      * drain what is in flight. Safe to call more than once, before run(). */
     void (*stop)(void *ctx);
+
+    /* ---- minor 6 */
+    /* [signal watcher thread] optional. Ctrl-C (SIGINT) arrived: return 1
+     * when the frontend took it itself (terminal chat stops the reply that
+     * is streaming and keeps the conversation), 0 to have the server stop
+     * as on SIGTERM. NULL: the server stops. Must not block; any output it
+     * writes (ending a half-written line) comes before the core's log line
+     * about stopping. */
+    int (*interrupt)(void *ctx);
 } pagoda_frontend_ops;
 
 #ifdef __cplusplus

@@ -35,8 +35,9 @@ extern "C" {
  * comm kind (comm.h): collectives for tensor parallelism (comm-mpi,
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
- * expert) and moe_combine (the routed rows' weighted sum). */
-#define PAGODA_ABI_MINOR 5
+ * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
+#define PAGODA_ABI_MINOR 6
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

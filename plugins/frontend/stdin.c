@@ -8,10 +8,18 @@
  * output and appended to the conversation.
  * Not for: anything network-facing (see http/).
  *
+ * Terminal chat: the "> " prompt shows once the weights are in (after the
+ * load's log lines) and after each reply. Ctrl-C while a reply streams
+ * stops that reply and keeps the conversation (interrupt(), which the core
+ * calls on SIGINT); Ctrl-C at the prompt, or a second one before the reply
+ * has stopped, quits, with the line the frontend writes ended first so the
+ * core's log line does not land inside the reply.
+ *
  * Threading: one thread (the core's, in run()) reads, submits and writes.
  * The engine's callback only appends to the request under fe->mu and pokes
  * a pipe; the main loop poll()s the input and that pipe, so output never
  * blocks the engine thread and stop() can interrupt a blocked read.
+ * interrupt() runs on the core's signal watcher thread, under fe->mu.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -70,7 +78,10 @@ struct stdin_fe {
     int inflight;
     int stop_req;
     int cancelled_all;
-    int said_quitting;       /* chat on a terminal: the stop was announced */
+    int said_quitting;       /* chat on a terminal: the stop was announced (under mu) */
+    int prompt_tty;          /* chat with a terminal for output (under mu) */
+    int turn_active;         /* chat: a reply is being generated (under mu) */
+    int interrupt_req;       /* chat: Ctrl-C asked to stop that reply (under mu) */
     /* chat */
     pagoda_chat_message *hist;
     int n_hist, cap_hist;
@@ -105,6 +116,8 @@ static void on_event(void *user, const pagoda_event *ev)
 }
 
 /* ---------------------------------------------------------------- output */
+
+static int stop_asked(stdin_fe *fe);
 
 static void write_line(stdin_fe *fe, const char *s)
 {
@@ -200,7 +213,9 @@ static void drain(stdin_fe *fe, int chat, char **chat_reply)
         n = r->next;
         if (chat) {
             fputc('\n', fe->out);
-            if (r->finish_reason == PAGODA_FINISH_ERROR)
+            if (r->finish_reason == PAGODA_FINISH_CANCELLED && !stop_asked(fe))
+                fputs("[reply stopped]\n", fe->out);
+            else if (r->finish_reason == PAGODA_FINISH_ERROR)
                 fprintf(fe->out, "[error: %s]\n", r->error ? r->error : "generation failed");
             fflush(fe->out);
             if (chat_reply) *chat_reply = strdup(r->text.p ? r->text.p : "");
@@ -416,6 +431,14 @@ static int hist_push(stdin_fe *fe, const char *role, char *content)
     return 0;
 }
 
+static int interrupt_asked(stdin_fe *fe)
+{
+    pthread_mutex_lock(&fe->mu);
+    int s = fe->interrupt_req;
+    pthread_mutex_unlock(&fe->mu);
+    return s;
+}
+
 /* Chat mode: one user turn; waits for the reply, streaming it. */
 static void chat_turn(stdin_fe *fe, const char *line, size_t len, long lineno)
 {
@@ -433,13 +456,17 @@ static void chat_turn(stdin_fe *fe, const char *line, size_t len, long lineno)
         p.req.prompt_len = len;
     }
     int busy;
-    while ((busy = submit(fe, &p, lineno)) == 1 && !stop_asked(fe)) usleep(RETRY_MS * 1000);
+    pthread_mutex_lock(&fe->mu);
+    fe->turn_active = 1; /* from here a Ctrl-C stops this turn, not pagoda */
+    fe->interrupt_req = 0;
+    pthread_mutex_unlock(&fe->mu);
+    while ((busy = submit(fe, &p, lineno)) == 1 && !stop_asked(fe) && !interrupt_asked(fe))
+        usleep(RETRY_MS * 1000);
     parsed_clear(fe, &p);
-    if (busy) return;
     char *reply = NULL;
     int cancelled = 0;
-    while (inflight(fe) > 0) {
-        if (stop_asked(fe) && !cancelled) {
+    while (!busy && inflight(fe) > 0) {
+        if ((stop_asked(fe) || interrupt_asked(fe)) && !cancelled) {
             cancel_all(fe);
             cancelled = 1;
         }
@@ -450,19 +477,43 @@ static void chat_turn(stdin_fe *fe, const char *line, size_t len, long lineno)
         }
         drain(fe, 1, &reply);
     }
-    drain(fe, 1, &reply);
-    if (reply) hist_push(fe, "assistant", reply);
+    if (!busy) drain(fe, 1, &reply);
+    /* a stopped reply stays in the conversation as far as it got: the
+     * next turn follows on from what the user saw */
+    if (reply && hist_push(fe, "assistant", reply) < 0) free(reply);
+    pthread_mutex_lock(&fe->mu);
+    fe->turn_active = 0;
+    fe->interrupt_req = 0;
+    pthread_mutex_unlock(&fe->mu);
 }
 
-/* Ctrl-C (SIGINT) and SIGTERM stop the whole server, not only the reply
- * (the core takes the signal): on a terminal, say so once instead of
- * leaving a prompt that nothing will read. */
-static void say_quitting(stdin_fe *fe)
+/* SIGTERM, and Ctrl-C at the prompt, stop the whole server: on a
+ * terminal, say so once instead of leaving a prompt that nothing will
+ * read. Caller holds fe->mu. */
+static void say_quitting_locked(stdin_fe *fe)
 {
-    if (fe->said_quitting) return;
+    if (fe->said_quitting || !fe->prompt_tty || !fe->out) return;
     fe->said_quitting = 1;
     fputs("\n[interrupted: pagoda is quitting]\n", fe->out);
     fflush(fe->out);
+}
+
+static void say_quitting(stdin_fe *fe)
+{
+    pthread_mutex_lock(&fe->mu);
+    say_quitting_locked(fe);
+    pthread_mutex_unlock(&fe->mu);
+}
+
+/* Has the engine got its weights in? (The prompt waits for it, so that it
+ * comes after the load's log lines.) */
+static int engine_ready(stdin_fe *fe)
+{
+    pagoda_engine_stats es;
+    memset(&es, 0, sizeof es);
+    es.struct_size = sizeof es;
+    if (!fe->host->stats || fe->host->stats(fe->host, &es) != PAGODA_OK) return 1;
+    return es.ready || (fe->host->shutting_down && fe->host->shutting_down(fe->host));
 }
 
 static int stdin_run(void *ctx)
@@ -491,6 +542,10 @@ static int stdin_run(void *ctx)
     }
     int chat = fe->mode == MODE_CHAT || (fe->mode == MODE_AUTO && isatty(fe->in_fd));
     int prompt_tty = chat && isatty(fileno(fe->out));
+    pthread_mutex_lock(&fe->mu);
+    fe->prompt_tty = prompt_tty;
+    pthread_mutex_unlock(&fe->mu);
+    int need_prompt = prompt_tty; /* the first one: once the weights are in */
 
     sbuf buf = {0};
     size_t scan = 0;
@@ -500,7 +555,6 @@ static int stdin_run(void *ctx)
     int have_pending = 0;
     long pending_line = 0;
     memset(&pending, 0, sizeof pending);
-    if (prompt_tty) { fputs("> ", fe->out); fflush(fe->out); }
 
     for (;;) {
         drain(fe, 0, NULL);
@@ -519,6 +573,11 @@ static int stdin_run(void *ctx)
             parsed_clear(fe, &pending);
             have_pending = 0;
         }
+        if (need_prompt && !stopping && engine_ready(fe)) {
+            need_prompt = 0;
+            fputs("> ", fe->out);
+            fflush(fe->out);
+        }
         /* lines already buffered */
         while (!have_pending && !stopping) {
             char *nl = buf.len > scan ? memchr(buf.p + scan, '\n', buf.len - scan) : NULL;
@@ -534,11 +593,15 @@ static int stdin_run(void *ctx)
             if (!copy) break;
             if (chat) {
                 if (len) chat_turn(fe, copy, len, lineno);
-                /* a stop (Ctrl-C) during the turn ends the program: a fresh
-                 * prompt would wait for a line that is then ignored */
+                /* a stop during the turn ends the program: a fresh prompt
+                 * would wait for a line that is then ignored */
                 stopping = stop_asked(fe);
                 if (prompt_tty && stopping) say_quitting(fe);
-                else if (prompt_tty) { fputs("> ", fe->out); fflush(fe->out); }
+                else if (prompt_tty) {
+                    need_prompt = 0;
+                    fputs("> ", fe->out);
+                    fflush(fe->out);
+                }
             } else {
                 parsed p;
                 memset(&p, 0, sizeof p);
@@ -566,7 +629,7 @@ static int stdin_run(void *ctx)
 
         struct pollfd pf[2] = {{.fd = fe->wake[0], .events = POLLIN}, {.fd = fe->in_fd, .events = POLLIN}};
         int nfds = (eof || stopping || have_pending) ? 1 : 2;
-        int pr = poll(pf, (nfds_t)nfds, have_pending ? RETRY_MS : -1);
+        int pr = poll(pf, (nfds_t)nfds, have_pending || need_prompt ? RETRY_MS : -1);
         if (pr < 0 && errno != EINTR) {
             rc = h->error(h, PAGODA_ERR_IO, "poll: %s", strerror(errno));
             pthread_mutex_lock(&fe->mu);
@@ -612,6 +675,9 @@ static int stdin_run(void *ctx)
     }
     drain(fe, 0, NULL);
     free(buf.p);
+    pthread_mutex_lock(&fe->mu);
+    fe->prompt_tty = 0; /* interrupt() writes no more */
+    pthread_mutex_unlock(&fe->mu);
 out:
     if (own_in) close(fe->in_fd);
     if (own_out && fe->out) fclose(fe->out);
@@ -627,6 +693,26 @@ static void stdin_stop(void *ctx)
     fe->stop_req = 1;
     pthread_mutex_unlock(&fe->mu);
     poke(fe);
+}
+
+/* [signal watcher thread] Ctrl-C: a reply streaming in chat is stopped
+ * (the run loop cancels it) and the chat goes on; otherwise, or when one
+ * was already asked to stop, the server quits, the terminal line ended
+ * first. */
+static int stdin_interrupt(void *ctx)
+{
+    stdin_fe *fe = ctx;
+    int took = 0;
+    pthread_mutex_lock(&fe->mu);
+    if (fe->turn_active && !fe->interrupt_req && !fe->stop_req) {
+        fe->interrupt_req = 1;
+        took = 1;
+        poke(fe);
+    } else {
+        say_quitting_locked(fe);
+    }
+    pthread_mutex_unlock(&fe->mu);
+    return took;
 }
 
 static int stdin_create(const pagoda_host *h, void **ctx, char *err, size_t err_len)
@@ -698,6 +784,7 @@ static const pagoda_frontend_ops stdin_ops = {
     .struct_size = sizeof(pagoda_frontend_ops),
     .run = stdin_run,
     .stop = stdin_stop,
+    .interrupt = stdin_interrupt,
 };
 
 static const pagoda_plugin_desc stdin_desc = {

@@ -1,6 +1,7 @@
 /* test_bench.c: the bench's workload generator and statistics (pure
  * functions), and two small runs of `pagoda bench` on the bundled model
  * whose counts (never times) are checked through its JSON report. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -303,6 +304,49 @@ START_TEST(bench_run_counts)
 }
 END_TEST
 
+/* `pagoda bench` says what it is doing on stderr (issue 23: two minutes
+ * with no line): each round and side of a comparison, each phase, and the
+ * workload's requests done, up to all of them. */
+START_TEST(bench_progress_lines)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s", tu_build("test_bench_stderr.txt"));
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+    close(fd);
+    static const char *const args[] = {"--compare", "sched", "--repeat", "2", "--requests", "8",
+                                       "--concurrency", "4", "--prompt-len", "8", "--output-len", "4"};
+    json_t *root = run_bench(args, 12);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    json_decref(root);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(path);
+    const char *want[] = {
+        "bench: round 1 of 2, side continuous\n", "bench: [continuous] warm-up\n",
+        "bench: [continuous] workload: 8 requests\n",
+        "bench: [continuous] workload: 8 of 8 requests done\n",
+        "bench: round 1 of 2, side static\n", "bench: round 2 of 2, side continuous\n",
+        "bench: round 2 of 2, side static\n", "bench: [static] workload: 8 of 8 requests done\n",
+    };
+    const char *at = text;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = strstr(at, want[i]);
+        ck_assert_msg(hit, "'%s' missing (in this order) from:\n%s", want[i], text);
+        at = hit + strlen(want[i]);
+    }
+}
+END_TEST
+
 START_TEST(bench_compare_kv_counts)
 {
     /* same pool (4096 tokens = 256 blocks); contiguous reserves the model's
@@ -359,6 +403,7 @@ static Suite *suite(void)
     TCase *tr = tcase_create("runs");
     tcase_set_timeout(tr, 600);
     tcase_add_test(tr, bench_run_counts);
+    tcase_add_test(tr, bench_progress_lines);
     tcase_add_test(tr, bench_compare_kv_counts);
     tcase_add_test(tr, bench_serve_counts);
     suite_add_tcase(s, tr);

@@ -1,6 +1,9 @@
 /* test_config.c: the INI config: parsing, [engine] checks, section names,
  * plugin-section validation, --set, sizes and paths, with the exact error
- * texts users see. */
+ * texts users see; the check of every section and key against the real
+ * plugins before anything loads (config_check.c, with the build tree's
+ * plugins through PAGODA_PLUGIN_PATH), and the serve command line's short
+ * flags (config_flags.c). */
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>
@@ -10,6 +13,8 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_check.h"
+#include "config_flags.h"
 #include "testutil.h"
 
 static char g_dir[256];   /* a fresh temp folder per test */
@@ -506,6 +511,167 @@ START_TEST(test_parsers)
 }
 END_TEST
 
+
+/* err starts with "FILE:LINE: " + rest (the plugin lists that follow depend
+ * on the build). */
+static void assert_at_prefix(const char *err, int line, const char *rest)
+{
+    char want[4096];
+    snprintf(want, sizeof want, "%s:%d: %s", g_path, line, rest);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "got '%s'\nwant '%s...'", err, want);
+}
+
+static const char *check_err(const char *text)
+{
+    pagoda_config *c = load_ok(text);
+    int st = pagoda_config_check_plugins(c, g_err, sizeof g_err);
+    pagoda_config_free(c);
+    ck_assert_msg(st != PAGODA_OK, "expected a check error for:\n%s", text);
+    return g_err;
+}
+
+START_TEST(test_check_plugins)
+{
+    /* a misspelled section is named with its line and the closest plugin */
+    assert_at_prefix(check_err("[engine]\nfrontend = http\n\n[frontend.htp]\nport = 9000\n"), 4,
+                     "[frontend.htp]: there is no frontend plugin 'htp'; did you mean "
+                     "[frontend.http]? (frontend plugins: ");
+    assert_at_prefix(check_err("[backend.cpuu]\nthreads = 2\n"), 1,
+                     "[backend.cpuu]: there is no backend plugin 'cpuu'; did you mean [backend.cpu]?");
+    /* a plugin key's typo, in a plugin in use and in one that is not */
+    /* (a prefix: the HTTP frontend's key list grows) */
+    assert_at_prefix(check_err("[engine]\nbackend = cpu\n[frontend.http]\nhost = 127.0.0.1\nprot = 8080\n"),
+                     5, "unknown key 'prot' in [frontend.http]; did you mean 'port'? (valid keys: "
+                     "host, port, ");
+    assert_at_prefix(check_err("[frontend.stdin]\nmod = chat\n"), 2,
+                     "unknown key 'mod' in [frontend.stdin]; did you mean 'mode'?");
+    assert_at(check_err("[backend.cpu]\nthreads = 999\n"), 2,
+              "bad value for backend.cpu.threads: '999'; expected an integer from 0 to 256");
+    /* a plugin name in [engine] that names no plugin */
+    assert_at_prefix(check_err("[engine]\nbackend = cpu\nfrontend = htp\n"), 3,
+                     "engine.frontend = htp: no frontend plugin 'htp': looked for frontend-htp.so in ");
+    ck_assert_ptr_nonnull(strstr(g_err, "did you mean 'http'?"));
+    /* a section named only by --set */
+    pagoda_config *c = pagoda_config_new_empty();
+    ck_assert_int_eq(pagoda_config_set(c, "frontend.htp.port=1", g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_ne(pagoda_config_check_plugins(c, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_msg(strncmp(g_err, "--set: [frontend.htp]: there is no frontend plugin 'htp'; did "
+                                 "you mean [frontend.http]?", 75) == 0, "%s", g_err);
+    pagoda_config_free(c);
+    /* good sections pass; so do the shipped configs that run on the CPU */
+    c = load_ok("[engine]\nscheduler = continuous\n[scheduler.continuous]\nmax_num_seqs = 4\n"
+                "[frontend.stdin]\nmode = chat\n[backend.cpu]\nthreads = 1\n");
+    ck_assert_msg(pagoda_config_check_plugins(c, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    pagoda_config_free(c);
+    const char *shipped[] = {"default.ini", "cpu-ci.ini", "chat.ini", "gemma3.ini"};
+    for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/configs/%s", PAGODA_TEST_SOURCE_DIR, shipped[i]);
+        c = pagoda_config_load(p, g_err, sizeof g_err);
+        ck_assert_msg(c != NULL, "%s: %s", p, g_err);
+        ck_assert_msg(pagoda_config_check_plugins(c, g_err, sizeof g_err) == PAGODA_OK, "%s: %s", p,
+                      g_err);
+        pagoda_config_free(c);
+    }
+}
+END_TEST
+
+/* Parse a serve command line (words split on spaces) into a, applied to c. */
+static int flags_run(const char *line, pagoda_serve_args *a, pagoda_config *c)
+{
+    static char buf[1024];
+    static char *argv[64];
+    snprintf(buf, sizeof buf, "%s", line);
+    int argc = 0;
+    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t && argc < 63;
+         t = strtok_r(NULL, " ", &save))
+        argv[argc++] = t;
+    int st = pagoda_serve_args_parse(argc, argv, 0, a, g_err, sizeof g_err);
+    if (st == PAGODA_OK && c) st = pagoda_serve_args_apply(a, c, g_err, sizeof g_err);
+    return st;
+}
+
+START_TEST(test_short_flags)
+{
+    pagoda_serve_args a;
+    pagoda_config *c = pagoda_config_new_empty();
+    ck_assert_msg(flags_run("m.gguf --port 8081 --host 0.0.0.0 -c 4096 -np 8 -t 2 --api-key s3cret "
+                            "--temp 0 -n 32 --seed 7 --alias smol", &a, c) == PAGODA_OK, "%s", g_err);
+    ck_assert_ptr_null(a.config_path);
+    ck_assert(a.model_given);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "model"), "m.gguf");
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "port"), "8081");
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "host"), "0.0.0.0");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "max_seq_len"), "4096");
+    ck_assert_str_eq(pagoda_config_get(c, "scheduler.continuous", "max_num_seqs"), "8");
+    ck_assert_str_eq(pagoda_config_get(c, "backend.cpu", "threads"), "2");
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "api_key"), "s3cret");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "temperature"), "0");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "default_max_tokens"), "32");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "seed"), "7");
+    ck_assert_str_eq(pagoda_config_get(c, "frontend.http", "served_model_name"), "smol");
+    /* every key the flags wrote is one the plugins have */
+    ck_assert_msg(pagoda_config_check_plugins(c, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    pagoda_serve_args_free(&a);
+    pagoda_config_free(c);
+
+    /* vllm's spellings, --flag=value, and a plugin key that follows [engine] */
+    c = pagoda_config_new_empty();
+    ck_assert_msg(flags_run("--model=x.gguf --max-model-len 2048 --max-num-seqs=3 --set "
+                            "engine.scheduler=priority --block-size 32 --gpu-memory-utilization 0.5 "
+                            "-tp 2 --served-model-name m", &a, c) == PAGODA_OK, "%s", g_err);
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "model"), "x.gguf");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "max_seq_len"), "2048");
+    ck_assert_str_eq(pagoda_config_get(c, "scheduler.priority", "max_num_seqs"), "3");
+    ck_assert_ptr_null(pagoda_config_get(c, "scheduler.continuous", "max_num_seqs"));
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "block_size"), "32");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "gpu_memory_utilization"), "0.5");
+    ck_assert_str_eq(pagoda_config_get(c, "engine", "tensor_parallel"), "2");
+    pagoda_serve_args_free(&a);
+    pagoda_config_free(c);
+
+    /* -c FILE is still --config; -s is --set */
+    ck_assert_int_eq(flags_run("-c my.ini -s engine.seed=3", &a, NULL), PAGODA_OK);
+    ck_assert_str_eq(a.config_path, "my.ini");
+    ck_assert_int_eq(a.n, 1);
+    ck_assert_ptr_null(a.a[0].flag);
+    ck_assert_str_eq(a.a[0].text, "engine.seed=3");
+    pagoda_serve_args_free(&a);
+    ck_assert_int_eq(flags_run("--help", &a, NULL), PAGODA_OK);
+    ck_assert(a.help);
+    pagoda_serve_args_free(&a);
+
+    /* refusals, each naming the flag */
+    struct { const char *line; const char *msg; } bad[] = {
+        {"--prot 8080", "unknown argument '--prot'; did you mean '--port'? (see pagoda --help)"},
+        {"--port", "--port needs a value (see pagoda --help)"},
+        {"a.gguf b.gguf", "unexpected argument 'b.gguf': the model is given already (one "
+                          "MODEL.gguf; other settings are flags, see pagoda --help)"},
+        {"a.gguf -m b.gguf", "the model is given twice (MODEL, -m or --model once)"},
+        {"-c a.ini --config b.ini", "--config given twice ('a.ini' and 'b.ini')"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(flags_run(bad[i].line, &a, NULL), PAGODA_ERR_INVALID);
+        ck_assert_str_eq(g_err, bad[i].msg);
+        pagoda_serve_args_free(&a);
+    }
+    c = pagoda_config_new_empty();
+    ck_assert_int_eq(flags_run("--ctx-size lots", &a, c), PAGODA_ERR_INVALID);
+    ck_assert_str_eq(g_err, "--ctx-size lots (engine.max_seq_len): bad value for "
+                            "engine.max_seq_len: 'lots'; expected an integer from 0 to 16777216");
+    pagoda_serve_args_free(&a);
+    pagoda_config_free(c);
+    /* a plugin key's bad value is the plugin section's check, before loading */
+    c = pagoda_config_new_empty();
+    ck_assert_int_eq(flags_run("--port 70000", &a, c), PAGODA_OK);
+    ck_assert_int_ne(pagoda_config_check_plugins(c, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_str_eq(g_err, "--set: bad value for frontend.http.port: '70000'; expected an "
+                            "integer from 0 to 65535");
+    pagoda_serve_args_free(&a);
+    pagoda_config_free(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("config");
@@ -524,6 +690,8 @@ static Suite *suite(void)
     tcase_add_test(t, test_set_overrides);
     tcase_add_test(t, test_validate_section);
     tcase_add_test(t, test_parsers);
+    tcase_add_test(t, test_check_plugins);
+    tcase_add_test(t, test_short_flags);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1,9 +1,11 @@
 /* test_stdin_frontend.c: the stdin frontend plugin (plugins/frontend/stdin.c)
  * against the fake engine host: plain, JSON and malformed lines, text
- * format, queue-full retry, submission without waiting, chat mode, stop(). */
+ * format, queue-full retry, submission without waiting, chat mode, chat's
+ * Ctrl-C (interrupt()), stop(). */
 #include <dlfcn.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,7 +324,8 @@ START_TEST(test_stop)
     pthread_create(&r.th, NULL, run_bg, &r);
     const char *line = "{\"prompt\":\"go forever\",\"max_tokens\":100,\"id\":\"s\"}\n";
     ck_assert_int_eq(write(pfd[1], line, strlen(line)), (ssize_t)strlen(line));
-    ck_assert_int_eq(fake_wait_count(r.f, &r.f->n_tokens_emitted, 2, 30), 2);
+    /* at least 2: the engine thread may emit another before this thread wakes */
+    ck_assert_int_ge(fake_wait_count(r.f, &r.f->n_tokens_emitted, 2, 30), 2);
     r.ops->stop(r.ctx);
     pthread_join(r.th, NULL);
     ck_assert_int_eq(r.rc, PAGODA_OK);
@@ -334,6 +337,61 @@ START_TEST(test_stop)
     ck_assert_str_eq(sget(l[0], "id"), "s");
     ck_assert_str_eq(sget(l[0], "finish_reason"), "cancelled");
     json_decref(l[0]);
+    free(out);
+    close(pfd[0]);
+    close(pfd[1]);
+    teardown(&r);
+}
+END_TEST
+
+/* Terminal chat's Ctrl-C (interrupt(), from the core's signal watcher
+ * thread): while a reply streams it is taken, the reply is cancelled and
+ * the chat goes on with that partial reply in the conversation; a second
+ * one before the reply has stopped is left to the core (quit). */
+START_TEST(test_chat_interrupt)
+{
+    fe_run r;
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    char inpath[64];
+    snprintf(inpath, sizeof inpath, "/dev/fd/%d", pfd[0]);
+    /* replies that outlast any host's delay: only the interrupt ends them */
+    fake_kv extra[] = {{"input", inpath}, {"mode", "chat"}, {"max_tokens", "100000000"}};
+    setup(&r, NULL, extra, 3, 2000);
+    r.f->n_ctx = 1 << 30;
+    ck_assert_ptr_nonnull(r.ops->interrupt);
+    ck_assert_int_eq(r.ops->interrupt(r.ctx), 0); /* no reply streaming: the core stops */
+    pthread_create(&r.th, NULL, run_bg, &r);
+    const char *lines[] = {"tell forever\n", "again forever\n", "third forever\n"};
+    int tokens = 0;
+    for (int turn = 0; turn < 3; turn++) {
+        ck_assert_int_eq(write(pfd[1], lines[turn], strlen(lines[turn])), (ssize_t)strlen(lines[turn]));
+        ck_assert_int_eq(fake_wait_count(r.f, &r.f->n_log, turn + 1, 30), turn + 1);
+        tokens = fake_wait_count(r.f, &r.f->n_tokens_emitted, tokens + 3, 30);
+        ck_assert_int_eq(r.ops->interrupt(r.ctx), 1); /* the reply, not pagoda */
+        if (turn < 2) {
+            ck_assert_int_eq(fake_wait_count(r.f, &r.f->n_final, turn + 1, 30), turn + 1);
+        } else {
+            /* a second Ctrl-C before the reply stopped: the core's to take */
+            ck_assert_int_eq(r.ops->interrupt(r.ctx), 0);
+            r.ops->stop(r.ctx);
+        }
+    }
+    pthread_join(r.th, NULL);
+    ck_assert_int_eq(r.rc, PAGODA_OK);
+    ck_assert_int_eq(r.f->n_cancel, 3);
+    /* the third turn was rendered from the whole conversation, the stopped
+     * replies included */
+    const char *render = r.f->last_render;
+    const char *u1 = strstr(render, "<|user|>tell forever\n<|assistant|>");
+    const char *u2 = strstr(render, "<|user|>again forever\n<|assistant|>");
+    const char *u3 = strstr(render, "<|user|>third forever\n<|assistant|>");
+    ck_assert_msg(u1 && u2 && u3 && u1 < u2 && u2 < u3, "render: %s", render);
+    ck_assert_msg(u2 - u1 > (ptrdiff_t)strlen("<|user|>tell forever\n<|assistant|>\n"),
+                  "the first reply is not in the conversation: %s", render);
+    char *out = read_file(r.out);
+    const char *a = strstr(out, "[reply stopped]\n");
+    ck_assert_msg(a && strstr(a + 1, "[reply stopped]\n"), "output: %s", out);
     free(out);
     close(pfd[0]);
     close(pfd[1]);
@@ -379,6 +437,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_no_waiting);
     tcase_add_test(tc, test_text_format_and_queue_full);
     tcase_add_test(tc, test_chat_mode);
+    tcase_add_test(tc, test_chat_interrupt);
     tcase_add_test(tc, test_stop);
     tcase_add_test(tc, test_bad_config);
     suite_add_tcase(s, tc);

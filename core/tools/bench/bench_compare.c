@@ -75,6 +75,8 @@ static int run_pair_by(const bench_opts *oa, const char *la, const char *const *
         for (int side = 0; side < 2; side++) {
             bench_result cur, *best = side ? rb : ra;
             memset(&cur, 0, sizeof cur);
+            if (n > 1 && !(side ? ob : oa)->quiet)
+                fprintf(stderr, "bench: round %d of %d, side %s\n", i + 1, n, side ? lb : la);
             int st = bench_run_side(side ? ob : oa, side ? lb : la, mp, side ? sb : sa, SIDE_WORKLOAD,
                                     &cur, err, err_len);
             if (st) {

@@ -272,10 +272,38 @@ int bench_finish_result(run_ctx *c, req_rec *rec, int32_t n, const pagoda_engine
     return PAGODA_OK;
 }
 
-/* Drive the engine through the workload and fill res. */
-static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
-                        const pagoda_bench_req *reqs, bench_result *res, char *err, size_t err_len)
+/* The workload's progress on stderr: one line redrawn in place on a
+ * terminal, else a line at each quarter; nothing when quiet. */
+typedef struct wl_progress {
+    const char *label;
+    int32_t total, shown; /* shown: requests done at the last line (-1: none) */
+    bool on, tty;
+} wl_progress;
+
+static void wl_progress_show(wl_progress *p, int32_t done)
 {
+    if (!p->on || done == p->shown) return;
+    if (p->tty) {
+        fprintf(stderr, "\rbench: [%s] workload: %d of %d requests done", p->label, done, p->total);
+        if (done == p->total) fputc('\n', stderr);
+    } else {
+        if (done == 0) return; /* the phase's own line said it started */
+        int32_t q = p->total >= 4 ? p->total / 4 : 1;
+        if (done != p->total && (p->shown >= 0 && done / q == p->shown / q)) return;
+        fprintf(stderr, "bench: [%s] workload: %d of %d requests done\n", p->label, done, p->total);
+    }
+    fflush(stderr);
+    p->shown = done;
+}
+
+/* Drive the engine through the workload and fill res; show: the
+ * progress lines (the measured workload, not the warm-up). */
+static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
+                        const pagoda_bench_req *reqs, bench_result *res, bool show, char *err,
+                        size_t err_len)
+{
+    wl_progress pg = {.label = res->label, .total = w->n_requests, .shown = -1, .on = show,
+                      .tty = show && isatty(STDERR_FILENO)};
     int32_t n = w->n_requests;
     size_t cap_itl = 0;
     for (int32_t i = 0; i < n; i++) cap_itl += (size_t)reqs[i].max_tokens;
@@ -308,12 +336,23 @@ static int run_workload(pagoda_runtime *rt, const pagoda_bench_workload *w,
                 pthread_mutex_lock(&c.mu);
             }
             if (next < n) pthread_cond_wait(&c.cv, &c.mu);
+            int32_t done = c.n_done;
+            pthread_mutex_unlock(&c.mu);
+            wl_progress_show(&pg, done); /* stderr written without the lock */
+            pthread_mutex_lock(&c.mu);
         }
         pthread_mutex_unlock(&c.mu);
     }
     pthread_mutex_lock(&c.mu);
-    while (c.n_done < n) pthread_cond_wait(&c.cv, &c.mu);
+    while (c.n_done < n) {
+        int32_t done = c.n_done;
+        pthread_mutex_unlock(&c.mu);
+        wl_progress_show(&pg, done);
+        pthread_mutex_lock(&c.mu);
+        if (c.n_done == done) pthread_cond_wait(&c.cv, &c.mu);
+    }
     pthread_mutex_unlock(&c.mu);
+    wl_progress_show(&pg, n);
     pagoda_engine_wait_idle(rt->engine);
     bench_hook_attach(NULL);
     pagoda_engine_stats s1;
@@ -342,7 +381,7 @@ static int run_single(pagoda_runtime *rt, int32_t n_prompt, int32_t n_out, uint6
     if (st) return st;
     bench_result r = {0};
     snprintf(r.label, sizeof r.label, "single");
-    st = run_workload(rt, &w, q, &r, err, err_len);
+    st = run_workload(rt, &w, q, &r, false, err, err_len);
     if (!st && r.n_err) { ERR("a single request failed"); st = PAGODA_ERR_INTERNAL; }
     if (!st) {
         req_rec *x = &r.reqs[0];
@@ -435,9 +474,12 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
                            res->model, rt->backend.info.name, rt->ec.scheduler, rt->ec.kvcache,
                            (long long)rt->plan.kv_blocks, rt->ec.block_size);
     /* warm-up: weights paged in, thread pools started */
+    if (!o->quiet) fprintf(stderr, "bench: [%s] warm-up\n", label);
     st = run_single(rt, 32, 4, 999, NULL, NULL, NULL, err, err_len);
     if (st) goto out;
     if (what & SIDE_DECODE) {
+        if (!o->quiet) fprintf(stderr, "bench: [%s] decode: one stream, %d tokens\n", label,
+                               o->decode_tokens);
         st = run_single(rt, 16, o->decode_tokens, 1001, NULL, &res->decode_tps,
                         &res->decode_p50_tps, err, err_len);
         if (st) goto out;
@@ -445,6 +487,7 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
     if (what & SIDE_PREFILL) {
         int32_t n = o->prefill_tokens;
         if (n >= rt->plan.max_seq_len) n = (int32_t)rt->plan.max_seq_len - 2;
+        if (!o->quiet) fprintf(stderr, "bench: [%s] prefill: %d tokens\n", label, n);
         double ttft = 0;
         st = run_single(rt, n, 1, 1002, &ttft, NULL, NULL, err, err_len);
         if (st) goto out;
@@ -463,8 +506,11 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
                 st = PAGODA_ERR_INVALID;
                 goto out;
             }
+        if (!o->quiet)
+            fprintf(stderr, "bench: [%s] workload: %d requests%s\n", label, o->w.n_requests,
+                    o->serve ? " over HTTP" : "");
         if (o->serve) st = bench_serve_workload(rt, port_file, &o->w, reqs, res, err, err_len);
-        else st = run_workload(rt, &o->w, reqs, res, err, err_len);
+        else st = run_workload(rt, &o->w, reqs, res, !o->quiet, err, err_len);
     }
 out:
     pagoda_bench_workload_free(reqs, o->w.n_requests);
