@@ -455,11 +455,12 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->moe.ids = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.pair_e = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.pair_t = malloc(sizeof(int32_t) * (size_t)P);
+        fw->moe.pair_tmp = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.tok = malloc(sizeof(int32_t) * (size_t)T);
         fw->moe.gate = malloc(sizeof(float) * (size_t)T);
         fw->moe.scratch = malloc(sizeof(float) * 3 * (size_t)E);
         if (!fw->moe.logits || !fw->moe.weights || !fw->moe.pair_w || !fw->moe.ids ||
-            !fw->moe.pair_e || !fw->moe.pair_t || !fw->moe.tok || !fw->moe.gate ||
+            !fw->moe.pair_e || !fw->moe.pair_t || !fw->moe.pair_tmp || !fw->moe.tok || !fw->moe.gate ||
             !fw->moe.scratch) {
             ERR("out of memory for the routing of %lld tokens", (long long)T);
             st = PAGODA_ERR_NOMEM;
@@ -514,6 +515,7 @@ void pagoda_forward_free(pagoda_forward *fw)
     free(fw->moe.ids);
     free(fw->moe.pair_e);
     free(fw->moe.pair_t);
+    free(fw->moe.pair_tmp);
     free(fw->moe.tok);
     free(fw->moe.gate);
     free(fw->moe.scratch);
@@ -584,27 +586,71 @@ static pagoda_tensor view(pagoda_tensor t, int64_t n, int64_t c)
     return t;
 }
 
-/* out[r] = x[x_rows ? x_rows[r] : r] * W_{ids[r]}^T: the backend's
- * matmul_experts (ABI 1.5), else one matmul per row on views of x, the
- * expert's matrix and out (correct, slow; refused at start on a device). */
-static int experts(pagoda_forward *fw, const pagoda_tensor *x, const int32_t *x_rows,
-                   const pagoda_tensor *w, size_t stride, const int32_t *ids,
-                   const pagoda_tensor *out)
+/* Rows r0 .. r0 + n - 1 of a packed tensor. */
+static pagoda_tensor sub(pagoda_tensor t, int64_t r0, int64_t n)
+{
+    t.offset += (size_t)r0 * t.row_stride;
+    t.rows = n;
+    return t;
+}
+
+/* The core's fallback for a backend without matmul_experts: the n pairs
+ * (sorted by expert, so each expert's pairs are one run of rows) through
+ * gate/up, SwiGLU and down with plain matmuls, one call per active expert
+ * and matrix: x's rows of the pairs' tokens gathered into ey (get_rows on
+ * the F32 activations), then per run eg/eu = xg * W_e^T, and ey = eg *
+ * down_e^T. */
+static int experts_fallback(pagoda_forward *fw, const pagoda_forward_layer *L, const pagoda_tensor *xb,
+                            int32_t n, const pagoda_tensor *eg, const pagoda_tensor *eu,
+                            const pagoda_tensor *ey, const char **what)
 {
     const pagoda_backend_ops *o = &fw->be->ops;
-    if (o->matmul_experts)
-        return o->matmul_experts(fw->be->ctx, x, x_rows, w, fw->n_exp_local, stride, ids, out);
-    for (int64_t r = 0; r < out->rows; r++) {
-        pagoda_tensor xv = *x, wv = *w, ov = *out;
-        xv.offset += (size_t)(x_rows ? x_rows[r] : r) * x->row_stride;
-        xv.rows = 1;
-        wv.offset += (size_t)ids[r] * stride;
-        ov.offset += (size_t)r * out->row_stride;
-        ov.rows = 1;
-        int st = o->matmul(fw->be->ctx, &xv, &wv, NULL, &ov);
-        if (st) return st;
+    void *c = fw->be->ctx;
+    const int32_t *pe = fw->moe.pair_e;
+    int st;
+    *what = "get_rows(expert inputs)";
+    if ((st = o->get_rows(c, xb, fw->moe.pair_t, n, ey))) return st;
+    for (int32_t r0 = 0, r1; r0 < n; r0 = r1) {
+        for (r1 = r0 + 1; r1 < n && pe[r1] == pe[r0];) r1++;
+        pagoda_tensor x = sub(*ey, r0, r1 - r0), w2[2] = {L->gate_exps, L->up_exps};
+        w2[0].offset += (size_t)pe[r0] * L->gate_exps_stride;
+        w2[1].offset += (size_t)pe[r0] * L->up_exps_stride;
+        const pagoda_tensor o2[2] = {sub(*eg, r0, r1 - r0), sub(*eu, r0, r1 - r0)};
+        static const char *const nm[] = {"matmul(ffn_gate_exps)", "matmul(ffn_up_exps)",
+                                         "matmul_multi(ffn_gate_exps, ffn_up_exps)"};
+        if ((st = matmuls(fw, &x, 2, w2, NULL, o2, nm, what))) return st;
+    }
+    *what = "swiglu(experts)";
+    if ((st = o->swiglu(c, eg, eu, eg))) return st;
+    for (int32_t r0 = 0, r1; r0 < n; r0 = r1) {
+        for (r1 = r0 + 1; r1 < n && pe[r1] == pe[r0];) r1++;
+        pagoda_tensor x = sub(*eg, r0, r1 - r0), w = L->down_exps, y = sub(*ey, r0, r1 - r0);
+        w.offset += (size_t)pe[r0] * L->down_exps_stride;
+        *what = "matmul(ffn_down_exps)";
+        if ((st = o->matmul(c, &x, &w, NULL, &y))) return st;
     }
     return PAGODA_OK;
+}
+
+/* Sort the n pairs by local expert (stable: token order within an
+ * expert), with ids/weights of fw->moe as scratch. */
+static void sort_pairs(pagoda_forward *fw, int32_t n)
+{
+    int32_t *e = fw->moe.pair_e, *t = fw->moe.pair_t, *te = fw->moe.ids;
+    float *w = fw->moe.pair_w, *tw = fw->moe.weights;
+    int32_t *tt = fw->moe.pair_tmp;
+    int32_t pos = 0;
+    for (int32_t x = 0; x < fw->n_exp_local; x++)
+        for (int32_t r = 0; r < n; r++)
+            if (e[r] == x) {
+                te[pos] = x;
+                tt[pos] = t[r];
+                tw[pos] = w[r];
+                pos++;
+            }
+    memcpy(e, te, sizeof *e * (size_t)n);
+    memcpy(t, tt, sizeof *t * (size_t)n);
+    memcpy(w, tw, sizeof *w * (size_t)n);
 }
 
 /* out[dst[r]] += w[r] * y[r] after zeroing out unless accumulate: the
@@ -697,14 +743,18 @@ static int moe_ffn(pagoda_forward *fw, const pagoda_forward_layer *L, int32_t T,
     }
     pagoda_tensor eg = view(fw->eg, n, hp->ffn_exp), eu = view(fw->eu, n, hp->ffn_exp);
     pagoda_tensor ey = view(fw->ey, n, hp->dim);
-    if (n > 0) {
+    if (n > 0 && o->matmul_experts) {
+        const int32_t E_l = fw->n_exp_local, *pe = fw->moe.pair_e, *pt = fw->moe.pair_t;
         MCALL("matmul_experts(ffn_gate_exps)",
-              experts(fw, xb, fw->moe.pair_t, &L->gate_exps, L->gate_exps_stride, fw->moe.pair_e, &eg));
+              o->matmul_experts(c, xb, pt, &L->gate_exps, E_l, L->gate_exps_stride, pe, &eg));
         MCALL("matmul_experts(ffn_up_exps)",
-              experts(fw, xb, fw->moe.pair_t, &L->up_exps, L->up_exps_stride, fw->moe.pair_e, &eu));
+              o->matmul_experts(c, xb, pt, &L->up_exps, E_l, L->up_exps_stride, pe, &eu));
         MCALL("swiglu(experts)", o->swiglu(c, &eg, &eu, &eg));
         MCALL("matmul_experts(ffn_down_exps)",
-              experts(fw, &eg, NULL, &L->down_exps, L->down_exps_stride, fw->moe.pair_e, &ey));
+              o->matmul_experts(c, &eg, NULL, &L->down_exps, E_l, L->down_exps_stride, pe, &ey));
+    } else if (n > 0) {
+        sort_pairs(fw, n);
+        if ((st = experts_fallback(fw, L, xb, n, &eg, &eu, &ey, what))) return st;
     }
     MCALL("moe_combine(experts)", combine(fw, &ey, fw->moe.pair_t, fw->moe.pair_w, acc, out));
 #undef MCALL

@@ -111,6 +111,7 @@ typedef struct pagoda_forward {
         int32_t *ids;        /* [P] */
         int32_t *pair_e;     /* [P] local expert, */
         int32_t *pair_t;     /* [P] token */
+        int32_t *pair_tmp;   /* [P] scratch of the fallback's sort */
         int32_t *tok;        /* [T] 0, 1, ..., T-1 */
         float *gate;         /* [T] shared expert's gate */
         float *scratch;      /* [3 E] */
