@@ -20,8 +20,12 @@
  * of several tokens in one batch (so experts are chosen by many tokens at
  * once: 24 tokens x top-2 over 4 experts) give the logits each sequence
  * gives alone. The same with the backend's matmul_experts / moe_combine
- * removed (the core's fallbacks) gives the same logits; a device backend
- * without matmul_experts is refused at start.
+ * removed (the core's fallbacks), and with both slots emulated in the test
+ * from the backend's matmul as backend.h states them (the slot path of the
+ * forward pass: token-major pairs, x_rows, local ids, dst_rows), gives the
+ * same logits; a device backend without matmul_experts is refused at start.
+ * Tensor parallelism: the model split 2 ways over thread ranks equals one
+ * process. Real weights: SmolLM2 upcycled (when models/ has it).
  *
  * Bad input: each malformed file is refused at load with one line naming
  * the key or tensor. */
@@ -606,6 +610,46 @@ START_TEST(upcycled_smollm2)
 }
 END_TEST
 
+/* ABI 1.5 slots written in the test from the backend's own matmul,
+ * download and upload, exactly as backend.h states them (a row at a time,
+ * in the order given), so the forward pass's slot path (token-major pairs,
+ * x_rows, local expert ids, the combine's dst_rows and accumulate) runs
+ * whether or not the CPU backend has the slots yet. */
+static pagoda_backend g_real;
+static int emu_matmul_experts(void *ctx, const pagoda_tensor *x, const int32_t *x_rows,
+                              const pagoda_tensor *w, int32_t n_experts, size_t stride,
+                              const int32_t *ids, const pagoda_tensor *out)
+{
+    for (int64_t r = 0; r < out->rows; r++) {
+        if (ids[r] < 0 || ids[r] >= n_experts) return PAGODA_ERR_INVALID;
+        pagoda_tensor xv = *x, wv = *w, ov = *out;
+        xv.offset += (size_t)(x_rows ? x_rows[r] : r) * x->row_stride;
+        xv.rows = 1;
+        wv.offset += (size_t)ids[r] * stride;
+        ov.offset += (size_t)r * out->row_stride;
+        ov.rows = 1;
+        int st = g_real.ops.matmul(ctx, &xv, &wv, NULL, &ov);
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
+static int emu_moe_combine(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows,
+                           const float *weights, bool accumulate, const pagoda_tensor *out)
+{
+    size_t C = (size_t)out->cols, no = (size_t)out->rows * C, ny = (size_t)y->rows * C;
+    float *ho = calloc(no + ny + 1, sizeof(float)), *hy = ho + no;
+    int st = accumulate ? g_real.ops.download(ctx, out->buf, out->offset, ho, no * 4) : 0;
+    if (!st) st = g_real.ops.download(ctx, y->buf, y->offset, hy, ny * 4);
+    for (int64_t r = 0; !st && r < y->rows; r++) {
+        if (dst_rows[r] < 0 || dst_rows[r] >= out->rows) st = PAGODA_ERR_INVALID;
+        for (size_t i = 0; !st && i < C; i++) ho[(size_t)dst_rows[r] * C + i] += weights[r] * hy[(size_t)r * C + i];
+    }
+    if (!st) st = g_real.ops.upload(ctx, out->buf, out->offset, ho, no * 4);
+    free(ho);
+    return st;
+}
+
 /* Several sequences in one batch against each alone, on experts that
  * differ; be2 (if not NULL) runs the batch. */
 static void grouped_vs_alone(pagoda_runtime *rt, pagoda_backend *be_alone, pagoda_backend *be_batch)
@@ -651,8 +695,10 @@ static void grouped_vs_alone(pagoda_runtime *rt, pagoda_backend *be_alone, pagod
     pagoda_forward_free(&fw);
     double amax, d = max_diff(a, b, n, &amax);
     printf("grouped vs alone (%s / %s): max |logit diff| %.3g, max |logit| %.3g\n",
-           be_batch->ops.matmul_experts ? "matmul_experts" : "fallback",
-           be_alone->ops.matmul_experts ? "matmul_experts" : "fallback", d, amax);
+           be_batch->ops.matmul_experts == emu_matmul_experts ? "emulated slots"
+           : be_batch->ops.matmul_experts ? "matmul_experts" : "fallback",
+           be_alone->ops.matmul_experts == emu_matmul_experts ? "emulated slots"
+           : be_alone->ops.matmul_experts ? "matmul_experts" : "fallback", d, amax);
     ck_assert(amax > 0.5);
     ck_assert_msg(d <= 1e-4 * amax, "a batch's logits differ from each sequence alone by %g", d);
     free(a);
@@ -679,6 +725,14 @@ START_TEST(grouped_batch_equals_alone)
     plain.ops.matmul_experts = NULL;
     plain.ops.moe_combine = NULL;
     grouped_vs_alone(rt, &plain, &rt->backend);
+    /* the slot path with slots written to the ABI's letter, against the
+     * fallbacks */
+    g_real = rt->backend;
+    pagoda_backend emu = rt->backend;
+    emu.ops.matmul_experts = emu_matmul_experts;
+    emu.ops.moe_combine = emu_moe_combine;
+    grouped_vs_alone(rt, &plain, &emu);
+    grouped_vs_alone(rt, &emu, &emu);
     et_close(rt, cfg);
 }
 END_TEST
