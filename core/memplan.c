@@ -15,6 +15,7 @@
 #include "memplan.h"
 
 #include "config.h" /* pagoda_parse_size */
+#include "memplan_weights.h" /* weights by type, experts, active parameters, decode bytes */
 #include "model.h"  /* pagoda_hparams_read: which layers slide */
 #include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
 #include "tp_shard.h" /* what tensor parallelism splits */
@@ -117,9 +118,12 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         snprintf(err, n, "%s: cannot tell the vocabulary size (no tokenizer.ggml.tokens)", fname);
         return PAGODA_ERR_INVALID;
     }
-    if (!strcmp(p->arch, "gemma3")) {
-        /* which layers slide, as the model binds them (model.c) */
-        pagoda_hparams hp;
+    /* which layers slide, and a mixture of experts' widths, as the model
+     * binds them (model.c): the forward pass sizes its buffers from these */
+    pagoda_hparams hp = {0};
+    int64_t key_e = 0;
+    bool moe_keys = get_arch_int(f, p->arch, "expert_count", &key_e) && key_e > 0;
+    if (!strcmp(p->arch, "gemma3") || moe_keys) {
         int st = pagoda_hparams_read(f, &hp, err, n);
         if (st) return st;
         p->n_swa_layers = hp.n_swa_layers;
@@ -132,26 +136,17 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     int64_t tp = p->tensor_parallel;
     if (tp > 1) {
         pagoda_tp_dims td = {.n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads, .ffn = p->ffn,
-                             .n_swa_layers = p->n_swa_layers};
+                             .n_swa_layers = p->n_swa_layers, .n_experts = hp.n_experts,
+                             .n_dense_lead = hp.n_dense_lead};
         int st = pagoda_tp_check(f, &td, (int32_t)tp, err, n);
         if (st) return st;
     }
     int64_t heads_r = p->n_heads / tp, kv_heads_r = p->n_kv_heads / tp, ffn_r = p->ffn / tp;
 
-    /* --- weights: every tensor in the file, by type */
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        uint64_t ne = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) ne *= (uint64_t)t->ne[d]; /* checked at open */
-        p->n_params += ne;
-        p->weight_bytes += t->nbytes;
-        if (t->type >= 0 && t->type < PAGODA_DTYPE_COUNT_) {
-            p->weight_bytes_by_type[t->type] += t->nbytes;
-            p->weight_params_by_type[t->type] += ne;
-        }
-    }
-    p->weight_bytes_model = p->weight_bytes;
-    if (tp > 1) p->weight_bytes = pagoda_tp_rank_weight_bytes(f, (int32_t)tp);
+    /* --- weights: every tensor in the file, by type; the experts, the
+     * active parameters and the bytes a decoded token reads */
+    int wst = pagoda_memplan_weights(f, tp, p, err, n);
+    if (wst) return wst;
 
     /* --- options */
     if (o.kv_dtype != PAGODA_DTYPE_F16 && o.kv_dtype != PAGODA_DTYPE_F32 &&
@@ -241,9 +236,26 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      *   hb, hb2    [T x ffn]    gate and up projections (SwiGLU in place)
      * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
      *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
-     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11). */
+     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11;
+     *   with experts, below, 16). */
     uint64_t q_dim = (uint64_t)(heads_r * p->head_dim), kv_dim = (uint64_t)(kv_heads_r * p->head_dim);
-    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)ffn_r;
+    /* A mixture of experts: hb, hb2 are as wide as the dense FFN where a
+     * layer has one, and the shared expert (the rank's rows of each), and
+     * per token come the router logits [E], the k (token, expert) pairs'
+     * gate, up [ffn_exp] and output [dim] rows, and the shared expert's
+     * output before its gate [dim]: 5 tensors more (16 in all). */
+    uint64_t hb = (uint64_t)ffn_r, moe_floats = 0, n_act = 11;
+    if (hp.n_experts > 0) {
+        hb = hp.n_dense_lead > 0 ? (uint64_t)ffn_r : 0;
+        uint64_t sh = (uint64_t)hp.ffn_shexp / (uint64_t)tp;
+        if (sh > hb) hb = sh;
+        moe_floats = (uint64_t)hp.n_experts +
+                     (uint64_t)hp.n_experts_used * (2 * (uint64_t)hp.ffn_exp + (uint64_t)p->dim) +
+                     (hp.ffn_shexp > 0 ? (uint64_t)p->dim : 0);
+        n_act = 16;
+        ffn_r = (int64_t)(hb > (uint64_t)hp.ffn_exp ? hb : (uint64_t)hp.ffn_exp);  /* widest input row */
+    }
+    p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * hb + moe_floats;
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
@@ -252,7 +264,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= mulu(&logits, 4);
     p->logits_bytes = logits;
     ok &= addu(&act, logits);
-    ok &= addu(&act, 11 * 64);
+    ok &= addu(&act, n_act * 64);
     p->act_bytes = act;
 
     /* --- workspace: the matmul's scratch, sized for its widest input row
@@ -382,7 +394,13 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
             " KV, head_dim %" PRId64 "), ffn %" PRId64 ", vocab %" PRId64 ", context %" PRId64 "\n",
             p->arch, p->n_layers, p->dim, p->n_heads, p->n_kv_heads, p->head_dim, p->ffn, p->vocab,
             p->context);
-    if (p->tensor_parallel > 1)
+    if (p->tensor_parallel > 1 && p->n_experts)
+        fprintf(fp, "tensor parallel: %" PRId64 " ranks; each holds %" PRId64 " heads, %" PRId64
+                " KV heads and %" PRId64 " of the %" PRId64 " experts a MoE layer, whole (shared "
+                "experts and dense layers split by rows): every figure below is one rank's\n",
+                p->tensor_parallel, p->n_heads / p->tensor_parallel,
+                p->n_kv_heads / p->tensor_parallel, p->experts_per_rank, p->n_experts);
+    else if (p->tensor_parallel > 1)
         fprintf(fp, "tensor parallel: %" PRId64 " ranks; each holds %" PRId64 " heads, %" PRId64
                 " KV heads and %" PRId64 " FFN rows a layer: every figure below is one rank's\n",
                 p->tensor_parallel, p->n_heads / p->tensor_parallel,
@@ -423,6 +441,7 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
     else
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "budget", p->budget_bytes,
                 human(p->budget_bytes, a, sizeof a));
+    pagoda_memplan_weights_print(p, fp);
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " %slayers x %" PRId64
             " kv_heads x %" PRId64 " head_dim x %g bytes",
             p->kv_bytes_per_token, p->kv_pool_layers, p->swa.window ? "global " : "",
@@ -545,6 +564,7 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
     json_object_set_new(root, "fits", json_boolean(p->fits));
     json_object_set_new(root, "shortfall_bytes", json_integer((json_int_t)p->shortfall_bytes));
     json_object_set_new(root, "reason", json_string(p->reason));
+    pagoda_memplan_weights_json(p, root);
     out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 out:
     json_decref(root);

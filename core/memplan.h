@@ -53,6 +53,32 @@ typedef struct pagoda_memplan {
     uint64_t weight_bytes_model;
     uint64_t weight_bytes_by_type[PAGODA_DTYPE_COUNT_];
     uint64_t weight_params_by_type[PAGODA_DTYPE_COUNT_];
+    /* What a token reads (memplan_weights.c). Mixture of experts (zeros
+     * for a dense model): n_experts a MoE layer, n_experts_used of them
+     * run for each token, of width ffn_exp, in n_moe_layers layers; the
+     * routed experts' parameters and bytes (whole model), by type. */
+    int64_t n_experts, n_experts_used, ffn_exp, n_moe_layers;
+    uint64_t expert_params, expert_bytes;
+    uint64_t expert_bytes_by_type[PAGODA_DTYPE_COUNT_];
+    uint64_t expert_params_by_type[PAGODA_DTYPE_COUNT_];
+    /* Active parameters, those one token runs: every tensor but the routed
+     * experts, plus n_experts_used of each MoE layer's n_experts (the
+     * embedding and output head whole, as model cards count "active").
+     * = n_params for a dense model. */
+    uint64_t n_params_active;
+    /* Bytes one decoded token reads, the decode bandwidth bound: every
+     * weight but the routed experts and the token embedding, plus
+     * n_experts_used experts a MoE layer and one embedding row (the whole
+     * table when it is also the output head). Whole model. */
+    uint64_t decode_bytes_per_token;
+    /* tensor_parallel N > 1: the experts a rank holds a layer (whole, a
+     * contiguous run), their bytes, and what a rank reads a decoded token:
+     * its share of the split tensors, the replicated ones whole, and its
+     * experts' share of the routed ones: n_experts_used / N of them a layer
+     * on average, at most min(n_experts_used, experts_per_rank) (_max). */
+    int64_t experts_per_rank;
+    uint64_t expert_bytes_per_rank;
+    uint64_t decode_bytes_per_token_rank, decode_bytes_per_token_rank_max;
     /* Limits actually used (defaults filled in). */
     int kv_dtype;
     int64_t max_seq_len, max_batched_tokens, max_num_seqs, block_size;
@@ -87,14 +113,18 @@ typedef struct pagoda_memplan {
      * configured (with a window pool: its main-pool blocks plus the window
      * blocks it holds between steps, swa.hold_blocks). */
     uint64_t kv_bytes_per_seq_full, kv_bytes_per_seq;
-    /* Activations (F32): per token (4*dim + q_dim + 2*kv_dim + 2*ffn) floats
-     * for max_batched_tokens, plus logits of max_num_seqs x vocab. */
+    /* Activations (F32): per token (3*dim + 2*q_dim + 2*kv_dim + 2*ffn)
+     * floats for max_batched_tokens, plus logits of max_num_seqs x vocab.
+     * A mixture of experts: ffn is the dense FFN's width if a layer has one,
+     * or the shared expert's if wider, plus experts + k x (2*ffn_exp + dim)
+     * (router logits, the pairs' rows) + dim if there is a shared expert. */
     uint64_t act_floats_per_token;
     uint64_t act_bytes;                             /* includes logits_bytes */
     uint64_t logits_bytes;
     /* Workspace: the matmul scratch (max(max_batched_tokens + 8, 264) x
-     * max(dim, ffn) x 4 bytes) and attention scores (max_num_seqs x heads x
-     * max_seq_len f32). */
+     * max(dim, ffn) x 4 bytes; with experts ffn is the widest input row of
+     * the FFN: the dense, shared or expert width) and attention scores
+     * (max_num_seqs x heads x max_seq_len f32). */
     uint64_t qscratch_bytes, att_scratch_bytes, workspace_bytes;
     uint64_t overhead_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead */

@@ -4,7 +4,7 @@
  * mmap'd model); every op checks its tensors against their buffers here,
  * at the plugin boundary, then calls the kernels in kernels.h, which trust
  * their arguments.
- * Not for: kernels (matmul.c, attention.c, ops.c, vecdot*.c).
+ * Not for: kernels (matmul.c, experts.c, attention.c, ops.c, kernels/).
  */
 #include <cblas.h>
 #include <stddef.h>
@@ -483,6 +483,80 @@ static int cpu_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout 
     return PAGODA_OK;
 }
 
+/* Do two tensors' byte ranges in one buffer overlap? */
+static bool overlaps(const pagoda_tensor *a, const pagoda_tensor *b)
+{
+    if (a->buf != b->buf || !a->rows || !b->rows) return false;
+    size_t a1 = a->offset + (size_t)(a->rows - 1) * a->row_stride + pagoda_dtype_row_bytes(a->dtype, a->cols);
+    size_t b1 = b->offset + (size_t)(b->rows - 1) * b->row_stride + pagoda_dtype_row_bytes(b->dtype, b->cols);
+    return a->offset < b1 && b->offset < a1;
+}
+
+static int cpu_matmul_experts(void *ctx, const pagoda_tensor *x, const int32_t *x_rows,
+                              const pagoda_tensor *w, int32_t n_experts, size_t expert_stride,
+                              const int32_t *ids, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "matmul_experts", "x", x, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "matmul_experts", "w", w, -1));
+    TRY(check_tensor(c, "matmul_experts", "out", out, PAGODA_DTYPE_F32));
+    if (!pagoda_cpu_weight_type_supported(w->dtype))
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "matmul_experts: weight type %s (%d) is not supported by the cpu backend",
+                   pagoda_dtype_name(w->dtype), (int)w->dtype);
+    if (w->cols != x->cols || out->cols != w->rows || w->rows < 1)
+        return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: x %lld x %lld, w %lld x %lld, out %lld x %lld do not match",
+                   (long long)x->rows, (long long)x->cols, (long long)w->rows, (long long)w->cols,
+                   (long long)out->rows, (long long)out->cols);
+    if (n_experts < 1) return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: %d experts", n_experts);
+    /* the last expert inside w's buffer */
+    size_t one = (size_t)(w->rows - 1) * w->row_stride + pagoda_dtype_row_bytes(w->dtype, w->cols);
+    size_t room = w->buf->size - w->offset; /* check_tensor: offset + one <= size */
+    if (n_experts > 1 && (expert_stride == 0 || (size_t)(n_experts - 1) > (room - one) / expert_stride))
+        return ERR(c, PAGODA_ERR_INVALID,
+                   "matmul_experts: %d experts %zu bytes apart (%zu bytes each) do not fit in w's buffer of %zu bytes "
+                   "from offset %zu", n_experts, expert_stride, one, w->buf->size, w->offset);
+    if (overlaps(x, out)) return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: out aliases x");
+    if (out->rows && !ids) return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: ids is NULL");
+    if (!x_rows && out->rows > x->rows)
+        return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: %lld output rows but x has %lld (x_rows NULL)",
+                   (long long)out->rows, (long long)x->rows);
+    for (int64_t r = 0; r < out->rows; r++) {
+        if (ids[r] < 0 || ids[r] >= n_experts)
+            return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: ids[%lld] = %d outside 0..%d", (long long)r, ids[r],
+                       n_experts - 1);
+        if (x_rows && (x_rows[r] < 0 || x_rows[r] >= x->rows))
+            return ERR(c, PAGODA_ERR_INVALID, "matmul_experts: x_rows[%lld] = %d outside 0..%lld", (long long)r,
+                       x_rows[r], (long long)x->rows - 1);
+    }
+    int st = pagoda_cpu_matmul_experts(&c->ex, tptr(x), x->row_stride, x->rows, x_rows, tptr(w), w->dtype,
+                                       w->row_stride, w->rows, w->cols, expert_stride, ids, out->rows, tptr(out),
+                                       out->row_stride);
+    if (st == PAGODA_ERR_NOMEM) return ERR(c, st, "matmul_experts: cannot allocate activation scratch");
+    if (st) return ERR(c, st, "matmul_experts: %s", pagoda_status_str(st));
+    return PAGODA_OK;
+}
+
+static int cpu_moe_combine(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows, const float *weights,
+                           bool accumulate, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_tensor(c, "moe_combine", "y", y, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, "moe_combine", "out", out, PAGODA_DTYPE_F32));
+    if (y->cols != out->cols)
+        return ERR(c, PAGODA_ERR_INVALID, "moe_combine: y has %lld columns, out %lld", (long long)y->cols,
+                   (long long)out->cols);
+    if (overlaps(y, out)) return ERR(c, PAGODA_ERR_INVALID, "moe_combine: out aliases y");
+    if (y->rows && (!dst_rows || !weights))
+        return ERR(c, PAGODA_ERR_INVALID, "moe_combine: dst_rows or weights is NULL");
+    for (int64_t r = 0; r < y->rows; r++)
+        if (dst_rows[r] < 0 || dst_rows[r] >= out->rows)
+            return ERR(c, PAGODA_ERR_INVALID, "moe_combine: dst_rows[%lld] = %d outside 0..%lld", (long long)r,
+                       dst_rows[r], (long long)out->rows - 1);
+    pagoda_cpu_moe_combine(&c->ex, tptr(y), y->row_stride, y->rows, y->cols, dst_rows, weights, accumulate,
+                           tptr(out), out->row_stride, out->rows);
+    return PAGODA_OK;
+}
+
 static int cpu_synchronize(void *ctx)
 {
     return PAGODA_OK;  /* every op finishes before it returns */
@@ -572,6 +646,8 @@ static const pagoda_backend_ops cpu_ops = {
     .scale = cpu_scale,
     .attention_ext = cpu_attention_ext,
     .matmul_multi = cpu_matmul_multi,
+    .matmul_experts = cpu_matmul_experts,
+    .moe_combine = cpu_moe_combine,
 };
 
 static const pagoda_config_key cpu_keys[] = {

@@ -24,12 +24,17 @@ typedef struct pagoda_cpu_exec {
     pagoda_threadpool *pool;
     void *scratch;
     size_t scratch_size;
+    void *aux;            /* a second scratch: the expert matmul's, while its */
+    size_t aux_size;      /* per-expert sgemm calls use the first */
 } pagoda_cpu_exec;
 
 /* Scratch of at least `bytes` (64-byte aligned), NULL when out of memory.
  * Valid until the next call on the same exec. */
 void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes);
-/* Frees the scratch (not the pool). */
+/* The same for the second scratch (experts.c), which matmul never uses;
+ * when it grows, its first `keep` bytes are kept. */
+void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes, size_t keep);
+/* Frees both scratches (not the pool). */
 void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 
 /* True when matmul/get_rows handle weights of this type. */
@@ -82,6 +87,27 @@ typedef struct pagoda_cpu_mat {
  * exactly. PAGODA_ERR_INVALID for n outside 1..PAGODA_CPU_MATMUL_MAX. */
 int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
                             const pagoda_cpu_mat *w, int n);
+
+/* Expert matmuls over a 3-D weight (ABI 1.5 matmul_experts, experts.c):
+ * out[r] = x[xr] * W_e^T for r < R, xr = x_rows ? x_rows[r] : r, e =
+ * ids[r], W_e = the N x K matrix of `dtype` at w + e * expert_stride (rows
+ * w_stride apart). The rows are grouped by expert, the activations
+ * prepared once per call (x's rows quantized once however many experts
+ * read them) and every active expert's weights read once, in row parts of
+ * all experts over the pool. Each expert's rows equal pagoda_cpu_matmul
+ * over them gathered, bit for bit. ids / x_rows already checked. */
+int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t X,
+                              const int32_t *x_rows, const void *w, int dtype, size_t w_stride,
+                              int64_t N, int64_t K, size_t expert_stride, const int32_t *ids,
+                              int64_t R, float *out, size_t out_stride);
+
+/* The routed rows' weighted sum (ABI 1.5 moe_combine): out[:out_rows] = 0
+ * unless accumulate, then for r = 0 .. R-1 in order out[dst_rows[r]] +=
+ * weights[r] * y[r] (C columns); the pool splits columns, so the bits are
+ * the serial ones. */
+void pagoda_cpu_moe_combine(pagoda_cpu_exec *ex, const float *y, size_t y_stride, int64_t R, int64_t C,
+                            const int32_t *dst_rows, const float *weights, bool accumulate, float *out,
+                            size_t out_stride, int64_t out_rows);
 
 /* out[i, :] = f32(table[ids[i], :]); ids already checked against the table. */
 int pagoda_cpu_get_rows(const void *table, int dtype, size_t row_stride, int64_t cols,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul_task.h"
 #include "quant.h"
 #include "vecdot.h"
 
@@ -40,13 +41,13 @@ _Static_assert(sizeof(pagoda_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
  * the row x token tiles. Measured in the engine (110M Q8_0, decode step
  * at 2 / 4 / 6 concurrent sequences): tiles 8.0 / 17.0 / 18.7 ms, x8
  * 11.4 / 14.7 / 14.4 ms. */
-#define X8_MIN_T 4
+#define X8_MIN_T PAGODA_CPU_X8_MIN_T
 /* Q5_0 / Q5_1 / IQ4_NL from 5: their row x token kernels on Q4_0's groups
  * beat a half-empty group of eight at 4 tokens, not a 5/8 full one (one
  * core, K = 2048, GFLOP/s, groups vs x8: T = 4: Q5_0 83 vs 66, Q5_1 78 vs
  * 58, IQ4_NL 71 vs 51; T = 5, groups as 4 + 1: 68 / 64 / 63 vs x8 84 / 76
  * / 66). */
-#define X8_MIN_T_Q5 5
+#define X8_MIN_T_Q5 PAGODA_CPU_X8_MIN_T_Q5
 /* Tokens per pass of the x8 kernels over a part's rows (a multiple of 8). */
 #ifndef X8_T_CHUNK
 #define X8_T_CHUNK 64
@@ -68,11 +69,28 @@ void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes)
     return p;
 }
 
+void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes, size_t keep)
+{
+    if (bytes <= ex->aux_size && ex->aux) return ex->aux;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz < 4096) sz = 4096;
+    void *p = aligned_alloc(64, sz);
+    if (!p) return NULL;
+    if (ex->aux && keep) memcpy(p, ex->aux, keep < ex->aux_size ? keep : ex->aux_size);
+    free(ex->aux);
+    ex->aux = p;
+    ex->aux_size = sz;
+    return p;
+}
+
 void pagoda_cpu_exec_release(pagoda_cpu_exec *ex)
 {
     free(ex->scratch);
     ex->scratch = NULL;
     ex->scratch_size = 0;
+    free(ex->aux);
+    ex->aux = NULL;
+    ex->aux_size = 0;
 }
 
 int pagoda_cpu_weight_type_supported(int dtype)
@@ -99,8 +117,7 @@ int pagoda_cpu_weight_type_supported(int dtype)
     }
 }
 
-/* Weight types whose activations are per-256 int8 blocks (q8k). */
-static bool act_q8k(int dtype)
+bool pagoda_cpu_act_q8k(int dtype)
 {
     switch (dtype) {
     case PAGODA_DTYPE_Q2_K:
@@ -115,8 +132,7 @@ static bool act_q8k(int dtype)
     }
 }
 
-typedef void (*gemm_kx8_fn)(const void *, size_t, int64_t, const pagoda_q8kx8_block *, int64_t, int64_t,
-                            float *, size_t);
+typedef pagoda_cpu_gemm_kx8_fn gemm_kx8_fn;
 
 /* The K-quant tokens-in-lanes kernel of this type, NULL if none. */
 static gemm_kx8_fn gemm_kx8_of(const pagoda_vecdot_table *vt, int dtype)
@@ -132,33 +148,7 @@ static gemm_kx8_fn gemm_kx8_of(const pagoda_vecdot_table *vt, int dtype)
     }
 }
 
-typedef struct mm_task {
-    const pagoda_vecdot_table *vt;
-    const float *x;
-    size_t x_stride;
-    int64_t T, K, N;
-    const uint8_t *w;
-    int dtype;
-    size_t w_stride;
-    const float *bias;
-    float *out;
-    size_t out_stride;
-    uint8_t *xq;          /* quantized activations, xq_stride bytes per row */
-    size_t xq_stride;
-    uint8_t *xp;          /* xq rearranged by vt->prep_q4_0 (Q4_0, Q5, IQ4_NL), or NULL */
-    size_t xp_stride;
-    pagoda_q8x8_block *x8; /* xq interleaved by eights (gemm_x8), or NULL */
-    void (*gemm_x8)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t,
-                    float *, size_t);
-    float *xf8;           /* x transposed by eights (gemm_f16_x8), or NULL */
-    void (*gemm_f16_x8)(const void *, size_t, int64_t, const float *, int64_t, int64_t, float *,
-                        size_t);
-    pagoda_q8kx8_block *kx8; /* q8k rows interleaved by eights (gemm_kx8), or NULL */
-    gemm_kx8_fn gemm_kx8;
-    int64_t rows_per_part;
-    void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
-                 size_t);
-} mm_task;
+typedef pagoda_cpu_mm mm_task;
 
 static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
 {
@@ -172,7 +162,7 @@ static void quant_rows(mm_task *m, int64_t t0, int64_t t1)
     for (int64_t t = t0; t < t1; t++) {
         const float *xr = (const float *)((const uint8_t *)m->x + t * m->x_stride);
         void *yr = m->xq + t * m->xq_stride;
-        if (act_q8k(m->dtype))
+        if (pagoda_cpu_act_q8k(m->dtype))
             m->vt->quant_q8k(xr, yr, m->K);
         else
             m->vt->quant_q8a(xr, yr, m->K);
@@ -292,12 +282,8 @@ static void dot_x8_part(const mm_task *m, int64_t n0, int64_t n1)
 
 /* One part: rows [n0, n1) for every token, ROW_TILE rows at a time so the
  * tile stays in cache while all tokens pass over it. */
-static void dot_task(void *arg, int part, int n_parts)
+void pagoda_cpu_mm_rows(const mm_task *m, int64_t n0, int64_t n1)
 {
-    const mm_task *m = arg;
-    int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
-    if (n1 > m->N) n1 = m->N;
-    (void)n_parts;
     if (m->x8 || m->kx8) {
         dot_x8_part(m, n0, n1);
         return;
@@ -333,6 +319,15 @@ static void dot_task(void *arg, int part, int n_parts)
         }
         if (m->bias) add_bias(m, nt, ne);
     }
+}
+
+static void dot_task(void *arg, int part, int n_parts)
+{
+    const mm_task *m = arg;
+    int64_t n0 = m->rows_per_part * part, n1 = n0 + m->rows_per_part;
+    if (n1 > m->N) n1 = m->N;
+    (void)n_parts;
+    pagoda_cpu_mm_rows(m, n0, n1);
 }
 
 static void sgemm_f32(const float *x, size_t x_stride, int64_t T, int64_t K, const float *w,
@@ -417,7 +412,7 @@ static int64_t gemm_min_t_env(void)
 static int64_t sgemm_min_t(int dtype)
 {
     if (dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0) return INT64_MAX;
-    if (act_q8k(dtype)) return INT64_MAX;
+    if (pagoda_cpu_act_q8k(dtype)) return INT64_MAX;
     /* Q5_0 / Q5_1 / IQ4_NL: never either. Kernels on one core, K = 2048,
      * 2048 rows, T = 64 / 128 / 512, x8 vs dequantize + sgemm (GFLOP/s):
      * Q5_0 149 / 151 / 151 vs 69 / 76 / 80, Q5_1 137 / 134 / 135 vs
@@ -446,11 +441,11 @@ bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
 
 /* The kernels and activation layouts of one matrix on the mm_task path
  * (no allocation): what its activations must be prepared as. */
-static void mm_plan(mm_task *m)
+void pagoda_cpu_mm_plan(mm_task *m)
 {
     int w_dtype = m->dtype;
     int64_t T = m->T, K = m->K;
-    if (act_q8k(w_dtype))
+    if (pagoda_cpu_act_q8k(w_dtype))
         m->xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
              w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
@@ -476,7 +471,7 @@ static void mm_plan(mm_task *m)
 /* Can b use the activations prepared for a? The same layouts of the same x. */
 static bool mm_same_acts(const mm_task *a, const mm_task *b)
 {
-    return a->xq_stride == b->xq_stride && act_q8k(a->dtype) == act_q8k(b->dtype) &&
+    return a->xq_stride == b->xq_stride && pagoda_cpu_act_q8k(a->dtype) == pagoda_cpu_act_q8k(b->dtype) &&
            !a->gemm_x8 == !b->gemm_x8 && !a->gemm_kx8 == !b->gemm_kx8 &&
            a->xp_stride == b->xp_stride && !a->gemm_f16_x8 == !b->gemm_f16_x8;
 }
@@ -558,8 +553,7 @@ static void mm_run(pagoda_cpu_exec *ex, mm_task *t, int n)
         pagoda_threadpool_run_parts(ex->pool, group_dot_task, &g, g.part_start[n]);
 }
 
-/* Does this matrix go to sgemm (F32 weights, or dequantize + sgemm)? */
-static bool mm_sgemm_path(int dtype, int64_t T)
+bool pagoda_cpu_mm_sgemm_path(int dtype, int64_t T)
 {
     return (dtype == PAGODA_DTYPE_F32 && T >= F32_BLAS_MIN_T) || T >= sgemm_from(dtype);
 }
@@ -587,7 +581,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
     const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     for (int i = 0; i < n; i++) {
         if (w[i].N <= 0) { done[i] = true; continue; }
-        if (mm_sgemm_path(w[i].dtype, T)) {
+        if (pagoda_cpu_mm_sgemm_path(w[i].dtype, T)) {
             int st = mm_sgemm(ex, x, x_stride, T, K, &w[i]);
             if (st) return st;
             done[i] = true;
@@ -598,7 +592,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
             .w = w[i].w, .dtype = w[i].dtype, .w_stride = w[i].w_stride, .bias = w[i].bias,
             .out = w[i].out, .out_stride = w[i].out_stride,
         };
-        mm_plan(&t[i]);
+        pagoda_cpu_mm_plan(&t[i]);
     }
     /* Groups of matrices whose activations are prepared alike, in order:
      * one preparation and one pool run each (Q/K/V or gate/up of one type:

@@ -122,6 +122,7 @@ static int pack_shard(pagoda_forward *fw, size_t *bytes, char *err, size_t err_l
             for (int64_t y = 0; y < rows; y++)
                 memcpy(d + (size_t)y * part, src + (size_t)y * row + (size_t)r * part, part);
         } else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_EXPERTS) {
+            /* whole rows, or whole experts: one contiguous run */
             memcpy(d, src + (size_t)r * share, share);
         } else {
             memcpy(d, src, share);

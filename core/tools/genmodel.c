@@ -1,6 +1,9 @@
 /*
  * genmodel.c: `pagoda gen-model`: a random-weight GGUF of a real shape,
- * architecture llama (default), qwen2, qwen3 or gemma3. Metadata as llama.cpp's
+ * architecture llama (default), qwen2, qwen3 or gemma3, or a mixture of
+ * experts (qwen3moe, qwen2moe, glm4moe, llama with experts as Mixtral is;
+ * experts as 3-D tensors [cols, rows, experts], the router F32 and scaled so
+ * its logits have unit spread and tokens pick experts all over). Metadata as llama.cpp's
  * converter writes it, tensor names and layouts as llama.cpp reads them,
  * weights ~N(0, 0.02) and norms 1.0 unless asked otherwise. Each tensor is
  * generated and quantized a chunk of rows at a time straight into the
@@ -25,18 +28,49 @@
 #include "model.h"
 #include "pagoda/types.h"
 #include "quant.h"
+#include "upcycle.h"
 
 static const pagoda_model_shape shapes[] = {
-    /* name            dim  layers heads kv  ffn   vocab  ctx */
-    {"llama-110M",     768, 12,    12,   12, 2048, 32000, 1024},
-    {"tinyllama-1.1B", 2048, 22,   32,   4,  5632, 32000, 2048},
-    {"tiny",           64,  2,     4,    2,  128,  512,   512},
+    {.name = "llama-110M", .dim = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12, .ffn = 2048,
+     .vocab = 32000, .context = 1024},
+    {.name = "tinyllama-1.1B", .dim = 2048, .n_layers = 22, .n_heads = 32, .n_kv_heads = 4, .ffn = 5632,
+     .vocab = 32000, .context = 2048},
+    {.name = "tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn = 128,
+     .vocab = 512, .context = 512},
     /* tiny, but every row length a multiple of 256, so the K-quant types
      * (256-value super-blocks) apply to every matrix */
-    {"tiny-k",         256, 2,     4,    2,  512,  512,   512},
+    {.name = "tiny-k", .dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn = 512,
+     .vocab = 512, .context = 512},
     /* heads, KV heads and FFN that split 2, 3 and 6 ways, with whole
      * 32-value blocks of every split row (tensor parallelism's tests) */
-    {"tiny-tp",        192, 2,     12,   6,  576,  512,   512},
+    {.name = "tiny-tp", .dim = 192, .n_layers = 2, .n_heads = 12, .n_kv_heads = 6, .ffn = 576,
+     .vocab = 512, .context = 512},
+    /* mixture of experts. Qwen3-30B-A3B as released (--layers N for a
+     * shallower copy with the same work a layer) */
+    {.name = "qwen3-30b-a3b", .dim = 2048, .n_layers = 48, .n_heads = 32, .n_kv_heads = 4,
+     .ffn = 6144, .vocab = 151936, .context = 40960, .arch = "qwen3moe", .head_dim = 128,
+     .n_experts = 128, .n_experts_used = 8, .ffn_exp = 768},
+    /* Qwen1.5-MoE-A2.7B: 60 experts top-4 and a gated shared expert */
+    {.name = "qwen2-moe-a2.7b", .dim = 2048, .n_layers = 24, .n_heads = 16, .n_kv_heads = 16,
+     .ffn = 5632, .vocab = 151936, .context = 8192, .arch = "qwen2moe", .n_experts = 60,
+     .n_experts_used = 4, .ffn_exp = 1408, .n_shexp = 1, .ffn_shexp = 5632},
+    /* small ones of each family, rows of 256 (every type applies), 8
+     * experts top-2 (split 2, 4 and 8 ways) */
+    {.name = "qwen3moe-tiny", .dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn = 768,
+     .vocab = 512, .context = 512, .arch = "qwen3moe", .head_dim = 64, .n_experts = 8,
+     .n_experts_used = 2, .ffn_exp = 256},
+    {.name = "qwen2moe-tiny", .dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn = 512,
+     .vocab = 512, .context = 512, .arch = "qwen2moe", .n_experts = 8, .n_experts_used = 2,
+     .ffn_exp = 256, .n_shexp = 1, .ffn_shexp = 512},
+    /* Mixtral: llama with experts; feed_forward_length is the expert width */
+    {.name = "mixtral-tiny", .dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn = 512,
+     .vocab = 512, .context = 512, .arch = "llama", .n_experts = 8, .n_experts_used = 2,
+     .ffn_exp = 512},
+    /* GLM-4.5(-Air): one leading dense layer, sigmoid routing with a choice
+     * bias, a shared expert, attention biases, half the head rotated */
+    {.name = "glm4moe-tiny", .dim = 256, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .ffn = 512,
+     .vocab = 512, .context = 512, .arch = "glm4moe", .head_dim = 64, .n_experts = 8,
+     .n_experts_used = 2, .ffn_exp = 256, .n_shexp = 1, .ffn_shexp = 256, .n_dense_lead = 1},
 };
 
 const pagoda_model_shape *pagoda_model_shape_find(const char *name)
@@ -44,6 +78,12 @@ const pagoda_model_shape *pagoda_model_shape_find(const char *name)
     for (size_t i = 0; name && i < sizeof shapes / sizeof shapes[0]; i++)
         if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
     return NULL;
+}
+
+const char *pagoda_model_shape_names(void)
+{
+    return "llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp, qwen3-30b-a3b, qwen2-moe-a2.7b, "
+           "qwen3moe-tiny, qwen2moe-tiny, mixtral-tiny, glm4moe-tiny";
 }
 
 /* ------------------------------------------------------------ random */
@@ -79,6 +119,13 @@ static void fill_normal(rng *r, float *x, size_t n, float std)
                     (int32_t)((u >> 32) & 0xFFFF) + (int32_t)(u >> 48) - 131070;
         x[i] = (float)s * scale;
     }
+}
+
+void pagoda_genmodel_fill_normal(uint64_t seed, float *x, size_t n, float std)
+{
+    uint64_t s = seed;
+    rng r = {splitmix64(&s) | 1};
+    fill_normal(&r, x, n, std);
 }
 
 /* ------------------------------------------------------------ vocabulary */
@@ -159,19 +206,20 @@ out:
 
 /* ------------------------------------------------------------ tensors */
 
-enum { GT_WEIGHT, GT_NORM, GT_BIAS, GT_VALUES };
+enum { GT_WEIGHT, GT_NORM, GT_BIAS, GT_VALUES, GT_ROUTER };
 
 typedef struct gtensor {
     char name[64];
     int type;
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];         /* ne[2]: the experts of a 3-D expert tensor */
     int kind;              /* GT_*: what fills it */
     const float *values;   /* GT_VALUES: the whole tensor */
 } gtensor;
 
 typedef struct gen_values {
     float std, norm_std, bias_std;
+    float router_std;      /* 1/sqrt(dim): unit-spread router logits of a normed row */
 } gen_values;
 
 /* Llama 3.1's rope scaling as convert_hf_to_gguf.py turns it into
@@ -253,7 +301,7 @@ static int write_tensor(gguf_writer *w, FILE *fp, const gtensor *t, uint64_t see
 {
     uint64_t s = seed ^ (idx * 0xD1B54A32D192ED03ull);
     rng r = {splitmix64(&s) | 1};
-    int64_t rows = t->ne[1], cols = t->ne[0];
+    int64_t rows = t->ne[1] * (t->n_dims == 3 ? t->ne[2] : 1), cols = t->ne[0];
     int64_t rows_per = (int64_t)(chunk_elems / (size_t)cols);
     if (rows_per < 1) rows_per = 1;
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
@@ -267,13 +315,40 @@ static int write_tensor(gguf_writer *w, FILE *fp, const gtensor *t, uint64_t see
         } else if (t->kind == GT_NORM)
             for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         else
-            fill_normal(&r, buf, n, t->kind == GT_BIAS ? gv->bias_std : gv->std);
+            fill_normal(&r, buf, n, t->kind == GT_BIAS     ? gv->bias_std
+                                    : t->kind == GT_ROUTER ? gv->router_std
+                                                           : gv->std);
         int st = pagoda_quantize_row(t->type, buf, qbuf, (int64_t)n);
         if (st) return st;
         st = pagoda_gguf_w_data_chunk(w, fp, qbuf, pagoda_dtype_row_bytes(t->type, (int64_t)n));
         if (st) return st;
     }
     return PAGODA_OK;
+}
+
+/* The expert keys as llama.cpp's converter writes them for each family
+ * (Mixtral, a llama file, has only the counts: feed_forward_length is its
+ * expert width). qwen3moe and qwen2moe get no expert_weights_norm: their
+ * converter leaves it out and the family fixes it (qwen3moe renormalises
+ * the top-k, qwen2moe does not). */
+static int write_moe_keys(gguf_writer *w, const char *arch, const pagoda_model_shape *sh)
+{
+    char key[160];
+#define MKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    bool llama = !strcmp(arch, "llama"), glm = !strcmp(arch, "glm4moe");
+    int st = pagoda_gguf_w_u32(w, MKEY("expert_count"), (uint32_t)sh->n_experts);
+    if (!st) st = pagoda_gguf_w_u32(w, MKEY("expert_used_count"), (uint32_t)sh->n_experts_used);
+    if (!st && !llama) st = pagoda_gguf_w_u32(w, MKEY("expert_feed_forward_length"), (uint32_t)sh->ffn_exp);
+    if (!st && !strcmp(arch, "qwen2moe") && sh->ffn_shexp)
+        st = pagoda_gguf_w_u32(w, MKEY("expert_shared_feed_forward_length"), (uint32_t)sh->ffn_shexp);
+    if (!st && glm) st = pagoda_gguf_w_u32(w, MKEY("expert_shared_count"), (uint32_t)sh->n_shexp);
+    if (!st && glm) st = pagoda_gguf_w_u32(w, MKEY("leading_dense_block_count"), (uint32_t)sh->n_dense_lead);
+    /* GLM-4.5's routed_scaling_factor (Air's is 1) */
+    if (!st && glm) st = pagoda_gguf_w_f32(w, MKEY("expert_weights_scale"), 2.5f);
+    if (!st && glm) st = pagoda_gguf_w_bool(w, MKEY("expert_weights_norm"), true);
+    if (!st && glm) st = pagoda_gguf_w_u32(w, MKEY("expert_gating_func"), PAGODA_MOE_GATING_SIGMOID);
+#undef MKEY
+    return st;
 }
 
 int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
@@ -291,8 +366,8 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (err && err_len) err[0] = 0;
     const pagoda_model_shape *sh = o ? pagoda_model_shape_find(o->shape) : NULL;
     if (!sh) {
-        snprintf(err, err_len, "unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp)",
-                 o && o->shape ? o->shape : "");
+        snprintf(err, err_len, "unknown shape '%s' (known: %s)", o && o->shape ? o->shape : "",
+                 pagoda_model_shape_names());
         goto out;
     }
     int dt = o->dtype;
@@ -312,13 +387,23 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         snprintf(err, err_len, "--layers %d is more than 1000", layers);
         goto out;
     }
-    const char *arch = o->arch ? o->arch : "llama";
-    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
-    bool gemma3 = !strcmp(arch, "gemma3");
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3) {
-        snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3, gemma3)", arch);
+    const char *arch = o->arch ? o->arch : sh->arch ? sh->arch : "llama";
+    if (sh->arch && strcmp(arch, sh->arch)) {
+        snprintf(err, err_len, "shape %s is architecture %s, not %s (leave --arch out)", sh->name,
+                 sh->arch, arch);
         goto out;
     }
+    bool moe = sh->n_experts > 0;
+    bool qwen3moe = !strcmp(arch, "qwen3moe"), qwen2moe = !strcmp(arch, "qwen2moe");
+    bool glm4moe = !strcmp(arch, "glm4moe");
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    bool gemma3 = !strcmp(arch, "gemma3");
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3 && !(moe && (qwen3moe || qwen2moe || glm4moe))) {
+        snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3, gemma3; qwen3moe, "
+                 "qwen2moe and glm4moe come with their shapes)", arch);
+        goto out;
+    }
+    bool qkv_bias = qwen2 || qwen2moe || glm4moe, qk_norm = qwen3 || qwen3moe || gemma3;
     if (o->sliding_window < 0 || o->swa_pattern < 0) {
         snprintf(err, err_len, "sliding window %d / pattern %d must be >= 0", o->sliding_window,
                  o->swa_pattern);
@@ -333,12 +418,15 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
                  o->head_dim, (double)o->std, (double)o->norm_std);
         goto out;
     }
-    int dim = sh->dim, head_dim = o->head_dim ? o->head_dim : sh->dim / sh->n_heads;
+    int dim = sh->dim;
+    int head_dim = o->head_dim ? o->head_dim : sh->head_dim ? sh->head_dim : sh->dim / sh->n_heads;
+    bool head_dim_key = o->head_dim || sh->head_dim;
     int q_dim = head_dim * sh->n_heads, kv_dim = head_dim * sh->n_kv_heads;
     int vocab = sh->vocab;
     gen_values gv = {.std = o->std > 0 ? o->std : 0.02f, .norm_std = o->norm_std};
     gv.bias_std = 4 * gv.std;
-    bool not_llama = qwen2 || qwen3 || gemma3;
+    gv.router_std = 1.0f / sqrtf((float)dim);
+    bool not_llama = strcmp(arch, "llama") != 0;
     double theta = not_llama ? 1000000.0 : 10000.0;
     if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) theta = LLAMA3_THETA;
 #define AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
@@ -357,16 +445,20 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("feed_forward_length"), (uint32_t)sh->ffn);
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count"), (uint32_t)sh->n_heads);
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count_kv"), (uint32_t)sh->n_kv_heads);
-    if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
-    if (!st && o->head_dim) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)head_dim);
-    if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"), not_llama ? 1e-6f : 1e-5f);
+    if (!st && head_dim_key) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
+    if (!st && head_dim_key) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)head_dim);
+    if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"),
+                                    not_llama && !glm4moe ? 1e-6f : 1e-5f);
+    if (!st && moe) st = write_moe_keys(w, arch, sh);
     if (!st && gemma3)
         st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window"),
                                (uint32_t)(o->sliding_window ? o->sliding_window : 512));
     if (!st && gemma3 && o->swa_pattern)
         st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window_pattern"), (uint32_t)o->swa_pattern);
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.freq_base"), (float)theta);
-    if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.dimension_count"), (uint32_t)head_dim);
+    /* glm4moe rotates half of each head (partial_rotary_factor 0.5) */
+    if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.dimension_count"),
+                                    (uint32_t)(glm4moe ? head_dim / 2 : head_dim));
     if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_LINEAR) {
         st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "linear");
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
@@ -404,14 +496,19 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
     /* Tensor list, in llama.cpp's order. */
-    size_t n_t = 4 + (size_t)layers * 14;
+    size_t n_t = 4 + (size_t)layers * 24;
     ts = calloc(n_t, sizeof *ts);
     if (!ts) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     size_t k = 0;
 #define ADDK(nm_fmt, layer, tp, d0, d1, knd) do {                                 \
         snprintf(ts[k].name, sizeof ts[k].name, nm_fmt, layer);                   \
         ts[k].type = (tp); ts[k].ne[0] = (d0); ts[k].ne[1] = (d1);                \
-        ts[k].kind = (knd); ts[k].n_dims = (knd) == GT_WEIGHT ? 2 : 1; k++;       \
+        ts[k].kind = (knd); ts[k].n_dims = (knd) == GT_WEIGHT || (knd) == GT_ROUTER ? 2 : 1; \
+        ts[k].ne[2] = 1; k++;                                                     \
+    } while (0)
+#define ADD3(nm_fmt, layer, d0, d1) do {                                          \
+        ADDK(nm_fmt, layer, dt, d0, d1, GT_WEIGHT);                              \
+        ts[k - 1].ne[2] = sh->n_experts; ts[k - 1].n_dims = 3;                    \
     } while (0)
 #define ADD(nm_fmt, layer, tp, d0, d1, is_norm) \
     ADDK(nm_fmt, layer, tp, d0, d1, (is_norm) ? GT_NORM : GT_WEIGHT)
@@ -430,24 +527,43 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         ADD("blk.%d.attn_q.weight", l, dt, dim, q_dim, false);
         ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
         ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
-        if (qwen2) {
+        if (qkv_bias) {
             ADDK("blk.%d.attn_q.bias", l, PAGODA_DTYPE_F32, q_dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_k.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_v.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
         }
-        if (qwen3 || gemma3) {
+        if (qk_norm) {
             ADD("blk.%d.attn_q_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
         ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
         if (gemma3) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
-        ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
-        ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
-        ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
-        ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+        /* glm4moe names its pre-FFN norm post_attention_norm, as llama.cpp does */
+        if (glm4moe) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        else ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        if (moe && l >= sh->n_dense_lead) {
+            /* the router stays F32, as llama-quantize leaves it */
+            ADDK("blk.%d.ffn_gate_inp.weight", l, PAGODA_DTYPE_F32, dim, sh->n_experts, GT_ROUTER);
+            if (glm4moe) ADDK("blk.%d.exp_probs_b.bias", l, PAGODA_DTYPE_F32, sh->n_experts, 1, GT_BIAS);
+            ADD3("blk.%d.ffn_gate_exps.weight", l, dim, sh->ffn_exp);
+            ADD3("blk.%d.ffn_up_exps.weight", l, dim, sh->ffn_exp);
+            ADD3("blk.%d.ffn_down_exps.weight", l, sh->ffn_exp, dim);
+            if (sh->ffn_shexp) {
+                if (qwen2moe)   /* the shared expert's sigmoid gate [dim -> 1] */
+                    ADD("blk.%d.ffn_gate_inp_shexp.weight", l, PAGODA_DTYPE_F32, dim, 1, false);
+                ADD("blk.%d.ffn_gate_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_up_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_down_shexp.weight", l, dt, sh->ffn_shexp, dim, false);
+            }
+        } else {
+            ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+        }
         if (gemma3) ADD("blk.%d.post_ffw_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
     }
 #undef ADD
+#undef ADD3
 #undef ADDK
 #undef AKEY
     n_t = k;
@@ -488,13 +604,16 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     /* About 4 MB of F32 per chunk (whole rows), and its quantized form. */
     const size_t chunk = 1u << 20;
     size_t max_cols = (size_t)(sh->ffn > dim ? sh->ffn : dim);
+    if ((size_t)sh->ffn_exp > max_cols) max_cols = (size_t)sh->ffn_exp;
+    if ((size_t)sh->ffn_shexp > max_cols) max_cols = (size_t)sh->ffn_shexp;
     if ((size_t)q_dim > max_cols) max_cols = (size_t)q_dim;
     size_t cap = chunk > max_cols ? chunk : max_cols;
     buf = malloc(cap * sizeof *buf);
     qbuf = malloc(cap * sizeof *buf);
     if (!buf || !qbuf) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     st = pagoda_gguf_w_begin(w, fp);
-    for (size_t i = 0; !st && i < n_t; i++)
+    if (!st && o->header_only) st = pagoda_gguf_w_data_hole(w, fp);
+    for (size_t i = 0; !st && !o->header_only && i < n_t; i++)
         st = write_tensor(w, fp, &ts[i], o->seed, i, &gv, buf, qbuf, chunk);
     if (!st) st = pagoda_gguf_w_finish(w, fp);
     if (st) { snprintf(err, err_len, "%s: write failed: %s", tmp, pagoda_status_str(st)); goto out; }
@@ -542,8 +661,22 @@ static void gen_usage(FILE *f)
     fprintf(f, "usage: pagoda gen-model --shape NAME --type T --out FILE [--vocab VOCAB.gguf]\n"
                "                        [--seed N] [--layers N] [--arch A] [--rope-scaling S]\n"
                "                        [--tied] [--std S] [--norm-std S] [--head-dim N]\n"
+               "       pagoda gen-model --upcycle SRC.gguf --experts E --used K --out FILE [--seed N]\n"
                "  --shape   llama-110M | tinyllama-1.1B | tiny | tiny-k (tiny, rows of 256)\n"
                "            | tiny-tp (12 heads, 6 KV heads, FFN 576: splits 2, 3, 6 ways)\n"
+               "            mixtures of experts (each its own architecture; the router F32):\n"
+               "            | qwen3-30b-a3b (qwen3moe as released: 48 layers, dim 2048, 32/4 heads\n"
+               "              of 128, 128 experts top-8 of width 768, vocab 151936; --layers N\n"
+               "              for a shallower copy) | qwen2-moe-a2.7b (qwen2moe: 60 experts top-4\n"
+               "              of 1408, a gated shared expert of 5632) | qwen3moe-tiny |\n"
+               "              qwen2moe-tiny | mixtral-tiny (llama with experts) | glm4moe-tiny\n"
+               "              (a dense lead layer, sigmoid routing with exp_probs_b, a shared\n"
+               "              expert, scale 2.5); the tiny ones: dim 256, 8 experts top-2\n"
+               "  --header-only  the header and tensor table, the data a hole of zeros (a\n"
+               "            sparse file): `pagoda plan` of a shape too big to write; never run it\n"
+               "  --upcycle SRC  a dense llama GGUF whose FFN becomes E identical experts (the\n"
+               "            same blocks byte for byte, 3-D) with a random router, Mixtral-style:\n"
+               "            --experts E (1..256) --used K (top-K, 1..E); -o is --out\n"
                "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL |\n"
                "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS (norms stay F32; a matrix whose\n"
                "            rows are not a multiple of 256 gets llama-quantize's fallback:\n"
@@ -568,10 +701,13 @@ static void gen_usage(FILE *f)
 int pagoda_cmd_gen_model(int argc, char **argv)
 {
     pagoda_genmodel_opts o = {.seed = 42, .dtype = -1};
+    const char *upcycle = NULL;
+    long n_experts = 0, n_used = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { gen_usage(stdout); return 0; }
         if (strcmp(a, "--tied") == 0) { o.tied = true; continue; }
+        if (strcmp(a, "--header-only") == 0) { o.header_only = true; continue; }
         const char *eq = strchr(a, '=');
         size_t alen = eq ? (size_t)(eq - a) : strlen(a);
         if (eq) v = eq + 1;
@@ -584,11 +720,24 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         char *end = NULL;
 #define OPT(s) (alen == strlen(s) && strncmp(a, s, alen) == 0)
         if (OPT("--shape")) o.shape = v;
-        else if (OPT("--out")) o.out = v;
+        else if (OPT("--out") || OPT("-o")) o.out = v;
+        else if (OPT("--upcycle")) upcycle = v;
+        else if (OPT("--experts") || OPT("--used")) {
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || !*v || *end || n < 1 || n > 256) {
+                fprintf(stderr, "pagoda gen-model: %.*s %s: expected 1..256\n", (int)alen, a, v);
+                return 2;
+            }
+            if (OPT("--experts")) n_experts = n;
+            else n_used = n;
+        }
         else if (OPT("--vocab")) o.vocab = v;
         else if (OPT("--arch")) {
-            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma3")) {
-                fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2, qwen3 or gemma3\n", v);
+            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma3") &&
+                strcmp(v, "qwen3moe") && strcmp(v, "qwen2moe") && strcmp(v, "glm4moe")) {
+                fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2, qwen3, gemma3 (or "
+                        "a MoE shape's own: qwen3moe, qwen2moe, glm4moe)\n", v);
                 return 2;
             }
             o.arch = v;
@@ -653,14 +802,31 @@ int pagoda_cmd_gen_model(int argc, char **argv)
 #undef OPT
         if (!eq) i++;
     }
+    if (upcycle) {
+        if (!o.out || !n_experts || !n_used) {
+            fprintf(stderr, "pagoda gen-model: --upcycle needs --experts, --used and --out\n");
+            gen_usage(stderr);
+            return 2;
+        }
+        pagoda_upcycle_opts u = {.src = upcycle, .out = o.out, .n_experts = (int)n_experts,
+                                 .n_used = (int)n_used, .seed = o.seed};
+        char uerr[1024];
+        if (pagoda_upcycle(&u, uerr, sizeof uerr)) {
+            fprintf(stderr, "pagoda gen-model: %s\n", uerr);
+            return 1;
+        }
+        fprintf(stderr, "pagoda gen-model: wrote %s (%s upcycled: %ld experts, top-%ld)\n", o.out,
+                upcycle, n_experts, n_used);
+        return 0;
+    }
     if (!o.shape || !o.out || o.dtype < 0) {
         fprintf(stderr, "pagoda gen-model: --shape, --type and --out are required\n");
         gen_usage(stderr);
         return 2;
     }
     if (!pagoda_model_shape_find(o.shape)) {
-        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp)\n",
-                o.shape);
+        fprintf(stderr, "pagoda gen-model: unknown shape '%s' (known: %s)\n", o.shape,
+                pagoda_model_shape_names());
         return 2;
     }
     char err[1024];
@@ -669,8 +835,9 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         fprintf(stderr, "pagoda gen-model: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "pagoda gen-model: wrote %s (%s %s, %s)\n", o.out, o.arch ? o.arch : "llama",
-            o.shape, pagoda_dtype_name(o.dtype));
+    const pagoda_model_shape *sh = pagoda_model_shape_find(o.shape);
+    fprintf(stderr, "pagoda gen-model: wrote %s (%s %s, %s)\n", o.out,
+            o.arch ? o.arch : sh->arch ? sh->arch : "llama", o.shape, pagoda_dtype_name(o.dtype));
     if (err[0]) fprintf(stderr, "pagoda gen-model: note: %s\n", err);
     return 0;
 }

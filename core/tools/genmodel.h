@@ -17,11 +17,23 @@
 typedef struct pagoda_model_shape {
     const char *name;
     int dim, n_layers, n_heads, n_kv_heads, ffn, vocab, context;
+    const char *arch;      /* the architecture the shape is (NULL: llama, or --arch) */
+    int head_dim;          /* 0: dim / n_heads */
+    /* Mixture of experts (n_experts 0: dense). Layers from n_dense_lead on
+     * route each token to n_experts_used of n_experts experts of width
+     * ffn_exp, plus n_shexp shared experts of total width ffn_shexp; the
+     * leading layers keep a dense FFN of width ffn. */
+    int n_experts, n_experts_used, ffn_exp, n_shexp, ffn_shexp, n_dense_lead;
 } pagoda_model_shape;
 
 /* "llama-110M", "tinyllama-1.1B", "tiny", "tiny-k" (tiny with every row
- * length a multiple of 256, for the K-quant types); NULL for another name. */
+ * length a multiple of 256, for the K-quant types), "tiny-tp", and the
+ * mixture-of-experts shapes "qwen3-30b-a3b", "qwen2-moe-a2.7b",
+ * "qwen3moe-tiny", "qwen2moe-tiny", "mixtral-tiny", "glm4moe-tiny"; NULL
+ * for another name. */
 const pagoda_model_shape *pagoda_model_shape_find(const char *name);
+/* The known shape names, comma separated (for messages). */
+const char *pagoda_model_shape_names(void);
 
 typedef struct pagoda_genmodel_opts {
     const char *shape;      /* a name pagoda_model_shape_find knows */
@@ -35,7 +47,8 @@ typedef struct pagoda_genmodel_opts {
     int context;            /* 0 = the shape's context length (the bench's long-prompt runs) */
     /* Architecture variants (all zero/NULL: plain llama as before). */
     const char *arch;       /* "llama" (NULL), "qwen2" (QKV biases), "qwen3" (Q/K norms),
-                             * "gemma3" */
+                             * "gemma3"; a mixture-of-experts shape is its own
+                             * architecture (NULL or that name) */
     int rope_scaling;       /* pagoda_rope_scaling (model.h): linear writes factor 4;
                              * llama3 writes rope_freqs.weight (factor 8, low 1, high 4,
                              * original context 8192) and rope theta 500000 */
@@ -47,12 +60,19 @@ typedef struct pagoda_genmodel_opts {
     int sliding_window;     /* attention.sliding_window; 0 = 512 */
     int swa_pattern;        /* > 0: written as attention.sliding_window_pattern;
                              * 0: no key (the model's default, 6) */
+    bool header_only;       /* metadata and tensor table, the data a hole of zeros
+                             * (a sparse file): for memory plans of shapes too big
+                             * to write, never to run */
 } pagoda_genmodel_opts;
 
 /* Writes the model; 0 or a pagoda_status with a message in err. On success
  * err is empty, or a note saying which matrices fell back to another type
  * (see pagoda_genmodel_tensor_type). */
 int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len);
+
+/* n approximately normal values of standard deviation std from a stream
+ * seeded by seed (the generator gen-model fills its weights with). */
+void pagoda_genmodel_fill_normal(uint64_t seed, float *x, size_t n, float std);
 
 /* The types gen-model writes, by name (any case); -1 for another. */
 int pagoda_genmodel_parse_type(const char *s);
@@ -70,6 +90,7 @@ int pagoda_genmodel_tensor_type(int dtype, int64_t cols);
  *   --shape NAME --type T --out FILE [--vocab VOCAB.gguf] [--seed N] [--layers N]
  *   [--arch llama|qwen2|qwen3|gemma3] [--rope-scaling none|linear|llama3] [--tied]
  *   [--std S] [--norm-std S] [--head-dim N] [--sliding-window N] [--swa-pattern N]
+ * or --upcycle SRC.gguf --experts E --used K --out FILE [--seed N] (upcycle.h).
  * Returns a process exit code: 0 ok, 1 failure, 2 usage error. */
 int pagoda_cmd_gen_model(int argc, char **argv);
 

@@ -13,6 +13,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h> /* ftruncate */
 
 #include "gguf_internal.h"
 #include "pagoda/types.h"
@@ -320,4 +322,20 @@ int pagoda_gguf_w_finish(gguf_writer *w, FILE *fp)
     if (!w || !fp || !w->begun) return PAGODA_ERR_STATE;
     if (w->cur != w->n_t) return PAGODA_ERR_STATE;
     return fflush(fp) == 0 ? PAGODA_OK : PAGODA_ERR_IO;
+}
+
+int pagoda_gguf_w_data_hole(gguf_writer *w, FILE *fp)
+{
+    if (!w || !fp || !w->begun || w->cur != 0 || w->cur_done) return PAGODA_ERR_STATE;
+    uint64_t total = 0;
+    if (w->n_t) {
+        const wtensor *t = &w->t[w->n_t - 1];
+        total = t->offset + (t->nbytes + w->alignment - 1) / w->alignment * w->alignment;
+    }
+    off_t end = (off_t)(w->pos + total);
+    if (fflush(fp) != 0 || ftruncate(fileno(fp), end) != 0 || fseeko(fp, end, SEEK_SET) != 0)
+        return PAGODA_ERR_IO;
+    w->pos += total;
+    w->cur = w->n_t;
+    return PAGODA_OK;
 }

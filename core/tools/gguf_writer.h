@@ -46,5 +46,10 @@ int pagoda_gguf_w_data(gguf_writer *w, FILE *fp, const void *data, size_t nbytes
  * tensor was written in full and flushes. */
 int pagoda_gguf_w_data_chunk(gguf_writer *w, FILE *fp, const void *data, size_t nbytes);
 int pagoda_gguf_w_finish(gguf_writer *w, FILE *fp);
+/* Instead of any tensor data: extend the file over the whole data section
+ * as a hole (a sparse file of zeros), right after pagoda_gguf_w_begin; fp
+ * must be a regular file. For headers a memory plan reads, never a model
+ * to run. Then pagoda_gguf_w_finish. */
+int pagoda_gguf_w_data_hole(gguf_writer *w, FILE *fp);
 
 #endif /* PAGODA_GGUF_WRITER_H */

@@ -75,8 +75,8 @@ static void reset_close(int fd)
     close(fd);
 }
 
-/* Sends method path body; reads the answer to EOF (the server closes each
- * connection after its answer) into out. drop: 1 reset after sending,
+/* Sends method path body; reads the answer to EOF (it asks the server to
+ * close the connection after its answer) into out. drop: 1 reset after sending,
  * 2 reset after the first bytes. Returns 0, or -1 on a connection error or
  * a 60 s stall. */
 static int exchange(const char *method, const char *path, const char *body, int drop, buf *out)
@@ -86,7 +86,7 @@ static int exchange(const char *method, const char *path, const char *body, int 
     char head[512];
     size_t bl = body ? strlen(body) : 0;
     int hl = snprintf(head, sizeof head,
-                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
                       "Content-Length: %zu\r\n\r\n", method, path, bl);
     if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) != hl ||
         (bl && send(fd, body, bl, MSG_NOSIGNAL) != (ssize_t)bl)) {

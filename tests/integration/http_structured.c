@@ -20,6 +20,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,12 +284,36 @@ static void test_tools(void)
 }
 
 /* A generation in flight while bad requests come: they are answered at
- * once and it finishes as if alone. */
+ * once and it finishes as if alone. It is streamed, so that the bad
+ * requests start after its first token (an event, not a fixed delay). */
+typedef struct bg_gen {
+    buf body;
+    long status;
+    atomic_int started; /* a first event arrived */
+} bg_gen;
+
+static size_t bg_data(char *p, size_t sz, size_t nm, void *ud)
+{
+    bg_gen *g = ud;
+    buf_put(&g->body, p, sz * nm);
+    if (strstr(g->body.p, "data: ")) atomic_store(&g->started, 1);
+    return sz * nm;
+}
+
 static void *long_gen(void *arg)
 {
-    resp *r = arg;
-    post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,"
-         "\"ignore_eos\":true}", r);
+    bg_gen *g = arg;
+    struct curl_slist *hl = NULL;
+    CURL *c = easy_for(&g_srv, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,"
+                       "\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true}}", -1, NULL, &hl);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bg_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, g);
+    curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &g->status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hl);
+    atomic_store(&g->started, 1); /* also when it failed: the waiter goes on */
     return NULL;
 }
 
@@ -305,10 +330,11 @@ static void expect_400(const char *path, const char *body, const char *param, co
 
 static void test_bad_input(void)
 {
-    resp bg;
+    static bg_gen bg;
     pthread_t th;
     pthread_create(&th, NULL, long_gen, &bg);
-    msleep(100);
+    for (int i = 0; i < 3000 && !atomic_load(&bg.started); i++) msleep(10); /* bounded: 30 s */
+    CHECK(atomic_load(&bg.started), "no token of the generation beside the bad requests in 30 s");
     expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
                "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
                "\"properties\":{\"a\":{\"type\":\"strng\"}}}}}}", "response_format", "#/properties/a: 'type' \"strng\"");
@@ -354,10 +380,11 @@ static void test_bad_input(void)
     expect_400("/v1/completions", body, "response_format", "more than the limit of 262144");
     free(body);
     pthread_join(th, NULL);
-    CHECK(bg.status == 200 && json_integer_value(json_object_get(json_object_get(bg.json, "usage"),
-                                                                 "completion_tokens")) == 200,
-          "the generation beside the bad requests: %ld %s", bg.status, bg.body.p ? bg.body.p : "");
-    resp_free(&bg);
+    /* all 200 tokens (the usage chunk says so), ended by "length" */
+    CHECK(bg.status == 200 && bg.body.p && strstr(bg.body.p, "\"finish_reason\":\"length\"") &&
+              strstr(bg.body.p, "\"completion_tokens\":200") && strstr(bg.body.p, "data: [DONE]"),
+          "the generation beside the bad requests: %ld: %.300s", bg.status, bg.body.p ? bg.body.p : "");
+    free(bg.body.p);
 }
 
 int main(void)

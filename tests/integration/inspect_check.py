@@ -11,9 +11,11 @@
                                     grid shows the shared prefix blocks with
                                     refs > 1, the page's numbers equal
                                     /v1/inspect's idle and after a load, the
-                                    request box shows a traced completion;
-                                    with SHOTS, screenshots of the page idle,
-                                    under load and after it are saved there
+                                    request box shows a traced completion,
+                                    the sequence table fits its panel at 1400
+                                    and 1920 px; with SHOTS, screenshots of
+                                    the page idle, under load (at both widths)
+                                    and after it are saved there
   inspect_check.py overhead URL [N [PID [PHASE_S [MAX_TOKENS]]]]
                                     what inspection costs an N-way (16) decode
                                     step (docs/inspect.md): alternating phases
@@ -351,6 +353,10 @@ class Chromium:
         self.eval("new Promise(r => { const t = () => document.readyState === 'complete' ? r(1) "
                   ": setTimeout(t, 20); t(); })")
 
+    def resize(self, width, height=1000):
+        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                         "deviceScaleFactor": 1, "mobile": False})
+
     def screenshot(self, path, width=1400):
         h = self.eval("Math.ceil(document.documentElement.scrollHeight)")
         self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": h,
@@ -407,6 +413,20 @@ new Promise((resolve, reject) => {
 """
 
 
+# How the sequence table sits in its panel: its width against the scroll
+# box around it, its right edge against the panel's, the narrowest id cell.
+SEQ_FIT = """
+(() => {
+  const t = document.getElementById('seq-table'), box = t.parentElement;
+  const panel = document.getElementById('seqs-panel').getBoundingClientRect();
+  const ids = [...t.querySelectorAll('td.rid')].map((c) => c.getBoundingClientRect().width);
+  return { rows: t.tBodies[0].rows.length, table: t.scrollWidth, box: box.clientWidth,
+           right: Math.round(t.getBoundingClientRect().right), panelRight: Math.round(panel.right),
+           ridMin: ids.length ? Math.round(Math.min(...ids)) : 0 };
+})()
+"""
+
+
 def shared_of(s):
     return ",".join(f"{b['id']}:{b['refs']}" for b in s["kv"]["blocks"] if b["refs"] > 1)
 
@@ -460,6 +480,20 @@ def cmd_ui(url, shots=None):
               f"under load: the page's shared blocks {page['sharedList']}, /v1/inspect's {shared_of(s)}")
         check(page["running"] == 3 and s["counts"]["running"] == 3, "under load: 3 running")
         check(page["total"] == s["kv"]["n_blocks"], "under load: pool size")
+        # the sequence table fits its panel at common window widths (it was
+        # clipped at 1400 px: its last column past the panel's edge)
+        for w in (1400, 1920):
+            br.resize(w)
+            fit = br.eval(SEQ_FIT)
+            print(f"ui: at {w} px the sequence table is {fit['table']} px in a {fit['box']} px box, "
+                  f"request ids {fit['ridMin']} px wide")
+            check(fit["rows"] == 3 and fit["table"] <= fit["box"] and fit["right"] <= fit["panelRight"],
+                  f"at {w} px the sequence table does not fit its panel: {fit}")
+            check(fit["ridMin"] >= 40, f"at {w} px the request ids are squeezed to {fit['ridMin']} px")
+            if shots:
+                br.screenshot(os.path.join(shots, f"inspect-w{w}.png"), width=w)
+                br.screenshot_of("seqs-panel", os.path.join(shots, f"inspect-seqs-w{w}.png"), width=w)
+        br.resize(1400)
         # the request box: a traced completion, token by token
         br.eval("document.getElementById('prompt').value = %s; document.getElementById('maxtok').value = 24; "
                 "document.getElementById('go').click(); 1" % json.dumps(PROMPT))

@@ -4,7 +4,7 @@
 # the prefix policy (inspect_check.py ui): the block grid shows the blocks
 # three live requests share with refs 3, the page's numbers equal
 # /v1/inspect's when idle and after the load, the request box streams a
-# traced completion. PAGODA_UI_SHOTS=DIR saves the page idle, under load
+# traced completion, the sequence table fits its panel at 1400 and 1920 px. PAGODA_UI_SHOTS=DIR saves the page idle, under load
 # and after it there; PAGODA_UI_MODEL=FILE serves another model (the docs'
 # screenshots use SmolLM2).
 # Not for: the API's numbers against /metrics (inspect_api.sh).

@@ -6,6 +6,13 @@ and a named function, streamed tool-call deltas, the call and its result
 sent back, and the client's BadRequestError for a bad schema. Run by
 openai_client.sh against stories260K (whose outputs are valid only because
 of the token mask) and, when it is present, SmolLM2-135M-Instruct.
+Every assertion holds for any trajectory the model may sample (so on any
+host's float rounding): each schema here bounds its output, with the
+engine's whitespace (nothing or one space between a schema's tokens) and
+six bytes at most a string character (an escape), below max_tokens, so
+the output must end ("stop" / "tool_calls"); where nothing bounds it
+(json_object, tool_choice "auto") a "length" is allowed and only what
+ended is checked. A token is at least a byte, so bytes bound tokens.
 Not for: starting the server (openai_client.sh).
 
 usage: python openai_structured.py BASE_URL API_KEY stories|smollm2
@@ -51,15 +58,15 @@ class City(pydantic.BaseModel):
     coastal: bool
 
 
-def weather_tool(city_len):
+def weather_tool(city, units):
     return {
         "type": "function",
         "function": {
             "name": "get_weather",
             "parameters": {
                 "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": city_len},
-                               "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "properties": {"city": city,
+                               "unit": {"enum": units}},
                 "required": ["city", "unit"],
                 "additionalProperties": False,
             },
@@ -70,9 +77,13 @@ def weather_tool(city_len):
 def main():
     base_url, key, kind = sys.argv[1], sys.argv[2], sys.argv[3]
     smol = kind == "smollm2"
-    client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)
+    # a hang detector, not a speed limit: SmolLM2's longest case takes
+    # minutes on 2 cores shared with other work
+    client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300)
     model = client.models.list().data[0].id
     temp = 0 if smol else 1  # stories260K: sampling shows the mask does the work
+    # the longest PERSON is 48 bytes and 12 characters of name (120 bytes at
+    # most), the longest City 61 and 12 (133): both end within max_tokens
     max_tokens = 200 if smol else 300
 
     # response_format json_schema, several seeds: every output parses and validates
@@ -91,10 +102,17 @@ def main():
 
     # a pydantic model through the client's parse helper (strict schema)
     parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
-    p = parse(model=model, temperature=temp, max_tokens=max_tokens, response_format=City,
-              messages=[{"role": "user", "content": "Tell me about Oslo."}])
-    parsed = p.choices[0].message.parsed
-    check(isinstance(parsed, City), f"parse: {p.choices[0].message.content!r}")
+    try:
+        p = parse(model=model, temperature=temp, max_tokens=max_tokens, response_format=City,
+                  messages=[{"role": "user", "content": "Tell me about Oslo."}])
+        parsed = p.choices[0].message.parsed
+        check(isinstance(parsed, City) and p.choices[0].finish_reason == "stop",
+              f"parse: {p.choices[0].finish_reason} {p.choices[0].message.content!r}")
+    except openai.LengthFinishReasonError as e:
+        # the client's clean answer to "length"; City's bound (133 bytes)
+        # says it cannot happen within max_tokens
+        check(False, f"parse ran to max_tokens {max_tokens} though City's output is at most 133 bytes: "
+                     f"{e.completion.choices[0].message.content!r}")
 
     # json_object
     r = client.chat.completions.create(
@@ -103,12 +121,15 @@ def main():
     if r.choices[0].finish_reason == "stop":
         check(isinstance(json.loads(r.choices[0].message.content), dict), "json_object output")
 
-    # tools: required (one call) and a named function, then streamed. On
-    # stories260K (a 512-token context, one token per character of the call's
-    # framing) the call has about 110 tokens: short arguments, greedy
+    # tools: required (one call) and a named function, then streamed; tmax
+    # always holds a call: on SmolLM2 102 bytes of framing and a city of up
+    # to 16 characters of 6 bytes; on stories260K, whose 512-token context
+    # the tools block mostly takes (about 110 tokens left), enums: 97 bytes
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
-    WEATHER = weather_tool(16 if smol else 4)
-    tmax = 120 if smol else 110
+    units = ["celsius", "fahrenheit"] if smol else ["C", "F"]
+    WEATHER = weather_tool({"type": "string", "maxLength": 16} if smol
+                           else {"enum": ["Oslo", "Lima"]}, units)
+    tmax = 200 if smol else 110
     temp = 0
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         r = client.chat.completions.create(model=model, temperature=temp, seed=1, max_tokens=tmax,
@@ -122,7 +143,7 @@ def main():
             args = json.loads(call.function.arguments)
             check(call.type == "function" and call.function.name == "get_weather" and call.id,
                   f"call {call}")
-            check(set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit"),
+            check(set(args) == {"city", "unit"} and args["unit"] in units,
                   f"arguments {args}")
             # the call and its result go back in
             back = msgs + [m.model_dump(exclude_none=True),
@@ -150,8 +171,9 @@ def main():
     # "auto": free text until a <tool_call> block opens, then a call held to
     # the function's parameters; whatever the model chooses, each call read
     # back is a valid get_weather call and the finish reason agrees
+    # ("length" allowed: free text has no bound, so no need for tmax's room)
     for seed in range(3):
-        r = client.chat.completions.create(model=model, temperature=1.0, seed=seed, max_tokens=tmax,
+        r = client.chat.completions.create(model=model, temperature=1.0, seed=seed, max_tokens=120 if smol else 110,
                                            messages=[{"role": "user", "content": "Call get_weather for Paris."}],
                                            tools=[WEATHER], tool_choice="auto")
         m = r.choices[0].message

@@ -18,7 +18,7 @@ chats rendered by the model's own Jinja template):
     gap between its best two logits, and the logits of the same ids from a
     second run of the same token sequence in which every quantized matmul
     first rounds its input activations to 8-bit blocks of 32 exactly as
-    pagoda's CPU backend documents it (backends/cpu/vecdot.h: d = amax/127
+    pagoda's CPU backend documents it (backends/cpu/kernels/vecdot.h: d = amax/127
     as float, q = round-half-even(x * (1/d))) ("q8": what a Q4_1 x Q8
     kernel computes, up to float summation order).
 The spread between "f32" and "q8" measures what activation quantization

@@ -9,7 +9,11 @@ set -u
 tmp=$(mktemp -d /tmp/pagoda-tpgold-XXXXXX)
 pid=
 cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 1; kill -KILL "$pid" 2>/dev/null; fi
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid"
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done # bounded: 10 s
+        kill -KILL "$pid" 2>/dev/null
+    fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -25,7 +29,7 @@ run=("$MPIEXEC" -n 2 --oversubscribe "$PAGODA_BIN" --config "$PAGODA_SOURCE_DIR/
 
 # 1. stdin
 echo "{\"id\": \"g\", \"prompt\": \"Once upon a time\", \"max_tokens\": $n_gen, \"temperature\": 0}" |
-    timeout 120 "${run[@]}" --set engine.frontend=stdin --set frontend.stdin.mode=batch \
+    timeout 240 "${run[@]}" --set engine.frontend=stdin --set frontend.stdin.mode=batch \
     >"$tmp/out" 2>"$tmp/err" || fail "mpirun -n 2 (stdin) exited $?"
 grep -q "rank 1: tensor parallel: rank 0 said stop after" "$tmp/err" || fail "rank 1 did not take the steps"
 python3 - "$tmp/out" "$golden" <<'PY' || fail "stdin output differs from the golden text"
@@ -42,7 +46,7 @@ PY
 port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 "${run[@]}" --set engine.frontend=http --set frontend.http.port="$port" >"$tmp/hout" 2>"$tmp/err" &
 pid=$!
-for _ in $(seq 300); do
+for _ in $(seq 1200); do # bounded: 120 s
     curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
     kill -0 "$pid" 2>/dev/null || fail "the HTTP server exited"
     sleep 0.1
@@ -73,7 +77,7 @@ print(f"http: equal the golden text; {steps:.0f} steps, {m['pagoda_comm_bytes_pe
       f"bytes and {m['pagoda_comm_seconds_per_step']*1e6:.0f} us in collectives a step")
 PY
 kill -TERM "$pid"
-for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && fail "still running 15 s after SIGTERM"
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIGTERM"
 pid=
 echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin and HTTP)"

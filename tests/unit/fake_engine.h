@@ -25,7 +25,8 @@
  * tokenize splits on whitespace (ids from a growing vocabulary, from 10;
  * BOS = 1, EOS = 2); chat_render writes "<|role|>content\n" per message and
  * "<|assistant|>" with the generation prompt, and names stop id 2.
- * Every submit and cancel is recorded for the test to assert on.
+ * Every submit and cancel is recorded for the test to assert on, and
+ * every log line (fake_log_count).
  */
 #ifndef PAGODA_FAKE_ENGINE_H
 #define PAGODA_FAKE_ENGINE_H
@@ -127,6 +128,8 @@ typedef struct fake_engine {
     int n_tokens_emitted;
     char *last_render;
     char last_error[512];
+    char logs[16384];            /* the plugin's log lines, every level, while they fit */
+    size_t logs_len;
 
     char *vocab[FAKE_MAX_VOCAB];
     int n_vocab;
@@ -183,13 +186,24 @@ static const char *fake_engine_config(const pagoda_host *h, const char *key) { r
 
 static void fake_log(const pagoda_host *h, int level, const char *fmt, ...)
 {
-    if (level > PAGODA_LOG_WARN && !getenv("FAKE_VERBOSE")) return;
+    fake_engine *f = fake_of(h);
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[fake host] ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    /* every level is kept for the test (fake_log_has), as far as it fits */
+    pthread_mutex_lock(&f->mu);
+    size_t n = strlen(line);
+    if (f->logs_len + n + 2 <= sizeof f->logs) {
+        memcpy(f->logs + f->logs_len, line, n);
+        f->logs_len += n;
+        f->logs[f->logs_len++] = '\n';
+        f->logs[f->logs_len] = 0;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (level > PAGODA_LOG_WARN && !getenv("FAKE_VERBOSE")) return;
+    fprintf(stderr, "[fake host] %s\n", line);
 }
 static int fake_error(const pagoda_host *h, int status, const char *fmt, ...)
 {
@@ -736,6 +750,30 @@ static inline int fake_wait_count(fake_engine *f, const int *counter, int n, int
     int v = *counter;
     pthread_mutex_unlock(&f->mu);
     return v;
+}
+
+/* How many logged lines hold every one of the needles (NULL-ended). */
+static inline int fake_log_count(fake_engine *f, const char *needle, ...)
+{
+    const char *need[8];
+    int k = 0;
+    va_list ap;
+    va_start(ap, needle);
+    for (const char *x = needle; x && k < 8; x = va_arg(ap, const char *)) need[k++] = x;
+    va_end(ap);
+    int n = 0;
+    pthread_mutex_lock(&f->mu);
+    for (char *line = f->logs; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        int all = 1;
+        for (int i = 0; i < k && all; i++) all = strstr(line, need[i]) != NULL;
+        n += all;
+        if (nl) *nl = '\n';
+        line = nl ? nl + 1 : NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return n;
 }
 
 /* Number of requests still live (submitted, no FINAL yet). */

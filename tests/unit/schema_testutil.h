@@ -167,7 +167,7 @@ static bool st_valid(json_t *root, json_t *s, json_t *v, char *why, size_t wn)
 
 /* ------------------------------------------------------------ generator */
 
-#define ST_WS 21   /* the engine's longest whitespace: a newline and 20 of indent */
+#define ST_WS 1    /* the engine's longest whitespace in a schema's output: one space */
 
 static inline int st_pick(tu_rng *r, int n) { return (int)(tu_rng_u64(r) % (uint64_t)n); }
 

@@ -489,6 +489,36 @@ START_TEST(test_schema_random)
 }
 END_TEST
 
+/* Whitespace between JSON tokens is bounded (docs/structured-output.md):
+ * a schema's output takes nothing or one space; any JSON (json_object)
+ * also a newline and up to 20 spaces or tabs; never before the root. */
+START_TEST(test_json_whitespace)
+{
+    void *c = must_compile(PAGODA_CONSTRAINT_JSON_SCHEMA,
+                           "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":"
+                           "{\"type\":\"integer\"}}},\"required\":[\"a\"],\"additionalProperties\":false}");
+    ck_assert(accepts_str(c, "{\"a\":[1,2]}"));
+    ck_assert(accepts_str(c, "{\"a\": [1, 2]}"));
+    ck_assert(accepts_str(c, "{ \"a\" : [ 1 , 2 ] }"));
+    ck_assert(!accepts_str(c, "{\"a\":  [1,2]}"));  /* two spaces */
+    ck_assert(!accepts_str(c, "{\n\"a\":[1,2]}")); /* a newline */
+    ck_assert(!accepts_str(c, "{\"a\":[1,\t2]}"));
+    ck_assert(!accepts_str(c, " {\"a\":[1]}"));
+    O->compiled_free(g_ctx, c);
+    c = must_compile(PAGODA_CONSTRAINT_JSON_OBJECT, NULL);
+    char buf[128];
+    for (int n = 0; n <= 21; n++) {
+        snprintf(buf, sizeof buf, "{\n%*s\"a\": [\n%*s1 ]\n}", n, "", n / 2, "");
+        ck_assert_msg(accepts_str(c, buf) == (n <= 20), "newline and %d spaces", n);
+    }
+    ck_assert(accepts_str(c, "{\n\t\t\"a\": 1}"));
+    ck_assert(!accepts_str(c, "{\n\n\"a\": 1}"));  /* one newline a gap */
+    ck_assert(!accepts_str(c, "{  \"a\": 1}"));      /* or one space */
+    ck_assert(!accepts_str(c, "{\"a\": 1}\n"));     /* nothing after the root */
+    O->compiled_free(g_ctx, c);
+}
+END_TEST
+
 START_TEST(test_json_object)
 {
     void *c = must_compile(PAGODA_CONSTRAINT_JSON_OBJECT, NULL);
@@ -773,6 +803,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_schema_random);
     tcase_add_test(tc, test_schema_horizon);
     tcase_add_test(tc, test_json_object);
+    tcase_add_test(tc, test_json_whitespace);
     tcase_add_test(tc, test_tools_auto);
     tcase_add_test(tc, test_mask_cache_and_stats);
     tcase_add_test(tc, test_bad_specs);

@@ -227,6 +227,87 @@ START_TEST(test_matmul_end_to_end)
 }
 END_TEST
 
+/* The ABI 1.5 slots through the plugin: matmul_experts on a 3-D Q8_0
+ * weight (each row against its expert's dequantized rows) and moe_combine,
+ * then the boundary's refusals of bad ids, x_rows, shapes and an expert
+ * range past the buffer, each with a message naming the op. */
+START_TEST(test_moe_slots)
+{
+    loaded L = load_backend();
+    const pagoda_backend_ops *o = L.ops;
+    ck_assert_ptr_nonnull(o->matmul_experts);
+    ck_assert_ptr_nonnull(o->moe_combine);
+    tu_rng r;
+    tu_rng_seed(&r, 78);
+    enum { T = 3, KC = 2, R = T * KC, E = 4, K = 64, N = 24 };
+    float x[T * K], wf[E * N * K], out[R * N], comb[T * N], wd[K];
+    tu_fill_normal(&r, x, T * K, 1.0f);
+    tu_fill_normal(&r, wf, E * N * K, 0.3f);
+    size_t rb = pagoda_dtype_row_bytes(PAGODA_DTYPE_Q8_0, K);
+    uint8_t *wq = malloc(rb * E * N);
+    for (int n = 0; n < E * N; n++)
+        ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, wf + n * K, wq + n * rb, K), PAGODA_OK);
+    pagoda_buffer *act = NULL, *wbuf = NULL;
+    size_t off_x = 0, off_o = 4096, off_c = off_o + sizeof out;
+    ck_assert_int_eq(o->buffer_alloc(L.ctx, PAGODA_BUF_ACTIVATIONS, off_c + sizeof comb, &act), PAGODA_OK);
+    ck_assert_int_eq(o->weights_from_host(L.ctx, wq, rb * E * N, &wbuf), PAGODA_OK);
+    ck_assert_int_eq(o->upload(L.ctx, act, off_x, x, sizeof x), PAGODA_OK);
+    pagoda_tensor tx = tens(act, off_x, PAGODA_DTYPE_F32, T, K);
+    pagoda_tensor tw = tens(wbuf, 0, PAGODA_DTYPE_Q8_0, N, K);
+    pagoda_tensor to = tens(act, off_o, PAGODA_DTYPE_F32, R, N);
+    pagoda_tensor tc = tens(act, off_c, PAGODA_DTYPE_F32, T, N);
+    int32_t ids[R] = {3, 1, 1, 1, 0, 3}, xr[R] = {0, 0, 1, 1, 2, 2}, dst[R] = {0, 0, 1, 1, 2, 2};
+    float wts[R] = {0.25f, 0.75f, 0.5f, 0.5f, 1.0f, 0.125f};
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, xr, &tw, E, rb * N, ids, &to), PAGODA_OK);
+    ck_assert_int_eq(o->download(L.ctx, act, off_o, out, sizeof out), PAGODA_OK);
+    for (int i = 0; i < R; i++)
+        for (int n = 0; n < N; n++) {
+            pagoda_dequantize_row(PAGODA_DTYPE_Q8_0, wq + (size_t)(ids[i] * N + n) * rb, wd, K);
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                ref += (double)x[xr[i] * K + k] * wd[k];
+                mag += fabs((double)x[xr[i] * K + k] * wd[k]);
+            }
+            ck_assert_msg(fabs(out[i * N + n] - ref) <= 0.01 * mag + 1e-4, "row %d n %d: %f vs %f", i, n,
+                          out[i * N + n], ref);
+        }
+    ck_assert_int_eq(o->moe_combine(L.ctx, &to, dst, wts, false, &tc), PAGODA_OK);
+    ck_assert_int_eq(o->download(L.ctx, act, off_c, comb, sizeof comb), PAGODA_OK);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            float want = 0.0f;
+            for (int i = 0; i < R; i++)
+                if (dst[i] == t) want += wts[i] * out[i * N + n];
+            ck_assert_float_eq(comb[t * N + n], want);
+        }
+
+    n_errors = 0;
+    int32_t bad_ids[R] = {0, 1, 2, 3, 4, 0};
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, xr, &tw, E, rb * N, bad_ids, &to), PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last_error, "matmul_experts: ids[4]"));
+    int32_t bad_xr[R] = {0, 0, 1, 3, 2, 2};
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, bad_xr, &tw, E, rb * N, ids, &to), PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last_error, "x_rows[3]"));
+    /* x_rows NULL: one x row per output row, and x has only T */
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, NULL, &tw, E, rb * N, ids, &to), PAGODA_ERR_INVALID);
+    /* five experts do not fit in a buffer of four */
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, xr, &tw, E + 1, rb * N, ids, &to), PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last_error, "do not fit"));
+    pagoda_tensor wrong = tens(act, off_o, PAGODA_DTYPE_F32, R, N - 1);
+    ck_assert_int_eq(o->matmul_experts(L.ctx, &tx, xr, &tw, E, rb * N, ids, &wrong), PAGODA_ERR_INVALID);
+    int32_t bad_dst[R] = {0, 0, 1, 1, 2, 3};
+    ck_assert_int_eq(o->moe_combine(L.ctx, &to, bad_dst, wts, true, &tc), PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last_error, "moe_combine: dst_rows[5]"));
+    ck_assert_int_eq(o->moe_combine(L.ctx, &to, dst, wts, true, &to), PAGODA_ERR_INVALID); /* aliasing */
+    ck_assert_int_eq(n_errors, 7);
+
+    o->buffer_free(L.ctx, act);
+    o->buffer_free(L.ctx, wbuf);
+    free(wq);
+    unload(&L);
+}
+END_TEST
+
 /* One decode token through kv_write + attention: with a single cached key
  * the softmax is 1, so the output is that token's V row (per KV group). */
 START_TEST(test_attention_end_to_end)
@@ -351,6 +432,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_descriptor);
     tcase_add_test(tc, test_matmul_end_to_end);
+    tcase_add_test(tc, test_moe_slots);
     tcase_add_test(tc, test_attention_end_to_end);
     tcase_add_test(tc, test_threads_default_is_cpu_count);
     tcase_add_test(tc, test_kernel_path_named_alike);

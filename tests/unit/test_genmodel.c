@@ -2,7 +2,9 @@
  * accepts, with the shapes, types and metadata asked for (K-quant types
  * falling back per matrix where rows do not fill 256-value blocks),
  * deterministic per seed, weights of the right spread and unit norms; the
- * CLI refuses bad arguments with a usage exit code. */
+ * CLI refuses bad arguments with a usage exit code; the mixture-of-experts
+ * families (keys, 3-D experts, routers, shared experts), the real MoE
+ * shapes, and --upcycle's identical experts. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include "gguf.h"
 #include "quant.h"
 #include "testutil.h"
+#include "upcycle.h"
 
 static char g_dir[] = "/tmp/pagoda_genmodel_XXXXXX";
 
@@ -295,6 +298,265 @@ START_TEST(cli_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------ experts */
+
+static const gguf_tensor *tensor(const gguf_file *f, const char *name)
+{
+    const gguf_tensor *t = pagoda_gguf_tensor(f, name);
+    ck_assert_msg(t, "no tensor %s", name);
+    return t;
+}
+
+static void check_dims(const gguf_tensor *t, int type, uint32_t n_dims, int64_t d0, int64_t d1, int64_t d2)
+{
+    ck_assert_msg(t->type == type, "%.*s: type %d, expected %d", (int)t->name.len, t->name.ptr, t->type, type);
+    ck_assert_uint_eq(t->n_dims, n_dims);
+    ck_assert_int_eq(t->ne[0], d0);
+    ck_assert_int_eq(t->ne[1], d1);
+    ck_assert_int_eq(t->ne[2], d2);
+    ck_assert_uint_eq(t->nbytes, pagoda_dtype_row_bytes(t->type, d0) * (uint64_t)(d1 * d2));
+}
+
+static int64_t key(const gguf_file *f, const char *k)
+{
+    int64_t v = -1;
+    ck_assert_msg(pagoda_gguf_get_int(f, k, &v), "no key %s", k);
+    return v;
+}
+
+/* Each MoE family: its keys as llama.cpp's converter writes them, 3-D
+ * experts [cols, rows, experts] of the asked type, the router F32 with
+ * logits of unit spread (std 1/sqrt(dim)), shared experts, GLM's dense
+ * leading layer and choice bias. */
+START_TEST(moe_families)
+{
+    char *out = (char *)tmp_path("m.gguf");
+    char err[512];
+    /* qwen3moe: Q/K norms, no biases, no shared expert */
+    pagoda_genmodel_opts o = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_Q8_0, .out = out, .seed = 5};
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    char *arch = pagoda_gguf_get_str(f, "general.architecture");
+    ck_assert_str_eq(arch, "qwen3moe");
+    free(arch);
+    ck_assert_int_eq(key(f, "qwen3moe.expert_count"), 8);
+    ck_assert_int_eq(key(f, "qwen3moe.expert_used_count"), 2);
+    ck_assert_int_eq(key(f, "qwen3moe.expert_feed_forward_length"), 256);
+    ck_assert_int_eq(key(f, "qwen3moe.attention.key_length"), 64);
+    for (int l = 0; l < 2; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", l);
+        check_dims(tensor(f, n), PAGODA_DTYPE_Q8_0, 3, 256, 256, 8);
+        snprintf(n, sizeof n, "blk.%d.ffn_up_exps.weight", l);
+        check_dims(tensor(f, n), PAGODA_DTYPE_Q8_0, 3, 256, 256, 8);
+        snprintf(n, sizeof n, "blk.%d.ffn_down_exps.weight", l);
+        check_dims(tensor(f, n), PAGODA_DTYPE_Q8_0, 3, 256, 256, 8);
+        snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", l);
+        check_dims(tensor(f, n), PAGODA_DTYPE_F32, 2, 256, 8, 1);
+        snprintf(n, sizeof n, "blk.%d.attn_q_norm.weight", l);
+        check_dims(tensor(f, n), PAGODA_DTYPE_F32, 1, 64, 1, 1);
+        snprintf(n, sizeof n, "blk.%d.ffn_gate.weight", l);
+        ck_assert_ptr_null(pagoda_gguf_tensor(f, n));
+    }
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.0.attn_q.bias"));
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.0.ffn_up_shexp.weight"));
+    /* the router's spread: unit-variance logits for a unit-RMS row */
+    const gguf_tensor *r = tensor(f, "blk.0.ffn_gate_inp.weight");
+    const float *rv = r->data;
+    double ss = 0;
+    for (int i = 0; i < 256 * 8; i++) ss += (double)rv[i] * rv[i];
+    double sd = sqrt(ss / (256 * 8));
+    ck_assert_msg(fabs(sd - 1.0 / 16) < 0.1 / 16, "router std %g, want %g", sd, 1.0 / 16);
+    /* the 3-D expert slices differ (each its own draw) */
+    const gguf_tensor *g = tensor(f, "blk.0.ffn_gate_exps.weight");
+    size_t slice = (size_t)g->nbytes / 8;
+    ck_assert_int_ne(memcmp(g->data, (const char *)g->data + slice, slice), 0);
+    pagoda_gguf_close(f);
+
+    /* qwen2moe: QKV biases, the shared expert and its [dim -> 1] gate */
+    o.shape = "qwen2moe-tiny";
+    o.dtype = PAGODA_DTYPE_Q4_K;
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    ck_assert_int_eq(key(f, "qwen2moe.expert_shared_feed_forward_length"), 512);
+    check_dims(tensor(f, "blk.1.ffn_gate_inp_shexp.weight"), PAGODA_DTYPE_F32, 2, 256, 1, 1);
+    check_dims(tensor(f, "blk.1.ffn_gate_shexp.weight"), PAGODA_DTYPE_Q4_K, 2, 256, 512, 1);
+    check_dims(tensor(f, "blk.1.ffn_down_shexp.weight"), PAGODA_DTYPE_Q4_K, 2, 512, 256, 1);
+    check_dims(tensor(f, "blk.1.ffn_down_exps.weight"), PAGODA_DTYPE_Q4_K, 3, 256, 256, 8);
+    check_dims(tensor(f, "blk.1.attn_q.bias"), PAGODA_DTYPE_F32, 1, 256, 1, 1);
+    pagoda_gguf_close(f);
+
+    /* Mixtral: a llama file with only the expert counts */
+    o.shape = "mixtral-tiny";
+    o.dtype = PAGODA_DTYPE_F16;
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    arch = pagoda_gguf_get_str(f, "general.architecture");
+    ck_assert_str_eq(arch, "llama");
+    free(arch);
+    ck_assert_int_eq(key(f, "llama.expert_count"), 8);
+    ck_assert_int_eq(key(f, "llama.feed_forward_length"), 512);
+    int64_t v;
+    ck_assert(!pagoda_gguf_get_int(f, "llama.expert_feed_forward_length", &v));
+    check_dims(tensor(f, "blk.0.ffn_up_exps.weight"), PAGODA_DTYPE_F16, 3, 256, 512, 8);
+    check_dims(tensor(f, "blk.0.ffn_down_exps.weight"), PAGODA_DTYPE_F16, 3, 512, 256, 8);
+    pagoda_gguf_close(f);
+
+    /* glm4moe: layer 0 dense, then experts with the choice bias and a
+     * shared expert; post_attention_norm before the FFN; half the head
+     * rotated; sigmoid gating, normalised, scaled */
+    o.shape = "glm4moe-tiny";
+    o.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    ck_assert_int_eq(key(f, "glm4moe.leading_dense_block_count"), 1);
+    ck_assert_int_eq(key(f, "glm4moe.expert_shared_count"), 1);
+    ck_assert_int_eq(key(f, "glm4moe.expert_gating_func"), 2);
+    ck_assert_int_eq(key(f, "glm4moe.rope.dimension_count"), 32);
+    const gguf_kv *kv = pagoda_gguf_find(f, "glm4moe.expert_weights_norm");
+    ck_assert(kv && kv->val.type == GGUF_T_BOOL && kv->val.v.b);
+    double sc = 0;
+    ck_assert(pagoda_gguf_get_float(f, "glm4moe.expert_weights_scale", &sc) && sc == 2.5);
+    check_dims(tensor(f, "blk.0.ffn_gate.weight"), PAGODA_DTYPE_Q8_0, 2, 256, 512, 1);
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.0.ffn_gate_exps.weight"));
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.0.ffn_gate_inp.weight"));
+    check_dims(tensor(f, "blk.1.exp_probs_b.bias"), PAGODA_DTYPE_F32, 1, 8, 1, 1);
+    check_dims(tensor(f, "blk.2.ffn_up_shexp.weight"), PAGODA_DTYPE_Q8_0, 2, 256, 256, 1);
+    check_dims(tensor(f, "blk.2.ffn_gate_exps.weight"), PAGODA_DTYPE_Q8_0, 3, 256, 256, 8);
+    check_dims(tensor(f, "blk.1.post_attention_norm.weight"), PAGODA_DTYPE_F32, 1, 256, 1, 1);
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.1.ffn_norm.weight"));
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.1.ffn_gate_inp_shexp.weight"));
+    check_dims(tensor(f, "blk.1.attn_k.bias"), PAGODA_DTYPE_F32, 1, 128, 1, 1);
+    pagoda_gguf_close(f);
+
+    /* a MoE shape is its own architecture */
+    o.arch = "qwen3";
+    ck_assert_int_ne(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "shape glm4moe-tiny is architecture glm4moe, not qwen3"), "%s", err);
+}
+END_TEST
+
+/* The real shapes, as released (their files are GBs: a header-only copy
+ * holds the table), and --layers keeps the per-layer work. */
+START_TEST(moe_real_shapes)
+{
+    const pagoda_model_shape *q = pagoda_model_shape_find("qwen3-30b-a3b");
+    ck_assert_ptr_nonnull(q);
+    ck_assert_str_eq(q->arch, "qwen3moe");
+    ck_assert_int_eq(q->n_layers, 48);
+    ck_assert_int_eq(q->dim, 2048);
+    ck_assert_int_eq(q->n_heads, 32);
+    ck_assert_int_eq(q->n_kv_heads, 4);
+    ck_assert_int_eq(q->head_dim, 128);
+    ck_assert_int_eq(q->n_experts, 128);
+    ck_assert_int_eq(q->n_experts_used, 8);
+    ck_assert_int_eq(q->ffn_exp, 768);
+    ck_assert_int_eq(q->vocab, 151936);
+    char *out = (char *)tmp_path("h.gguf");
+    char err[512];
+    pagoda_genmodel_opts o = {.shape = "qwen3-30b-a3b", .dtype = PAGODA_DTYPE_Q4_K, .out = out,
+                              .layers = 3, .header_only = true};
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    ck_assert_int_eq(key(f, "qwen3moe.block_count"), 3);
+    ck_assert_uint_eq(f->n_tensors, 3 + 3 * 12);
+    check_dims(tensor(f, "blk.2.ffn_gate_exps.weight"), PAGODA_DTYPE_Q4_K, 3, 2048, 768, 128);
+    check_dims(tensor(f, "blk.2.ffn_down_exps.weight"), PAGODA_DTYPE_Q4_K, 3, 768, 2048, 128);
+    check_dims(tensor(f, "blk.0.attn_q.weight"), PAGODA_DTYPE_Q4_K, 2, 2048, 4096, 1);
+    check_dims(tensor(f, "blk.0.attn_k.weight"), PAGODA_DTYPE_Q4_K, 2, 2048, 512, 1);
+    check_dims(tensor(f, "output.weight"), PAGODA_DTYPE_Q4_K, 2, 2048, 151936, 1);
+    pagoda_gguf_close(f);
+    /* Qwen1.5-MoE: 1408-wide experts are not whole Q4_K super-blocks: the
+     * down projections fall back to Q5_0 as llama-quantize's do */
+    o = (pagoda_genmodel_opts){.shape = "qwen2-moe-a2.7b", .dtype = PAGODA_DTYPE_Q4_K, .out = out,
+                               .layers = 1, .header_only = true};
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "Q5_0"), "%s", err);
+    f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    check_dims(tensor(f, "blk.0.ffn_down_exps.weight"), PAGODA_DTYPE_Q5_0, 3, 1408, 2048, 60);
+    check_dims(tensor(f, "blk.0.ffn_gate_exps.weight"), PAGODA_DTYPE_Q4_K, 3, 2048, 1408, 60);
+    check_dims(tensor(f, "blk.0.ffn_gate_shexp.weight"), PAGODA_DTYPE_Q4_K, 2, 2048, 5632, 1);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
+/* --upcycle: the dense FFN in E identical experts, the same blocks byte
+ * for byte, a router, the expert keys; everything else as it was. */
+START_TEST(upcycle_dense)
+{
+    char *src = (char *)tmp_path("dense.gguf"), *out = (char *)tmp_path("up.gguf");
+    char *a0[] = {"gen-model", "--shape", "tiny", "--type", "Q4_0", "--out", src};
+    ck_assert_int_eq(pagoda_cmd_gen_model(7, a0), 0);
+    char *a1[] = {"gen-model", "--upcycle", src, "--experts", "4", "--used", "2", "-o", out};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, a1), 0);
+    char err[512];
+    gguf_file *d = pagoda_gguf_open(src, err, sizeof err);
+    ck_assert_msg(d, "%s", err);
+    gguf_file *u = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(u, "%s", err);
+    ck_assert_int_eq(key(u, "llama.expert_count"), 4);
+    ck_assert_int_eq(key(u, "llama.expert_used_count"), 2);
+    ck_assert_int_eq(key(u, "llama.feed_forward_length"), 128);
+    ck_assert_uint_eq(u->n_kv, d->n_kv + 2);
+    ck_assert_uint_eq(u->n_tensors, d->n_tensors + 2);   /* a router a layer, 2 layers */
+    const char *names[3] = {"ffn_gate", "ffn_up", "ffn_down"};
+    for (int l = 0; l < 2; l++) {
+        for (int k = 0; k < 3; k++) {
+            char dn[64], un[64];
+            snprintf(dn, sizeof dn, "blk.%d.%s.weight", l, names[k]);
+            snprintf(un, sizeof un, "blk.%d.%s_exps.weight", l, names[k]);
+            const gguf_tensor *dt = tensor(d, dn), *ut = tensor(u, un);
+            ck_assert_ptr_null(pagoda_gguf_tensor(u, dn));
+            check_dims(ut, dt->type, 3, dt->ne[0], dt->ne[1], 4);
+            for (int e = 0; e < 4; e++)
+                ck_assert_int_eq(memcmp((const char *)ut->data + (size_t)e * dt->nbytes, dt->data,
+                                        dt->nbytes), 0);
+        }
+        char rn[64];
+        snprintf(rn, sizeof rn, "blk.%d.ffn_gate_inp.weight", l);
+        check_dims(tensor(u, rn), PAGODA_DTYPE_F32, 2, 64, 4, 1);
+    }
+    for (uint64_t i = 0; i < d->n_tensors; i++) {
+        const gguf_tensor *dt = &d->tensors[i];
+        char n[96];
+        snprintf(n, sizeof n, "%.*s", (int)dt->name.len, dt->name.ptr);
+        if (strstr(n, ".ffn_gate.") || strstr(n, ".ffn_up.") || strstr(n, ".ffn_down.")) continue;
+        const gguf_tensor *ut = tensor(u, n);
+        ck_assert_uint_eq(ut->nbytes, dt->nbytes);
+        ck_assert_int_eq(memcmp(ut->data, dt->data, dt->nbytes), 0);
+    }
+    pagoda_gguf_close(u);
+    /* refusals: a file with experts already, top-k above the count, and
+     * another architecture */
+    char *a2[] = {"gen-model", "--upcycle", out, "--experts", "4", "--used", "2", "-o", src};
+    FILE *saved = stderr;
+    stderr = fopen("/dev/null", "w");
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, a2), 1);
+    char *a3[] = {"gen-model", "--upcycle", src, "--experts", "4", "--used", "5", "-o", out};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, a3), 1);
+    char *a4[] = {"gen-model", "--upcycle", src, "--experts", "4", "-o", out};
+    ck_assert_int_eq(pagoda_cmd_gen_model(7, a4), 2);
+    fclose(stderr);
+    stderr = saved;
+    pagoda_upcycle_opts uo = {.src = out, .out = src, .n_experts = 4, .n_used = 2};
+    ck_assert_int_ne(pagoda_upcycle(&uo, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "already a mixture of experts (llama.expert_count = 4)"), "%s", err);
+    char *q3 = (char *)tmp_path("q3.gguf");
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = q3, .arch = "qwen3"};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    uo = (pagoda_upcycle_opts){.src = q3, .out = out, .n_experts = 4, .n_used = 2};
+    ck_assert_int_ne(pagoda_upcycle(&uo, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "general.architecture is qwen3"), "%s", err);
+    pagoda_gguf_close(d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("genmodel");
@@ -306,6 +568,9 @@ static Suite *suite(void)
     tcase_add_test(tc, deterministic_and_seeded);
     tcase_add_test(tc, vocab_copy_and_layers);
     tcase_add_test(tc, cli_errors);
+    tcase_add_test(tc, moe_families);
+    tcase_add_test(tc, moe_real_shapes);
+    tcase_add_test(tc, upcycle_dense);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -29,7 +29,13 @@ START_TEST(test_simple_routes)
     memset(&r, 0, sizeof r);
     http_req(&s, "GET", "/metrics", NULL, 0, NULL, &r, 0);
     ck_assert_int_eq(r.status, 200);
-    ck_assert_str_eq(r.body, "# HELP fake_metric A test metric.\n# TYPE fake_metric gauge\nfake_metric 42\n");
+    /* the host's text, then the gate's own answers (none yet) */
+    const char *host_text = "# HELP fake_metric A test metric.\n# TYPE fake_metric gauge\nfake_metric 42\n";
+    ck_assert_msg(!strncmp(r.body, host_text, strlen(host_text)), "%s", r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\n# TYPE pagoda_http_rejected_total counter\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\npagoda_http_rejected_total{reason=\"server_busy\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\npagoda_http_rejected_total{reason=\"request_timeout\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\npagoda_http_rejected_total{reason=\"bad_request\"} 0\n"));
     ck_assert_ptr_nonnull(strstr(r.ctype, "text/plain; version=0.0.4"));
     free(r.body);
 
@@ -441,6 +447,14 @@ START_TEST(test_bad_requests)
     expect_error(&s, CH, "{\"messages\":[]}", 400, "messages", "messages");
     expect_error(&s, CH, "{\"messages\":[{\"content\":\"x\"}]}", 400, "role", "messages");
     expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "content", "messages");
+    /* no content key: 400 naming it (it generated from an empty turn) */
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\"}]}", 400, "'messages[0].content'",
+                 "messages[0].content");
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\"}]}", 400,
+                 "Missing required parameter", "messages[1].content");
+    /* an assistant turn may leave it out only when it calls tools */
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\"},"
+                         "{\"role\":\"user\",\"content\":\"y\"}]}", 400, "tool_calls", "messages[1].content");
     expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
                  "text", "messages");
     expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
@@ -731,12 +745,95 @@ START_TEST(test_stop_partial_text)
 }
 END_TEST
 
+/* content may be null (the docs allow it), and left out on an assistant
+ * turn with tool_calls, as OpenAI takes both. */
+START_TEST(test_chat_content_optional)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    long st;
+    json_t *j = post_json(&s, "/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"system\",\"content\":null},"
+                          "{\"role\":\"user\",\"content\":\"hi there\"}],\"max_tokens\":2}", &st);
+    ck_assert_msg(st == 200, "%ld", st);
+    json_decref(j);
+    j = post_json(&s, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"tool_calls\":"
+                  "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"add\",\"arguments\":\"{}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"3\"}],\"max_tokens\":2}", &st);
+    ck_assert_msg(st == 200, "%ld", st);
+    json_decref(j);
+    ck_assert_int_eq(s.f->n_log, 2);
+    srv_stop(&s);
+}
+END_TEST
+
+/* A model name other than the served one: served, and logged once per
+ * name (agents send their own names, so it is no error by default). */
+START_TEST(test_model_other_name)
+{
+    srv s;
+    srv_start(&s, NULL, 0);
+    const char *bodies[] = {"{\"prompt\":\"one two\",\"model\":\"gpt-4o\",\"max_tokens\":1}",
+                            "{\"prompt\":\"one two\",\"model\":\"gpt-4o\",\"max_tokens\":1}",
+                            "{\"prompt\":\"one two\",\"model\":\"fake-model\",\"max_tokens\":1}",
+                            "{\"prompt\":\"one two\",\"model\":\"llama\\n3\",\"max_tokens\":1}",
+                            "{\"prompt\":\"one two\",\"max_tokens\":1}"};
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        long st;
+        json_t *j = post_json(&s, "/v1/completions", bodies[i], &st);
+        ck_assert_msg(st == 200, "%s -> %ld", bodies[i], st);
+        ck_assert_str_eq(jget_str(j, "model"), "fake-model");
+        json_decref(j);
+    }
+    ck_assert_int_eq(fake_log_count(s.f, "'gpt-4o'", "not served here", "'fake-model'", "strict_model", NULL), 1);
+    ck_assert_int_eq(fake_log_count(s.f, "'llama?3'", "not served here", NULL), 1); /* no newline logged */
+    ck_assert_int_eq(fake_log_count(s.f, "not served here", NULL), 2);
+    /* bounded: past MODEL_SEEN_MAX names nothing more is remembered or logged */
+    for (int i = 0; i < 80; i++) {
+        char b[128];
+        snprintf(b, sizeof b, "{\"prompt\":\"one\",\"model\":\"agent-%d\",\"max_tokens\":1}", i);
+        expect_status(&s, "POST", "/v1/completions", b, NULL, 200);
+    }
+    ck_assert_int_eq(fake_log_count(s.f, "not served here", NULL), 64);
+    ck_assert_int_eq(fake_log_count(s.f, "not served here", "the last name logged", NULL), 1);
+    srv_stop(&s);
+}
+END_TEST
+
+/* strict_model: 404 model_not_found in OpenAI's shape, before the engine. */
+START_TEST(test_model_strict)
+{
+    fake_kv kv[] = {{"strict_model", "true"}};
+    srv s;
+    srv_start(&s, kv, 1);
+    expect_error(&s, "/v1/completions", "{\"prompt\":\"one two\",\"model\":\"gpt-4o\"}", 404,
+                 "`gpt-4o` does not exist", "model");
+    long st;
+    json_t *j = post_json(&s, "/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":\"other\"}", &st);
+    ck_assert_int_eq(st, 404);
+    ck_assert_str_eq(jget_str(j, "error.code"), "model_not_found");
+    ck_assert_str_eq(jget_str(j, "error.type"), "invalid_request_error");
+    ck_assert_ptr_nonnull(strstr(jget_str(j, "error.message"), "`fake-model`"));
+    json_decref(j);
+    ck_assert_int_eq(s.f->n_log, 0);
+    /* the served name, or none, is served */
+    expect_status(&s, "POST", "/v1/completions", "{\"prompt\":\"one\",\"model\":\"fake-model\",\"max_tokens\":1}",
+                  NULL, 200);
+    expect_status(&s, "POST", "/v1/completions", "{\"prompt\":\"one\",\"max_tokens\":1}", NULL, 200);
+    ck_assert_int_eq(s.f->n_log, 2);
+    ck_assert_int_eq(fake_log_count(s.f, "not served here", NULL), 0);
+    srv_stop(&s);
+}
+END_TEST
+
 START_TEST(test_descriptor_keys)
 {
     th_plugin p = th_load("frontend", "http");
     const pagoda_plugin_desc *d = p.desc;
     const char *want[] = {"host", "port", "api_key", "max_body_bytes", "threads", "timeout_s", "port_file",
-                          "served_model_name"};
+                          "served_model_name", "strict_model", "shutdown_grace_s"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         ck_assert_msg(th_declares_key(d, want[i]), "key %s not declared", want[i]);
     ck_assert_uint_eq(d->struct_size, sizeof(pagoda_plugin_desc));
@@ -769,6 +866,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_disconnect_blocking);
     tcase_add_test(tc, test_stop_drains);
     tcase_add_test(tc, test_stop_partial_text);
+    tcase_add_test(tc, test_chat_content_optional);
+    tcase_add_test(tc, test_model_other_name);
+    tcase_add_test(tc, test_model_strict);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -25,6 +25,23 @@ static int inspect_calls(srv *s)
     return n;
 }
 
+/* Waits (bounded: 10 s) until the stream counts n listeners. Each look is
+ * a GET /v1/inspect, one snapshot. */
+static bool wait_listeners(srv *s, int n)
+{
+    for (int i = 0; i < 500; i++) {
+        resp r = {0};
+        http_req(s, "GET", "/v1/inspect", NULL, 0, NULL, &r, 0);
+        json_t *k = r.body ? json_loads(r.body, 0, NULL) : NULL;
+        bool ok = k && jint(k, "stream.listeners") == n;
+        json_decref(k);
+        free(r.body);
+        if (ok) return true;
+        usleep(20000);
+    }
+    return false;
+}
+
 START_TEST(test_inspect_route_and_auth)
 {
     srv s;
@@ -154,8 +171,9 @@ START_TEST(test_stream_shared_and_paced)
         free(a[i].r.body);
     }
     ck_assert_int_gt(seen3, 0);
-    /* they left: the hub stops asking */
-    usleep(300000);
+    /* they left: once the server has seen them go (an event, bounded: 10 s,
+     * not a fixed delay), the hub stops asking */
+    ck_assert_msg(wait_listeners(&s, 0), "listeners still counted 10 s after they left");
     int after = inspect_calls(&s);
     usleep(400000);
     ck_assert_int_eq(inspect_calls(&s), after);

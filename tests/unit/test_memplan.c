@@ -4,7 +4,10 @@
  * small to fit, sequence lengths beyond max_seq_len, JSON, CLI; a Q4_K
  * model's weight bytes and type name; gemma3's window pool (swa_kv) and
  * the 8-bit KV cache (kv_dtype = q8_0), apart and together, against what
- * a runtime allocates. */
+ * a runtime allocates; mixture-of-experts models (Qwen3-30B-A3B's and
+ * Qwen1.5-MoE's real shapes as sparse headers, the tiny families): total
+ * and active parameters, the bytes a decoded token reads, the experts by
+ * type, each rank's share, and bad expert keys. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "genmodel.h"
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "forward.h"
 #include "memplan.h"
 #include "model.h"
@@ -608,6 +612,315 @@ START_TEST(gemma3_q8_0_window_pool)
 }
 END_TEST
 
+/* ------------------------------------------------------------ experts */
+
+static void gen_header(const char *shape, int dtype, const char *path)
+{
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = shape, .dtype = dtype, .out = path, .seed = 1,
+                              .header_only = true};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+}
+
+static char *plan_text(const pagoda_memplan *p)
+{
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(p, mf);
+    fclose(mf);
+    return txt;
+}
+
+#define Q8(params) ((uint64_t)(params) / 32 * 34)
+
+/* Qwen3-30B-A3B's real shape (a header over a sparse file: 32 GB of Q8_0
+ * that occupy no disk): 30.53B parameters of which 3.35B are active a
+ * token, as its model card counts them (embedding and head whole); the
+ * bytes a decoded token reads; the experts by type; the KV formula as for
+ * a dense model; each rank's share under tensor parallelism. */
+START_TEST(qwen3_30b_a3b_plan)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    gen_header("qwen3-30b-a3b", PAGODA_DTYPE_Q8_0, path);
+    char err[512];
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 64ull << 30;
+    pagoda_memplan p;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    /* a layer: attention 2048x4096 + 2x 2048x512 + 4096x2048, norms 2x2048
+     * + 2x128, router 2048x128, experts 3 x 2048x768 x 128 */
+    const uint64_t attn = 2048ull * 4096 * 2 + 2048ull * 512 * 2, f32 = 2 * 2048 + 2 * 128 + 2048 * 128;
+    const uint64_t expert = 3ull * 2048 * 768, emb = 151936ull * 2048;
+    ck_assert_uint_eq(p.n_params, 48 * (attn + f32 + 128 * expert) + 2 * emb + 2048);
+    ck_assert_uint_eq(p.n_params, 30532122624ull);
+    ck_assert_uint_eq(p.n_params_active, 48 * (attn + f32 + 8 * expert) + 2 * emb + 2048);
+    ck_assert_uint_eq(p.n_params_active, 3353032704ull);
+    ck_assert_int_eq(p.n_experts, 128);
+    ck_assert_int_eq(p.n_experts_used, 8);
+    ck_assert_int_eq(p.ffn_exp, 768);
+    ck_assert_int_eq(p.n_moe_layers, 48);
+    ck_assert_uint_eq(p.expert_params, 48 * 128 * expert);
+    ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_Q8_0], Q8(48 * 128 * expert));
+    ck_assert_uint_eq(p.expert_bytes, p.expert_bytes_by_type[PAGODA_DTYPE_Q8_0]);
+    /* decode: every non-expert weight, 8 experts a layer, one embedding row */
+    const uint64_t decode = 48 * (Q8(attn) + 4 * f32 + 8 * Q8(expert)) + Q8(emb) + 4 * 2048 + Q8(2048);
+    ck_assert_uint_eq(p.decode_bytes_per_token, decode);
+    ck_assert_uint_eq(p.weight_bytes, 48 * (Q8(attn) + 4 * f32 + 128 * Q8(expert)) + 2 * Q8(emb) + 4 * 2048);
+    /* KV: 2 x 48 layers x 4 KV heads x 128 x 2 bytes, as for any model */
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2 * 48 * 4 * 128 * 2);
+    char *txt = plan_text(&p);
+    ck_assert_msg(strstr(txt, "experts: 128 a layer in 48 of 48 layers, 8 run a token (width 768)"), "%s", txt);
+    ck_assert_msg(strstr(txt, "parameters: 30.53B, 3.35B active a token"), "%s", txt);
+    ck_assert_msg(strstr(txt, "experts Q8_0 (28.99B params)"), "%s", txt);
+    ck_assert_msg(strstr(txt, "decode: 3.05 GiB read a token"), "%s", txt);
+    free(txt);
+    char *js = pagoda_memplan_json(&p);
+    json_t *root = json_loads(js, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    json_t *moe = json_object_get(root, "moe");
+    ck_assert_int_eq(json_integer_value(json_object_get(moe, "n_experts")), 128);
+    ck_assert_int_eq(json_integer_value(json_object_get(moe, "n_experts_used")), 8);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "model"), "n_params_active")),
+                     3353032704ll);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "bytes"), "decode_per_token")),
+                     (json_int_t)decode);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(moe, "experts_by_type"),
+                                                                        "Q8_0"), "bytes")),
+                     (json_int_t)p.expert_bytes);
+    json_decref(root);
+    free(js);
+
+    /* two ranks: 64 whole experts each, half the attention and experts,
+     * the rest whole; a token reads 4 of a rank's experts a layer on
+     * average, 8 at most */
+    o.tensor_parallel = 2;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(p.experts_per_rank, 64);
+    ck_assert_uint_eq(p.expert_bytes_per_rank, Q8(48 * 128 * expert) / 2);
+    const uint64_t rank_base = 48 * (Q8(attn) / 2 + 4 * f32) + Q8(emb) + 4 * 2048 + Q8(2048);
+    ck_assert_uint_eq(p.weight_bytes, 48 * (Q8(attn) / 2 + 4 * f32 + 64 * Q8(expert)) + 2 * Q8(emb) + 4 * 2048);
+    ck_assert_uint_eq(p.weight_bytes_model, 48 * (Q8(attn) + 4 * f32 + 128 * Q8(expert)) + 2 * Q8(emb) + 4 * 2048);
+    ck_assert_uint_eq(p.decode_bytes_per_token_rank, rank_base + 48 * 4 * Q8(expert));
+    ck_assert_uint_eq(p.decode_bytes_per_token_rank_max, rank_base + 48 * 8 * Q8(expert));
+    ck_assert_uint_eq(p.decode_bytes_per_token, decode);   /* the whole model's, unchanged */
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2 * 48 * 2 * 128 * 2);
+    txt = plan_text(&p);
+    ck_assert_msg(strstr(txt, "a rank of 2: 64 experts a layer (rank r: experts 64r..64r+63, 14.34 GiB)"),
+                  "%s", txt);
+    free(txt);
+    js = pagoda_memplan_json(&p);
+    root = json_loads(js, 0, NULL);
+    json_t *rank = json_object_get(root, "per_rank");
+    ck_assert_int_eq(json_integer_value(json_object_get(rank, "experts")), 64);
+    ck_assert_int_eq(json_integer_value(json_object_get(rank, "decode_bytes_per_token_max")),
+                     (json_int_t)(rank_base + 48 * 8 * Q8(expert)));
+    json_decref(root);
+    free(js);
+    /* three ranks split neither the heads nor the experts */
+    o.tensor_parallel = 3;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(err, "values that work: 1, 2, 4"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* Qwen1.5-MoE-A2.7B's shape: the shared expert (and its gate) counts whole
+ * for every token; 60 experts split 1, 2 or 4 ways, not 8, though its 16
+ * heads would. */
+START_TEST(qwen2_moe_shared_expert)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    gen_header("qwen2-moe-a2.7b", PAGODA_DTYPE_Q8_0, path);
+    char err[512];
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 64ull << 30;
+    pagoda_memplan p;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    const uint64_t attn = 4ull * 2048 * 2048, bias = 3 * 2048, norms = 2 * 2048, router = 2048ull * 60 + 2048;
+    const uint64_t shexp = 3ull * 2048 * 5632, expert = 3ull * 2048 * 1408, emb = 151936ull * 2048;
+    ck_assert_uint_eq(p.n_params, 24 * (attn + bias + norms + router + shexp + 60 * expert) + 2 * emb + 2048);
+    ck_assert_uint_eq(p.n_params_active, 24 * (attn + bias + norms + router + shexp + 4 * expert) + 2 * emb + 2048);
+    /* 14.32B and 2.69B: Qwen's own 14.3B total, 2.7B activated */
+    ck_assert_uint_eq(p.n_params / 10000000, 1431);
+    ck_assert_uint_eq(p.n_params_active / 10000000, 268);
+    ck_assert_int_eq(p.ffn_exp, 1408);
+    const uint64_t decode = 24 * (Q8(attn) + 4 * (bias + norms + router) + Q8(shexp) + 4 * Q8(expert)) +
+                            Q8(emb) + 4 * 2048 + Q8(2048);
+    ck_assert_uint_eq(p.decode_bytes_per_token, decode);
+    o.tensor_parallel = 4;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(p.experts_per_rank, 15);
+    o.tensor_parallel = 8;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(err, "tensor_parallel = 8 cannot split this model: its 60 experts must divide by 8 "
+                              "(each rank holds whole experts); values that work: 1, 2, 4"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* The small generated families: the plan's sums over the tensor table
+ * (GLM's dense leading layer and shared expert read whole, Mixtral's
+ * experts in a llama file), and the text of a dense plan. */
+START_TEST(moe_tiny_plans)
+{
+    const char *shapes[] = {"qwen3moe-tiny", "qwen2moe-tiny", "mixtral-tiny", "glm4moe-tiny"};
+    const int64_t moe_layers[] = {2, 2, 2, 2}, layers[] = {2, 2, 2, 3};
+    for (int s = 0; s < 4; s++) {
+        char path[] = "/tmp/pagoda_memplan_XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+        char err[512];
+        pagoda_genmodel_opts g = {.shape = shapes[s], .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 1};
+        if (s == 3) g.layers = 3;
+        ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+        gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+        ck_assert_msg(f, "%s", err);
+        pagoda_memplan_opts o;
+        pagoda_memplan_opts_default(&o);
+        o.memory_budget = 256ull << 20;
+        pagoda_memplan p;
+        ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s: %s", shapes[s], err);
+        ck_assert_int_eq(p.n_experts, 8);
+        ck_assert_int_eq(p.n_experts_used, 2);
+        ck_assert_int_eq(p.n_moe_layers, moe_layers[s]);
+        ck_assert_int_eq(p.n_layers, layers[s]);
+        uint64_t exp_b = 0, rest_b = 0, emb_row = 0, emb_b = 0;
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            if (t->n_dims == 3) exp_b += t->nbytes;
+            else rest_b += t->nbytes;
+            if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) {
+                emb_b = t->nbytes;
+                emb_row = pagoda_dtype_row_bytes(t->type, t->ne[0]);
+            }
+        }
+        ck_assert_uint_eq(p.expert_bytes, exp_b);
+        ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_Q8_0], exp_b);
+        ck_assert_uint_eq(p.decode_bytes_per_token, rest_b - emb_b + emb_row + exp_b / 4);
+        ck_assert_uint_lt(p.n_params_active, p.n_params);
+        /* activations: what the forward pass carves, whole and a rank's */
+        pagoda_hparams hp;
+        ck_assert_msg(pagoda_hparams_read(f, &hp, err, sizeof err) == 0, "%s", err);
+        hp.n_vocab = (int32_t)p.vocab;
+        ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, (int32_t)p.max_batched_tokens,
+                                                                (int32_t)p.max_num_seqs));
+        o.tensor_parallel = 2;
+        ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s: %s", shapes[s], err);
+        hp.n_heads /= 2;
+        hp.n_kv_heads /= 2;
+        hp.ffn /= 2;
+        hp.ffn_shexp /= 2;
+        ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, (int32_t)p.max_batched_tokens,
+                                                                (int32_t)p.max_num_seqs));
+        ck_assert_int_eq(p.experts_per_rank, 4);
+        pagoda_gguf_close(f);
+        unlink(path);
+    }
+    /* a dense model: all parameters active, every byte read but the
+     * embedding table's other rows */
+    gguf_file *f = open_stories();
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 1ull << 30;
+    pagoda_memplan p;
+    char err[256];
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_int_eq(p.n_experts, 0);
+    ck_assert_uint_eq(p.n_params_active, p.n_params);
+    bool tied = !pagoda_gguf_tensor(f, "output.weight");
+    const gguf_tensor *emb = pagoda_gguf_tensor(f, "token_embd.weight");
+    ck_assert_uint_eq(p.decode_bytes_per_token,
+                      tied ? p.weight_bytes : p.weight_bytes - emb->nbytes + (uint64_t)emb->ne[0] * 4);
+    char *txt = plan_text(&p);
+    ck_assert_msg(!strstr(txt, "experts:"), "%s", txt);
+    ck_assert_msg(strstr(txt, "decode: "), "%s", txt);
+    free(txt);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
+/* Bad expert keys and tensors: one line naming the key or tensor. */
+static void bad_moe_header(const char *path, int64_t key_e, int64_t key_k, int64_t tensor_e,
+                           uint32_t dims)
+{
+    gguf_writer *w = pagoda_gguf_writer_new();
+    ck_assert_ptr_nonnull(w);
+    const char *tok[4] = {"a", "b", "c", "d"};
+    ck_assert_int_eq(pagoda_gguf_w_str(w, "general.architecture", "llama"), 0);
+    const char *keys[] = {"llama.block_count", "llama.embedding_length", "llama.attention.head_count",
+                          "llama.feed_forward_length", "llama.context_length"};
+    const uint32_t vals[] = {1, 64, 4, 128, 256};
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(pagoda_gguf_w_u32(w, keys[i], vals[i]), 0);
+    if (key_e >= 0) ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.expert_count", (uint32_t)key_e), 0);
+    if (key_k >= 0) ck_assert_int_eq(pagoda_gguf_w_u32(w, "llama.expert_used_count", (uint32_t)key_k), 0);
+    ck_assert_int_eq(pagoda_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tok, 4), 0);
+    int64_t ne[3] = {64, 128, tensor_e};
+    ck_assert_int_eq(pagoda_gguf_w_tensor(w, "blk.0.ffn_gate_exps.weight", PAGODA_DTYPE_F32, dims, ne), 0);
+    int64_t ne2[3] = {128, 64, 4};
+    ck_assert_int_eq(pagoda_gguf_w_tensor(w, "blk.0.ffn_down_exps.weight", PAGODA_DTYPE_F32, 3, ne2), 0);
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_int_eq(pagoda_gguf_w_begin(w, fp), 0);
+    ck_assert_int_eq(pagoda_gguf_w_data_hole(w, fp), 0);
+    ck_assert_int_eq(pagoda_gguf_w_finish(w, fp), 0);
+    fclose(fp);
+    pagoda_gguf_writer_free(w);
+}
+
+static void expect_refusal(const char *path, const char *want)
+{
+    char err[512] = "";
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 1ull << 30;
+    pagoda_memplan p;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(err, want), "wanted '%s' in: %s", want, err);
+    pagoda_gguf_close(f);
+}
+
+START_TEST(moe_bad_input)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    bad_moe_header(path, 4, 5, 4, 3);
+    expect_refusal(path, "key llama.expert_used_count = 5 must be 1..4 (llama.expert_count)");
+    bad_moe_header(path, 4, 0, 4, 3);
+    expect_refusal(path, "key llama.expert_used_count = 0 must be 1..4");
+    bad_moe_header(path, 4, -1, 4, 3);
+    expect_refusal(path, "missing key llama.expert_used_count");
+    bad_moe_header(path, 8, 2, 4, 3);
+    expect_refusal(path, "llama.expert_count is 8 but tensor blk.0.ffn_gate_exps.weight holds 4 experts");
+    bad_moe_header(path, -1, 2, 4, 3);
+    expect_refusal(path, "llama.expert_count is missing but tensor blk.0.ffn_gate_exps.weight holds 4 experts");
+    bad_moe_header(path, 4, 2, 6, 3);
+    expect_refusal(path, "tensor blk.0.ffn_down_exps.weight holds 4 experts, blk.0.ffn_gate_exps.weight 6");
+    bad_moe_header(path, 4, 2, 1, 2);
+    expect_refusal(path, "tensor blk.0.ffn_gate_exps.weight has 2 dimensions; an expert tensor has 3");
+    unlink(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("memplan");
@@ -621,6 +934,10 @@ static Suite *suite(void)
     tcase_add_test(tc, gemma3_plan_is_what_is_allocated);
     tcase_add_test(tc, q8_0_kv);
     tcase_add_test(tc, gemma3_q8_0_window_pool);
+    tcase_add_test(tc, qwen3_30b_a3b_plan);
+    tcase_add_test(tc, qwen2_moe_shared_expert);
+    tcase_add_test(tc, moe_tiny_plans);
+    tcase_add_test(tc, moe_bad_input);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -11,7 +11,7 @@
  *        (T >= PAGODA_CPU_GEMM_MIN_T rows) computes exactly this.
  *   q8:  every quantized matmul first rounds its input to 8-bit blocks of
  *        32 (the backend's decode path, as in llama.cpp), emulated in the
- *        reference from the contract in backends/cpu/vecdot.h.
+ *        reference from the contract in backends/cpu/kernels/vecdot.h.
  * They differ by up to ~1 logit on this model (the reference file measures
  * it), so each is checked against its own arithmetic, forced with the
  * backend's PAGODA_CPU_GEMM_MIN_T override (read once per process; Check

@@ -34,7 +34,8 @@ static void bench_usage(FILE *f)
 "\n"
 "model and engine:\n"
 "  --model FILE          a GGUF model\n"
-"  --shape NAME          or generate one (llama-110M, tinyllama-1.1B, tiny, tiny-k) into the cache\n"
+"  --shape NAME          or generate one (llama-110M, tinyllama-1.1B, tiny, tiny-k, a MoE shape:\n"
+"                        pagoda gen-model --help) into the cache\n"
 "  --type T              F16, Q8_0 (default), Q4_0, ... of the generated model\n"
 "  --context N           context length written into a generated model\n"
 "  --vocab FILE          vocabulary GGUF for a generated model\n"
@@ -107,7 +108,7 @@ int bench_model_for(const bench_opts *o, const char *type, char *out, size_t out
     int dt = pagoda_genmodel_parse_type(type);
     if (dt < 0) { ERR("--type %s: expected " PAGODA_GENMODEL_TYPES, type); return PAGODA_ERR_INVALID; }
     if (!pagoda_model_shape_find(shape)) {
-        ERR("--shape %s: expected llama-110M, tinyllama-1.1B, tiny or tiny-k", shape);
+        ERR("--shape %s: expected one of %s", shape, pagoda_model_shape_names());
         return PAGODA_ERR_INVALID;
     }
     char dir[3072];

@@ -20,7 +20,7 @@
 
 #define ROWP(base, stride, r) ((float *)((uint8_t *)(base) + (size_t)(r) * (stride)))
 
-static bool has_type(const cf *c, int dt)
+bool cf_has_type(const cf *c, int dt)
 {
     return (c->info.weight_types >> dt) & 1;
 }
@@ -37,7 +37,7 @@ static const int k_all_types[] = {PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_D
 /* Matmul tolerance per weight type (normalized as above). A backend may
  * round activations to the weight's precision (F16, BF16) or to 8 bits
  * (quantized types, as ggml's int8 dots do). */
-static double matmul_tol(int dt)
+double cf_matmul_tol(int dt)
 {
     switch (dt) {
     case PAGODA_DTYPE_F32: return 1e-4;
@@ -50,7 +50,7 @@ static double matmul_tol(int dt)
 /* Random weights of `dt`, n_rows x cols, as stored bytes (packed rows),
  * and their exact f32 values. Q6_K has no quantizer here: its blocks are
  * random bytes with a small scale, which is every bit as valid. */
-static int make_weights(cf *c, int dt, int64_t rows, int64_t cols, uint8_t **bytes, float **vals)
+int cf_make_weights(cf *c, int dt, int64_t rows, int64_t cols, uint8_t **bytes, float **vals)
 {
     size_t rb = pagoda_dtype_row_bytes(dt, cols);
     *bytes = malloc(rb * (size_t)rows);
@@ -147,7 +147,7 @@ static void case_get_rows(cf *c, int dt, int64_t n_rows, int64_t cols, int32_t n
     pagoda_buffer *tb = NULL, *ob = NULL;
     pagoda_tensor tt, ot;
     int st;
-    if (!ids || make_weights(c, dt, n_rows, cols, &wb, &wv)) goto oom;
+    if (!ids || cf_make_weights(c, dt, n_rows, cols, &wb, &wv)) goto oom;
     for (int32_t i = 0; i < n; i++) ids[i] = cf_randint(c, (int32_t)n_rows);
     if (n > 2) ids[1] = ids[0];                    /* a repeated id */
     if (n > 3) ids[n - 1] = (int32_t)n_rows - 1;   /* the last row */
@@ -199,7 +199,7 @@ static void case_matmul(cf *c, int dt, int64_t T, int64_t K, int64_t N, bool bia
     pagoda_buffer *xb = NULL, *wbuf = NULL, *bb = NULL, *obuf = NULL;
     pagoda_tensor xt, wt, bt, ot;
     int st;
-    if (!x || !bv || !got || make_weights(c, dt, N, K, &wb, &wv)) {
+    if (!x || !bv || !got || cf_make_weights(c, dt, N, K, &wb, &wv)) {
         cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
         goto out;
     }
@@ -235,7 +235,7 @@ static void case_matmul(cf *c, int dt, int64_t T, int64_t K, int64_t N, bool bia
             double e = isfinite(g) ? fabs(g - s) / (mag + 1e-30) : INFINITY;
             if (e > err) { err = e; wr = t; wc = n; }
         }
-    double tol = matmul_tol(dt);
+    double tol = cf_matmul_tol(dt);
     cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL, "worst at out[%lld][%lld]",
               (long long)wr, (long long)wc);
 out:
@@ -261,7 +261,7 @@ static void case_matmul_multi(cf *c, int n, const int *types, const int64_t *Ns,
         return;
     }
     for (int i = 0; i < n; i++)
-        if (!has_type(c, types[i])) {
+        if (!cf_has_type(c, types[i])) {
             cf_record(c, op, shape, 0, 0, CF_SKIP, "%s not in info.weight_types", pagoda_dtype_name(types[i]));
             return;
         }
@@ -276,7 +276,7 @@ static void case_matmul_multi(cf *c, int n, const int *types, const int64_t *Ns,
     for (int i = 0; i < n && !st; i++) {
         bv[i] = malloc(sizeof(float) * (size_t)Ns[i]);
         got[i] = malloc(sizeof(float) * (size_t)(T * Ns[i]));
-        st = !bv[i] || !got[i] ? PAGODA_ERR_NOMEM : make_weights(c, types[i], Ns[i], K, &wb[i], &wv[i]);
+        st = !bv[i] || !got[i] ? PAGODA_ERR_NOMEM : cf_make_weights(c, types[i], Ns[i], K, &wb[i], &wv[i]);
     }
     if (st) {
         cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
@@ -316,9 +316,9 @@ static void case_matmul_multi(cf *c, int n, const int *types, const int64_t *Ns,
                 if (e > err) err = e;
             }
         /* the worst matrix relative to its own tolerance */
-        if (i == 0 || err / matmul_tol(types[i]) > worst / worst_tol) {
+        if (i == 0 || err / cf_matmul_tol(types[i]) > worst / worst_tol) {
             worst = err;
-            worst_tol = matmul_tol(types[i]);
+            worst_tol = cf_matmul_tol(types[i]);
             wi = i;
         }
     }
@@ -470,7 +470,7 @@ void cf_run_all_ops(cf *c)
 
     for (size_t i = 0; i < N_TYPES; i++) {
         int dt = k_all_types[i];
-        if (!has_type(c, dt)) {
+        if (!cf_has_type(c, dt)) {
             cf_record(c, "get_rows", pagoda_dtype_name(dt), 0, 0, CF_SKIP, "not in info.weight_types");
             cf_record(c, "matmul", pagoda_dtype_name(dt), 0, 0, CF_SKIP, "not in info.weight_types");
             continue;
@@ -501,7 +501,7 @@ void cf_run_all_ops(cf *c)
         case_matmul_multi(c, 4, other, n4, 6, 256);
     }
     if (c->ops->weights_from_host) {
-        if (has_type(c, PAGODA_DTYPE_F32)) case_get_rows(c, PAGODA_DTYPE_F32, 20, 64, 9, true);
+        if (cf_has_type(c, PAGODA_DTYPE_F32)) case_get_rows(c, PAGODA_DTYPE_F32, 20, 64, 9, true);
     } else {
         cf_record(c, "weights_from_host", "-", 0, 0, CF_SKIP, "optional slot is NULL: the core uses buffer_alloc + upload");
     }
@@ -525,6 +525,7 @@ void cf_run_all_ops(cf *c)
     }
 
     cf_run_kv_ops(c);
+    cf_run_moe_ops(c);
 
     if (c->ops->synchronize) {
         int st = c->ops->synchronize(c->be);

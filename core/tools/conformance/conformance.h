@@ -3,7 +3,7 @@
  * files: one backend instance under test, a seeded RNG, helpers that move
  * tensors in and out of the backend's buffers, and the list of results
  * (one per op case: op, shapes, largest error, tolerance, verdict).
- * Not for: the op cases themselves (cases.c, cases_kv.c) or the command line and the
+ * Not for: the op cases themselves (cases.c, cases_kv.c, cases_moe.c) or the command line and the
  * end-to-end model run (conformance.c).
  */
 #ifndef PAGODA_CONFORMANCE_H
@@ -66,7 +66,19 @@ void cf_buffer_free(cf *c, pagoda_buffer *b);
 double cf_max_rel_err(const float *got, const double *want, size_t n);
 
 /* --------------------------------------------------------------- cases */
+/* Is dt in the backend's info.weight_types? */
+bool cf_has_type(const cf *c, int dt);
+/* The matmul tolerance of a weight type, normalized per output by
+ * sum_k |x_k w_nk| (cases.c says why). */
+double cf_matmul_tol(int dt);
+/* Random weights of dt, rows x cols, as stored bytes (packed rows) and
+ * their exact f32 values; malloc'd, the caller frees both. */
+int cf_make_weights(cf *c, int dt, int64_t rows, int64_t cols, uint8_t **bytes, float **vals);
+
 void cf_run_all_ops(cf *c);
+/* matmul_experts and moe_combine (ABI 1.5, cases_moe.c; cf_run_all_ops
+ * calls it): skipped with a line where the slots are NULL. */
+void cf_run_moe_ops(cf *c);
 /* kv_write, attention, attention_ext and copy_blocks for every KV type
  * (cases_kv.c; cf_run_all_ops calls it). */
 void cf_run_kv_ops(cf *c);

@@ -169,9 +169,14 @@ int32_t g_schema_rule(g_grammar *g, json_t *schema, json_t *root_doc, bool stric
 int32_t g_json_object_rule(g_grammar *g);
 
 /* The JSON text rules (gram_json.c), made once per grammar on first use;
- * -1 means not made yet. */
+ * -1 means not made yet. compact: whitespace between tokens is nothing or
+ * one space (a schema's output, so its length is bounded by the schema);
+ * otherwise also a newline and up to G_JSON_INDENT spaces or tabs (any
+ * JSON: json_object). Set before the first rule is made. */
+#define G_JSON_INDENT 20
 typedef struct g_json {
     g_grammar *g;
+    bool compact;
     int32_t ws, jchar, jstr, num, integer, value, object, array;
 } g_json;
 

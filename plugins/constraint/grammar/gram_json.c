@@ -1,7 +1,7 @@
 /*
  * gram_json.c: the JSON text rules every schema shares, made once per
- * grammar on first use: whitespace (nothing, one space, or a newline and
- * a bounded indent), strings (one escape per character JSON escapes,
+ * grammar on first use: whitespace (nothing or one space in a schema's
+ * output; also a newline and a bounded indent in any JSON), strings (one escape per character JSON escapes,
  * optional length bounds), integers and numbers (bounded digits), any
  * value and any object (recursive), and integer / number ranges written
  * as digit patterns.
@@ -18,7 +18,6 @@
 #define INT_DIGITS 16      /* integer part of a number, unbounded side */
 #define FRAC_DIGITS 15
 #define EXP_DIGITS 2       /* e+99 at most: every parser reads it as a finite double */
-#define WS_INDENT 40       /* spaces or tabs after a newline */
 
 void g_json_init(g_json *j, g_grammar *g)
 {
@@ -50,26 +49,32 @@ static int32_t digit_rule(g_grammar *g, int lo, int hi)
     return r;
 }
 
-/* ws: nothing, one space, or a newline and up to WS_INDENT of indent */
+/* ws: nothing or one space; unless compact, also a newline and up to
+ * G_JSON_INDENT of indent. Bounded so that a small model cannot pad an
+ * output past its max_tokens (a run of 40 spaces after a newline was
+ * common): compact, a schema's whole output has a length the schema
+ * bounds; pretty-printing still fits in any JSON. */
 int32_t g_json_ws(g_json *c)
 {
     if (c->ws >= 0) return c->ws;
     g_grammar *g = c->g;
-    int32_t ind = g_rule_new(g, "indent-char");
     g_seq s = {0};
-    uint8_t set[32] = {0};
-    set_range(set, ' ', ' ');
-    set_range(set, '\t', '\t');
-    g_seq_set(g, &s, set);
-    g_rule_alt(g, ind, &s);
-    int32_t rep = g_rule_repeat(g, ind, 0, WS_INDENT);
-    int32_t ws = g_rule_new(g, "ws");
+    int32_t ws = g_rule_new(g, c->compact ? "ws (compact)" : "ws");
     g_rule_alt(g, ws, &s);
     g_seq_byte(g, &s, ' ');
     g_rule_alt(g, ws, &s);
-    g_seq_byte(g, &s, '\n');
-    g_seq_ref(g, &s, rep);
-    g_rule_alt(g, ws, &s);
+    if (!c->compact) {
+        int32_t ind = g_rule_new(g, "indent-char");
+        uint8_t set[32] = {0};
+        set_range(set, ' ', ' ');
+        set_range(set, '\t', '\t');
+        g_seq_set(g, &s, set);
+        g_rule_alt(g, ind, &s);
+        int32_t rep = g_rule_repeat(g, ind, 0, G_JSON_INDENT);
+        g_seq_byte(g, &s, '\n');
+        g_seq_ref(g, &s, rep);
+        g_rule_alt(g, ws, &s);
+    }
     g_seq_free(&s);
     return c->ws = ws;
 }

@@ -742,6 +742,7 @@ static void sc_init(sc *c, g_grammar *g, json_t *doc, bool strict)
     c->doc = doc;
     c->strict = strict;
     g_json_init(&c->j, g);
+    c->j.compact = true; /* a schema's output: nothing or one space between tokens */
 }
 
 int32_t g_schema_rule(g_grammar *g, json_t *schema, json_t *root_doc, bool strict, const char *where)

@@ -1,7 +1,8 @@
 /*
  * endpoints.c: the routes that do not generate: /health (ready and not
- * shutting down), /v1/models, /metrics and /v1/memory (the host's text,
- * passed through), /tokenize and /detokenize.
+ * shutting down), /v1/models, /metrics (the host's text and the gate's
+ * own answers), /v1/memory (the host's text, passed through), /tokenize
+ * and /detokenize.
  * Not for: generation (generate.c) or routing and auth (dispatch.c).
  */
 #define _GNU_SOURCE
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "endpoints.h"
+#include "gate.h"
 #include "reply.h"
 
 static enum MHD_Result send_host_text(http_fe *fe, struct MHD_Connection *conn, char *s,
@@ -39,11 +41,35 @@ enum MHD_Result route_health(http_fe *fe, struct MHD_Connection *conn)
     return send_body(conn, MHD_HTTP_OK, "application/json", strdup("{\"status\":\"ok\"}"), 15);
 }
 
+/* The host's text, then the answers the gate gave itself (they never reach
+ * the engine, whose pagoda_requests_rejected_total counts its refusals). */
 enum MHD_Result route_metrics(http_fe *fe, struct MHD_Connection *conn)
 {
     const pagoda_host *h = fe->host;
-    return send_host_text(fe, conn, h->metrics_text(h), "text/plain; version=0.0.4; charset=utf-8",
-                          "metrics text");
+    char *s = h->metrics_text(h);
+    if (!s)
+        return send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
+                          "the metrics text is not available");
+    gate_counts gc;
+    gate_get_counts(fe->gate, &gc);
+    sbuf b = {0};
+    sb_str(&b, s);
+    h->free(h, s);
+    if (b.len && b.p[b.len - 1] != '\n') sb_str(&b, "\n");
+    char tail[640];
+    snprintf(tail, sizeof tail,
+             "# HELP pagoda_http_rejected_total Requests the HTTP frontend answered itself before any route "
+             "(server_busy: 503, every serving thread busy or too many connections waiting; request_timeout: 408; "
+             "bad_request: broken framing or a body refused, 400/413/414/431/501/505).\n"
+             "# TYPE pagoda_http_rejected_total counter\n"
+             "pagoda_http_rejected_total{reason=\"server_busy\"} %llu\n"
+             "pagoda_http_rejected_total{reason=\"request_timeout\"} %llu\n"
+             "pagoda_http_rejected_total{reason=\"bad_request\"} %llu\n",
+             (unsigned long long)gc.server_busy, (unsigned long long)gc.request_timeout,
+             (unsigned long long)gc.bad_request);
+    sb_str(&b, tail);
+    if (!b.p) return MHD_NO;
+    return send_body(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
 }
 
 enum MHD_Result route_memory(http_fe *fe, struct MHD_Connection *conn)

@@ -4,7 +4,8 @@
  * bytes are only peeked (MSG_PEEK), never read, so MHD later reads the
  * request whole from the socket as if it had accepted it itself.
  * Not for: anything after a request is handed over, except watching the
- * deadline of a large body MHD's thread is still reading.
+ * deadline of a large body MHD's thread is still reading, and answering
+ * for that thread when MHD cannot (gate_refuse).
  *
  * Costs: a waiting connection is a descriptor and ~100 bytes. A trickling
  * one is peeked at most once per PEEK_GAP_MS, so a flood of tiny writes
@@ -19,6 +20,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,9 @@ typedef struct mconn {       /* a connection handed to MHD */
     int killed;              /* the gate answered 408 on it */
     int forced;              /* and then shut it down */
     int64_t kill_at;
+    int requests;            /* requests MHD began on it (keep-alive: more than one) */
+    int kept;                /* may stay open after its response (counted in n_kept) */
+    int idle;                /* kept open after a response; the next request's headers not in yet */
     struct mconn *prev, *next;
 } mconn;
 
@@ -70,10 +75,13 @@ struct gate {
     pthread_mutex_t mu;
     mconn *mlist;            /* under mu */
     int n_mhd;               /* under mu: connections MHD holds (or is being handed) */
+    int n_kept;              /* under mu: connections allowed to stay open between requests */
     pconn *plist;
     int n_wait;
     int accept_off;
     int64_t accept_at;
+    /* answers given, by reason (gate_counts) */
+    atomic_uint_fast64_t n_busy, n_timeout, n_bad;
     char peek[GATE_HOLD];
 };
 
@@ -119,9 +127,11 @@ static const char *reason(int st)
 }
 
 /* Writes a complete answer in the API's error shape (best effort: a small
- * answer fits a fresh socket's send buffer) and ends the sending side. */
-static void send_answer(int fd, int st, const char *msg, int retry_after)
+ * answer fits a fresh socket's send buffer), ends the sending side, and
+ * counts it. */
+static void send_answer(gate *g, int fd, int st, const char *msg, int retry_after)
 {
+    atomic_fetch_add(st == 503 ? &g->n_busy : st == 408 ? &g->n_timeout : &g->n_bad, 1);
     char body[512], esc[300], out[1024];
     size_t k = 0;
     for (const unsigned char *p = (const unsigned char *)msg; *p && k < sizeof esc - 3; p++) {
@@ -132,7 +142,8 @@ static void send_answer(int fd, int st, const char *msg, int retry_after)
     int bl = snprintf(body, sizeof body,
                       "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%s}}",
                       esc, st == 503 ? "server_error" : "invalid_request_error",
-                      st == 408 ? "\"request_timeout\"" : st == 503 ? "\"server_busy\"" : "null");
+                      st == 408 ? "\"request_timeout\"" : st == 503 ? "\"server_busy\""
+                      : st == 413 ? "\"request_too_large\"" : "null");
     if (bl < 0 || (size_t)bl >= sizeof body) bl = (int)strlen(body);
     int n = snprintf(out, sizeof out,
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
@@ -166,7 +177,7 @@ static void p_close(gate *g, pconn *p)
  * sends: closing with unread input would reset it and could lose the answer. */
 static void p_answer(gate *g, pconn *p, int st, const char *msg, int retry_after)
 {
-    send_answer(p->fd, st, msg, retry_after);
+    send_answer(g, p->fd, st, msg, retry_after);
     p->closing = 1;
     p->close_at = mono_ms() + LINGER_MS;
 }
@@ -265,7 +276,12 @@ static void p_examine(gate *g, pconn *p)
             return;
         }
     }
-    if (p->rdhup) p_close(g, p); /* half a request and the client said it is done */
+    /* half a request and the client said it is done: with its headers
+     * whole it can still read why (past GATE_HOLD, dispatch.c says the same) */
+    if (p->rdhup) {
+        if (st == FRAME_READY) p_answer(g, p, 400, GATE_BODY_CUT, 0);
+        else p_close(g, p);
+    }
 }
 
 static void accept_all(gate *g)
@@ -292,7 +308,7 @@ static void accept_all(gate *g)
             char msg[160];
             snprintf(msg, sizeof msg, "too many connections are waiting (%d); retry shortly",
                      g->o.max_waiting);
-            send_answer(p->fd, 503, msg, 1);
+            send_answer(g, p->fd, 503, msg, 1);
             close(p->fd);
             free(p);
             continue;
@@ -331,11 +347,16 @@ static void watch_mhd(gate *g, int64_t now)
             }
             continue;
         }
-        if (!m->received && !m->killed && now >= m->deadline) {
+        if (m->idle && !m->killed && now >= m->deadline) {
+            /* kept alive, and no next request within request_timeout_s:
+             * closed without an answer (nothing was asked) */
+            shutdown(m->fd, SHUT_RDWR);
+            m->killed = m->forced = 1;
+        } else if (!m->received && !m->killed && now >= m->deadline) {
             char msg[128];
             snprintf(msg, sizeof msg, "the request did not arrive within request_timeout_s (%d s)",
                      g->o.request_timeout_s);
-            send_answer(m->fd, 408, msg, 0);
+            send_answer(g, m->fd, 408, msg, 0);
             m->killed = 1;
             m->kill_at = now + LINGER_MS;
         } else if (m->killed && !m->forced && now >= m->kill_at) {
@@ -495,10 +516,37 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         else g->mlist = m->next;
         if (m->next) m->next->prev = m->prev;
         g->n_mhd--;
+        if (m->kept) g->n_kept--;
         pthread_mutex_unlock(&g->mu);
         free(m);
         *socket_context = NULL;
     }
+}
+
+void gate_get_counts(gate *g, gate_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!g) return;
+    out->server_busy = atomic_load(&g->n_busy);
+    out->request_timeout = atomic_load(&g->n_timeout);
+    out->bad_request = atomic_load(&g->n_bad);
+}
+
+int gate_refuse(gate *g, struct MHD_Connection *c, int status, const char *msg)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    mconn *m = ci ? ci->socket_context : NULL;
+    if (!g || !m) return -1;
+    pthread_mutex_lock(&g->mu);
+    int done = m->killed || m->received;
+    if (!done) {
+        /* under mu: watch_mhd cannot answer 408 on it meanwhile */
+        send_answer(g, m->fd, status, msg, 0);
+        m->killed = 1;
+        m->kill_at = mono_ms() + LINGER_MS;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return done ? -1 : 0;
 }
 
 int gate_request_received(gate *g, struct MHD_Connection *c)
@@ -511,4 +559,44 @@ int gate_request_received(gate *g, struct MHD_Connection *c)
     m->received = 1;
     pthread_mutex_unlock(&g->mu);
     return killed ? -1 : 0;
+}
+
+/* at most half the serving threads may be held by connections waiting
+ * for their next request, so kept-alive clients cannot take them all */
+static int max_kept(const gate *g) { return g->o.threads / 2 > 0 ? g->o.threads / 2 : 1; }
+
+int gate_request_start(gate *g, struct MHD_Connection *c, int *follow_up)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    mconn *m = ci ? ci->socket_context : NULL;
+    *follow_up = 0;
+    if (!g || !m) return 0;
+    pthread_mutex_lock(&g->mu);
+    *follow_up = m->requests++ > 0;
+    m->idle = 0;
+    if (m->kept) { /* the slot its last response took is given back, and maybe taken again */
+        m->kept = 0;
+        g->n_kept--;
+    }
+    int keep = !m->killed && g->n_kept < max_kept(g);
+    if (keep) {
+        m->kept = 1;
+        g->n_kept++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return keep;
+}
+
+void gate_request_done(gate *g, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    mconn *m = ci ? ci->socket_context : NULL;
+    if (!g || !m) return;
+    pthread_mutex_lock(&g->mu);
+    if (m->kept && !m->killed) {
+        m->received = 0;
+        m->idle = 1;
+        m->deadline = mono_ms() + (int64_t)g->o.request_timeout_s * 1000;
+    }
+    pthread_mutex_unlock(&g->mu);
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
+#include "api/reasoning.h"
 #include "generate.h"
 #include "output.h"
 #include "parse.h"
@@ -36,6 +38,38 @@ static enum MHD_Result submit_error(struct MHD_Connection *conn, int st, const c
         return send_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL, NULL,
                           "submit failed: %s%s%s", pagoda_status_str(st), err[0] ? ": " : "", err);
     }
+}
+
+/* A 'model' other than the served name: served anyway (agents send their
+ * own names), logged once per name while MODEL_SEEN_MAX names are
+ * remembered; 1 when strict_model refuses it. */
+static int other_model(http_fe *fe, const char *name)
+{
+    if (!strcmp(name, fe->served_name)) return 0;
+    if (fe->strict_model) return 1;
+    uint64_t hsh = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) hsh = (hsh ^ *p) * 1099511628211ull;
+    int log = 0, last = 0;
+    pthread_mutex_lock(&fe->mu);
+    int seen = 0;
+    for (int i = 0; i < fe->n_model_seen && !seen; i++) seen = fe->model_seen[i] == hsh;
+    if (!seen && fe->n_model_seen < MODEL_SEEN_MAX) {
+        fe->model_seen[fe->n_model_seen++] = hsh;
+        log = 1;
+        last = fe->n_model_seen == MODEL_SEEN_MAX;
+    }
+    pthread_mutex_unlock(&fe->mu);
+    if (!log) return 0;
+    char safe[101]; /* the client's bytes: no control character reaches the log */
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && k < sizeof safe - 1; p++)
+        safe[k++] = *p < 0x20 || *p == 0x7F ? '?' : (char)*p;
+    safe[k] = 0;
+    fe->host->log(fe->host, PAGODA_LOG_WARN,
+                  "a request names model '%s', which is not served here: answering with '%s' (logged "
+                  "once per name%s; [frontend.http] strict_model = true answers 404)",
+                  safe, fe->served_name, last ? ", and this is the last name logged" : "");
+    return 0;
 }
 
 /* echo: the choice's text starts with the prompt's (the string as sent,
@@ -66,8 +100,18 @@ static int echo_prompt(const pagoda_host *h, choice *c, const prompt_in *pr)
 enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_state *cs,
                                       int kind)
 {
-    const pagoda_host *h = fe->host;
     json_error_t jerr;
+    json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
+    if (!root)
+        return BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+                   jerr.column);
+    return generate_body(fe, conn, cs, kind, root, NULL);
+}
+
+enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_state *cs, int kind,
+                              json_t *root, struct api_state *as)
+{
+    const pagoda_host *h = fe->host;
     perr pe = {{0}, {0}};
     prompt_in *prompts = NULL;
     int n_prompts = 0;
@@ -83,17 +127,18 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     st_req sr;
     memset(&sr, 0, sizeof sr);
 
-    json_t *root = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
-    if (!root) {
-        ret = BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
-                  jerr.column);
-        goto out;
-    }
     if (!json_is_object(root)) {
         ret = BAD(conn, NULL, "the body must be a JSON object");
         goto out;
     }
     if (parse_common(h, root, kind, &p, &pe) < 0) goto bad;
+    json_t *model = json_object_get(root, "model");
+    if (json_is_string(model) && other_model(fe, json_string_value(model))) {
+        ret = send_error(conn, MHD_HTTP_NOT_FOUND, "invalid_request_error", "model", "model_not_found",
+                         "The model `%.200s` does not exist: this server serves `%s` (GET /v1/models)",
+                         json_string_value(model), fe->served_name);
+        goto out;
+    }
     /* response_format, grammar, regex, choice, tools (structured.c) */
     if (st_parse(h, root, kind, &sr, &pe) < 0) goto bad;
     if (sr.type && p.echo) {
@@ -113,6 +158,8 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
         }
+        int think, think_open; /* probed (once) before this request's rendering */
+        api_template_thinks(fe, &think, &think_open);
         int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
         if (st != PAGODA_OK || !rendered) {
             ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
@@ -138,6 +185,11 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
         goto out;
     }
     cs->hr = hr;
+    if (as) { /* the response is written in another API's shape (api/api.h) */
+        hr->as = as;
+        as = NULL;
+    }
+    if (kind == KIND_CHAT && !hr->as) reasoning_setup(hr); /* <think> apart from content */
     hr->stream = p.stream;
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
@@ -229,7 +281,8 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
     }
 
     if (hr->stream) {
-        if (kind == KIND_CHAT) sse_role_chunks(hr);
+        if (hr->as) api_stream_start(hr, rendered);
+        else if (kind == KIND_CHAT) sse_role_chunks(hr);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                    sse_reader, hr, sse_free);
         if (!r) {
@@ -252,7 +305,7 @@ enum MHD_Result route_generate(http_fe *fe, struct MHD_Connection *conn, conn_st
         ret = MHD_NO; /* nobody to answer */
         goto out;
     }
-    ret = answer_full(conn, hr);
+    ret = hr->as ? api_answer_full(conn, hr) : answer_full(conn, hr);
     goto out;
 
 bad:
@@ -265,5 +318,6 @@ out:
     free_prompts(prompts, n_prompts);
     st_free(&sr);
     json_decref(root);
+    api_state_free(as); /* not handed to a request */
     return ret;
 }

@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "api/api.h"
+#include "api/reasoning.h"
 #include "hreq.h"
 #include "structured.h"
 
@@ -49,9 +51,11 @@ static void hreq_free(hreq *hr)
         free(hr->choices[i].pieces.p);
         json_decref(hr->choices[i].lp);
         st_choice_free(&hr->choices[i]);
+        reasoning_free(&hr->choices[i]);
         json_decref(hr->choices[i].trace);
     }
     free(hr->choices);
+    api_state_free(hr->as);
     free(hr->out.p);
     pthread_mutex_destroy(&hr->mu);
     pthread_cond_destroy(&hr->cv);

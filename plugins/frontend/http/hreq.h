@@ -35,6 +35,7 @@
 #endif
 
 #define POLL_MS 100            /* how often a waiting thread checks its client */
+#define MODEL_SEEN_MAX 64      /* distinct unknown model names logged, at most */
 
 typedef struct http_fe http_fe;
 typedef struct hreq hreq;
@@ -83,6 +84,7 @@ typedef struct choice {
     sbuf pieces;
     int n_prompt_lp;
     struct tc_reader *tc;    /* tool calls being read from a stream (structured.c) */
+    struct splitter *think;  /* chat: reasoning kept apart (api/reasoning.h), or NULL */
 } choice;
 
 /* One HTTP request: its choices, the events queued for its thread. */
@@ -110,6 +112,7 @@ struct hreq {
     sbuf out;
     size_t out_pos;
     int eos;
+    struct api_state *as;    /* answered as /v1/messages or /v1/responses (api/api.h), or NULL */
     hreq *prev, *next;       /* fe->list */
 };
 
@@ -127,6 +130,11 @@ struct http_fe {
     int max_waiting;
     char port_file[1024];
     char served_name[128];
+    int strict_model;        /* a request naming another model: 404 model_not_found */
+    int grace_s;             /* shutdown_grace_s: answers still going out at stop get this long */
+    /* other model names seen (hashes, under mu), each logged once; full: no more logged */
+    uint64_t model_seen[MODEL_SEEN_MAX];
+    int n_model_seen;
 
     struct MHD_Daemon *d;
     struct gate *gate;       /* the front door (gate.h) */
@@ -141,6 +149,8 @@ struct http_fe {
     time_t started;
     int inspect_interval_ms; /* GET /v1/inspect/stream: at most one snapshot this often */
     struct inspect_hub *hub; /* the stream's shared snapshots (inspect.h) */
+    struct resp_store *store; /* /v1/responses' stored turns (api/store.h), made on first use */
+    atomic_int template_thinks; /* api.c's probe: 0 not yet, 1 no, 2 the generation prompt opens <think> */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

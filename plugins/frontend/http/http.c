@@ -5,13 +5,15 @@
  * /tokenize, /detokenize, /health, /metrics, /v1/memory, and inspection:
  * /v1/inspect, /v1/inspect/stream and the page /ui.
  * This file is the plugin itself: its config keys, create/destroy, run()
- * (start MHD, wait for stop, drain) and stop(). The rest of the folder:
+ * (start MHD, wait for stop, drain, name the answers the drain cuts) and
+ * stop(). The rest of the folder:
  * dispatch.c (MHD callbacks, auth, routing), endpoints.c (the routes that
  * do not generate), generate.c (submitting completions and chats), parse.c
  * (request bodies), output.c (SSE and JSON answers from engine events),
  * hreq.c (a request's state and lifetime), reply.c (plain answers, errors),
  * inspect.c (the inspection routes), trace.c (pagoda_trace entries), ui.c
- * (the page, compiled in from ui/inspect.html).
+ * (the page, compiled in from ui/inspect.html); api/ (POST /v1/messages and
+ * /v1/responses, reasoning apart: api/README.md).
  * Not for: tokenizing, templates or sampling: all of that is the engine's,
  * reached through the host table.
  *
@@ -45,12 +47,12 @@
 #include <unistd.h>
 
 #include "pagoda/pagoda.h"
+#include "api/store.h"
 #include "dispatch.h"
 #include "gate.h"
 #include "hreq.h"
 #include "inspect.h"
 
-#define DRAIN_GRACE_S 10       /* after the last FINAL, time given to responses in flight */
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -63,6 +65,27 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ------------------------------------------------------------- plugin */
+
+/* [under fe->mu] The answers still going out when the grace is over: their
+ * clients stopped reading (a full socket), so MHD_stop_daemon cuts them;
+ * each is named, so a client's truncated stream can be matched to it. */
+static void log_cut(http_fe *fe)
+{
+    const pagoda_host *h = fe->host;
+    for (hreq *hr = fe->list; hr; hr = hr->next) {
+        /* hr->out is the connection thread's (it formats outside the lock) */
+        pthread_mutex_lock(&hr->mu);
+        int stream = hr->stream, eos = hr->eos;
+        pthread_mutex_unlock(&hr->mu);
+        if (stream)
+            h->log(h, PAGODA_LOG_WARN, "stopping: request %s: its client stopped reading; the stream is cut "
+                   "after the %d s grace (shutdown_grace_s) %s", hr->id, fe->grace_s,
+                   eos ? "with its final event and [DONE] written, unread" : "before its final event was sent");
+        else
+            h->log(h, PAGODA_LOG_WARN, "stopping: request %s: its client stopped reading; the answer is cut "
+                   "after the %d s grace (shutdown_grace_s)", hr->id, fe->grace_s);
+    }
+}
 
 static int http_run(void *ctx)
 {
@@ -174,9 +197,10 @@ static int http_run(void *ctx)
     while (fe->inflight > 0) pthread_cond_wait(&fe->cv, &fe->mu);
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += DRAIN_GRACE_S;
+    dl.tv_sec += fe->grace_s;
     while (fe->live > 0)
         if (pthread_cond_timedwait(&fe->cv, &fe->mu, &dl) == ETIMEDOUT) break;
+    log_cut(fe);
     pthread_mutex_unlock(&fe->mu);
     MHD_stop_daemon(fe->d);
     fe->d = NULL;
@@ -212,6 +236,8 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
     fe->request_timeout_s = (int)h->config_int(h, "request_timeout_s", 30);
     fe->max_waiting = (int)h->config_int(h, "max_waiting_connections", 4096);
     snprintf(fe->port_file, sizeof fe->port_file, "%s", h->config_str(h, "port_file", ""));
+    fe->strict_model = h->config_bool(h, "strict_model", false);
+    fe->grace_s = (int)h->config_int(h, "shutdown_grace_s", 10);
     const char *name = h->config_str(h, "served_model_name", "");
     if (name && name[0]) {
         snprintf(fe->served_name, sizeof fe->served_name, "%s", name);
@@ -223,9 +249,10 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
             snprintf(fe->served_name, sizeof fe->served_name, "pagoda");
     }
     if (fe->port < 0 || fe->port > 65535 || fe->max_body < 1 || fe->threads < 1 || fe->timeout_s < 0 ||
-        fe->request_timeout_s < 1 || fe->max_waiting < 1) {
+        fe->request_timeout_s < 1 || fe->max_waiting < 1 || fe->grace_s < 0) {
         snprintf(err, err_len, "[frontend.http] port must be 0..65535, max_body_bytes >= 1, threads >= 1, "
-                 "timeout_s >= 0, request_timeout_s >= 1, max_waiting_connections >= 1");
+                 "timeout_s >= 0, request_timeout_s >= 1, max_waiting_connections >= 1, "
+                 "shutdown_grace_s >= 0");
         free(fe);
         return PAGODA_ERR_INVALID;
     }
@@ -249,6 +276,7 @@ static void http_destroy(void *ctx)
     if (fe->d) MHD_stop_daemon(fe->d);
     gate_free(fe->gate);
     inspect_hub_free(fe->hub);
+    store_free(fe->store);
     pthread_mutex_destroy(&fe->mu);
     pthread_cond_destroy(&fe->cv);
     free(fe);
@@ -266,6 +294,8 @@ static const pagoda_config_key http_keys[] = {
     {"port_file", PAGODA_KEY_STRING, "", 0, 0, "write the bound port to this file once listening"},
     {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
     {"inspect_interval_ms", PAGODA_KEY_INT, "200", 10, 60000, "GET /v1/inspect/stream sends at most one snapshot this often"},
+    {"shutdown_grace_s", PAGODA_KEY_INT, "10", 0, 3600, "at stop, after every request's final event, seconds given to answers still being sent; then they are cut (and logged)"},
+    {"strict_model", PAGODA_KEY_BOOL, "false", 0, 0, "a request whose 'model' is not served_model_name gets 404 model_not_found (default: served anyway, logged once per name)"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 

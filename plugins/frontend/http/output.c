@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
+#include "api/reasoning.h"
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
@@ -243,6 +245,14 @@ static void sse_event(hreq *hr, ev_item *e)
 {
     json_t *lp = NULL;
     apply_event(hr, e, &lp);
+    if (hr->as) { /* another API's events (api/api.h) */
+        json_decref(lp);
+        api_stream_event(hr, e);
+        return;
+    }
+    if (hr->kind == KIND_CHAT && e->type == PAGODA_EVENT_TOKEN) reasoning_stream(hr, &hr->choices[e->choice], e);
+    if (hr->kind == KIND_CHAT && e->type == PAGODA_EVENT_FINAL && e->finish_reason != PAGODA_FINISH_ERROR)
+        reasoning_flush(hr, &hr->choices[e->choice]);
     if (e->type == PAGODA_EVENT_PROMPT) return; /* echo is never streamed */
     choice *c = &hr->choices[e->choice];
     if (hr->tools && e->type == PAGODA_EVENT_TOKEN) {
@@ -328,6 +338,10 @@ void sse_role_chunks(hreq *hr)
 
 static void sse_tail(hreq *hr)
 {
+    if (hr->as) {
+        api_stream_tail(hr);
+        return;
+    }
     if (hr->include_usage) {
         json_t *o = base_obj(hr, hr->kind == KIND_CHAT ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(o, "choices", json_array());
@@ -456,6 +470,7 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(i));
         const char *fr = finish_str(c->finish_reason);
+        json_t *rs = chat ? reasoning_take(hr, c) : NULL; /* c->text is the answer after it */
         if (chat && hr->tools) {
             json_object_set_new(ch, "message", st_message(hr, c, &fr));
         } else if (chat) {
@@ -465,6 +480,10 @@ enum MHD_Result answer_full(struct MHD_Connection *conn, hreq *hr)
             json_object_set_new(ch, "message", msg);
         } else {
             json_object_set_new(ch, "text", jstr(c->text.p, c->text.len));
+        }
+        if (rs) {
+            json_object_set(json_object_get(ch, "message"), "reasoning_content", rs);
+            json_object_set_new(json_object_get(ch, "message"), "reasoning", rs);
         }
         map_prompt_offsets(c);
         if (hr->logprobs >= 0 && !c->lp) {

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +169,15 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
         if (!json_is_object(e) || !json_is_string(role))
             return rf_fail(pe, "messages", "messages[%zu] must be an object with a string 'role'", k);
         (*out)[k].role = json_string_value(role);
+        /* the key is required (OpenAI answers 400 without it), but an
+         * assistant turn that only calls tools may leave it out or null */
+        json_t *calls = json_object_get(e, "tool_calls");
+        if (!content && !(!strcmp(json_string_value(role), "assistant") && calls && !json_is_null(calls))) {
+            char param[48];
+            snprintf(param, sizeof param, "messages[%zu].content", k);
+            return rf_fail(pe, param, "Missing required parameter: '%s' (a string, a list of text parts, "
+                           "or null; only an assistant message with tool_calls may leave it out)", param);
+        }
         if (!content || json_is_null(content)) {
             (*out)[k].content = "";
         } else if (json_is_string(content)) {

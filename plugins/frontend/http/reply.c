@@ -86,8 +86,20 @@ enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
     return send_json_hdr(c, status, j, NULL, NULL);
 }
 
+_Thread_local int reply_flavor;
+
+static json_t *anthropic_error(const char *type, const char *msg, const char *code)
+{
+    const char *t = type;
+    if (code && !strcmp(code, "invalid_api_key")) t = "authentication_error";
+    else if (code && !strcmp(code, "request_too_large")) t = "request_too_large";
+    else if (!strcmp(type, "server_error")) t = "api_error";
+    return json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", t, "message", jstr(msg, strlen(msg)));
+}
+
 json_t *error_json(const char *type, const char *msg, const char *param, const char *code)
 {
+    if (reply_flavor == REPLY_ANTHROPIC) return anthropic_error(type, msg, code);
     json_t *e = json_object();
     json_object_set_new(e, "message", jstr(msg, strlen(msg)));
     json_object_set_new(e, "type", json_string(type));

@@ -23,7 +23,16 @@ enum MHD_Result send_json_hdr(struct MHD_Connection *c, unsigned status, json_t 
                               const char *hname, const char *hval);
 enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j);
 
-/* The OpenAI error object; param and code may be NULL (JSON null). */
+/* The error shape this thread's current request is answered in: the
+ * OpenAI one, or Anthropic's {"type": "error", "error": {type, message}}
+ * for /v1/messages (set by dispatch.c per request; MHD runs one thread
+ * per connection, so a thread-local is the request's). */
+enum { REPLY_OPENAI = 0, REPLY_ANTHROPIC = 1 };
+extern _Thread_local int reply_flavor;
+
+/* The error object in reply_flavor's shape; param and code may be NULL
+ * (JSON null). Anthropic's has no param or code: its type is derived from
+ * them (invalid_api_key: authentication_error, server_error: api_error). */
 json_t *error_json(const char *type, const char *msg, const char *param, const char *code);
 
 enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type,

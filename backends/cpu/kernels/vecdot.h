@@ -1,10 +1,10 @@
 /*
  * vecdot.h: the inner loops of the CPU matmul: one weight row against one
- * activation row, per weight type, in a scalar reference (vecdot.c) and an
- * AVX2 variant (vecdot_avx2.c; the tokens-in-lanes kernels in
+ * activation row, per weight type, in a scalar reference (scalar/vecdot.c) and an
+ * AVX2 variant (avx2/vecdot_avx2.c; the tokens-in-lanes kernels in
  * vecdot_x8_avx2.c, the other Q5_0 / Q5_1 / IQ4_NL ones in vecdot_q5_avx2.c),
  * plus activation quantization and a few row ops. The tables
- * are picked per call by pagoda_cpu_vecdot_table(isa).
+ * are picked per call by pagoda_cpu_vecdot() (../dispatch.c).
  * Not for: threading or shapes (matmul.c).
  */
 #ifndef PAGODA_CPU_VECDOT_H

@@ -1,15 +1,14 @@
 /*
  * vecdot.c: the scalar reference of every inner loop in vecdot.h, written
- * for clarity: the SIMD variants are tested against these. Also the
- * run-time choice of table.
- * Not for: speed (see vecdot_avx2.c).
+ * for clarity: the SIMD variants are tested against these (the run-time
+ * choice of table is ../../dispatch.c).
+ * Not for: speed (see ../avx2/vecdot_avx2.c).
  */
 #include "vecdot.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "cpu_features.h"
 #include "quant.h"
 #include "vecdot_k.h"
 
@@ -364,9 +363,3 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .scores_q8_0 = scores_q8_0_scalar,
     .accum_q8_0 = accum_q8_0_scalar,
 };
-
-const pagoda_vecdot_table *pagoda_cpu_vecdot(void)
-{
-    return pagoda_cpu_kernel_isa() == PAGODA_CPU_ISA_AVX2 ? &pagoda_vecdot_avx2
-                                                          : &pagoda_vecdot_scalar;
-}

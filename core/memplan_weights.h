@@ -1,0 +1,39 @@
+/*
+ * memplan_weights.h: the weights part of the memory plan, from the tensor
+ * table and the expert keys alone: every tensor's bytes and parameters by
+ * type; a mixture of experts' routed experts (count, top-k, width, bytes by
+ * type); the active parameters and the bytes one decoded token reads (the
+ * decode bandwidth bound), for the whole model and, under tensor
+ * parallelism, for one rank (its experts, its bytes). Their lines in the
+ * printed plan and in its JSON.
+ * Not for: the KV cache, activations, workspace or the budget (memplan.c).
+ */
+#ifndef PAGODA_MEMPLAN_WEIGHTS_H
+#define PAGODA_MEMPLAN_WEIGHTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "gguf.h"
+#include "memplan.h"
+
+/* Fill p's weight fields (n_params through decode_bytes_per_token_rank_max,
+ * weight_bytes as one rank's of tp) from f; p->arch must be set and f must
+ * split tp ways (pagoda_tp_check). 0, or PAGODA_ERR_INVALID with one line
+ * naming the key or tensor: expert tensors that are not 3-D or hold
+ * different expert counts, expert_count missing or other than theirs,
+ * expert_used_count missing or outside 1..expert_count (a file with no
+ * expert tensor is dense, whatever its expert_count). */
+int pagoda_memplan_weights(const gguf_file *f, int64_t tp, pagoda_memplan *p, char *err, size_t n);
+
+/* The experts, parameters and decode lines of the printed plan. */
+void pagoda_memplan_weights_print(const pagoda_memplan *p, FILE *fp);
+
+/* The same into the plan's JSON root: model.n_params_active,
+ * bytes.decode_per_token, a "moe" object, and per_rank's experts and
+ * decode bytes. */
+void pagoda_memplan_weights_json(const pagoda_memplan *p, json_t *root);
+
+#endif /* PAGODA_MEMPLAN_WEIGHTS_H */

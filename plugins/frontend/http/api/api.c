@@ -1,0 +1,150 @@
+/*
+ * api.c: what the Messages and Responses halves share (api.h): the
+ * per-request state, the output hooks output.c and generate.c call (each
+ * passed on to the request's API), SSE events with names, token counts,
+ * whether the template thinks, and the request's API key.
+ * Not for: either API's shapes (messages.c, responses.c).
+ */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "../reply.h"
+#include "api.h"
+
+api_state *api_state_new(int api, const char *prefix)
+{
+    static atomic_uint_fast64_t seq;
+    api_state *as = calloc(1, sizeof *as);
+    if (!as) return NULL;
+    as->api = api;
+    uint64_t x = (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&seq, 1) ^ (uint64_t)(uintptr_t)as;
+    uint64_t a = 0, b = 0;
+    for (int i = 0; i < 2; i++) {
+        x += 0x9E3779B97F4A7C15ull;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if (i) b = z;
+        else a = z;
+    }
+    snprintf(as->id, sizeof as->id, "%s%016llx%016llx", prefix, (unsigned long long)a, (unsigned long long)b);
+    return as;
+}
+
+void api_state_free(api_state *as)
+{
+    if (!as) return;
+    split_free(&as->sp);
+    free(as->ws.p);
+    free(as->text.p);
+    free(as->reasoning.p);
+    json_decref(as->out_items);
+    json_decref(as->req);
+    json_decref(as->history);
+    free(as);
+}
+
+void api_sse(hreq *hr, const char *name, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    if (!s) return;
+    sb_str(&hr->out, "event: ");
+    sb_str(&hr->out, name);
+    sb_str(&hr->out, "\ndata: ");
+    sb_str(&hr->out, s);
+    sb_str(&hr->out, "\n\n");
+    free(s);
+}
+
+int64_t api_count_tokens(const pagoda_host *h, const char *text)
+{
+    int32_t cap = 4096, n = 0;
+    int32_t *ids = NULL;
+    for (int tries = 0; tries < 2; tries++) {
+        free(ids);
+        ids = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!ids) return 0;
+        if (h->tokenize(h, text, strlen(text), false, true, ids, cap, &n) != PAGODA_OK) {
+            n = 0;
+            break;
+        }
+        if (n <= cap) break;
+        cap = n;
+    }
+    free(ids);
+    return n;
+}
+
+void api_template_thinks(http_fe *fe, int *think, int *think_open)
+{
+    /* a block the template opens in the prompt is seen in a rendered
+     * probe's generation prompt (DeepSeek-R1's "<think>\n"); one the model
+     * opens itself (Qwen3) is found in the output, so <think> is always
+     * read as reasoning. The template does not change: probed once. */
+    const pagoda_host *h = fe->host;
+    *think = 1;
+    *think_open = 0;
+    int known = atomic_load(&fe->template_thinks);
+    if (known) {
+        *think_open = known == 2;
+        return;
+    }
+    if (!h->chat_render) return;
+    pagoda_chat_message m = {.role = "user", .content = "hi"};
+    char *r = NULL;
+    int32_t ids[16], n = 0;
+    if (h->chat_render(h, &m, 1, true, &r, ids, 16, &n) != PAGODA_OK || !r) return;
+    size_t len = strlen(r);
+    while (len && (r[len - 1] == '\n' || r[len - 1] == ' ')) len--;
+    if (len >= 7 && !memcmp(r + len - 7, "<think>", 7)) *think_open = 1;
+    h->free(h, r);
+    atomic_store(&fe->template_thinks, *think_open ? 2 : 1);
+}
+
+const char *api_key_of(struct MHD_Connection *conn)
+{
+    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (a && !strncasecmp(a, "Bearer ", 7)) {
+        a += 7;
+        while (*a == ' ') a++;
+        return a;
+    }
+    const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+    return x ? x : "";
+}
+
+void api_stream_start(hreq *hr, const char *rendered)
+{
+    api_state *as = hr->as;
+    if (rendered) as->input_tokens = api_count_tokens(hr->fe->host, rendered);
+    if (as->api == API_MESSAGES) msg_stream_start(hr);
+    else resp_stream_start(hr);
+}
+
+void api_stream_event(hreq *hr, ev_item *e)
+{
+    if (e->type == PAGODA_EVENT_PROMPT) return;
+    if (hr->as->api == API_MESSAGES) msg_stream_event(hr, e);
+    else resp_stream_event(hr, e);
+}
+
+void api_stream_tail(hreq *hr)
+{
+    if (hr->as->api == API_MESSAGES) msg_stream_tail(hr);
+    else resp_stream_tail(hr);
+}
+
+enum MHD_Result api_answer_full(struct MHD_Connection *conn, hreq *hr)
+{
+    if (hr->as->api == API_MESSAGES) return msg_answer_full(conn, hr);
+    return resp_answer_full(conn, hr);
+}
