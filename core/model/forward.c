@@ -6,12 +6,12 @@
  * table. The architectures differ in what model.c bound from arch.c's
  * row (QKV biases, Q/K norms, Gemma 3's embedding scale, post-norms, GeGLU
  * and sliding-window layers with their own RoPE table, routed experts and
- * shared experts), each one `if` here; the expert FFN is moe_ffn().
+ * shared experts), each one `if` here; the expert FFN is forward_moe.c.
  * Not for: choosing the batch or sampling.
  */
 #include "forward.h"
 
-#include "moe_route.h"
+#include "forward_moe.h"
 #include "tp_shard.h"
 
 #include <math.h>
@@ -456,11 +456,12 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->moe.ids = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.pair_e = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.pair_t = malloc(sizeof(int32_t) * (size_t)P);
+        fw->moe.pair_tmp = malloc(sizeof(int32_t) * (size_t)P);
         fw->moe.tok = malloc(sizeof(int32_t) * (size_t)T);
         fw->moe.gate = malloc(sizeof(float) * (size_t)T);
         fw->moe.scratch = malloc(sizeof(float) * 3 * (size_t)E);
         if (!fw->moe.logits || !fw->moe.weights || !fw->moe.pair_w || !fw->moe.ids ||
-            !fw->moe.pair_e || !fw->moe.pair_t || !fw->moe.tok || !fw->moe.gate ||
+            !fw->moe.pair_e || !fw->moe.pair_t || !fw->moe.pair_tmp || !fw->moe.tok || !fw->moe.gate ||
             !fw->moe.scratch) {
             ERR("out of memory for the routing of %lld tokens", (long long)T);
             st = PAGODA_ERR_NOMEM;
@@ -515,6 +516,7 @@ void pagoda_forward_free(pagoda_forward *fw)
     free(fw->moe.ids);
     free(fw->moe.pair_e);
     free(fw->moe.pair_t);
+    free(fw->moe.pair_tmp);
     free(fw->moe.tok);
     free(fw->moe.gate);
     free(fw->moe.scratch);
@@ -543,9 +545,9 @@ static int scale_rows(pagoda_forward *fw, const pagoda_tensor *x, float s)
 /* out[i] = x * w[i]^T (+ bias[i]) for i < n: the backend's matmul_multi
  * (ABI 1.3: x prepared once for all of them), else n matmuls. bias may be
  * NULL; *what names the matmul that failed. */
-static int matmuls(pagoda_forward *fw, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
-                   const pagoda_tensor *const *bias, const pagoda_tensor *out, const char *const *names,
-                   const char **what)
+int pagoda_forward_matmuls(pagoda_forward *fw, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                           const pagoda_tensor *const *bias, const pagoda_tensor *out,
+                           const char *const *names, const char **what)
 {
     const pagoda_backend_ops *o = &fw->be->ops;
     if (o->matmul_multi) {
@@ -583,133 +585,6 @@ static pagoda_tensor view(pagoda_tensor t, int64_t n, int64_t c)
     t.cols = c;
     t.row_stride = (size_t)c * 4;
     return t;
-}
-
-/* out[r] = x[x_rows ? x_rows[r] : r] * W_{ids[r]}^T: the backend's
- * matmul_experts (ABI 1.5), else one matmul per row on views of x, the
- * expert's matrix and out (correct, slow; refused at start on a device). */
-static int experts(pagoda_forward *fw, const pagoda_tensor *x, const int32_t *x_rows,
-                   const pagoda_tensor *w, size_t stride, const int32_t *ids,
-                   const pagoda_tensor *out)
-{
-    const pagoda_backend_ops *o = &fw->be->ops;
-    if (o->matmul_experts)
-        return o->matmul_experts(fw->be->ctx, x, x_rows, w, fw->n_exp_local, stride, ids, out);
-    for (int64_t r = 0; r < out->rows; r++) {
-        pagoda_tensor xv = *x, wv = *w, ov = *out;
-        xv.offset += (size_t)(x_rows ? x_rows[r] : r) * x->row_stride;
-        xv.rows = 1;
-        wv.offset += (size_t)ids[r] * stride;
-        ov.offset += (size_t)r * out->row_stride;
-        ov.rows = 1;
-        int st = o->matmul(fw->be->ctx, &xv, &wv, NULL, &ov);
-        if (st) return st;
-    }
-    return PAGODA_OK;
-}
-
-/* out[dst[r]] += w[r] * y[r] after zeroing out unless accumulate: the
- * backend's moe_combine (ABI 1.5), else on the host (download, sum,
- * upload). y and out are packed. */
-static int combine(pagoda_forward *fw, const pagoda_tensor *y, const int32_t *dst, const float *w,
-                   bool accumulate, const pagoda_tensor *out)
-{
-    const pagoda_backend_ops *o = &fw->be->ops;
-    void *c = fw->be->ctx;
-    if (y->rows == 0 && accumulate) return PAGODA_OK;
-    if (o->moe_combine && y->rows > 0) return o->moe_combine(c, y, dst, w, accumulate, out);
-    size_t C = (size_t)out->cols, no = (size_t)out->rows * C, ny = (size_t)y->rows * C;
-    float *ho = malloc((no + ny) * sizeof(float));
-    if (!ho) return PAGODA_ERR_NOMEM;
-    float *hy = ho + no;
-    int st = PAGODA_OK;
-    if (accumulate) st = o->download(c, out->buf, out->offset, ho, no * sizeof(float));
-    else memset(ho, 0, no * sizeof(float));
-    if (!st && ny) st = o->download(c, y->buf, y->offset, hy, ny * sizeof(float));
-    if (!st) {
-        for (int64_t r = 0; r < y->rows; r++) {
-            float *dr = ho + (size_t)dst[r] * C;
-            const float *yr = hy + (size_t)r * C;
-            for (size_t i = 0; i < C; i++) dr[i] += w[r] * yr[i];
-        }
-        st = o->upload(c, out->buf, out->offset, ho, no * sizeof(float));
-    }
-    free(ho);
-    return st;
-}
-
-/* The expert FFN of a routed layer: xb [T x dim] (the normed input) ->
- * out [T x dim], this rank's partial sum under tensor parallelism (its
- * experts' pairs and its share of the shared expert; the caller
- * all-reduces it once). Router logits to the host, the routing there
- * (moe_route.c), then the (token, choice) pairs of this rank's experts
- * token-major through gate, up, SwiGLU and down, and their weighted sum. */
-static int moe_ffn(pagoda_forward *fw, const pagoda_forward_layer *L, int32_t T,
-                   const pagoda_tensor *xb, const pagoda_tensor *out, const char **what)
-{
-    const pagoda_hparams *hp = &fw->hp;
-    const pagoda_backend_ops *o = &fw->be->ops;
-    void *c = fw->be->ctx;
-    const int32_t E = hp->n_experts, k = hp->n_experts_used;
-    int st;
-#define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
-    pagoda_tensor rl = rows(fw->rl, T);
-    MCALL("matmul(ffn_gate_inp)", o->matmul(c, xb, &L->router, NULL, &rl));
-    MCALL("download(router logits)",
-          o->download(c, rl.buf, rl.offset, fw->moe.logits, (size_t)T * (size_t)E * sizeof(float)));
-    pagoda_moe_route_params rp = {.n_experts = E, .k = k, .gating = hp->moe_gating,
-                                  .norm_topk = hp->moe_norm_topk, .scale = hp->moe_scale,
-                                  .bias = L->exp_probs_b};
-    pagoda_moe_route_rows(&rp, fw->moe.logits, T, fw->moe.ids, fw->moe.weights, fw->moe.scratch);
-    /* this rank's pairs, token-major, experts in local numbering */
-    int32_t n = 0;
-    for (int32_t p = 0; p < T * k; p++) {
-        int32_t e = fw->moe.ids[p] - fw->exp_lo;
-        if (e < 0 || e >= fw->n_exp_local) continue;
-        fw->moe.pair_e[n] = e;
-        fw->moe.pair_t[n] = p / k;
-        fw->moe.pair_w[n] = fw->moe.weights[p];
-        n++;
-    }
-    bool acc = false;
-    if (L->has_shexp) {
-        /* the shared expert, a dense FFN every token runs (this rank's rows) */
-        int64_t W = L->gate_shexp.rows;
-        pagoda_tensor g = view(fw->hb, T, W), u = view(fw->hb2, T, W);
-        static const char *const nm[] = {"matmul(ffn_gate_shexp)", "matmul(ffn_up_shexp)",
-                                         "matmul_multi(ffn_gate_shexp, ffn_up_shexp)"};
-        const pagoda_tensor w2[2] = {L->gate_shexp, L->up_shexp}, o2[2] = {g, u};
-        if ((st = matmuls(fw, xb, 2, w2, NULL, o2, nm, what))) return st;
-        MCALL("swiglu(shexp)", o->swiglu(c, &g, &u, &g));
-        if (L->has_shexp_gate) {
-            /* qwen2moe: times sigmoid(x . gate_inp_shexp), one weight a token */
-            pagoda_tensor ys = rows(fw->ys, T), gl = view(fw->rl, T, 1);
-            MCALL("matmul(ffn_down_shexp)", o->matmul(c, &g, &L->down_shexp, NULL, &ys));
-            MCALL("matmul(ffn_gate_inp_shexp)", o->matmul(c, xb, &L->gate_inp_shexp, NULL, &gl));
-            MCALL("download(shared expert gate)",
-                  o->download(c, gl.buf, gl.offset, fw->moe.gate, (size_t)T * sizeof(float)));
-            for (int32_t t = 0; t < T; t++) fw->moe.gate[t] = pagoda_moe_sigmoid(fw->moe.gate[t]);
-            MCALL("moe_combine(shared expert gate)",
-                  combine(fw, &ys, fw->moe.tok, fw->moe.gate, false, out));
-        } else {
-            MCALL("matmul(ffn_down_shexp)", o->matmul(c, &g, &L->down_shexp, NULL, out));
-        }
-        acc = true;
-    }
-    pagoda_tensor eg = view(fw->eg, n, hp->ffn_exp), eu = view(fw->eu, n, hp->ffn_exp);
-    pagoda_tensor ey = view(fw->ey, n, hp->dim);
-    if (n > 0) {
-        MCALL("matmul_experts(ffn_gate_exps)",
-              experts(fw, xb, fw->moe.pair_t, &L->gate_exps, L->gate_exps_stride, fw->moe.pair_e, &eg));
-        MCALL("matmul_experts(ffn_up_exps)",
-              experts(fw, xb, fw->moe.pair_t, &L->up_exps, L->up_exps_stride, fw->moe.pair_e, &eu));
-        MCALL("swiglu(experts)", o->swiglu(c, &eg, &eu, &eg));
-        MCALL("matmul_experts(ffn_down_exps)",
-              experts(fw, &eg, NULL, &L->down_exps, L->down_exps_stride, fw->moe.pair_e, &ey));
-    }
-    MCALL("moe_combine(experts)", combine(fw, &ey, fw->moe.pair_t, fw->moe.pair_w, acc, out));
-#undef MCALL
-    return PAGODA_OK;
 }
 
 /* Final norm and vocabulary projection of n rows of the residual stream,
@@ -786,7 +661,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                                              "matmul_multi(attn_q, attn_k, attn_v)"};
             const pagoda_tensor w3[3] = {L->wq, L->wk, L->wv}, o3[3] = {q, k, v};
             const pagoda_tensor *const b3[3] = {&L->bq, &L->bk, &L->bv};
-            if ((st = matmuls(fw, &xb, 3, w3, L->has_bias ? b3 : NULL, o3, nm, &what))) goto fail;
+            if ((st = pagoda_forward_matmuls(fw, &xb, 3, w3, L->has_bias ? b3 : NULL, o3, nm, &what))) goto fail;
         }
         if (L->has_qk_norm) {
             pagoda_tensor qh = reshape(q, hp->head_dim), kh = reshape(k, hp->head_dim);
@@ -818,13 +693,13 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         /* feed-forward block */
         CALL("rms_norm(ffn_norm)", o->rms_norm(c, &x, &L->ffn_norm, hp->rms_eps, &xb));
         if (L->moe) {
-            if ((st = moe_ffn(fw, L, T, &xb, &xb2, &what))) goto fail;
+            if ((st = pagoda_forward_moe(fw, L, T, &xb, &xb2, &what))) goto fail;
         } else {
             static const char *const nm[] = {"matmul(ffn_gate)", "matmul(ffn_up)",
                                              "matmul_multi(ffn_gate, ffn_up)"};
             pagoda_tensor hg = view(hb, T, L->w_gate.rows), hu = view(hb2, T, L->w_up.rows);
             const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hg, hu};
-            if ((st = matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
+            if ((st = pagoda_forward_matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
             if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hg, &hu, &hg));
             else CALL("swiglu", o->swiglu(c, &hg, &hu, &hg));
             CALL("matmul(ffn_down)", o->matmul(c, &hg, &L->w_down, NULL, &xb2));

@@ -111,6 +111,7 @@ typedef struct pagoda_forward {
         int32_t *ids;        /* [P] */
         int32_t *pair_e;     /* [P] local expert, */
         int32_t *pair_t;     /* [P] token */
+        int32_t *pair_tmp;   /* [P] scratch of the fallback's sort */
         int32_t *tok;        /* [T] 0, 1, ..., T-1 */
         float *gate;         /* [T] shared expert's gate */
         float *scratch;      /* [3 E] */
@@ -120,8 +121,10 @@ typedef struct pagoda_forward {
 } pagoda_forward;
 
 /* Can backend `be` run model `m`? The ops of ABI 1.1 are optional, and some
- * architectures need them: PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with one
- * line naming the backend, the op, the ABI minor that added it and the
+ * architectures need them (gemma3: geglu, attention_ext); a mixture of
+ * experts needs ABI 1.5's matmul_experts on a device backend (a host-memory
+ * one runs the core's fallback): PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with
+ * one line naming the backend, the op, the ABI minor that added it and the
  * fix. pagoda_forward_init checks it; the runtime calls it before loading
  * weights so a server refuses at once. */
 int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend *be, char *err,

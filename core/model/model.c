@@ -306,8 +306,17 @@ static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char 
     const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
     *out = t;
     if (!t) {
-        ERR("%s: tensor %s is missing (architecture %s routes layer %d through %d experts)",
-            m->gguf->path, name, hp->arch, l, hp->n_experts);
+        /* before llama.cpp's 3-D expert tensors, each expert was a tensor
+         * of its own (blk.0.ffn_gate.0.weight) */
+        char old[96];
+        snprintf(old, sizeof old, "blk.%d.%.*s.0.weight", l, (int)(strlen(suffix) - 5), suffix);
+        if (pagoda_gguf_tensor(m->gguf, old))
+            ERR("%s: tensor %s is missing: this file stores each expert as a tensor of its own "
+                "(%s, the layout before llama.cpp's 3-D expert tensors); convert it again with a "
+                "current llama.cpp", m->gguf->path, name, old);
+        else
+            ERR("%s: tensor %s is missing (architecture %s routes layer %d through %d experts)",
+                m->gguf->path, name, hp->arch, l, hp->n_experts);
         return PAGODA_ERR_INVALID;
     }
     used[t - m->gguf->tensors] = 1;
