@@ -294,8 +294,10 @@ typedef struct pagoda_backend_ops {
      * and up with x_rows = each pair's token, down with x_rows NULL). A
      * backend should read each expert's weights once per call however many
      * rows chose it (group the rows by expert): that is what makes batched
-     * MoE decode pay. Fallback: one `matmul` per output row on views of x,
-     * W_e and out (correct, slow). */
+     * MoE decode pay. Fallback (a host-memory backend only; a device
+     * backend without this slot is refused at start for an MoE model): the
+     * core sorts the pairs by expert, gathers their rows with get_rows and
+     * runs one `matmul` per active expert on a view of W_e. */
     int (*matmul_experts)(void *ctx, const pagoda_tensor *x, const int32_t *x_rows,
                           const pagoda_tensor *w, int32_t n_experts, size_t expert_stride,
                           const int32_t *ids, const pagoda_tensor *out);
