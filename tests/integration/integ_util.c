@@ -194,7 +194,24 @@ int server_start(server *s, const char *name, const char *const *sets)
             int port = 0;
             int ok = fscanf(f, "%d", &port) == 1 && port > 0;
             fclose(f);
-            if (ok) { s->port = port; return 0; }
+            if (ok) {
+                /* the port opens before the weights are in (/health answers
+                 * 503 while they load): the server is started when /health
+                 * says 200, within a deadline for a loaded host */
+                s->port = port;
+                for (int64_t until = now_ms() + 300000; now_ms() < until;) {
+                    resp r;
+                    int rc = http(s, "GET", "/health", NULL, 0, NULL, &r);
+                    long status = r.status;
+                    resp_free(&r);
+                    if (rc == 0 && status == 200) return 0;
+                    if (waitpid(pid, &wst, WNOHANG) == pid) break;
+                    msleep(50);
+                }
+                fprintf(stderr, "%s: /health did not answer 200 within 300 s\n", name);
+                print_log_tail(s);
+                return -1;
+            }
         }
         msleep(100);
     }
