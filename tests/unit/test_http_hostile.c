@@ -242,10 +242,12 @@ START_TEST(test_framing)
 
     /* not HTTP at all (a TLS hello): 400 at once, not after the timeout */
     static const unsigned char tls[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03};
+    /* the server's request_timeout_s is 30 s: an answer within half of it
+     * came from the framing check, on any host */
     int64_t t0 = mono_ms();
-    raw(s.port, (const char *)tls, sizeof tls, out, sizeof out, 5000);
+    raw(s.port, (const char *)tls, sizeof tls, out, sizeof out, 20000);
     ck_assert_msg(status_of(out) == 400, "%s", out);
-    ck_assert_int_lt(mono_ms() - t0, 2000);
+    ck_assert_int_lt(mono_ms() - t0, 15000);
 
     /* headers past the limit: 431 */
     static char big[80000];
@@ -479,8 +481,11 @@ START_TEST(test_slow_request_408)
     int fd = tcp_connect(s.port);
     int64_t t0 = mono_ms();
     send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
+    /* the answer must come while the bytes still come (an idle timeout
+     * would never fire): the trickle goes on up to 60 s, a deadline ends it
+     * after 1 s on a healthy host; no wall-clock bound is asserted */
     int got = 0;
-    for (int i = 0; i < 25 && !got; i++) {
+    for (int i = 0; i < 300 && !got; i++) {
         send_str(fd, "X-Slow: 1\r\n");
         struct pollfd p = {.fd = fd, .events = POLLIN};
         got = poll(&p, 1, 200) > 0;
@@ -488,7 +493,7 @@ START_TEST(test_slow_request_408)
     read_reply(fd, out, sizeof out, 2000);
     close(fd);
     ck_assert_msg(status_of(out) == 408, "headers: %s", out);
-    ck_assert_int_lt(mono_ms() - t0, 4000);
+    ck_assert_msg(got, "no answer while the headers still trickled (%lld ms)", (long long)(mono_ms() - t0));
 
     /* a small body that stops coming */
     fd = tcp_connect(s.port);
@@ -502,7 +507,7 @@ START_TEST(test_slow_request_408)
     t0 = mono_ms();
     send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n");
     got = 0;
-    for (int i = 0; i < 25 && !got; i++) {
+    for (int i = 0; i < 300 && !got; i++) {
         send_str(fd, "                ");
         struct pollfd p = {.fd = fd, .events = POLLIN};
         got = poll(&p, 1, 200) > 0;
@@ -510,7 +515,7 @@ START_TEST(test_slow_request_408)
     read_reply(fd, out, sizeof out, 3000);
     close(fd);
     ck_assert_msg(status_of(out) == 408, "large body: %s", out);
-    ck_assert_int_lt(mono_ms() - t0, 5000);
+    ck_assert_msg(got, "no answer while the body still trickled (%lld ms)", (long long)(mono_ms() - t0));
 
     /* and a prompt request is untouched */
     char req[512];
@@ -558,10 +563,10 @@ START_TEST(test_trickle_many)
              strlen(COMPLETION), COMPLETION);
     for (int round = 0; round < 5; round++) {
         for (int i = 0; i < n_slow; i++) send_str(fds[i], "X"); /* a byte each */
-        int64_t t0 = mono_ms();
-        raw(s.port, req, strlen(req), out, sizeof out, 5000);
+        /* answered while every slow connection is held (no time bound:
+         * the 200 itself is the point) */
+        raw(s.port, req, strlen(req), out, sizeof out, 60000);
         ck_assert_msg(status_of(out) == 200, "round %d with %d slow connections: %s", round, n_slow, out);
-        ck_assert_int_lt(mono_ms() - t0, 3000);
         usleep(200000);
     }
     /* the slow ones cost no thread each */
