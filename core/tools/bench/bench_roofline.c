@@ -116,7 +116,8 @@ static double measure_sgemm(int threads, int reps, char *core, size_t core_len)
 
 /* Bytes of weights one decode step streams, and matmul FLOPs per token:
  * every tensor, except that the token embedding is read one row per token
- * (unless the output layer is tied to it) and is no matmul. */
+ * (unless the output layer is tied to it) and is no matmul, and a MoE
+ * layer's experts count n_experts_used of n_experts. */
 void bench_model_traffic(const pagoda_model *m, double *bytes, double *flops)
 {
     double b = 0, f = 0;
@@ -130,8 +131,13 @@ void bench_model_traffic(const pagoda_model *m, double *bytes, double *flops)
             else b += (double)t->nbytes / (double)(t->ne[1] > 0 ? t->ne[1] : 1);
             continue;
         }
-        b += (double)t->nbytes;
-        if (t->n_dims >= 2) f += 2 * elems;
+        /* a 3-D expert tensor: a token reads and multiplies n_experts_used
+         * of its n_experts (the memory plan's decode bytes count the same) */
+        double share = 1;
+        if (t->n_dims == 3 && m->hp.n_experts > 0 && t->ne[2] == m->hp.n_experts)
+            share = (double)m->hp.n_experts_used / (double)m->hp.n_experts;
+        b += (double)t->nbytes * share;
+        if (t->n_dims >= 2) f += 2 * elems * share;
     }
     *bytes = b;
     *flops = f;
