@@ -593,7 +593,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         if (st) { snprintf(err, err_len, "tensor %s: %s", ts[i].name, pagoda_status_str(st)); goto out; }
     }
 
-    if (asprintf(&tmp, "%s.tmp", o->out) < 0) { tmp = NULL; st = PAGODA_ERR_NOMEM; goto out; }
+    if (asprintf(&tmp, "%s.%d.tmp", o->out, (int)getpid()) < 0) { tmp = NULL; st = PAGODA_ERR_NOMEM; goto out; }
     fp = fopen(tmp, "wb");
     if (!fp) {
         st = PAGODA_ERR_IO;

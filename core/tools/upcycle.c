@@ -157,7 +157,7 @@ int pagoda_upcycle(const pagoda_upcycle_opts *o, char *err, size_t err_len)
         if (st) { snprintf(err, err_len, "tensor %s: %s", tname, pagoda_status_str(st)); goto out; }
     }
 
-    if (asprintf(&tmp, "%s.tmp", o->out) < 0) { tmp = NULL; st = PAGODA_ERR_NOMEM; goto out; }
+    if (asprintf(&tmp, "%s.%d.tmp", o->out, (int)getpid()) < 0) { tmp = NULL; st = PAGODA_ERR_NOMEM; goto out; }
     fp = fopen(tmp, "wb");
     if (!fp) {
         st = PAGODA_ERR_IO;

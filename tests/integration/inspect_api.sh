@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
 integ_tmp inspect-api
 
-model=$build/inspect-llama110M-2L.gguf
+model=$build/inspect-api-llama110M-2L.gguf
 if [ ! -s "$model" ]; then
     "$PAGODA_BIN" gen-model --shape llama-110M --layers 2 --type Q8_0 --out "$model" >/dev/null ||
         { echo "FAIL: gen-model"; exit 1; }

@@ -15,7 +15,7 @@ command -v chromium >/dev/null || command -v chromium-browser >/dev/null ||
     { echo "SKIP: no chromium (apt-get install chromium)"; exit 77; }
 integ_tmp inspect-ui
 
-model=${PAGODA_UI_MODEL:-$build/inspect-llama110M-2L.gguf}
+model=${PAGODA_UI_MODEL:-$build/inspect-ui-llama110M-2L.gguf}
 if [ ! -s "$model" ]; then
     "$PAGODA_BIN" gen-model --shape llama-110M --layers 2 --type Q8_0 --out "$model" >/dev/null ||
         { echo "FAIL: gen-model"; exit 1; }
