@@ -133,6 +133,10 @@ void pagoda_host_set_engine_slots(pagoda_host *h, const pagoda_host *s)
     if (!h || !s) return;
 #define COPY(f) if (s->f) h->f = s->f
     COPY(kv_copy_blocks);
+    COPY(kv_block_bytes);
+    COPY(kv_read_block);
+    COPY(kv_write_block);
+    COPY(kv_fingerprint);
     COPY(submit);
     COPY(cancel);
     COPY(request_defaults);

@@ -216,11 +216,42 @@ static int h_kv_copy_blocks(const pagoda_host *h, const int32_t *src, const int3
     return e ? pagoda_engine_copy_blocks(e, src, dst, n) : PAGODA_ERR_STATE;
 }
 
+static size_t h_kv_block_bytes(const pagoda_host *h)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    char why[256] = "the engine is not serving yet";
+    size_t n = e ? pagoda_engine_kv_block_bytes(e, why, sizeof why) : 0;
+    if (!n) h->error(h, PAGODA_ERR_UNSUPPORTED, "%s", why);
+    return n;
+}
+
+static int h_kv_read_block(const pagoda_host *h, int32_t block, void *dst, size_t n)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e ? pagoda_engine_kv_move_block(e, block, dst, NULL, n) : PAGODA_ERR_STATE;
+}
+
+static int h_kv_write_block(const pagoda_host *h, int32_t block, const void *src, size_t n)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e ? pagoda_engine_kv_move_block(e, block, NULL, src, n) : PAGODA_ERR_STATE;
+}
+
+static const char *h_kv_fingerprint(const pagoda_host *h)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e ? pagoda_engine_kv_fingerprint(e) : NULL;
+}
+
 void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend)
 {
     pagoda_host slots;
     memset(&slots, 0, sizeof slots);
     slots.kv_copy_blocks = h_kv_copy_blocks;
+    slots.kv_block_bytes = h_kv_block_bytes;
+    slots.kv_read_block = h_kv_read_block;
+    slots.kv_write_block = h_kv_write_block;
+    slots.kv_fingerprint = h_kv_fingerprint;
     if (frontend) {
         slots.submit = h_submit;
         slots.cancel = h_cancel;

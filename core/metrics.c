@@ -233,6 +233,28 @@ char *pagoda_metrics_render(pagoda_metrics *m, const pagoda_engine_stats *st,
         from_st[PAGODA_COUNTER_PREFIX_HITS] = st->prefix_hit_tokens;
         for (int i = 0; i < PAGODA_COUNTER_COUNT_; i++)
             if (from_st[i] > snap.c[i]) snap.c[i] = from_st[i];
+        if (st->struct_size >= offsetof(pagoda_engine_stats, tier_evicted_blocks) + sizeof(int64_t) &&
+            st->tier_on) {
+            sb_gauge(&b, "pagoda_kv_tier_blocks", "KV blocks in the prefix cache's disk tier.",
+                     (double)st->tier_blocks);
+            sb_gauge(&b, "pagoda_kv_tier_bytes", "Bytes of block files in the disk tier.",
+                     (double)st->tier_bytes);
+            static const struct { const char *name, *help; } tc[] = {
+                {"pagoda_kv_tier_hits_total", "Prompt tokens read back from the disk tier."},
+                {"pagoda_kv_tier_written_blocks_total", "KV blocks written to the disk tier."},
+                {"pagoda_kv_tier_dropped_blocks_total",
+                 "KV blocks not written to the disk tier (queue full or a write failed)."},
+                {"pagoda_kv_tier_bad_blocks_total",
+                 "Disk tier files that failed a check (torn, flipped, foreign) and were deleted."},
+                {"pagoda_kv_tier_evicted_blocks_total",
+                 "Disk tier files deleted to stay under its bound."},
+            };
+            int64_t tv[] = {st->tier_hit_tokens, st->tier_written_blocks, st->tier_dropped_blocks,
+                            st->tier_bad_blocks, st->tier_evicted_blocks};
+            for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
+                sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", tc[i].name, tc[i].help,
+                          tc[i].name, tc[i].name, (long long)tv[i]);
+        }
         sb_printf(&b, "# HELP pagoda_engine_steps_total Engine steps run.\n"
                       "# TYPE pagoda_engine_steps_total counter\n"
                       "pagoda_engine_steps_total %lld\n", (long long)st->steps_total);

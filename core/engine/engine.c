@@ -10,8 +10,11 @@
  */
 #include "engine_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "log.h"
 #include "tp.h"
@@ -164,6 +167,7 @@ void pagoda_engine_free(pagoda_engine *e)
     engine_constraint_shutdown(e); /* after the sequences: their prefetches are done */
     pagoda_forward_free(&e->fw);
     engine_swa_destroy(e);
+    free(e->kv_fp);
     free(e->seqs); free(e->running); free(e->cancels);
     free(e->b_tokens); free(e->b_pos); free(e->b_slots); free(e->logit_rows);
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
@@ -307,6 +311,14 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->kv_block_size = e->opts.block_size;
     st->prefix_query_tokens = kv.query_tokens;
     st->prefix_hit_tokens = kv.hit_tokens;
+    st->tier_on = kv.tier_on;
+    st->tier_hit_tokens = kv.tier_hit_tokens;
+    st->tier_blocks = kv.tier_blocks;
+    st->tier_bytes = kv.tier_bytes;
+    st->tier_written_blocks = kv.tier_written_blocks;
+    st->tier_dropped_blocks = kv.tier_dropped_blocks;
+    st->tier_bad_blocks = kv.tier_bad_blocks;
+    st->tier_evicted_blocks = kv.tier_evicted_blocks;
 }
 
 void pagoda_engine_set_check_invariants(pagoda_engine *e, bool on) { e->opts.check_invariants = on; }
@@ -348,6 +360,78 @@ int pagoda_engine_tp_worker(pagoda_engine *e, struct pagoda_tp *tp, char *err, s
 {
     pagoda_tp_worker w = {.user = e, .copy_blocks = worker_copy, .forward = worker_forward};
     return pagoda_tp_worker_run(tp, &w, err, err_len);
+}
+
+size_t pagoda_engine_kv_block_bytes(pagoda_engine *e, char *why, size_t why_len)
+{
+    if (e->tp) {
+        snprintf(why, why_len, "KV blocks cannot leave the pool under tensor parallelism "
+                 "(each rank holds its own heads of a block)");
+        return 0;
+    }
+    if (e->swa.g.window) {
+        snprintf(why, why_len, "KV blocks of a sliding-window model cannot leave the pool "
+                 "(its local layers live in a pool of their own)");
+        return 0;
+    }
+    return (size_t)e->fw.kv_layout.n_layers * 2 * pagoda_kv_block_bytes(&e->fw.kv_layout);
+}
+
+int pagoda_engine_kv_move_block(pagoda_engine *e, int32_t block, void *dst, const void *src,
+                                size_t n)
+{
+    char why[256];
+    size_t need = pagoda_engine_kv_block_bytes(e, why, sizeof why);
+    if (!need || n != need || block < 0 || block >= e->policy_blocks || (!dst == !src))
+        return PAGODA_ERR_INVALID;
+    pagoda_backend *be = e->be;
+    size_t bb = pagoda_kv_block_bytes(&e->fw.kv_layout);
+    int st = PAGODA_OK;
+    for (int l = 0; l < e->fw.kv_layout.n_layers && !st; l++)
+        for (int kv = 0; kv < 2 && !st; kv++) {
+            size_t off = pagoda_kv_offset(&e->fw.kv_layout, l, kv, block);
+            size_t at = ((size_t)l * 2 + (size_t)kv) * bb;
+            st = dst ? be->ops.download(be->ctx, e->fw.kv, off, (char *)dst + at, bb)
+                     : be->ops.upload(be->ctx, e->fw.kv, off, (const char *)src + at, bb);
+        }
+    return st;
+}
+
+/* XXH3 of the GGUF header (metadata and tensor table) and of 64 chunks of
+ * 4 KiB spread over the tensor data: files of one shape written from other
+ * weights (another seed, a fine-tune) differ here. */
+static uint64_t model_file_hash(const gguf_file *g)
+{
+    XXH3_state_t *s = XXH3_createState();
+    if (!s) return 0;
+    XXH3_64bits_reset(s);
+    size_t head = g->data_offset < g->size ? (size_t)g->data_offset : g->size;
+    XXH3_64bits_update(s, g->map, head);
+    size_t data = g->size - head, chunk = 4096;
+    for (int i = 0; i < 64 && data; i++) {
+        size_t at = head + (size_t)((double)i / 64.0 * (double)data);
+        size_t len = g->size - at < chunk ? g->size - at : chunk;
+        XXH3_64bits_update(s, g->map + at, len);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+const char *pagoda_engine_kv_fingerprint(pagoda_engine *e)
+{
+    if (e->kv_fp) return e->kv_fp;
+    const gguf_file *g = e->model->gguf;
+    const pagoda_kv_layout *L = &e->fw.kv_layout;
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "pagoda-kv 1 model_size=%zu model_hash=%016llx arch=%s kv_dtype=%s layers=%d "
+             "kv_heads=%d head_dim=%d block_size=%d",
+             g->size, (unsigned long long)model_file_hash(g), e->model->hp.arch,
+             pagoda_dtype_name(L->dtype), L->n_layers, L->n_kv_heads, L->head_dim,
+             L->block_size);
+    e->kv_fp = strdup(buf);
+    return e->kv_fp;
 }
 
 static int copy_blocks_here(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n)

@@ -131,6 +131,16 @@ int pagoda_engine_get_swa_stats(pagoda_engine *e, pagoda_engine_swa_stats *st);
 /* Copy KV blocks (for KV policies through the host table). */
 int pagoda_engine_copy_blocks(pagoda_engine *e, const int32_t *src, const int32_t *dst, int32_t n);
 
+/* A KV policy's slower tier, through the host table (host.h, ABI 1.11):
+ * the bytes of one block (every layer, K then V; 0 with the reason in why
+ * when blocks cannot leave the pool whole), one block copied out (dst) or
+ * in (src), and the fingerprint of what those bytes depend on. [engine
+ * thread] */
+size_t pagoda_engine_kv_block_bytes(pagoda_engine *e, char *why, size_t why_len);
+int pagoda_engine_kv_move_block(pagoda_engine *e, int32_t block, void *dst, const void *src,
+                                size_t n);
+const char *pagoda_engine_kv_fingerprint(pagoda_engine *e);
+
 /* ----------------------------------------------------------- inspection */
 
 /* One step as inspection remembers it. */

@@ -103,6 +103,7 @@ typedef struct engine_swa {
 
 struct pagoda_engine {
     pagoda_model *model;
+    char *kv_fp;                  /* pagoda_engine_kv_fingerprint's line, made once */
     struct pagoda_tp *tp;         /* rank 0 of a tensor-parallel group, else NULL */
     pagoda_backend *be;
     pagoda_scheduler *sched;

@@ -9,7 +9,8 @@
  * returns. Slots marked "minor N" were added in ABI minor N; a plugin built
  * for an older minor sees a shorter struct_size and must not call them.
  * Which slots are set: log, config_*, engine_config, error and free for
- * every kind; kv_copy_blocks for every kind (meant for KV policies); the
+ * every kind; kv_copy_blocks and (1.11) kv_block_bytes, kv_read_block,
+ * kv_write_block, kv_fingerprint for every kind (meant for KV policies); the
  * engine slots (submit .. shutting_down, check_constraint, inspect_json)
  * for frontends only, NULL for the other kinds. All of them are provided by
  * the core: a plugin never needs a fallback for a slot its kind is given.
@@ -198,6 +199,12 @@ typedef struct pagoda_engine_stats {
     int64_t prompt_tokens_total, generation_tokens_total;
     int64_t requests_finished_total, preemptions_total, steps_total;
     bool ready;                  /* weights loaded, serving */
+    /* ---- ABI 1.11: the KV policy's slower tier (pagoda_kv_stats' tier_*;
+     * all 0 without one) */
+    bool tier_on;
+    int64_t tier_hit_tokens;     /* of prefix_hit_tokens, read back from the tier */
+    int64_t tier_blocks, tier_bytes;
+    int64_t tier_written_blocks, tier_dropped_blocks, tier_bad_blocks, tier_evicted_blocks;
 } pagoda_engine_stats;
 
 typedef struct pagoda_chat_message {
@@ -324,6 +331,23 @@ typedef struct pagoda_host {
      * Caller frees with h->free; NULL while the weights load or when out
      * of memory. */
     char *(*inspect_json)(const struct pagoda_host *h);
+
+    /* ---- ABI 1.11: moving KV blocks out of the pool and back (meant for
+     * KV-cache policies with a slower tier; [engine thread]). */
+    /* Bytes of one block's KV as kv_read_block writes them: every layer, K
+     * then V. 0 (with the reason recorded as this call's error) when blocks
+     * cannot leave the pool and come back whole: before the engine serves,
+     * under tensor parallelism (each rank holds its heads), or with a
+     * sliding-window model's pool (its local layers live in another pool). */
+    size_t (*kv_block_bytes)(const struct pagoda_host *h);
+    /* Copy block `block`'s KV out to dst / in from src (n = kv_block_bytes). */
+    int (*kv_read_block)(const struct pagoda_host *h, int32_t block, void *dst, size_t n);
+    int (*kv_write_block)(const struct pagoda_host *h, int32_t block, const void *src, size_t n);
+    /* One line naming everything a block's bytes depend on (the model file,
+     * the KV dtype and layout, the block size); blocks kept under another
+     * fingerprint must never be read back. Owned by the core; NULL before
+     * the engine serves. */
+    const char *(*kv_fingerprint)(const struct pagoda_host *h);
 } pagoda_host;
 
 #ifdef __cplusplus

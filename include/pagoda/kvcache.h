@@ -31,6 +31,16 @@ typedef struct pagoda_kv_stats {
     int64_t query_tokens;    /* prompt tokens looked up in the prefix cache, ever */
     int64_t hit_tokens;      /* of those, found cached, ever */
     int64_t evicted_blocks;  /* cached blocks evicted, ever */
+    /* ABI 1.11: a slower tier for evicted prefix blocks (kvcache-prefix's
+     * disk tier); all 0 without one. A policy fills them only when
+     * struct_size covers them. */
+    bool tier_on;
+    int64_t tier_hit_tokens;     /* of hit_tokens, read back from the tier, ever */
+    int64_t tier_blocks, tier_bytes;   /* in the tier now */
+    int64_t tier_written_blocks; /* written, ever */
+    int64_t tier_dropped_blocks; /* not written (queue full, a write failed), ever */
+    int64_t tier_bad_blocks;     /* files that failed a check (torn, flipped, foreign), ever */
+    int64_t tier_evicted_blocks; /* deleted to stay under the tier's bound, ever */
 } pagoda_kv_stats;
 /* Invariant the tests hold: free + used + cached == total (reserved blocks
  * are counted in used). */

@@ -19,11 +19,24 @@
  * as a private, unhashed block and goes back to the free list on release;
  * the table keeps the first one.
  *
- * Not for: copy-on-write of partial blocks (only full blocks are shared and
- * shared blocks are never written), the KV memory itself.
+ * The disk tier (tier.h, optional): a hashed block that leaves every
+ * sequence (enters the LRU list) is copied out through the host and
+ * queued for the store, once per key; admit continues the chain past the
+ * pool's hits into the store, reading blocks back into the sequence's
+ * fresh blocks and counting them as cached. The tier binds to the
+ * engine's KV fingerprint at the first admit or release (the host's KV
+ * slots serve only once the engine does); it stays off, with a log line,
+ * where blocks cannot leave the pool whole (tensor parallelism, a
+ * sliding-window model).
  *
- * Config: [kvcache.prefix] has no keys.
+ * Not for: copy-on-write of partial blocks (only full blocks are shared and
+ * shared blocks are never written), the KV memory itself, the store's file
+ * format (tier.c).
+ *
+ * Config [kvcache.prefix]: tier_dir (empty: no tier), tier_size, tier_queue,
+ * tier_required (prefix_keys below).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -31,6 +44,9 @@
 #include "pagoda/host.h"
 #include "pagoda/kvcache.h"
 #include "pagoda/plugin.h"
+#include "tier.h"
+
+#include <stddef.h>
 
 /* Root seeds of the hash chain: without a salt, and mixed into a salt's hash. */
 #define PREFIX_ROOT_SEED 0x70a60da5eedULL
@@ -68,7 +84,28 @@ typedef struct prefix {
     prefix_seq *seqs;         /* unordered; linear scan (few live sequences) */
     int32_t n_seqs, cap_seqs;
     int64_t query_tokens, hit_tokens, evicted;
+    /* the disk tier: NULL when off; bound once tier_on */
+    kv_tier *tier;
+    bool tier_on;
+    size_t tier_block_bytes;
+    void *tier_buf;           /* one block's KV bytes */
+    int64_t tier_hit_tokens;
 } prefix;
+
+#define TIER_DEFAULT_BYTES (4LL << 30)
+#define TIER_QUEUE_DEFAULT_BYTES (256LL << 20)
+
+static const pagoda_config_key prefix_keys[] = {
+    {.name = "tier_dir", .type = PAGODA_KEY_STRING, .default_str = "",
+     .help = "a directory for the disk tier of evicted prefix blocks (empty: no tier)"},
+    {.name = "tier_size", .type = PAGODA_KEY_SIZE, .default_str = "4G", .min = 1 << 20,
+     .max = 1e15, .help = "the tier's bound, bytes of block files (least recently used go first)"},
+    {.name = "tier_queue", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 1 << 20,
+     .max = 1e12, .help = "blocks copied out and waiting to be written (more are dropped)"},
+    {.name = "tier_required", .type = PAGODA_KEY_BOOL, .default_str = "false",
+     .help = "refuse to start when tier_dir cannot be used (else run without the tier)"},
+    {.name = NULL},
+};
 
 static int32_t blocks_for(const prefix *p, int64_t n_tokens)
 {
@@ -199,22 +236,91 @@ static int seq_reserve(prefix_seq *s, int32_t n)
 
 /* ------------------------------------------------------------- the ops */
 
+static bool host_has_tier_slots(const pagoda_host *h)
+{
+    return h->struct_size >= offsetof(pagoda_host, kv_fingerprint) + sizeof(void *) &&
+           h->kv_block_bytes && h->kv_read_block && h->kv_write_block && h->kv_fingerprint;
+}
+
 static int prefix_create(const pagoda_host *host, void **ctx, char *err, size_t err_len)
 {
     prefix *p = calloc(1, sizeof(*p));
-    (void)err;
-    (void)err_len;
     if (!p) return PAGODA_ERR_NOMEM;
     p->host = host;
     p->lru_head = p->lru_tail = -1;
+    const char *dir = host->config_str(host, "tier_dir", "");
+    if (dir && *dir) {
+        bool required = host->config_bool(host, "tier_required", false);
+        int64_t size = host->config_int(host, "tier_size", TIER_DEFAULT_BYTES);
+        int64_t queue = host->config_int(host, "tier_queue", TIER_QUEUE_DEFAULT_BYTES);
+        char why[1200] = "this core has no KV block slots (ABI < 1.11)";
+        int st = host_has_tier_slots(host)
+                     ? kv_tier_open(&p->tier, host, dir, size, queue, why, sizeof why)
+                     : PAGODA_ERR_UNSUPPORTED;
+        if (st && required) {
+            snprintf(err, err_len, "kvcache.prefix: tier_required, and %s", why);
+            free(p);
+            return st;
+        }
+        if (st)
+            host->log(host, PAGODA_LOG_WARN, "running without the disk tier: %s",
+                      why);
+    }
     *ctx = p;
     return PAGODA_OK;
+}
+
+/* Bind the tier to the engine's KV fingerprint once the engine serves
+ * (the first admit or release); off for good, with a line, where blocks
+ * cannot leave the pool. [engine thread] */
+static void tier_ready(prefix *p)
+{
+    if (!p->tier || p->tier_on) return;
+    const pagoda_host *h = p->host;
+    size_t bytes = h->kv_block_bytes(h);
+    const char *fp = bytes ? h->kv_fingerprint(h) : NULL;
+    char why[512] = "KV blocks cannot leave this engine's pool whole (tensor parallelism or a "
+                    "sliding-window model)";
+    int st = PAGODA_ERR_UNSUPPORTED;
+    if (bytes && fp) {
+        p->tier_buf = malloc(bytes);
+        st = p->tier_buf ? kv_tier_bind(p->tier, fp, bytes, p->block_size, why, sizeof why)
+                         : PAGODA_ERR_NOMEM;
+    }
+    if (st) {
+        h->log(h, PAGODA_LOG_WARN, "running without the disk tier: %s", why);
+        kv_tier_close(p->tier);
+        p->tier = NULL;
+        free(p->tier_buf);
+        p->tier_buf = NULL;
+        return;
+    }
+    p->tier_on = true;
+    p->tier_block_bytes = bytes;
+    kv_tier_stats ts;
+    kv_tier_get_stats(p->tier, &ts);
+    h->log(h, PAGODA_LOG_INFO,
+           "disk tier at %s: %lld blocks (%.1f MiB) kept from earlier runs, "
+           "%.2f MiB a block, %lld bad files dropped", kv_tier_path(p->tier),
+           (long long)ts.blocks, (double)ts.bytes / (1 << 20), (double)bytes / (1 << 20),
+           (long long)ts.bad_blocks);
+}
+
+/* A hashed block left every sequence: to the tier, once per key. */
+static void tier_put_block(prefix *p, int32_t id)
+{
+    if (!p->tier_on || kv_tier_has(p->tier, p->b[id].key)) return;
+    if (p->host->kv_read_block(p->host, id, p->tier_buf, p->tier_block_bytes)) return;
+    (void)kv_tier_put(p->tier, p->b[id].key, p->b[id].parent,
+                      p->toks + (size_t)id * p->block_size, p->tier_buf);
 }
 
 static void prefix_destroy(void *ctx)
 {
     prefix *p = ctx;
     if (!p) return;
+    kv_tier_close(p->tier); /* writes what is queued */
+    free(p->tier_buf);
     for (int32_t i = 0; i < p->n_seqs; i++) free(p->seqs[i].blocks);
     free(p->seqs);
     free(p->b);
@@ -275,6 +381,7 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
     if (find_seq(p, seq->id))
         return p->host->error(p->host, PAGODA_ERR_STATE, "kvcache.prefix: sequence %llu admitted twice",
                               (unsigned long long)seq->id);
+    tier_ready(p);
     uint64_t last_key;
     int32_t k = lookup(p, seq, &last_key);
     int32_t need_new = blocks_for(p, seq->n_tokens) - k;
@@ -301,12 +408,34 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
         s.blocks[s.n_blocks++] = id;
     }
     for (int32_t i = 0; i < need_new; i++) s.blocks[s.n_blocks++] = alloc_block(p);
+    /* The chain goes on in the disk tier: blocks read back into the fresh
+     * blocks count as cached, up to the first miss. */
+    int32_t restored = 0;
+    if (p->tier_on) {
+        int32_t max_hit = (seq->n_tokens - 1) / p->block_size;
+        uint64_t parent = last_key;
+        for (int32_t i = k; i < max_hit; i++) {
+            const int32_t *t = seq->tokens + (size_t)i * p->block_size;
+            uint64_t key = block_key(p, t, parent);
+            int32_t id = s.blocks[i];
+            if (table_find(p, key, parent, t) >= 0 || !kv_tier_has(p->tier, key) ||
+                !kv_tier_get(p->tier, key, parent, t, p->tier_buf) ||
+                p->host->kv_write_block(p->host, id, p->tier_buf, p->tier_block_bytes))
+                break;
+            table_insert(p, id, key, parent, t);
+            parent = key;
+            restored++;
+        }
+        s.n_hashed = k + restored;
+        s.last_key = parent;
+    }
     p->seqs[p->n_seqs++] = s;
     /* Counted on success only, so a sequence retried while the pool is
      * full does not inflate the hit rate's denominator. */
     p->query_tokens += seq->n_tokens;
-    p->hit_tokens += (int64_t)k * p->block_size;
-    if (n_cached) *n_cached = k * p->block_size;
+    p->hit_tokens += (int64_t)(k + restored) * p->block_size;
+    p->tier_hit_tokens += (int64_t)restored * p->block_size;
+    if (n_cached) *n_cached = (k + restored) * p->block_size;
     return PAGODA_OK;
 }
 
@@ -369,14 +498,19 @@ static int prefix_release(void *ctx, uint64_t seq_id)
     prefix *p = ctx;
     prefix_seq *s = find_seq(p, seq_id);
     if (!s) return PAGODA_ERR_NOT_FOUND;
+    tier_ready(p);
     /* Last block first: a chain's tail becomes least recently used before
      * its head, so eviction cuts chains from the end and the head, which
      * more prompts share, stays reachable longest. */
     for (int32_t i = s->n_blocks - 1; i >= 0; i--) {
         int32_t id = s->blocks[i];
         if (--p->b[id].ref > 0) continue;
-        if (p->b[id].hashed) lru_append(p, id);
-        else p->free_ids[p->n_free++] = id;
+        if (p->b[id].hashed) {
+            lru_append(p, id);
+            tier_put_block(p, id);
+        } else {
+            p->free_ids[p->n_free++] = id;
+        }
     }
     free(s->blocks);
     *s = p->seqs[--p->n_seqs];
@@ -394,6 +528,18 @@ static int prefix_stats(void *ctx, pagoda_kv_stats *st)
     st->query_tokens = p->query_tokens;
     st->hit_tokens = p->hit_tokens;
     st->evicted_blocks = p->evicted;
+    if (st->struct_size >= offsetof(pagoda_kv_stats, tier_evicted_blocks) + sizeof(int64_t)) {
+        kv_tier_stats ts = {0};
+        if (p->tier_on) kv_tier_get_stats(p->tier, &ts);
+        st->tier_on = p->tier_on;
+        st->tier_hit_tokens = p->tier_hit_tokens;
+        st->tier_blocks = ts.blocks;
+        st->tier_bytes = ts.bytes;
+        st->tier_written_blocks = ts.written_blocks;
+        st->tier_dropped_blocks = ts.dropped_blocks;
+        st->tier_bad_blocks = ts.bad_blocks;
+        st->tier_evicted_blocks = ts.evicted_blocks;
+    }
     return PAGODA_OK;
 }
 
@@ -460,7 +606,7 @@ static const pagoda_plugin_desc prefix_desc = {
     .name = "prefix",
     .version = "1.0",
     .description = "paged KV blocks with automatic prefix caching (hash-chained full blocks, LRU eviction)",
-    .config_keys = NULL,
+    .config_keys = prefix_keys,
     .probe = NULL,
     .create = prefix_create,
     .destroy = prefix_destroy,
