@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,87 @@ START_TEST(engine_restart_same_tokens)
 }
 END_TEST
 
+/* A thread that damages the store's files while requests read it: flips a
+ * byte, truncates or deletes, file after file, until told to stop. */
+typedef struct damager {
+    pthread_t th;
+    volatile int stop;
+    int rounds;
+} damager;
+
+static void *damage_loop(void *arg)
+{
+    damager *d = arg;
+    unsigned seed = 12345;
+    while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "ls %s/*/*.kvb 2>/dev/null", g_dir);
+        FILE *ls = popen(cmd, "r");
+        if (!ls) break;
+        char path[1400];
+        while (fgets(path, sizeof path, ls)) {
+            path[strcspn(path, "\n")] = 0;
+            int how = (int)(rand_r(&seed) % 4);
+            if (how == 3) continue; /* leave some alone */
+            int fd = open(path, O_RDWR);
+            if (fd < 0) continue;
+            struct stat sb;
+            if (fstat(fd, &sb) == 0 && sb.st_size > 64) {
+                if (how == 0) {
+                    uint8_t c = 0x5a;
+                    (void)!pwrite(fd, &c, 1, (off_t)(rand_r(&seed) % (unsigned)sb.st_size));
+                } else if (how == 1) {
+                    (void)!ftruncate(fd, sb.st_size / 3);
+                } else {
+                    (void)unlink(path);
+                }
+            }
+            close(fd);
+        }
+        pclose(ls);
+        d->rounds++;
+    }
+    return NULL;
+}
+
+/* Files flipped, truncated and deleted while six requests read the tier:
+ * every output is the plain pool's, nothing crashes. */
+START_TEST(engine_faults_under_load)
+{
+    char dirset[600];
+    snprintf(dirset, sizeof dirset, "kvcache.prefix.tier_dir=%s", g_dir);
+    const char *plain[] = {"engine.kvcache=paged", NULL};
+    const char *tier[] = {"engine.kvcache=prefix", dirset, NULL};
+    enum { NR = 6 };
+    static et_result ref[NR], got[NR];
+    char prompts[NR][1200];
+    for (int i = 0; i < NR; i++)
+        snprintf(prompts[i], sizeof prompts[i], "%s Then story number %d began.", PROMPT, i);
+    for (int pass = 0; pass < 3; pass++) {
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open(&cfg, pass == 0 ? plain : tier);
+        damager d = {0};
+        if (pass == 2) ck_assert_int_eq(pthread_create(&d.th, NULL, damage_loop, &d), 0);
+        et_result *r = pass == 0 ? ref : got;
+        for (int i = 0; i < NR; i++) {
+            et_result_init(&r[i]);
+            et_submit(rt, prompts[i], 12, &r[i], 0.0f);
+        }
+        pagoda_engine_wait_idle(rt->engine);
+        if (pass == 2) {
+            __atomic_store_n(&d.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(d.th, NULL);
+        }
+        for (int i = 0; i < NR; i++) {
+            ck_assert_int_eq(r[i].n_final, 1);
+            ck_assert_msg(!r[i].error[0], "%s", r[i].error);
+        }
+        if (pass > 0) et_assert_same_tokens(ref, got, NR, pass == 1 ? "tier, cold" : "tier, damaged");
+        et_close(rt, cfg);
+    }
+}
+END_TEST
+
 /* A tier_dir that cannot be used: the server runs without the tier, or
  * refuses to start when tier_required says so. */
 START_TEST(engine_bad_dir)
@@ -349,6 +431,7 @@ static Suite *suite(void)
     tcase_set_timeout(te, 120);
     tcase_add_test(te, engine_restart_same_tokens);
     tcase_add_test(te, engine_bad_dir);
+    tcase_add_test(te, engine_faults_under_load);
     suite_add_tcase(s, te);
     return s;
 }
