@@ -452,6 +452,10 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     }
     /* which pool each layer's KV is in, and its index there */
     pagoda_forward_kv_layouts(hp, kv, &fw->kv_layout, &fw->kv_local_layout);
+    /* multi-head latent attention: one row a slot, the key and the value;
+     * a backend without the latent kind (ABI 1.7) keeps it as both */
+    if (hp->mla && (be->info.kv_kinds & (1u << PAGODA_KV_LATENT)))
+        fw->kv_layout.kind = PAGODA_KV_LATENT;
     for (int l = 0, n_main = 0, n_local = 0; l < hp->n_layers; l++) {
         pagoda_forward_layer *F = &fw->layers[l];
         F->local = F->window > 0 && fw->kv_local_layout.n_layers > 0;

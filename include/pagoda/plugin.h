@@ -36,8 +36,11 @@ extern "C" {
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
  * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
- * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
-#define PAGODA_ABI_MINOR 6
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.7
+ * the latent KV layout (pagoda_kv_layout.kind PAGODA_KV_LATENT: one row a
+ * slot that is both key and value, for multi-head latent attention), which
+ * a backend opts into through info.kv_kinds. */
+#define PAGODA_ABI_MINOR 7
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

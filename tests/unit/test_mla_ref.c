@@ -15,7 +15,10 @@
  *    every position's whole vocabulary within 1e-4 of the one-prefill
  *    logits, with the KV in F32; in F16 and Q8_0 the latent cache stays
  *    within 0.05 / 0.5 of the F32 logits (their rounding) and picks the
- *    same top token where F32's top-2 gap exceeds that.
+ *    same top token where F32's top-2 gap exceeds that. The pool is the
+ *    latent layout (ABI 1.7: one row a slot); with the backend's latent
+ *    bit cleared the core's fallback (the row as K and V) gives the same
+ *    logits from twice the bytes.
  *  - bad_input: the load errors the issue lists, each naming its key. */
 #include <jansson.h>
 #include <math.h>
@@ -218,6 +221,13 @@ static bool check_decode(const char *name)
             step(&fw, &fx, tok, i, 1, one, (uint64_t)i);
             memcpy(into + (size_t)i * V, one, sizeof(float) * (size_t)V);
         }
+        /* the latent layout: one row a slot, no V plane */
+        const pagoda_hparams *hp = &fx.rt->model->hp;
+        ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_LATENT);
+        ck_assert_int_eq(fw.kv_layout.n_kv_heads, 1);
+        ck_assert_int_eq(fw.kv_layout.head_dim, hp->kv_lora_rank + hp->rope_dims);
+        ck_assert_uint_eq(fw.kv_bytes, (size_t)hp->n_layers * NB * BS *
+                                           pagoda_dtype_row_bytes(types[ti], fw.kv_layout.head_dim));
         double worst = 0;
         int32_t same_top = 0, clear = 0;
         for (int32_t r = 0; r < n; r++) {
@@ -240,6 +250,27 @@ static bool check_decode(const char *name)
         ck_assert_int_eq(same_top, clear);
         pagoda_forward_free(&fw);
     }
+    /* a backend without the latent kind (kv_kinds 0, as before ABI 1.7)
+     * gets the row as both K and V of a separate layout: twice the bytes,
+     * the same logits */
+    pagoda_forward fw;
+    uint32_t kinds = fx.rt->backend.info.kv_kinds;
+    fx.rt->backend.info.kv_kinds = 0;
+    init_fw(&fw, &fx, PAGODA_DTYPE_F32);
+    fx.rt->backend.info.kv_kinds = kinds;
+    ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_SEPARATE);
+    ck_assert_uint_eq(fw.kv_bytes, 2 * (size_t)fx.rt->model->hp.n_layers * NB * BS *
+                                       pagoda_dtype_row_bytes(PAGODA_DTYPE_F32, fw.kv_layout.head_dim));
+    step(&fw, &fx, tok, 0, 5, dec, 1);
+    for (int32_t i = 5; i < n; i++) {
+        step(&fw, &fx, tok, i, 1, one, (uint64_t)i);
+        memcpy(dec + (size_t)i * V, one, sizeof(float) * (size_t)V);
+    }
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(pre[i] - dec[i]));
+    printf("%s: K-and-V fallback layout vs prefill: max |diff| %.3g\n", name, worst);
+    ck_assert_msg(worst <= 1e-4, "%s: the K-and-V fallback differs by %g", name, worst);
+    pagoda_forward_free(&fw);
     free(pre);
     free(dec);
     free(one);
