@@ -19,7 +19,12 @@
  *    latent layout (ABI 1.7: one row a slot); with the backend's latent
  *    bit cleared the core's fallback (the row as K and V) gives the same
  *    logits from twice the bytes.
- *  - bad_input: the load errors the issue lists, each naming its key. */
+ *  - bad_input: the load errors the issue lists (kv_lora_rank 0 or wider
+ *    than the hidden size, a RoPE part as wide as the query head, missing
+ *    latent / query norms, expert groups that do not divide the experts or
+ *    cannot hold the top-k), each one line naming the key or tensor, on
+ *    gen-model's deepseek2-tiny. */
+#define _GNU_SOURCE
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -286,6 +291,130 @@ START_TEST(decode_equals_prefill)
 }
 END_TEST
 
+/* ---- bad input: each refused at load with one line naming the key */
+
+static void gen_tiny(const char *path)
+{
+    char *gen[] = {"gen-model", "--shape", "deepseek2-tiny", "--type", "F32", "--out", (char *)path, NULL};
+    ck_assert_int_eq(pagoda_cmd_gen_model(7, gen), 0);
+}
+
+static char *slurp(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    char *buf = malloc((size_t)*n);
+    rewind(f);
+    ck_assert_int_eq(fread(buf, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return buf;
+}
+
+static void spit(const char *path, const char *buf, long n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+}
+
+/* Set the u32 metadata value of `key` (its exact length-prefixed name). */
+static void patch_u32(const char *path, const char *key, uint32_t val)
+{
+    long n;
+    char *buf = slurp(path, &n);
+    char pat[128];
+    uint64_t len = strlen(key);
+    memcpy(pat, &len, 8);
+    memcpy(pat + 8, key, len);
+    char *hit = memmem(buf, (size_t)n, pat, 8 + len);
+    ck_assert_msg(hit, "key %s not in %s", key, path);
+    uint32_t type;
+    memcpy(&type, hit + 8 + len, 4);
+    ck_assert_int_eq(type, 4);   /* GGUF UINT32 */
+    memcpy(hit + 8 + len + 4, &val, 4);
+    spit(path, buf, n);
+    free(buf);
+}
+
+/* Rename the first `from` to `to` (same length). */
+static void patch_name(const char *path, const char *from, const char *to)
+{
+    long n;
+    char *buf = slurp(path, &n);
+    char *hit = memmem(buf, (size_t)n, from, strlen(from));
+    ck_assert_msg(hit, "%s not in %s", from, path);
+    ck_assert_uint_eq(strlen(from), strlen(to));
+    memcpy(hit, to, strlen(to));
+    spit(path, buf, n);
+    free(buf);
+}
+
+static void expect_refused(const char *path, const char *want)
+{
+    char err[512] = "";
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_msg(m == NULL, "%s opened, expected: %s", path, want);
+    ck_assert_msg(strstr(err, want), "error '%s' lacks '%s'", err, want);
+    ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
+    printf("refused: %s\n", err);
+}
+
+START_TEST(bad_input)
+{
+    char dir[] = "/tmp/pagoda-mla-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/bad.gguf", dir);
+    /* the shape itself loads */
+    gen_tiny(path);
+    char err[512] = "";
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    ck_assert(m->hp.mla);
+    ck_assert_int_eq(m->hp.kv_lora_rank, 64);
+    ck_assert_int_eq(m->hp.n_expert_groups, 2);
+    pagoda_model_free(m);
+
+    patch_u32(path, "deepseek2.attention.kv_lora_rank", 0);
+    expect_refused(path, "key deepseek2.attention.kv_lora_rank = 0 must be 1..256");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.attention.kv_lora_rank", 300);
+    expect_refused(path, "key deepseek2.attention.kv_lora_rank = 300 must be 1..256");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.rope.dimension_count", 64);   /* = nope + rope: no no-RoPE part */
+    expect_refused(path, "key deepseek2.rope.dimension_count = 64 must be below "
+                         "deepseek2.attention.key_length_mla = 64");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.attention.key_length", 128);
+    expect_refused(path, "key deepseek2.attention.key_length = 128, expected kv_lora_rank + "
+                         "rope.dimension_count = 96");
+    gen_tiny(path);
+    patch_name(path, "blk.1.attn_kv_a_norm.weight", "blk.1.attn_kv_a_norX.weight");
+    expect_refused(path, "tensor blk.1.attn_kv_a_norm.weight is missing");
+    gen_tiny(path);
+    patch_name(path, "blk.2.attn_q_a_norm.weight", "blk.2.attn_q_a_norX.weight");
+    expect_refused(path, "tensor blk.2.attn_q_a_norm.weight is missing");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.expert_group_count", 3);
+    expect_refused(path, "key deepseek2.expert_group_count = 3 does not divide "
+                         "deepseek2.expert_count = 8");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.expert_group_used_count", 3);
+    expect_refused(path, "key deepseek2.expert_group_used_count = 3 must be 1..2");
+    gen_tiny(path);
+    patch_u32(path, "deepseek2.expert_used_count", 5);   /* 1 group of 4 cannot give 5 */
+    expect_refused(path, "hold fewer than deepseek2.expert_used_count = 5");
+    gen_tiny(path);
+    patch_name(path, "deepseek2.attention.kv_lora_rank", "deepseek2.attention.kv_lora_ranX");
+    expect_refused(path, "missing key deepseek2.attention.kv_lora_rank");
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("mla_ref");
@@ -293,6 +422,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, against_transformers);
     tcase_add_test(tc, decode_equals_prefill);
+    tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     return s;
 }
