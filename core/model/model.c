@@ -318,6 +318,13 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     if (hp->rope_scaling == PAGODA_ROPE_SCALING_YARN) {
         st = read_yarn_keys(f, hp, err, err_len);
         if (st) return st;
+        /* DeepSeek (MLA): the softmax scale times mscale(factor,
+         * mscale_all_dim)^2, mscale_all_dim = 10 x yarn_log_multiplier (as
+         * transformers' yarn_apply_mscale and llama.cpp's kq_scale) */
+        if (hp->mla && hp->rope_yarn_log_mul != 0.0f) {
+            float ms = pagoda_rope_yarn_get_mscale(hp->rope_factor, hp->rope_yarn_log_mul * 10.0f);
+            hp->attn_scale *= ms * ms;
+        }
     }
 
     /* Special-token ids inside the vocabulary; -1 (or 0xFFFFFFFF as u32)

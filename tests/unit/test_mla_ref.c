@@ -1,6 +1,9 @@
 /* test_mla_ref.c: pagoda's multi-head latent attention and DeepSeek
  * routing (deepseek2) against a reference of another lineage: tiny random
- * V2-Lite-style and V3-style models built from transformers configs and
+ * V2-Lite-style and V3-style models (and the V3 one with YaRN RoPE: factor
+ * 4 over an original context of 64, so the prompts run past it, and
+ * DeepSeek's softmax scale mscale(factor, mscale_all_dim)^2) built from
+ * transformers configs and
  * converted by llama.cpp's convert_hf_to_gguf.py (tests/fixtures/mla/,
  * made by make_fixtures.py there, not in CI), with transformers' F32
  * logits (its decompressed MLA: K and V per head) for three token-id
@@ -44,7 +47,8 @@
 
 enum { BS = 16, NB = 8, CAP = NB * BS };
 
-static const char *const g_fixtures[] = {"deepseek2-lite", "deepseek3"};
+static const char *const g_fixtures[] = {"deepseek2-lite", "deepseek3", "deepseek3-yarn"};
+enum { N_FIXTURES = 3 };
 
 static int32_t argmax(const float *x, int32_t n)
 {
@@ -192,7 +196,7 @@ static bool check_reference(const char *name)
 START_TEST(against_transformers)
 {
     int found = 0;
-    for (int i = 0; i < 2; i++) found += check_reference(g_fixtures[i]);
+    for (int i = 0; i < N_FIXTURES; i++) found += check_reference(g_fixtures[i]);
     ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
 }
 END_TEST
@@ -286,7 +290,7 @@ static bool check_decode(const char *name)
 START_TEST(decode_equals_prefill)
 {
     int found = 0;
-    for (int i = 0; i < 2; i++) found += check_decode(g_fixtures[i]);
+    for (int i = 0; i < N_FIXTURES; i++) found += check_decode(g_fixtures[i]);
     ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
 }
 END_TEST
