@@ -482,9 +482,9 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
         fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = %s%" PRId64 " layers x (%" PRId64
                 " kv_lora_rank + %" PRId64 " qk_rope_head_dim) x %g bytes (multi-head latent "
                 "attention: one latent row a token and layer, shared by the %" PRId64 " heads%s)\n"
-                "  plain MHA of the same heads would take %" PRIu64 " bytes/token = 2 x %" PRId64
-                " layers x %" PRId64 " heads x (%" PRId64 " + %" PRId64 ") / 2 x %g bytes: %.1fx "
-                "more, so the pool holds %.1fx the tokens",
+                "  plain MHA of the same heads would take %" PRIu64 " bytes/token = %" PRId64
+                " layers x %" PRId64 " heads x (%" PRId64 " key + %" PRId64 " value) x %g bytes: "
+                "%.1fx more, so the pool holds %.1fx the tokens",
                 p->kv_bytes_per_token, p->kv_planes == 2 ? "2 (kept as K and V) x " : "",
                 p->kv_pool_layers, p->kv_lora_rank, p->qk_rope, p->kv_value_bytes, p->n_heads,
                 p->kv_planes == 2 ? "; this backend has no latent layout" : "",

@@ -39,6 +39,7 @@
 #include "forward.h"
 #include "genmodel.h"
 #include "gguf_writer.h"
+#include "memplan.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -419,6 +420,59 @@ START_TEST(bad_input)
 }
 END_TEST
 
+/* The memory plan of DeepSeek-V3's shape (a header-only file): KV bytes a
+ * token = layers x (kv_lora_rank + qk_rope) x bytes, beside plain MHA's;
+ * twice that where the backend keeps the row as K and V; and the
+ * activations are what the forward pass carves. */
+START_TEST(plan_latent)
+{
+    char dir[] = "/tmp/pagoda-mla-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128], err[512] = "";
+    snprintf(path, sizeof path, "%s/v3.gguf", dir);
+    char *gen[] = {"gen-model", "--shape", "deepseek-v3", "--type", "Q4_K", "--out", path,
+                   "--header-only", NULL};
+    ck_assert_int_eq(pagoda_cmd_gen_model(8, gen), 0);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.kv_dtype = PAGODA_DTYPE_F16;
+    o.memory_budget = 1ull << 50;   /* the pool: whatever is left of it */
+    o.max_seq_len = 32768;
+    pagoda_memplan p;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert(p.mla);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 61ull * (512 + 64) * 2);
+    ck_assert_uint_eq(p.mha_bytes_per_token, 61ull * 128 * (192 + 128) * 2);
+    /* one 32K sequence: llama.cpp's 2,196 MiB for V3's F16 latent cache */
+    ck_assert_uint_eq(p.kv_bytes_per_seq, 32768ull * 61 * 576 * 2);
+    printf("deepseek-v3 plan: %llu KV bytes a token (MHA %llu, %.1fx); 32K tokens %.1f MiB\n",
+           (unsigned long long)p.kv_bytes_per_token, (unsigned long long)p.mha_bytes_per_token,
+           (double)p.mha_bytes_per_token / (double)p.kv_bytes_per_token,
+           (double)p.kv_bytes_per_seq / 1048576.0);
+    pagoda_hparams hp;
+    ck_assert_msg(pagoda_hparams_read(f, &hp, err, sizeof err) == 0, "%s", err);
+    hp.n_vocab = (int32_t)p.vocab;
+    ck_assert_uint_eq(p.act_bytes, pagoda_forward_act_bytes(&hp, (int32_t)p.max_batched_tokens,
+                                                            (int32_t)p.max_num_seqs));
+    uint64_t tokens = p.kv_tokens;
+    /* the K-and-V fallback: twice the bytes, half the tokens in one budget */
+    o.kv_no_latent = true;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 2ull * 61 * 576 * 2);
+    ck_assert_uint_le(p.kv_tokens, tokens / 2 + 16);
+    /* tensor parallelism is refused, saying what a rank would hold */
+    o.kv_no_latent = false;
+    o.tensor_parallel = 2;
+    ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "replicated"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("mla_ref");
@@ -427,6 +481,7 @@ static Suite *suite(void)
     tcase_add_test(tc, against_transformers);
     tcase_add_test(tc, decode_equals_prefill);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, plan_latent);
     suite_add_tcase(s, tc);
     return s;
 }
