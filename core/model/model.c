@@ -388,20 +388,34 @@ static int bind(const pagoda_model *m, uint8_t *used, const char *name, int64_t 
     return PAGODA_OK;
 }
 
-/* A 3-D expert tensor [ne0, ne1, n_experts] of layer l (required). */
-static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
-                        int64_t ne0, int64_t ne1, const gguf_tensor **out, char *err,
+/* A 3-D tensor of layer l (required): the experts [ne0, ne1, n_experts]
+ * stacked, or with `heads` MLA's per-head attn_k_b / attn_v_b [ne0, ne1,
+ * n_heads]. */
+static int bind_stacked(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
+                        int64_t ne0, int64_t ne1, bool heads, const gguf_tensor **out, char *err,
                         size_t err_len)
 {
     const pagoda_hparams *hp = &m->hp;
-    char name[96];
+    const int64_t ne2 = heads ? hp->n_heads : hp->n_experts;
+    char name[96], old[96];
     snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
     const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
     *out = t;
+    if (!t && heads) {
+        /* llama.cpp's conversions before its MLA rework: one fused attn_kv_b */
+        snprintf(old, sizeof old, "blk.%d.attn_kv_b.weight", l);
+        if (pagoda_gguf_tensor(m->gguf, old))
+            ERR("%s: tensor %s is missing: this file has %s (the fused key/value decompression "
+                "of llama.cpp's conversions before its MLA rework, which pagoda does not run); "
+                "convert it again with a current llama.cpp", m->gguf->path, name, old);
+        else
+            ERR("%s: tensor %s is missing (architecture %s needs it)", m->gguf->path, name,
+                hp->arch);
+        return PAGODA_ERR_INVALID;
+    }
     if (!t) {
         /* before llama.cpp's 3-D expert tensors, each expert was a tensor
          * of its own (blk.0.ffn_gate.0.weight) */
-        char old[96];
         snprintf(old, sizeof old, "blk.%d.%.*s.0.weight", l, (int)(strlen(suffix) - 5), suffix);
         if (pagoda_gguf_tensor(m->gguf, old))
             ERR("%s: tensor %s is missing: this file stores each expert as a tensor of its own "
@@ -413,14 +427,15 @@ static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char 
         return PAGODA_ERR_INVALID;
     }
     used[t - m->gguf->tensors] = 1;
-    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1) {
-        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %d] "
-            "(the experts' matrices stacked)", m->gguf->path, name, (long long)t->ne[0],
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || (heads && t->ne[2] != ne2)) {
+        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld] "
+            "(%s)", m->gguf->path, name, (long long)t->ne[0],
             (long long)(t->n_dims >= 2 ? t->ne[1] : 1), (long long)(t->n_dims >= 3 ? t->ne[2] : 1),
-            t->n_dims, (long long)ne0, (long long)ne1, hp->n_experts);
+            t->n_dims, (long long)ne0, (long long)ne1, (long long)ne2,
+            heads ? "a matrix per head" : "the experts' matrices stacked");
         return PAGODA_ERR_INVALID;
     }
-    if (t->ne[2] != hp->n_experts) {
+    if (t->ne[2] != ne2) {
         ERR("%s: tensor %s holds %lld experts but key %s.expert_count = %d", m->gguf->path, name,
             (long long)t->ne[2], hp->arch, hp->n_experts);
         return PAGODA_ERR_INVALID;
@@ -461,43 +476,6 @@ static bool ignorable(const pagoda_model *m, const gguf_tensor *t)
     return false;
 }
 
-/* A 3-D per-head tensor [ne0, ne1, heads] of layer l (required): MLA's
- * attn_k_b and attn_v_b. */
-static int bind_heads(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
-                      int64_t ne0, int64_t ne1, const gguf_tensor **out, char *err, size_t err_len)
-{
-    const pagoda_hparams *hp = &m->hp;
-    char name[96];
-    snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
-    const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
-    *out = t;
-    if (!t) {
-        char old[96];
-        snprintf(old, sizeof old, "blk.%d.attn_kv_b.weight", l);
-        if (pagoda_gguf_tensor(m->gguf, old))
-            ERR("%s: tensor %s is missing: this file has %s (the fused key/value decompression "
-                "of llama.cpp's conversions before its MLA rework, which pagoda does not run); "
-                "convert it again with a current llama.cpp", m->gguf->path, name, old);
-        else
-            ERR("%s: tensor %s is missing (architecture %s needs it)", m->gguf->path, name,
-                hp->arch);
-        return PAGODA_ERR_INVALID;
-    }
-    used[t - m->gguf->tensors] = 1;
-    int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1, n2 = t->n_dims >= 3 ? t->ne[2] : 1;
-    if (t->n_dims != 3 || t->ne[0] != ne0 || n1 != ne1 || n2 != hp->n_heads) {
-        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %d] (a "
-            "matrix per head)", m->gguf->path, name, (long long)t->ne[0], (long long)n1,
-            (long long)n2, t->n_dims, (long long)ne0, (long long)ne1, hp->n_heads);
-        return PAGODA_ERR_INVALID;
-    }
-    if (!pagoda_dtype_block(t->type, NULL, NULL)) {
-        ERR("%s: tensor %s has unsupported type %d", m->gguf->path, name, t->type);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
-    return PAGODA_OK;
-}
-
 /* Multi-head latent attention's tensors of layer l (hp.mla). */
 static int bind_mla(pagoda_model *m, uint8_t *used, int l, char *err, size_t err_len)
 {
@@ -525,8 +503,10 @@ static int bind_mla(pagoda_model *m, uint8_t *used, int l, char *err, size_t err
     B(kv_a_norm, "attn_kv_a_norm.weight", hp->kv_lora_rank, 0, true, true)
     B(wo, "attn_output.weight", (int64_t)hp->n_heads * hp->v_head_dim, hp->dim, true, false)
 #undef B
-    if (bind_heads(m, used, l, "attn_k_b", hp->qk_nope, hp->kv_lora_rank, &L->wk_b, err, err_len) ||
-        bind_heads(m, used, l, "attn_v_b", hp->kv_lora_rank, hp->v_head_dim, &L->wv_b, err, err_len))
+    if (bind_stacked(m, used, l, "attn_k_b", hp->qk_nope, hp->kv_lora_rank, true, &L->wk_b, err,
+                     err_len) ||
+        bind_stacked(m, used, l, "attn_v_b", hp->kv_lora_rank, hp->v_head_dim, true, &L->wv_b, err,
+                     err_len))
         return PAGODA_ERR_INVALID;
     return PAGODA_OK;
 }
@@ -581,12 +561,12 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
             l, hp->n_experts);
         return PAGODA_ERR_INVALID;
     }
-    if (bind_experts(m, used, l, "ffn_gate_exps", hp->dim, hp->ffn_exp, &L->ffn_gate_exps, err,
+    if (bind_stacked(m, used, l, "ffn_gate_exps", hp->dim, hp->ffn_exp, false, &L->ffn_gate_exps,
+                     err, err_len) ||
+        bind_stacked(m, used, l, "ffn_up_exps", hp->dim, hp->ffn_exp, false, &L->ffn_up_exps, err,
                      err_len) ||
-        bind_experts(m, used, l, "ffn_up_exps", hp->dim, hp->ffn_exp, &L->ffn_up_exps, err,
-                     err_len) ||
-        bind_experts(m, used, l, "ffn_down_exps", hp->ffn_exp, hp->dim, &L->ffn_down_exps, err,
-                     err_len))
+        bind_stacked(m, used, l, "ffn_down_exps", hp->ffn_exp, hp->dim, false, &L->ffn_down_exps,
+                     err, err_len))
         return PAGODA_ERR_INVALID;
     B(ffn_gate_inp, "ffn_gate_inp.weight", hp->dim, hp->n_experts, true, false)
     if (L->ffn_gate_exps->type != L->ffn_up_exps->type) {

@@ -41,6 +41,7 @@
 #include "gguf_writer.h"
 #include "memplan.h"
 #include "model.h"
+#include "ref_logits.h"
 #include "testutil.h"
 
 #define TOL 1e-3
@@ -50,14 +51,6 @@ enum { BS = 16, NB = 8, CAP = NB * BS };
 
 static const char *const g_fixtures[] = {"deepseek2-lite", "deepseek3", "deepseek3-yarn"};
 enum { N_FIXTURES = 3 };
-
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 typedef struct fixture {
     json_t *ref;
@@ -127,6 +120,20 @@ static void init_fw(pagoda_forward *fw, fixture *fx, int32_t kv_dtype)
                                       err, sizeof err) == 0, "%s", err);
 }
 
+typedef struct greedy_ctx {
+    pagoda_forward *fw;
+    fixture *fx;
+    int32_t *tok, n;
+    float *logits;
+} greedy_ctx;
+
+static void greedy_step(void *user, int32_t g, int32_t token)
+{
+    greedy_ctx *gc = user;
+    gc->tok[gc->n + g] = token;
+    step(gc->fw, gc->fx, gc->tok, gc->n + g, 1, gc->logits, (uint64_t)g + 2);
+}
+
 static bool check_reference(const char *name)
 {
     fixture fx;
@@ -139,52 +146,18 @@ static bool check_reference(const char *name)
         json_t *pr = json_array_get(prompts, p);
         int32_t tok[CAP];
         int32_t n = prompt_ids(pr, tok);
-        json_t *greedy = json_object_get(pr, "greedy_ids"), *gaps = json_object_get(pr, "greedy_top2_gap");
-        int32_t n_gen = (int32_t)json_array_size(greedy);
-        ck_assert_int_le(n + n_gen, CAP);
+        ck_assert_int_le(n + (int32_t)json_array_size(json_object_get(pr, "greedy_ids")), CAP);
         pagoda_forward fw;
         init_fw(&fw, &fx, PAGODA_DTYPE_F32);
         step(&fw, &fx, tok, 0, n, logits, 1);
-        json_t *t5i = json_object_get(pr, "top5_ids"), *t5l = json_object_get(pr, "top5_logits");
-        ck_assert_int_eq((int)json_array_size(t5i), n);
-        for (int32_t r = 0; r < n; r++)
-            for (size_t j = 0; j < json_array_size(json_array_get(t5i, (size_t)r)); j++) {
-                int32_t id = (int32_t)json_integer_value(json_array_get(json_array_get(t5i, (size_t)r), j));
-                double want = json_number_value(json_array_get(json_array_get(t5l, (size_t)r), j));
-                double d = fabs(logits[(size_t)r * V + id] - want);
-                worst = fmax(worst, d);
-                ck_assert_msg(d <= TOL, "%s prompt %zu position %d token %d: %.6f, transformers %.6f",
-                              name, p, r, id, logits[(size_t)r * V + id], want);
-            }
-        json_t *last = json_object_get(pr, "last_logits");
-        ck_assert_int_eq((int)json_array_size(last), V);
-        const float *lr = logits + (size_t)(n - 1) * V;
-        for (int32_t v = 0; v < V; v++) {
-            double d = fabs(lr[v] - json_number_value(json_array_get(last, (size_t)v)));
-            worst = fmax(worst, d);
-            ck_assert_msg(d <= TOL, "%s prompt %zu last position, token %d off by %g", name, p, v, d);
-        }
+        ref_check_prefill(pr, logits, n, V, TOL, name, p, &worst);
         spread = fmax(spread, json_number_value(json_object_get(pr, "last_logit_spread")));
-        int32_t next = argmax(lr, V), agree = 0, tie_at = -1;
-        for (int32_t g = 0; g < n_gen; g++) {
-            int32_t want = (int32_t)json_integer_value(json_array_get(greedy, (size_t)g));
-            double gap = json_number_value(json_array_get(gaps, (size_t)g));
-            if (tie_at < 0 && gap < NEAR_TIE) tie_at = g;
-            if (next != want) {
-                ck_assert_msg(tie_at >= 0 && g >= tie_at, "%s prompt %zu: greedy step %d is %d, "
-                              "transformers %d (top-2 gap %g, no near-tie before)", name, p, g, next,
-                              want, gap);
-                break;
-            }
-            agree++;
-            if (g == n_gen - 1) break;
-            tok[n + g] = next;
-            step(&fw, &fx, tok, n + g, 1, logits, (uint64_t)g + 2);
-            next = argmax(logits, V);
-        }
-        printf("%s prompt %zu (%d tokens): greedy agrees for %d of %d steps%s\n", name, p, n, agree,
-               n_gen, tie_at >= 0 ? " (a near-tie on the way)" : "");
-        if (tie_at < 0) ck_assert_int_eq(agree, n_gen);
+        /* the prompt's last row first, then each step's one row over it */
+        float *last = malloc(sizeof(float) * (size_t)V);
+        memcpy(last, logits + (size_t)(n - 1) * V, sizeof(float) * (size_t)V);
+        greedy_ctx gc = {.fw = &fw, .fx = &fx, .tok = tok, .n = n, .logits = logits};
+        ref_check_greedy(pr, last, n, V, NEAR_TIE, name, p, greedy_step, &gc, logits);
+        free(last);
         pagoda_forward_free(&fw);
     }
     printf("%s: max |logit - transformers| %.3g (logit spread up to %.3g; allowed %g)\n", name, worst,
@@ -201,6 +174,19 @@ START_TEST(against_transformers)
     ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
 }
 END_TEST
+
+/* A 5-token prefill, then one token a step: every position's logits into
+ * `into` [n x V] (one: a row of scratch). */
+static void decode_each(pagoda_forward *fw, fixture *fx, const int32_t *tok, int32_t n, float *into,
+                        float *one)
+{
+    const size_t V = (size_t)fx->rt->model->hp.n_vocab;
+    step(fw, fx, tok, 0, 5, into, 1);
+    for (int32_t i = 5; i < n; i++) {
+        step(fw, fx, tok, i, 1, one, (uint64_t)i);
+        memcpy(into + (size_t)i * V, one, sizeof(float) * V);
+    }
+}
 
 /* Prefill vs decode, and the F16 / Q8_0 latent caches against F32. */
 static bool check_decode(const char *name)
@@ -225,12 +211,7 @@ static bool check_decode(const char *name)
             init_fw(&fw, &fx, types[ti]);
             into = dec;
         }
-        /* a 5-token prefill, then one token a step */
-        step(&fw, &fx, tok, 0, 5, into, 1);
-        for (int32_t i = 5; i < n; i++) {
-            step(&fw, &fx, tok, i, 1, one, (uint64_t)i);
-            memcpy(into + (size_t)i * V, one, sizeof(float) * (size_t)V);
-        }
+        decode_each(&fw, &fx, tok, n, into, one);
         /* the latent layout: one row a slot, no V plane */
         const pagoda_hparams *hp = &fx.rt->model->hp;
         ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_LATENT);
@@ -243,13 +224,13 @@ static bool check_decode(const char *name)
         for (int32_t r = 0; r < n; r++) {
             const float *a = pre + (size_t)r * V, *d = into + (size_t)r * V;
             for (int32_t v = 0; v < V; v++) worst = fmax(worst, fabs(a[v] - d[v]));
-            int32_t t = argmax(a, V);
+            int32_t t = ref_argmax(a, V);
             float second = -INFINITY;
             for (int32_t v = 0; v < V; v++)
                 if (v != t && a[v] > second) second = a[v];
             if (a[t] - second > 2 * tol[ti]) {
                 clear++;
-                same_top += argmax(d, V) == t;
+                same_top += ref_argmax(d, V) == t;
             }
         }
         printf("%s: KV %s, decode vs prefill: max |diff| %.3g over %d positions x %d tokens "
@@ -271,11 +252,7 @@ static bool check_decode(const char *name)
     ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_SEPARATE);
     ck_assert_uint_eq(fw.kv_bytes, 2 * (size_t)fx.rt->model->hp.n_layers * NB * BS *
                                        pagoda_dtype_row_bytes(PAGODA_DTYPE_F32, fw.kv_layout.head_dim));
-    step(&fw, &fx, tok, 0, 5, dec, 1);
-    for (int32_t i = 5; i < n; i++) {
-        step(&fw, &fx, tok, i, 1, one, (uint64_t)i);
-        memcpy(dec + (size_t)i * V, one, sizeof(float) * (size_t)V);
-    }
+    decode_each(&fw, &fx, tok, n, dec, one);
     double worst = 0;
     for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(pre[i] - dec[i]));
     printf("%s: K-and-V fallback layout vs prefill: max |diff| %.3g\n", name, worst);
