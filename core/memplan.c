@@ -123,11 +123,30 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     pagoda_hparams hp = {0};
     int64_t key_e = 0;
     bool moe_keys = get_arch_int(f, p->arch, "expert_count", &key_e) && key_e > 0;
-    if (!strcmp(p->arch, "gemma3") || moe_keys) {
+    if (!strcmp(p->arch, "gemma3") || !strcmp(p->arch, "deepseek2") || moe_keys) {
         int st = pagoda_hparams_read(f, &hp, err, n);
         if (st) return st;
         p->n_swa_layers = hp.n_swa_layers;
         p->swa_window = hp.swa_window;
+    }
+    p->kv_planes = 2;
+    if (hp.mla) {
+        /* one row a token and layer, the key and the value (val_len 0) */
+        p->mla = true;
+        p->kv_lora_rank = hp.kv_lora_rank;
+        p->qk_rope = hp.rope_dims;
+        p->qk_nope = hp.qk_nope;
+        p->v_head_dim = hp.v_head_dim;
+        p->kv_planes = o.kv_no_latent ? 2 : 1;
+        val_len = o.kv_no_latent ? p->head_dim : 0;
+        if (o.tensor_parallel > 1) {
+            snprintf(err, n, "%s: %s (multi-head latent attention) does not run tensor parallel "
+                     "yet; every rank would hold the whole latent KV (%" PRId64 " values a token "
+                     "and layer: it is shared by all heads, so it is replicated, not split) and "
+                     "its heads' share of attn_q / attn_k_b / attn_v_b / attn_output",
+                     fname, p->arch, p->head_dim);
+            return PAGODA_ERR_UNSUPPORTED;
+        }
     }
 
     /* --- tensor parallelism: the model must split N ways; the rank's
@@ -194,6 +213,13 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     uint64_t per_layer = (uint64_t)kv_heads_r;
     ok &= mulu(&per_layer, (uint64_t)((p->head_dim + val_len) / p->kv_block_values));
     ok &= mulu(&per_layer, (uint64_t)p->kv_block_bytes);
+    if (p->mla) {
+        /* plain MHA of the same heads: keys of nope + rope, values of v */
+        uint64_t mha = (uint64_t)p->n_heads;
+        ok &= mulu(&mha, (uint64_t)(p->qk_nope + p->qk_rope + p->v_head_dim));
+        ok &= mulu(&mha, (uint64_t)p->n_layers);
+        p->mha_bytes_per_token = (uint64_t)((double)mha * p->kv_value_bytes);
+    }
     uint64_t kv_all = per_layer;                  /* every layer */
     ok &= mulu(&kv_all, (uint64_t)p->n_layers);
     p->kv_bytes_per_token_full = kv_all;
@@ -256,6 +282,16 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         ffn_r = (int64_t)(hb > (uint64_t)hp.ffn_exp ? hb : (uint64_t)hp.ffn_exp);  /* widest input row */
     }
     p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * hb + moe_floats;
+    if (p->mla) {
+        /* forward.c: q as wide as the widest of q_dim, heads x (nope + rope)
+         * and heads x v; the query LoRA's output and the absorbed queries */
+        uint64_t qw = q_dim, qh = (uint64_t)(heads_r * (p->qk_nope + p->qk_rope));
+        uint64_t vh = (uint64_t)(heads_r * p->v_head_dim);
+        if (qh > qw) qw = qh;
+        if (vh > qw) qw = vh;
+        p->act_floats_per_token += qw - q_dim + (uint64_t)hp.q_lora_rank + q_dim;
+        n_act += 2;
+    }
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
@@ -442,6 +478,21 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "budget", p->budget_bytes,
                 human(p->budget_bytes, a, sizeof a));
     pagoda_memplan_weights_print(p, fp);
+    if (p->mla)
+        fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = %s%" PRId64 " layers x (%" PRId64
+                " kv_lora_rank + %" PRId64 " qk_rope_head_dim) x %g bytes (multi-head latent "
+                "attention: one latent row a token and layer, shared by the %" PRId64 " heads%s)\n"
+                "  plain MHA of the same heads would take %" PRIu64 " bytes/token = %" PRId64
+                " layers x %" PRId64 " heads x (%" PRId64 " key + %" PRId64 " value) x %g bytes: "
+                "%.1fx more, so the pool holds %.1fx the tokens",
+                p->kv_bytes_per_token, p->kv_planes == 2 ? "2 (kept as K and V) x " : "",
+                p->kv_pool_layers, p->kv_lora_rank, p->qk_rope, p->kv_value_bytes, p->n_heads,
+                p->kv_planes == 2 ? "; this backend has no latent layout" : "",
+                p->mha_bytes_per_token, p->n_layers, p->n_heads, p->qk_nope + p->qk_rope,
+                p->v_head_dim, p->kv_value_bytes,
+                (double)p->mha_bytes_per_token / (double)p->kv_bytes_per_token,
+                (double)p->mha_bytes_per_token / (double)p->kv_bytes_per_token);
+    else
     fprintf(fp, "\nKV cache: %" PRIu64 " bytes/token = 2 x %" PRId64 " %slayers x %" PRId64
             " kv_heads x %" PRId64 " head_dim x %g bytes",
             p->kv_bytes_per_token, p->kv_pool_layers, p->swa.window ? "global " : "",

@@ -32,6 +32,8 @@ typedef struct pagoda_memplan_opts {
     int64_t block_size;         /* 0 = 16: tokens per KV block */
     int swa_kv;                 /* pagoda_swa_kv: PAGODA_SWA_KV_WINDOW (0) or FULL */
     int64_t tensor_parallel;    /* 0 or 1: one process; N: the plan of one of N ranks */
+    bool kv_no_latent;          /* the backend has no latent KV layout (info.kv_kinds,
+                                 * ABI 1.7): an MLA model's row is kept as K and V */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -92,6 +94,17 @@ typedef struct pagoda_memplan {
      * same type. */
     double kv_value_bytes;
     int kv_block_values, kv_block_bytes;
+    /* Multi-head latent attention (deepseek2; mla false otherwise): a
+     * token's KV in a layer is one row of kv_lora_rank + qk_rope values
+     * (head_dim, one KV head), the key and the value (kv_planes 1; 2 where
+     * the backend keeps it as K and V). mha_bytes_per_token: what plain
+     * multi-head attention of the same heads would take, layers x 2 x
+     * heads x ((qk_nope + qk_rope) + v_head_dim) / 2 x bytes, for the
+     * comparison the plan prints. */
+    bool mla;
+    int64_t kv_lora_rank, qk_rope, qk_nope, v_head_dim;
+    int kv_planes;
+    uint64_t mha_bytes_per_token;
     int64_t kv_pool_layers;
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes_per_block;

@@ -270,6 +270,7 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     po.block_size = rt->ec.block_size;
     po.swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW;
     po.tensor_parallel = rt->ec.tensor_parallel;
+    po.kv_no_latent = !(rt->backend.info.kv_kinds & (1u << PAGODA_KV_LATENT));
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
     int64_t want_tokens = rt->ec.kv_cache_tokens;

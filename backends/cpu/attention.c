@@ -100,7 +100,8 @@ static void prefetch_block(const attn_task *a, const pagoda_seq_view *sv, int32_
     size_t lo = (size_t)(h0 / per_kv) * head_bytes, hi = (size_t)((h1 - 1) / per_kv + 1) * head_bytes;
     int32_t blk = sv->block_table[bi];
     const uint8_t *nk = a->pool + pagoda_kv_offset(L, a->layer, 0, blk);
-    const uint8_t *nv = a->pool + pagoda_kv_offset(L, a->layer, 1, blk);
+    /* a latent layout's value is the key's row */
+    const uint8_t *nv = a->pool + pagoda_kv_offset(L, a->layer, pagoda_kv_planes(L) - 1, blk);
     for (int32_t sl = 0; sl < ns; sl++)
         for (size_t off = lo; off < hi; off += 64) {
             __builtin_prefetch(nk + (size_t)sl * slot_bytes + off);
@@ -139,7 +140,8 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
         if (cnt > n_keys - j0) cnt = n_keys - j0;
         if (cnt > KEY_CHUNK) cnt = KEY_CHUNK;
         const uint8_t *kb0 = a->pool + pagoda_kv_offset(L, a->layer, 0, blk) + (size_t)s0 * slot_bytes;
-        const uint8_t *vb0 = a->pool + pagoda_kv_offset(L, a->layer, 1, blk) + (size_t)s0 * slot_bytes;
+        const uint8_t *vb0 = a->pool + pagoda_kv_offset(L, a->layer, pagoda_kv_planes(L) - 1, blk) +
+                             (size_t)s0 * slot_bytes;
         /* The blocks ahead are elsewhere in the pool (paged): ask for the
          * group's rows of the one KV_PREFETCH_BLOCKS ahead now, while this
          * one is computed, instead of waiting for DRAM when it starts

@@ -81,6 +81,12 @@ static int check_layout(cpu_ctx *c, const char *op, const pagoda_buffer *kv,
     if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16 && L->dtype != PAGODA_DTYPE_Q8_0)
         return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV type %s; the cpu backend stores F32, F16 or Q8_0",
                    op, pagoda_dtype_name(L->dtype));
+    if (L->kind != PAGODA_KV_SEPARATE && L->kind != PAGODA_KV_LATENT)
+        return ERR(c, PAGODA_ERR_UNSUPPORTED, "%s: KV layout kind %d; the cpu backend stores 0 (K and "
+                   "V) and 1 (latent)", op, L->kind);
+    if (L->kind == PAGODA_KV_LATENT && L->n_kv_heads != 1)
+        return ERR(c, PAGODA_ERR_INVALID, "%s: a latent KV layout has one KV head, not %d", op,
+                   L->n_kv_heads);
     if (!pagoda_kv_head_bytes(L))
         return ERR(c, PAGODA_ERR_INVALID, "%s: KV type %s needs head_dim a multiple of 32, not %d", op,
                    pagoda_dtype_name(L->dtype), L->head_dim);
@@ -140,6 +146,7 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
         if (pagoda_cpu_weight_type_supported(t)) o.weight_types |= 1ull << t;
     o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0);
     o.host_memory = true;
+    o.kv_kinds = 1u << PAGODA_KV_LATENT;
     memcpy(info, &o, o.struct_size);
     return PAGODA_OK;
 }
@@ -342,19 +349,21 @@ static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
     cpu_ctx *c = ctx;
     TRY(check_layout(c, "kv_write", kv, L, layer));
     TRY(check_tensor(c, "kv_write", "k", k, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "kv_write", "v", v, PAGODA_DTYPE_F32));
+    bool latent = L->kind == PAGODA_KV_LATENT;   /* v is not read */
+    if (!latent) TRY(check_tensor(c, "kv_write", "v", v, PAGODA_DTYPE_F32));
     int64_t row = (int64_t)L->n_kv_heads * L->head_dim;
-    if (n < 0 || k->rows < n || v->rows < n || k->cols != row || v->cols != row || (n && !slots))
+    if (n < 0 || k->rows < n || k->cols != row || (n && !slots) ||
+        (!latent && (v->rows < n || v->cols != row)))
         return ERR(c, PAGODA_ERR_INVALID, "kv_write: %d tokens, k %lld x %lld, v %lld x %lld, want cols %lld",
-                   n, (long long)k->rows, (long long)k->cols, (long long)v->rows, (long long)v->cols,
-                   (long long)row);
+                   n, (long long)k->rows, (long long)k->cols, latent ? 0ll : (long long)v->rows,
+                   latent ? 0ll : (long long)v->cols, (long long)row);
     int64_t n_slots = (int64_t)L->n_blocks * L->block_size;
     for (int32_t i = 0; i < n; i++)
         if (slots[i] < 0 || slots[i] >= n_slots)
             return ERR(c, PAGODA_ERR_INVALID, "kv_write: slot %d of token %d outside 0..%lld", slots[i],
                        i, (long long)n_slots - 1);
-    pagoda_cpu_kv_write_mt(&c->ex, kv->data, L, layer, tptr(k), k->row_stride, tptr(v), v->row_stride,
-                           slots, n);
+    pagoda_cpu_kv_write_mt(&c->ex, kv->data, L, layer, tptr(k), k->row_stride, latent ? NULL : tptr(v),
+                           latent ? 0 : v->row_stride, slots, n);
     return PAGODA_OK;
 }
 

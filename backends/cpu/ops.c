@@ -111,7 +111,7 @@ void pagoda_cpu_kv_write(void *pool, const pagoda_kv_layout *L, int layer, const
     const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     for (int32_t i = 0; i < n; i++) {
         int block = slots[i] / L->block_size, s = slots[i] % L->block_size;
-        for (int kv = 0; kv < 2; kv++) {
+        for (int kv = 0; kv < pagoda_kv_planes(L); kv++) {   /* latent: K only */
             const float *src = kv ? CROW(v, v_stride, i) : CROW(k, k_stride, i);
             uint8_t *dst = (uint8_t *)pool + pagoda_kv_offset(L, layer, kv, block) +
                            (size_t)s * slot_bytes;
@@ -130,7 +130,7 @@ void pagoda_cpu_copy_blocks(void *pool, const pagoda_kv_layout *L, const int32_t
 {
     size_t bb = pagoda_kv_block_bytes(L);
     for (int l = 0; l < L->n_layers; l++)
-        for (int kv = 0; kv < 2; kv++)
+        for (int kv = 0; kv < pagoda_kv_planes(L); kv++)
             for (int32_t i = 0; i < n; i++) {
                 if (src[i] == dst[i]) continue;
                 memmove((uint8_t *)pool + pagoda_kv_offset(L, l, kv, dst[i]),

@@ -96,6 +96,9 @@ int layout_ok(cuda_ctx *c, const pagoda_buffer *kv, const pagoda_kv_layout *L, i
         return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
                               "cuda: KV type %s is not supported (F32, F16 are)",
                               pagoda_dtype_name(L->dtype));
+    if (L->kind != PAGODA_KV_SEPARATE)   /* info.kv_kinds has no latent bit */
+        return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
+                              "cuda: KV layout kind %d is not supported (0, K and V, is)", L->kind);
     if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
         L->head_dim <= 0)
         return BAD("KV layout has a non-positive field (layers %d, blocks %d, block size %d, "

@@ -438,14 +438,15 @@ static int copy_blocks_here(pagoda_engine *e, const int32_t *src, const int32_t 
 {
     pagoda_backend *be = e->be;
     if (be->ops.copy_blocks) return be->ops.copy_blocks(be->ctx, e->fw.kv, &e->fw.kv_layout, src, dst, n);
-    /* fallback: through host memory, block by block, K and V of every layer */
+    /* fallback: through host memory, block by block, K and V (a latent
+     * layout's one row) of every layer */
     size_t bb = pagoda_kv_block_bytes(&e->fw.kv_layout);
     void *tmp = malloc(bb);
     if (!tmp) return PAGODA_ERR_NOMEM;
     int st = PAGODA_OK;
     for (int32_t i = 0; i < n && !st; i++)
         for (int l = 0; l < e->fw.kv_layout.n_layers && !st; l++)
-            for (int kv = 0; kv < 2 && !st; kv++) {
+            for (int kv = 0; kv < pagoda_kv_planes(&e->fw.kv_layout) && !st; kv++) {
                 st = be->ops.download(be->ctx, e->fw.kv, pagoda_kv_offset(&e->fw.kv_layout, l, kv, src[i]), tmp, bb);
                 if (!st) st = be->ops.upload(be->ctx, e->fw.kv, pagoda_kv_offset(&e->fw.kv_layout, l, kv, dst[i]), tmp, bb);
             }

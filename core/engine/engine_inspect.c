@@ -76,7 +76,8 @@ static pagoda_engine_snapshot *build(pagoda_engine *e)
     s->step = __atomic_load_n(&e->step_no, __ATOMIC_RELAXED);
     s->block_size = e->opts.block_size;
     s->n_blocks = e->opts.n_blocks;
-    s->kv_block_bytes = (uint64_t)pagoda_kv_block_bytes(&e->fw.kv_layout) * 2u *
+    s->kv_block_bytes = (uint64_t)pagoda_kv_block_bytes(&e->fw.kv_layout) *
+                        (uint64_t)pagoda_kv_planes(&e->fw.kv_layout) *
                         (uint64_t)e->fw.kv_layout.n_layers;
     s->kv.struct_size = sizeof s->kv;
     e->kv->ops.stats(e->kv->ctx, &s->kv);

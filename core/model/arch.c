@@ -105,6 +105,85 @@ static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t
     return PAGODA_OK;
 }
 
+/* deepseek2's multi-head latent attention keys, as llama.cpp's converter
+ * writes them (the MLA form: the KV cache is one "head" of the latent and
+ * the RoPE key):
+ *   attention.kv_lora_rank       the latent's width (512 in V2/V3, K2)
+ *   attention.q_lora_rank        the query LoRA's width; absent or 0: attn_q
+ *                                (V2-Lite)
+ *   attention.key_length         kv_lora_rank + rope (the cached row)
+ *   attention.value_length       kv_lora_rank
+ *   attention.key_length_mla     a query head: qk_nope + rope (192)
+ *   attention.value_length_mla   a value head: v_head_dim (128)
+ *   attention.head_count_kv      1
+ *   rope.dimension_count         qk_rope_head_dim (64)
+ * Files from before the MLA form (llama.cpp before its 2025 rework: a
+ * fused attn_kv_b, key_length = nope + rope) are refused by the tensor
+ * binding, naming attn_kv_b. Scores are scaled by 1/sqrt(nope + rope). */
+static int read_deepseek2(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+{
+    const char *a = hp->arch;
+    int64_t v;
+    hp->mla = true;
+    if (!key_int(f, a, "attention.kv_lora_rank", &v)) {
+        ERR("%s: missing key %s.attention.kv_lora_rank (the width of the latent KV of multi-head "
+            "latent attention)", f->path, a);
+        return PAGODA_ERR_INVALID;
+    }
+    if (v <= 0 || v > hp->dim) {
+        ERR("%s: key %s.attention.kv_lora_rank = %lld must be 1..%d (the embedding_length: the "
+            "latent compresses the hidden state)", f->path, a, (long long)v, hp->dim);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->kv_lora_rank = (int32_t)v;
+    hp->q_lora_rank = 0;
+    if (key_int(f, a, "attention.q_lora_rank", &v) && v != 0) {
+        if (v < 0 || v > (1 << 20)) {
+            ERR("%s: key %s.attention.q_lora_rank = %lld is out of range (0: none, ..1M)", f->path,
+                a, (long long)v);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->q_lora_rank = (int32_t)v;
+    }
+    int64_t klm, vlm;
+    if (!key_int(f, a, "attention.key_length_mla", &klm) ||
+        !key_int(f, a, "attention.value_length_mla", &vlm)) {
+        ERR("%s: missing key %s.attention.key_length_mla or value_length_mla (a query head's and "
+            "a value head's widths): convert the model again with a current llama.cpp", f->path, a);
+        return PAGODA_ERR_INVALID;
+    }
+    if (hp->rope_dims >= klm || klm > 4096) {
+        ERR("%s: key %s.rope.dimension_count = %d must be below %s.attention.key_length_mla = "
+            "%lld (a query head: the no-RoPE part, then the RoPE part)", f->path, a, hp->rope_dims,
+            a, (long long)klm);
+        return PAGODA_ERR_INVALID;
+    }
+    if (vlm <= 0 || vlm > 4096) {
+        ERR("%s: key %s.attention.value_length_mla = %lld is out of range (1..4096)", f->path, a,
+            (long long)vlm);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->qk_nope = (int32_t)(klm - hp->rope_dims);
+    hp->v_head_dim = (int32_t)vlm;
+    if (hp->head_dim != hp->kv_lora_rank + hp->rope_dims) {
+        ERR("%s: key %s.attention.key_length = %d, expected kv_lora_rank + rope.dimension_count = "
+            "%d (the cached latent row)", f->path, a, hp->head_dim, hp->kv_lora_rank + hp->rope_dims);
+        return PAGODA_ERR_INVALID;
+    }
+    if (key_int(f, a, "attention.value_length", &v) && v != hp->kv_lora_rank) {
+        ERR("%s: key %s.attention.value_length = %lld, expected kv_lora_rank = %d", f->path, a,
+            (long long)v, hp->kv_lora_rank);
+        return PAGODA_ERR_INVALID;
+    }
+    if (hp->n_kv_heads != 1) {
+        ERR("%s: key %s.attention.head_count_kv = %d, expected 1 (the latent is one KV row every "
+            "head reads)", f->path, a, hp->n_kv_heads);
+        return PAGODA_ERR_INVALID;
+    }
+    hp->attn_scale = 1.0f / sqrtf((float)klm);
+    return PAGODA_OK;
+}
+
 /*
  * The families. Sources for each row's facts: the Hugging Face modeling
  * code of the family (what the weights mean) and llama.cpp's GGUF
@@ -122,6 +201,11 @@ static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t
  *             partial rotary (rope.dimension_count), the pre-FFN norm named
  *             post_attention_norm, sigmoid router with the selection bias,
  *             a shared expert, leading dense layers, an MTP block at the end
+ *   deepseek2 DeepSeek V2/V2-Lite/V3/R1, Kimi K2: multi-head latent
+ *             attention (read_deepseek2), adjacent-pair RoPE on the RoPE
+ *             part only, softmax (V2) or sigmoid + selection bias (V3)
+ *             router, group-limited top-k, shared experts, leading dense
+ *             layers
  */
 static const pagoda_arch g_arches[] = {
     {.name = "llama", .rope_neox = false, .qkv_bias = PAGODA_ARCH_MAYBE, .ffn_act = PAGODA_FFN_SILU, .ffn_norm = "ffn_norm",
@@ -142,6 +226,10 @@ static const pagoda_arch g_arches[] = {
      .qk_norm = PAGODA_ARCH_MAYBE, .ffn_act = PAGODA_FFN_SILU, .ffn_norm = "post_attention_norm",
      .moe = PAGODA_ARCH_YES, .moe_gating = PAGODA_MOE_GATING_SIGMOID, .moe_norm_topk = true,
      .shexp = PAGODA_ARCH_MAYBE, .exp_probs_b = PAGODA_ARCH_MAYBE, .nextn = true},
+    {.name = "deepseek2", .rope_neox = false, .mla = true, .ffn_act = PAGODA_FFN_SILU,
+     .ffn_norm = "ffn_norm", .moe = PAGODA_ARCH_MAYBE, .moe_gating = PAGODA_MOE_GATING_SOFTMAX,
+     .moe_norm_topk = false, .shexp = PAGODA_ARCH_MAYBE, .exp_probs_b = PAGODA_ARCH_MAYBE,
+     .nextn = true, .read_keys = read_deepseek2},
 };
 
 const pagoda_arch *pagoda_arch_find(const char *name)

@@ -39,6 +39,8 @@ typedef struct pagoda_arch {
     uint8_t qkv_bias;          /* pagoda_arch_has: attn_{q,k,v}.bias */
     uint8_t qk_norm;           /* pagoda_arch_has: attn_{q,k}_norm (per-head RMSNorm) */
     bool post_norms;           /* post_attention_norm + post_ffw_norm (gemma3) */
+    bool mla;                  /* multi-head latent attention (deepseek2): attn_kv_a_mqa,
+                                * attn_k_b, attn_v_b instead of attn_k / attn_v */
     /* feed-forward */
     int32_t ffn_act;           /* pagoda_ffn_act of every FFN */
     const char *ffn_norm;      /* the pre-FFN norm's tensor name (blk.N.<it>.weight) */

@@ -11,6 +11,7 @@
  */
 #include "forward.h"
 
+#include "forward_mla.h"
 #include "forward_moe.h"
 #include "tp_shard.h"
 
@@ -32,6 +33,17 @@ static size_t hb_width(const pagoda_hparams *hp)
     return (size_t)hp->ffn_shexp > w ? (size_t)hp->ffn_shexp : w;
 }
 
+/* MLA: q holds the queries (heads x (nope + rope)) and later the values
+ * (heads x v); at least the plain q_dim (heads x head_dim). */
+static size_t mla_q_width(const pagoda_hparams *hp)
+{
+    size_t w = (size_t)hp->n_heads * hp->head_dim;
+    size_t qh = (size_t)hp->n_heads * (size_t)(hp->qk_nope + hp->rope_dims);
+    size_t vh = (size_t)hp->n_heads * (size_t)hp->v_head_dim;
+    if (qh > w) w = qh;
+    return vh > w ? vh : w;
+}
+
 /* The activation tensors, in the order they are carved from one buffer. */
 size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
 {
@@ -44,9 +56,14 @@ size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
                    (size_t)hp->n_experts_used * (2 * (size_t)hp->ffn_exp + (size_t)hp->dim) +
                    (hp->ffn_shexp > 0 ? (size_t)hp->dim : 0);
     }
+    if (hp->mla) {
+        /* q is widened to the largest of the query and value heads
+         * (mla_q_width), plus the query LoRA and the absorbed queries */
+        per_tok += mla_q_width(hp) - q_dim + (size_t)hp->q_lora_rank + q_dim;
+    }
     size_t per_logit = (size_t)hp->dim + (size_t)hp->n_vocab;
     /* + 64 bytes of alignment slack per tensor (11 tensors; 16 with experts) */
-    size_t n_tensors = hp->n_experts > 0 ? 16 : 11;
+    size_t n_tensors = (hp->n_experts > 0 ? 16 : 11) + (hp->mla ? 2 : 0);
     return ((size_t)T * per_tok + (size_t)S * per_logit) * sizeof(float) + n_tensors * 64;
 }
 
@@ -166,7 +183,7 @@ static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, c
 {
     const gguf_tensor *t = NULL;
     for (int l = -1; l < m->hp.n_layers && !t; l++) {
-        const gguf_tensor *ws[15] = {0};
+        const gguf_tensor *ws[21] = {0};
         if (l < 0) {
             ws[0] = m->tok_embd;
             ws[1] = m->output;
@@ -176,9 +193,11 @@ static int check_weight_types(const pagoda_model *m, const pagoda_backend *be, c
                                          L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps,
                                          L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
                                          L->ffn_down_shexp, L->ffn_gate_inp_shexp};
-            memcpy(ws, lw, sizeof ws);
+            memcpy(ws, lw, sizeof lw);
+            const gguf_tensor *mw[6] = {L->wq_a, L->wq_b, L->wkv_a, L->wk_b, L->wv_b, NULL};
+            memcpy(ws + 15, mw, sizeof mw);
         }
-        for (int i = 0; i < 15 && !t; i++)
+        for (int i = 0; i < 21 && !t; i++)
             if (ws[i] && (ws[i]->type < 0 || ws[i]->type > 63 || !((be->info.weight_types >> ws[i]->type) & 1)))
                 t = ws[i];
     }
@@ -333,6 +352,13 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             fw->be = NULL;
             return PAGODA_ERR_INTERNAL;
         }
+        if (m->hp.mla) {
+            ERR("%s (multi-head latent attention) does not run tensor parallel yet: its latent KV "
+                "would be replicated on every rank and attn_k_b / attn_v_b split by head; serve "
+                "it on one rank (tp = 1)", m->hp.arch);
+            fw->be = NULL;
+            return PAGODA_ERR_UNSUPPORTED;
+        }
         if ((st = pagoda_tp_check(m->gguf, &td, tp->size, err, err_len))) {
             fw->be = NULL;
             return st;
@@ -398,6 +424,16 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         F->has_post_norms = L->post_attn_norm != NULL;
         F->post_attn_norm = weight(fw, L->post_attn_norm);
         F->post_ffn_norm = weight(fw, L->post_ffn_norm);
+        F->mla = hp->mla;
+        if (F->mla) {
+            F->wq_a = weight(fw, L->wq_a);
+            F->q_a_norm = weight(fw, L->q_a_norm);
+            F->wq_b = weight(fw, L->wq_b);
+            F->wkv_a = weight(fw, L->wkv_a);
+            F->kv_a_norm = weight(fw, L->kv_a_norm);
+            F->wk_b = weight_experts(fw, L->wk_b, &F->wk_b_stride);
+            F->wv_b = weight_experts(fw, L->wv_b, &F->wv_b_stride);
+        }
         F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
         F->moe = L->ffn_gate_exps != NULL;
         if (F->moe) {
@@ -416,6 +452,10 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     }
     /* which pool each layer's KV is in, and its index there */
     pagoda_forward_kv_layouts(hp, kv, &fw->kv_layout, &fw->kv_local_layout);
+    /* multi-head latent attention: one row a slot, the key and the value;
+     * a backend without the latent kind (ABI 1.7) keeps it as both */
+    if (hp->mla && (be->info.kv_kinds & (1u << PAGODA_KV_LATENT)))
+        fw->kv_layout.kind = PAGODA_KV_LATENT;
     for (int l = 0, n_main = 0, n_local = 0; l < hp->n_layers; l++) {
         pagoda_forward_layer *F = &fw->layers[l];
         F->local = F->window > 0 && fw->kv_local_layout.n_layers > 0;
@@ -435,7 +475,7 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->x = act(fw, &off, T, hp->dim);
     fw->xb = act(fw, &off, T, hp->dim);
     fw->xb2 = act(fw, &off, T, hp->dim);
-    fw->q = act(fw, &off, T, q_dim);
+    fw->q = act(fw, &off, T, hp->mla ? (int64_t)mla_q_width(hp) : q_dim);
     fw->att = act(fw, &off, T, q_dim);
     fw->k = act(fw, &off, T, kv_dim);
     fw->v = act(fw, &off, T, kv_dim);
@@ -468,6 +508,23 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             goto fail;
         }
         for (int32_t t = 0; t < T; t++) fw->moe.tok[t] = t;
+    }
+    if (hp->mla) {
+        int64_t P = T * hp->n_heads;
+        if (hp->q_lora_rank > 0) fw->mla.qa = act(fw, &off, T, hp->q_lora_rank);
+        fw->mla.qabs = act(fw, &off, T, q_dim);
+        fw->mla.pos = malloc(sizeof(int32_t) * (size_t)P);
+        fw->mla.head = malloc(sizeof(int32_t) * (size_t)P);
+        fw->mla.rows = malloc(sizeof(int32_t) * (size_t)P);
+        if (!fw->mla.pos || !fw->mla.head || !fw->mla.rows) {
+            ERR("out of memory for the latent attention of %lld tokens", (long long)T);
+            st = PAGODA_ERR_NOMEM;
+            goto fail;
+        }
+        for (int64_t r = 0; r < P; r++) {
+            fw->mla.head[r] = (int32_t)(r % hp->n_heads);
+            fw->mla.rows[r] = (int32_t)r;
+        }
     }
     if (off > fw->act_bytes) {
         ERR("internal: activation layout %zu > %zu bytes", off, fw->act_bytes);
@@ -520,6 +577,9 @@ void pagoda_forward_free(pagoda_forward *fw)
     free(fw->moe.tok);
     free(fw->moe.gate);
     free(fw->moe.scratch);
+    free(fw->mla.pos);
+    free(fw->mla.head);
+    free(fw->mla.rows);
     memset(fw, 0, sizeof *fw);
 }
 
@@ -657,6 +717,9 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         const pagoda_rope_params *rp = L->window ? &rope_swa : &rope;
         /* attention block */
         CALL("rms_norm(attn_norm)", o->rms_norm(c, &x, &L->attn_norm, hp->rms_eps, &xb));
+        if (L->mla) {
+            if ((st = pagoda_forward_mla(fw, L, batch, rp, &xb, &xb2, &what))) goto fail;
+        } else {
         {
             static const char *const nm[] = {"matmul(attn_q)", "matmul(attn_k)", "matmul(attn_v)",
                                              "matmul_multi(attn_q, attn_k, attn_v)"};
@@ -686,6 +749,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                                            hp->attn_scale, &att));
         }
         CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        }
         if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;
         if (L->has_post_norms)
             CALL("rms_norm(post_attention_norm)",

@@ -38,6 +38,12 @@ typedef struct pagoda_forward_layer {
     size_t gate_exps_stride, up_exps_stride, down_exps_stride;
     pagoda_tensor gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
     const float *exp_probs_b;
+    /* multi-head latent attention (mla, forward_mla.c): the query LoRA or
+     * wq, the latent projection and norm, and per head attn_k_b / attn_v_b
+     * as the view of head 0's matrix and the bytes to the next head's */
+    bool mla;
+    pagoda_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
+    size_t wk_b_stride, wv_b_stride;
     int32_t window;        /* sliding window of this layer, 0: full causal */
     bool local;            /* its KV is in the window pool (kv_local), not the main one */
     int32_t kv_layer;      /* its layer index within that pool's layout */
@@ -116,6 +122,13 @@ typedef struct pagoda_forward {
         float *gate;         /* [T] shared expert's gate */
         float *scratch;      /* [3 E] */
     } moe;
+    struct {                 /* multi-head latent attention (hp.mla) */
+        pagoda_tensor qa;    /* [T x q_lora] the query LoRA's output */
+        pagoda_tensor qabs;  /* [T x H (kv_lora + rope)] the absorbed queries */
+        int32_t *pos;        /* [T H] each (token, head) row's position */
+        int32_t *head;       /* [T H] its head: 0, 1, ..., H-1, 0, 1, ... */
+        int32_t *rows;       /* [T H] 0, 1, 2, ... */
+    } mla;
     float *inv_freq;         /* [rope_dims / 2] global layers */
     float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
 } pagoda_forward;

@@ -147,7 +147,8 @@ int pagoda_forward_moe(pagoda_forward *fw, const pagoda_forward_layer *L, int32_
           o->download(c, rl.buf, rl.offset, fw->moe.logits, (size_t)T * (size_t)E * sizeof(float)));
     pagoda_moe_route_params rp = {.n_experts = E, .k = k, .gating = hp->moe_gating,
                                   .norm_topk = hp->moe_norm_topk, .scale = hp->moe_scale,
-                                  .bias = L->exp_probs_b};
+                                  .bias = L->exp_probs_b, .n_groups = hp->n_expert_groups,
+                                  .n_group_used = hp->n_group_used};
     pagoda_moe_route_rows(&rp, fw->moe.logits, T, fw->moe.ids, fw->moe.weights, fw->moe.scratch);
     /* this rank's pairs, token-major, experts in local numbering */
     int32_t n = 0;

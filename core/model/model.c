@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "moe_route.h"
 #include "pagoda/types.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
@@ -119,6 +120,33 @@ static int read_moe_keys(const gguf_file *f, const pagoda_arch *A, pagoda_hparam
         return PAGODA_ERR_INVALID;
     }
     hp->n_experts_used = (int32_t)v;
+    /* group-limited routing (DeepSeek's n_group / topk_group) */
+    if (key_int(f, a, "expert_group_count", &v) && v > 1) {
+        if (v > PAGODA_MOE_MAX_GROUPS) {
+            ERR("%s: key %s.expert_group_count = %lld: at most %d expert groups are supported",
+                f->path, a, (long long)v, PAGODA_MOE_MAX_GROUPS);
+            return PAGODA_ERR_UNSUPPORTED;
+        }
+        if (v > hp->n_experts || hp->n_experts % v) {
+            ERR("%s: key %s.expert_group_count = %lld does not divide %s.expert_count = %d (the "
+                "experts form groups of equal size)", f->path, a, (long long)v, a, hp->n_experts);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->n_expert_groups = (int32_t)v;
+        int64_t used = v;
+        if (key_int(f, a, "expert_group_used_count", &used) && (used <= 0 || used > v)) {
+            ERR("%s: key %s.expert_group_used_count = %lld must be 1..%lld (%s.expert_group_count)",
+                f->path, a, (long long)used, (long long)v, a);
+            return PAGODA_ERR_INVALID;
+        }
+        if (used * (hp->n_experts / v) < hp->n_experts_used) {
+            ERR("%s: keys %s.expert_group_used_count = %lld groups of %lld experts hold fewer than "
+                "%s.expert_used_count = %d", f->path, a, (long long)used,
+                (long long)(hp->n_experts / v), a, hp->n_experts_used);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->n_group_used = (int32_t)used;
+    }
     hp->ffn_exp = hp->ffn;
     if (key_int(f, a, "expert_feed_forward_length", &v)) {
         if (v <= 0 || v > (1 << 24)) {
@@ -290,6 +318,13 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     if (hp->rope_scaling == PAGODA_ROPE_SCALING_YARN) {
         st = read_yarn_keys(f, hp, err, err_len);
         if (st) return st;
+        /* DeepSeek (MLA): the softmax scale times mscale(factor,
+         * mscale_all_dim)^2, mscale_all_dim = 10 x yarn_log_multiplier (as
+         * transformers' yarn_apply_mscale and llama.cpp's kq_scale) */
+        if (hp->mla && hp->rope_yarn_log_mul != 0.0f) {
+            float ms = pagoda_rope_yarn_get_mscale(hp->rope_factor, hp->rope_yarn_log_mul * 10.0f);
+            hp->attn_scale *= ms * ms;
+        }
     }
 
     /* Special-token ids inside the vocabulary; -1 (or 0xFFFFFFFF as u32)
@@ -353,20 +388,34 @@ static int bind(const pagoda_model *m, uint8_t *used, const char *name, int64_t 
     return PAGODA_OK;
 }
 
-/* A 3-D expert tensor [ne0, ne1, n_experts] of layer l (required). */
-static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
-                        int64_t ne0, int64_t ne1, const gguf_tensor **out, char *err,
+/* A 3-D tensor of layer l (required): the experts [ne0, ne1, n_experts]
+ * stacked, or with `heads` MLA's per-head attn_k_b / attn_v_b [ne0, ne1,
+ * n_heads]. */
+static int bind_stacked(const pagoda_model *m, uint8_t *used, int l, const char *suffix,
+                        int64_t ne0, int64_t ne1, bool heads, const gguf_tensor **out, char *err,
                         size_t err_len)
 {
     const pagoda_hparams *hp = &m->hp;
-    char name[96];
+    const int64_t ne2 = heads ? hp->n_heads : hp->n_experts;
+    char name[96], old[96];
     snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
     const gguf_tensor *t = pagoda_gguf_tensor(m->gguf, name);
     *out = t;
+    if (!t && heads) {
+        /* llama.cpp's conversions before its MLA rework: one fused attn_kv_b */
+        snprintf(old, sizeof old, "blk.%d.attn_kv_b.weight", l);
+        if (pagoda_gguf_tensor(m->gguf, old))
+            ERR("%s: tensor %s is missing: this file has %s (the fused key/value decompression "
+                "of llama.cpp's conversions before its MLA rework, which pagoda does not run); "
+                "convert it again with a current llama.cpp", m->gguf->path, name, old);
+        else
+            ERR("%s: tensor %s is missing (architecture %s needs it)", m->gguf->path, name,
+                hp->arch);
+        return PAGODA_ERR_INVALID;
+    }
     if (!t) {
         /* before llama.cpp's 3-D expert tensors, each expert was a tensor
          * of its own (blk.0.ffn_gate.0.weight) */
-        char old[96];
         snprintf(old, sizeof old, "blk.%d.%.*s.0.weight", l, (int)(strlen(suffix) - 5), suffix);
         if (pagoda_gguf_tensor(m->gguf, old))
             ERR("%s: tensor %s is missing: this file stores each expert as a tensor of its own "
@@ -378,14 +427,15 @@ static int bind_experts(const pagoda_model *m, uint8_t *used, int l, const char 
         return PAGODA_ERR_INVALID;
     }
     used[t - m->gguf->tensors] = 1;
-    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1) {
-        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %d] "
-            "(the experts' matrices stacked)", m->gguf->path, name, (long long)t->ne[0],
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || (heads && t->ne[2] != ne2)) {
+        ERR("%s: tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld] "
+            "(%s)", m->gguf->path, name, (long long)t->ne[0],
             (long long)(t->n_dims >= 2 ? t->ne[1] : 1), (long long)(t->n_dims >= 3 ? t->ne[2] : 1),
-            t->n_dims, (long long)ne0, (long long)ne1, hp->n_experts);
+            t->n_dims, (long long)ne0, (long long)ne1, (long long)ne2,
+            heads ? "a matrix per head" : "the experts' matrices stacked");
         return PAGODA_ERR_INVALID;
     }
-    if (t->ne[2] != hp->n_experts) {
+    if (t->ne[2] != ne2) {
         ERR("%s: tensor %s holds %lld experts but key %s.expert_count = %d", m->gguf->path, name,
             (long long)t->ne[2], hp->arch, hp->n_experts);
         return PAGODA_ERR_INVALID;
@@ -426,6 +476,41 @@ static bool ignorable(const pagoda_model *m, const gguf_tensor *t)
     return false;
 }
 
+/* Multi-head latent attention's tensors of layer l (hp.mla). */
+static int bind_mla(pagoda_model *m, uint8_t *used, int l, char *err, size_t err_len)
+{
+    const pagoda_hparams *hp = &m->hp;
+    pagoda_layer_tensors *L = &m->layers[l];
+    int64_t q_dim = (int64_t)hp->n_heads * (hp->qk_nope + hp->rope_dims);
+    char name[96];
+#define B(field, suffix, ne0, ne1, req, f32)                                              \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                   \
+    if (bind(m, used, name, ne0, ne1, req, f32, &L->field, err, err_len)) return PAGODA_ERR_INVALID;
+    if (hp->q_lora_rank > 0) {
+        B(wq_a, "attn_q_a.weight", hp->dim, hp->q_lora_rank, true, false)
+        B(q_a_norm, "attn_q_a_norm.weight", hp->q_lora_rank, 0, true, true)
+        B(wq_b, "attn_q_b.weight", hp->q_lora_rank, q_dim, true, false)
+    } else {
+        snprintf(name, sizeof name, "blk.%d.attn_q_a.weight", l);
+        if (pagoda_gguf_tensor(m->gguf, name)) {
+            ERR("%s: tensor %s is present but key %s.attention.q_lora_rank is missing or 0",
+                m->gguf->path, name, hp->arch);
+            return PAGODA_ERR_INVALID;
+        }
+        B(wq, "attn_q.weight", hp->dim, q_dim, true, false)
+    }
+    B(wkv_a, "attn_kv_a_mqa.weight", hp->dim, hp->kv_lora_rank + hp->rope_dims, true, false)
+    B(kv_a_norm, "attn_kv_a_norm.weight", hp->kv_lora_rank, 0, true, true)
+    B(wo, "attn_output.weight", (int64_t)hp->n_heads * hp->v_head_dim, hp->dim, true, false)
+#undef B
+    if (bind_stacked(m, used, l, "attn_k_b", hp->qk_nope, hp->kv_lora_rank, true, &L->wk_b, err,
+                     err_len) ||
+        bind_stacked(m, used, l, "attn_v_b", hp->kv_lora_rank, hp->v_head_dim, true, &L->wv_b, err,
+                     err_len))
+        return PAGODA_ERR_INVALID;
+    return PAGODA_OK;
+}
+
 /* Bind one layer's tensors as the family's row says. */
 static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int l, char *err,
                       size_t err_len)
@@ -440,6 +525,9 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
     snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                   \
     if (bind(m, used, name, ne0, ne1, req, f32, &L->field, err, err_len)) return PAGODA_ERR_INVALID;
     B(attn_norm, "attn_norm.weight", hp->dim, 0, true, true)
+    if (hp->mla) {
+        if (bind_mla(m, used, l, err, err_len)) return PAGODA_ERR_INVALID;
+    } else {
     B(wq, "attn_q.weight", hp->dim, q_dim, true, false)
     B(wk, "attn_k.weight", hp->dim, kv_dim, true, false)
     B(wv, "attn_v.weight", hp->dim, kv_dim, true, false)
@@ -452,6 +540,7 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
     if (hp->qk_norm) {
         B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, true, true)
         B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true, true)
+    }
     }
     char norm[64];
     snprintf(norm, sizeof norm, "%s.weight", A->ffn_norm);
@@ -472,12 +561,12 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
             l, hp->n_experts);
         return PAGODA_ERR_INVALID;
     }
-    if (bind_experts(m, used, l, "ffn_gate_exps", hp->dim, hp->ffn_exp, &L->ffn_gate_exps, err,
+    if (bind_stacked(m, used, l, "ffn_gate_exps", hp->dim, hp->ffn_exp, false, &L->ffn_gate_exps,
+                     err, err_len) ||
+        bind_stacked(m, used, l, "ffn_up_exps", hp->dim, hp->ffn_exp, false, &L->ffn_up_exps, err,
                      err_len) ||
-        bind_experts(m, used, l, "ffn_up_exps", hp->dim, hp->ffn_exp, &L->ffn_up_exps, err,
-                     err_len) ||
-        bind_experts(m, used, l, "ffn_down_exps", hp->ffn_exp, hp->dim, &L->ffn_down_exps, err,
-                     err_len))
+        bind_stacked(m, used, l, "ffn_down_exps", hp->ffn_exp, hp->dim, false, &L->ffn_down_exps,
+                     err, err_len))
         return PAGODA_ERR_INVALID;
     B(ffn_gate_inp, "ffn_gate_inp.weight", hp->dim, hp->n_experts, true, false)
     if (L->ffn_gate_exps->type != L->ffn_up_exps->type) {

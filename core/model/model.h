@@ -6,7 +6,8 @@
  * Mistral, SmolLM; Mixtral with expert tensors), qwen2 (QKV bias), qwen3
  * (per-head Q/K RMSNorm), gemma3 (text only: scaled embeddings, Q/K norms,
  * post-norms, GeGLU, sliding-window layers with their own RoPE base), and
- * the mixtures of experts qwen3moe, qwen2moe and glm4moe.
+ * the mixtures of experts qwen3moe, qwen2moe and glm4moe, and deepseek2
+ * (DeepSeek V2/V3/R1, Kimi K2: multi-head latent attention).
  * Not for: running it (forward.c) or memory planning (memplan.c).
  */
 #ifndef PAGODA_MODEL_H
@@ -108,6 +109,23 @@ typedef struct pagoda_hparams {
     int32_t moe_gating;       /* pagoda_moe_gating */
     bool moe_norm_topk;       /* expert_weights_norm */
     float moe_scale;          /* expert_weights_scale (1) */
+    /* Group-limited routing (deepseek2's n_group / topk_group): the E
+     * experts are n_expert_groups groups of E / n_expert_groups; a token
+     * chooses its top-k only among the n_group_used groups of highest
+     * score (0: no groups). */
+    int32_t n_expert_groups;  /* expert_group_count */
+    int32_t n_group_used;     /* expert_group_used_count */
+    /* Multi-head latent attention (deepseek2; mla false elsewhere). A
+     * token's KV in a layer is one row of head_dim = kv_lora_rank +
+     * rope_dims values: the RMS-normed latent, then the RoPE key every head
+     * shares (n_kv_heads = 1). A query head has qk_nope + rope_dims values,
+     * a value head v_head_dim; queries come from attn_q, or with a query
+     * LoRA (q_lora_rank > 0) from attn_q_a, its norm and attn_q_b. */
+    bool mla;
+    int32_t kv_lora_rank;     /* attention.kv_lora_rank */
+    int32_t q_lora_rank;      /* attention.q_lora_rank, 0: attn_q */
+    int32_t qk_nope;          /* attention.key_length_mla - rope_dims */
+    int32_t v_head_dim;       /* attention.value_length_mla */
     /* Blocks after the n_layers that run: an MTP (next-token prediction)
      * head (glm4moe's nextn_predict_layers), loaded and never run. */
     int32_t n_nextn;
@@ -128,6 +146,13 @@ typedef struct pagoda_layer_tensors {
     const gguf_tensor *ffn_gate_inp, *exp_probs_b;
     const gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     const gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
+    /* Multi-head latent attention (hp.mla; wq is attn_q without a query
+     * LoRA, wo attn_output): the query LoRA [dim -> q_lora], its norm and
+     * [q_lora -> heads x (nope + rope)]; the latent and RoPE key [dim ->
+     * kv_lora + rope] and the latent's norm; per head the key's
+     * decompression [nope -> kv_lora] and the value's [kv_lora -> v] as 3-D
+     * tensors [nope, kv_lora, heads] and [kv_lora, v, heads]. */
+    const gguf_tensor *wq_a, *q_a_norm, *wq_b, *wkv_a, *kv_a_norm, *wk_b, *wv_b;
 } pagoda_layer_tensors;
 
 typedef struct pagoda_model {

@@ -31,6 +31,38 @@ static void softmax(const float *v, int32_t n, float *prob)
     for (int32_t i = 0; i < n; i++) prob[i] = (float)(prob[i] / sum);
 }
 
+/* Group-limited routing: mark (taken = 1) every expert outside the
+ * n_group_used best groups, so the top-k never picks one. */
+static void limit_groups(const pagoda_moe_route_params *p, const float *score, float *taken)
+{
+    const int32_t G = p->n_groups, per = p->n_experts / G;
+    float gs[PAGODA_MOE_MAX_GROUPS];
+    bool keep[PAGODA_MOE_MAX_GROUPS];
+    for (int32_t g = 0; g < G; g++) {
+        const float *s = score + (size_t)g * (size_t)per;
+        float a = s[0], b = -INFINITY;   /* the largest two */
+        for (int32_t i = 1; i < per; i++) {
+            if (s[i] > a) {
+                b = a;
+                a = s[i];
+            } else if (s[i] > b) {
+                b = s[i];
+            }
+        }
+        gs[g] = p->gating == PAGODA_MOE_GATING_SOFTMAX || per < 2 ? a : a + b;
+        keep[g] = false;
+    }
+    for (int32_t j = 0; j < p->n_group_used; j++) {
+        int32_t best = -1;
+        for (int32_t g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best] || (isnan(gs[best]) && !isnan(gs[g]))))
+                best = g;
+        if (best >= 0) keep[best] = true;
+    }
+    for (int32_t e = 0; e < p->n_experts; e++)
+        if (!keep[e / per]) taken[e] = 1.0f;
+}
+
 void pagoda_moe_route(const pagoda_moe_route_params *p, const float *logits, int32_t *ids,
                       float *weights, float *scratch)
 {
@@ -51,6 +83,9 @@ void pagoda_moe_route(const pagoda_moe_route_params *p, const float *logits, int
         score[e] = p->bias ? prob[e] + p->bias[e] : prob[e];
         taken[e] = 0.0f;
     }
+    if (p->n_groups > 1 && p->n_groups <= PAGODA_MOE_MAX_GROUPS && E % p->n_groups == 0 &&
+        p->n_group_used < p->n_groups)
+        limit_groups(p, score, taken);
     /* k passes: the largest score not yet taken, the lower index on a tie
      * (a NaN score is taken only after every number; ids stay distinct) */
     for (int32_t j = 0; j < k; j++) {

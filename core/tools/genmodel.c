@@ -71,6 +71,25 @@ static const pagoda_model_shape shapes[] = {
     {.name = "glm4moe-tiny", .dim = 256, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .ffn = 512,
      .vocab = 512, .context = 512, .arch = "glm4moe", .head_dim = 64, .n_experts = 8,
      .n_experts_used = 2, .ffn_exp = 256, .n_shexp = 1, .ffn_shexp = 256, .n_dense_lead = 1},
+    /* DeepSeek (deepseek2: multi-head latent attention). V2-Lite as
+     * released (16B total, 2.4B active; its YaRN RoPE is left out), */
+    {.name = "deepseek-v2-lite", .dim = 2048, .n_layers = 27, .n_heads = 16, .n_kv_heads = 1,
+     .ffn = 10944, .vocab = 102400, .context = 163840, .arch = "deepseek2", .n_experts = 64,
+     .n_experts_used = 6, .ffn_exp = 1408, .n_shexp = 2, .ffn_shexp = 2816, .n_dense_lead = 1,
+     .kv_lora = 512, .qk_rope = 64, .qk_nope = 128, .v_head_dim = 128, .routed_scale = 1.0f},
+    /* V3 / R1 as released (671B: --layers N for a shallow copy, --header-only
+     * for its plan; Kimi K2 is this with 384 experts and 64 heads), */
+    {.name = "deepseek-v3", .dim = 7168, .n_layers = 61, .n_heads = 128, .n_kv_heads = 1,
+     .ffn = 18432, .vocab = 129280, .context = 163840, .arch = "deepseek2", .n_experts = 256,
+     .n_experts_used = 8, .ffn_exp = 2048, .n_shexp = 1, .ffn_shexp = 2048, .n_dense_lead = 3,
+     .kv_lora = 512, .q_lora = 1536, .qk_rope = 64, .qk_nope = 128, .v_head_dim = 128,
+     .n_groups = 8, .n_group_used = 4, .sigmoid = true, .norm_topk = true, .routed_scale = 2.5f},
+    /* and a small V3-style one (rows of 256; latent row 96: Q8_0 KV applies) */
+    {.name = "deepseek2-tiny", .dim = 256, .n_layers = 3, .n_heads = 4, .n_kv_heads = 1,
+     .ffn = 512, .vocab = 512, .context = 512, .arch = "deepseek2", .n_experts = 8,
+     .n_experts_used = 2, .ffn_exp = 256, .n_shexp = 1, .ffn_shexp = 256, .n_dense_lead = 1,
+     .kv_lora = 64, .q_lora = 128, .qk_rope = 32, .qk_nope = 32, .v_head_dim = 64, .n_groups = 2,
+     .n_group_used = 1, .sigmoid = true, .norm_topk = true, .routed_scale = 2.5f},
 };
 
 const pagoda_model_shape *pagoda_model_shape_find(const char *name)
@@ -83,6 +102,7 @@ const pagoda_model_shape *pagoda_model_shape_find(const char *name)
 const char *pagoda_model_shape_names(void)
 {
     return "llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp, qwen3-30b-a3b, qwen2-moe-a2.7b, "
+           "deepseek-v2-lite, deepseek-v3, deepseek2-tiny, "
            "qwen3moe-tiny, qwen2moe-tiny, mixtral-tiny, glm4moe-tiny";
 }
 
@@ -336,6 +356,28 @@ static int write_moe_keys(gguf_writer *w, const char *arch, const pagoda_model_s
     char key[160];
 #define MKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     bool llama = !strcmp(arch, "llama"), glm = !strcmp(arch, "glm4moe");
+    if (!strcmp(arch, "deepseek2")) {
+        /* as llama.cpp's converter writes DeepSeek's */
+        int st = pagoda_gguf_w_u32(w, MKEY("expert_count"), (uint32_t)sh->n_experts);
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("expert_used_count"), (uint32_t)sh->n_experts_used);
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("expert_feed_forward_length"), (uint32_t)sh->ffn_exp);
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("expert_shared_count"), (uint32_t)sh->n_shexp);
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("leading_dense_block_count"), (uint32_t)sh->n_dense_lead);
+        if (!st) st = pagoda_gguf_w_f32(w, MKEY("expert_weights_scale"), sh->routed_scale);
+        if (!st && sh->norm_topk) st = pagoda_gguf_w_bool(w, MKEY("expert_weights_norm"), true);
+        if (!st)
+            st = pagoda_gguf_w_u32(w, MKEY("expert_gating_func"),
+                                   sh->sigmoid ? PAGODA_MOE_GATING_SIGMOID : PAGODA_MOE_GATING_SOFTMAX);
+        if (!st && sh->n_groups) st = pagoda_gguf_w_u32(w, MKEY("expert_group_count"), (uint32_t)sh->n_groups);
+        if (!st && sh->n_groups)
+            st = pagoda_gguf_w_u32(w, MKEY("expert_group_used_count"), (uint32_t)sh->n_group_used);
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("attention.kv_lora_rank"), (uint32_t)sh->kv_lora);
+        if (!st && sh->q_lora) st = pagoda_gguf_w_u32(w, MKEY("attention.q_lora_rank"), (uint32_t)sh->q_lora);
+        if (!st)
+            st = pagoda_gguf_w_u32(w, MKEY("attention.key_length_mla"), (uint32_t)(sh->qk_nope + sh->qk_rope));
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("attention.value_length_mla"), (uint32_t)sh->v_head_dim);
+        return st;
+    }
     int st = pagoda_gguf_w_u32(w, MKEY("expert_count"), (uint32_t)sh->n_experts);
     if (!st) st = pagoda_gguf_w_u32(w, MKEY("expert_used_count"), (uint32_t)sh->n_experts_used);
     if (!st && !llama) st = pagoda_gguf_w_u32(w, MKEY("expert_feed_forward_length"), (uint32_t)sh->ffn_exp);
@@ -395,12 +437,12 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     }
     bool moe = sh->n_experts > 0;
     bool qwen3moe = !strcmp(arch, "qwen3moe"), qwen2moe = !strcmp(arch, "qwen2moe");
-    bool glm4moe = !strcmp(arch, "glm4moe");
+    bool glm4moe = !strcmp(arch, "glm4moe"), mla = !strcmp(arch, "deepseek2");
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
     bool gemma3 = !strcmp(arch, "gemma3");
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3 && !(moe && (qwen3moe || qwen2moe || glm4moe))) {
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3 && !(moe && (qwen3moe || qwen2moe || glm4moe || mla))) {
         snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3, gemma3; qwen3moe, "
-                 "qwen2moe and glm4moe come with their shapes)", arch);
+                 "qwen2moe, glm4moe and deepseek2 come with their shapes)", arch);
         goto out;
     }
     bool qkv_bias = qwen2 || qwen2moe || glm4moe, qk_norm = qwen3 || qwen3moe || gemma3;
@@ -421,6 +463,13 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     int dim = sh->dim;
     int head_dim = o->head_dim ? o->head_dim : sh->head_dim ? sh->head_dim : sh->dim / sh->n_heads;
     bool head_dim_key = o->head_dim || sh->head_dim;
+    if (mla && o->head_dim) {
+        snprintf(err, err_len, "--head-dim does not apply to deepseek2 (its shape sets the latent widths)");
+        goto out;
+    }
+    /* MLA: the cached row (key_length) is kv_lora + rope, one KV head */
+    if (mla) head_dim = sh->kv_lora + sh->qk_rope;
+    int mla_q = sh->n_heads * (sh->qk_nope + sh->qk_rope), mla_v = sh->n_heads * sh->v_head_dim;
     int q_dim = head_dim * sh->n_heads, kv_dim = head_dim * sh->n_kv_heads;
     int vocab = sh->vocab;
     gen_values gv = {.std = o->std > 0 ? o->std : 0.02f, .norm_std = o->norm_std};
@@ -447,6 +496,8 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("attention.head_count_kv"), (uint32_t)sh->n_kv_heads);
     if (!st && head_dim_key) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
     if (!st && head_dim_key) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)head_dim);
+    if (!st && mla) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
+    if (!st && mla) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)sh->kv_lora);
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"),
                                     not_llama && !glm4moe ? 1e-6f : 1e-5f);
     if (!st && moe) st = write_moe_keys(w, arch, sh);
@@ -458,7 +509,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.freq_base"), (float)theta);
     /* glm4moe rotates half of each head (partial_rotary_factor 0.5) */
     if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.dimension_count"),
-                                    (uint32_t)(glm4moe ? head_dim / 2 : head_dim));
+                                    (uint32_t)(glm4moe ? head_dim / 2 : mla ? sh->qk_rope : head_dim));
     if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_LINEAR) {
         st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "linear");
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
@@ -533,6 +584,25 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     }
     for (int l = 0; l < layers; l++) {
         ADD("blk.%d.attn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        if (mla) {
+            /* the tensors llama.cpp's converter writes for DeepSeek */
+            if (sh->q_lora) {
+                ADD("blk.%d.attn_q_a.weight", l, dt, dim, sh->q_lora, false);
+                ADD("blk.%d.attn_q_a_norm.weight", l, PAGODA_DTYPE_F32, sh->q_lora, 1, true);
+                ADD("blk.%d.attn_q_b.weight", l, dt, sh->q_lora, mla_q, false);
+            } else {
+                ADD("blk.%d.attn_q.weight", l, dt, dim, mla_q, false);
+            }
+            ADD("blk.%d.attn_kv_a_mqa.weight", l, dt, dim, sh->kv_lora + sh->qk_rope, false);
+            ADD("blk.%d.attn_kv_a_norm.weight", l, PAGODA_DTYPE_F32, sh->kv_lora, 1, true);
+            ADD("blk.%d.attn_k_b.weight", l, dt, sh->qk_nope, sh->kv_lora, false);
+            ts[k - 1].ne[2] = sh->n_heads;
+            ts[k - 1].n_dims = 3;
+            ADD("blk.%d.attn_v_b.weight", l, dt, sh->kv_lora, sh->v_head_dim, false);
+            ts[k - 1].ne[2] = sh->n_heads;
+            ts[k - 1].n_dims = 3;
+            ADD("blk.%d.attn_output.weight", l, dt, mla_v, dim, false);
+        } else {
         ADD("blk.%d.attn_q.weight", l, dt, dim, q_dim, false);
         ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
         ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
@@ -546,6 +616,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
         ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
+        }
         if (gemma3) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         /* glm4moe names its pre-FFN norm post_attention_norm, as llama.cpp does */
         if (glm4moe) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
@@ -553,7 +624,8 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         if (moe && l >= sh->n_dense_lead) {
             /* the router stays F32, as llama-quantize leaves it */
             ADDK("blk.%d.ffn_gate_inp.weight", l, PAGODA_DTYPE_F32, dim, sh->n_experts, GT_ROUTER);
-            if (glm4moe) ADDK("blk.%d.exp_probs_b.bias", l, PAGODA_DTYPE_F32, sh->n_experts, 1, GT_BIAS);
+            if (glm4moe || (mla && sh->sigmoid))
+                ADDK("blk.%d.exp_probs_b.bias", l, PAGODA_DTYPE_F32, sh->n_experts, 1, GT_BIAS);
             ADD3("blk.%d.ffn_gate_exps.weight", l, dim, sh->ffn_exp);
             ADD3("blk.%d.ffn_up_exps.weight", l, dim, sh->ffn_exp);
             ADD3("blk.%d.ffn_down_exps.weight", l, sh->ffn_exp, dim);
@@ -616,6 +688,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if ((size_t)sh->ffn_exp > max_cols) max_cols = (size_t)sh->ffn_exp;
     if ((size_t)sh->ffn_shexp > max_cols) max_cols = (size_t)sh->ffn_shexp;
     if ((size_t)q_dim > max_cols) max_cols = (size_t)q_dim;
+    if ((size_t)mla_v > max_cols) max_cols = (size_t)mla_v;
     size_t cap = chunk > max_cols ? chunk : max_cols;
     buf = malloc(cap * sizeof *buf);
     qbuf = malloc(cap * sizeof *buf);
@@ -681,6 +754,11 @@ static void gen_usage(FILE *f)
                "              qwen2moe-tiny | mixtral-tiny (llama with experts) | glm4moe-tiny\n"
                "              (a dense lead layer, sigmoid routing with exp_probs_b, a shared\n"
                "              expert, scale 2.5); the tiny ones: dim 256, 8 experts top-2\n"
+               "            | deepseek-v2-lite (deepseek2, multi-head latent attention: 27\n"
+               "              layers, dim 2048, 16 heads, latent 512 + RoPE 64, 64 experts top-6\n"
+               "              and 2 shared) | deepseek-v3 (61 layers, dim 7168, 128 heads, query\n"
+               "              LoRA 1536, 256 experts top-8 in 8 groups, sigmoid; --layers N) |\n"
+               "              deepseek2-tiny (V3-style, dim 256)\n"
                "  --header-only  the header and tensor table, the data a hole of zeros (a\n"
                "            sparse file): `pagoda plan` of a shape too big to write; never run it\n"
                "  --upcycle SRC  a dense llama GGUF whose FFN becomes E identical experts (the\n"

@@ -24,12 +24,23 @@ typedef struct pagoda_model_shape {
      * ffn_exp, plus n_shexp shared experts of total width ffn_shexp; the
      * leading layers keep a dense FFN of width ffn. */
     int n_experts, n_experts_used, ffn_exp, n_shexp, ffn_shexp, n_dense_lead;
+    /* DeepSeek (deepseek2): multi-head latent attention of kv_lora latent
+     * and qk_rope RoPE values a token (n_kv_heads 1), query heads of
+     * qk_nope + qk_rope, value heads of v_head_dim, a query LoRA of q_lora
+     * (0: attn_q); routing: sigmoid with a choice bias (else softmax),
+     * n_groups groups of which n_group_used are chosen from, top-k
+     * renormalised (norm_topk) and times routed_scale. */
+    int kv_lora, q_lora, qk_rope, qk_nope, v_head_dim;
+    int n_groups, n_group_used;
+    bool sigmoid, norm_topk;
+    float routed_scale;
 } pagoda_model_shape;
 
 /* "llama-110M", "tinyllama-1.1B", "tiny", "tiny-k" (tiny with every row
  * length a multiple of 256, for the K-quant types), "tiny-tp", and the
  * mixture-of-experts shapes "qwen3-30b-a3b", "qwen2-moe-a2.7b",
- * "qwen3moe-tiny", "qwen2moe-tiny", "mixtral-tiny", "glm4moe-tiny"; NULL
+ * "qwen3moe-tiny", "qwen2moe-tiny", "mixtral-tiny", "glm4moe-tiny", and
+ * DeepSeek's "deepseek-v2-lite", "deepseek-v3" and "deepseek2-tiny"; NULL
  * for another name. */
 const pagoda_model_shape *pagoda_model_shape_find(const char *name);
 /* The known shape names, comma separated (for messages). */

@@ -47,11 +47,17 @@ typedef struct pagoda_backend_info {
     uint64_t kv_types;        /* bit (1 << pagoda_dtype) for each KV type it stores (F32, F16,
                                * Q8_0: see pagoda_kv_layout); the core refuses another at start */
     bool host_memory;         /* buffers live in host RAM (the CPU backend) */
+    /* ABI 1.7: bit (1 << pagoda_kv_kind) for each layout kind it stores
+     * beyond PAGODA_KV_SEPARATE (which every backend stores; 0 from an
+     * older plugin). The core hands a PAGODA_KV_LATENT layout only to a
+     * backend that sets its bit, and keeps a latent model's row as both K
+     * and V of a separate layout otherwise. */
+    uint32_t kv_kinds;
 } pagoda_backend_info;
 
 /*
  * The KV pool: one buffer laid out by block. For layer l, K (kv=0) or
- * V (kv=1), block b, slot s in the block, head h, the head's head_dim
+ * V (kv=1; not in a latent layout, below), block b, slot s in the block, head h, the head's head_dim
  * values start at
  *   pagoda_kv_offset(layout, l, kv, b) + (s * n_kv_heads + h) * pagoda_kv_head_bytes(layout)
  * and are stored as one row of `dtype` (types.h):
@@ -65,7 +71,22 @@ typedef struct pagoda_backend_info {
  * Layouts are generic: the core may hand a backend more than one (a
  * pool per group of layers), each with its own dtype and sizes; a kernel
  * reads the bytes only through these helpers.
+ *
+ * The latent kind (ABI 1.7, kind = PAGODA_KV_LATENT): multi-head latent
+ * attention (DeepSeek V2/V3, Kimi K2) caches per token and layer one row
+ * of head_dim values (n_kv_heads = 1: the normalised latent, then the
+ * RoPE key) that is the key AND the value. Such a pool has no V plane
+ * (kv = 0 only: pagoda_kv_planes is 1, so a block takes half the bytes);
+ * kv_write stores k and does not read v; attention reads each slot's row
+ * as key and as value (out[head] = softmax(scale q.row) . row: head_dim
+ * values a head, like q); copy_blocks copies the one plane. Everything
+ * else (blocks, slots, dtypes, Q8_0's multiple of 32) is as above.
  */
+typedef enum pagoda_kv_kind {
+    PAGODA_KV_SEPARATE = 0,   /* a K row and a V row per slot */
+    PAGODA_KV_LATENT = 1      /* ABI 1.7: one row per slot, the key and the value */
+} pagoda_kv_kind;
+
 typedef struct pagoda_kv_layout {
     int32_t n_layers;
     int32_t n_blocks;
@@ -73,7 +94,14 @@ typedef struct pagoda_kv_layout {
     int32_t n_kv_heads;
     int32_t head_dim;
     int32_t dtype;        /* PAGODA_DTYPE_F32, PAGODA_DTYPE_F16 or (ABI 1.3) PAGODA_DTYPE_Q8_0 */
+    int32_t kind;         /* ABI 1.7: pagoda_kv_kind (0: K and V, as before) */
 } pagoda_kv_layout;
+
+/* Planes a layer of the layout has: 2 (K and V), or 1 for the latent kind. */
+static inline int pagoda_kv_planes(const pagoda_kv_layout *L)
+{
+    return L->kind == PAGODA_KV_LATENT ? 1 : 2;
+}
 
 /* Bytes of one head's head_dim values in the layout's dtype; 0 when the
  * dtype is not a KV type or head_dim is not a whole number of its blocks. */
@@ -97,13 +125,14 @@ static inline size_t pagoda_kv_block_bytes(const pagoda_kv_layout *L)
 
 static inline size_t pagoda_kv_offset(const pagoda_kv_layout *L, int layer, int kv, int block)
 {
-    return (((size_t)layer * 2 + (size_t)kv) * (size_t)L->n_blocks + (size_t)block) *
-           pagoda_kv_block_bytes(L);
+    return (((size_t)layer * (size_t)pagoda_kv_planes(L) + (size_t)kv) * (size_t)L->n_blocks +
+            (size_t)block) * pagoda_kv_block_bytes(L);
 }
 
 static inline size_t pagoda_kv_pool_bytes(const pagoda_kv_layout *L)
 {
-    return (size_t)L->n_layers * 2 * (size_t)L->n_blocks * pagoda_kv_block_bytes(L);
+    return (size_t)L->n_layers * (size_t)pagoda_kv_planes(L) * (size_t)L->n_blocks *
+           pagoda_kv_block_bytes(L);
 }
 
 /* One sequence's part of a flattened batch. Its queries are rows
@@ -212,14 +241,16 @@ typedef struct pagoda_backend_ops {
 
     /* required. Store the K and V rows of n tokens (F32 [n x kv_heads*head_dim])
      * into their slots of `layer` in the KV pool (the n slots are distinct),
-     * rounded to the layout's type. */
+     * rounded to the layout's type. A latent layout (ABI 1.7) stores k
+     * only; v is not read (it may be NULL). */
     int (*kv_write)(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *layout, int32_t layer,
                     const pagoda_tensor *k, const pagoda_tensor *v, const int32_t *slots,
                     int32_t n);
 
     /* required. Causal attention for every sequence of the batch: q F32
      * [n_tokens x n_heads*head_dim], out F32 of the same shape; query head h
-     * reads KV head h / (n_heads / n_kv_heads). scores scaled by `scale`. */
+     * reads KV head h / (n_heads / n_kv_heads). scores scaled by `scale`.
+     * A latent layout (ABI 1.7) reads each slot's one row as K and as V. */
     int (*attention)(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
                      const pagoda_kv_layout *layout, int32_t layer, const pagoda_batch *batch,
                      int32_t n_heads, float scale, const pagoda_tensor *out);

@@ -36,10 +36,12 @@ extern "C" {
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
  * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
- * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.11
- * the host's kv_block_bytes, kv_read_block, kv_write_block and
- * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
- * counters. */
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.7
+ * the latent KV layout (pagoda_kv_layout.kind PAGODA_KV_LATENT: one row a
+ * slot that is both key and value, for multi-head latent attention), which
+ * a backend opts into through info.kv_kinds; 1.11 the host's
+ * kv_block_bytes, kv_read_block, kv_write_block and kv_fingerprint (a KV
+ * policy's disk tier) and pagoda_kv_stats' tier counters. */
 #define PAGODA_ABI_MINOR 11
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"

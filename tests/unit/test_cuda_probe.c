@@ -252,7 +252,7 @@ START_TEST(test_gpu_attention)
     gpu g;
     if (!gpu_open(&g)) return;
     enum { H = 4, KVH = 2, HD = 32, BS = 4, NB = 8, NT = 6 };
-    pagoda_kv_layout L = {1, NB, BS, KVH, HD, PAGODA_DTYPE_F16};
+    pagoda_kv_layout L = {1, NB, BS, KVH, HD, PAGODA_DTYPE_F16, PAGODA_KV_SEPARATE};
     int32_t bt0[] = {5, 2}, bt1[] = {7, 0};
     /* seq 0: ctx 8, queries at 3..7; seq 1: ctx 7, query at 6 */
     pagoda_seq_view sv[2] = {{0, 5, 8, 2, bt0}, {5, 1, 7, 2, bt1}};

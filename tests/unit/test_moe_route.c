@@ -3,7 +3,8 @@
  * (Qwen3-MoE / Qwen2-MoE), softmax over the selected (equal to the
  * renormalised softmax, Mixtral), sigmoid with a selection bias that
  * chooses but does not weigh (GLM-4.5), the scale, ties (lower index
- * first, whatever the order), and k = E. */
+ * first, whatever the order), k = E, and DeepSeek's group-limited top-k
+ * (V3's sum of a group's top two, with the bias; V2's largest). */
 #include <math.h>
 
 #include "model.h"
@@ -110,6 +111,53 @@ START_TEST(rows_route_each_token)
 }
 END_TEST
 
+/* Group-limited top-k (DeepSeek): 8 experts in 4 groups of 2. V3 scores a
+ * group by the sum of its two largest (biased) scores, V2 by its largest;
+ * the top-k is taken only inside the chosen groups. */
+START_TEST(group_limited)
+{
+    /* sigmoid scores; group 0 = {0,1}, 1 = {2,3}, 2 = {4,5}, 3 = {6,7} */
+    const float lg[8] = {3.0f, -3.0f, 1.0f, 1.0f, -2.0f, -2.0f, 0.5f, 0.4f};
+    float scratch[3 * 8];
+    int32_t ids[2];
+    float w[2];
+    pagoda_moe_route_params p = {.n_experts = 8, .k = 2, .gating = PAGODA_MOE_GATING_SIGMOID,
+                                 .norm_topk = false, .scale = 1.0f, .n_groups = 4,
+                                 .n_group_used = 1};
+    /* sums: g0 0.953+0.047 = 1.0, g1 2 x 0.731 = 1.462, g2 0.24, g3 0.622+0.599:
+     * group 1 wins though expert 0 has the largest score */
+    pagoda_moe_route(&p, lg, ids, w, scratch);
+    ck_assert_int_eq(ids[0], 2);
+    ck_assert_int_eq(ids[1], 3);
+    ck_assert_double_eq_tol(w[0], 1.0 / (1.0 + exp(-1.0)), 1e-6);
+    /* two groups: 1 and 3 (1.221 > 1.0); the top-2 of {2,3,6,7} */
+    p.n_group_used = 2;
+    pagoda_moe_route(&p, lg, ids, w, scratch);
+    ck_assert_int_eq(ids[0], 2);
+    ck_assert_int_eq(ids[1], 3);
+    /* a bias moves a group's sum, and so which group is chosen */
+    const float bias[8] = {0, 0, 0, 0, 0, 0, 0.5f, 0.0f};
+    p.bias = bias;
+    p.n_group_used = 1;
+    pagoda_moe_route(&p, lg, ids, w, scratch);   /* g3: 1.122 + 0.599 = 1.721 */
+    ck_assert_int_eq(ids[0], 6);
+    ck_assert_int_eq(ids[1], 7);
+    ck_assert_double_eq_tol(w[0], 1.0 / (1.0 + exp(-0.5)), 1e-6);   /* the bias only chose */
+    /* V2 (softmax): a group's score is its largest; group 0 (expert 0) wins */
+    p.bias = NULL;
+    p.gating = PAGODA_MOE_GATING_SOFTMAX;
+    pagoda_moe_route(&p, lg, ids, w, scratch);
+    ck_assert_int_eq(ids[0], 0);
+    ck_assert_int_eq(ids[1], 1);
+    /* every group allowed: the plain top-k */
+    p.n_group_used = 4;
+    pagoda_moe_route(&p, lg, ids, w, scratch);
+    ck_assert_int_eq(ids[0], 0);
+    ck_assert(ids[1] == 2 || ids[1] == 3);
+    ck_assert_int_eq(ids[1], 2);   /* tie: the lower index */
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("moe_route");
@@ -118,6 +166,7 @@ static Suite *suite(void)
     tcase_add_test(tc, sigmoid_bias_chooses_only);
     tcase_add_test(tc, ties_lower_index_first);
     tcase_add_test(tc, rows_route_each_token);
+    tcase_add_test(tc, group_limited);
     suite_add_tcase(s, tc);
     return s;
 }

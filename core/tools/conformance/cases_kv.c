@@ -4,7 +4,8 @@
  * block tables, and copy_blocks, for every KV type a backend lists in
  * info.kv_types (F32, F16, Q8_0). The reference reads the values the
  * cache must hold: F32 as written, F16 rounded the IEEE way, Q8_0 within
- * the rounding of GGUF's Q8_0 blocks (see case_attention).
+ * the rounding of GGUF's Q8_0 blocks (see case_attention). The latent
+ * layout (ABI 1.7, when info.kv_kinds has it) in each type too.
  * Not for: the other ops (cases.c) or the harness (conformance.c).
  */
 #include <math.h>
@@ -89,13 +90,17 @@ static int32_t ring_blocks(int32_t window, int32_t n_q, int32_t bs)
     return 1 + (window + n_q - 2 + bs - 1) / bs;
 }
 
-static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
+/* kind PAGODA_KV_LATENT (ABI 1.7): one KV head whose row is the key and
+ * the value; kv_write gets no v (NULL), the reference reads the keys as
+ * values, and the pool has no V plane. */
+static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
+                                const seq_spec *ss, int n_seqs, int32_t window, bool ring, int kind)
 {
     const char *aop = window < 0 ? "attention" : "attention_ext";
+    bool latent = kind == PAGODA_KV_LATENT;
     char shape[192];
-    int len = snprintf(shape, sizeof shape, "KV %s heads %d/%d head_dim %d block %d",
-                       pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
+    int len = snprintf(shape, sizeof shape, "KV %s%s heads %d/%d head_dim %d block %d",
+                       latent ? "latent " : "", pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
     if (window >= 0) len += snprintf(shape + len, sizeof shape - (size_t)len, " window %d", window);
     if (ring) len += snprintf(shape + len, sizeof shape - (size_t)len, " ring");
     len += snprintf(shape + len, sizeof shape - (size_t)len, " seqs");
@@ -106,13 +111,19 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
                   pagoda_dtype_name(kvdt));
         return;
     }
+    if (latent && !(c->info.kv_kinds & (1u << PAGODA_KV_LATENT))) {
+        cf_record(c, aop, shape, 0, 0, CF_SKIP, "the latent KV layout (ABI 1.7) is not advertised "
+                  "in info.kv_kinds: the core keeps an MLA model's row as K and V");
+        return;
+    }
     if (window >= 0 && !c->ops->attention_ext) {
         cf_record(c, aop, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.1) is NULL: the core "
                   "refuses models with sliding-window layers (gemma3)");
         return;
     }
     int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
-    pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt};
+    pagoda_kv_layout L = {.n_layers = 3, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd, .dtype = kvdt,
+                          .kind = kind};
     /* ring: R physical blocks a sequence, and the history whose slots a
      * later position took is not written (kept(s, p) false) */
     int32_t total_blocks = 0, phys_blocks = 0, T = 0, H = 0, H_all = 0;
@@ -184,6 +195,7 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
     }
     cf_fill(c, kh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
     cf_fill(c, vh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
+    if (latent) memcpy(vh, kh, sizeof(float) * (size_t)((H_all + T) * kvrow));   /* V = K */
     cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
     kv_fill_pool(c, kvdt, pool0, pool_bytes);
     /* Packed copies of the history rows and the new rows, in slot order. */
@@ -224,11 +236,11 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
     if (st) { cf_record_call(c, "kv_write", shape, "buffer_alloc/upload", st); goto out; }
 
     /* An earlier step wrote the history; this step writes the new tokens. */
-    if (H && (st = c->ops->kv_write(c->be, kvb, &L, layer, &hkt, &hvt, hslots, H))) {
+    if (H && (st = c->ops->kv_write(c->be, kvb, &L, layer, &hkt, latent ? NULL : &hvt, hslots, H))) {
         cf_record_call(c, "kv_write", shape, "kv_write (history)", st);
         goto out;
     }
-    if ((st = c->ops->kv_write(c->be, kvb, &L, layer, &nkt, &nvt, slots, T))) {
+    if ((st = c->ops->kv_write(c->be, kvb, &L, layer, &nkt, latent ? NULL : &nvt, slots, T))) {
         cf_record_call(c, "kv_write", shape, "kv_write", st);
         goto out;
     }
@@ -262,7 +274,8 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
                 if (!KEPT(s, p)) continue;
                 int32_t blk = views[s].block_table[p / bs], sl = p % bs;
                 for (int kv = 0; kv < 2; kv++) {
-                    size_t off = pagoda_kv_offset(&L, layer, kv, blk) + (size_t)sl * slot_bytes;
+                    /* a latent pool's one row is the key and the value */
+                    size_t off = pagoda_kv_offset(&L, layer, latent ? 0 : kv, blk) + (size_t)sl * slot_bytes;
                     const float *src = (kv ? vh : kh) + (seq_base[s] + p) * kvrow;
                     float *held = (kv ? vs : ks) + (seq_base[s] + p) * kvrow;
                     kv_row_values(kvdt, pool1 + off, kvrow, held);
@@ -276,8 +289,8 @@ static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int b
         if (bad != pool_bytes)
             cf_record(c, "kv_write", shape, 1, 0, CF_FAIL,
                       "byte %zu of the pool changed, outside the slots written (layer %zu, K/V %zu, block %zu)",
-                      bad, bad / (2 * (size_t)L.n_blocks * pagoda_kv_block_bytes(&L)),
-                      bad / ((size_t)L.n_blocks * pagoda_kv_block_bytes(&L)) % 2,
+                      bad, bad / ((size_t)pagoda_kv_planes(&L) * (size_t)L.n_blocks * pagoda_kv_block_bytes(&L)),
+                      bad / ((size_t)L.n_blocks * pagoda_kv_block_bytes(&L)) % (size_t)pagoda_kv_planes(&L),
                       bad / pagoda_kv_block_bytes(&L) % (size_t)L.n_blocks);
         else
             cf_record(c, "kv_write", shape, kerr, ktol, kerr <= ktol ? CF_PASS : CF_FAIL,
@@ -336,16 +349,28 @@ out:
 #undef RING_R
 }
 
+static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
+                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
+{
+    case_attention_kind(c, kvdt, n_heads, n_kv, hd, bs, ss, n_seqs, window, ring, PAGODA_KV_SEPARATE);
+}
+
 /* ---------------------------------------------------------- copy_blocks */
 
-static void case_copy_blocks(cf *c, int kvdt)
+static void case_copy_blocks(cf *c, int kvdt, int kind)
 {
     const char *op = "copy_blocks";
-    pagoda_kv_layout L = {.n_layers = 2, .n_blocks = 12, .block_size = 4, .n_kv_heads = 2,
-                          .head_dim = kvdt == PAGODA_DTYPE_Q8_0 ? 32 : 16, .dtype = kvdt};
+    bool latent = kind == PAGODA_KV_LATENT;
+    pagoda_kv_layout L = {.n_layers = 2, .n_blocks = 12, .block_size = 4, .n_kv_heads = latent ? 1 : 2,
+                          .head_dim = kvdt == PAGODA_DTYPE_Q8_0 ? 32 : 16, .dtype = kvdt, .kind = kind};
     int32_t src[] = {0, 5, 7}, dst[] = {3, 9, 1};
     char shape[128];
-    snprintf(shape, sizeof shape, "KV %s 2 layers, 12 blocks of 4, 0->3 5->9 7->1", pagoda_dtype_name(kvdt));
+    snprintf(shape, sizeof shape, "KV %s%s 2 layers, 12 blocks of 4, 0->3 5->9 7->1", latent ? "latent " : "",
+             pagoda_dtype_name(kvdt));
+    if (latent && !(c->info.kv_kinds & (1u << PAGODA_KV_LATENT))) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "the latent KV layout (ABI 1.7) is not advertised");
+        return;
+    }
     if (!c->ops->copy_blocks) {
         cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot is NULL: the core downloads and uploads blocks");
         return;
@@ -367,7 +392,7 @@ static void case_copy_blocks(cf *c, int kvdt)
     if ((st = c->ops->copy_blocks(c->be, kv, &L, src, dst, 3))) { cf_record_call(c, op, shape, "copy_blocks", st); goto out; }
     if ((st = c->ops->download(c->be, kv, 0, b, n))) { cf_record_call(c, op, shape, "download", st); goto out; }
     for (int l = 0; l < L.n_layers; l++)
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < pagoda_kv_planes(&L); k++)
             for (int i = 0; i < 3; i++)
                 memcpy(a + pagoda_kv_offset(&L, l, k, dst[i]), a + pagoda_kv_offset(&L, l, k, src[i]), bb);
     size_t bad = n;
@@ -410,7 +435,15 @@ void cf_run_kv_ops(cf *c)
         case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true);
         case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true);
     }
-    case_copy_blocks(c, PAGODA_DTYPE_F32);
-    case_copy_blocks(c, PAGODA_DTYPE_F16);
-    case_copy_blocks(c, PAGODA_DTYPE_Q8_0);
+    /* the latent layout (ABI 1.7): DeepSeek's 128 heads read one row of 512 + 64
+     * (a decode-heavy mix), and small heads of 64 + 32 with chunks */
+    static const seq_spec mla_decode[] = {{0, 3}, {40, 1}, {17, 1}};
+    for (int k = 0; k < 3; k++) {
+        case_attention_kind(c, kvtypes[k], 128, 1, 576, 16, mla_decode, 3, -1, false, PAGODA_KV_LATENT);
+        case_attention_kind(c, kvtypes[k], 4, 1, 96, 8, mixed, 4, -1, false, PAGODA_KV_LATENT);
+    }
+    for (int k = 0; k < 3; k++) {
+        case_copy_blocks(c, kvtypes[k], PAGODA_KV_SEPARATE);
+        case_copy_blocks(c, kvtypes[k], PAGODA_KV_LATENT);
+    }
 }
