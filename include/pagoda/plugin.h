@@ -36,8 +36,11 @@ extern "C" {
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
  * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
- * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
-#define PAGODA_ABI_MINOR 6
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.8
+ * gpt-oss: attention sinks (pagoda_attn_params.sinks, honoured where
+ * pagoda_backend_info.attn_sinks says so) and the optional backend op
+ * swiglu_oai (the clamped SwiGLU of gpt-oss's experts). */
+#define PAGODA_ABI_MINOR 8
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
