@@ -39,6 +39,8 @@ typedef struct pagoda_arch {
     uint8_t qkv_bias;          /* pagoda_arch_has: attn_{q,k,v}.bias */
     uint8_t qk_norm;           /* pagoda_arch_has: attn_{q,k}_norm (per-head RMSNorm) */
     bool post_norms;           /* post_attention_norm + post_ffw_norm (gemma3) */
+    uint8_t attn_sinks;        /* pagoda_arch_has: attn_sinks.weight, a logit per head (gpt-oss) */
+    uint8_t attn_out_bias;     /* pagoda_arch_has: attn_output.bias */
     /* feed-forward */
     int32_t ffn_act;           /* pagoda_ffn_act of every FFN */
     const char *ffn_norm;      /* the pre-FFN norm's tensor name (blk.N.<it>.weight) */
@@ -48,6 +50,8 @@ typedef struct pagoda_arch {
     uint8_t shexp;             /* pagoda_arch_has: ffn_{gate,up,down}_shexp */
     uint8_t shexp_gate;        /* pagoda_arch_has: ffn_gate_inp_shexp (sigmoid per token) */
     uint8_t exp_probs_b;       /* pagoda_arch_has: the selection bias exp_probs_b.bias */
+    uint8_t router_bias;       /* pagoda_arch_has: ffn_gate_inp.bias, added to the router's logits */
+    uint8_t exp_bias;          /* pagoda_arch_has: ffn_{gate,up,down}_exps.bias (gpt-oss) */
     bool nextn;                /* the last nextn_predict_layers blocks are an MTP head,
                                 * loaded and ignored (glm4moe) */
     /* the family's own keys and constants, after the common ones; NULL: none */
