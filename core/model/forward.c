@@ -670,10 +670,11 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
     pagoda_tensor x = rows(fw->x, T), xb = rows(fw->xb, T), xb2 = rows(fw->xb2, T);
     pagoda_tensor q = rows(fw->q, T), k = rows(fw->k, T), v = rows(fw->v, T);
     pagoda_tensor att = rows(fw->att, T), hb = rows(fw->hb, T), hb2 = rows(fw->hb2, T);
-    pagoda_rope_params rope = {.n_rot = hp->rope_dims, .neox = hp->rope_neox, .mscale = 1.0f,
-                               .inv_freq = fw->inv_freq};
+    pagoda_rope_params rope = {.n_rot = hp->rope_dims, .neox = hp->rope_neox,
+                               .mscale = hp->rope_mscale, .inv_freq = fw->inv_freq};
     pagoda_rope_params rope_swa = rope;
     rope_swa.inv_freq = fw->inv_freq_swa;
+    rope_swa.mscale = 1.0f; /* local layers: no scaling (model.h) */
     pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = hp->n_heads,
                              .scale = hp->attn_scale};
     const char *what = "";

@@ -33,6 +33,53 @@ static bool key_float(const gguf_file *f, const char *arch, const char *suffix, 
 /* The mixture-of-experts keys of a family that may route (arch.h says
  * which), as llama.cpp's converter writes them; what a family leaves out
  * comes from its row. Checked against the tensors when they are bound. */
+/* YaRN's keys (model.h's rope_yarn_* fields), checked: a factor below 1,
+ * an original context of 0 or a correction range that runs backwards would
+ * give frequencies no trained model had. */
+static int read_yarn_keys(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+{
+    const char *a = hp->arch;
+    double d;
+    if (hp->rope_factor < 1.0f) {
+        ERR("%s: %s.rope.scaling.factor is %g; YaRN needs a factor >= 1", f->path, a,
+            (double)hp->rope_factor);
+        return PAGODA_ERR_INVALID;
+    }
+    if (hp->rope_orig_ctx <= 0) {
+        ERR("%s: %s.rope.scaling.original_context_length is %d; YaRN needs the trained "
+            "context (> 0)", f->path, a, hp->rope_orig_ctx);
+        return PAGODA_ERR_INVALID;
+    }
+    if (key_float(f, a, "rope.scaling.yarn_beta_fast", &d)) hp->rope_yarn_beta_fast = (float)d;
+    if (key_float(f, a, "rope.scaling.yarn_beta_slow", &d)) hp->rope_yarn_beta_slow = (float)d;
+    if (key_float(f, a, "rope.scaling.yarn_ext_factor", &d)) hp->rope_yarn_ext_factor = (float)d;
+    if (key_float(f, a, "rope.scaling.yarn_log_multiplier", &d)) hp->rope_yarn_log_mul = (float)d;
+    if (!(hp->rope_yarn_beta_fast > 0 && hp->rope_yarn_beta_slow > 0 &&
+          hp->rope_yarn_beta_fast >= hp->rope_yarn_beta_slow)) {
+        ERR("%s: %s.rope.scaling.yarn_beta_fast %g / yarn_beta_slow %g: YaRN needs "
+            "beta_fast >= beta_slow > 0", f->path, a, (double)hp->rope_yarn_beta_fast,
+            (double)hp->rope_yarn_beta_slow);
+        return PAGODA_ERR_INVALID;
+    }
+    if (!(hp->rope_yarn_ext_factor >= 0 && hp->rope_yarn_ext_factor <= 1)) {
+        ERR("%s: %s.rope.scaling.yarn_ext_factor is %g; it must lie in [0, 1]", f->path, a,
+            (double)hp->rope_yarn_ext_factor);
+        return PAGODA_ERR_INVALID;
+    }
+    /* The rotated values' scale: the file's attention factor, else the
+     * paper's mscale; DeepSeek's log multiplier (mscale_all_dim) divides it
+     * out as transformers does (mscale / mscale_all_dim, mscale = 1). */
+    if (key_float(f, a, "rope.scaling.yarn_attn_factor", &d) && d > 0)
+        hp->rope_mscale = (float)d;
+    else if (hp->rope_yarn_log_mul != 0.0f)
+        hp->rope_mscale = pagoda_rope_yarn_get_mscale(hp->rope_factor, 1.0f) /
+                          pagoda_rope_yarn_get_mscale(hp->rope_factor, hp->rope_yarn_log_mul * 10.0f);
+    else
+        hp->rope_mscale = pagoda_rope_yarn_get_mscale(hp->rope_factor, 1.0f);
+    if (key_float(f, a, "rope.scaling.attn_factor", &d) && d > 0) hp->rope_mscale *= (float)d;
+    return 0;
+}
+
 static int read_moe_keys(const gguf_file *f, const pagoda_arch *A, pagoda_hparams *hp, char *err,
                          size_t err_len)
 {
@@ -236,17 +283,28 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     char *stype = pagoda_gguf_get_str(f, key);
     hp->rope_factor = 1.0f;
     if (key_float(f, hp->arch, "rope.scaling.factor", &d) && d > 0) hp->rope_factor = (float)d;
+    hp->rope_mscale = 1.0f;
+    hp->rope_yarn_beta_fast = 32.0f;
+    hp->rope_yarn_beta_slow = 1.0f;
+    hp->rope_yarn_ext_factor = 1.0f;
+    hp->rope_yarn_truncate = true;
     if (stype && !strcmp(stype, "linear") && hp->rope_factor != 1.0f)
         hp->rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
+    else if (stype && !strcmp(stype, "yarn"))
+        hp->rope_scaling = PAGODA_ROPE_SCALING_YARN;
     else if (stype && strcmp(stype, "none") && strcmp(stype, "linear")) {
-        ERR("%s: rope scaling '%s' is not supported (none, linear, and llama3 factors via "
-            "rope_freqs.weight are)", f->path, stype);
+        ERR("%s: rope scaling '%s' is not supported (none, linear, yarn, and llama3 factors "
+            "via rope_freqs.weight are)", f->path, stype);
         free(stype);
         return PAGODA_ERR_UNSUPPORTED;
     }
     free(stype);
     hp->rope_orig_ctx = key_int(f, hp->arch, "rope.scaling.original_context_length", &v)
                             ? (int32_t)v : hp->n_ctx_train;
+    if (hp->rope_scaling == PAGODA_ROPE_SCALING_YARN) {
+        st = read_yarn_keys(f, hp, err, err_len);
+        if (st) return st;
+    }
 
     /* Special-token ids inside the vocabulary; -1 (or 0xFFFFFFFF as u32)
      * means none. The tokenizer would drop a wrong one silently and the
@@ -575,10 +633,53 @@ void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq)
         inv_freq[i] = (float)pow((double)hp->rope_theta_swa, -2.0 * i / hp->rope_dims);
 }
 
+float pagoda_rope_yarn_get_mscale(float scale, float m)
+{
+    return scale <= 1.0f ? 1.0f : 0.1f * m * logf(scale) + 1.0f;
+}
+
+/* The dimension (of n_rot) whose wavelength turns n_turns times over the
+ * trained context. */
+static double yarn_corr_dim(double n_turns, int n_rot, double theta, int orig_ctx)
+{
+    return n_rot * log(orig_ctx / (n_turns * 6.283185307179586)) / (2.0 * log(theta));
+}
+
+void pagoda_rope_yarn_inv_freq(float theta, int n_rot, float factor, int orig_ctx,
+                               float beta_fast, float beta_slow, float ext_factor, bool truncate,
+                               float *inv_freq)
+{
+    double lo = yarn_corr_dim(beta_fast, n_rot, theta, orig_ctx);
+    double hi = yarn_corr_dim(beta_slow, n_rot, theta, orig_ctx);
+    if (truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
+    if (lo < 0) lo = 0;
+    if (hi > n_rot - 1) hi = n_rot - 1;
+    if (hi == lo) hi += 0.001; /* one step: no division by zero */
+    for (int i = 0; i < n_rot / 2; i++) {
+        double extrap = pow((double)theta, -2.0 * i / n_rot);
+        double interp = extrap / factor;
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        /* ramp 0: a fast dim, kept (extrapolated); 1: a slow one, interpolated */
+        double mix = (1.0 - ramp) * ext_factor;
+        inv_freq[i] = (float)(interp * (1.0 - mix) + extrap * mix);
+    }
+}
+
 void pagoda_model_rope_inv_freq(const pagoda_model *m, float *inv_freq)
 {
     const pagoda_hparams *hp = &m->hp;
     int half = hp->rope_dims / 2;
+    if (hp->rope_scaling == PAGODA_ROPE_SCALING_YARN && !m->rope_freqs) {
+        pagoda_rope_yarn_inv_freq(hp->rope_theta, hp->rope_dims, hp->rope_factor,
+                                  hp->rope_orig_ctx, hp->rope_yarn_beta_fast,
+                                  hp->rope_yarn_beta_slow, hp->rope_yarn_ext_factor,
+                                  hp->rope_yarn_truncate, inv_freq);
+        return;
+    }
     const float *factors = m->rope_freqs ? (const float *)m->rope_freqs->data : NULL;
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_theta, -2.0 * i / hp->rope_dims);

@@ -22,7 +22,8 @@
 typedef enum pagoda_rope_scaling {
     PAGODA_ROPE_SCALING_NONE = 0,
     PAGODA_ROPE_SCALING_LINEAR = 1,
-    PAGODA_ROPE_SCALING_LLAMA3 = 2  /* per-dimension factors (rope_freqs tensor or keys) */
+    PAGODA_ROPE_SCALING_LLAMA3 = 2, /* per-dimension factors (rope_freqs tensor or keys) */
+    PAGODA_ROPE_SCALING_YARN = 3    /* YaRN: interpolated low frequencies, a ramp, an mscale */
 } pagoda_rope_scaling;
 
 /* The gated FFN's activation. */
@@ -63,6 +64,21 @@ typedef struct pagoda_hparams {
     float rope_factor;
     int32_t rope_orig_ctx;
     float rope_low_freq_factor, rope_high_freq_factor;
+    /* YaRN (rope_scaling YARN; the GGUF keys rope.scaling.yarn_*, as
+     * llama.cpp's converter writes them from the HF rope parameters).
+     * Dims below the correction range keep their frequency
+     * (extrapolation), dims above it are divided by rope_factor, a linear
+     * ramp between; ext_factor scales the ramp's mix (1; 0 is plain
+     * linear interpolation). rope_mscale multiplies the rotated values:
+     * yarn_attn_factor when the file gives it, else 0.1 ln(factor) + 1
+     * (transformers' attention_factor), times rope.scaling.attn_factor.
+     * yarn_log_mul is DeepSeek's 0.1 * mscale_all_dim, kept for the
+     * architectures that scale their softmax by it (0: none). */
+    float rope_yarn_beta_fast, rope_yarn_beta_slow;   /* 32, 1 */
+    float rope_yarn_ext_factor;                       /* 1 */
+    float rope_yarn_log_mul;                          /* 0 */
+    bool rope_yarn_truncate; /* floor/ceil the correction range (true; transformers' truncate) */
+    float rope_mscale;       /* rotated values' scale (1 unless YaRN) */
     bool qkv_bias;
     bool qk_norm;
     bool tied_output;      /* output = token_embd */
@@ -151,6 +167,16 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
 
 /* inv_freq[i] for i < rope_dims/2, scaling applied (the global layers). */
 void pagoda_model_rope_inv_freq(const pagoda_model *m, float *inv_freq);
+
+/* YaRN's inverse frequencies from its parameters (n_rot rotated dims):
+ * what pagoda_model_rope_inv_freq gives for a YaRN model. Exposed so tests
+ * check it against transformers' numbers without a model file. */
+void pagoda_rope_yarn_inv_freq(float theta, int n_rot, float factor, int orig_ctx,
+                               float beta_fast, float beta_slow, float ext_factor, bool truncate,
+                               float *inv_freq);
+
+/* 0.1 * m * ln(scale) + 1 for scale > 1, else 1 (YaRN's mscale). */
+float pagoda_rope_yarn_get_mscale(float scale, float m);
 /* The same for sliding-window layers: rope_theta_swa, no scaling (as
  * Gemma 3 trains them: linear scaling stretches only the global layers);
  * with swa_rope_global (gpt-oss) the global table. */

@@ -409,7 +409,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
                  o->swa_pattern);
         goto out;
     }
-    if (o->rope_scaling < PAGODA_ROPE_SCALING_NONE || o->rope_scaling > PAGODA_ROPE_SCALING_LLAMA3) {
+    if (o->rope_scaling < PAGODA_ROPE_SCALING_NONE || o->rope_scaling > PAGODA_ROPE_SCALING_YARN) {
         snprintf(err, err_len, "unknown rope scaling %d", o->rope_scaling);
         goto out;
     }
@@ -462,6 +462,15 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_LINEAR) {
         st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "linear");
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
+    }
+    /* YaRN as llama.cpp's converter writes it from HF rope parameters:
+     * factor 4 over a trained context of 1024, betas 32 / 1 */
+    if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_YARN) {
+        st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "yarn");
+        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
+        if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.scaling.original_context_length"), 1024);
+        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.yarn_beta_fast"), 32.0f);
+        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.yarn_beta_slow"), 1.0f);
     }
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
@@ -745,8 +754,10 @@ int pagoda_cmd_gen_model(int argc, char **argv)
             if (!strcmp(v, "none")) o.rope_scaling = PAGODA_ROPE_SCALING_NONE;
             else if (!strcmp(v, "linear")) o.rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
             else if (!strcmp(v, "llama3")) o.rope_scaling = PAGODA_ROPE_SCALING_LLAMA3;
+            else if (!strcmp(v, "yarn")) o.rope_scaling = PAGODA_ROPE_SCALING_YARN;
             else {
-                fprintf(stderr, "pagoda gen-model: --rope-scaling %s: expected none, linear or llama3\n", v);
+                fprintf(stderr, "pagoda gen-model: --rope-scaling %s: expected none, linear, llama3 "
+                        "or yarn\n", v);
                 return 2;
             }
         } else if (OPT("--std") || OPT("--norm-std")) {

@@ -51,7 +51,9 @@ typedef struct pagoda_genmodel_opts {
                              * architecture (NULL or that name) */
     int rope_scaling;       /* pagoda_rope_scaling (model.h): linear writes factor 4;
                              * llama3 writes rope_freqs.weight (factor 8, low 1, high 4,
-                             * original context 8192) and rope theta 500000 */
+                             * original context 8192) and rope theta 500000;
+                             * yarn writes factor 4, original context 1024,
+                             * betas 32 / 1 */
     bool tied;              /* no output.weight: the output is token_embd */
     float std;              /* weight standard deviation; 0 = 0.02 */
     float norm_std;         /* norm weights are 1 + N(0, norm_std); 0 = exactly 1 */
@@ -88,7 +90,7 @@ int pagoda_genmodel_tensor_type(int dtype, int64_t cols);
 
 /* The CLI: argv[0] is the subcommand name ("gen-model"), options follow:
  *   --shape NAME --type T --out FILE [--vocab VOCAB.gguf] [--seed N] [--layers N]
- *   [--arch llama|qwen2|qwen3|gemma3] [--rope-scaling none|linear|llama3] [--tied]
+ *   [--arch llama|qwen2|qwen3|gemma3] [--rope-scaling none|linear|llama3|yarn] [--tied]
  *   [--std S] [--norm-std S] [--head-dim N] [--sliding-window N] [--swa-pattern N]
  * or --upcycle SRC.gguf --experts E --used K --out FILE [--seed N] (upcycle.h).
  * Returns a process exit code: 0 ok, 1 failure, 2 usage error. */

@@ -581,8 +581,99 @@ START_TEST(bindings)
     }
     char *bad[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--arch", "gpt2"};
     ck_assert_int_eq(pagoda_cmd_gen_model(9, bad), 2);
-    char *bad2[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--rope-scaling", "yarn"};
+    char *bad2[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--rope-scaling", "ntk"};
     ck_assert_int_eq(pagoda_cmd_gen_model(9, bad2), 2);
+}
+END_TEST
+
+/* YaRN against transformers' _compute_yarn_parameters (the numbers come
+ * from tests/fixtures/yarn/gen_yarn_ref.py): inverse frequencies within
+ * float rounding, and the attention factor (pagoda's rope mscale). The
+ * gpt-oss row has truncate false (its config's), the others the default. */
+static const struct {
+    const char *name;
+    float theta;
+    int head_dim;
+    float factor;
+    int orig_ctx;
+    float beta_fast, beta_slow;
+    bool truncate;
+    float attn_factor;
+    float inv[64];
+} yarn_ref[] = {
+    {"gpt-oss", 150000.0, 64, 32.0, 4096, 32.0, 1.0, false, 1.346573590,
+     {1.000000000e+00, 6.890442967e-01, 4.747820497e-01, 3.271458745e-01, 2.254180014e-01, 1.553229839e-01, 1.070244238e-01, 7.374456525e-02, 5.081327260e-02, 3.170569614e-02, 1.933499984e-02, 1.159204915e-02, 6.794959307e-03, 3.860359080e-03, 2.093792660e-03, 1.052602194e-03, 4.564839182e-04, 1.293186942e-04, 3.830881178e-05, 2.639646846e-05, 1.818833698e-05, 1.253256960e-05, 8.635495760e-06, 5.950239483e-06, 4.099978469e-06, 2.825066758e-06, 1.946596285e-06, 1.341290954e-06, 9.242089618e-07, 6.368209142e-07, 4.387978549e-07, 3.023511397e-07}},
+    {"qwen3-128k", 1000000.0, 128, 4.0, 32768, 32.0, 1.0, true, 1.138629436,
+     {1.000000000e+00, 8.058422208e-01, 6.493816376e-01, 5.232991576e-01, 4.216965139e-01, 3.398208320e-01, 2.738419771e-01, 2.206733972e-01, 1.778279394e-01, 1.433012635e-01, 1.154782027e-01, 9.305720031e-02, 7.498941571e-02, 6.042964384e-02, 4.869675264e-02, 3.924189880e-02, 3.162277862e-02, 2.548296750e-02, 2.053525113e-02, 1.654817164e-02, 1.333521493e-02, 1.074607857e-02, 8.659643121e-03, 6.978305988e-03, 5.375321489e-03, 4.131738096e-03, 3.168422729e-03, 2.423422411e-03, 1.848276588e-03, 1.405112445e-03, 1.064360957e-03, 8.029597811e-04, 6.029411452e-04, 4.503235687e-04, 3.342405544e-04, 2.462583943e-04, 1.798411540e-04, 1.299314899e-04, 9.262301319e-05, 6.490394298e-05, 4.445698505e-05, 3.582531644e-05, 2.886954826e-05, 2.326430149e-05, 1.874735608e-05, 1.510740913e-05, 1.217418867e-05, 9.810474694e-06, 7.905693565e-06, 6.370741630e-06, 5.133812465e-06, 4.137042652e-06, 3.333803534e-06, 2.686519565e-06, 2.164910939e-06, 1.744576593e-06, 1.405853368e-06, 1.132895932e-06, 9.129353202e-07, 7.356817946e-07, 5.928434348e-07, 4.777382401e-07, 3.849816324e-07, 3.102344408e-07}},
+    {"deepseek-v3", 10000.0, 64, 40.0, 4096, 32.0, 1.0, true, 1.368887945,
+     {1.000000000e+00, 7.498942018e-01, 5.623413324e-01, 4.216965139e-01, 3.162277639e-01, 2.371373624e-01, 1.778279394e-01, 1.333521456e-01, 1.000000015e-01, 7.498941571e-02, 5.623412877e-02, 3.900692612e-02, 2.687936090e-02, 1.837814413e-02, 1.244795602e-02, 8.334509097e-03, 5.500000436e-03, 3.561997321e-03, 2.249365207e-03, 1.370513462e-03, 7.905694074e-04, 4.149904125e-04, 1.778279402e-04, 3.333803397e-05, 2.499999937e-05, 1.874735426e-05, 1.405853254e-05, 1.054241238e-05, 7.905694474e-06, 5.928434348e-06, 4.445698323e-06, 3.333803534e-06}},
+};
+
+START_TEST(yarn_matches_transformers)
+{
+    for (size_t c = 0; c < sizeof yarn_ref / sizeof yarn_ref[0]; c++) {
+        float inv[64];
+        int hd = yarn_ref[c].head_dim;
+        pagoda_rope_yarn_inv_freq(yarn_ref[c].theta, hd, yarn_ref[c].factor, yarn_ref[c].orig_ctx,
+                                  yarn_ref[c].beta_fast, yarn_ref[c].beta_slow, 1.0f,
+                                  yarn_ref[c].truncate, inv);
+        for (int i = 0; i < hd / 2; i++)
+            ck_assert_msg(fabsf(inv[i] - yarn_ref[c].inv[i]) <= 2e-6f * yarn_ref[c].inv[i],
+                          "%s: inv_freq[%d] %.9g, transformers %.9g", yarn_ref[c].name, i,
+                          (double)inv[i], (double)yarn_ref[c].inv[i]);
+        ck_assert_float_eq_tol(pagoda_rope_yarn_get_mscale(yarn_ref[c].factor, 1.0f),
+                               yarn_ref[c].attn_factor, 1e-6f);
+        /* the fastest dims keep their frequency, the slowest are divided
+         * by the factor: the ramp runs the right way */
+        ck_assert_float_eq_tol(inv[0], 1.0f, 1e-7f);
+        double slow = pow(yarn_ref[c].theta, -2.0 * (hd / 2 - 1) / hd) / yarn_ref[c].factor;
+        ck_assert_double_eq_tol(inv[hd / 2 - 1], slow, slow * 1e-5);
+    }
+    /* ext_factor 0 is plain interpolation: every dim divided */
+    float inv[32];
+    pagoda_rope_yarn_inv_freq(10000.0f, 64, 8.0f, 2048, 32.0f, 1.0f, 0.0f, true, inv);
+    for (int i = 0; i < 32; i++) {
+        double want = pow(10000.0, -2.0 * i / 64) / 8.0;
+        ck_assert_double_eq_tol(inv[i], want, want * 1e-6);
+    }
+}
+END_TEST
+
+/* A YaRN file as the converter writes it loads with the factor, the trained
+ * context, the ramp and the mscale; bad YaRN keys are refused naming them. */
+START_TEST(yarn_file)
+{
+    char path[600], err[512] = "";
+    snprintf(path, sizeof path, "%s/y.gguf", g_dir);
+    char *argv[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path,
+                    "--arch", "qwen3", "--rope-scaling", "yarn"};
+    ck_assert_int_eq(pagoda_cmd_gen_model(11, argv), 0);
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    ck_assert_int_eq(m->hp.rope_scaling, PAGODA_ROPE_SCALING_YARN);
+    ck_assert_float_eq(m->hp.rope_factor, 4.0f);
+    ck_assert_int_eq(m->hp.rope_orig_ctx, 1024);
+    ck_assert_float_eq_tol(m->hp.rope_mscale, 0.1f * logf(4.0f) + 1.0f, 1e-6f);
+    float inv[64], want[64];
+    int n_rot = m->hp.rope_dims;
+    pagoda_model_rope_inv_freq(m, inv);
+    pagoda_rope_yarn_inv_freq(m->hp.rope_theta, n_rot, 4.0f, 1024, 32.0f, 1.0f, 1.0f, true, want);
+    for (int i = 0; i < n_rot / 2; i++) ck_assert_float_eq(inv[i], want[i]);
+    pagoda_model_free(m);
+
+    /* the factor below 1: overwrite the F32 that follows the key and its type */
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    const char *key = "rope.scaling.factor";
+    char *at = memmem(buf, n, key, strlen(key));
+    ck_assert_ptr_nonnull(at);
+    float half = 0.5f;
+    ck_assert_int_eq(fseek(fp, (long)(at - buf + strlen(key) + 4), SEEK_SET), 0);
+    ck_assert_int_eq(fwrite(&half, sizeof half, 1, fp), 1);
+    fclose(fp);
+    expect_open_error(path, "rope.scaling.factor is 0.5");
 }
 END_TEST
 
@@ -629,6 +720,8 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bindings);
+    tcase_add_test(tc, yarn_matches_transformers);
+    tcase_add_test(tc, yarn_file);
     tcase_add_test(tc, refuses_weight_types);
     tcase_add_test(tc, llama);
     tcase_add_test(tc, llama_tied);
