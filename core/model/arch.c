@@ -125,7 +125,11 @@ static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t
  *     alternate with global ones, layer 0 local (sliding_window_pattern 2,
  *     HF layer_types), unless the key says otherwise;
  *   - the local layers use the same RoPE as the global ones (base and
- *     YaRN scaling), unless rope.freq_base_swa gives them a base;
+ *     YaRN scaling, mscale included), unless rope.freq_base_swa gives them
+ *     a base;
+ *   - YaRN without truncation (HF GptOssConfig rope_parameters truncate
+ *     false: the correction range's ends are not floored / ceiled, where
+ *     llama.cpp's runtime always rounds them);
  *   - the experts' clamped SwiGLU with alpha 1.702 and limit 7 (HF
  *     swiglu_alpha / swiglu_limit; llama.cpp's converter writes no key for
  *     them and its runtime uses these constants).
@@ -193,7 +197,7 @@ static const pagoda_arch g_arches[] = {
      .moe = PAGODA_ARCH_YES, .moe_gating = PAGODA_MOE_GATING_SIGMOID, .moe_norm_topk = true,
      .shexp = PAGODA_ARCH_MAYBE, .exp_probs_b = PAGODA_ARCH_MAYBE, .nextn = true},
     {.name = "gpt-oss", .rope_neox = true, .qkv_bias = PAGODA_ARCH_YES,
-     .attn_sinks = PAGODA_ARCH_YES, .attn_out_bias = PAGODA_ARCH_YES,
+     .attn_sinks = PAGODA_ARCH_YES, .attn_out_bias = PAGODA_ARCH_YES, .yarn_no_truncate = true,
      .ffn_act = PAGODA_FFN_SWIGLU_OAI, .ffn_norm = "post_attention_norm", .moe = PAGODA_ARCH_YES,
      .moe_gating = PAGODA_MOE_GATING_SOFTMAX_WEIGHT, .moe_norm_topk = false,
      .router_bias = PAGODA_ARCH_YES, .exp_bias = PAGODA_ARCH_YES, .read_keys = read_gptoss},

@@ -41,6 +41,9 @@ typedef struct pagoda_arch {
     bool post_norms;           /* post_attention_norm + post_ffw_norm (gemma3) */
     uint8_t attn_sinks;        /* pagoda_arch_has: attn_sinks.weight, a logit per head (gpt-oss) */
     uint8_t attn_out_bias;     /* pagoda_arch_has: attn_output.bias */
+    bool yarn_no_truncate;     /* YaRN's correction range is not rounded to whole dims
+                                * (gpt-oss: HF rope_parameters truncate false; the
+                                * GGUF has no key for it) */
     /* feed-forward */
     int32_t ffn_act;           /* pagoda_ffn_act of every FFN */
     const char *ffn_norm;      /* the pre-FFN norm's tensor name (blk.N.<it>.weight) */

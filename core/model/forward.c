@@ -674,7 +674,8 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                                .mscale = hp->rope_mscale, .inv_freq = fw->inv_freq};
     pagoda_rope_params rope_swa = rope;
     rope_swa.inv_freq = fw->inv_freq_swa;
-    rope_swa.mscale = 1.0f; /* local layers: no scaling (model.h) */
+    /* local layers: no scaling (model.h), or gpt-oss's, the global one */
+    rope_swa.mscale = hp->swa_rope_global ? hp->rope_mscale : 1.0f;
     pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = hp->n_heads,
                              .scale = hp->attn_scale};
     const char *what = "";

@@ -287,7 +287,7 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     hp->rope_yarn_beta_fast = 32.0f;
     hp->rope_yarn_beta_slow = 1.0f;
     hp->rope_yarn_ext_factor = 1.0f;
-    hp->rope_yarn_truncate = true;
+    hp->rope_yarn_truncate = !A->yarn_no_truncate;
     if (stype && !strcmp(stype, "linear") && hp->rope_factor != 1.0f)
         hp->rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
     else if (stype && !strcmp(stype, "yarn"))

@@ -4,8 +4,9 @@
  * 4 query heads on 2 KV heads of 16; 8 experts, top-4 of width 16; every
  * weight F16-exact) converted by llama.cpp's convert_hf_to_gguf.py, with
  * transformers' F32 logits for four prompts (the longest 150 tokens, so
- * every local layer's window slides past 128 positions). Made by
- * make_fixtures.py there (not in CI).
+ * every local layer's window slides past 128 positions), and its twin
+ * with YaRN (factor 8 over 64 positions, truncate false as gpt-oss has
+ * it). Made by make_fixtures.py there (not in CI).
  *
  *   - against_transformers: each prompt in one prefill over a scrambled
  *     block table: every position's top-5 and the last position's whole
@@ -41,6 +42,10 @@
 
 #define FIXTURE "tests/fixtures/gptoss/gptoss-tiny.f16.gguf"
 #define REF "tests/fixtures/gptoss/gptoss-tiny.ref.json"
+/* the same with YaRN: factor 8 over an original context of 64, beta 32 / 1,
+ * truncate false, as gpt-oss's config has it (scaled to the tiny context) */
+#define FIXTURE_YARN "tests/fixtures/gptoss/gptoss-yarn-tiny.f16.gguf"
+#define REF_YARN "tests/fixtures/gptoss/gptoss-yarn-tiny.ref.json"
 #define TOL 1e-3
 #define NEAR_TIE 2e-3
 
@@ -55,22 +60,29 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static json_t *load_ref(void)
+static json_t *load_ref_file(const char *rel)
 {
     json_error_t je;
-    json_t *ref = json_load_file(tu_src(REF), 0, &je);
-    ck_assert_msg(ref != NULL, "%s: %s (line %d)", REF, je.text, je.line);
+    json_t *ref = json_load_file(tu_src(rel), 0, &je);
+    ck_assert_msg(ref != NULL, "%s: %s (line %d)", rel, je.text, je.line);
     ck_assert_str_eq(json_string_value(json_object_get(ref, "arch")), "gpt-oss");
     return ref;
 }
 
-static pagoda_runtime *open_fixture(pagoda_config **cfg, const char *swa_kv)
+static json_t *load_ref(void) { return load_ref_file(REF); }
+
+static pagoda_runtime *open_model(pagoda_config **cfg, const char *rel, const char *swa_kv)
 {
     char kv[64];
     snprintf(kv, sizeof kv, "engine.swa_kv=%s", swa_kv);
     const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=1024",
                               "engine.max_seq_len=256", "backend.cpu.threads=2", kv, NULL};
-    return et_open_model(cfg, tu_src(FIXTURE), settings);
+    return et_open_model(cfg, tu_src(rel), settings);
+}
+
+static pagoda_runtime *open_fixture(pagoda_config **cfg, const char *swa_kv)
+{
+    return open_model(cfg, FIXTURE, swa_kv);
 }
 
 static int32_t argmax(const float *x, int32_t n)
@@ -127,11 +139,11 @@ static void run_rows(pagoda_forward *fw, seq_run *s, const int32_t *tok, int32_t
     ck_assert_msg(pagoda_forward_run(fw, &b, rows, n_logits, out, err, sizeof err) == 0, "%s", err);
 }
 
-START_TEST(against_transformers)
+static void check_against(const char *gguf_rel, const char *ref_rel)
 {
-    json_t *ref = load_ref();
+    json_t *ref = load_ref_file(ref_rel);
     pagoda_config *cfg;
-    pagoda_runtime *rt = open_fixture(&cfg, "window");
+    pagoda_runtime *rt = open_model(&cfg, gguf_rel, "window");
     const int32_t V = rt->model->hp.n_vocab;
     float *logits = malloc(sizeof(float) * CAP * (size_t)V);
     seq_run s;
@@ -191,11 +203,35 @@ START_TEST(against_transformers)
         pagoda_forward_free(&fw);
     }
     ck_assert_int_gt(longest, 128);
-    printf("gpt-oss: max |logit - transformers| %.3g (logit spread up to %.3g; allowed %g)\n", worst,
-           spread, TOL);
+    printf("%s: max |logit - transformers| %.3g (logit spread up to %.3g; allowed %g)\n", gguf_rel,
+           worst, spread, TOL);
     free(logits);
     json_decref(ref);
     et_close(rt, cfg);
+}
+
+START_TEST(against_transformers) { check_against(FIXTURE, REF); }
+END_TEST
+
+START_TEST(against_transformers_yarn)
+{
+    /* what the YaRN fixture's file says, and what pagoda makes of it */
+    char err[512] = "";
+    pagoda_model *m = pagoda_model_open(tu_src(FIXTURE_YARN), err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    const pagoda_hparams *hp = &m->hp;
+    ck_assert_int_eq(hp->rope_scaling, PAGODA_ROPE_SCALING_YARN);
+    ck_assert_float_eq(hp->rope_factor, 8.0f);
+    ck_assert_int_eq(hp->rope_orig_ctx, 64);
+    ck_assert(!hp->rope_yarn_truncate);   /* gpt-oss's truncate false: no key, the row says it */
+    ck_assert_float_eq_tol(hp->rope_mscale, 0.1f * logf(8.0f) + 1.0f, 1e-6f);
+    float a[8], b[8];
+    pagoda_model_rope_inv_freq(m, a);
+    pagoda_model_rope_inv_freq_swa(m, b);
+    for (int i = 0; i < 8; i++) ck_assert_float_eq(a[i], b[i]);   /* one RoPE for both kinds */
+    ck_assert_float_lt(a[7], powf(150000.0f, -14.0f / 16.0f) / 4.0f);  /* interpolated */
+    pagoda_model_free(m);
+    check_against(FIXTURE_YARN, REF_YARN);
 }
 END_TEST
 
@@ -474,6 +510,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, hparams);
     tcase_add_test(tc, against_transformers);
+    tcase_add_test(tc, against_transformers_yarn);
     tcase_add_test(tc, window_pool);
     tcase_add_test(tc, fallbacks);
     tcase_add_test(tc, refusals);
