@@ -431,15 +431,23 @@ static int cpu_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buf
     return attention_run(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, sinks, out);
 }
 
+/* The gated activations' tensors: gate, up and out F32 of one shape. */
+static int check_glu(cpu_ctx *c, const char *op, const pagoda_tensor *gate, const pagoda_tensor *up,
+                     const pagoda_tensor *out)
+{
+    TRY(check_tensor(c, op, "gate", gate, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, op, "up", up, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, op, "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, op, gate, up));
+    TRY(same_shape(c, op, gate, out));
+    return PAGODA_OK;
+}
+
 static int cpu_swiglu_oai(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
                           float limit, const pagoda_tensor *out)
 {
     cpu_ctx *c = ctx;
-    TRY(check_tensor(c, "swiglu_oai", "gate", gate, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu_oai", "up", up, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu_oai", "out", out, PAGODA_DTYPE_F32));
-    TRY(same_shape(c, "swiglu_oai", gate, up));
-    TRY(same_shape(c, "swiglu_oai", gate, out));
+    TRY(check_glu(c, "swiglu_oai", gate, up, out));
     if (!(limit > 0.0f) || !isfinite(alpha))
         return ERR(c, PAGODA_ERR_INVALID, "swiglu_oai: limit %g must be positive and alpha %g finite",
                    (double)limit, (double)alpha);
@@ -452,11 +460,7 @@ static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor 
                       const pagoda_tensor *out)
 {
     cpu_ctx *c = ctx;
-    TRY(check_tensor(c, "swiglu", "gate", gate, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu", "up", up, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu", "out", out, PAGODA_DTYPE_F32));
-    TRY(same_shape(c, "swiglu", gate, up));
-    TRY(same_shape(c, "swiglu", gate, out));
+    TRY(check_glu(c, "swiglu", gate, up, out));
     pagoda_cpu_swiglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                       out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
@@ -466,11 +470,7 @@ static int cpu_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *
                      const pagoda_tensor *out)
 {
     cpu_ctx *c = ctx;
-    TRY(check_tensor(c, "geglu", "gate", gate, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "geglu", "up", up, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "geglu", "out", out, PAGODA_DTYPE_F32));
-    TRY(same_shape(c, "geglu", gate, up));
-    TRY(same_shape(c, "geglu", gate, out));
+    TRY(check_glu(c, "geglu", gate, up, out));
     pagoda_cpu_geglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                      out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;

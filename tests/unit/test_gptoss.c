@@ -38,6 +38,7 @@
 #include "engine_testutil.h"
 #include "forward.h"
 #include "gguf_writer.h"
+#include "model_testutil.h"
 #include "testutil.h"
 
 #define FIXTURE "tests/fixtures/gptoss/gptoss-tiny.f16.gguf"
@@ -139,6 +140,25 @@ static void run_rows(pagoda_forward *fw, seq_run *s, const int32_t *tok, int32_t
     ck_assert_msg(pagoda_forward_run(fw, &b, rows, n_logits, out, err, sizeof err) == 0, "%s", err);
 }
 
+static pagoda_model *open_file(const char *rel)
+{
+    char err[512] = "";
+    pagoda_model *m = pagoda_model_open(tu_src(rel), err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    return m;
+}
+
+/* The local and global layers' RoPE tables are one (gpt-oss): the global
+ * one into a [rope_dims / 2 <= 8]. */
+static void one_rope(const pagoda_model *m, float *a)
+{
+    float b[8];
+    ck_assert_int_le(m->hp.rope_dims / 2, 8);
+    pagoda_model_rope_inv_freq(m, a);
+    pagoda_model_rope_inv_freq_swa(m, b);
+    for (int i = 0; i < m->hp.rope_dims / 2; i++) ck_assert_float_eq(a[i], b[i]);
+}
+
 static void check_against(const char *gguf_rel, const char *ref_rel)
 {
     json_t *ref = load_ref_file(ref_rel);
@@ -164,25 +184,8 @@ static void check_against(const char *gguf_rel, const char *ref_rel)
         ck_assert_msg(pagoda_forward_init(&fw, rt->model, &rt->backend, CAP, CAP, NB, BS,
                                           PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
         run_rows(&fw, &s, tok, 0, n, n, logits, 1);
-        json_t *t5i = json_object_get(pr, "top5_ids"), *t5l = json_object_get(pr, "top5_logits");
-        ck_assert_int_eq((int)json_array_size(t5i), n);
-        for (int32_t r = 0; r < n; r++)
-            for (size_t j = 0; j < json_array_size(json_array_get(t5i, (size_t)r)); j++) {
-                int32_t id = (int32_t)json_integer_value(json_array_get(json_array_get(t5i, (size_t)r), j));
-                double want = json_number_value(json_array_get(json_array_get(t5l, (size_t)r), j));
-                double d = fabs(logits[(size_t)r * V + id] - want);
-                worst = fmax(worst, d);
-                ck_assert_msg(d <= TOL, "prompt %zu position %d token %d: %.6f, transformers %.6f", p,
-                              r, id, logits[(size_t)r * V + id], want);
-            }
-        json_t *last = json_object_get(pr, "last_logits");
-        ck_assert_int_eq((int)json_array_size(last), V);
+        mt_check_ref_logits(pr, logits, n, V, TOL, &worst, gguf_rel, p);
         const float *lr = logits + (size_t)(n - 1) * V;
-        for (int32_t v = 0; v < V; v++) {
-            double d = fabs(lr[v] - json_number_value(json_array_get(last, (size_t)v)));
-            worst = fmax(worst, d);
-            ck_assert_msg(d <= TOL, "prompt %zu last position, token %d off by %g", p, v, d);
-        }
         spread = fmax(spread, json_number_value(json_object_get(pr, "last_logit_spread")));
         int32_t next = argmax(lr, V), agree = 0, need = must_agree(pr);
         for (int32_t g = 0; g < n_gen; g++) {
@@ -216,19 +219,15 @@ END_TEST
 START_TEST(against_transformers_yarn)
 {
     /* what the YaRN fixture's file says, and what pagoda makes of it */
-    char err[512] = "";
-    pagoda_model *m = pagoda_model_open(tu_src(FIXTURE_YARN), err, sizeof err);
-    ck_assert_msg(m != NULL, "%s", err);
+    pagoda_model *m = open_file(FIXTURE_YARN);
     const pagoda_hparams *hp = &m->hp;
     ck_assert_int_eq(hp->rope_scaling, PAGODA_ROPE_SCALING_YARN);
     ck_assert_float_eq(hp->rope_factor, 8.0f);
     ck_assert_int_eq(hp->rope_orig_ctx, 64);
     ck_assert(!hp->rope_yarn_truncate);   /* gpt-oss's truncate false: no key, the row says it */
     ck_assert_float_eq_tol(hp->rope_mscale, 0.1f * logf(8.0f) + 1.0f, 1e-6f);
-    float a[8], b[8];
-    pagoda_model_rope_inv_freq(m, a);
-    pagoda_model_rope_inv_freq_swa(m, b);
-    for (int i = 0; i < 8; i++) ck_assert_float_eq(a[i], b[i]);   /* one RoPE for both kinds */
+    float a[8];
+    one_rope(m, a);
     ck_assert_float_lt(a[7], powf(150000.0f, -14.0f / 16.0f) / 4.0f);  /* interpolated */
     pagoda_model_free(m);
     check_against(FIXTURE_YARN, REF_YARN);
@@ -338,9 +337,7 @@ END_TEST
 
 START_TEST(hparams)
 {
-    char err[512] = "";
-    pagoda_model *m = pagoda_model_open(tu_src(FIXTURE), err, sizeof err);
-    ck_assert_msg(m != NULL, "%s", err);
+    pagoda_model *m = open_file(FIXTURE);
     const pagoda_hparams *hp = &m->hp;
     ck_assert_str_eq(hp->arch, "gpt-oss");
     ck_assert_int_eq(hp->n_layers, 3);
@@ -359,10 +356,8 @@ START_TEST(hparams)
     ck_assert_int_eq(hp->ffn_exp, 16);
     ck_assert(hp->qkv_bias && hp->attn_sinks && hp->attn_out_bias && hp->router_bias && hp->exp_bias);
     ck_assert(!hp->tied_output && !hp->post_norms);
-    float a[8], b[8];
-    pagoda_model_rope_inv_freq(m, a);
-    pagoda_model_rope_inv_freq_swa(m, b);
-    for (int i = 0; i < hp->rope_dims / 2; i++) ck_assert_float_eq(a[i], b[i]);
+    float a[8];
+    one_rope(m, a);
     ck_assert_float_eq_tol(a[1], powf(150000.0f, -2.0f / 16.0f), 1e-9f);
     for (int l = 0; l < 3; l++) {
         const pagoda_layer_tensors *L = &m->layers[l];
@@ -468,35 +463,27 @@ static const char *rewrite(const char *out_name, const char *name, int64_t ne0, 
     return path;
 }
 
-static void expect_open_error(const char *path, const char *want)
-{
-    char err[512] = "";
-    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
-    ck_assert_msg(m == NULL, "%s opened, expected: %s", path, want);
-    ck_assert_msg(strstr(err, want), "error '%s' lacks '%s'", err, want);
-    ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
-}
-
 START_TEST(bad_input)
 {
     /* the rewriter itself keeps a good file good */
     char err[512] = "";
     pagoda_model *m = pagoda_model_open(rewrite("same.gguf", NULL, 0, NULL), err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
+    ck_assert(m->layers[1].attn_sinks != NULL);
     pagoda_model_free(m);
-    expect_open_error(rewrite("sinks3.gguf", "blk.1.attn_sinks.weight", 3, NULL),
+    mt_expect_open_error(rewrite("sinks3.gguf", "blk.1.attn_sinks.weight", 3, NULL),
                       "tensor blk.1.attn_sinks.weight has shape [3, 0] (1 dims), expected [4, 0]");
-    expect_open_error(rewrite("nosinks.gguf", "blk.2.attn_sinks.weight", -1, NULL),
+    mt_expect_open_error(rewrite("nosinks.gguf", "blk.2.attn_sinks.weight", -1, NULL),
                       "tensor blk.2.attn_sinks.weight is missing (architecture gpt-oss needs it)");
-    expect_open_error(rewrite("nobias.gguf", "blk.0.ffn_up_exps.bias", -1, NULL),
+    mt_expect_open_error(rewrite("nobias.gguf", "blk.0.ffn_up_exps.bias", -1, NULL),
                       "tensor blk.0.ffn_up_exps.bias is missing");
-    expect_open_error(rewrite("bias15.gguf", "blk.1.ffn_down_exps.bias", 31, NULL),
+    mt_expect_open_error(rewrite("bias15.gguf", "blk.1.ffn_down_exps.bias", 31, NULL),
                       "tensor blk.1.ffn_down_exps.bias has shape [31, 8] (2 dims), expected [32, 8]");
-    expect_open_error(rewrite("norouterb.gguf", "blk.0.ffn_gate_inp.bias", -1, NULL),
+    mt_expect_open_error(rewrite("norouterb.gguf", "blk.0.ffn_gate_inp.bias", -1, NULL),
                       "tensor blk.0.ffn_gate_inp.bias is missing");
-    expect_open_error(rewrite("nobo.gguf", "blk.1.attn_output.bias", -1, NULL),
+    mt_expect_open_error(rewrite("nobo.gguf", "blk.1.attn_output.bias", -1, NULL),
                       "tensor blk.1.attn_output.bias is missing");
-    expect_open_error(rewrite("nowin.gguf", NULL, 0, "gpt-oss.attention.sliding_window"),
+    mt_expect_open_error(rewrite("nowin.gguf", NULL, 0, "gpt-oss.attention.sliding_window"),
                       "missing key gpt-oss.attention.sliding_window (gpt-oss's sliding window of "
                       "its local layers)");
 }

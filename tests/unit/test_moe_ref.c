@@ -20,6 +20,7 @@
 
 #include "engine_testutil.h"
 #include "forward.h"
+#include "model_testutil.h"
 #include "testutil.h"
 
 #define TOL 1e-3
@@ -85,27 +86,9 @@ static bool check_fixture(const char *arch)
         pagoda_batch b = {.seq_no = 1, .n_tokens = n, .tokens = tok, .positions = pos, .slots = slots,
                           .n_seqs = 1, .seqs = &sv};
         ck_assert_msg(pagoda_forward_run(&fw, &b, rows, n, logits, err, sizeof err) == 0, "%s", err);
-        /* every position's top-5 */
-        json_t *t5i = json_object_get(pr, "top5_ids"), *t5l = json_object_get(pr, "top5_logits");
-        ck_assert_int_eq((int)json_array_size(t5i), n);
-        for (int32_t r = 0; r < n; r++)
-            for (size_t j = 0; j < json_array_size(json_array_get(t5i, (size_t)r)); j++) {
-                int32_t id = (int32_t)json_integer_value(json_array_get(json_array_get(t5i, (size_t)r), j));
-                double want = json_number_value(json_array_get(json_array_get(t5l, (size_t)r), j));
-                double d = fabs(logits[(size_t)r * V + id] - want);
-                worst = fmax(worst, d);
-                ck_assert_msg(d <= TOL, "%s prompt %zu position %d token %d: %.6f, transformers %.6f",
-                              arch, p, r, id, logits[(size_t)r * V + id], want);
-            }
-        /* the last position's whole vocabulary */
-        json_t *last = json_object_get(pr, "last_logits");
-        ck_assert_int_eq((int)json_array_size(last), V);
+        /* every position's top-5, the last position's whole vocabulary */
+        mt_check_ref_logits(pr, logits, n, V, TOL, &worst, arch, p);
         const float *lr = logits + (size_t)(n - 1) * V;
-        for (int32_t v = 0; v < V; v++) {
-            double d = fabs(lr[v] - json_number_value(json_array_get(last, (size_t)v)));
-            worst = fmax(worst, d);
-            ck_assert_msg(d <= TOL, "%s prompt %zu last position, token %d off by %g", arch, p, v, d);
-        }
         spread = fmax(spread, json_number_value(json_object_get(pr, "last_logit_spread")));
         /* greedy on pagoda's own choices */
         int32_t next = argmax(lr, V), agree = 0, tie_at = -1;
