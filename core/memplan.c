@@ -263,13 +263,14 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
      *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
      *   and logits [S x vocab], and 64 bytes of alignment per tensor (11;
-     *   with experts, below, 16). */
+     *   with experts, below, 17). */
     uint64_t q_dim = (uint64_t)(heads_r * p->head_dim), kv_dim = (uint64_t)(kv_heads_r * p->head_dim);
     /* A mixture of experts: hb, hb2 are as wide as the dense FFN where a
      * layer has one, and the shared expert (the rank's rows of each), and
      * per token come the router logits [E], the k (token, expert) pairs'
      * gate, up [ffn_exp] and output [dim] rows, and the shared expert's
-     * output before its gate [dim]: 5 tensors more (16 in all). */
+     * output before its gate [dim]: 5 tensors more; and one for the
+     * pairs' expert biases [max(ffn_exp, dim)] (gpt-oss): 17 in all. */
     uint64_t hb = (uint64_t)ffn_r, moe_floats = 0, n_act = 11;
     if (hp.n_experts > 0) {
         hb = hp.n_dense_lead > 0 ? (uint64_t)ffn_r : 0;
@@ -278,7 +279,10 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         moe_floats = (uint64_t)hp.n_experts +
                      (uint64_t)hp.n_experts_used * (2 * (uint64_t)hp.ffn_exp + (uint64_t)p->dim) +
                      (hp.ffn_shexp > 0 ? (uint64_t)p->dim : 0);
-        n_act = 16;
+        if (hp.exp_bias)
+            moe_floats += (uint64_t)hp.n_experts_used *
+                          (uint64_t)(hp.ffn_exp > p->dim ? hp.ffn_exp : p->dim);
+        n_act = 17;
         ffn_r = (int64_t)(hb > (uint64_t)hp.ffn_exp ? hb : (uint64_t)hp.ffn_exp);  /* widest input row */
     }
     p->act_floats_per_token = 3 * (uint64_t)p->dim + 2 * q_dim + 2 * kv_dim + 2 * hb + moe_floats;

@@ -25,6 +25,9 @@
  * read as many lines as F16. With all heads an item reads whole slots.
  * How many splits depends on the row's own context length only, so a row's
  * arithmetic does not depend on what else the batch holds.
+ * Attention sinks (gpt-oss, ABI 1.8): a per-head logit that joins each
+ * softmax's denominator only; added where a row's sums are normalized (the
+ * end of attend_row, or merge_row for a split row), never per key.
  * KV types: F32 and F16 rows, Q8_0 blocks (vecdot.h scores_q8_0 /
  * accum_q8_0); the layout's helpers give every byte offset.
  * Not for: writing the cache (ops.c kv_write).
@@ -60,6 +63,7 @@ typedef struct attn_task {
     int n_heads;
     float scale;
     int32_t window;              /* 0, or the sliding window (keys p - window < j <= p) */
+    const float *sinks;          /* [n_heads] sink logits, or NULL */
     float *out;
     size_t out_stride;
     const int32_t *unit_start;   /* [n_seqs + 1] prefix sums of (query chunk, split) units */
@@ -107,6 +111,18 @@ static void prefetch_block(const attn_task *a, const pagoda_seq_view *sv, int32_
             __builtin_prefetch(nk + (size_t)sl * slot_bytes + off);
             __builtin_prefetch(nv + (size_t)sl * slot_bytes + off);
         }
+}
+
+/* The factor that turns a head's running sums (max m, sum l of e^(s - m),
+ * acc of e^(s - m) v) into its output: 1 / l, or with a sink logit s0
+ * 1 / (l + e^(s0 - m)), computed as e^(m - M) / (l e^(m - M) + e^(s0 - M))
+ * with M = max(m, s0) so a sink far above the scores cannot overflow. */
+static float normalizer(const attn_task *a, int head, float m, float l)
+{
+    if (!a->sinks) return l > 0.0f ? 1.0f / l : 0.0f;
+    if (m == -INFINITY) return 0.0f;   /* no key: acc is 0 */
+    float s0 = a->sinks[head], M = m > s0 ? m : s0, em = expf(m - M);
+    return em / (l * em + expf(s0 - M));
 }
 
 /* Query row qrow for heads [h0, h1) over keys first .. n_keys - 1 (first
@@ -198,8 +214,8 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
             for (int d = 0; d < hd; d++) ph[2 + d] = ah[d];
             continue;
         }
-        float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
         float *oh = o + (size_t)(h0 + h) * hd;
+        float inv = normalizer(a, h0 + h, m[h], l[h]);
         for (int d = 0; d < hd; d++) oh[d] = ah[d] * inv;
     }
 }
@@ -227,7 +243,7 @@ static void merge_row(const attn_task *a, const float *part, int32_t n_splits, i
             l += w * ph[1];
             for (int d = 0; d < hd; d++) oh[d] += w * ph[2 + d];
         }
-        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float inv = normalizer(a, h, mx, l);
         for (int d = 0; d < hd; d++) oh[d] *= inv;
     }
 }
@@ -269,6 +285,15 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
                          const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
                          float scale, int32_t window, float *out, size_t out_stride)
 {
+    return pagoda_cpu_attention_sinks(ex, q, q_stride, pool, L, layer, b, n_heads, scale, window,
+                                      NULL, out, out_stride);
+}
+
+int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_stride,
+                               const void *pool, const pagoda_kv_layout *L, int layer,
+                               const pagoda_batch *b, int n_heads, float scale, int32_t window,
+                               const float *sinks, float *out, size_t out_stride)
+{
     if (L->head_dim > MAX_HEAD_DIM) return PAGODA_ERR_UNSUPPORTED;
     /* One scratch: unit_start [n_seqs + 1], n_splits and part_start [n_seqs],
      * then the partial sums of the split rows. */
@@ -307,7 +332,8 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
     n_groups = (n_heads + group - 1) / group;
     attn_task a = {
         .vt = pagoda_cpu_vecdot(), .q = q, .q_stride = q_stride, .pool = pool, .L = L,
-        .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window, .out = out,
+        .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window,
+        .sinks = sinks, .out = out,
         .out_stride = out_stride, .unit_start = cs, .n_splits = nsp, .part_start = ps,
         .part = part, .group = group, .n_groups = n_groups, .n_items = n_units * n_groups,
     };

@@ -7,6 +7,7 @@
  * Not for: kernels (matmul.c, experts.c, attention.c, ops.c, kernels/).
  */
 #include <cblas.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,7 @@ static int cpu_info(void *ctx, pagoda_backend_info *info)
     o.kv_types = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0);
     o.host_memory = true;
     o.kv_kinds = 1u << PAGODA_KV_LATENT;
+    o.attn_sinks = true;
     memcpy(info, &o, o.struct_size);
     return PAGODA_OK;
 }
@@ -370,7 +372,8 @@ static int cpu_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
 /* attention and attention_ext: the checks, then the kernel. */
 static int attention_run(cpu_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
                          const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
-                         int32_t n_heads, float scale, int32_t window, const pagoda_tensor *out)
+                         int32_t n_heads, float scale, int32_t window, const pagoda_tensor *sinks,
+                         const pagoda_tensor *out)
 {
     TRY(check_layout(c, "attention", kv, L, layer));
     TRY(check_tensor(c, "attention", "q", q, PAGODA_DTYPE_F32));
@@ -400,8 +403,16 @@ static int attention_run(cpu_ctx *c, const pagoda_tensor *q, const pagoda_buffer
                            s, i, sv->block_table[i], L->n_blocks - 1);
     }
     if (window < 0) return ERR(c, PAGODA_ERR_INVALID, "attention: window %d is negative", window);
-    int st = pagoda_cpu_attention(&c->ex, tptr(q), q->row_stride, kv->data, L, layer, b, n_heads,
-                                  scale, window, tptr(out), out->row_stride);
+    if (sinks) {
+        TRY(check_tensor(c, "attention", "sinks", sinks, PAGODA_DTYPE_F32));
+        if (sinks->rows != 1 || sinks->cols != n_heads)
+            return ERR(c, PAGODA_ERR_INVALID, "attention: sinks is [%lld x %lld], expected [1 x %d] "
+                       "(one logit a query head)", (long long)sinks->rows, (long long)sinks->cols,
+                       n_heads);
+    }
+    int st = pagoda_cpu_attention_sinks(&c->ex, tptr(q), q->row_stride, kv->data, L, layer, b,
+                                        n_heads, scale, window, sinks ? tptr(sinks) : NULL,
+                                        tptr(out), out->row_stride);
     if (st) return ERR(c, st, "attention: %s", pagoda_status_str(st));
     return PAGODA_OK;
 }
@@ -410,7 +421,7 @@ static int cpu_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer 
                          const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
                          int32_t n_heads, float scale, const pagoda_tensor *out)
 {
-    return attention_run(ctx, q, kv, L, layer, b, n_heads, scale, 0, out);
+    return attention_run(ctx, q, kv, L, layer, b, n_heads, scale, 0, NULL, out);
 }
 
 static int cpu_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
@@ -423,18 +434,42 @@ static int cpu_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buf
     if (!p || p->struct_size < need)
         return ERR(c, PAGODA_ERR_INVALID, "attention_ext: params %s (struct_size %zu, need >= %zu)",
                    p ? "too short" : "NULL", p ? p->struct_size : 0, need);
-    return attention_run(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, out);
+    /* ABI 1.8: the sinks, where the caller's struct has them */
+    size_t with_sinks = offsetof(pagoda_attn_params, sinks) + sizeof p->sinks;
+    const pagoda_tensor *sinks = p->struct_size >= with_sinks && p->sinks.buf ? &p->sinks : NULL;
+    return attention_run(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, sinks, out);
+}
+
+/* The gated activations' tensors: gate, up and out F32 of one shape. */
+static int check_glu(cpu_ctx *c, const char *op, const pagoda_tensor *gate, const pagoda_tensor *up,
+                     const pagoda_tensor *out)
+{
+    TRY(check_tensor(c, op, "gate", gate, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, op, "up", up, PAGODA_DTYPE_F32));
+    TRY(check_tensor(c, op, "out", out, PAGODA_DTYPE_F32));
+    TRY(same_shape(c, op, gate, up));
+    TRY(same_shape(c, op, gate, out));
+    return PAGODA_OK;
+}
+
+static int cpu_swiglu_oai(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
+                          float limit, const pagoda_tensor *out)
+{
+    cpu_ctx *c = ctx;
+    TRY(check_glu(c, "swiglu_oai", gate, up, out));
+    if (!(limit > 0.0f) || !isfinite(alpha))
+        return ERR(c, PAGODA_ERR_INVALID, "swiglu_oai: limit %g must be positive and alpha %g finite",
+                   (double)limit, (double)alpha);
+    pagoda_cpu_swiglu_oai_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, alpha,
+                             limit, tptr(out), out->row_stride, gate->rows, gate->cols);
+    return PAGODA_OK;
 }
 
 static int cpu_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
                       const pagoda_tensor *out)
 {
     cpu_ctx *c = ctx;
-    TRY(check_tensor(c, "swiglu", "gate", gate, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu", "up", up, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "swiglu", "out", out, PAGODA_DTYPE_F32));
-    TRY(same_shape(c, "swiglu", gate, up));
-    TRY(same_shape(c, "swiglu", gate, out));
+    TRY(check_glu(c, "swiglu", gate, up, out));
     pagoda_cpu_swiglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                       out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
@@ -444,11 +479,7 @@ static int cpu_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *
                      const pagoda_tensor *out)
 {
     cpu_ctx *c = ctx;
-    TRY(check_tensor(c, "geglu", "gate", gate, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "geglu", "up", up, PAGODA_DTYPE_F32));
-    TRY(check_tensor(c, "geglu", "out", out, PAGODA_DTYPE_F32));
-    TRY(same_shape(c, "geglu", gate, up));
-    TRY(same_shape(c, "geglu", gate, out));
+    TRY(check_glu(c, "geglu", gate, up, out));
     pagoda_cpu_geglu_mt(&c->ex, tptr(gate), gate->row_stride, tptr(up), up->row_stride, tptr(out),
                      out->row_stride, gate->rows, gate->cols);
     return PAGODA_OK;
@@ -654,6 +685,7 @@ static const pagoda_backend_ops cpu_ops = {
     .geglu = cpu_geglu,
     .scale = cpu_scale,
     .attention_ext = cpu_attention_ext,
+    .swiglu_oai = cpu_swiglu_oai,
     .matmul_multi = cpu_matmul_multi,
     .matmul_experts = cpu_matmul_experts,
     .moe_combine = cpu_moe_combine,

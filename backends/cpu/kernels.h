@@ -134,6 +134,19 @@ int pagoda_cpu_attention(pagoda_cpu_exec *ex, const float *q, size_t q_stride, c
                          const pagoda_kv_layout *L, int layer, const pagoda_batch *b, int n_heads,
                          float scale, int32_t window, float *out, size_t out_stride);
 
+/* attention with attention sinks: sinks [n_heads] (NULL: none) join each
+ * head's softmax denominator (pagoda_attn_params.sinks, ABI 1.8). */
+int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_stride,
+                               const void *pool, const pagoda_kv_layout *L, int layer,
+                               const pagoda_batch *b, int n_heads, float scale, int32_t window,
+                               const float *sinks, float *out, size_t out_stride);
+
+/* out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate,
+ * limit) (gpt-oss's experts); out may alias either. */
+void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                           float alpha, float limit, float *out, size_t out_stride, int64_t rows,
+                           int64_t cols);
+
 /* out = silu(gate) * up; out may alias either. */
 void pagoda_cpu_swiglu(const float *gate, size_t g_stride, const float *up, size_t u_stride,
                        float *out, size_t out_stride, int64_t rows, int64_t cols);
@@ -163,6 +176,9 @@ void pagoda_cpu_swiglu_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_strid
                           size_t u_stride, float *out, size_t out_stride, int64_t rows, int64_t cols);
 void pagoda_cpu_geglu_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride, const float *up,
                          size_t u_stride, float *out, size_t out_stride, int64_t rows, int64_t cols);
+void pagoda_cpu_swiglu_oai_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride, const float *up,
+                              size_t u_stride, float alpha, float limit, float *out, size_t out_stride,
+                              int64_t rows, int64_t cols);
 void pagoda_cpu_scale_mt(pagoda_cpu_exec *ex, const float *x, size_t x_stride, float s, float *out,
                          size_t out_stride, int64_t rows, int64_t cols);
 void pagoda_cpu_kv_write_mt(pagoda_cpu_exec *ex, void *pool, const pagoda_kv_layout *L, int layer,

@@ -80,6 +80,23 @@ void pagoda_cpu_geglu(const float *gate, size_t g_stride, const float *up, size_
     }
 }
 
+void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                           float alpha, float limit, float *out, size_t out_stride, int64_t rows,
+                           int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = CROW(gate, g_stride, r), *u = CROW(up, u_stride, r);
+        float *o = ROW(out, out_stride, r);
+        for (int64_t c = 0; c < cols; c++) {
+            float x = g[c] < limit ? g[c] : limit;   /* min(gate, limit); a NaN stays NaN */
+            float y = u[c] < -limit ? -limit : u[c] > limit ? limit : u[c];
+            /* x * sigmoid(alpha x) = x / (1 + e^(-alpha x)): no overflow for
+             * the negative x left unclamped below (e^(+big) = inf gives 0) */
+            o[c] = (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
+        }
+    }
+}
+
 void pagoda_cpu_scale(const float *x, size_t x_stride, float s, float *out, size_t out_stride,
                       int64_t rows, int64_t cols)
 {

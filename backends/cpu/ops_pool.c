@@ -105,9 +105,9 @@ void pagoda_cpu_rope_mt(pagoda_cpu_exec *ex, float *x, size_t x_stride, int64_t 
 typedef struct bin_args {
     const float *a, *b;
     size_t as, bs, os;
-    float *out, s;
+    float *out, s, lim;
     int64_t cols;
-    int op;  /* 0 add, 1 swiglu, 2 geglu, 3 scale */
+    int op;  /* 0 add, 1 swiglu, 2 geglu, 3 scale, 4 swiglu_oai (alpha s, limit lim) */
 } bin_args;
 
 static void bin_range(const void *v, int64_t r0, int64_t r1)
@@ -119,6 +119,7 @@ static void bin_range(const void *v, int64_t r0, int64_t r1)
     case 0: pagoda_cpu_add(x, a->as, y, a->bs, o, a->os, r1 - r0, a->cols); break;
     case 1: pagoda_cpu_swiglu(x, a->as, y, a->bs, o, a->os, r1 - r0, a->cols); break;
     case 2: pagoda_cpu_geglu(x, a->as, y, a->bs, o, a->os, r1 - r0, a->cols); break;
+    case 4: pagoda_cpu_swiglu_oai(x, a->as, y, a->bs, a->s, a->lim, o, a->os, r1 - r0, a->cols); break;
     default: pagoda_cpu_scale(x, a->as, a->s, o, a->os, r1 - r0, a->cols); break;
     }
 }
@@ -143,6 +144,15 @@ void pagoda_cpu_geglu_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride
 {
     bin_args x = {.a = gate, .b = up, .as = g_stride, .bs = u_stride, .os = out_stride, .out = out, .cols = cols,
                   .op = 2};
+    run_rows(ex, rows, 4 * cols, bin_range, &x);
+}
+
+void pagoda_cpu_swiglu_oai_mt(pagoda_cpu_exec *ex, const float *gate, size_t g_stride, const float *up,
+                              size_t u_stride, float alpha, float limit, float *out, size_t out_stride,
+                              int64_t rows, int64_t cols)
+{
+    bin_args x = {.a = gate, .b = up, .as = g_stride, .bs = u_stride, .os = out_stride, .out = out,
+                  .s = alpha, .lim = limit, .cols = cols, .op = 4};
     run_rows(ex, rows, 4 * cols, bin_range, &x);
 }
 

@@ -28,38 +28,17 @@ static bool key_float(const gguf_file *f, const char *arch, const char *suffix, 
     return pagoda_gguf_get_float(f, key, out);
 }
 
-/* Gemma 3's keys and constants (after the common ones). What the file
- * does not say comes from Gemma 3's definition (HF Gemma3TextConfig, the
- * gemma_pytorch config), as llama.cpp also assumes it:
- *   - embeddings times sqrt(dim); RMSNorm weights stored with Gemma's +1
- *     already added by the converter (used as they are);
- *   - local layers: every layer but each sliding_window_pattern-th
- *     (default 6: layers 5, 11, 17, ... are global), unless the key is a
- *     per-layer array;
- *   - local RoPE base rope.freq_base_swa, default 10000
- *     (rope_local_base_freq); the global base is rope.freq_base;
- *   - query_pre_attn_scalar: head_dim, except the 27B (62 layers) where it
- *     is dim / heads; scores are scaled by 1/sqrt(that);
- *   - no final logit soft-capping (Gemma 2 had it; a file that asks for
- *     it is refused rather than run without it).
- * The window is required and may not exceed the training context (a
- * larger one is a malformed file); a server max_seq_len below the window
- * is fine: its local layers then see every earlier key. */
-static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+/* The sliding-window keys of a family with local layers: the window
+ * (required, 1..context_length; `who` names the family's window in the
+ * message) and which layers are local: the key sliding_window_pattern as a
+ * per-layer boolean array, or a count n (every layer but each n-th is
+ * local; 0: every layer), else the family's default n. */
+static int read_swa(const gguf_file *f, pagoda_hparams *hp, int64_t default_n, const char *who,
+                    char *err, size_t err_len)
 {
     int64_t v;
-    double d;
-    hp->embd_scale = sqrtf((float)hp->dim);
-    float qpas = hp->n_layers == 62 ? (float)hp->dim / (float)hp->n_heads : (float)hp->head_dim;
-    hp->attn_scale = 1.0f / sqrtf(qpas);
-    if (key_float(f, hp->arch, "final_logit_softcapping", &d) && d != 0.0) {
-        ERR("%s: key %s.final_logit_softcapping = %g: logit soft-capping is not supported",
-            f->path, hp->arch, d);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
     if (!key_int(f, hp->arch, "attention.sliding_window", &v)) {
-        ERR("%s: missing key %s.attention.sliding_window (Gemma 3's local attention window)",
-            f->path, hp->arch);
+        ERR("%s: missing key %s.attention.sliding_window (%s)", f->path, hp->arch, who);
         return PAGODA_ERR_INVALID;
     }
     if (v <= 0 || v > hp->n_ctx_train) {
@@ -86,7 +65,7 @@ static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t
         for (int l = 0; l < hp->n_layers; l++)
             hp->is_swa[l] = pagoda_gguf_arr_num(&pk->val, (uint64_t)l) != 0;
     } else {
-        int64_t n = 6;
+        int64_t n = default_n;
         if (pk && (!pagoda_gguf_get_int(f, key, &n) || n < 0 || n > hp->n_layers)) {
             ERR("%s: key %s must be a layer count 0..%d or a per-layer boolean array", f->path,
                 key, hp->n_layers);
@@ -95,7 +74,41 @@ static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t
         /* n = 0: every layer local; else the last of each n is global */
         for (int l = 0; l < hp->n_layers; l++) hp->is_swa[l] = n == 0 || l % n < n - 1;
     }
+    hp->n_swa_layers = 0;
     for (int l = 0; l < hp->n_layers; l++) hp->n_swa_layers += hp->is_swa[l];
+    return PAGODA_OK;
+}
+
+/* Gemma 3's keys and constants (after the common ones). What the file
+ * does not say comes from Gemma 3's definition (HF Gemma3TextConfig, the
+ * gemma_pytorch config), as llama.cpp also assumes it:
+ *   - embeddings times sqrt(dim); RMSNorm weights stored with Gemma's +1
+ *     already added by the converter (used as they are);
+ *   - local layers: every layer but each sliding_window_pattern-th
+ *     (default 6: layers 5, 11, 17, ... are global), unless the key is a
+ *     per-layer array;
+ *   - local RoPE base rope.freq_base_swa, default 10000
+ *     (rope_local_base_freq); the global base is rope.freq_base;
+ *   - query_pre_attn_scalar: head_dim, except the 27B (62 layers) where it
+ *     is dim / heads; scores are scaled by 1/sqrt(that);
+ *   - no final logit soft-capping (Gemma 2 had it; a file that asks for
+ *     it is refused rather than run without it).
+ * The window is required and may not exceed the training context (a
+ * larger one is a malformed file); a server max_seq_len below the window
+ * is fine: its local layers then see every earlier key. */
+static int read_gemma3(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+{
+    double d;
+    hp->embd_scale = sqrtf((float)hp->dim);
+    float qpas = hp->n_layers == 62 ? (float)hp->dim / (float)hp->n_heads : (float)hp->head_dim;
+    hp->attn_scale = 1.0f / sqrtf(qpas);
+    if (key_float(f, hp->arch, "final_logit_softcapping", &d) && d != 0.0) {
+        ERR("%s: key %s.final_logit_softcapping = %g: logit soft-capping is not supported",
+            f->path, hp->arch, d);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    int st = read_swa(f, hp, 6, "Gemma 3's local attention window", err, err_len);
+    if (st) return st;
     hp->rope_theta_swa = key_float(f, hp->arch, "rope.freq_base_swa", &d) ? (float)d : 10000.0f;
     if (!(hp->rope_theta_swa > 0.0f)) {
         ERR("%s: key %s.rope.freq_base_swa = %g must be positive", f->path, hp->arch,
@@ -184,6 +197,42 @@ static int read_deepseek2(const gguf_file *f, pagoda_hparams *hp, char *err, siz
     return PAGODA_OK;
 }
 
+/* gpt-oss's keys and constants. What the file does not say comes from
+ * its definition (transformers GptOssConfig / GptOssExperts, as llama.cpp
+ * also assumes it):
+ *   - sliding_window required (128 in the released models); local layers
+ *     alternate with global ones, layer 0 local (sliding_window_pattern 2,
+ *     HF layer_types), unless the key says otherwise;
+ *   - the local layers use the same RoPE as the global ones (base and
+ *     YaRN scaling, mscale included), unless rope.freq_base_swa gives them
+ *     a base;
+ *   - YaRN without truncation (HF GptOssConfig rope_parameters truncate
+ *     false: the correction range's ends are not floored / ceiled, where
+ *     llama.cpp's runtime always rounds them);
+ *   - the experts' clamped SwiGLU with alpha 1.702 and limit 7 (HF
+ *     swiglu_alpha / swiglu_limit; llama.cpp's converter writes no key for
+ *     them and its runtime uses these constants).
+ * Attention sinks, the Q/K/V/O, router and expert biases and top-k-then-
+ * softmax routing are the row's. */
+static int read_gptoss(const gguf_file *f, pagoda_hparams *hp, char *err, size_t err_len)
+{
+    int st = read_swa(f, hp, 2, "gpt-oss's sliding window of its local layers", err, err_len);
+    if (st) return st;
+    double d;
+    hp->swa_rope_global = true;
+    if (key_float(f, hp->arch, "rope.freq_base_swa", &d)) {
+        if (!(d > 0.0)) {
+            ERR("%s: key %s.rope.freq_base_swa = %g must be positive", f->path, hp->arch, d);
+            return PAGODA_ERR_INVALID;
+        }
+        hp->rope_theta_swa = (float)d;
+        hp->swa_rope_global = false;
+    }
+    hp->swiglu_alpha = 1.702f;
+    hp->swiglu_limit = 7.0f;
+    return PAGODA_OK;
+}
+
 /*
  * The families. Sources for each row's facts: the Hugging Face modeling
  * code of the family (what the weights mean) and llama.cpp's GGUF
@@ -206,6 +255,11 @@ static int read_deepseek2(const gguf_file *f, pagoda_hparams *hp, char *err, siz
  *             part only, softmax (V2) or sigmoid + selection bias (V3)
  *             router, group-limited top-k, shared experts, leading dense
  *             layers
+ *   gpt-oss   attention sinks, QKV and output biases, alternating local
+ *             (sliding window) and global layers, the pre-FFN norm named
+ *             post_attention_norm, a router with a bias, top-k of its
+ *             logits then softmax over the k, expert biases, the clamped
+ *             SwiGLU (swiglu_oai)
  */
 static const pagoda_arch g_arches[] = {
     {.name = "llama", .rope_neox = false, .qkv_bias = PAGODA_ARCH_MAYBE, .ffn_act = PAGODA_FFN_SILU, .ffn_norm = "ffn_norm",
@@ -230,6 +284,11 @@ static const pagoda_arch g_arches[] = {
      .ffn_norm = "ffn_norm", .moe = PAGODA_ARCH_MAYBE, .moe_gating = PAGODA_MOE_GATING_SOFTMAX,
      .moe_norm_topk = false, .shexp = PAGODA_ARCH_MAYBE, .exp_probs_b = PAGODA_ARCH_MAYBE,
      .nextn = true, .read_keys = read_deepseek2},
+    {.name = "gpt-oss", .rope_neox = true, .qkv_bias = PAGODA_ARCH_YES,
+     .attn_sinks = PAGODA_ARCH_YES, .attn_out_bias = PAGODA_ARCH_YES, .yarn_no_truncate = true,
+     .ffn_act = PAGODA_FFN_SWIGLU_OAI, .ffn_norm = "post_attention_norm", .moe = PAGODA_ARCH_YES,
+     .moe_gating = PAGODA_MOE_GATING_SOFTMAX_WEIGHT, .moe_norm_topk = false,
+     .router_bias = PAGODA_ARCH_YES, .exp_bias = PAGODA_ARCH_YES, .read_keys = read_gptoss},
 };
 
 const pagoda_arch *pagoda_arch_find(const char *name)

@@ -41,6 +41,11 @@ typedef struct pagoda_arch {
     bool post_norms;           /* post_attention_norm + post_ffw_norm (gemma3) */
     bool mla;                  /* multi-head latent attention (deepseek2): attn_kv_a_mqa,
                                 * attn_k_b, attn_v_b instead of attn_k / attn_v */
+    uint8_t attn_sinks;        /* pagoda_arch_has: attn_sinks.weight, a logit per head (gpt-oss) */
+    uint8_t attn_out_bias;     /* pagoda_arch_has: attn_output.bias */
+    bool yarn_no_truncate;     /* YaRN's correction range is not rounded to whole dims
+                                * (gpt-oss: HF rope_parameters truncate false; the
+                                * GGUF has no key for it) */
     /* feed-forward */
     int32_t ffn_act;           /* pagoda_ffn_act of every FFN */
     const char *ffn_norm;      /* the pre-FFN norm's tensor name (blk.N.<it>.weight) */
@@ -50,6 +55,8 @@ typedef struct pagoda_arch {
     uint8_t shexp;             /* pagoda_arch_has: ffn_{gate,up,down}_shexp */
     uint8_t shexp_gate;        /* pagoda_arch_has: ffn_gate_inp_shexp (sigmoid per token) */
     uint8_t exp_probs_b;       /* pagoda_arch_has: the selection bias exp_probs_b.bias */
+    uint8_t router_bias;       /* pagoda_arch_has: ffn_gate_inp.bias, added to the router's logits */
+    uint8_t exp_bias;          /* pagoda_arch_has: ffn_{gate,up,down}_exps.bias (gpt-oss) */
     bool nextn;                /* the last nextn_predict_layers blocks are an MTP head,
                                 * loaded and ignored (glm4moe) */
     /* the family's own keys and constants, after the common ones; NULL: none */

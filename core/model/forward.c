@@ -55,6 +55,10 @@ size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
         per_tok += (size_t)hp->n_experts +
                    (size_t)hp->n_experts_used * (2 * (size_t)hp->ffn_exp + (size_t)hp->dim) +
                    (hp->ffn_shexp > 0 ? (size_t)hp->dim : 0);
+        /* the pairs' expert biases (gpt-oss) */
+        if (hp->exp_bias)
+            per_tok += (size_t)hp->n_experts_used *
+                       (size_t)(hp->ffn_exp > hp->dim ? hp->ffn_exp : hp->dim);
     }
     if (hp->mla) {
         /* q is widened to the largest of the query and value heads
@@ -62,8 +66,8 @@ size_t pagoda_forward_act_bytes(const pagoda_hparams *hp, int32_t T, int32_t S)
         per_tok += mla_q_width(hp) - q_dim + (size_t)hp->q_lora_rank + q_dim;
     }
     size_t per_logit = (size_t)hp->dim + (size_t)hp->n_vocab;
-    /* + 64 bytes of alignment slack per tensor (11 tensors; 16 with experts) */
-    size_t n_tensors = (hp->n_experts > 0 ? 16 : 11) + (hp->mla ? 2 : 0);
+    /* + 64 bytes of alignment slack per tensor (11 tensors; 17 with experts) */
+    size_t n_tensors = (hp->n_experts > 0 ? 17 : 11) + (hp->mla ? 2 : 0);
     return ((size_t)T * per_tok + (size_t)S * per_logit) * sizeof(float) + n_tensors * 64;
 }
 
@@ -220,9 +224,17 @@ int pagoda_forward_check_backend(const pagoda_hparams *hp, const pagoda_backend 
     if (hp->ffn_act == PAGODA_FFN_GELU_TANH && !be->ops.geglu) {
         op = "geglu";
         why = "its GELU-tanh feed-forward";
-    } else if (hp->n_swa_layers > 0 && !be->ops.attention_ext) {
+    } else if ((hp->n_swa_layers > 0 || hp->attn_sinks) && !be->ops.attention_ext) {
         op = "attention_ext";
-        why = "its sliding-window layers";
+        why = hp->n_swa_layers > 0 ? "its sliding-window layers" : "its attention sinks";
+    }
+    if (!op && hp->attn_sinks && !be->info.attn_sinks) {
+        ERR("backend %s does not honour attention sinks (info.attn_sinks, plugin ABI 1.8), which "
+            "%s models need (a learned logit per head in every softmax; run without it, every "
+            "token's attention would be wrong): serve this model with [engine] backend = cpu, or "
+            "add sinks to the plugin's attention_ext (docs/plugin-guide.md)",
+            be->info.name[0] ? be->info.name : "(unnamed)", hp->arch);
+        return PAGODA_ERR_UNSUPPORTED;
     }
     /* scale has a fallback (a host round trip of the embeddings) */
     if (!op && hp->n_experts > 0 && !be->ops.matmul_experts && !be->info.host_memory) {
@@ -343,6 +355,15 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->max_logits = max_logits;
     fw->hp = m->hp;
     fw->tp.size = 1;
+    if (tp && tp->size > 1 && (m->hp.attn_sinks || m->hp.attn_out_bias || m->hp.exp_bias)) {
+        /* a rank would add the whole output bias to its partial sum, and
+         * the sinks and expert biases are not split with the heads and
+         * experts yet */
+        ERR("tensor parallelism (%d ranks) does not run %s models yet (attention sinks, the output "
+            "projection's bias and expert biases are not split across ranks): serve it on one rank",
+            tp->size, m->hp.arch);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
     if (tp && tp->size > 1) {
         pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
                              .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers,
@@ -434,6 +455,9 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             F->wk_b = weight_experts(fw, L->wk_b, &F->wk_b_stride);
             F->wv_b = weight_experts(fw, L->wv_b, &F->wv_b_stride);
         }
+        F->sinks = weight(fw, L->attn_sinks);   /* [n_heads] as [1 x n_heads] */
+        F->has_bo = L->bo != NULL;
+        F->bo = weight(fw, L->bo);
         F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
         F->moe = L->ffn_gate_exps != NULL;
         if (F->moe) {
@@ -442,6 +466,12 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             F->up_exps = weight_experts(fw, L->ffn_up_exps, &F->up_exps_stride);
             F->down_exps = weight_experts(fw, L->ffn_down_exps, &F->down_exps_stride);
             F->exp_probs_b = L->exp_probs_b ? (const float *)L->exp_probs_b->data : NULL;
+            F->has_router_b = L->ffn_gate_inp_b != NULL;
+            F->router_b = weight(fw, L->ffn_gate_inp_b);
+            F->has_exp_bias = L->ffn_gate_exps_b != NULL;
+            F->gate_exps_b = weight(fw, L->ffn_gate_exps_b);   /* [E x ffn_exp] */
+            F->up_exps_b = weight(fw, L->ffn_up_exps_b);
+            F->down_exps_b = weight(fw, L->ffn_down_exps_b);   /* [E x dim] */
             F->has_shexp = L->ffn_gate_shexp != NULL;
             F->gate_shexp = weight(fw, L->ffn_gate_shexp);
             F->up_shexp = weight(fw, L->ffn_up_shexp);
@@ -490,6 +520,7 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->eu = act(fw, &off, P, hp->ffn_exp);
         fw->ey = act(fw, &off, P, hp->dim);
         if (hp->ffn_shexp > 0) fw->ys = act(fw, &off, T, hp->dim);
+        if (hp->exp_bias) fw->eb = act(fw, &off, P, hp->ffn_exp > hp->dim ? hp->ffn_exp : hp->dim);
         fw->moe.logits = malloc(sizeof(float) * (size_t)(T * E));
         fw->moe.weights = malloc(sizeof(float) * (size_t)P);
         fw->moe.pair_w = malloc(sizeof(float) * (size_t)P);
@@ -703,7 +734,8 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                                .mscale = hp->rope_mscale, .inv_freq = fw->inv_freq};
     pagoda_rope_params rope_swa = rope;
     rope_swa.inv_freq = fw->inv_freq_swa;
-    rope_swa.mscale = 1.0f; /* local layers: no scaling (model.h) */
+    /* local layers: no scaling (model.h), or gpt-oss's, the global one */
+    rope_swa.mscale = hp->swa_rope_global ? hp->rope_mscale : 1.0f;
     pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = hp->n_heads,
                              .scale = hp->attn_scale};
     const char *what = "";
@@ -740,15 +772,16 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
         const pagoda_kv_layout *kvl = L->local ? &fw->kv_local_layout : &fw->kv_layout;
         const pagoda_batch *lb = L->local ? local : batch;
         CALL("kv_write", o->kv_write(c, kvb, kvl, L->kv_layer, &k, &v, lb->slots, T));
-        if (L->window) {
+        if (L->window || L->sinks.buf) {
             ap.window = L->window;
-            CALL("attention_ext(window)", o->attention_ext(c, &q, kvb, kvl, L->kv_layer, lb, &ap,
-                                                           &att));
+            ap.sinks = L->sinks;
+            CALL(L->window ? "attention_ext(window)" : "attention_ext(sinks)",
+                 o->attention_ext(c, &q, kvb, kvl, L->kv_layer, lb, &ap, &att));
         } else {
             CALL("attention", o->attention(c, &q, kvb, kvl, L->kv_layer, lb, hp->n_heads,
                                            hp->attn_scale, &att));
         }
-        CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, NULL, &xb2));
+        CALL("matmul(attn_output)", o->matmul(c, &att, &L->wo, L->has_bo ? &L->bo : NULL, &xb2));
         }
         if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;
         if (L->has_post_norms)
@@ -766,7 +799,7 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
             const pagoda_tensor w2[2] = {L->w_gate, L->w_up}, o2[2] = {hg, hu};
             if ((st = pagoda_forward_matmuls(fw, &xb, 2, w2, NULL, o2, nm, &what))) goto fail;
             if (hp->ffn_act == PAGODA_FFN_GELU_TANH) CALL("geglu", o->geglu(c, &hg, &hu, &hg));
-            else CALL("swiglu", o->swiglu(c, &hg, &hu, &hg));
+            else CALL("swiglu", pagoda_forward_glu(fw, &hg, &hu));
             CALL("matmul(ffn_down)", o->matmul(c, &hg, &L->w_down, NULL, &xb2));
         }
         if (fw->tp.size > 1 && (st = tp_reduce(fw, &xb2, err, err_len))) return st;

@@ -28,6 +28,10 @@ typedef struct pagoda_forward_layer {
     pagoda_tensor ffn_norm, w_gate, w_up, w_down;
     pagoda_tensor post_attn_norm, post_ffn_norm;  /* gemma3 */
     bool has_bias, has_qk_norm, has_post_norms;
+    /* gpt-oss: the sink logits [1 x n_heads] (buf NULL: none) and the
+     * output projection's bias [1 x dim] */
+    pagoda_tensor sinks, bo;
+    bool has_bo;
     /* mixture of experts (moe): the router [E x dim], this rank's experts
      * as the view of its first one (rows x cols of one expert) and the
      * bytes from one expert to the next, the shared expert (a dense FFN of
@@ -44,6 +48,10 @@ typedef struct pagoda_forward_layer {
     bool mla;
     pagoda_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
     size_t wk_b_stride, wv_b_stride;
+    /* gpt-oss: the router's bias [1 x E] and the experts' bias tables
+     * [E x ffn_exp] ([E x dim] for down), buf NULL where absent */
+    bool has_router_b, has_exp_bias;
+    pagoda_tensor router_b, gate_exps_b, up_exps_b, down_exps_b;
     int32_t window;        /* sliding window of this layer, 0: full causal */
     bool local;            /* its KV is in the window pool (kv_local), not the main one */
     int32_t kv_layer;      /* its layer index within that pool's layout */
@@ -109,6 +117,7 @@ typedef struct pagoda_forward {
     pagoda_tensor eg, eu;    /* [P x ffn_exp] the experts' gate and up */
     pagoda_tensor ey;        /* [P x dim]     the experts' outputs */
     pagoda_tensor ys;        /* [T x dim]     the shared expert before its gate */
+    pagoda_tensor eb;        /* [P x max(ffn_exp, dim)] the pairs' expert biases (gpt-oss) */
     int32_t exp_lo, n_exp_local;   /* this rank's experts: [exp_lo, exp_lo + n_exp_local) */
     struct {                 /* host scratch of the routing */
         float *logits;       /* [T x E] */
@@ -136,7 +145,8 @@ typedef struct pagoda_forward {
 /* Can backend `be` run model `m`? The ops of ABI 1.1 are optional, and some
  * architectures need them (gemma3: geglu, attention_ext); a mixture of
  * experts needs ABI 1.5's matmul_experts on a device backend (a host-memory
- * one runs the core's fallback): PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with
+ * one runs the core's fallback); attention sinks (gpt-oss) need ABI 1.8's
+ * info.attn_sinks: PAGODA_OK, or PAGODA_ERR_UNSUPPORTED with
  * one line naming the backend, the op, the ABI minor that added it and the
  * fix. pagoda_forward_init checks it; the runtime calls it before loading
  * weights so a server refuses at once. */

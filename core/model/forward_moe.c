@@ -2,12 +2,15 @@
  * forward_moe.c: the expert FFN of a routed layer (see docs/architecture.md,
  * "The expert FFN"): the router's logits to the host, the routing there
  * (moe_route.c), this rank's (token, choice) pairs through matmul_experts,
- * SwiGLU and moe_combine, the shared expert beside them, and the core's
- * fallbacks for a backend without the ABI 1.5 slots.
+ * SwiGLU (or gpt-oss's clamped swiglu_oai) and moe_combine, the shared
+ * expert beside them, the experts' biases (gpt-oss: each pair's row of its
+ * expert's bias table gathered with get_rows and added), and the core's
+ * fallbacks for a backend without the ABI 1.5 / 1.8 slots.
  * Not for: the dense layers or the buffers (forward.c).
  */
 #include "forward_moe.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +40,57 @@ static pagoda_tensor sub(pagoda_tensor t, int64_t r0, int64_t n)
     return t;
 }
 
+/* The clamped SwiGLU on the host (a backend without swiglu_oai): gate and
+ * up downloaded, computed as backend.h defines it, gate uploaded. */
+static int glu_oai_host(pagoda_forward *fw, const pagoda_tensor *g, const pagoda_tensor *u)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    const float alpha = fw->hp.swiglu_alpha, limit = fw->hp.swiglu_limit;
+    size_t C = (size_t)g->cols, n = (size_t)g->rows * C;
+    if (n == 0) return PAGODA_OK;
+    float *hg = malloc(2 * n * sizeof(float));
+    if (!hg) return PAGODA_ERR_NOMEM;
+    float *hu = hg + n;
+    int st = PAGODA_OK;
+    for (int64_t r = 0; r < g->rows && !st; r++) {
+        st = o->download(c, g->buf, g->offset + (size_t)r * g->row_stride, hg + (size_t)r * C, C * 4);
+        if (!st) st = o->download(c, u->buf, u->offset + (size_t)r * u->row_stride, hu + (size_t)r * C, C * 4);
+    }
+    for (size_t i = 0; i < n && !st; i++) {
+        float x = hg[i] < limit ? hg[i] : limit;
+        float y = hu[i] < -limit ? -limit : hu[i] > limit ? limit : hu[i];
+        hg[i] = (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
+    }
+    for (int64_t r = 0; r < g->rows && !st; r++)
+        st = o->upload(c, g->buf, g->offset + (size_t)r * g->row_stride, hg + (size_t)r * C, C * 4);
+    free(hg);
+    return st;
+}
+
+int pagoda_forward_glu(pagoda_forward *fw, const pagoda_tensor *gate, const pagoda_tensor *up)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    if (fw->hp.ffn_act != PAGODA_FFN_SWIGLU_OAI) return o->swiglu(fw->be->ctx, gate, up, gate);
+    if (o->swiglu_oai)
+        return o->swiglu_oai(fw->be->ctx, gate, up, fw->hp.swiglu_alpha, fw->hp.swiglu_limit, gate);
+    return glu_oai_host(fw, gate, up);
+}
+
+/* y[r] += b[ids[r]] for the n pair rows of y: expert biases (gpt-oss), the
+ * table b [E x y.cols] F32; its rows gathered into fw->eb with get_rows,
+ * then added. ids are global expert numbers. */
+static int add_expert_bias(pagoda_forward *fw, const pagoda_tensor *b, const int32_t *ids, int32_t n,
+                           const pagoda_tensor *y)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    if (n == 0) return PAGODA_OK;
+    pagoda_tensor t = view(fw->eb, n, y->cols);
+    int st = o->get_rows(c, b, ids, n, &t);
+    return st ? st : o->add(c, y, &t, y);
+}
+
 /* The core's fallback for a backend without matmul_experts: the n pairs
  * (sorted by expert, so each expert's pairs are one run of rows) through
  * gate/up, SwiGLU and down with plain matmuls, one call per active expert
@@ -63,8 +117,14 @@ static int experts_fallback(pagoda_forward *fw, const pagoda_forward_layer *L, c
                                          "matmul_multi(ffn_gate_exps, ffn_up_exps)"};
         if ((st = pagoda_forward_matmuls(fw, &x, 2, w2, NULL, o2, nm, what))) return st;
     }
+    if (L->has_exp_bias) {
+        *what = "get_rows/add(ffn_gate_exps.bias, ffn_up_exps.bias)";
+        if ((st = add_expert_bias(fw, &L->gate_exps_b, pe, n, eg)) ||
+            (st = add_expert_bias(fw, &L->up_exps_b, pe, n, eu)))
+            return st;
+    }
     *what = "swiglu(experts)";
-    if ((st = o->swiglu(c, eg, eu, eg))) return st;
+    if ((st = pagoda_forward_glu(fw, eg, eu))) return st;
     for (int32_t r0 = 0, r1; r0 < n; r0 = r1) {
         for (r1 = r0 + 1; r1 < n && pe[r1] == pe[r0];) r1++;
         pagoda_tensor x = sub(*eg, r0, r1 - r0), w = L->down_exps, y = sub(*ey, r0, r1 - r0);
@@ -72,6 +132,8 @@ static int experts_fallback(pagoda_forward *fw, const pagoda_forward_layer *L, c
         *what = "matmul(ffn_down_exps)";
         if ((st = o->matmul(c, &x, &w, NULL, &y))) return st;
     }
+    *what = "get_rows/add(ffn_down_exps.bias)";
+    if (L->has_exp_bias && (st = add_expert_bias(fw, &L->down_exps_b, pe, n, ey))) return st;
     return PAGODA_OK;
 }
 
@@ -142,7 +204,8 @@ int pagoda_forward_moe(pagoda_forward *fw, const pagoda_forward_layer *L, int32_
     int st;
 #define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
     pagoda_tensor rl = rows(fw->rl, T);
-    MCALL("matmul(ffn_gate_inp)", o->matmul(c, xb, &L->router, NULL, &rl));
+    MCALL("matmul(ffn_gate_inp)",
+          o->matmul(c, xb, &L->router, L->has_router_b ? &L->router_b : NULL, &rl));
     MCALL("download(router logits)",
           o->download(c, rl.buf, rl.offset, fw->moe.logits, (size_t)T * (size_t)E * sizeof(float)));
     pagoda_moe_route_params rp = {.n_experts = E, .k = k, .gating = hp->moe_gating,
@@ -169,7 +232,7 @@ int pagoda_forward_moe(pagoda_forward *fw, const pagoda_forward_layer *L, int32_
                                          "matmul_multi(ffn_gate_shexp, ffn_up_shexp)"};
         const pagoda_tensor w2[2] = {L->gate_shexp, L->up_shexp}, o2[2] = {g, u};
         if ((st = pagoda_forward_matmuls(fw, xb, 2, w2, NULL, o2, nm, what))) return st;
-        MCALL("swiglu(shexp)", o->swiglu(c, &g, &u, &g));
+        MCALL("swiglu(shexp)", pagoda_forward_glu(fw, &g, &u));
         if (L->has_shexp_gate) {
             /* qwen2moe: times sigmoid(x . gate_inp_shexp), one weight a token */
             pagoda_tensor ys = rows(fw->ys, T), gl = view(fw->rl, T, 1);
@@ -193,9 +256,15 @@ int pagoda_forward_moe(pagoda_forward *fw, const pagoda_forward_layer *L, int32_
               o->matmul_experts(c, xb, pt, &L->gate_exps, E_l, L->gate_exps_stride, pe, &eg));
         MCALL("matmul_experts(ffn_up_exps)",
               o->matmul_experts(c, xb, pt, &L->up_exps, E_l, L->up_exps_stride, pe, &eu));
-        MCALL("swiglu(experts)", o->swiglu(c, &eg, &eu, &eg));
+        if (L->has_exp_bias) {
+            MCALL("get_rows/add(ffn_gate_exps.bias)", add_expert_bias(fw, &L->gate_exps_b, pe, n, &eg));
+            MCALL("get_rows/add(ffn_up_exps.bias)", add_expert_bias(fw, &L->up_exps_b, pe, n, &eu));
+        }
+        MCALL("swiglu(experts)", pagoda_forward_glu(fw, &eg, &eu));
         MCALL("matmul_experts(ffn_down_exps)",
               o->matmul_experts(c, &eg, NULL, &L->down_exps, E_l, L->down_exps_stride, pe, &ey));
+        if (L->has_exp_bias)
+            MCALL("get_rows/add(ffn_down_exps.bias)", add_expert_bias(fw, &L->down_exps_b, pe, n, &ey));
     } else if (n > 0) {
         sort_pairs(fw, n);
         if ((st = experts_fallback(fw, L, xb, n, &eg, &eu, &ey, what))) return st;

@@ -17,6 +17,11 @@ int pagoda_forward_matmuls(pagoda_forward *fw, const pagoda_tensor *x, int32_t n
                            const pagoda_tensor *w, const pagoda_tensor *const *bias,
                            const pagoda_tensor *out, const char *const *names, const char **what);
 
+/* gate = act(gate, up) in place, F32 of one shape: the model's gated
+ * activation (swiglu; gpt-oss's swiglu_oai through the backend's ABI 1.8
+ * op, or on the host where it has none). */
+int pagoda_forward_glu(pagoda_forward *fw, const pagoda_tensor *gate, const pagoda_tensor *up);
+
 /* The expert FFN of routed layer L over xb [T x dim] (the normed input)
  * into out [T x dim]: this rank's partial sum under tensor parallelism
  * (the caller all-reduces it once). *what names the op that failed. */

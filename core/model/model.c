@@ -291,6 +291,20 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     }
     int st = read_moe_keys(f, A, hp, err, err_len);
     if (st) return st;
+    /* gpt-oss's groups (MAYBE: as blk.0, or the first routed layer, has them) */
+    char probe[96];
+    hp->attn_sinks = A->attn_sinks == PAGODA_ARCH_YES ||
+                     (A->attn_sinks == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, "blk.0.attn_sinks.weight"));
+    hp->attn_out_bias = A->attn_out_bias == PAGODA_ARCH_YES ||
+                        (A->attn_out_bias == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, "blk.0.attn_output.bias"));
+    snprintf(probe, sizeof probe, "blk.%d.ffn_gate_inp.bias", hp->n_dense_lead);
+    hp->router_bias = hp->n_experts > 0 &&
+                      (A->router_bias == PAGODA_ARCH_YES ||
+                       (A->router_bias == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, probe)));
+    snprintf(probe, sizeof probe, "blk.%d.ffn_gate_exps.bias", hp->n_dense_lead);
+    hp->exp_bias = hp->n_experts > 0 &&
+                   (A->exp_bias == PAGODA_ARCH_YES ||
+                    (A->exp_bias == PAGODA_ARCH_MAYBE && pagoda_gguf_tensor(f, probe)));
 
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
@@ -301,7 +315,7 @@ int pagoda_hparams_read(const gguf_file *f, pagoda_hparams *hp, char *err, size_
     hp->rope_yarn_beta_fast = 32.0f;
     hp->rope_yarn_beta_slow = 1.0f;
     hp->rope_yarn_ext_factor = 1.0f;
-    hp->rope_yarn_truncate = true;
+    hp->rope_yarn_truncate = !A->yarn_no_truncate;
     if (stype && !strcmp(stype, "linear") && hp->rope_factor != 1.0f)
         hp->rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
     else if (stype && !strcmp(stype, "yarn"))
@@ -549,6 +563,14 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
         B(post_attn_norm, "post_attention_norm.weight", hp->dim, 0, true, true)
         B(post_ffn_norm, "post_ffw_norm.weight", hp->dim, 0, true, true)
     }
+    /* a sink logit per query head: a wrong length is refused here, naming
+     * the tensor, its shape and head_count */
+    if (hp->attn_sinks) {
+        B(attn_sinks, "attn_sinks.weight", hp->n_heads, 0, true, true)
+    }
+    if (hp->attn_out_bias) {
+        B(bo, "attn_output.bias", hp->dim, 0, true, true)
+    }
     if (!moe) {
         B(w_gate, "ffn_gate.weight", hp->dim, hp->ffn, true, false)
         B(w_up, "ffn_up.weight", hp->dim, hp->ffn, true, false)
@@ -569,6 +591,15 @@ static int bind_layer(pagoda_model *m, const pagoda_arch *A, uint8_t *used, int 
                      err, err_len))
         return PAGODA_ERR_INVALID;
     B(ffn_gate_inp, "ffn_gate_inp.weight", hp->dim, hp->n_experts, true, false)
+    if (hp->router_bias) {
+        B(ffn_gate_inp_b, "ffn_gate_inp.bias", hp->n_experts, 0, true, true)
+    }
+    if (hp->exp_bias) {
+        /* one bias row per expert: [width, n_experts] */
+        B(ffn_gate_exps_b, "ffn_gate_exps.bias", hp->ffn_exp, hp->n_experts, true, true)
+        B(ffn_up_exps_b, "ffn_up_exps.bias", hp->ffn_exp, hp->n_experts, true, true)
+        B(ffn_down_exps_b, "ffn_down_exps.bias", hp->dim, hp->n_experts, true, true)
+    }
     if (L->ffn_gate_exps->type != L->ffn_up_exps->type) {
         ERR("%s: tensors blk.%d.ffn_gate_exps.weight (%s) and ffn_up_exps.weight (%s) have "
             "different types: a layer's gate and up experts are one type", m->gguf->path, l,
@@ -683,6 +714,10 @@ void pagoda_model_free(pagoda_model *m)
 void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq)
 {
     const pagoda_hparams *hp = &m->hp;
+    if (hp->swa_rope_global) {
+        pagoda_model_rope_inv_freq(m, inv_freq);
+        return;
+    }
     for (int i = 0; i < hp->rope_dims / 2; i++)
         inv_freq[i] = (float)pow((double)hp->rope_theta_swa, -2.0 * i / hp->rope_dims);
 }

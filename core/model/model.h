@@ -5,9 +5,10 @@
  * families are rows of arch.c's table: llama (Llama 2/3, TinyLlama,
  * Mistral, SmolLM; Mixtral with expert tensors), qwen2 (QKV bias), qwen3
  * (per-head Q/K RMSNorm), gemma3 (text only: scaled embeddings, Q/K norms,
- * post-norms, GeGLU, sliding-window layers with their own RoPE base), and
- * the mixtures of experts qwen3moe, qwen2moe and glm4moe, and deepseek2
- * (DeepSeek V2/V3/R1, Kimi K2: multi-head latent attention).
+ * post-norms, GeGLU, sliding-window layers with their own RoPE base), the
+ * mixtures of experts qwen3moe, qwen2moe and glm4moe, deepseek2 (DeepSeek
+ * V2/V3/R1, Kimi K2: multi-head latent attention) and gpt-oss (attention
+ * sinks, alternating windows, biases, the clamped SwiGLU).
  * Not for: running it (forward.c) or memory planning (memplan.c).
  */
 #ifndef PAGODA_MODEL_H
@@ -29,7 +30,9 @@ typedef enum pagoda_rope_scaling {
 /* The gated FFN's activation. */
 typedef enum pagoda_ffn_act {
     PAGODA_FFN_SILU = 0,       /* SwiGLU: silu(gate) * up (llama, qwen) */
-    PAGODA_FFN_GELU_TANH = 1   /* GeGLU: gelu_tanh(gate) * up (gemma3) */
+    PAGODA_FFN_GELU_TANH = 1,  /* GeGLU: gelu_tanh(gate) * up (gemma3) */
+    PAGODA_FFN_SWIGLU_OAI = 2  /* clamped: (clamp(up, +-limit) + 1) * g sigmoid(alpha g),
+                                * g = min(gate, limit) (gpt-oss; swiglu_alpha, swiglu_limit) */
 } pagoda_ffn_act;
 
 /* How a mixture-of-experts router turns its logits into expert weights
@@ -85,6 +88,12 @@ typedef struct pagoda_hparams {
     float attn_scale;      /* attention scores' scale (1/sqrt(head_dim)) */
     bool post_norms;       /* RMSNorm of each block's output before its residual add */
     int32_t ffn_act;       /* pagoda_ffn_act (SILU) */
+    /* gpt-oss (false / 0 for the others) */
+    bool attn_sinks;       /* a learned logit per head joins each softmax (attn_sinks) */
+    bool attn_out_bias;    /* attn_output.bias */
+    bool router_bias;      /* ffn_gate_inp.bias */
+    bool exp_bias;         /* ffn_{gate,up,down}_exps.bias */
+    float swiglu_alpha, swiglu_limit;   /* PAGODA_FFN_SWIGLU_OAI's constants */
     /* Sliding-window attention. Layer l is local when is_swa[l]: its
      * queries see the keys of the last swa_window positions (0 <= p - j <
      * swa_window), with RoPE base rope_theta_swa and no scaling; the other
@@ -94,6 +103,8 @@ typedef struct pagoda_hparams {
     int32_t swa_window;
     int32_t n_swa_layers;
     float rope_theta_swa;
+    bool swa_rope_global;  /* the local layers use the global RoPE, scaling included
+                            * (gpt-oss), not rope_theta_swa unscaled (gemma3) */
     uint8_t is_swa[PAGODA_MAX_SWA_LAYERS];
     /* Mixture of experts (n_experts 0: a dense FFN in every layer). Layers
      * l < n_dense_lead keep a dense FFN of width ffn; the others route each
@@ -137,6 +148,7 @@ typedef struct pagoda_layer_tensors {
     const gguf_tensor *q_norm, *k_norm;        /* qwen3, gemma3; else NULL */
     const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
     const gguf_tensor *post_attn_norm, *post_ffn_norm;  /* gemma3; else NULL */
+    const gguf_tensor *attn_sinks, *bo;        /* gpt-oss: [n_heads], [dim]; else NULL */
     /* Mixture of experts (a routed layer has these and no w_gate/w_up/w_down):
      * the router [dim -> n_experts], the experts as 3-D tensors
      * [dim, ffn_exp, n_experts] (down [ffn_exp, dim, n_experts]), the
@@ -144,6 +156,9 @@ typedef struct pagoda_layer_tensors {
      * and the shared experts as one dense FFN with an optional sigmoid gate
      * [dim -> 1] (qwen2moe). NULL where absent. */
     const gguf_tensor *ffn_gate_inp, *exp_probs_b;
+    /* gpt-oss: the router's bias [n_experts] and the experts' biases
+     * [ffn_exp, n_experts] (down [dim, n_experts]); else NULL */
+    const gguf_tensor *ffn_gate_inp_b, *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b;
     const gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     const gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
     /* Multi-head latent attention (hp.mla; wq is attn_q without a query
@@ -188,7 +203,8 @@ void pagoda_rope_yarn_inv_freq(float theta, int n_rot, float factor, int orig_ct
 /* 0.1 * m * ln(scale) + 1 for scale > 1, else 1 (YaRN's mscale). */
 float pagoda_rope_yarn_get_mscale(float scale, float m);
 /* The same for sliding-window layers: rope_theta_swa, no scaling (as
- * Gemma 3 trains them: linear scaling stretches only the global layers). */
+ * Gemma 3 trains them: linear scaling stretches only the global layers);
+ * with swa_rope_global (gpt-oss) the global table. */
 void pagoda_model_rope_inv_freq_swa(const pagoda_model *m, float *inv_freq);
 
 /* Does layer l route its FFN through experts? */

@@ -1,7 +1,7 @@
 /*
  * genmodel.c: `pagoda gen-model`: a random-weight GGUF of a real shape,
  * architecture llama (default), qwen2, qwen3 or gemma3, or a mixture of
- * experts (qwen3moe, qwen2moe, glm4moe, llama with experts as Mixtral is;
+ * experts (qwen3moe, qwen2moe, glm4moe, gpt-oss, llama with experts as Mixtral is;
  * experts as 3-D tensors [cols, rows, experts], the router F32 and scaled so
  * its logits have unit spread and tokens pick experts all over). Metadata as llama.cpp's
  * converter writes it, tensor names and layouts as llama.cpp reads them,
@@ -90,6 +90,17 @@ static const pagoda_model_shape shapes[] = {
      .n_experts_used = 2, .ffn_exp = 256, .n_shexp = 1, .ffn_shexp = 256, .n_dense_lead = 1,
      .kv_lora = 64, .q_lora = 128, .qk_rope = 32, .qk_nope = 32, .v_head_dim = 64, .n_groups = 2,
      .n_group_used = 1, .sigmoid = true, .norm_topk = true, .routed_scale = 2.5f},
+    /* gpt-oss-20b as released (openai/gpt-oss-20b config.json): 24 layers
+     * alternating a sliding window of 128 and full attention, 64 heads of
+     * 64 on 8 KV heads, 32 experts top-4 of width 2880, attention sinks,
+     * every bias, YaRN factor 32 over 4096 */
+    {.name = "gpt-oss-20b", .dim = 2880, .n_layers = 24, .n_heads = 64, .n_kv_heads = 8,
+     .ffn = 2880, .vocab = 201088, .context = 131072, .arch = "gpt-oss", .head_dim = 64,
+     .n_experts = 32, .n_experts_used = 4, .ffn_exp = 2880},
+    /* small, rows of 256, 8 experts top-4, the window of 8 */
+    {.name = "gpt-oss-tiny", .dim = 256, .n_layers = 2, .n_heads = 8, .n_kv_heads = 2, .ffn = 256,
+     .vocab = 512, .context = 512, .arch = "gpt-oss", .head_dim = 32, .n_experts = 8,
+     .n_experts_used = 4, .ffn_exp = 256},
 };
 
 const pagoda_model_shape *pagoda_model_shape_find(const char *name)
@@ -103,7 +114,7 @@ const char *pagoda_model_shape_names(void)
 {
     return "llama-110M, tinyllama-1.1B, tiny, tiny-k, tiny-tp, qwen3-30b-a3b, qwen2-moe-a2.7b, "
            "deepseek-v2-lite, deepseek-v3, deepseek2-tiny, "
-           "qwen3moe-tiny, qwen2moe-tiny, mixtral-tiny, glm4moe-tiny";
+           "qwen3moe-tiny, qwen2moe-tiny, mixtral-tiny, glm4moe-tiny, gpt-oss-20b, gpt-oss-tiny";
 }
 
 /* ------------------------------------------------------------ random */
@@ -438,14 +449,27 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     bool moe = sh->n_experts > 0;
     bool qwen3moe = !strcmp(arch, "qwen3moe"), qwen2moe = !strcmp(arch, "qwen2moe");
     bool glm4moe = !strcmp(arch, "glm4moe"), mla = !strcmp(arch, "deepseek2");
+    bool gptoss = !strcmp(arch, "gpt-oss");
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
     bool gemma3 = !strcmp(arch, "gemma3");
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3 && !(moe && (qwen3moe || qwen2moe || glm4moe || mla))) {
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !gemma3 &&
+        !(moe && (qwen3moe || qwen2moe || glm4moe || mla || gptoss))) {
         snprintf(err, err_len, "unknown architecture '%s' (known: llama, qwen2, qwen3, gemma3; qwen3moe, "
-                 "qwen2moe, glm4moe and deepseek2 come with their shapes)", arch);
+                 "qwen2moe, glm4moe, deepseek2 and gpt-oss come with their shapes)", arch);
         goto out;
     }
-    bool qkv_bias = qwen2 || qwen2moe || glm4moe, qk_norm = qwen3 || qwen3moe || gemma3;
+    if (gptoss && o->rope_scaling != PAGODA_ROPE_SCALING_NONE &&
+        o->rope_scaling != PAGODA_ROPE_SCALING_YARN) {
+        snprintf(err, err_len, "shape %s has its own rope scaling (YaRN factor 32 over 4096); "
+                 "leave --rope-scaling out", sh->name);
+        goto out;
+    }
+    bool qkv_bias = qwen2 || qwen2moe || glm4moe || gptoss, qk_norm = qwen3 || qwen3moe || gemma3;
+    /* The experts' type. MXFP4 (issue 26): the released gpt-oss files hold
+     * their experts as MXFP4 and every other matrix as Q8_0 / F16; until the
+     * MXFP4 type lands (the mxfp4 branch) the experts take --type like the
+     * rest. This is the one place to set it: exp_dt = gptoss ? MXFP4 : dt. */
+    int exp_dt = dt;
     if (o->sliding_window < 0 || o->swa_pattern < 0) {
         snprintf(err, err_len, "sliding window %d / pattern %d must be >= 0", o->sliding_window,
                  o->swa_pattern);
@@ -476,7 +500,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     gv.bias_std = 4 * gv.std;
     gv.router_std = 1.0f / sqrtf((float)dim);
     bool not_llama = strcmp(arch, "llama") != 0;
-    double theta = not_llama ? 1000000.0 : 10000.0;
+    double theta = gptoss ? 150000.0 : not_llama ? 1000000.0 : 10000.0;
     if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) theta = LLAMA3_THETA;
 #define AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
 
@@ -499,12 +523,17 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (!st && mla) st = pagoda_gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)head_dim);
     if (!st && mla) st = pagoda_gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)sh->kv_lora);
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"),
-                                    not_llama && !glm4moe ? 1e-6f : 1e-5f);
+                                    not_llama && !glm4moe && !gptoss ? 1e-6f : 1e-5f);
     if (!st && moe) st = write_moe_keys(w, arch, sh);
     if (!st && gemma3)
         st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window"),
                                (uint32_t)(o->sliding_window ? o->sliding_window : 512));
-    if (!st && gemma3 && o->swa_pattern)
+    /* gpt-oss: the window (the converter writes no pattern: layers alternate) */
+    if (!st && gptoss)
+        st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window"),
+                               (uint32_t)(o->sliding_window ? o->sliding_window
+                                          : sh->dim < 1024 ? 8 : 128));
+    if (!st && (gemma3 || gptoss) && o->swa_pattern)
         st = pagoda_gguf_w_u32(w, AKEY("attention.sliding_window_pattern"), (uint32_t)o->swa_pattern);
     if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.freq_base"), (float)theta);
     /* glm4moe rotates half of each head (partial_rotary_factor 0.5) */
@@ -515,11 +544,13 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
     }
     /* YaRN as llama.cpp's converter writes it from HF rope parameters:
-     * factor 4 over a trained context of 1024, betas 32 / 1 */
-    if (!st && o->rope_scaling == PAGODA_ROPE_SCALING_YARN) {
+     * factor 4 over a trained context of 1024, betas 32 / 1; gpt-oss's own
+     * (always): factor 32 over 4096 */
+    if (!st && (o->rope_scaling == PAGODA_ROPE_SCALING_YARN || gptoss)) {
         st = pagoda_gguf_w_str(w, AKEY("rope.scaling.type"), "yarn");
-        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), 4.0f);
-        if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.scaling.original_context_length"), 1024);
+        if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.factor"), gptoss ? 32.0f : 4.0f);
+        if (!st) st = pagoda_gguf_w_u32(w, AKEY("rope.scaling.original_context_length"),
+                                        gptoss ? 4096 : 1024);
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.yarn_beta_fast"), 32.0f);
         if (!st) st = pagoda_gguf_w_f32(w, AKEY("rope.scaling.yarn_beta_slow"), 1.0f);
     }
@@ -556,7 +587,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     if (st) { snprintf(err, err_len, "metadata: %s", pagoda_status_str(st)); goto out; }
 
     /* Tensor list, in llama.cpp's order. */
-    size_t n_t = 4 + (size_t)layers * 24;
+    size_t n_t = 4 + (size_t)layers * 28;
     ts = calloc(n_t, sizeof *ts);
     if (!ts) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
     size_t k = 0;
@@ -567,7 +598,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         ts[k].ne[2] = 1; k++;                                                     \
     } while (0)
 #define ADD3(nm_fmt, layer, d0, d1) do {                                          \
-        ADDK(nm_fmt, layer, dt, d0, d1, GT_WEIGHT);                              \
+        ADDK(nm_fmt, layer, exp_dt, d0, d1, GT_WEIGHT);                          \
         ts[k - 1].ne[2] = sh->n_experts; ts[k - 1].n_dims = 3;                    \
     } while (0)
 #define ADD(nm_fmt, layer, tp, d0, d1, is_norm) \
@@ -616,19 +647,32 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
         ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
+        if (gptoss) {   /* the output bias and a sink logit per head */
+            ADDK("blk.%d.attn_output.bias", l, PAGODA_DTYPE_F32, dim, 1, GT_BIAS);
+            ADDK("blk.%d.attn_sinks.weight", l, PAGODA_DTYPE_F32, sh->n_heads, 1, GT_BIAS);
+        }
         }
         if (gemma3) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
-        /* glm4moe names its pre-FFN norm post_attention_norm, as llama.cpp does */
-        if (glm4moe) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
+        /* glm4moe and gpt-oss name their pre-FFN norm post_attention_norm, as llama.cpp does */
+        if (glm4moe || gptoss) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         else ADD("blk.%d.ffn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         if (moe && l >= sh->n_dense_lead) {
             /* the router stays F32, as llama-quantize leaves it */
             ADDK("blk.%d.ffn_gate_inp.weight", l, PAGODA_DTYPE_F32, dim, sh->n_experts, GT_ROUTER);
             if (glm4moe || (mla && sh->sigmoid))
                 ADDK("blk.%d.exp_probs_b.bias", l, PAGODA_DTYPE_F32, sh->n_experts, 1, GT_BIAS);
+            if (gptoss) ADDK("blk.%d.ffn_gate_inp.bias", l, PAGODA_DTYPE_F32, sh->n_experts, 1, GT_BIAS);
             ADD3("blk.%d.ffn_gate_exps.weight", l, dim, sh->ffn_exp);
             ADD3("blk.%d.ffn_up_exps.weight", l, dim, sh->ffn_exp);
             ADD3("blk.%d.ffn_down_exps.weight", l, sh->ffn_exp, dim);
+            if (gptoss) {   /* a bias row per expert: [width, experts] */
+                static const char *const eb[3] = {"blk.%d.ffn_gate_exps.bias",
+                                                  "blk.%d.ffn_up_exps.bias", "blk.%d.ffn_down_exps.bias"};
+                for (int b = 0; b < 3; b++) {
+                    ADDK(eb[b], l, PAGODA_DTYPE_F32, b == 2 ? dim : sh->ffn_exp, sh->n_experts, GT_BIAS);
+                    ts[k - 1].n_dims = 2;
+                }
+            }
             if (sh->ffn_shexp) {
                 if (qwen2moe)   /* the shared expert's sigmoid gate [dim -> 1] */
                     ADD("blk.%d.ffn_gate_inp_shexp.weight", l, PAGODA_DTYPE_F32, dim, 1, false);
@@ -759,6 +803,10 @@ static void gen_usage(FILE *f)
                "              and 2 shared) | deepseek-v3 (61 layers, dim 7168, 128 heads, query\n"
                "              LoRA 1536, 256 experts top-8 in 8 groups, sigmoid; --layers N) |\n"
                "              deepseek2-tiny (V3-style, dim 256)\n"
+               "            | gpt-oss-20b (as released: 24 layers, dim 2880, 64/8 heads of 64,\n"
+               "              32 experts top-4 of 2880, sinks, biases, window 128 on every\n"
+               "              other layer, YaRN 32 over 4096; experts in --type until MXFP4\n"
+               "              lands) | gpt-oss-tiny (dim 256, 8 experts top-4, window 8)\n"
                "  --header-only  the header and tensor table, the data a hole of zeros (a\n"
                "            sparse file): `pagoda plan` of a shape too big to write; never run it\n"
                "  --upcycle SRC  a dense llama GGUF whose FFN becomes E identical experts (the\n"
@@ -780,9 +828,10 @@ static void gen_usage(FILE *f)
                "  --std     weight standard deviation (default 0.02)\n"
                "  --norm-std  norm weights 1 + N(0, S) (default 0: exactly 1)\n"
                "  --head-dim  head dimension other than dim/heads (attention.key_length)\n"
-               "  --sliding-window N  gemma3: attention.sliding_window (default 512)\n"
-               "  --swa-pattern N  gemma3: write attention.sliding_window_pattern = N (every\n"
-               "            N-th layer global; default: no key, which means 6)\n");
+               "  --sliding-window N  gemma3, gpt-oss: attention.sliding_window (default 512;\n"
+               "            gpt-oss 128, its tiny shape 8)\n"
+               "  --swa-pattern N  gemma3, gpt-oss: write attention.sliding_window_pattern = N\n"
+               "            (every N-th layer global; default: no key, which means 6; gpt-oss 2)\n");
 }
 
 int pagoda_cmd_gen_model(int argc, char **argv)
@@ -822,9 +871,10 @@ int pagoda_cmd_gen_model(int argc, char **argv)
         else if (OPT("--vocab")) o.vocab = v;
         else if (OPT("--arch")) {
             if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma3") &&
-                strcmp(v, "qwen3moe") && strcmp(v, "qwen2moe") && strcmp(v, "glm4moe")) {
+                strcmp(v, "qwen3moe") && strcmp(v, "qwen2moe") && strcmp(v, "glm4moe") &&
+                strcmp(v, "gpt-oss")) {
                 fprintf(stderr, "pagoda gen-model: --arch %s: expected llama, qwen2, qwen3, gemma3 (or "
-                        "a MoE shape's own: qwen3moe, qwen2moe, glm4moe)\n", v);
+                        "a MoE shape's own: qwen3moe, qwen2moe, glm4moe, gpt-oss)\n", v);
                 return 2;
             }
             o.arch = v;

@@ -53,6 +53,10 @@ typedef struct pagoda_backend_info {
      * backend that sets its bit, and keeps a latent model's row as both K
      * and V of a separate layout otherwise. */
     uint32_t kv_kinds;
+    /* ABI 1.8: attention_ext honours pagoda_attn_params.sinks. false (an
+     * older backend's zeroed field): the core refuses, at start, a model
+     * with attention sinks (gpt-oss) rather than run it without them. */
+    bool attn_sinks;
 } pagoda_backend_info;
 
 /*
@@ -189,6 +193,14 @@ typedef struct pagoda_attn_params {
      * table's entries before the window no meaning (the same block may
      * stand for logical blocks i and i + R, or another sequence's). */
     int32_t window;
+    /* ---- ABI 1.8 ---- */
+    /* Attention sinks (gpt-oss): sinks.buf NULL: none. Else F32 [1 x
+     * n_heads] (a weights tensor): head h's softmax gains one more logit,
+     * sinks[h], whose value row is zero, so it only joins the denominator:
+     *   out_h = sum_j e^(s_j - M) v_j / (e^(sinks[h] - M) + sum_j e^(s_j - M)),
+     * M = max(sinks[h], max_j s_j), over the keys j the query sees. A
+     * backend that reads it says so in info.attn_sinks. */
+    pagoda_tensor sinks;
 } pagoda_attn_params;
 
 /*
@@ -343,6 +355,17 @@ typedef struct pagoda_backend_ops {
      * upload. */
     int (*moe_combine)(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows,
                        const float *weights, bool accumulate, const pagoda_tensor *out);
+
+    /* ---- ABI 1.8: gpt-oss (optional) ---- */
+
+    /* optional, ABI 1.8. The clamped SwiGLU of gpt-oss's experts, all F32
+     * of one shape, out may alias either:
+     *   g = min(gate, limit), u = clamp(up, -limit, limit),
+     *   out = (u + 1) * g * sigmoid(alpha * g)
+     * (gpt-oss: alpha 1.702, limit 7). Fallback: download, compute on the
+     * host, upload. */
+    int (*swiglu_oai)(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
+                      float limit, const pagoda_tensor *out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

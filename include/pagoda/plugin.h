@@ -39,9 +39,12 @@ extern "C" {
  * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.7
  * the latent KV layout (pagoda_kv_layout.kind PAGODA_KV_LATENT: one row a
  * slot that is both key and value, for multi-head latent attention), which
- * a backend opts into through info.kv_kinds; 1.11 the host's
- * kv_block_bytes, kv_read_block, kv_write_block and kv_fingerprint (a KV
- * policy's disk tier) and pagoda_kv_stats' tier counters. */
+ * a backend opts into through info.kv_kinds; 1.8 gpt-oss: attention sinks
+ * (pagoda_attn_params.sinks, honoured where pagoda_backend_info.attn_sinks
+ * says so) and the optional backend op swiglu_oai (the clamped SwiGLU of
+ * gpt-oss's experts); 1.11 the host's kv_block_bytes, kv_read_block,
+ * kv_write_block and kv_fingerprint (a KV policy's disk tier) and
+ * pagoda_kv_stats' tier counters. */
 #define PAGODA_ABI_MINOR 11
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"

@@ -46,6 +46,7 @@
 #include "gguf.h"
 #include "engine_testutil.h"
 #include "model.h"
+#include "model_testutil.h"
 #include "runtime.h"
 #include "testutil.h"
 
@@ -444,15 +445,6 @@ static void patch_file(const char *path, const char *from, const char *to)
     free(buf);
 }
 
-static void expect_open_error(const char *path, const char *want)
-{
-    char err[512] = "";
-    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
-    ck_assert_msg(m == NULL, "%s opened, expected: %s", path, want);
-    ck_assert_msg(strstr(err, want), "error '%s' lacks '%s'", err, want);
-    ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
-}
-
 /* Bad Gemma files: one line naming the tensor or key. */
 START_TEST(gemma3_bad_input)
 {
@@ -462,21 +454,21 @@ START_TEST(gemma3_bad_input)
                    "gemma3", "--sliding-window", "8", NULL};
     ck_assert_int_eq(pagoda_cmd_gen_model(11, gen), 0);
     patch_file(path, "blk.1.post_ffw_norm.weight", "blk.1.post_ffw_norX.weight");
-    expect_open_error(path, "tensor blk.1.post_ffw_norm.weight is missing (architecture gemma3 needs it)");
+    mt_expect_open_error(path, "tensor blk.1.post_ffw_norm.weight is missing (architecture gemma3 needs it)");
 
     ck_assert_int_eq(pagoda_cmd_gen_model(11, gen), 0);
     patch_file(path, "blk.0.attn_k_norm.weight", "blk.0.attn_k_norX.weight");
-    expect_open_error(path, "tensor blk.0.attn_k_norm.weight is missing");
+    mt_expect_open_error(path, "tensor blk.0.attn_k_norm.weight is missing");
 
     ck_assert_int_eq(pagoda_cmd_gen_model(11, gen), 0);
     patch_file(path, "gemma3.attention.sliding_window", "gemma3.attention.sliding_windoX");
-    expect_open_error(path, "missing key gemma3.attention.sliding_window");
+    mt_expect_open_error(path, "missing key gemma3.attention.sliding_window");
 
     /* a window beyond the training context (512 for the tiny shape) */
     char *gen2[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--arch",
                     "gemma3", "--sliding-window", "4096", NULL};
     ck_assert_int_eq(pagoda_cmd_gen_model(11, gen2), 0);
-    expect_open_error(path, "key gemma3.attention.sliding_window = 4096 is outside 1..512 "
+    mt_expect_open_error(path, "key gemma3.attention.sliding_window = 4096 is outside 1..512 "
                             "(the context_length)");
 }
 END_TEST
@@ -673,7 +665,7 @@ START_TEST(yarn_file)
     ck_assert_int_eq(fseek(fp, (long)(at - buf + strlen(key) + 4), SEEK_SET), 0);
     ck_assert_int_eq(fwrite(&half, sizeof half, 1, fp), 1);
     fclose(fp);
-    expect_open_error(path, "rope.scaling.factor is 0.5");
+    mt_expect_open_error(path, "rope.scaling.factor is 0.5");
 }
 END_TEST
 

@@ -14,6 +14,7 @@
 
 #include "genmodel.h"
 #include "gguf.h"
+#include "model.h"
 #include "quant.h"
 #include "testutil.h"
 #include "upcycle.h"
@@ -490,6 +491,66 @@ START_TEST(moe_real_shapes)
 }
 END_TEST
 
+/* gpt-oss: the released shape's table (header only) and the tiny one,
+ * which pagoda opens with every tensor bound (none left over). */
+START_TEST(gptoss_shapes)
+{
+    const pagoda_model_shape *g = pagoda_model_shape_find("gpt-oss-20b");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_str_eq(g->arch, "gpt-oss");
+    ck_assert_int_eq(g->n_layers, 24);
+    ck_assert_int_eq(g->dim, 2880);
+    ck_assert_int_eq(g->n_heads, 64);
+    ck_assert_int_eq(g->n_kv_heads, 8);
+    ck_assert_int_eq(g->head_dim, 64);
+    ck_assert_int_eq(g->n_experts, 32);
+    ck_assert_int_eq(g->n_experts_used, 4);
+    ck_assert_int_eq(g->ffn_exp, 2880);
+    ck_assert_int_eq(g->vocab, 201088);
+    char *out = (char *)tmp_path("g.gguf");
+    char err[512];
+    pagoda_genmodel_opts o = {.shape = "gpt-oss-20b", .dtype = PAGODA_DTYPE_Q8_0, .out = out,
+                              .layers = 2, .header_only = true};
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(out, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    ck_assert_int_eq(key(f, "gpt-oss.block_count"), 2);
+    ck_assert_int_eq(key(f, "gpt-oss.attention.sliding_window"), 128);
+    ck_assert_int_eq(key(f, "gpt-oss.expert_feed_forward_length"), 2880);
+    ck_assert_int_eq(key(f, "gpt-oss.rope.scaling.original_context_length"), 4096);
+    double d = 0;
+    ck_assert(pagoda_gguf_get_float(f, "gpt-oss.rope.scaling.factor", &d) && d == 32.0);
+    ck_assert(pagoda_gguf_get_float(f, "gpt-oss.rope.freq_base", &d) && d == 150000.0);
+    ck_assert_uint_eq(f->n_tensors, 3 + 2 * 19);
+    check_dims(tensor(f, "blk.1.attn_sinks.weight"), PAGODA_DTYPE_F32, 1, 64, 1, 1);
+    check_dims(tensor(f, "blk.1.attn_q.weight"), PAGODA_DTYPE_Q8_0, 2, 2880, 4096, 1);
+    check_dims(tensor(f, "blk.1.attn_output.weight"), PAGODA_DTYPE_Q8_0, 2, 4096, 2880, 1);
+    check_dims(tensor(f, "blk.1.attn_output.bias"), PAGODA_DTYPE_F32, 1, 2880, 1, 1);
+    check_dims(tensor(f, "blk.0.ffn_gate_inp.bias"), PAGODA_DTYPE_F32, 1, 32, 1, 1);
+    check_dims(tensor(f, "blk.0.ffn_up_exps.weight"), PAGODA_DTYPE_Q8_0, 3, 2880, 2880, 32);
+    check_dims(tensor(f, "blk.0.ffn_up_exps.bias"), PAGODA_DTYPE_F32, 2, 2880, 32, 1);
+    check_dims(tensor(f, "blk.0.ffn_down_exps.bias"), PAGODA_DTYPE_F32, 2, 2880, 32, 1);
+    check_dims(tensor(f, "blk.0.post_attention_norm.weight"), PAGODA_DTYPE_F32, 1, 2880, 1, 1);
+    ck_assert_ptr_null(pagoda_gguf_tensor(f, "blk.0.ffn_norm.weight"));
+    pagoda_gguf_close(f);
+    /* the tiny shape, written and opened */
+    o = (pagoda_genmodel_opts){.shape = "gpt-oss-tiny", .dtype = PAGODA_DTYPE_F16, .out = out};
+    ck_assert_msg(pagoda_gen_model(&o, err, sizeof err) == 0, "%s", err);
+    pagoda_model *m = pagoda_model_open(out, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    ck_assert_str_eq(m->hp.arch, "gpt-oss");
+    ck_assert_int_eq(m->hp.swa_window, 8);
+    ck_assert_int_eq(m->hp.n_swa_layers, 1);
+    ck_assert_int_eq(m->hp.rope_scaling, PAGODA_ROPE_SCALING_YARN);
+    ck_assert(m->hp.attn_sinks && m->hp.exp_bias && m->hp.router_bias && m->hp.attn_out_bias);
+    pagoda_model_free(m);
+    /* its own rope scaling */
+    o.rope_scaling = PAGODA_ROPE_SCALING_LINEAR;
+    ck_assert_int_ne(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "shape gpt-oss-tiny has its own rope scaling"), "%s", err);
+}
+END_TEST
+
 /* --upcycle: the dense FFN in E identical experts, the same blocks byte
  * for byte, a router, the expert keys; everything else as it was. */
 START_TEST(upcycle_dense)
@@ -574,6 +635,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cli_errors);
     tcase_add_test(tc, moe_families);
     tcase_add_test(tc, moe_real_shapes);
+    tcase_add_test(tc, gptoss_shapes);
     tcase_add_test(tc, upcycle_dense);
     suite_add_tcase(s, tc);
     return s;

@@ -336,11 +336,13 @@ out:
 /* ------------------------------------------- rms_norm, swiglu, add, rope */
 
 /* op 0 rms_norm (b = weights, 1 row), 1 swiglu, 2 add, 3 geglu, 4 scale
- * (by 1.75; b unused); alias: out is a. geglu and scale are optional
- * (ABI 1.1): skipped where the slot is NULL. */
+ * (by 1.75; b unused), 5 swiglu_oai (alpha 1.702, limit 1.25: inside the
+ * inputs' range, so both clamps are hit); alias: out is a. geglu and scale
+ * are optional (ABI 1.1), swiglu_oai (ABI 1.8): skipped where the slot is
+ * NULL. */
 static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alias, bool padded)
 {
-    static const char *names[] = {"rms_norm", "swiglu", "add", "geglu", "scale"};
+    static const char *names[] = {"rms_norm", "swiglu", "add", "geglu", "scale", "swiglu_oai"};
     const char *op = names[which];
     char shape[160];
     snprintf(shape, sizeof shape, "%lld x %lld%s%s", (long long)rows, (long long)cols,
@@ -351,6 +353,12 @@ static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alia
                              : "the core scales on the host");
         return;
     }
+    if (which == 5 && !c->ops->swiglu_oai) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.8) is NULL: the core computes "
+                  "it on the host (gpt-oss's experts)");
+        return;
+    }
+    const float alpha = 1.702f, limit = 1.25f;
     size_t n = (size_t)(rows * cols);
     int64_t brows = which == 0 ? 1 : rows;
     float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * (size_t)(brows * cols));
@@ -380,6 +388,7 @@ static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alia
     else if (which == 1) st = c->ops->swiglu(c->be, &at, &bt, out);
     else if (which == 2) st = c->ops->add(c->be, &at, &bt, out);
     else if (which == 3) st = c->ops->geglu(c->be, &at, &bt, out);
+    else if (which == 5) st = c->ops->swiglu_oai(c->be, &at, &bt, alpha, limit, out);
     else st = c->ops->scale(c->be, &at, sc, out);
     if (st) { cf_record_call(c, op, shape, op, st); goto out; }
     if ((st = cf_tensor_get(c, out, got))) { cf_record_call(c, op, shape, "download", st); goto out; }
@@ -398,7 +407,10 @@ static void case_rowwise(cf *c, int which, int64_t rows, int64_t cols, bool alia
             else if (which == 2) v = g + br[j];
             else if (which == 3)   /* gelu_tanh by its definition */
                 v = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * br[j];
-            else v = g * sc;
+            else if (which == 5) {   /* gpt-oss's definition (transformers GptOssExperts) */
+                double x = fmin(g, limit), u = fmax(fmin((double)br[j], limit), -(double)limit);
+                v = (u + 1.0) * x / (1.0 + exp(-(double)alpha * x));
+            } else v = g * sc;
             want[r * cols + j] = v;
         }
     }
@@ -517,6 +529,8 @@ void cf_run_all_ops(cf *c)
     case_rowwise(c, 3, 37, 256, true, true);
     case_rowwise(c, 4, 1, 64, false, false);
     case_rowwise(c, 4, 37, 640, true, true);
+    case_rowwise(c, 5, 1, 64, false, false);
+    case_rowwise(c, 5, 37, 256, true, true);
 
     for (int neox = 0; neox < 2; neox++) {
         case_rope(c, 1, 4, 64, 64, neox, 1.0f);

@@ -92,9 +92,11 @@ static int32_t ring_blocks(int32_t window, int32_t n_q, int32_t bs)
 
 /* kind PAGODA_KV_LATENT (ABI 1.7): one KV head whose row is the key and
  * the value; kv_write gets no v (NULL), the reference reads the keys as
- * values, and the pool has no V plane. */
+ * values, and the pool has no V plane. sinks (ABI 1.8): a logit per head
+ * joins each softmax. */
 static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                                const seq_spec *ss, int n_seqs, int32_t window, bool ring, int kind)
+                                const seq_spec *ss, int n_seqs, int32_t window, bool ring, int kind,
+                                bool sinks)
 {
     const char *aop = window < 0 ? "attention" : "attention_ext";
     bool latent = kind == PAGODA_KV_LATENT;
@@ -103,6 +105,7 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
                        latent ? "latent " : "", pagoda_dtype_name(kvdt), n_heads, n_kv, hd, bs);
     if (window >= 0) len += snprintf(shape + len, sizeof shape - (size_t)len, " window %d", window);
     if (ring) len += snprintf(shape + len, sizeof shape - (size_t)len, " ring");
+    if (sinks) len += snprintf(shape + len, sizeof shape - (size_t)len, " sinks");
     len += snprintf(shape + len, sizeof shape - (size_t)len, " seqs");
     for (int s = 0; s < n_seqs && len < (int)sizeof shape - 16; s++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, " %d+%d", ss[s].hist, ss[s].n_q);
@@ -119,6 +122,11 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
     if (window >= 0 && !c->ops->attention_ext) {
         cf_record(c, aop, shape, 0, 0, CF_SKIP, "optional slot (ABI 1.1) is NULL: the core "
                   "refuses models with sliding-window layers (gemma3)");
+        return;
+    }
+    if (sinks && !c->info.attn_sinks) {
+        cf_record(c, aop, shape, 0, 0, CF_SKIP, "info.attn_sinks is false (ABI 1.8): the core "
+                  "refuses models with attention sinks (gpt-oss)");
         return;
     }
     int64_t kvrow = (int64_t)n_kv * hd, qcols = (int64_t)n_heads * hd;
@@ -154,8 +162,12 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
     double *want = malloc(sizeof(double) * (size_t)(T * qcols));
     uint8_t *pool0 = malloc(pool_bytes), *pool1 = malloc(pool_bytes);
     double *sc = NULL;
+    /* sink logits of the same order as the scores (|q.k| / sqrt(hd) <~ 2):
+     * some above every score of a row, some below */
+    float sink[64];
     pagoda_buffer *kvb = NULL, *hkb = NULL, *hvb = NULL, *nkb = NULL, *nvb = NULL, *qb = NULL, *ob = NULL;
-    pagoda_tensor hkt, hvt, nkt, nvt, qt, ot;
+    pagoda_buffer *skb = NULL;
+    pagoda_tensor hkt, hvt, nkt, nvt, qt, ot, skt = {0};
     int st;
     if (!perm || !tables || !views || !kh || !vh || !ks || !vs || !hslots || !slots || !positions || !tokens ||
         !seq_base || !q || !got || !want || !pool0 || !pool1) {
@@ -197,6 +209,7 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
     cf_fill(c, vh, (size_t)((H_all + T) * kvrow), -1.0f, 1.0f);
     if (latent) memcpy(vh, kh, sizeof(float) * (size_t)((H_all + T) * kvrow));   /* V = K */
     cf_fill(c, q, (size_t)(T * qcols), -1.0f, 1.0f);
+    cf_fill(c, sink, sizeof sink / sizeof sink[0], -3.0f, 3.0f);
     kv_fill_pool(c, kvdt, pool0, pool_bytes);
     /* Packed copies of the history rows and the new rows, in slot order. */
     float *hk = malloc(sizeof(float) * (size_t)((H + 1) * kvrow)), *hv = malloc(sizeof(float) * (size_t)((H + 1) * kvrow));
@@ -232,6 +245,7 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
     if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, kvrow, c->align, nv, &nvb, &nvt);
     if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, q, &qb, &qt);
     if (!st) st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, qcols, 0, NULL, &ob, &ot);
+    if (!st && sinks) st = cf_tensor_new(c, PAGODA_BUF_WEIGHTS, PAGODA_DTYPE_F32, 1, n_heads, 0, sink, &skb, &skt);
     free(hk); free(hv); free(nk); free(nv);
     if (st) { cf_record_call(c, "kv_write", shape, "buffer_alloc/upload", st); goto out; }
 
@@ -251,7 +265,7 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
         st = c->ops->attention(c->be, &qt, kvb, &L, layer, &batch, n_heads, ascale, &ot);
     } else {
         pagoda_attn_params ap = {.struct_size = sizeof ap, .n_heads = n_heads, .scale = ascale,
-                                 .window = window};
+                                 .window = window, .sinks = skt};
         st = c->ops->attention_ext(c->be, &qt, kvb, &L, layer, &batch, &ap, &ot);
     }
     if (st) {
@@ -322,6 +336,9 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
                         sc[j] = d * scale;
                         if (sc[j] > m) m = sc[j];
                     }
+                    /* a sink: one more logit in the denominator, no value */
+                    if (sinks && sink[h] > m) m = sink[h];
+                    if (sinks) l += exp(sink[h] - m);
                     for (int32_t j = j0; j < n_keys; j++) { sc[j] = exp(sc[j] - m); l += sc[j]; }
                     double *w = want + row * qcols + (int64_t)h * hd;
                     for (int e = 0; e < hd; e++) w[e] = 0;
@@ -336,12 +353,12 @@ static void case_attention_kind(cf *c, int kvdt, int n_heads, int n_kv, int hd, 
          * ggml's Q8_0 KV does (the CPU backend does not) */
         double tol = kvdt == PAGODA_DTYPE_F32 ? 1e-4 : kvdt == PAGODA_DTYPE_F16 ? 5e-4 : 3e-3;
         cf_record(c, aop, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
-                  "outputs differ from causal softmax attention over the block tables%s",
-                  window > 0 ? " within the window" : "");
+                  "outputs differ from causal softmax attention over the block tables%s%s",
+                  window > 0 ? " within the window" : "", sinks ? " with a sink logit per head" : "");
     }
 out:
     cf_buffer_free(c, kvb); cf_buffer_free(c, hkb); cf_buffer_free(c, hvb); cf_buffer_free(c, nkb);
-    cf_buffer_free(c, nvb); cf_buffer_free(c, qb); cf_buffer_free(c, ob);
+    cf_buffer_free(c, nvb); cf_buffer_free(c, qb); cf_buffer_free(c, ob); cf_buffer_free(c, skb);
     free(perm); free(tables); free(views); free(kh); free(vh); free(ks); free(vs); free(hslots); free(slots);
     free(positions); free(tokens); free(seq_base); free(q); free(got); free(want); free(pool0);
     free(pool1); free(sc);
@@ -350,9 +367,10 @@ out:
 }
 
 static void case_attention(cf *c, int kvdt, int n_heads, int n_kv, int hd, int bs,
-                           const seq_spec *ss, int n_seqs, int32_t window, bool ring)
+                           const seq_spec *ss, int n_seqs, int32_t window, bool ring, bool sinks)
 {
-    case_attention_kind(c, kvdt, n_heads, n_kv, hd, bs, ss, n_seqs, window, ring, PAGODA_KV_SEPARATE);
+    case_attention_kind(c, kvdt, n_heads, n_kv, hd, bs, ss, n_seqs, window, ring, PAGODA_KV_SEPARATE,
+                        sinks);
 }
 
 /* ---------------------------------------------------------- copy_blocks */
@@ -419,28 +437,38 @@ void cf_run_kv_ops(cf *c)
     /* ... and long enough that each ring wraps: a decode at 600, a
      * 24-token chunk at 300 */
     static const seq_spec gemma_ring[] = {{600, 1}, {300, 24}, {5, 3}};
+    /* a decode row past 512 keys (split), a chunk past the window of 128 */
+    static const seq_spec gptoss[] = {{700, 1}, {150, 20}, {3, 2}};
     for (int k = 0; k < 3; k++) {
         bool q8 = kvtypes[k] == PAGODA_DTYPE_Q8_0;
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1, false);    /* MHA, prefill + decode */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1, false);  /* GQA 4:1, T > 32 */
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, -1, false, false);    /* MHA, prefill + decode */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, -1, false, false);  /* GQA 4:1, T > 32 */
         /* the bundled model's heads of 8 (Q8_0 needs whole blocks of 32: heads of 32) */
-        case_attention(c, kvtypes[k], 8, 4, q8 ? 32 : 8, 16, decode, 3, -1, false);
+        case_attention(c, kvtypes[k], 8, 4, q8 ? 32 : 8, 16, decode, 3, -1, false, false);
         /* sliding windows: inside a block, across skipped blocks, none */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false);
-        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19, false);
-        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0, false);
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false, false);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma, 3, 19, false, false);
+        case_attention(c, kvtypes[k], 4, 4, 64, 16, mixed, 4, 0, false, false);
         /* ring-shaped block tables (the core's sliding-window pool): the
          * same physical block for logical blocks i and i + R, in each KV
          * type (the window pool stores kv_dtype like the main pool) */
-        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true);
-        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true);
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true, false);
+        case_attention(c, kvtypes[k], 4, 1, 256, 16, gemma_ring, 3, 19, true, false);
+        /* attention sinks (ABI 1.8; gpt-oss's 64 heads of 64 on 8 KV
+         * heads, scaled down): full causal, a window, a ring, and a long
+         * decode row (split into several key ranges, merged with the sink) */
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 0, false, true);
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, false, true);
+        case_attention(c, kvtypes[k], 8, 2, 32, 8, long_mix, 4, 5, true, true);
+        case_attention(c, kvtypes[k], 16, 2, 64, 16, gptoss, 3, 0, false, true);
+        case_attention(c, kvtypes[k], 16, 2, 64, 16, gptoss, 3, 128, true, true);
     }
     /* the latent layout (ABI 1.7): DeepSeek's 128 heads read one row of 512 + 64
      * (a decode-heavy mix), and small heads of 64 + 32 with chunks */
     static const seq_spec mla_decode[] = {{0, 3}, {40, 1}, {17, 1}};
     for (int k = 0; k < 3; k++) {
-        case_attention_kind(c, kvtypes[k], 128, 1, 576, 16, mla_decode, 3, -1, false, PAGODA_KV_LATENT);
-        case_attention_kind(c, kvtypes[k], 4, 1, 96, 8, mixed, 4, -1, false, PAGODA_KV_LATENT);
+        case_attention_kind(c, kvtypes[k], 128, 1, 576, 16, mla_decode, 3, -1, false, PAGODA_KV_LATENT, false);
+        case_attention_kind(c, kvtypes[k], 4, 1, 96, 8, mixed, 4, -1, false, PAGODA_KV_LATENT, false);
     }
     for (int k = 0; k < 3; k++) {
         case_copy_blocks(c, kvtypes[k], PAGODA_KV_SEPARATE);
