@@ -36,8 +36,10 @@ extern "C" {
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
  * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
- * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
-#define PAGODA_ABI_MINOR 6
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.9
+ * the MXFP4 weight type (PAGODA_DTYPE_MXFP4 = 39, types.h: gpt-oss's
+ * experts), a bit of info.weight_types a backend opts into. */
+#define PAGODA_ABI_MINOR 9
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 
