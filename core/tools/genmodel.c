@@ -266,6 +266,7 @@ static uint32_t file_type(int dtype)
     case PAGODA_DTYPE_IQ4_NL: return 25;
     case PAGODA_DTYPE_IQ4_XS: return 30;
     case PAGODA_DTYPE_BF16: return 32;
+    case PAGODA_DTYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
     default: return 0;
     }
 }
@@ -275,7 +276,7 @@ static uint32_t file_type(int dtype)
 static const int gen_types[] = {
     PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,   PAGODA_DTYPE_Q4_0,
     PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_Q2_K,
-    PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
+    PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_MXFP4};
 #define GEN_TYPES_TEXT PAGODA_GENMODEL_TYPES
 
 int pagoda_genmodel_tensor_type(int dtype, int64_t cols)
@@ -394,6 +395,11 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         goto out;
     }
     bool moe = sh->n_experts > 0;
+    /* MXFP4 on a mixture of experts goes to the routed experts only, Q8_0
+     * to every other matrix (llama-quantize's MXFP4_MOE, and the released
+     * gpt-oss files); a dense shape has no experts to single out, so all
+     * its matrices are MXFP4 (for running the type end to end). */
+    const int dt_other = dt == PAGODA_DTYPE_MXFP4 && moe ? PAGODA_DTYPE_Q8_0 : dt;
     bool qwen3moe = !strcmp(arch, "qwen3moe"), qwen2moe = !strcmp(arch, "qwen2moe");
     bool glm4moe = !strcmp(arch, "glm4moe");
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
@@ -512,9 +518,9 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     } while (0)
 #define ADD(nm_fmt, layer, tp, d0, d1, is_norm) \
     ADDK(nm_fmt, layer, tp, d0, d1, (is_norm) ? GT_NORM : GT_WEIGHT)
-    ADD("token_embd.weight%.0d", 0, dt, dim, vocab, false);
+    ADD("token_embd.weight%.0d", 0, dt_other, dim, vocab, false);
     ADD("output_norm.weight%.0d", 0, PAGODA_DTYPE_F32, dim, 1, true);
-    if (!o->tied) ADD("output.weight%.0d", 0, dt, dim, vocab, false);
+    if (!o->tied) ADD("output.weight%.0d", 0, dt_other, dim, vocab, false);
     if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) {
         rope_factors = malloc(sizeof *rope_factors * (size_t)(head_dim / 2));
         if (!rope_factors) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
@@ -524,9 +530,9 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     }
     for (int l = 0; l < layers; l++) {
         ADD("blk.%d.attn_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
-        ADD("blk.%d.attn_q.weight", l, dt, dim, q_dim, false);
-        ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
-        ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
+        ADD("blk.%d.attn_q.weight", l, dt_other, dim, q_dim, false);
+        ADD("blk.%d.attn_k.weight", l, dt_other, dim, kv_dim, false);
+        ADD("blk.%d.attn_v.weight", l, dt_other, dim, kv_dim, false);
         if (qkv_bias) {
             ADDK("blk.%d.attn_q.bias", l, PAGODA_DTYPE_F32, q_dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_k.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
@@ -536,7 +542,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             ADD("blk.%d.attn_q_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
-        ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
+        ADD("blk.%d.attn_output.weight", l, dt_other, q_dim, dim, false);
         if (gemma3) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
         /* glm4moe names its pre-FFN norm post_attention_norm, as llama.cpp does */
         if (glm4moe) ADD("blk.%d.post_attention_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
@@ -551,14 +557,14 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             if (sh->ffn_shexp) {
                 if (qwen2moe)   /* the shared expert's sigmoid gate [dim -> 1] */
                     ADD("blk.%d.ffn_gate_inp_shexp.weight", l, PAGODA_DTYPE_F32, dim, 1, false);
-                ADD("blk.%d.ffn_gate_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
-                ADD("blk.%d.ffn_up_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
-                ADD("blk.%d.ffn_down_shexp.weight", l, dt, sh->ffn_shexp, dim, false);
+                ADD("blk.%d.ffn_gate_shexp.weight", l, dt_other, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_up_shexp.weight", l, dt_other, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_down_shexp.weight", l, dt_other, sh->ffn_shexp, dim, false);
             }
         } else {
-            ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
-            ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
-            ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+            ADD("blk.%d.ffn_gate.weight", l, dt_other, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_up.weight", l, dt_other, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_down.weight", l, dt_other, sh->ffn, dim, false);
         }
         if (gemma3) ADD("blk.%d.post_ffw_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
     }
@@ -572,17 +578,18 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     int n_fallback = 0, fallback = -1;
     const char *first_fallback = NULL;
     for (size_t i = 0; i < n_t; i++) {
-        if (ts[i].type != dt) continue;
-        int tt = pagoda_genmodel_tensor_type(dt, ts[i].ne[0]);
+        int ask = ts[i].type;
+        if (ask != dt && ask != dt_other) continue;
+        int tt = pagoda_genmodel_tensor_type(ask, ts[i].ne[0]);
         if (tt < 0) {
             int be = 0;
-            pagoda_dtype_block(dt, &be, NULL);
+            pagoda_dtype_block(ask, &be, NULL);
             snprintf(err, err_len, "tensor %s: row length %lld is not a multiple of the %s block (%d values)",
-                     ts[i].name, (long long)ts[i].ne[0], pagoda_dtype_name(dt), be);
+                     ts[i].name, (long long)ts[i].ne[0], pagoda_dtype_name(ask), be);
             st = PAGODA_ERR_INVALID;
             goto out;
         }
-        if (tt != dt) {
+        if (tt != ask) {
             ts[i].type = tt;
             fallback = tt;
             if (!n_fallback++) first_fallback = ts[i].name;
@@ -678,9 +685,11 @@ static void gen_usage(FILE *f)
                "            same blocks byte for byte, 3-D) with a random router, Mixtral-style:\n"
                "            --experts E (1..256) --used K (top-K, 1..E); -o is --out\n"
                "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL |\n"
-               "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS (norms stay F32; a matrix whose\n"
-               "            rows are not a multiple of 256 gets llama-quantize's fallback:\n"
-               "            IQ4_NL for Q2_K/Q3_K/IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K)\n"
+               "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS | MXFP4 (norms stay F32; a matrix\n"
+               "            whose rows are not a multiple of 256 gets llama-quantize's fallback:\n"
+               "            IQ4_NL for Q2_K/Q3_K/IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K; MXFP4 on a\n"
+               "            mixture of experts: the experts MXFP4, every other matrix Q8_0, as\n"
+               "            gpt-oss ships; on a dense shape every matrix MXFP4)\n"
                "  --vocab   copy every tokenizer.* key from this GGUF (default: a generated\n"
                "            SPM-style vocabulary of the shape's size)\n"
                "  --seed    weights seed (default 42)\n"

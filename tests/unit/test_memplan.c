@@ -773,6 +773,62 @@ START_TEST(qwen2_moe_shared_expert)
 }
 END_TEST
 
+/* MXFP4 experts (gen-model --type mxfp4 on a MoE shape: the experts
+ * MXFP4, 17 bytes per 32 values = 4.25 bits, every other matrix Q8_0):
+ * the plan's weights and experts by type, the decode bytes (2 of 8
+ * experts a layer), and the type named in the text and JSON plans. */
+START_TEST(mxfp4_experts_plan)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_MXFP4, .out = path, .seed = 1};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 256ull << 20;
+    pagoda_memplan p;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    /* 2 layers x 3 matrices x 8 experts x dim 256 x ffn_exp 256 */
+    const uint64_t exp_params = 2ull * 3 * 8 * 256 * 256;
+    ck_assert_uint_eq(p.expert_params_by_type[PAGODA_DTYPE_MXFP4], exp_params);
+    ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_MXFP4], exp_params / 32 * 17);
+    ck_assert_uint_eq(p.expert_bytes, exp_params / 32 * 17);
+    ck_assert_uint_eq(p.weight_params_by_type[PAGODA_DTYPE_MXFP4], exp_params);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_MXFP4], exp_params * 17 / 32);
+    ck_assert_uint_gt(p.weight_bytes_by_type[PAGODA_DTYPE_Q8_0], 0);
+    uint64_t rest_b = 0, emb_b = 0, emb_row = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->n_dims != 3) rest_b += t->nbytes;
+        if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) {
+            emb_b = t->nbytes;
+            emb_row = pagoda_dtype_row_bytes(t->type, t->ne[0]);
+        }
+    }
+    ck_assert_uint_eq(p.decode_bytes_per_token, rest_b - emb_b + emb_row + exp_params / 32 * 17 / 4);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(&p, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(txt, "MXFP4"), "%s", txt);
+    free(txt);
+    char *js = pagoda_memplan_json(&p);
+    json_t *root = json_loads(js, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(root, "weights_by_type"), "MXFP4"), "bytes")),
+                     (json_int_t)(exp_params / 32 * 17));
+    json_decref(root);
+    free(js);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
 /* The small generated families: the plan's sums over the tensor table
  * (GLM's dense leading layer and shared expert read whole, Mixtral's
  * experts in a llama file), and the text of a dense plan. */
@@ -937,6 +993,7 @@ static Suite *suite(void)
     tcase_add_test(tc, qwen3_30b_a3b_plan);
     tcase_add_test(tc, qwen2_moe_shared_expert);
     tcase_add_test(tc, moe_tiny_plans);
+    tcase_add_test(tc, mxfp4_experts_plan);
     tcase_add_test(tc, moe_bad_input);
     suite_add_tcase(s, tc);
     return s;
