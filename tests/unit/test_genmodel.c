@@ -332,6 +332,20 @@ static int64_t key(const gguf_file *f, const char *k)
  * experts [cols, rows, experts] of the asked type, the router F32 with
  * logits of unit spread (std 1/sqrt(dim)), shared experts, GLM's dense
  * leading layer and choice bias. */
+/* Mean and standard deviation of a tensor's values, dequantized. */
+static void value_spread(const gguf_tensor *t, double *mean, double *sd)
+{
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
+    float *x = malloc((size_t)n * 4);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(pagoda_dequantize_row(t->type, t->data, x, n), 0);
+    double s1 = 0, s2 = 0;
+    for (int64_t k = 0; k < n; k++) { s1 += x[k]; s2 += (double)x[k] * x[k]; }
+    *mean = s1 / n;
+    *sd = sqrt(s2 / n - *mean * *mean);
+    free(x);
+}
+
 /* --type mxfp4: a dense shape gets MXFP4 in every matrix; a mixture of
  * experts gets it in the routed experts only (3-D, 17 bytes per 32
  * values), Q8_0 in every other matrix and the router F32, as
@@ -374,15 +388,9 @@ START_TEST(mxfp4_type)
     ck_assert_int_eq(n_exp, 3 * 2);
     ck_assert_int_gt(n_q8, 0);
     /* the experts' values have the generator's spread, less MXFP4's clip */
-    const gguf_tensor *t = pagoda_gguf_tensor(f, "blk.0.ffn_up_exps.weight");
-    int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
-    float *x = malloc((size_t)n * 4);
-    ck_assert_int_eq(pagoda_dequantize_row(t->type, t->data, x, n), 0);
-    double s1 = 0, s2 = 0;
-    for (int64_t k = 0; k < n; k++) { s1 += x[k]; s2 += (double)x[k] * x[k]; }
-    double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+    double mean, sd;
+    value_spread(pagoda_gguf_tensor(f, "blk.0.ffn_up_exps.weight"), &mean, &sd);
     ck_assert_msg(fabs(mean) < 0.002 && sd > 0.017 && sd < 0.023, "mean %g sd %g", mean, sd);
-    free(x);
     pagoda_gguf_close(f);
 }
 END_TEST

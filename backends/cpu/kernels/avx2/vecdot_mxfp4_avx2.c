@@ -9,8 +9,6 @@
 #include "vecdot.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <string.h>
-
 #include "quant.h"
 #include "vecdot_avx2.h"
 
@@ -63,21 +61,6 @@ float pagoda_cpu_dot_mxfp4_avx2(const void *wv, const pagoda_q8a_block *x, int64
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-static inline __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-/* Lane t of acc to out[t][0] for the nt real tokens. */
-static inline void store_x8(__m256 acc, int nt, float *out, size_t os)
-{
-    float tmp[8];
-    _mm256_storeu_ps(tmp, acc);
-    for (int t = 0; t < nt; t++) *(float *)((uint8_t *)out + t * os) = tmp[t];
-}
-
 /* RB rows x NO groups of eight tokens (pagoda_q8x8_block). Each row's
  * block is made 32 bytes of table + 12 (0..24) once, into an L1 buffer
  * (the next block's while this one is used, as the Q5 / IQ4_NL lanes
@@ -114,11 +97,7 @@ __attribute__((always_inline)) static inline void tile_mx_x8(const uint8_t *w, s
                 __m256i v2 = bcast4(q[r] + 16 * h + 8), v3 = bcast4(q[r] + 16 * h + 12);
                 UNROLL(2) for (int o = 0; o < NO; o++) {
                     const pagoda_q8x8_block *xb = &xs[o][b];
-                    __m256i s = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_load_si256((const __m256i *)xb->qs[4 * h])),
-                                         _mm256_maddubs_epi16(v1, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 1]))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(v2, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 2])),
-                                         _mm256_maddubs_epi16(v3, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 3]))));
+                    __m256i s = maddubs4_x8(v0, v1, v2, v3, xb->qs + 4 * h);
                     __m256i p = _mm256_madd_epi16(s, ones);
                     ia[r][o] = h ? _mm256_add_epi32(ia[r][o], p) : p;
                 }
