@@ -16,6 +16,11 @@
  * | Q5_0/1 IQ4_NL | dot                     | gemm (T < 5, prep_q4_0 groups), gemm_x8   |
  * | Q2_K..Q6_K    | dot (per pair)          | dot (T < 4), gemm_k_x8                    |
  * | IQ4_XS        | dot (per pair)          | dot (T < 4), gemm_k_x8                    |
+ * | MXFP4         | dot (per pair)          | dot (T < 4), gemm_mxfp4_x8 (1)            |
+ *
+ * (1) On a CPU with AVX-512 VNNI, MXFP4's dot and x8 kernels are
+ * kernels/avx512/vecdot_mxfp4_avx512.c's, picked by matmul.c's
+ * mxfp4_vnni() (the only place), until an AVX-512 table holds the slots.
  *
  * Every level also has the activation quantizers, dequant, the gated
  * activations, to_f16 and the attention helpers. AVX-512 (VNNI, BF16) and

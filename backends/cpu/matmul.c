@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_features.h"
 #include "matmul_task.h"
 #include "quant.h"
 #include "vecdot.h"
@@ -25,6 +26,7 @@ _Static_assert(sizeof(pagoda_blk_q6_k) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(pagoda_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(pagoda_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 _Static_assert(sizeof(pagoda_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(pagoda_block_mxfp4) == 17, "MXFP4 block is 17 bytes");
 
 /* Below this many rows, F32 weights use our own dot (a gemv through BLAS
  * would wake its threads for a few microseconds of work). */
@@ -111,10 +113,27 @@ int pagoda_cpu_weight_type_supported(int dtype)
     case PAGODA_DTYPE_Q5_0:
     case PAGODA_DTYPE_Q5_1:
     case PAGODA_DTYPE_IQ4_NL:
+    case PAGODA_DTYPE_MXFP4:
         return 1;
     default:
         return 0;
     }
+}
+
+/* Does MXFP4 run kernels/avx512's VNNI pair here? On a CPU with AVX-512
+ * VNNI (+ BW, VL) while the AVX2 table runs and no lower level is forced.
+ * The one place that picks them, until kernels/avx512's table holds the
+ * dot_mxfp4 / gemm_mxfp4_x8 slots itself. */
+static bool mxfp4_vnni(const pagoda_vecdot_table *vt)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return vt == &pagoda_vecdot_avx2 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    (void)vt;
+    return false;
+#endif
 }
 
 bool pagoda_cpu_act_q8k(int dtype)
@@ -231,6 +250,7 @@ static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
     case PAGODA_DTYPE_Q5_0: return vt->dot_q5_0(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q5_1: return vt->dot_q5_1(wr, xq, m->K / 32);
     case PAGODA_DTYPE_IQ4_NL: return vt->dot_iq4_nl(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_MXFP4: return m->dot_mxfp4(wr, xq, m->K / 32);
     default: return 0.0f;
     }
 }
@@ -419,6 +439,9 @@ static int64_t sgemm_min_t(int dtype)
      * 67 / 71 / 80, IQ4_NL 101 / 100 / 101 vs 67 / 75 / 80. */
     if (dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 || dtype == PAGODA_DTYPE_IQ4_NL)
         return INT64_MAX;
+    /* MXFP4: never (docs/backend-cpu.md "MXFP4": its lanes kernel against
+     * dequantize + sgemm). */
+    if (dtype == PAGODA_DTYPE_MXFP4) return INT64_MAX;
     /* F16 on a table without its lanes kernel (scalar): sgemm from 256. */
     if (dtype == PAGODA_DTYPE_F16) return pagoda_cpu_vecdot()->gemm_f16_x8 ? INT64_MAX : 256;
     return PAGODA_CPU_GEMM_MIN_T;
@@ -449,7 +472,8 @@ void pagoda_cpu_mm_plan(mm_task *m)
         m->xq_stride = (size_t)(K / 256) * sizeof(pagoda_q8k_block);
     else if (w_dtype == PAGODA_DTYPE_Q8_0 || w_dtype == PAGODA_DTYPE_Q4_0 ||
              w_dtype == PAGODA_DTYPE_Q4_1 || w_dtype == PAGODA_DTYPE_Q5_0 ||
-             w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL)
+             w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL ||
+             w_dtype == PAGODA_DTYPE_MXFP4)
         m->xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
     bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL;
     if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
@@ -458,6 +482,11 @@ void pagoda_cpu_mm_plan(mm_task *m)
                    : w_dtype == PAGODA_DTYPE_Q5_0 ? m->vt->gemm_q5_0_x8
                    : w_dtype == PAGODA_DTYPE_Q5_1 ? m->vt->gemm_q5_1_x8
                    : w_dtype == PAGODA_DTYPE_IQ4_NL ? m->vt->gemm_iq4_nl_x8 : NULL;
+    if (w_dtype == PAGODA_DTYPE_MXFP4) {
+        bool vnni = mxfp4_vnni(m->vt);
+        m->dot_mxfp4 = vnni ? pagoda_cpu_dot_mxfp4_avx512 : m->vt->dot_mxfp4;
+        if (T >= X8_MIN_T) m->gemm_x8 = vnni ? pagoda_cpu_gemm_mxfp4_x8_avx512 : m->vt->gemm_mxfp4_x8;
+    }
     if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(m->vt, w_dtype);
     /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));

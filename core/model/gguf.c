@@ -441,7 +441,7 @@ static bool parse(gguf_file *f, cur *c)
             if (gn)
                 fail_at(c, at, "tensor '%.*s' has type %s (%u), which pagoda does not support "
                         "(supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K "
-                        "Q5_K Q6_K IQ4_XS)", nl, t->name.ptr, gn, type);
+                        "Q5_K Q6_K IQ4_XS MXFP4)", nl, t->name.ptr, gn, type);
             else
                 fail_at(c, at, "tensor '%.*s' has unknown type %u", nl, t->name.ptr, type);
             goto out;

@@ -4,7 +4,7 @@
  * here load in llama.cpp and files from there load here. Depends on libc,
  * libm and pagoda/types.h only (the CPU plugin links it). This file holds
  * the scalars and the 32-element block types (Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1) and the dispatch; quant_k.c the super-block types and IQ4.
+ * Q5_1, MXFP4) and the dispatch; quant_k.c the super-block types and IQ4.
  * Not for: speed; SIMD kernels live in the backends and are tested
  * against these.
  */
@@ -195,6 +195,59 @@ static void dequant_q5(uint16_t dh, const uint16_t *mh, const uint8_t *qh4, cons
     }
 }
 
+/* MXFP4: the OCP MX v1.0 E2M1 values, doubled (pagoda_e8m0_to_fp32_half
+ * holds the other factor 1/2). */
+const int8_t pagoda_mxfp4_table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* MXFP4 as ggml and the gguf package quantize it: the shared exponent is
+ * floor(log2(amax)) - 2 (E2M1's largest exponent), so amax / scale lies in
+ * [4, 8) and values past 6 x scale clip to 6; each value takes the code of
+ * the nearest grid point, |d * table[i] - x| in f32, the lowest code on a
+ * tie (so +0 over -0 and the smaller magnitude between two points).
+ * floor(log2) is taken exactly from the f32's exponent (frexpf), where the
+ * gguf package rounds log2 to f32 first: an amax within an f32 rounding of
+ * log2 below a power of two gets its next scale there (tests/reference
+ * says how often). An amax below 2^-125 takes exponent byte 0 (gguf's
+ * uint8 cast wraps there), zero blocks are all zeros. */
+static void quant_mxfp4(const float *x, uint8_t *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32, y += 17) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        int e = 0;
+        if (amax > 0.0f && isfinite(amax)) {
+            int ex;
+            frexpf(amax, &ex); /* amax = m 2^ex, m in [0.5, 1): floor(log2) = ex - 1 */
+            e = ex - 1 - 2 + 127;
+            e = e < 0 ? 0 : e > 254 ? 254 : e;
+        }
+        const float d = pagoda_e8m0_to_fp32_half((uint8_t)e);
+        uint8_t q[32];
+        for (int j = 0; j < 32; j++) {
+            int best = 0;
+            float be = fabsf(d * (float)pagoda_mxfp4_table[0] - x[j]);
+            for (int k = 1; k < 16; k++) {
+                float err = fabsf(d * (float)pagoda_mxfp4_table[k] - x[j]);
+                if (err < be) { be = err; best = k; }
+            }
+            q[j] = (uint8_t)best;
+        }
+        y[0] = (uint8_t)e;
+        for (int j = 0; j < 16; j++) y[1 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+    }
+}
+
+static void dequant_mxfp4(const uint8_t *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 17, y += 32) {
+        const float d = pagoda_e8m0_to_fp32_half(x[0]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)pagoda_mxfp4_table[x[1 + j] & 0xF];
+            y[j + 16] = d * (float)pagoda_mxfp4_table[x[1 + j] >> 4];
+        }
+    }
+}
+
 static int block_elems(int dtype)
 {
     int be = 1;
@@ -232,6 +285,7 @@ int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n)
     case PAGODA_DTYPE_Q4_1: quant_q4_1(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q5_0: quant_q5_0(x, out, n / 32); return PAGODA_OK;
     case PAGODA_DTYPE_Q5_1: quant_q5_1(x, out, n / 32); return PAGODA_OK;
+    case PAGODA_DTYPE_MXFP4: quant_mxfp4(x, out, n / 32); return PAGODA_OK;
     default: return pagoda_quant_k_rows(dtype, x, out, n / block_elems(dtype));
     }
 }
@@ -315,6 +369,7 @@ int pagoda_dequantize_row(int dtype, const void *x, float *out, int64_t n)
         }
         return PAGODA_OK;
     }
+    case PAGODA_DTYPE_MXFP4: dequant_mxfp4(x, out, n / 32); return PAGODA_OK;
     default: return pagoda_dequant_k_rows(dtype, x, out, n / block_elems(dtype));
     }
 }
@@ -324,3 +379,4 @@ _Static_assert(sizeof(pagoda_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(pagoda_block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(pagoda_block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(pagoda_block_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(pagoda_block_mxfp4) == 17, "mxfp4 block");

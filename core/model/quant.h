@@ -32,6 +32,11 @@ typedef struct pagoda_block_q6_K {
 typedef struct pagoda_block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } pagoda_block_q5_0; /* 22 B */
 typedef struct pagoda_block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } pagoda_block_q5_1; /* 24 B */
 typedef struct pagoda_block_iq4_nl { uint16_t d; uint8_t qs[16]; } pagoda_block_iq4_nl;      /* 18 B */
+/* MXFP4 (OCP microscaling FP4, gpt-oss's experts): one E8M0 exponent byte
+ * and 32 E2M1 codes, element j in the low nibble of qs[j], 16 + j in the
+ * high one (as Q4_0). Value = pagoda_e8m0_to_fp32_half(e) *
+ * pagoda_mxfp4_table[code]. */
+typedef struct pagoda_block_mxfp4 { uint8_t e; uint8_t qs[16]; } pagoda_block_mxfp4;         /* 17 B */
 typedef struct pagoda_block_q2_K {
     uint8_t scales[16]; /* per 16 elements: low nibble scale, high nibble min */
     uint8_t qs[64];     /* 2-bit quants */
@@ -64,6 +69,21 @@ typedef struct pagoda_block_iq4_xs {
 /* The IQ4_NL / IQ4_XS non-linear 4-bit codebook: a quant is an index into
  * this table, the value d * table[index]. */
 extern const int8_t pagoda_iq4nl_table[16];
+
+/* The E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives, times 2, so they are int8; code 8 is -0, stored as 0): the
+ * halving is folded into the scale below. */
+extern const int8_t pagoda_mxfp4_table[16];
+
+/* An E8M0 exponent byte as half its power of two, 2^(e - 128), exactly as
+ * an f32 (e = 0 and 1 are the subnormals 2^-128 and 2^-127; 255 is 2^127,
+ * not NaN, as ggml reads it). */
+static inline float pagoda_e8m0_to_fp32_half(uint8_t e)
+{
+    union { uint32_t u; float f; } v;
+    v.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7, 32 elements
  * each) from the 12 packed bytes. Bytes 0..3 hold scales 0..3 in their low
@@ -113,7 +133,8 @@ uint16_t pagoda_fp32_to_bf16(float f);
 
 /* Quantize n values (a multiple of the type's block size) into out, which
  * holds pagoda_dtype_row_bytes(dtype, n) bytes. Types: F32, F16, BF16,
- * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS.
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K,
+ * IQ4_XS.
  * PAGODA_ERR_UNSUPPORTED for others (Q6_K), PAGODA_ERR_INVALID for a bad n. */
 int pagoda_quantize_row(int dtype, const float *x, void *out, int64_t n);
 /* Dequantize n values: every type pagoda_quantize_row takes, and Q6_K. */

@@ -297,6 +297,7 @@ static uint32_t file_type(int dtype)
     case PAGODA_DTYPE_IQ4_NL: return 25;
     case PAGODA_DTYPE_IQ4_XS: return 30;
     case PAGODA_DTYPE_BF16: return 32;
+    case PAGODA_DTYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
     default: return 0;
     }
 }
@@ -306,7 +307,7 @@ static uint32_t file_type(int dtype)
 static const int gen_types[] = {
     PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,   PAGODA_DTYPE_Q4_0,
     PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_Q2_K,
-    PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
+    PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_MXFP4};
 #define GEN_TYPES_TEXT PAGODA_GENMODEL_TYPES
 
 int pagoda_genmodel_tensor_type(int dtype, int64_t cols)
@@ -447,6 +448,11 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         goto out;
     }
     bool moe = sh->n_experts > 0;
+    /* MXFP4 on a mixture of experts goes to the routed experts only, Q8_0
+     * to every other matrix (llama-quantize's MXFP4_MOE, and the released
+     * gpt-oss files); a dense shape has no experts to single out, so all
+     * its matrices are MXFP4 (for running the type end to end). */
+    const int dt_other = dt == PAGODA_DTYPE_MXFP4 && moe ? PAGODA_DTYPE_Q8_0 : dt;
     bool qwen3moe = !strcmp(arch, "qwen3moe"), qwen2moe = !strcmp(arch, "qwen2moe");
     bool glm4moe = !strcmp(arch, "glm4moe"), mla = !strcmp(arch, "deepseek2");
     bool gptoss = !strcmp(arch, "gpt-oss");
@@ -465,10 +471,9 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         goto out;
     }
     bool qkv_bias = qwen2 || qwen2moe || glm4moe || gptoss, qk_norm = qwen3 || qwen3moe || gemma3;
-    /* The experts' type. MXFP4 (issue 26): the released gpt-oss files hold
-     * their experts as MXFP4 and every other matrix as Q8_0 / F16; until the
-     * MXFP4 type lands (the mxfp4 branch) the experts take --type like the
-     * rest. This is the one place to set it: exp_dt = gptoss ? MXFP4 : dt. */
+    /* The experts' type: --type. With --type MXFP4 on a mixture of experts
+     * the routed experts are MXFP4 and every other matrix Q8_0 (dt_other,
+     * above): the released gpt-oss files' layout. */
     int exp_dt = dt;
     if (o->sliding_window < 0 || o->swa_pattern < 0) {
         snprintf(err, err_len, "sliding window %d / pattern %d must be >= 0", o->sliding_window,
@@ -603,9 +608,9 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     } while (0)
 #define ADD(nm_fmt, layer, tp, d0, d1, is_norm) \
     ADDK(nm_fmt, layer, tp, d0, d1, (is_norm) ? GT_NORM : GT_WEIGHT)
-    ADD("token_embd.weight%.0d", 0, dt, dim, vocab, false);
+    ADD("token_embd.weight%.0d", 0, dt_other, dim, vocab, false);
     ADD("output_norm.weight%.0d", 0, PAGODA_DTYPE_F32, dim, 1, true);
-    if (!o->tied) ADD("output.weight%.0d", 0, dt, dim, vocab, false);
+    if (!o->tied) ADD("output.weight%.0d", 0, dt_other, dim, vocab, false);
     if (o->rope_scaling == PAGODA_ROPE_SCALING_LLAMA3) {
         rope_factors = malloc(sizeof *rope_factors * (size_t)(head_dim / 2));
         if (!rope_factors) { st = PAGODA_ERR_NOMEM; snprintf(err, err_len, "out of memory"); goto out; }
@@ -618,25 +623,25 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
         if (mla) {
             /* the tensors llama.cpp's converter writes for DeepSeek */
             if (sh->q_lora) {
-                ADD("blk.%d.attn_q_a.weight", l, dt, dim, sh->q_lora, false);
+                ADD("blk.%d.attn_q_a.weight", l, dt_other, dim, sh->q_lora, false);
                 ADD("blk.%d.attn_q_a_norm.weight", l, PAGODA_DTYPE_F32, sh->q_lora, 1, true);
-                ADD("blk.%d.attn_q_b.weight", l, dt, sh->q_lora, mla_q, false);
+                ADD("blk.%d.attn_q_b.weight", l, dt_other, sh->q_lora, mla_q, false);
             } else {
-                ADD("blk.%d.attn_q.weight", l, dt, dim, mla_q, false);
+                ADD("blk.%d.attn_q.weight", l, dt_other, dim, mla_q, false);
             }
-            ADD("blk.%d.attn_kv_a_mqa.weight", l, dt, dim, sh->kv_lora + sh->qk_rope, false);
+            ADD("blk.%d.attn_kv_a_mqa.weight", l, dt_other, dim, sh->kv_lora + sh->qk_rope, false);
             ADD("blk.%d.attn_kv_a_norm.weight", l, PAGODA_DTYPE_F32, sh->kv_lora, 1, true);
-            ADD("blk.%d.attn_k_b.weight", l, dt, sh->qk_nope, sh->kv_lora, false);
+            ADD("blk.%d.attn_k_b.weight", l, dt_other, sh->qk_nope, sh->kv_lora, false);
             ts[k - 1].ne[2] = sh->n_heads;
             ts[k - 1].n_dims = 3;
-            ADD("blk.%d.attn_v_b.weight", l, dt, sh->kv_lora, sh->v_head_dim, false);
+            ADD("blk.%d.attn_v_b.weight", l, dt_other, sh->kv_lora, sh->v_head_dim, false);
             ts[k - 1].ne[2] = sh->n_heads;
             ts[k - 1].n_dims = 3;
-            ADD("blk.%d.attn_output.weight", l, dt, mla_v, dim, false);
+            ADD("blk.%d.attn_output.weight", l, dt_other, mla_v, dim, false);
         } else {
-        ADD("blk.%d.attn_q.weight", l, dt, dim, q_dim, false);
-        ADD("blk.%d.attn_k.weight", l, dt, dim, kv_dim, false);
-        ADD("blk.%d.attn_v.weight", l, dt, dim, kv_dim, false);
+        ADD("blk.%d.attn_q.weight", l, dt_other, dim, q_dim, false);
+        ADD("blk.%d.attn_k.weight", l, dt_other, dim, kv_dim, false);
+        ADD("blk.%d.attn_v.weight", l, dt_other, dim, kv_dim, false);
         if (qkv_bias) {
             ADDK("blk.%d.attn_q.bias", l, PAGODA_DTYPE_F32, q_dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_k.bias", l, PAGODA_DTYPE_F32, kv_dim, 1, GT_BIAS);
@@ -646,7 +651,7 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             ADD("blk.%d.attn_q_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
             ADD("blk.%d.attn_k_norm.weight", l, PAGODA_DTYPE_F32, head_dim, 1, true);
         }
-        ADD("blk.%d.attn_output.weight", l, dt, q_dim, dim, false);
+        ADD("blk.%d.attn_output.weight", l, dt_other, q_dim, dim, false);
         if (gptoss) {   /* the output bias and a sink logit per head */
             ADDK("blk.%d.attn_output.bias", l, PAGODA_DTYPE_F32, dim, 1, GT_BIAS);
             ADDK("blk.%d.attn_sinks.weight", l, PAGODA_DTYPE_F32, sh->n_heads, 1, GT_BIAS);
@@ -676,14 +681,14 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
             if (sh->ffn_shexp) {
                 if (qwen2moe)   /* the shared expert's sigmoid gate [dim -> 1] */
                     ADD("blk.%d.ffn_gate_inp_shexp.weight", l, PAGODA_DTYPE_F32, dim, 1, false);
-                ADD("blk.%d.ffn_gate_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
-                ADD("blk.%d.ffn_up_shexp.weight", l, dt, dim, sh->ffn_shexp, false);
-                ADD("blk.%d.ffn_down_shexp.weight", l, dt, sh->ffn_shexp, dim, false);
+                ADD("blk.%d.ffn_gate_shexp.weight", l, dt_other, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_up_shexp.weight", l, dt_other, dim, sh->ffn_shexp, false);
+                ADD("blk.%d.ffn_down_shexp.weight", l, dt_other, sh->ffn_shexp, dim, false);
             }
         } else {
-            ADD("blk.%d.ffn_gate.weight", l, dt, dim, sh->ffn, false);
-            ADD("blk.%d.ffn_up.weight", l, dt, dim, sh->ffn, false);
-            ADD("blk.%d.ffn_down.weight", l, dt, sh->ffn, dim, false);
+            ADD("blk.%d.ffn_gate.weight", l, dt_other, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_up.weight", l, dt_other, dim, sh->ffn, false);
+            ADD("blk.%d.ffn_down.weight", l, dt_other, sh->ffn, dim, false);
         }
         if (gemma3) ADD("blk.%d.post_ffw_norm.weight", l, PAGODA_DTYPE_F32, dim, 1, true);
     }
@@ -697,17 +702,18 @@ int pagoda_gen_model(const pagoda_genmodel_opts *o, char *err, size_t err_len)
     int n_fallback = 0, fallback = -1;
     const char *first_fallback = NULL;
     for (size_t i = 0; i < n_t; i++) {
-        if (ts[i].type != dt) continue;
-        int tt = pagoda_genmodel_tensor_type(dt, ts[i].ne[0]);
+        int ask = ts[i].type;
+        if (ask != dt && ask != dt_other) continue;
+        int tt = pagoda_genmodel_tensor_type(ask, ts[i].ne[0]);
         if (tt < 0) {
             int be = 0;
-            pagoda_dtype_block(dt, &be, NULL);
+            pagoda_dtype_block(ask, &be, NULL);
             snprintf(err, err_len, "tensor %s: row length %lld is not a multiple of the %s block (%d values)",
-                     ts[i].name, (long long)ts[i].ne[0], pagoda_dtype_name(dt), be);
+                     ts[i].name, (long long)ts[i].ne[0], pagoda_dtype_name(ask), be);
             st = PAGODA_ERR_INVALID;
             goto out;
         }
-        if (tt != dt) {
+        if (tt != ask) {
             ts[i].type = tt;
             fallback = tt;
             if (!n_fallback++) first_fallback = ts[i].name;
@@ -813,9 +819,11 @@ static void gen_usage(FILE *f)
                "            same blocks byte for byte, 3-D) with a random router, Mixtral-style:\n"
                "            --experts E (1..256) --used K (top-K, 1..E); -o is --out\n"
                "  --type    F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL |\n"
-               "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS (norms stay F32; a matrix whose\n"
-               "            rows are not a multiple of 256 gets llama-quantize's fallback:\n"
-               "            IQ4_NL for Q2_K/Q3_K/IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K)\n"
+               "            Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS | MXFP4 (norms stay F32; a matrix\n"
+               "            whose rows are not a multiple of 256 gets llama-quantize's fallback:\n"
+               "            IQ4_NL for Q2_K/Q3_K/IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K; MXFP4 on a\n"
+               "            mixture of experts: the experts MXFP4, every other matrix Q8_0, as\n"
+               "            gpt-oss ships; on a dense shape every matrix MXFP4)\n"
                "  --vocab   copy every tokenizer.* key from this GGUF (default: a generated\n"
                "            SPM-style vocabulary of the shape's size)\n"
                "  --seed    weights seed (default 42)\n"

@@ -49,7 +49,9 @@ const char *pagoda_model_shape_names(void);
 typedef struct pagoda_genmodel_opts {
     const char *shape;      /* a name pagoda_model_shape_find knows */
     int dtype;              /* F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-                             * Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS (norms stay F32) */
+                             * Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS (norms stay F32), MXFP4
+                             * (a MoE shape: the routed experts MXFP4, every other
+                             * matrix Q8_0; a dense one: every matrix MXFP4) */
     const char *out;        /* written via OUT.tmp, renamed when complete */
     const char *vocab;      /* a GGUF to copy every tokenizer.* key from, or NULL
                              * for a generated SPM-style vocabulary */
@@ -90,7 +92,7 @@ void pagoda_genmodel_fill_normal(uint64_t seed, float *x, size_t n, float std);
 /* The types gen-model writes, by name (any case); -1 for another. */
 int pagoda_genmodel_parse_type(const char *s);
 #define PAGODA_GENMODEL_TYPES \
-    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K or IQ4_XS"
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, IQ4_XS or MXFP4"
 
 /* The type a matrix with rows of `cols` values gets when `dtype` is asked
  * for: dtype when cols fills whole blocks of it; else, for a 256-value

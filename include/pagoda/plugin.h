@@ -42,9 +42,11 @@ extern "C" {
  * a backend opts into through info.kv_kinds; 1.8 gpt-oss: attention sinks
  * (pagoda_attn_params.sinks, honoured where pagoda_backend_info.attn_sinks
  * says so) and the optional backend op swiglu_oai (the clamped SwiGLU of
- * gpt-oss's experts); 1.11 the host's kv_block_bytes, kv_read_block,
- * kv_write_block and kv_fingerprint (a KV policy's disk tier) and
- * pagoda_kv_stats' tier counters. */
+ * gpt-oss's experts); 1.9 the MXFP4 weight type (PAGODA_DTYPE_MXFP4 = 39,
+ * types.h: gpt-oss's experts), a bit of info.weight_types a backend opts
+ * into; 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
+ * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
+ * counters. */
 #define PAGODA_ABI_MINOR 11
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"

@@ -70,6 +70,7 @@ typedef enum pagoda_dtype {
     PAGODA_DTYPE_IQ4_NL = 20,
     PAGODA_DTYPE_IQ4_XS = 23,
     PAGODA_DTYPE_BF16 = 30,
+    PAGODA_DTYPE_MXFP4 = 39, /* ABI 1.9 */
     PAGODA_DTYPE_COUNT_ = 40 /* one past the largest number a type may have */
 } pagoda_dtype;
 
@@ -94,6 +95,7 @@ static inline bool pagoda_dtype_block(int dtype, int *block_elems, int *block_by
     case PAGODA_DTYPE_Q5_K: e = 256; b = 176; break;/* f16 d, dmin; sc[12] qh[32] qs[128] */
     case PAGODA_DTYPE_Q6_K: e = 256; b = 210; break;/* ql[128] qh[64] sc[16] f16 d */
     case PAGODA_DTYPE_IQ4_XS: e = 256; b = 136; break;/* f16 d; u16 sc_h; sc_l[4]; qs[128] */
+    case PAGODA_DTYPE_MXFP4: e = 32; b = 17; break; /* E8M0 e; 16 bytes of E2M1 codes */
     default: return false;
     }
     if (block_elems) *block_elems = e;
@@ -120,6 +122,7 @@ static inline const char *pagoda_dtype_name(int dtype)
     case PAGODA_DTYPE_Q6_K: return "Q6_K";
     case PAGODA_DTYPE_IQ4_NL: return "IQ4_NL";
     case PAGODA_DTYPE_IQ4_XS: return "IQ4_XS";
+    case PAGODA_DTYPE_MXFP4: return "MXFP4";
     default: return "unknown";
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """quant_vectors.py: writes tests/data/quant_vectors.json, the dequantization
-vectors tests/unit/test_quant.c holds pagoda_dequantize_row to bit for bit.
-Not for: quantizer tests (pagoda's quantizers are its own round-to-nearest
+vectors tests/unit/test_quant.c holds pagoda_dequantize_row to bit for bit,
+and MXFP4's quantization vectors (the one type whose quantizer follows the
+gguf package's rule: "quantize" below).
+Not for: the other quantizers (pagoda's are its own round-to-nearest
 searches, not ggml's, so their bytes are not expected to match).
 
 For every quantized GGUF type pagoda reads, a few blocks of random but valid
@@ -12,10 +14,25 @@ drawn as finite values of moderate size (|d| about 1e-3..1, both signs; a
 zero and a subnormal scale in one block each), and every quant byte is
 uniform over 0..255, so every bit of the packed fields is exercised.
 
+MXFP4 (appended last, so the other types' draws are unchanged) has one
+block per E8M0 exponent byte 0..255, each holding every code 0..15 in its
+low nibbles (random high nibbles): every (scale, code) pair is checked.
+Exponents 253..255 give infinities for the large codes, as in ggml.
+
+"quantize": MXFP4 blocks of float32 values (Gaussian at magnitudes 1e-30 ..
+1e30, constants, a lone outlier, zeros, exact ties between grid points)
+and the bytes gguf's MXFP4.quantize_blocks makes of them. The gguf package
+takes floor(np.log2(amax)) in float32, which rounds up to the next integer
+when amax is just below a power of two; pagoda takes the exponent exactly.
+Blocks where the two differ are left out, and their count (0 for this seed)
+is printed.
+
 Output: {"generator": ..., "types": [{"name", "dtype", "n", "blocks",
-"expect"}]}: "blocks" is the hex of the raw block bytes, "expect" the hex of
-the expected values as little-endian float32 (hex, not decimal, so nothing
-is lost to printing).
+"expect"}], "quantize": [{"name", "dtype", "n", "x", "expect"}]}: "blocks"
+is the hex of the raw block bytes, "expect" the hex of the expected values
+as little-endian float32 (hex, not decimal, so nothing is lost to
+printing) or of the expected block bytes ("quantize"), "x" the hex of the
+float32 input.
 
 Usage: python3 tests/reference/quant_vectors.py   (needs numpy and gguf)
 """
@@ -24,7 +41,7 @@ import os
 import sys
 
 import numpy as np
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 # (type, number of blocks, byte offsets of the f16 scale fields in a block)
@@ -42,6 +59,45 @@ TYPES = [
     (T.Q6_K, 4, [208]),
     (T.IQ4_XS, 4, [0]),
 ]
+
+
+def mxfp4_blocks(rng):
+    raw = np.zeros((256, 17), dtype=np.uint8)
+    for e in range(256):
+        hi = rng.integers(0, 16, size=16, dtype=np.uint8)
+        raw[e, 0] = e
+        raw[e, 1:] = np.arange(16, dtype=np.uint8) | (hi << 4)
+    return raw
+
+
+def mxfp4_quant_inputs(rng):
+    """Rows of 32 float32 values: what the quantizer must match gguf on."""
+    rows = []
+    for mag in (1e-30, 1e-6, 0.02, 1.0, 3.0, 1e4, 1e30):
+        for _ in range(6):
+            rows.append(rng.standard_normal(32) * mag)
+    rows.append(np.zeros(32))
+    rows.append(np.full(32, 0.5))
+    rows.append(np.full(32, -3.0))
+    out = np.where(np.arange(32) == 5, 40.0, rng.standard_normal(32) * 0.01)
+    rows.append(out)
+    # Exact ties: midpoints between neighbouring grid values (and their
+    # negatives) under a block maximum of 6 (scale 1: d = 1/2).
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+    mids = (grid[1:] + grid[:-1]) / 2
+    tie = np.concatenate([mids, -mids, grid, -grid, [6.0, -6.0]])[:32]
+    tie[0] = 6.0
+    rows.append(tie)
+    rows.append(-tie)
+    # Past the clip: amax / scale up to just below 8.
+    rows.append(np.linspace(-7.99, 7.99, 32))
+    return np.array(rows, dtype=np.float32)
+
+
+def mxfp4_exact_e(x):
+    amax = np.abs(x).max(axis=-1)
+    _, ex = np.frexp(amax)
+    return np.where(amax > 0, np.clip(ex.astype(np.int64) - 1 - 2 + 127, 0, 254), 0)
 
 
 def scale(rng):
@@ -75,6 +131,21 @@ def main():
         assert vals.size == nblocks * belems and np.all(np.isfinite(vals))
         out["types"].append({"name": qt.name, "dtype": int(qt), "n": int(vals.size),
                              "blocks": raw.tobytes().hex(), "expect": vals.tobytes().hex()})
+    raw = mxfp4_blocks(rng)
+    with np.errstate(over="ignore"):
+        vals = dequantize(raw.reshape(-1), T.MXFP4).astype("<f4").reshape(-1)
+    assert vals.size == 256 * 32
+    out["types"].append({"name": "MXFP4", "dtype": int(T.MXFP4), "n": int(vals.size),
+                         "blocks": raw.tobytes().hex(), "expect": vals.tobytes().hex()})
+    x = mxfp4_quant_inputs(rng)
+    with np.errstate(divide="ignore"):
+        q = quantize(x.reshape(-1), T.MXFP4).reshape(len(x), 17)
+    keep = q[:, 0].astype(np.int64) == mxfp4_exact_e(x)
+    print("MXFP4 quantize: %d of %d blocks left out (gguf's float32 log2 rounding)"
+          % (int((~keep).sum()), len(x)), file=sys.stderr)
+    x, q = x[keep], q[keep]
+    out["quantize"] = [{"name": "MXFP4", "dtype": int(T.MXFP4), "n": int(x.size),
+                        "x": x.astype("<f4").tobytes().hex(), "expect": q.tobytes().hex()}]
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "quant_vectors.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

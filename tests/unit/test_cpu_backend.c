@@ -141,7 +141,7 @@ START_TEST(test_descriptor)
     int types[] = {PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,
                    PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q5_0,
                    PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K,
-                   PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS};
+                   PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         ck_assert(info.weight_types & (1ull << types[i]));
     ck_assert_uint_eq(info.kv_types, (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) |

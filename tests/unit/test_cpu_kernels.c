@@ -25,6 +25,7 @@
 #include <check.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,8 +36,22 @@
 #include "threadpool.h"
 #include "vecdot.h"
 
-static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2};
+static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2, PAGODA_CPU_ISA_AVX512};
 #define N_ISAS 2
+
+/* Levels a matmul of this type is checked on: scalar and AVX2, and for
+ * MXFP4 on a CPU with AVX-512 VNNI the level that runs its VNNI kernels
+ * (matmul.c mxfp4_vnni; an AVX2-only host checks two, and says so). */
+static bool has_vnni(void)
+{
+    return pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+static int n_isas(int dtype)
+{
+    return dtype == PAGODA_DTYPE_MXFP4 && has_vnni() ? 3 : 2;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -303,10 +318,10 @@ static void set_k_scales(tu_rng *r, int dtype, uint8_t *row, int64_t K)
         }
 }
 
-/* Random bytes for every 32-value block of a Q5_0 / Q5_1 / IQ4_NL row
- * (every bit pattern of the values is valid, so all of them are met), with
- * scales of the size quantizing N(0, 0.5) gives: Q5_0 d ~ 1.5 / 16, Q5_1
- * d ~ 3 / 31 and m ~ -1.5, IQ4_NL d ~ 1.5 / 127. */
+/* Random bytes for every 32-value block of a Q5_0 / Q5_1 / IQ4_NL / MXFP4
+ * row (every bit pattern of the values is valid, so all of them are met),
+ * with scales of the size quantizing N(0, 0.5) gives: Q5_0 d ~ 1.5 / 16,
+ * Q5_1 d ~ 3 / 31 and m ~ -1.5, IQ4_NL d ~ 1.5 / 127, MXFP4 e ~ 122. */
 static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
 {
     int e, bb;
@@ -315,6 +330,11 @@ static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
         uint8_t *blk = p + b * bb;
         for (int i = 0; i < bb; i++) blk[i] = (uint8_t)tu_rng_u64(r);
         float u = 0.5f + tu_rng_uniform(r);
+        if (dtype == PAGODA_DTYPE_MXFP4) {
+            /* E8M0: 2^(e-128) of 2^-7 .. 2^-4 (values up to 0.75) */
+            blk[0] = (uint8_t)(121 + tu_rng_u64(r) % 4);
+            continue;
+        }
         uint16_t d = pagoda_fp32_to_fp16(dtype == PAGODA_DTYPE_IQ4_NL ? u * 0.012f
                                          : dtype == PAGODA_DTYPE_Q5_0 ? u * 0.094f : u * 0.097f);
         memcpy(blk, &d, 2);
@@ -334,7 +354,7 @@ static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
 static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
 {
     bool blocks32 = dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 ||
-                    dtype == PAGODA_DTYPE_IQ4_NL;
+                    dtype == PAGODA_DTYPE_IQ4_NL || dtype == PAGODA_DTYPE_MXFP4;
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
@@ -412,14 +432,15 @@ static void check_matmul_type(int dtype)
         size_t xs = sizeof(float) * (size_t)(K + 8), os = sizeof(float) * (size_t)(N + 3);
         float *x = xmalloc(xs * (size_t)T), *bias = xmalloc(sizeof(float) * (size_t)N);
         float *wd = xmalloc(sizeof(float) * (size_t)(N * K));
-        float *out[N_ISAS];
+        float *out[3];
+        const int nl = n_isas(dtype);
         tu_fill_normal(&r, x, xs / sizeof(float) * (size_t)T, 1.0f);
         tu_fill_normal(&r, bias, (size_t)N, 1.0f);
         for (int64_t n = 0; n < N; n++)
             ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
         bool quant = !pagoda_cpu_matmul_exact(dtype, T);
         int qb = blk_elems == 256 ? 256 : 32;
-        for (int ii = 0; ii < N_ISAS; ii++) {
+        for (int ii = 0; ii < nl; ii++) {
             pagoda_cpu_force_isa(ISAS[ii]);
             out[ii] = xmalloc(os * (size_t)T);
             const float *b = (ci & 1) ? bias : NULL;
@@ -474,15 +495,16 @@ static void check_matmul_type(int dtype)
                 ck_assert_msg(z_rms <= 2.0, "%s: RMS error %.2f sigma", pagoda_dtype_name(dtype), z_rms);
             }
         }
-        /* The two paths agree closely (same integer sums). */
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t n = 0; n < N; n++) {
-                float a = ((const float *)((const uint8_t *)out[0] + t * os))[n];
-                float c = ((const float *)((const uint8_t *)out[1] + t * os))[n];
-                ck_assert_msg(fabsf(a - c) <= 1e-5f * (fabsf(a) + 10.0f),
-                              "%s scalar %.7g vs AVX2 %.7g", pagoda_dtype_name(dtype), a, c);
-            }
-        for (int ii = 0; ii < N_ISAS; ii++) free(out[ii]);
+        /* The paths agree closely with the scalar one (same integer sums). */
+        for (int ii = 1; ii < nl; ii++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t n = 0; n < N; n++) {
+                    float a = ((const float *)((const uint8_t *)out[0] + t * os))[n];
+                    float c = ((const float *)((const uint8_t *)out[ii] + t * os))[n];
+                    ck_assert_msg(fabsf(a - c) <= 1e-5f * (fabsf(a) + 10.0f), "%s scalar %.7g vs isa %d %.7g",
+                                  pagoda_dtype_name(dtype), a, ISAS[ii], c);
+                }
+        for (int ii = 0; ii < nl; ii++) free(out[ii]);
         free(x);
         free(bias);
         free(wd);
@@ -602,6 +624,112 @@ START_TEST(test_matmul_q5_1) { check_matmul_type(PAGODA_DTYPE_Q5_1); }
 END_TEST
 START_TEST(test_matmul_iq4_nl) { check_matmul_type(PAGODA_DTYPE_IQ4_NL); }
 END_TEST
+/* MXFP4 on scalar, AVX2 and (a VNNI CPU) AVX-512 VNNI: T = 1..3 per-row
+ * dots, T >= 4 the tokens-in-lanes kernels (8 / 4 / 1-row tiles, one and
+ * two token groups, padding lanes), odd rows random blocks (every code
+ * and sign), even rows quantized. */
+START_TEST(test_matmul_mxfp4)
+{
+    if (!has_vnni())
+        fprintf(stderr, "test_matmul_mxfp4: no AVX-512 VNNI here: scalar and AVX2 checked, the VNNI kernels skipped\n");
+    check_matmul_type(PAGODA_DTYPE_MXFP4);
+}
+END_TEST
+
+/* The MXFP4 per-row dots of every level this CPU has against the
+ * reference in double from the dequantized weights (every code, all 256
+ * scale bytes of a sane range, odd block counts: the AVX-512 dot's
+ * two-block steps and its one-block tail), and each tokens-in-lanes
+ * kernel called directly against the dots, with T from 1 to 17 (padding
+ * lanes, one and two groups) and rows 1..9 (8 / 4 / 1-row tiles). */
+START_TEST(test_mxfp4_kernels_every_level)
+{
+    typedef float (*dot_fn)(const void *, const pagoda_q8a_block *, int64_t);
+    typedef void (*x8_fn)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t, float *,
+                          size_t);
+    dot_fn dots[3] = {pagoda_cpu_dot_mxfp4_scalar, NULL, NULL};
+    x8_fn x8s[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"scalar", "AVX2", "AVX-512 VNNI"};
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) {
+        dots[1] = pagoda_vecdot_avx2.dot_mxfp4;
+        x8s[1] = pagoda_vecdot_avx2.gemm_mxfp4_x8;
+    }
+    if (has_vnni()) {
+        dots[2] = pagoda_cpu_dot_mxfp4_avx512;
+        x8s[2] = pagoda_cpu_gemm_mxfp4_x8_avx512;
+    } else {
+        fprintf(stderr, "test_mxfp4_kernels_every_level: no AVX-512 VNNI here: its kernels skipped\n");
+    }
+    ck_assert_ptr_eq(pagoda_vecdot_scalar.dot_mxfp4, pagoda_cpu_dot_mxfp4_scalar);
+    tu_rng r;
+    tu_rng_seed(&r, 39);
+    for (int64_t nb = 1; nb <= 9; nb++) {
+        int64_t K = 32 * nb;
+        const int64_t NR = 9, TT = 17;
+        size_t ws;
+        uint8_t *w = make_weights(&r, PAGODA_DTYPE_MXFP4, NR, K, &ws);
+        float *x = xmalloc(sizeof(float) * (size_t)(K * TT)), *wd = xmalloc(sizeof(float) * (size_t)K);
+        pagoda_q8a_block *xq = xmalloc(sizeof(pagoda_q8a_block) * (size_t)(nb * TT));
+        pagoda_q8x8_block *x8 = aligned_alloc(64, sizeof(pagoda_q8x8_block) * (size_t)(nb * 3));
+        float *ref = xmalloc(sizeof(float) * (size_t)(NR * TT)), *got = xmalloc(sizeof(float) * (size_t)(NR * TT));
+        ck_assert_ptr_nonnull(x8);
+        tu_fill_normal(&r, x, (size_t)(K * TT), 1.0f);
+        for (int64_t t = 0; t < TT; t++) pagoda_vecdot_scalar.quant_q8a(x + t * K, xq + t * nb, K);
+        for (int64_t n = 0; n < NR; n++) {
+            ck_assert_int_eq(pagoda_dequantize_row(PAGODA_DTYPE_MXFP4, w + n * ws, wd, K), PAGODA_OK);
+            for (int64_t t = 0; t < TT; t++) {
+                const pagoda_q8a_block *xt = xq + t * nb;
+                double want = 0.0, mag = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)wd[k] * xt[k / 32].qs[k % 32] * xt[k / 32].d;
+                    want += p;
+                    mag += fabs(p);
+                }
+                ref[t * NR + n] = (float)want;
+                for (int l = 0; l < 3; l++) {
+                    if (!dots[l]) continue;
+                    float a = dots[l](w + n * ws, xt, nb);
+                    ck_assert_msg(fabs(a - want) <= 1e-5 * mag + 1e-6, "%s dot nb %lld row %lld: %.7g vs %.7g",
+                                  names[l], (long long)nb, (long long)n, a, want);
+                }
+            }
+        }
+        for (int64_t g = 0; g < 3; g++) {
+            int nt = TT - 8 * g < 8 ? (int)(TT - 8 * g) : 8;
+            pagoda_cpu_prep_x8(xq + 8 * g * nb, sizeof(pagoda_q8a_block) * (size_t)nb, nt, nb, x8 + g * nb);
+        }
+        for (int l = 1; l < 3; l++) {
+            if (!x8s[l]) continue;
+            for (int64_t T = 1; T <= TT; T += (T < 9 ? 1 : 8)) {
+                for (int64_t nr = 1; nr <= NR; nr += 3) {
+                    for (size_t i = 0; i < (size_t)(NR * TT); i++) got[i] = NAN;
+                    x8s[l](w, ws, nr, x8, T, nb, got, sizeof(float) * (size_t)NR);
+                    for (int64_t t = 0; t < TT; t++)
+                        for (int64_t n = 0; n < NR; n++) {
+                            float v = got[t * NR + n], e = ref[t * NR + n];
+                            if (t >= T || n >= nr) {
+                                ck_assert_msg(isnan(v), "%s x8 T %lld nr %lld wrote [%lld][%lld]", names[l],
+                                              (long long)T, (long long)nr, (long long)t, (long long)n);
+                                continue;
+                            }
+                            ck_assert_msg(fabsf(v - e) <= 1e-5f * (fabsf(e) + 10.0f),
+                                          "%s x8 nb %lld T %lld nr %lld [%lld][%lld]: %.7g vs %.7g", names[l],
+                                          (long long)nb, (long long)T, (long long)nr, (long long)t,
+                                          (long long)n, v, e);
+                        }
+                }
+            }
+        }
+        free(x);
+        free(wd);
+        free(xq);
+        free(x8);
+        free(ref);
+        free(got);
+        free(w);
+    }
+}
+END_TEST
 
 /* The per-row dots of the 32-value types, which the matmul reaches only
  * through tables without row x token kernels: AVX2 against the scalar
@@ -665,7 +793,8 @@ START_TEST(test_get_rows_every_type)
                                 PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
                                 PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K,
                                 PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_IQ4_XS,
-                                PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL};
+                                PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL,
+                                PAGODA_DTYPE_MXFP4};
     tu_rng r;
     tu_rng_seed(&r, 5);
     int64_t V = 11, C = 512;
@@ -1160,6 +1289,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q5_0);
     tcase_add_test(tc, test_matmul_q5_1);
     tcase_add_test(tc, test_matmul_iq4_nl);
+    tcase_add_test(tc, test_matmul_mxfp4);
+    tcase_add_test(tc, test_mxfp4_kernels_every_level);
     tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);

@@ -333,6 +333,69 @@ static int64_t key(const gguf_file *f, const char *k)
  * experts [cols, rows, experts] of the asked type, the router F32 with
  * logits of unit spread (std 1/sqrt(dim)), shared experts, GLM's dense
  * leading layer and choice bias. */
+/* Mean and standard deviation of a tensor's values, dequantized. */
+static void value_spread(const gguf_tensor *t, double *mean, double *sd)
+{
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
+    float *x = malloc((size_t)n * 4);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(pagoda_dequantize_row(t->type, t->data, x, n), 0);
+    double s1 = 0, s2 = 0;
+    for (int64_t k = 0; k < n; k++) { s1 += x[k]; s2 += (double)x[k] * x[k]; }
+    *mean = s1 / n;
+    *sd = sqrt(s2 / n - *mean * *mean);
+    free(x);
+}
+
+/* --type mxfp4: a dense shape gets MXFP4 in every matrix; a mixture of
+ * experts gets it in the routed experts only (3-D, 17 bytes per 32
+ * values), Q8_0 in every other matrix and the router F32, as
+ * llama-quantize's MXFP4_MOE (general.file_type 38) and gpt-oss ship. */
+START_TEST(mxfp4_type)
+{
+    gguf_file *f = gen("mxfp4", tmp_path("x.gguf"), NULL, NULL);
+    check_tiny(f, PAGODA_DTYPE_MXFP4, 2, 512);
+    pagoda_gguf_close(f);
+    char err[512];
+    pagoda_genmodel_opts o = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_MXFP4, .out = tmp_path("xm.gguf"),
+                              .seed = 7};
+    ck_assert_int_eq(pagoda_gen_model(&o, err, sizeof err), 0);
+    ck_assert_msg(!err[0], "%s", err);
+    f = pagoda_gguf_open(tmp_path("xm.gguf"), err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    int64_t v;
+    ck_assert(pagoda_gguf_get_int(f, "general.file_type", &v) && v == 38);
+    int n_exp = 0, n_q8 = 0;
+    for (uint64_t j = 0; j < f->n_tensors; j++) {
+        const gguf_tensor *t = &f->tensors[j];
+        bool exps = t->n_dims == 3;
+        const char *rsuf = "ffn_gate_inp.weight";
+        size_t rl = strlen(rsuf);
+        bool router = t->name.len >= rl && !memcmp(t->name.ptr + t->name.len - rl, rsuf, rl);
+        if (exps) {
+            ck_assert_msg(t->type == PAGODA_DTYPE_MXFP4, "%.*s is %s", (int)t->name.len, t->name.ptr,
+                          pagoda_dtype_name(t->type));
+            ck_assert_uint_eq(t->nbytes, (uint64_t)(t->ne[0] / 32 * 17 * t->ne[1] * t->ne[2]));
+            n_exp++;
+        } else if (t->n_dims == 2 && !router) {
+            ck_assert_msg(t->type == PAGODA_DTYPE_Q8_0, "%.*s is %s", (int)t->name.len, t->name.ptr,
+                          pagoda_dtype_name(t->type));
+            n_q8++;
+        } else {
+            ck_assert_msg(t->type == PAGODA_DTYPE_F32, "%.*s is %s", (int)t->name.len, t->name.ptr,
+                          pagoda_dtype_name(t->type));
+        }
+    }
+    ck_assert_int_eq(n_exp, 3 * 2);
+    ck_assert_int_gt(n_q8, 0);
+    /* the experts' values have the generator's spread, less MXFP4's clip */
+    double mean, sd;
+    value_spread(pagoda_gguf_tensor(f, "blk.0.ffn_up_exps.weight"), &mean, &sd);
+    ck_assert_msg(fabs(mean) < 0.002 && sd > 0.017 && sd < 0.023, "mean %g sd %g", mean, sd);
+    pagoda_gguf_close(f);
+}
+END_TEST
+
 START_TEST(moe_families)
 {
     char *out = (char *)tmp_path("m.gguf");
@@ -634,6 +697,7 @@ static Suite *suite(void)
     tcase_add_test(tc, vocab_copy_and_layers);
     tcase_add_test(tc, cli_errors);
     tcase_add_test(tc, moe_families);
+    tcase_add_test(tc, mxfp4_type);
     tcase_add_test(tc, moe_real_shapes);
     tcase_add_test(tc, gptoss_shapes);
     tcase_add_test(tc, upcycle_dense);

@@ -484,6 +484,19 @@ START_TEST(bad_tensors)
     rb_pad(&r, 32);
     rb_zeros(&r, 64);
     ASSERT_REFUSED(r.buf, r.n, "unknown type 99");
+    /* MXFP4 (gpt-oss's experts): a 3-D expert tensor of whole 32-value
+     * blocks is read (17 bytes a block); rows of 48 values are refused,
+     * naming the tensor, its row length and the block. */
+    rb_hdr(&r, 3, 1, 0);
+    rb_tensor(&r, "blk.0.ffn_up_exps.weight", 3, (uint64_t[]){64, 2, 3}, PAGODA_DTYPE_MXFP4, 0);
+    rb_pad(&r, 32);
+    rb_zeros(&r, 2 * 17 * 6);
+    ck_assert_str_eq(open_err(r.buf, r.n), "");
+    rb_hdr(&r, 3, 1, 0);
+    rb_tensor(&r, "blk.0.ffn_up_exps.weight", 3, (uint64_t[]){48, 2, 3}, PAGODA_DTYPE_MXFP4, 0);
+    rb_pad(&r, 32);
+    rb_zeros(&r, 2 * 17 * 6);
+    ASSERT_REFUSED(r.buf, r.n, "tensor 'blk.0.ffn_up_exps.weight'", "row length 48", "MXFP4 block size 32");
     /* Row length not a multiple of the block. */
     rb_hdr(&r, 3, 1, 0);
     rb_tensor(&r, "q", 1, (uint64_t[]){33}, PAGODA_DTYPE_Q8_0, 0);

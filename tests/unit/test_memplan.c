@@ -225,44 +225,67 @@ START_TEST(generated_gqa_and_json)
 }
 END_TEST
 
-/* A K-quant model: the weight bytes come from the file's tensor sizes
- * (pagoda_dtype_row_bytes: 144 bytes per 256 Q4_K values), and the text
- * and JSON plans name the type. */
-START_TEST(k_quant_weights)
+/* The text plan (caller frees) and the JSON plan's weights_by_type bytes
+ * of one type. */
+static char *plan_text(const pagoda_memplan *p)
 {
-    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(p, mf);
+    fclose(mf);
+    return txt;
+}
+
+static json_int_t plan_json_type_bytes(const pagoda_memplan *p, const char *type)
+{
+    char *js = pagoda_memplan_json(p);
+    json_t *root = json_loads(js, 0, NULL);
+    json_int_t v = json_integer_value(json_object_get(json_object_get(json_object_get(root, "weights_by_type"), type), "bytes"));
+    json_decref(root);
+    free(js);
+    return v;
+}
+
+/* A generated model in a fresh temporary file (path: its name, to unlink)
+ * and its plan with a 256 MiB budget. */
+static gguf_file *gen_plan(const pagoda_genmodel_opts *g0, char *path, pagoda_memplan *p)
+{
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
     char err[512];
-    pagoda_genmodel_opts g = {.shape = "tiny-k", .dtype = PAGODA_DTYPE_Q4_K, .out = path, .seed = 1};
+    pagoda_genmodel_opts g = *g0;
+    g.out = path;
     ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
     gguf_file *f = pagoda_gguf_open(path, err, sizeof err);
     ck_assert_msg(f, "%s", err);
     pagoda_memplan_opts o;
     pagoda_memplan_opts_default(&o);
     o.memory_budget = 256ull << 20;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, p, err, sizeof err) == 0, "%s", err);
+    return f;
+}
+
+/* A K-quant model: the weight bytes come from the file's tensor sizes
+ * (pagoda_dtype_row_bytes: 144 bytes per 256 Q4_K values), and the text
+ * and JSON plans name the type. */
+START_TEST(k_quant_weights)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    pagoda_genmodel_opts g = {.shape = "tiny-k", .dtype = PAGODA_DTYPE_Q4_K, .seed = 1};
     pagoda_memplan p;
-    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    gguf_file *f = gen_plan(&g, path, &p);
     /* dim 256, 2 layers, q 256, kv 128, ffn 512, vocab 512, untied:
      * 2 x (256*256*2 + 256*128*2 + 256*512*3) + 2 x 256*512 values. */
     const uint64_t q4k_params = 2 * (256 * 256 * 2 + 256 * 128 * 2 + 256 * 512 * 3) + 2 * 256 * 512;
     ck_assert_uint_eq(p.weight_params_by_type[PAGODA_DTYPE_Q4_K], q4k_params);
     ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_Q4_K], q4k_params / 256 * 144);
     ck_assert_uint_eq(p.weight_bytes, q4k_params / 256 * 144 + (2 * 2 + 1) * 256 * 4);
-    char *txt = NULL;
-    size_t len = 0;
-    FILE *mf = open_memstream(&txt, &len);
-    pagoda_memplan_print(&p, mf);
-    fclose(mf);
+    char *txt = plan_text(&p);
     ck_assert_msg(strstr(txt, "weights Q4_K (1.4M params)"), "%s", txt);
     free(txt);
-    char *js = pagoda_memplan_json(&p);
-    json_t *root = json_loads(js, 0, NULL);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(root, "weights_by_type"), "Q4_K"), "bytes")),
-                     (json_int_t)(q4k_params / 256 * 144));
-    json_decref(root);
-    free(js);
+    ck_assert_int_eq(plan_json_type_bytes(&p, "Q4_K"), (json_int_t)(q4k_params / 256 * 144));
     pagoda_gguf_close(f);
     unlink(path);
 }
@@ -622,16 +645,6 @@ static void gen_header(const char *shape, int dtype, const char *path)
     ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
 }
 
-static char *plan_text(const pagoda_memplan *p)
-{
-    char *txt = NULL;
-    size_t len = 0;
-    FILE *mf = open_memstream(&txt, &len);
-    pagoda_memplan_print(p, mf);
-    fclose(mf);
-    return txt;
-}
-
 #define Q8(params) ((uint64_t)(params) / 32 * 34)
 
 /* Qwen3-30B-A3B's real shape (a header over a sparse file: 32 GB of Q8_0
@@ -768,6 +781,43 @@ START_TEST(qwen2_moe_shared_expert)
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), PAGODA_ERR_INVALID);
     ck_assert_msg(strstr(err, "tensor_parallel = 8 cannot split this model: its 60 experts must divide by 8 "
                               "(each rank holds whole experts); values that work: 1, 2, 4"), "%s", err);
+    pagoda_gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* MXFP4 experts (gen-model --type mxfp4 on a MoE shape: the experts
+ * MXFP4, 17 bytes per 32 values = 4.25 bits, every other matrix Q8_0):
+ * the plan's weights and experts by type, the decode bytes (2 of 8
+ * experts a layer), and the type named in the text and JSON plans. */
+START_TEST(mxfp4_experts_plan)
+{
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    pagoda_genmodel_opts g = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_MXFP4, .seed = 1};
+    pagoda_memplan p;
+    gguf_file *f = gen_plan(&g, path, &p);
+    /* 2 layers x 3 matrices x 8 experts x dim 256 x ffn_exp 256 */
+    const uint64_t exp_params = 2ull * 3 * 8 * 256 * 256, exp_bytes = exp_params / 32 * 17;
+    ck_assert_uint_eq(p.expert_params_by_type[PAGODA_DTYPE_MXFP4], exp_params);
+    ck_assert_uint_eq(p.expert_bytes_by_type[PAGODA_DTYPE_MXFP4], exp_bytes);
+    ck_assert_uint_eq(p.expert_bytes, exp_bytes);
+    ck_assert_uint_eq(p.weight_params_by_type[PAGODA_DTYPE_MXFP4], exp_params);
+    ck_assert_uint_eq(p.weight_bytes_by_type[PAGODA_DTYPE_MXFP4], exp_params * 17 / 32);
+    ck_assert_uint_gt(p.weight_bytes_by_type[PAGODA_DTYPE_Q8_0], 0);
+    uint64_t rest_b = 0, emb_b = 0, emb_row = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->n_dims != 3) rest_b += t->nbytes;
+        if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) {
+            emb_b = t->nbytes;
+            emb_row = pagoda_dtype_row_bytes(t->type, t->ne[0]);
+        }
+    }
+    ck_assert_uint_eq(p.decode_bytes_per_token, rest_b - emb_b + emb_row + exp_bytes / 4);
+    char *txt = plan_text(&p);
+    ck_assert_msg(strstr(txt, "MXFP4"), "%s", txt);
+    free(txt);
+    ck_assert_int_eq(plan_json_type_bytes(&p, "MXFP4"), (json_int_t)exp_bytes);
     pagoda_gguf_close(f);
     unlink(path);
 }
@@ -937,6 +987,7 @@ static Suite *suite(void)
     tcase_add_test(tc, qwen3_30b_a3b_plan);
     tcase_add_test(tc, qwen2_moe_shared_expert);
     tcase_add_test(tc, moe_tiny_plans);
+    tcase_add_test(tc, mxfp4_experts_plan);
     tcase_add_test(tc, moe_bad_input);
     suite_add_tcase(s, tc);
     return s;

@@ -243,6 +243,14 @@ typedef struct pagoda_vecdot_table {
                         float *sc);
     void (*accum_q8_0)(float *acc, float alpha, const float *p, const void *v, size_t stride, int n,
                        int hd);
+    /* MXFP4 (quant.h pagoda_block_mxfp4, gpt-oss's experts) against q8a
+     * activations: per block (d_x 2^(e-128)) sum(table[code] x q), the
+     * codes a pshufb / table lookup into small integers (-12..12). Per row
+     * (decode) and tokens in lanes (as gemm_q8_0_x8; NULL: one dot per
+     * pair). vecdot_mxfp4*.c in each level's folder. */
+    float (*dot_mxfp4)(const void *w, const pagoda_q8a_block *x, int64_t nb);
+    void (*gemm_mxfp4_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                          int64_t T, int64_t nb, float *out, size_t out_stride);
 } pagoda_vecdot_table;
 
 /* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */
@@ -258,6 +266,18 @@ static inline float pagoda_gelu_tanh(float x)
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;
 extern const pagoda_vecdot_table pagoda_vecdot_avx2;
+
+/* The MXFP4 kernels of each level (kernels/<level>/vecdot_mxfp4*.c), as
+ * the table slots above. The AVX-512 VNNI pair has no table of its own
+ * yet: matmul.c's mxfp4_kernels() picks it on a VNNI CPU where the AVX2
+ * table runs (until kernels/avx512's table takes the two slots). */
+float pagoda_cpu_dot_mxfp4_scalar(const void *w, const pagoda_q8a_block *x, int64_t nb);
+float pagoda_cpu_dot_mxfp4_avx2(const void *w, const pagoda_q8a_block *x, int64_t nb);
+void pagoda_cpu_gemm_mxfp4_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                                   int64_t T, int64_t nb, float *out, size_t os);
+float pagoda_cpu_dot_mxfp4_avx512(const void *w, const pagoda_q8a_block *x, int64_t nb);
+void pagoda_cpu_gemm_mxfp4_x8_avx512(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                                     int64_t T, int64_t nb, float *out, size_t os);
 
 /* The table for the active ISA. */
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void);

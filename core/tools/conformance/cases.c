@@ -31,7 +31,8 @@ static const int k_all_types[] = {PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_D
                                   PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1,
                                   PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL,
                                   PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K,
-                                  PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_IQ4_XS};
+                                  PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_IQ4_XS,
+                                  PAGODA_DTYPE_MXFP4};
 #define N_TYPES (sizeof k_all_types / sizeof k_all_types[0])
 
 /* Matmul tolerance per weight type (normalized as above). A backend may

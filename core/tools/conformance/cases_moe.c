@@ -167,6 +167,11 @@ void cf_run_moe_ops(cf *c)
     if (c->ops->matmul_experts) {
         case_matmul_experts(c, PAGODA_DTYPE_Q5_0, 9, 2, 5, 1, 256, 24, true, false);
         case_matmul_experts(c, PAGODA_DTYPE_IQ4_XS, 9, 2, 5, 1, 256, 24, false, false);
+        /* MXFP4, gpt-oss's expert type: a decode step (top-4 of 32), a
+         * batch with repeats, a prefill-like batch (the lanes kernels) */
+        case_matmul_experts(c, PAGODA_DTYPE_MXFP4, 1, 4, 32, 0, 256, 48, true, false);
+        case_matmul_experts(c, PAGODA_DTYPE_MXFP4, 7, 4, 12, 3, 512, 40, false, true);
+        case_matmul_experts(c, PAGODA_DTYPE_MXFP4, 48, 4, 8, 1, 320, 72, true, true);
     }
     if (!c->ops->moe_combine)
         cf_record(c, "moe_combine", "-", 0, 0, CF_SKIP, "optional slot (ABI 1.5) is NULL: the core sums on the host");

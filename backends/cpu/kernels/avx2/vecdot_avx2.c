@@ -795,6 +795,8 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .quant_kv_q8_0 = pagoda_cpu_quant_kv_q8_0_avx2,
     .scores_q8_0 = pagoda_cpu_scores_q8_0_avx2,
     .accum_q8_0 = pagoda_cpu_accum_q8_0_avx2,
+    .dot_mxfp4 = pagoda_cpu_dot_mxfp4_avx2,
+    .gemm_mxfp4_x8 = pagoda_cpu_gemm_mxfp4_x8_avx2,
 };
 
 #else

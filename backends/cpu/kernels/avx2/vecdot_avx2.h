@@ -82,6 +82,34 @@ static inline __m256i iq4nl_table256(void)
     return _mm256_set_m128i(t, t);
 }
 
+/* The tokens-in-lanes kernels' shared pieces: four bytes broadcast to
+ * every 32-bit lane; lane t of acc to out[t][0] for the nt real tokens;
+ * four maddubs of broadcast weight bytes v0..v3 with four consecutive
+ * groups of an x8 block's qs (pagoda_q8x8_block), added in int16 (the
+ * caller's values keep the sums below 2^15). */
+static inline __m256i bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static inline void store_x8(__m256 acc, int nt, float *out, size_t os)
+{
+    float tmp[8];
+    _mm256_storeu_ps(tmp, acc);
+    for (int t = 0; t < nt; t++) *(float *)((uint8_t *)out + t * os) = tmp[t];
+}
+
+static inline __m256i maddubs4_x8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const int8_t (*qs)[32])
+{
+    return _mm256_add_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_load_si256((const __m256i *)qs[0])),
+                         _mm256_maddubs_epi16(v1, _mm256_load_si256((const __m256i *)qs[1]))),
+        _mm256_add_epi16(_mm256_maddubs_epi16(v2, _mm256_load_si256((const __m256i *)qs[2])),
+                         _mm256_maddubs_epi16(v3, _mm256_load_si256((const __m256i *)qs[3]))));
+}
+
 /* The tokens-in-lanes kernels, signatures as vecdot.h's gemm_*_x8. */
 void pagoda_cpu_gemm_q8_0_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                   int64_t T, int64_t nb, float *out, size_t os);

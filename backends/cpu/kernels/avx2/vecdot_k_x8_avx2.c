@@ -70,20 +70,6 @@ typedef struct kx_row {
     float d, dm;
 } __attribute__((aligned(32))) kx_row;
 
-static inline __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-static inline void store_x8(__m256 acc, int nt, float *out, size_t os)
-{
-    float tmp[8];
-    _mm256_storeu_ps(tmp, acc);
-    for (int t = 0; t < nt; t++) *(float *)((uint8_t *)out + t * os) = tmp[t];
-}
-
 /* 8 int16 as (v, v) int32 pairs, then 4 .. 7. */
 static inline void store_pairs8(int32_t *o, __m128i v16)
 {

@@ -28,24 +28,9 @@
 #define PRAGMA_(x) _Pragma(#x)
 #define UNROLL(n) PRAGMA_(GCC unroll n)
 
-static inline __m256i bcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 static inline __m256 bcast_f16(const uint16_t *p)
 {
     return _mm256_cvtph_ps(_mm_set1_epi16((short)*p));
-}
-
-/* Lane t of acc to out[t][0] for the nt real tokens. */
-static inline void store_x8(__m256 acc, int nt, float *out, size_t os)
-{
-    float tmp[8];
-    _mm256_storeu_ps(tmp, acc);
-    for (int t = 0; t < nt; t++) *(float *)((uint8_t *)out + t * os) = tmp[t];
 }
 
 FORCE_INLINE void tile_q8_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x,
@@ -413,11 +398,7 @@ FORCE_INLINE void tile_q5_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q
                 __m256i v3 = bcast4((const int8_t *)q[r] + 16 * h + 12);
                 UNROLL(2) for (int o = 0; o < NO; o++) {
                     const pagoda_q8x8_block *xb = &xs[o][b];
-                    __m256i s = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_load_si256((const __m256i *)xb->qs[4 * h])),
-                                         _mm256_maddubs_epi16(v1, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 1]))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(v2, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 2])),
-                                         _mm256_maddubs_epi16(v3, _mm256_load_si256((const __m256i *)xb->qs[4 * h + 3]))));
+                    __m256i s = maddubs4_x8(v0, v1, v2, v3, xb->qs + 4 * h);
                     __m256i p = _mm256_madd_epi16(s, ones);
                     ia[r][o] = h ? _mm256_add_epi32(ia[r][o], p) : p;
                 }

@@ -362,4 +362,5 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .quant_kv_q8_0 = quant_kv_q8_0_scalar,
     .scores_q8_0 = scores_q8_0_scalar,
     .accum_q8_0 = accum_q8_0_scalar,
+    .dot_mxfp4 = pagoda_cpu_dot_mxfp4_scalar,
 };
