@@ -26,7 +26,10 @@
  *    than the hidden size, a RoPE part as wide as the query head, missing
  *    latent / query norms, expert groups that do not divide the experts or
  *    cannot hold the top-k), each one line naming the key or tensor, on
- *    gen-model's deepseek2-tiny. */
+ *    gen-model's deepseek2-tiny.
+ *  - plan_latent: the memory plan of DeepSeek-V3's shape.
+ *  - perplexity_beside_llama: `pagoda perplexity` of the V3-style fixture
+ *    within 1% of llama-perplexity's recorded number on the same file. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <math.h>
@@ -41,6 +44,7 @@
 #include "gguf_writer.h"
 #include "memplan.h"
 #include "model.h"
+#include "perplexity.h"
 #include "ref_logits.h"
 #include "testutil.h"
 
@@ -450,6 +454,34 @@ START_TEST(plan_latent)
 }
 END_TEST
 
+/* pagoda perplexity on the V3-style fixture against llama-perplexity's
+ * number on the same file and text (tests/fixtures/mla/README.md:
+ * llama.cpp's own tokenizer and forward pass; -c 128 -b 128, 11 chunks). */
+START_TEST(perplexity_beside_llama)
+{
+    const double llama_ppl = 674965633.0134;   /* llama-perplexity, F32 */
+    const char *model = tu_src("tests/fixtures/mla/deepseek3-tiny.f32.gguf");
+    if (access(model, R_OK) != 0) {
+        printf("no fixture %s: skipped\n", model);
+        return;
+    }
+    char text[1024];
+    snprintf(text, sizeof text, "%s", tu_src("tests/fixtures/moe/ppl.txt"));
+    const char *sets[] = {"engine.kv_dtype=f32", "backend.cpu.threads=2"};
+    pagoda_ppl_opts o = {.model = model, .sets = sets, .n_sets = 2, .file = text, .ctx = 128,
+                         .parallel = 2, .progress = 0};
+    pagoda_ppl_result res;
+    char err[1024] = "";
+    ck_assert_msg(pagoda_perplexity_run(&o, &res, err, sizeof err) == 0, "%s", err);
+    double rel = fabs(res.ppl - llama_ppl) / llama_ppl;
+    printf("deepseek3-tiny F32: pagoda perplexity %.4f over %d chunks, llama-perplexity %.4f: "
+           "%.2g apart (allowed 1%%)\n", res.ppl, res.n_chunks, llama_ppl, rel);
+    ck_assert_int_eq(res.n_chunks, 11);
+    ck_assert_msg(rel < 0.01, "perplexity %.4f vs llama.cpp's %.4f", res.ppl, llama_ppl);
+    pagoda_ppl_result_free(&res);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("mla_ref");
@@ -459,6 +491,7 @@ static Suite *suite(void)
     tcase_add_test(tc, decode_equals_prefill);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, plan_latent);
+    tcase_add_test(tc, perplexity_beside_llama);
     suite_add_tcase(s, tc);
     return s;
 }
