@@ -721,6 +721,29 @@ START_TEST(synthetic_bpe_ranks)
 }
 END_TEST
 
+/* End of generation: <|end|> ends a Phi-3 style reply, but in a harmony
+ * vocabulary (gpt-oss: <|return|> and <|call|> are special) it only closes
+ * one channel's message, so the reply ends at <|return|> or <|call|>. */
+START_TEST(eog_harmony)
+{
+    const char *toks[] = { "a", "<s>", "</s>", "<|end|>", "<|return|>", "<|call|>", "<|start|>" };
+    const int32_t types[] = { 1, 3, 3, 3, 3, 3, 3 };
+    const char *merges[] = { "a a" };
+    pagoda_tokenizer *t = synthetic("gpt2", "gpt-4o", toks, NULL, types, 7, merges, 1, -1, -1, -1);
+    ck_assert(!pagoda_tokenizer_is_eog(t, 3));
+    ck_assert(pagoda_tokenizer_is_eog(t, 4));
+    ck_assert(pagoda_tokenizer_is_eog(t, 5));
+    ck_assert(pagoda_tokenizer_is_eog(t, 2));  /* the EOS stays one */
+    ck_assert(!pagoda_tokenizer_is_eog(t, 6));
+    pagoda_tokenizer_free(t);
+    /* without <|call|>, <|end|> is an end as before */
+    const char *toks2[] = { "a", "<s>", "</s>", "<|end|>", "<|return|>" };
+    t = synthetic("gpt2", "gpt-4o", toks2, NULL, types, 5, merges, 1, -1, -1, -1);
+    ck_assert(pagoda_tokenizer_is_eog(t, 3));
+    pagoda_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(load_errors)
 {
     /* A file without a vocabulary is refused with a message. */
@@ -787,6 +810,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(bpe, gpt2_reference_cases);
     tcase_add_test(bpe, gpt2_specials_and_roundtrip);
     tcase_add_test(bpe, pre_reference_cases);
+    tcase_add_test(bpe, eog_harmony);
     tcase_add_test(bpe, load_errors);
     tcase_add_test(bpe, synthetic_spm_flags);
     tcase_add_test(bpe, synthetic_bpe_ranks);

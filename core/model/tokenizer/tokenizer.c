@@ -372,6 +372,19 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
          * "<|end|>" is text the model may legitimately produce. */
         if (id >= 0 && t->types[id] != TT_NORMAL) eog_add(t, id);
     }
+    /* gpt-oss's harmony (o200k_harmony): <|return|> ends the reply and
+     * <|call|> a tool call, while <|end|> only closes one channel's message
+     * (the analysis comes before the final answer), so there it is no end. */
+    int32_t ret = tok_lookup(t, "<|return|>", 10), call = tok_lookup(t, "<|call|>", 8);
+    if (ret >= 0 && call >= 0 && t->types[ret] != TT_NORMAL && t->types[call] != TT_NORMAL) {
+        int32_t end = tok_lookup(t, "<|end|>", 7);
+        int k = 0;
+        for (int i = 0; i < t->n_eog; i++)
+            if (t->eog[i] != end) t->eog[k++] = t->eog[i];
+        t->n_eog = k;
+        eog_add(t, ret);
+        eog_add(t, call);
+    }
 
     free(model);
     free(pre);

@@ -55,7 +55,9 @@ int32_t pagoda_tokenizer_bos(const pagoda_tokenizer *t); /* -1 if none */
 int32_t pagoda_tokenizer_eos(const pagoda_tokenizer *t); /* -1 if none */
 /* End of generation: eos, eot, eom, and tokens named like end tokens
  * (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end|>,
- * <end_of_turn>, <|end_of_text|>, <EOT>) present in the vocabulary. */
+ * <end_of_turn>, <|end_of_text|>, <EOT>, <｜end▁of▁sentence｜>) present in
+ * the vocabulary. A harmony vocabulary (gpt-oss: special <|return|> and
+ * <|call|>) ends at those two and not at <|end|>, which closes a channel. */
 bool pagoda_tokenizer_is_eog(const pagoda_tokenizer *t, int32_t id);
 /* Whether add_special prepends BOS. */
 bool pagoda_tokenizer_add_bos(const pagoda_tokenizer *t);
