@@ -80,6 +80,8 @@ static const fcase CASES[] = {
                   "<|message|>Done.<|return|>", "Checking now.Done.", "", ""},
     {FMT_HARMONY, "<|channel|>weird<|message|>kept<|end|>", "kept", "", ""},
     {FMT_HARMONY, "plain words, no channels", "plain words, no channels", "", ""},
+    {FMT_HARMONY, "<|channel|>final<|message|>Hi<|end|><|start|>assistant", "Hi", "", ""},
+    {FMT_HARMONY, "<|channel|>analysis<|message|>cut short", "", "cut short", ""},
 };
 
 static void run(const fcase *c, const size_t *cuts, int ncut, got *g)

@@ -227,6 +227,108 @@ START_TEST(test_calls_read_back)
 }
 END_TEST
 
+/* --------------------------------------------------- harmony (gpt-oss) */
+
+/* The fake's template in harmony's shape: user turns only (the echo then
+ * starts with the user's text) and the generation prompt <|start|>assistant,
+ * which the frontend's probe reads as the harmony family. */
+static int harmony_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
+                          int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    pagoda_chat_message users[16];
+    int32_t k = 0;
+    for (int32_t i = 0; i < n && k < 16; i++)
+        if (!strcmp(msgs[i].role, "user")) users[k++] = msgs[i];
+    int st = fake_chat_render(h, users, k, false, out, stop_ids, cap, n_stop);
+    if (st || !gen) return st;
+    size_t l = strlen(*out);
+    char *s = realloc(*out, l + 32);
+    ck_assert_ptr_nonnull(s);
+    strcpy(s + l, "<|start|>assistant");
+    *out = s;
+    return PAGODA_OK;
+}
+
+static void harmony_tweak(fake_engine *f) { f->host.chat_render = harmony_render; }
+static void setup_harmony(void) { srv_start_with(&S, NULL, 0, harmony_tweak); }
+
+#define HARMONY_ANSWER "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>analysis<|message|>Thinking" \
+                       "<|end|><|start|>assistant<|channel|>final<|message|>Hello world\"}]"
+
+/* The analysis channel is reasoning, the final channel the content, and no
+ * harmony markup reaches either, whole or streamed. */
+START_TEST(test_harmony_channels)
+{
+    json_t *j = post_expect("/v1/chat/completions", HARMONY_ANSWER "}", 200);
+    json_t *msg = jget(j, "choices.0.message");
+    /* the echo puts a space before the probe's last word, <|start|>assistant */
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hello world ");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "Thinking");
+    json_decref(j);
+
+    const char *streamed = HARMONY_ANSWER ",\"stream\":true}";
+    resp r = {0};
+    http_req(&S, "POST", "/v1/chat/completions", streamed, strlen(streamed), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *chunks[64];
+    int done = 0, n = parse_sse(r.body, chunks, 64, &done);
+    ck_assert(done);
+    char text[256] = "", reason[256] = "";
+    for (int i = 0; i < n; i++) {
+        json_t *d = jget(chunks[i], "choices.0.delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        const char *rc = json_string_value(json_object_get(d, "reasoning_content"));
+        if (c) strncat(text, c, sizeof text - strlen(text) - 1);
+        if (rc) strncat(reason, rc, sizeof reason - strlen(reason) - 1);
+        json_decref(chunks[i]);
+    }
+    ck_assert_str_eq(text, "Hello world ");
+    ck_assert_str_eq(reason, "Thinking");
+    free(r.body);
+
+    /* Messages: a thinking block, then the text */
+    j = post_expect("/v1/messages", "{\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":"
+                    "\"<|channel|>analysis<|message|>Hmm<|end|><|start|>assistant<|channel|>final<|message|>Yes\"}]}",
+                    200);
+    ck_assert_str_eq(jget_str(j, "content.0.type"), "thinking");
+    ck_assert_str_eq(jget_str(j, "content.0.thinking"), "Hmm");
+    ck_assert_str_eq(jget_str(j, "content.1.type"), "text");
+    ck_assert_str_eq(jget_str(j, "content.1.text"), "Yes ");
+    json_decref(j);
+}
+END_TEST
+
+/* A call on the commentary channel (to=functions.f) is a tool call. */
+START_TEST(test_harmony_call)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>commentary to=functions.f "
+                       "<|constrain|>json<|message|>{\\\"x\\\":1}<|call|>\"}]," TOOLS "}";
+    json_t *j = post_expect("/v1/chat/completions", body, 200);
+    json_t *calls = jget(j, "choices.0.message.tool_calls");
+    ck_assert_int_eq(json_array_size(calls), 1);
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"x\":1}");
+    ck_assert(json_is_null(jget(j, "choices.0.message.content")));
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "tool_calls");
+    json_decref(j);
+}
+END_TEST
+
+/* A message's channel must be one of harmony's three. */
+START_TEST(test_harmony_bad_channel)
+{
+    expect_400("/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"assistant\",\"channel\":\"secret\",\"content\":\"x\"},"
+               "{\"role\":\"user\",\"content\":\"hi\"}]}",
+               "messages[0].channel", "unknown channel 'secret'");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"channel\":7,\"content\":\"hi\"}]}",
+               "messages[0].channel", "unknown channel (not a string)");
+    json_decref(post_expect("/v1/chat/completions",
+                            "{\"messages\":[{\"role\":\"assistant\",\"channel\":\"final\",\"content\":\"x\"},"
+                            "{\"role\":\"user\",\"content\":\"hi\"}]}", 200));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_tools");
@@ -238,6 +340,13 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rendering);
     tcase_add_test(tc, test_calls_read_back);
     suite_add_tcase(s, tc);
+    TCase *hm = tcase_create("harmony");
+    tcase_add_checked_fixture(hm, setup_harmony, teardown);
+    tcase_set_timeout(hm, 60);
+    tcase_add_test(hm, test_harmony_channels);
+    tcase_add_test(hm, test_harmony_call);
+    tcase_add_test(hm, test_harmony_bad_channel);
+    suite_add_tcase(s, hm);
     return s;
 }
 

@@ -735,11 +735,21 @@ START_TEST(eog_harmony)
     ck_assert(pagoda_tokenizer_is_eog(t, 5));
     ck_assert(pagoda_tokenizer_is_eog(t, 2));  /* the EOS stays one */
     ck_assert(!pagoda_tokenizer_is_eog(t, 6));
+    /* the channel markup stays in the output text (the frontend reads it) */
+    size_t l;
+    const char *b = pagoda_token_bytes(t, 3, false, &l);
+    ck_assert(l == 7 && !memcmp(b, "<|end|>", 7));
+    b = pagoda_token_bytes(t, 6, false, &l);
+    ck_assert(l == 9 && !memcmp(b, "<|start|>", 9));
+    pagoda_token_bytes(t, 2, false, &l); /* other control tokens do not */
+    ck_assert_uint_eq(l, 0);
     pagoda_tokenizer_free(t);
     /* without <|call|>, <|end|> is an end as before */
     const char *toks2[] = { "a", "<s>", "</s>", "<|end|>", "<|return|>" };
     t = synthetic("gpt2", "gpt-4o", toks2, NULL, types, 5, merges, 1, -1, -1, -1);
     ck_assert(pagoda_tokenizer_is_eog(t, 3));
+    pagoda_token_bytes(t, 3, false, &l); /* Phi-3's <|end|> is no markup */
+    ck_assert_uint_eq(l, 0);
     pagoda_tokenizer_free(t);
 }
 END_TEST

@@ -44,7 +44,11 @@ int pagoda_tokenize(const pagoda_tokenizer *t, const char *text, size_t len, boo
 /* The bytes token id decodes to (not NUL-terminated; may be a partial
  * UTF-8 sequence): U+2581 -> ' ', <0xNN> -> the byte, byte-level BPE
  * characters -> their bytes. Control and unknown tokens give "" unless
- * render_special, which gives their text; user-defined tokens always give
+ * render_special, which gives their text (output markup the frontend
+ * reads always gives its text: <think>, </think>, <tool_call>,
+ * </tool_call>, <|python_tag|>, Kimi's and DeepSeek's tool-call markers,
+ * and in a harmony vocabulary <|start|>, <|channel|>, <|message|>,
+ * <|end|>, <|constrain|>, <|call|>, <|return|>); user-defined tokens always give
  * their text. An id out of range gives "" (length 0). The pointer lives
  * as long as t. */
 const char *pagoda_token_bytes(const pagoda_tokenizer *t, int32_t id, bool render_special,

@@ -160,6 +160,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         }
         int think, think_open; /* probed (once) before this request's rendering */
         api_template_thinks(fe, &think, &think_open);
+        (void)api_template_fmt(fe);
         int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
         if (st != PAGODA_OK || !rendered) {
             ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
@@ -194,6 +195,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
     hr->tools = kind == KIND_CHAT && sr.tool_choice != ST_TOOLS_NONE;
+    if (kind == KIND_CHAT) api_norm_setup(hr, hr->tools || (hr->as && hr->as->tools));
     hr->trace = p.trace;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     hr->sock = ci ? ci->connect_fd : -1;

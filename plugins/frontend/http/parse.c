@@ -169,6 +169,19 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
         if (!json_is_object(e) || !json_is_string(role))
             return rf_fail(pe, "messages", "messages[%zu] must be an object with a string 'role'", k);
         (*out)[k].role = json_string_value(role);
+        /* harmony's channel of a message (gpt-oss clients send it): one of
+         * its three names, or the request is refused naming it */
+        json_t *chan = json_object_get(e, "channel");
+        if (chan && !json_is_null(chan)) {
+            const char *cv = json_is_string(chan) ? json_string_value(chan) : NULL;
+            if (!cv || (strcmp(cv, "analysis") && strcmp(cv, "commentary") && strcmp(cv, "final"))) {
+                char param[48];
+                snprintf(param, sizeof param, "messages[%zu].channel", k);
+                return rf_fail(pe, param, "unknown channel %s%s%s in '%s'; harmony's channels are analysis, "
+                               "commentary and final", cv ? "'" : "", cv ? cv : "(not a string)", cv ? "'" : "",
+                               param);
+            }
+        }
         /* the key is required (OpenAI answers 400 without it), but an
          * assistant turn that only calls tools may leave it out or null */
         json_t *calls = json_object_get(e, "tool_calls");

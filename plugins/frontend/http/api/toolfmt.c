@@ -475,8 +475,13 @@ static void feed_harmony(fmt_norm *f, sbuf *out, bool end)
             size_t at = find(h, len, "<|message|>");
             if (at == (size_t)-1) {
                 if (len <= HDR_MAX && !end) return;
-                /* no header after all: the model wrote plain text */
-                harmony_plain(h, len, out);
+                /* at the end, a header cut short (the "<|start|>assistant"
+                 * of a message never written) is markup, dropped; text
+                 * without markup, or too long for a header, is plain text */
+                bool markup = false;
+                for (size_t k = 0; k < N_OF(HARMONY_MARKS) && !markup; k++)
+                    markup = find(h, len, HARMONY_MARKS[k]) != (size_t)-1;
+                if (!(end && markup && len <= HDR_MAX)) harmony_plain(h, len, out);
                 drop(&f->held, len);
                 return;
             }
