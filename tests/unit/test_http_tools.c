@@ -163,6 +163,29 @@ START_TEST(test_rendering)
 }
 END_TEST
 
+/* tool_choice "none" keeps the tools in the prompt (it only stops reading
+ * calls back): a turn that sets it renders the same prompt as "auto", so
+ * the earlier turns' KV is reused; a <tool_call> written then stays text. */
+START_TEST(test_tool_choice_none_keeps_prefix)
+{
+    static const char conv[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+                               "\"content\":\"q <tool_call> {\\\"name\\\":\\\"f\\\"} </tool_call>\"}]," TOOLS
+                               ",\"max_tokens\":90,\"tool_choice\":";
+    char body[2048];
+    snprintf(body, sizeof body, "%s\"auto\"}", conv);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    char *with_auto = strdup(last_logged()->prompt);
+    snprintf(body, sizeof body, "%s\"none\"}", conv);
+    json_t *j = post_expect("/v1/chat/completions", body, 200);
+    ck_assert_str_eq(last_logged()->prompt, with_auto);
+    ck_assert_ptr_nonnull(strstr(with_auto, "# Tools"));
+    ck_assert_ptr_null(jget(j, "choices.0.message.tool_calls"));
+    ck_assert_ptr_nonnull(strstr(jget_str(j, "choices.0.message.content"), "<tool_call>"));
+    json_decref(j);
+    free(with_auto);
+}
+END_TEST
+
 /* The fake echoes the prompt: the user's block comes back as the model's
  * call; the tools block's example (not JSON) stays text. */
 #define CALLING "{\"messages\":[{\"role\":\"user\",\"content\":\"ok <tool_call> {\\\"name\\\":\\\"f\\\"," \
@@ -339,6 +362,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_bad_fields);
     tcase_add_test(tc, test_rendering);
     tcase_add_test(tc, test_calls_read_back);
+    tcase_add_test(tc, test_tool_choice_none_keeps_prefix);
     suite_add_tcase(s, tc);
     TCase *hm = tcase_create("harmony");
     tcase_add_checked_fixture(hm, setup_harmony, teardown);

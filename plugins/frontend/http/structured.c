@@ -398,8 +398,12 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
             (*msgs)[i].content = b.p;
         }
     }
-    if (sr->tool_choice == ST_TOOLS_NONE) return 0;
-    /* the tools, in the system turn (after the client's own system text) */
+    /* the tools, in the system turn (after the client's own system text),
+     * whatever tool_choice says: "none" only stops reading calls back, so
+     * a conversation that turns tool_choice off for one turn keeps the same
+     * prompt prefix, and the KV of its earlier turns (as vLLM does unless
+     * --exclude-tools-when-tool-choice-none) */
+    if (!sr->tools || !json_array_size(sr->tools)) return 0;
     sbuf b = {0};
     bool has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
     if (has_sys && (*msgs)[0].content && *(*msgs)[0].content) {
