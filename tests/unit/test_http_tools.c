@@ -250,6 +250,49 @@ START_TEST(test_calls_read_back)
 }
 END_TEST
 
+/* Template options reach the template (chat_render_opts): OpenAI's
+ * reasoning_effort, chat_template_kwargs, Messages' thinking and
+ * Responses' reasoning.effort; bad values are 400s naming the field. */
+START_TEST(test_template_options)
+{
+    static const char *const ok[][3] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":"
+                                 "{\"enable_thinking\":false}}", "0|"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"high\"}",
+         "-1|high"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\","
+                                 "\"chat_template_kwargs\":{\"thinking\":true,\"reasoning_effort\":\"medium\"}}", "1|medium"},
+        {"/v1/messages", "{\"max_tokens\":8,\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\","
+                         "\"content\":\"hi\"}]}", "0|"},
+        {"/v1/messages", "{\"max_tokens\":8,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},\"messages\":"
+                         "[{\"role\":\"user\",\"content\":\"hi\"}]}", "1|"},
+        {"/v1/responses", "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"low\"}}", "-1|low"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int before = S.f->render_opts_calls;
+        json_decref(post_expect(ok[i][0], ok[i][1], 200));
+        char got[48];
+        pthread_mutex_lock(&S.f->mu);
+        snprintf(got, sizeof got, "%d|%s", S.f->last_enable_thinking, S.f->last_effort);
+        int calls = S.f->render_opts_calls;
+        pthread_mutex_unlock(&S.f->mu);
+        ck_assert_msg(calls > before, "%s: no chat_render_opts call", ok[i][1]);
+        ck_assert_msg(!strcmp(got, ok[i][2]), "%s: got %s, want %s", ok[i][1], got, ok[i][2]);
+    }
+    /* no options: the plain chat_render */
+    int before = S.f->render_opts_calls;
+    json_decref(post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 200));
+    ck_assert_int_eq(S.f->render_opts_calls, before);
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"max\"}",
+               "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+               "\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}",
+               "chat_template_kwargs.enable_thinking", "must be true or false");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":[]}",
+               "chat_template_kwargs", "must be an object");
+}
+END_TEST
+
 /* --------------------------------------------------- harmony (gpt-oss) */
 
 /* The fake's template in harmony's shape: user turns only (the echo then
@@ -363,6 +406,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rendering);
     tcase_add_test(tc, test_calls_read_back);
     tcase_add_test(tc, test_tool_choice_none_keeps_prefix);
+    tcase_add_test(tc, test_template_options);
     suite_add_tcase(s, tc);
     TCase *hm = tcase_create("harmony");
     tcase_add_checked_fixture(hm, setup_harmony, teardown);

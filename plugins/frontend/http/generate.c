@@ -158,10 +158,19 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
         }
+        pagoda_chat_options co;
+        if (parse_chat_options(root, &co, &pe) < 0) goto bad;
         int think, think_open; /* probed (once) before this request's rendering */
         api_template_thinks(fe, &think, &think_open);
         (void)api_template_fmt(fe);
-        int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
+        bool has_opts = co.enable_thinking >= 0 || co.reasoning_effort;
+        if (has_opts && !PAGODA_HOST_HAS(h, chat_render_opts)) {
+            ret = BAD(conn, co.reasoning_effort ? "reasoning_effort" : "chat_template_kwargs",
+                      "this server's core (ABI before 1.7) cannot pass template options");
+            goto out;
+        }
+        int st = has_opts ? h->chat_render_opts(h, msgs, n_msgs, &co, true, &rendered, stop_ids, 16, &n_stop_ids)
+                          : h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
         if (st != PAGODA_OK || !rendered) {
             ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
                       "have a chat template?)", pagoda_status_str(st));

@@ -283,6 +283,11 @@ static int to_chat(json_t *a, int count, json_t **out, int *has_tools, perr *pe)
                 "\"disabled\"}");
         goto out;
     }
+    /* thinking on or off reaches the template (Qwen3's enable_thinking) */
+    json_t *tt = json_object_get(v, "type");
+    if (json_is_string(tt) && (!strcmp(json_string_value(tt), "enabled") || !strcmp(json_string_value(tt), "disabled")))
+        json_object_set_new(chat, "chat_template_kwargs",
+                            json_pack("{s:b}", "enable_thinking", !strcmp(json_string_value(tt), "enabled")));
     if (tools_of(a, chat, has_tools, pe) < 0) goto out;
     rc = 0;
 out:
