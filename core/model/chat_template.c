@@ -120,6 +120,33 @@ static void sb_addn(sbuf *b, const char *s, size_t n)
 
 static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
 
+/* s as a JSON string literal (Jinja's tojson on a string): quotes, and
+ * escapes for quote, backslash and control characters */
+static void sb_add_json_string(sbuf *b, const char *s)
+{
+    sb_add(b, "\"");
+    for (const char *p = s; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        char esc[8];
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\', esc[1] = (char)ch, esc[2] = 0;
+        } else if (ch == '\n') {
+            strcpy(esc, "\\n");
+        } else if (ch == '\t') {
+            strcpy(esc, "\\t");
+        } else if (ch == '\r') {
+            strcpy(esc, "\\r");
+        } else if (ch < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+        } else {
+            sb_addn(b, p, 1);
+            continue;
+        }
+        sb_add(b, esc);
+    }
+    sb_add(b, "\"");
+}
+
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 /* Appends s without leading and trailing whitespace (Python strip, Jinja trim). */
@@ -535,6 +562,20 @@ static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, 
             sb_add(b, "<|start|>user<|message|>");
             sb_add(b, c);
             sb_add(b, "<|end|>");
+        } else if (!strncmp(msgs[i].role, "assistant to=", 13)) {
+            /* a call: the role names its recipient, the content is its arguments */
+            sb_add(b, "<|start|>");
+            sb_add(b, msgs[i].role);
+            sb_add(b, "<|channel|>commentary json<|message|>");
+            sb_add(b, c);
+            sb_add(b, "<|call|>");
+        } else if (!strncmp(msgs[i].role, "functions.", 10)) {
+            /* a tool's result, authored by the tool, its text as a JSON string */
+            sb_add(b, "<|start|>");
+            sb_add(b, msgs[i].role);
+            sb_add(b, " to=assistant<|channel|>commentary<|message|>");
+            sb_add_json_string(b, c);
+            sb_add(b, "<|end|>");
         }
     }
     if (gen) sb_add(b, "<|start|>assistant");
@@ -567,12 +608,11 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
     if (effort && *effort && !is_effort(effort))
         FAIL(PAGODA_ERR_INVALID, "chat render: reasoning_effort '%s'; expected low, medium or high", effort);
     if (effort && !*effort) effort = NULL;
-    if (f == PAGODA_CHAT_HARMONY || f == PAGODA_CHAT_KIMI_K2)
+    if (f == PAGODA_CHAT_HARMONY)
         for (int32_t i = 0; i < n; i++)
             if (is_role(&msgs[i], "tool"))
-                FAIL(PAGODA_ERR_UNSUPPORTED, "chat render: message %d is a tool result, which the %s "
-                     "template names by its call (id or function) and pagoda does not render yet", i,
-                     pagoda_chat_family_name(f));
+                FAIL(PAGODA_ERR_UNSUPPORTED, "chat render: message %d is a tool result without its "
+                     "function: harmony names the author of a result (give the role as functions.NAME)", i);
 
     const char *eos = eos_text ? eos_text : "</s>";
     sb_add(&b, ""); /* an empty conversation still renders to a string */

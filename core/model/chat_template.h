@@ -47,8 +47,13 @@
  *            <|start|>assistant<|channel|>final<|message|>A<|end|> +gen
  *            <|start|>assistant (earlier analysis dropped; markup in an
  *            assistant turn is refused)
- * kimi-k2 and harmony refuse tool results (role "tool"): their templates
- * name the call a result answers, which a pagoda_chat_message does not carry.
+ * kimi-k2 renders a tool result as a system turn named tool (its content
+ * begins "## Return of ID\n", as the caller writes it). harmony takes a
+ * call as role "assistant to=functions.NAME" with the arguments as content
+ * (<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>
+ * ARGS<|call|>) and a result as role "functions.NAME" (<|start|>functions.NAME
+ * to=assistant<|channel|>commentary<|message|>"JSON string"<|end|>); a bare
+ * "tool" role is refused there (PAGODA_ERR_UNSUPPORTED).
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text
@@ -129,8 +134,8 @@ typedef struct pagoda_chat_opts {
 } pagoda_chat_opts;
 
 /* pagoda_chat_render with opts (may be NULL). A reasoning_effort other
- * than low/medium/high is PAGODA_ERR_INVALID naming it; a tool result in
- * kimi-k2 or harmony PAGODA_ERR_UNSUPPORTED. */
+ * than low/medium/high is PAGODA_ERR_INVALID naming it; a "tool" message
+ * in harmony PAGODA_ERR_UNSUPPORTED. */
 int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
                             bool add_generation_prompt, const char *bos_text, const char *eos_text,
                             const pagoda_chat_opts *opts, char **out, char *err, size_t err_len);

@@ -380,6 +380,62 @@ START_TEST(test_harmony_call)
 }
 END_TEST
 
+/* The fake's template with another family's generation prompt (which the
+ * frontend's probe reads): the history's tool calls and results are then
+ * written in that family's syntax, and the tools block shows its call. */
+static const char *g_gen_prompt;
+
+static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
+                         int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    int st = fake_chat_render(h, msgs, n, false, out, stop_ids, cap, n_stop);
+    if (st || !gen) return st;
+    size_t l = strlen(*out);
+    char *s = realloc(*out, l + strlen(g_gen_prompt) + 1);
+    ck_assert_ptr_nonnull(s);
+    strcpy(s + l, g_gen_prompt);
+    *out = s;
+    return PAGODA_OK;
+}
+
+static void family_tweak(fake_engine *f) { f->host.chat_render = family_render; }
+
+START_TEST(test_family_history)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"x\\\": 1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS
+        ",\"max_tokens\":2}";
+    static const struct {
+        const char *gen, *call, *result, *example;
+    } fam[] = {
+        {"<|im_assistant|>assistant<|im_middle|>",
+         "<|assistant|><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
+         "{\"x\": 1}<|tool_call_end|><|tool_calls_section_end|>\n",
+         "<|tool|>## Return of functions.f:0\\n5\n", "<|tool_call_begin|>functions.<function-name>:0"},
+        {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>",
+         "<|assistant|><\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C><\xEF\xBD\x9Ctool"
+         "\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f"
+         "\n```json\n{\"x\": 1}\n```",
+         "<|tool|>5\n", "function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C><function-name>"},
+        {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
+         "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        g_gen_prompt = fam[i].gen;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(strstr(p, fam[i].call), "%s: no call '%s' in %s", fam[i].gen, fam[i].call, p);
+        ck_assert_msg(strstr(p, fam[i].result), "%s: no result '%s' in %s", fam[i].gen, fam[i].result, p);
+        ck_assert_msg(strstr(p, fam[i].example), "%s: no example '%s' in %s", fam[i].gen, fam[i].example, p);
+        ck_assert_msg(!strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
+        srv_stop(&S);
+    }
+}
+END_TEST
+
 /* A message's channel must be one of harmony's three. */
 START_TEST(test_harmony_bad_channel)
 {
@@ -415,6 +471,10 @@ static Suite *suite(void)
     tcase_add_test(hm, test_harmony_call);
     tcase_add_test(hm, test_harmony_bad_channel);
     suite_add_tcase(s, hm);
+    TCase *fm = tcase_create("families");
+    tcase_set_timeout(fm, 60);
+    tcase_add_test(fm, test_family_history);
+    suite_add_tcase(s, fm);
     return s;
 }
 

@@ -153,7 +153,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
     } else {
         if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
-        if (st_chat_messages(root, &sr, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
+        if (st_chat_messages(root, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
         if (!h->chat_render) {
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;

@@ -29,6 +29,7 @@
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
+#include "api/toolfmt.h"
 
 #define OPEN_TAG "<tool_call>"
 #define CLOSE_TAG "</tool_call>"
@@ -350,10 +351,84 @@ static int own(char ***owned, int n, int i, char *s)
     return s ? 0 : -1;
 }
 
-int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
+#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
+
+/* One earlier call of the conversation: its id (the client's), name, and
+ * the index it had in its assistant message (Kimi's functions.N:IDX). */
+typedef struct past_call {
+    const char *id, *name;
+    int index;
+} past_call;
+
+/* A call written into an assistant turn in the family's own syntax (the
+ * arguments as the model would have written them: the object itself). */
+static void write_call(sbuf *b, int fmt, const char *name, const char *args, int k)
+{
+    switch (fmt) {
+    case FMT_DEEPSEEK:
+        if (k) sb_str(b, "\n");
+        sb_str(b, DS_CALL_BEGIN "function" DS_SEP);
+        sb_str(b, name);
+        sb_str(b, "\n```json\n");
+        sb_str(b, args);
+        sb_str(b, "\n```" DS_CALL_END);
+        break;
+    case FMT_KIMI: {
+        char idx[16];
+        snprintf(idx, sizeof idx, ":%d", k);
+        sb_str(b, "<|tool_call_begin|>functions.");
+        sb_str(b, name);
+        sb_str(b, idx);
+        sb_str(b, "<|tool_call_argument_begin|>");
+        sb_str(b, args);
+        sb_str(b, "<|tool_call_end|>");
+        break;
+    }
+    case FMT_LLAMA3:
+        if (k) sb_str(b, "\n");
+        sb_str(b, "{\"name\": \"");
+        sb_str(b, name);
+        sb_str(b, "\", \"parameters\": ");
+        sb_str(b, args);
+        sb_str(b, "}");
+        break;
+    default: {
+        json_t *call = json_pack("{s:s,s:o}", "name", name, "arguments", json_loads(args, JSON_DECODE_ANY, NULL));
+        char *txt = call ? json_dumps(call, 0) : NULL;
+        json_decref(call);
+        if (b->len) sb_str(b, "\n");
+        sb_str(b, OPEN_TAG "\n");
+        sb_str(b, txt ? txt : "{}");
+        sb_str(b, "\n" CLOSE_TAG);
+        free(txt);
+    }
+    }
+}
+
+/* role and content in one allocation (owned), for roles built here */
+static char *role_content(pagoda_chat_message *m, const char *role, size_t rl, const char *content)
+{
+    size_t cl = strlen(content);
+    char *p = malloc(rl + 1 + cl + 1);
+    if (!p) return NULL;
+    memcpy(p, role, rl);
+    p[rl] = 0;
+    memcpy(p + rl + 1, content, cl + 1);
+    m->role = p;
+    m->content = p + rl + 1;
+    return p;
+}
+
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
                      perr *pe)
 {
     json_t *arr = json_object_get(o, "messages");
+    past_call past[64];
+    int n_past = 0;
     for (int i = 0; i < *n; i++) {
         json_t *m = json_array_get(arr, (size_t)i);
         const char *role = (*msgs)[i].role;
@@ -362,7 +437,10 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
             if (!json_is_array(calls))
                 return rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
             sbuf b = {0};
-            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
+            sb_str(&b, fmt == FMT_HARMONY ? "" : (*msgs)[i].content ? (*msgs)[i].content : "");
+            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_BEGIN);
+            if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_begin|>");
+            const char *first = NULL;
             size_t k;
             json_t *c;
             json_array_foreach(calls, k, c) {
@@ -378,22 +456,78 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
                  * object itself when the string holds one */
                 json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
                                                   : json_incref(args);
-                json_t *call = json_pack("{s:O,s:o}", "name", name, "arguments", av ? av : json_object());
-                char *txt = call ? json_dumps(call, 0) : NULL;
-                json_decref(call);
-                if (b.len) sb_str(&b, "\n");
-                sb_str(&b, OPEN_TAG "\n");
-                sb_str(&b, txt ? txt : "{}");
-                sb_str(&b, "\n" CLOSE_TAG);
-                free(txt);
+                char *at = json_dumps(av ? av : json_object(), JSON_ENCODE_ANY);
+                json_decref(av);
+                if (!at) {
+                    free(b.p);
+                    return rf_fail(pe, "messages", "out of memory");
+                }
+                if (fmt == FMT_HARMONY) { /* one call a turn, as gpt-oss's template assumes */
+                    if (!first) {
+                        first = json_string_value(name);
+                        sb_str(&b, at);
+                    }
+                } else {
+                    write_call(&b, fmt, json_string_value(name), at, (int)k);
+                }
+                free(at);
+                json_t *id = json_object_get(c, "id");
+                if (n_past < 64)
+                    past[n_past++] = (past_call){json_is_string(id) ? json_string_value(id) : NULL,
+                                                 json_string_value(name), (int)k};
+            }
+            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
+            if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_end|>");
+            if (!b.p) sb_str(&b, "");
+            if (fmt == FMT_HARMONY && first) {
+                sbuf r = {0};
+                sb_str(&r, "assistant to=functions.");
+                sb_str(&r, first);
+                char *p = r.p ? role_content(&(*msgs)[i], r.p, r.len, b.p) : NULL;
+                free(r.p);
+                free(b.p);
+                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
+                continue;
             }
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         } else if (!strcmp(role, "tool")) {
+            /* the call it answers: by tool_call_id, else the latest */
+            json_t *tid = json_object_get(m, "tool_call_id");
+            const past_call *pc = n_past ? &past[n_past - 1] : NULL;
+            for (int j = 0; json_is_string(tid) && j < n_past; j++)
+                if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+            const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
             sbuf b = {0};
-            sb_str(&b, "<tool_response>\n");
-            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
-            sb_str(&b, "\n</tool_response>");
+            if (fmt == FMT_HARMONY) {
+                if (!pc) return rf_fail(pe, "messages", "messages[%d] is a tool result with no earlier tool call", i);
+                sb_str(&b, "functions.");
+                sb_str(&b, pc->name);
+                char *p = b.p ? role_content(&(*msgs)[i], b.p, b.len, content) : NULL;
+                free(b.p);
+                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
+                continue;
+            }
+            if (fmt == FMT_KIMI) {
+                char idx[16] = "";
+                sb_str(&b, "## Return of ");
+                if (pc) {
+                    snprintf(idx, sizeof idx, ":%d", pc->index);
+                    sb_str(&b, "functions.");
+                    sb_str(&b, pc->name);
+                    sb_str(&b, idx);
+                } else if (json_is_string(tid)) {
+                    sb_str(&b, json_string_value(tid));
+                }
+                sb_str(&b, "\\n"); /* the template's text holds a backslash and n */
+                sb_str(&b, content);
+            } else if (fmt == FMT_DEEPSEEK) {
+                sb_str(&b, content);
+            } else {
+                sb_str(&b, "<tool_response>\n");
+                sb_str(&b, content);
+                sb_str(&b, "\n</tool_response>");
+            }
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         }
@@ -419,8 +553,27 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
         sb_str(&b, txt ? txt : "{}");
         free(txt);
     }
-    sb_str(&b, "\n</tools>\nTo call one, write:\n<tool_call>\n{\"name\": <function-name>, "
-               "\"arguments\": <args-json-object>}\n</tool_call>");
+    sb_str(&b, "\n</tools>\nTo call one, write:\n");
+    /* the family's own call syntax (what toolfmt.c reads back) */
+    switch (fmt) {
+    case FMT_DEEPSEEK:
+        sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name>\n```json\n<args-json-object>\n```"
+                   DS_CALL_END DS_CALLS_END);
+        break;
+    case FMT_KIMI:
+        sb_str(&b, "<|tool_calls_section_begin|><|tool_call_begin|>functions.<function-name>:0"
+                   "<|tool_call_argument_begin|><args-json-object><|tool_call_end|><|tool_calls_section_end|>");
+        break;
+    case FMT_HARMONY:
+        sb_str(&b, "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"
+                   "<args-json-object><|call|>");
+        break;
+    case FMT_LLAMA3:
+        sb_str(&b, "{\"name\": <function-name>, \"parameters\": <args-json-object>}\nas the whole reply.");
+        break;
+    default:
+        sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    }
     if (!b.p) return rf_fail(pe, "messages", "out of memory");
     if (has_sys) {
         own(owned, *n, 0, b.p);

@@ -41,6 +41,30 @@ CONVERSATIONS = [
 ]
 
 
+# A tool conversation per family: the messages as a client sends them (for
+# the Jinja template; arguments as objects, as llama.cpp passes them to
+# these templates) and as pagoda's HTTP frontend hands them to the core
+# (structured.c writes the call in the family's syntax).
+DS = {"calls_begin": "<\uff5ctool\u2581calls\u2581begin\uff5c>", "calls_end": "<\uff5ctool\u2581calls\u2581end\uff5c>",
+      "call_begin": "<\uff5ctool\u2581call\u2581begin\uff5c>", "call_end": "<\uff5ctool\u2581call\u2581end\uff5c>",
+      "sep": "<\uff5ctool\u2581sep\uff5c>"}
+CALL = {"id": "functions.get:0", "type": "function", "function": {"name": "get", "arguments": {"city": "Paris"}}}
+TOOL_JINJA = [U("weather?"), {"role": "assistant", "content": "", "tool_calls": [CALL]},
+              {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny \"22C\""}, A("Sunny."),
+              U("thanks")]
+TOOL_PAGODA = {
+    "deepseek-r1": [U("weather?"), A(DS["calls_begin"] + DS["call_begin"] + "function" + DS["sep"] + "get\n```json\n"
+                                   + '{"city": "Paris"}' + "\n```" + DS["call_end"] + DS["calls_end"]),
+                    T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    "kimi-k2": [U("weather?"), A("<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0"
+                                 "<|tool_call_argument_begin|>" + '{"city": "Paris"}'
+                                 + "<|tool_call_end|><|tool_calls_section_end|>"),
+                T("## Return of functions.get:0\\nsunny \"22C\""), A("Sunny."), U("thanks")],
+    "harmony": [U("weather?"), {"role": "assistant to=functions.get", "content": '{"city": "Paris"}'},
+                {"role": "functions.get", "content": "sunny \"22C\""}, A("Sunny."), U("thanks")],
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--templates", required=True)
@@ -71,6 +95,13 @@ def main():
             text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
             cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
                           "kwargs": kw, "expected": text})
+        kw = {"enable_thinking": True} if fam == "deepseek-r1" else {}
+        msgs = [dict(m) for m in TOOL_JINJA]
+        if fam == "deepseek-r1":
+            msgs[1]["content"] = None  # OpenAI's null beside tool_calls (that template renders "" as a turn)
+        text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra, **kw)
+        cases.append({"family": fam, "name": "tool call and result", "messages": TOOL_PAGODA[fam],
+                      "add_generation_prompt": True, "kwargs": kw, "expected": text})
     with open(os.path.join(HERE, "renders.json"), "w", encoding="utf-8") as fp:
         json.dump({"date": DATE, "cases": cases}, fp, ensure_ascii=False, indent=1)
         fp.write("\n")
