@@ -16,6 +16,7 @@
 
 #include "api/api.h"
 #include "api/reasoning.h"
+#include "api/toolfmt.h"
 #include "generate.h"
 #include "output.h"
 #include "parse.h"
@@ -140,7 +141,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         goto out;
     }
     /* response_format, grammar, regex, choice, tools (structured.c) */
-    if (st_parse(h, root, kind, &sr, &pe) < 0) goto bad;
+    if (st_parse(h, root, kind, kind == KIND_CHAT ? api_template_fmt(fe) : FMT_HERMES, &sr, &pe) < 0) goto bad;
     if (sr.type && p.echo) {
         ret = BAD(conn, sr.field, "'%s' cannot be combined with 'echo'", sr.field);
         goto out;

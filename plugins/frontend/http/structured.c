@@ -34,6 +34,11 @@
 #define OPEN_TAG "<tool_call>"
 #define CLOSE_TAG "</tool_call>"
 #define MAX_PARALLEL_CALLS 8
+#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
 
 void st_free(st_req *sr) { free(sr->spec); }
 
@@ -217,8 +222,101 @@ static void text_rules(sbuf *g)
  * calls: the model writes what it likes until it opens a <tool_call>
  * block, and from that byte on the block is held to a call of one of the
  * functions with its arguments valid for that function's parameters. */
-static char *calls_grammar(const st_req *sr, bool *strict)
+/* s as a GBNF string literal */
+static void lit(sbuf *g, const char *s)
 {
+    sb_str(g, "\"");
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char e[3] = {'\\', *p, 0};
+            sb_str(g, e);
+        } else if (*p == '\n') {
+            sb_str(g, "\\n");
+        } else {
+            sb_put(g, p, 1);
+        }
+    }
+    sb_str(g, "\"");
+}
+
+/* How a family other than Hermes writes its calls (what toolfmt.c reads
+ * back): around all calls, between them, around one, and around one
+ * function's arguments (the name between head_a and head_b). */
+static const struct call_syntax {
+    const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail;
+    bool one; /* one call a reply */
+} SYNTAX[FMT_COUNT] = {
+    [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", true},
+    [FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, "\n", DS_CALL_BEGIN "function" DS_SEP, DS_CALL_END, "",
+                      "\n```json\n", "\n```", false},
+    [FMT_KIMI] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "", "<|tool_call_begin|>functions.",
+                  "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", false},
+    [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
+                     true},
+};
+
+/* A required or named call in the family's own syntax. */
+static char *family_grammar(const st_req *sr, int fmt, bool *strict)
+{
+    const struct call_syntax *c = &SYNTAX[fmt];
+    sbuf g = {0};
+    *strict = false;
+    bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel && !c->one;
+    char buf[96];
+    sb_str(&g, "root ::= ");
+    lit(&g, c->sec_open);
+    snprintf(buf, sizeof buf, " call (");
+    sb_str(&g, buf);
+    lit(&g, c->sep);
+    snprintf(buf, sizeof buf, " call){0,%d} ", many ? MAX_PARALLEL_CALLS - 1 : 0);
+    sb_str(&g, buf);
+    lit(&g, c->sec_close);
+    sb_str(&g, "\ncall ::= ");
+    lit(&g, c->open);
+    sb_str(&g, " (");
+    size_t i;
+    json_t *t;
+    int k = 0;
+    json_array_foreach(sr->tools, i, t) {
+        const char *name = json_string_value(json_object_get(tool_fn(t), "name"));
+        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
+        snprintf(buf, sizeof buf, "%sfn%zu", k++ ? " | " : "", i);
+        sb_str(&g, buf);
+    }
+    sb_str(&g, ") ");
+    lit(&g, c->close);
+    sb_str(&g, "\n");
+    json_array_foreach(sr->tools, i, t) {
+        json_t *fn = tool_fn(t);
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        *strict |= json_is_true(json_object_get(fn, "strict"));
+        char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
+                                                     : strdup("{\"type\":\"object\"}");
+        snprintf(buf, sizeof buf, "fn%zu ::= ", i);
+        sb_str(&g, buf);
+        sbuf head = {0};
+        sb_str(&head, c->head_a);
+        sb_str(&head, name);
+        sb_str(&head, c->head_b);
+        lit(&g, head.p ? head.p : "");
+        free(head.p);
+        sb_str(&g, " %json ");
+        sb_str(&g, ptxt ? ptxt : "{}");
+        sb_str(&g, " ");
+        lit(&g, c->tail);
+        sb_str(&g, "\n");
+        free(ptxt);
+    }
+    return g.p;
+}
+
+static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
+{
+    /* "auto" keeps the Hermes text rules for every family: they only hold
+     * a <tool_call> block, and let another family's own markup through */
+    if (sr->tool_choice != ST_TOOLS_AUTO && fmt > FMT_HERMES && fmt < FMT_COUNT) return family_grammar(sr, fmt, strict);
     sbuf g = {0};
     *strict = false;
     bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel;
@@ -270,7 +368,7 @@ static const char *const guided[][2] = {
     {"choice", "c"}, {"guided_choice", "c"}, {"guided_json", "j"},
 };
 
-int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe)
 {
     memset(sr, 0, sizeof *sr);
     json_t *rf = json_object_get(o, "response_format");
@@ -312,14 +410,14 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
             return rf_fail(pe, sr->field, "'%s' cannot be combined with a tool_choice that requires a call",
                            sr->field);
         bool strict;
-        char *g = calls_grammar(sr, &strict);
+        char *g = calls_grammar(sr, fmt, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     } else if (sr->tool_choice == ST_TOOLS_AUTO && sr->type) {
         return rf_fail(pe, sr->field, "'%s' leaves the model no way to call a tool: with 'tools', set "
                        "'tool_choice' to \"none\" or drop '%s'", sr->field, sr->field);
     } else if (sr->tool_choice == ST_TOOLS_AUTO && h->check_constraint) {
         bool strict;
-        char *g = calls_grammar(sr, &strict);
+        char *g = calls_grammar(sr, fmt, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     }
     if (!sr->type || !h->check_constraint) return 0;
@@ -351,11 +449,6 @@ static int own(char ***owned, int n, int i, char *s)
     return s ? 0 : -1;
 }
 
-#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
-#define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
-#define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
-#define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
-#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
 
 /* One earlier call of the conversation: its id (the client's), name, and
  * the index it had in its assistant message (Kimi's functions.N:IDX). */

@@ -34,8 +34,9 @@ typedef struct st_req {
 /* Reads the fields of body o into sr (zeroed first). Specs are compiled
  * once here through host->check_constraint, so a bad one is a 400 naming
  * its field (tools with a bad parameters schema included, whatever
- * tool_choice says). 0, or -1 with pe filled. */
-int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe);
+ * tool_choice says); a required or named call is held to the family
+ * fmt's own syntax (FMT_*, api/toolfmt.h). 0, or -1 with pe filled. */
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe);
 
 /* Chat with tools: msgs[0..*n) (from parse_messages, one per entry of the
  * body's "messages", contents in owned[]) become what the template

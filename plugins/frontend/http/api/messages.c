@@ -342,7 +342,7 @@ enum MHD_Result route_count_tokens(http_fe *fe, struct MHD_Connection *conn, con
     int rc = to_chat(a, 1, &chat, &has_tools, &pe);
     json_decref(a);
     if (rc < 0) return bad(conn, &pe);
-    if (st_parse(h, chat, KIND_CHAT, &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
+    if (st_parse(h, chat, KIND_CHAT, api_template_fmt(fe), &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
         st_chat_messages(chat, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) {
         ret = bad(conn, &pe);
         goto out;
