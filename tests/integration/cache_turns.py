@@ -4,14 +4,14 @@ completions (stdlib only), each turn re-sending the whole conversation
 with the model's last reply and one more user message, as an agent does.
 Prints each turn's prompt_tokens and cached_tokens, and fails unless every
 turn after the first reuses at least 90% of the previous turn's prompt.
-Turn 5 sets tool_choice "none" and turn 6 "required" is not used (the
-model's call would end the conversation): the tools stay in every prompt.
+Turn 5 sets tool_choice "none": the tools stay in its prompt too, so its
+prefix is the same as the turns around it.
 """
 import json
 import sys
-import time
-import urllib.error
 import urllib.request
+
+from integ_http import wait_health
 
 URL = sys.argv[1]
 TOOLS = [{"type": "function", "function": {
@@ -30,14 +30,7 @@ def post(body):
 
 
 def main():
-    for _ in range(600):  # the weights load after the port opens
-        try:
-            with urllib.request.urlopen(URL + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.1)
+    wait_health(URL)
     msgs = [{"role": "system", "content": "You are a helpful assistant. Answer briefly."}]
     prev = None
     bad = 0

@@ -8,9 +8,10 @@ family markup in the content. The call is held to the family's own syntax
 (structured.c) and read back by its reader (toolfmt.c). stdlib only."""
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
+
+from integ_http import wait_health
 
 URL, FAMILY, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # stories260K's context is 512 tokens of its 512-piece vocabulary: the
@@ -61,14 +62,7 @@ def valid(name, args):
 
 
 def main():
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(URL + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.1)
+    wait_health(URL)
     bad = 0
     for i in range(N):
         body = {"messages": [{"role": "user", "content": "Compute."}], "tools": TOOLS, "temperature": 1,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "split.h"
+#include "split_testutil.h"
 #include "testutil.h"
 #include "toolfmt.h"
 
@@ -16,23 +17,6 @@
 #define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
 #define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
 #define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
-
-typedef struct got {
-    sbuf text, think, calls;
-} got;
-
-static void g_text(void *u, const char *s, size_t n) { sb_put(&((got *)u)->text, s, n); }
-static void g_think(void *u, const char *s, size_t n) { sb_put(&((got *)u)->think, s, n); }
-static void g_call(void *u, const char *name, const char *args)
-{
-    got *g = u;
-    sb_str(&g->calls, name);
-    sb_str(&g->calls, "(");
-    sb_str(&g->calls, args);
-    sb_str(&g->calls, ")");
-}
-
-static const char *str(const sbuf *b) { return b->p ? b->p : ""; }
 
 typedef struct fcase {
     int fmt;
@@ -117,9 +101,7 @@ static void check(const fcase *c, const size_t *cuts, int ncut, const char *how)
                       !strcmp(str(&g.calls), c->calls),
                   "%s '%s' (%s): text '%s' think '%s' calls '%s'", fmt_name(c->fmt), c->in, how, str(&g.text),
                   str(&g.think), str(&g.calls));
-    free(g.text.p);
-    free(g.think.p);
-    free(g.calls.p);
+    got_free(&g);
 }
 
 START_TEST(every_chunking)

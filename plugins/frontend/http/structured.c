@@ -215,13 +215,6 @@ static void text_rules(sbuf *g)
     }
 }
 
-/* The grammar of the calls tool_choice asks for: one call (a named
- * function, or parallel_tool_calls false) or up to MAX_PARALLEL_CALLS,
- * each {"name": "f", "arguments": <f's parameters>} in its tags. With
- * "auto", free text (text_rules) comes first, and between and after the
- * calls: the model writes what it likes until it opens a <tool_call>
- * block, and from that byte on the block is held to a call of one of the
- * functions with its arguments valid for that function's parameters. */
 /* s as a GBNF string literal */
 static void lit(sbuf *g, const char *s)
 {
@@ -239,13 +232,14 @@ static void lit(sbuf *g, const char *s)
     sb_str(g, "\"");
 }
 
-/* How a family other than Hermes writes its calls (what toolfmt.c reads
- * back): around all calls, between them, around one, and around one
- * function's arguments (the name between head_a and head_b). */
+/* How each family writes its calls (what toolfmt.c reads back): around
+ * all calls, between them, around one, and around one function's
+ * arguments (the name between head_a and head_b). */
 static const struct call_syntax {
     const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail;
     bool one; /* one call a reply */
 } SYNTAX[FMT_COUNT] = {
+    [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", false},
     [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", true},
     [FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, "\n", DS_CALL_BEGIN "function" DS_SEP, DS_CALL_END, "",
                       "\n```json\n", "\n```", false},
@@ -255,25 +249,51 @@ static const struct call_syntax {
                      true},
 };
 
-/* A required or named call in the family's own syntax. */
-static char *family_grammar(const st_req *sr, int fmt, bool *strict)
+/* a literal and a space, unless it is empty */
+static void lit_sp(sbuf *g, const char *s)
 {
-    const struct call_syntax *c = &SYNTAX[fmt];
+    if (!*s) return;
+    lit(g, s);
+    sb_str(g, " ");
+}
+
+/* The grammar of the calls tool_choice asks for, in the family's own
+ * syntax: one call (a named function, parallel_tool_calls false, or a
+ * family that writes one a reply) or up to MAX_PARALLEL_CALLS, each
+ * function's arguments valid for its parameters. With "auto" (Hermes
+ * syntax for every family: it lets another family's own markup through),
+ * free text (text_rules) comes first, and between and after the calls:
+ * the model writes what it likes until it opens a <tool_call> block, and
+ * from that byte on the block is held to a call. */
+static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
+{
+    bool autoc = sr->tool_choice == ST_TOOLS_AUTO;
+    const struct call_syntax *c = &SYNTAX[!autoc && fmt > FMT_HERMES && fmt < FMT_COUNT ? fmt : FMT_HERMES];
     sbuf g = {0};
+    char buf[96];
     *strict = false;
     bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel && !c->one;
-    char buf[96];
-    sb_str(&g, "root ::= ");
-    lit(&g, c->sec_open);
-    snprintf(buf, sizeof buf, " call (");
-    sb_str(&g, buf);
-    lit(&g, c->sep);
-    snprintf(buf, sizeof buf, " call){0,%d} ", many ? MAX_PARALLEL_CALLS - 1 : 0);
-    sb_str(&g, buf);
-    lit(&g, c->sec_close);
-    sb_str(&g, "\ncall ::= ");
-    lit(&g, c->open);
-    sb_str(&g, " (");
+    if (autoc) {
+        snprintf(buf, sizeof buf, "root ::= t0 (call t0){0,%d}\n", many ? MAX_PARALLEL_CALLS : 1);
+        sb_str(&g, buf);
+        text_rules(&g);
+    } else {
+        sb_str(&g, "root ::= ");
+        lit_sp(&g, c->sec_open);
+        sb_str(&g, "call");
+        if (many) {
+            sb_str(&g, " (");
+            lit_sp(&g, c->sep);
+            snprintf(buf, sizeof buf, "call){0,%d}", MAX_PARALLEL_CALLS - 1);
+            sb_str(&g, buf);
+        }
+        if (*c->sec_close) sb_str(&g, " ");
+        if (*c->sec_close) lit(&g, c->sec_close);
+        sb_str(&g, "\n");
+    }
+    sb_str(&g, "call ::= ");
+    lit_sp(&g, c->open);
+    sb_str(&g, "(");
     size_t i;
     json_t *t;
     int k = 0;
@@ -283,8 +303,9 @@ static char *family_grammar(const st_req *sr, int fmt, bool *strict)
         snprintf(buf, sizeof buf, "%sfn%zu", k++ ? " | " : "", i);
         sb_str(&g, buf);
     }
-    sb_str(&g, ") ");
-    lit(&g, c->close);
+    sb_str(&g, ")");
+    if (*c->close) sb_str(&g, " ");
+    if (*c->close) lit(&g, c->close);
     sb_str(&g, "\n");
     json_array_foreach(sr->tools, i, t) {
         json_t *fn = tool_fn(t);
@@ -296,6 +317,7 @@ static char *family_grammar(const st_req *sr, int fmt, bool *strict)
                                                      : strdup("{\"type\":\"object\"}");
         snprintf(buf, sizeof buf, "fn%zu ::= ", i);
         sb_str(&g, buf);
+        /* names are [A-Za-z0-9_-]: nothing to escape but the markup's own */
         sbuf head = {0};
         sb_str(&head, c->head_a);
         sb_str(&head, name);
@@ -304,60 +326,9 @@ static char *family_grammar(const st_req *sr, int fmt, bool *strict)
         free(head.p);
         sb_str(&g, " %json ");
         sb_str(&g, ptxt ? ptxt : "{}");
-        sb_str(&g, " ");
-        lit(&g, c->tail);
+        if (*c->tail) sb_str(&g, " ");
+        if (*c->tail) lit(&g, c->tail);
         sb_str(&g, "\n");
-        free(ptxt);
-    }
-    return g.p;
-}
-
-static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
-{
-    /* "auto" keeps the Hermes text rules for every family: they only hold
-     * a <tool_call> block, and let another family's own markup through */
-    if (sr->tool_choice != ST_TOOLS_AUTO && fmt > FMT_HERMES && fmt < FMT_COUNT) return family_grammar(sr, fmt, strict);
-    sbuf g = {0};
-    *strict = false;
-    bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel;
-    if (sr->tool_choice == ST_TOOLS_AUTO) {
-        char buf[96];
-        snprintf(buf, sizeof buf, "root ::= t0 (call t0){0,%d}\n", many ? MAX_PARALLEL_CALLS : 1);
-        sb_str(&g, buf);
-        text_rules(&g);
-    } else if (many) {
-        char buf[96];
-        snprintf(buf, sizeof buf, "root ::= call (\"\\n\" call){0,%d}\n", MAX_PARALLEL_CALLS - 1);
-        sb_str(&g, buf);
-    } else {
-        sb_str(&g, "root ::= call\n");
-    }
-    sb_str(&g, "call ::= \"" OPEN_TAG "\\n\" (");
-    size_t i;
-    json_t *t;
-    int k = 0;
-    json_array_foreach(sr->tools, i, t) {
-        const char *name = json_string_value(json_object_get(tool_fn(t), "name"));
-        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
-        char buf[32];
-        snprintf(buf, sizeof buf, "%sfn%zu", k++ ? " | " : "", i);
-        sb_str(&g, buf);
-    }
-    sb_str(&g, ") \"\\n" CLOSE_TAG "\"\n");
-    json_array_foreach(sr->tools, i, t) {
-        json_t *fn = tool_fn(t);
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
-        json_t *params = json_object_get(fn, "parameters");
-        *strict |= json_is_true(json_object_get(fn, "strict"));
-        char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
-                                                     : strdup("{\"type\":\"object\"}");
-        char head[160];
-        /* names are [A-Za-z0-9_-]: nothing to escape in the literal */
-        snprintf(head, sizeof head, "fn%zu ::= \"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" %%json ", i, name);
-        sb_str(&g, head);
-        sb_str(&g, ptxt ? ptxt : "{}");
-        sb_str(&g, " \"}\"\n");
         free(ptxt);
     }
     return g.p;

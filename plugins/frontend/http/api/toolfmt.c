@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "split.h"
+
 #define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
 #define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
 #define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
@@ -79,30 +81,6 @@ void fmt_free(fmt_norm *f)
 }
 
 /* ------------------------------------------------------------ helpers */
-
-static size_t find(const char *h, size_t hn, const char *needle)
-{
-    size_t nn = strlen(needle);
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (!memcmp(h + i, needle, nn)) return i;
-    return (size_t)-1;
-}
-
-/* the longest suffix of h[0..n) that is a proper prefix of tag */
-static size_t partial(const char *h, size_t n, const char *tag)
-{
-    size_t tl = strlen(tag);
-    for (size_t l = tl - 1; l > 0; l--)
-        if (l <= n && !memcmp(h + n - l, tag, l)) return l;
-    return 0;
-}
-
-static void drop(sbuf *b, size_t k)
-{
-    memmove(b->p, b->p + k, b->len - k);
-    b->len -= k;
-    if (b->p) b->p[b->len] = 0;
-}
 
 static void trim(const char **s, size_t *n)
 {
@@ -192,7 +170,7 @@ static int coder_call(const char *s, const char *e, sbuf *out)
         const char *pn, *v;
         size_t pl;
         if (!tag_value(p, e, "<parameter=", &pn, &pl, &v)) break;
-        size_t end = find(v, (size_t)(e - v), "</parameter>");
+        size_t end = split_find(v, (size_t)(e - v), "</parameter>");
         if (end == (size_t)-1) break;
         json_object_setn_new(args, pn, pl, param_value(v, end));
         p = v + end + 12;
@@ -208,7 +186,7 @@ static int coder_call(const char *s, const char *e, sbuf *out)
 /* GLM-4.5: N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... */
 static int glm_call(const char *s, const char *e, sbuf *out)
 {
-    size_t at = find(s, (size_t)(e - s), "<arg_key>");
+    size_t at = split_find(s, (size_t)(e - s), "<arg_key>");
     const char *name = s;
     size_t nn = at;
     trim(&name, &nn);
@@ -219,13 +197,13 @@ static int glm_call(const char *s, const char *e, sbuf *out)
         if (p == e) break;
         if ((size_t)(e - p) < 9 || memcmp(p, "<arg_key>", 9)) goto bad;
         p += 9;
-        size_t kl = find(p, (size_t)(e - p), "</arg_key>");
+        size_t kl = split_find(p, (size_t)(e - p), "</arg_key>");
         if (kl == (size_t)-1) goto bad;
         const char *k = p;
         p = skip_space(p + kl + 10, e);
         if ((size_t)(e - p) < 11 || memcmp(p, "<arg_value>", 11)) goto bad;
         p += 11;
-        size_t vl = find(p, (size_t)(e - p), "</arg_value>");
+        size_t vl = split_find(p, (size_t)(e - p), "</arg_value>");
         if (vl == (size_t)-1) goto bad;
         json_object_setn_new(args, k, kl, value_of(p, vl));
         p += vl + 12;
@@ -256,8 +234,8 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         return r;
     }
     if (n > 10 && !memcmp(s, "<function=", 10)) return coder_call(s, e, out);
-    if (find(s, n, "<arg_key>") != (size_t)-1) return glm_call(s, e, out);
-    size_t sep = find(s, n, DS_SEP);
+    if (split_find(s, n, "<arg_key>") != (size_t)-1) return glm_call(s, e, out);
+    size_t sep = split_find(s, n, DS_SEP);
     if (sep != (size_t)-1) {
         const char *l = s, *r = s + sep + strlen(DS_SEP);
         size_t ln = sep, rn = (size_t)(e - r);
@@ -270,18 +248,18 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
             trim(&name, &nn);
             const char *a = nl + 1;
             size_t an = (size_t)(e - a);
-            size_t f = find(a, an, "```json");
+            size_t f = split_find(a, an, "```json");
             if (f != (size_t)-1) {
                 a += f + 7;
                 an = (size_t)(e - a);
-                size_t c = find(a, an, "```");
+                size_t c = split_find(a, an, "```");
                 if (c != (size_t)-1) an = c;
             }
             return put_call(name, nn, args_of(a, an), out);
         }
         return put_call(l, ln, args_of(r, rn), out); /* V3.1: N<sep>ARGS */
     }
-    size_t ka = find(s, n, KIMI_ARG);
+    size_t ka = split_find(s, n, KIMI_ARG);
     if (ka != (size_t)-1) { /* Kimi: functions.N:IDX<arg>ARGS */
         const char *id = s;
         size_t in = ka;
@@ -320,16 +298,16 @@ static void feed_marks(fmt_norm *f, sbuf *out, bool end)
         const char *h = f->held.p;
         size_t len = f->held.len;
         if (f->state == S_CALL) {
-            size_t at = find(h, len, m->close);
+            size_t at = split_find(h, len, m->close);
             if (at == (size_t)-1) {
                 if (!end) return;
                 sb_str(out, m->open); /* unfinished: the text it was */
                 sb_put(out, h, len);
-                drop(&f->held, len);
+                split_drop(&f->held, len);
                 return;
             }
             call_out(m->open, h, at, m->close, out);
-            drop(&f->held, at + strlen(m->close));
+            split_drop(&f->held, at + strlen(m->close));
             f->state = S_TEXT;
             continue;
         }
@@ -339,22 +317,22 @@ static void feed_marks(fmt_norm *f, sbuf *out, bool end)
         const char *all[3] = {m->open, m->drop[0], m->drop[1]};
         for (int i = 0; i < 3; i++) {
             if (!all[i]) continue;
-            size_t at = find(h, len, all[i]);
+            size_t at = split_find(h, len, all[i]);
             if (at < best) best = at, which = all[i];
         }
         if (which) {
             sb_put(out, h, best);
-            drop(&f->held, best + strlen(which));
+            split_drop(&f->held, best + strlen(which));
             if (which == m->open) f->state = S_CALL;
             continue;
         }
         size_t keep = 0;
         for (int i = 0; i < 3 && !end; i++) {
-            size_t l = all[i] ? partial(h, len, all[i]) : 0;
+            size_t l = all[i] ? split_partial(h, len, all[i]) : 0;
             if (l > keep) keep = l;
         }
         sb_put(out, h, len - keep);
-        drop(&f->held, len - keep);
+        split_drop(&f->held, len - keep);
         return;
     }
 }
@@ -375,13 +353,13 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
     }
     if (f->state == S_PASS) {
         sb_put(out, f->held.p, f->held.len);
-        drop(&f->held, f->held.len);
+        split_drop(&f->held, f->held.len);
         return;
     }
     if (!end) return; /* the whole reply decides */
     const char *h = f->held.p;
     size_t len = f->held.len;
-    size_t t = find(h, len, PY_TAG);
+    size_t t = split_find(h, len, PY_TAG);
     const char *b = t == (size_t)-1 ? h : h + t + strlen(PY_TAG);
     sbuf j = {0};
     if (fmt_call_json(b, (size_t)(h + len - b), &j) == 0) {
@@ -392,7 +370,7 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
         sb_put(out, h, len);
     }
     free(j.p);
-    drop(&f->held, len);
+    split_drop(&f->held, len);
 }
 
 /* -------------------------------------------------------- harmony */
@@ -400,7 +378,7 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
 /* the word after key in h[0..n) ([A-Za-z0-9_.:-]+), or n = 0 */
 static const char *word_after(const char *h, size_t n, const char *key, size_t *wn)
 {
-    size_t at = find(h, n, key);
+    size_t at = split_find(h, n, key);
     *wn = 0;
     if (at == (size_t)-1) return NULL;
     const char *w = h + at + strlen(key), *e = h + n;
@@ -472,7 +450,7 @@ static void feed_harmony(fmt_norm *f, sbuf *out, bool end)
         const char *h = f->held.p;
         size_t len = f->held.len;
         if (f->state == S_HDR) {
-            size_t at = find(h, len, "<|message|>");
+            size_t at = split_find(h, len, "<|message|>");
             if (at == (size_t)-1) {
                 if (len <= HDR_MAX && !end) return;
                 /* at the end, a header cut short (the "<|start|>assistant"
@@ -480,20 +458,20 @@ static void feed_harmony(fmt_norm *f, sbuf *out, bool end)
                  * without markup, or too long for a header, is plain text */
                 bool markup = false;
                 for (size_t k = 0; k < N_OF(HARMONY_MARKS) && !markup; k++)
-                    markup = find(h, len, HARMONY_MARKS[k]) != (size_t)-1;
+                    markup = split_find(h, len, HARMONY_MARKS[k]) != (size_t)-1;
                 if (!(end && markup && len <= HDR_MAX)) harmony_plain(h, len, out);
-                drop(&f->held, len);
+                split_drop(&f->held, len);
                 return;
             }
             harmony_header(f, h, at);
-            drop(&f->held, at + 11);
+            split_drop(&f->held, at + 11);
             f->state = S_BODY;
             if (f->chan == CH_ANALYSIS) sb_str(out, "<think>");
             continue;
         }
         size_t best = (size_t)-1, bl = 0;
         for (size_t k = 0; k < N_OF(HARMONY_ENDS); k++) {
-            size_t at = find(h, len, HARMONY_ENDS[k]);
+            size_t at = split_find(h, len, HARMONY_ENDS[k]);
             if (at < best) {
                 best = at;
                 /* <|start|> begins the next header: it stays for S_HDR */
@@ -502,25 +480,25 @@ static void feed_harmony(fmt_norm *f, sbuf *out, bool end)
         }
         if (best != (size_t)-1) {
             body_end(f, h, best, out);
-            drop(&f->held, best + bl);
+            split_drop(&f->held, best + bl);
             f->state = S_HDR;
             f->chan = CH_NONE;
             continue;
         }
         if (end) {
             body_end(f, h, len, out);
-            drop(&f->held, len);
+            split_drop(&f->held, len);
             f->state = S_HDR;
             return;
         }
         if (f->chan == CH_CALL) return; /* the arguments go out whole */
         size_t keep = 0;
         for (size_t k = 0; k < N_OF(HARMONY_ENDS); k++) {
-            size_t l = partial(h, len, HARMONY_ENDS[k]);
+            size_t l = split_partial(h, len, HARMONY_ENDS[k]);
             if (l > keep) keep = l;
         }
         body_out(f, h, len - keep, out);
-        drop(&f->held, len - keep);
+        split_drop(&f->held, len - keep);
         return;
     }
 }
