@@ -152,6 +152,7 @@ void pagoda_host_set_engine_slots(pagoda_host *h, const pagoda_host *s)
     COPY(shutting_down);
     COPY(check_constraint);
     COPY(inspect_json);
+    COPY(chat_render_opts);
 #undef COPY
 }
 

@@ -7,6 +7,7 @@
  */
 #include "host_engine.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,9 +106,9 @@ static char *h_token_text(const pagoda_host *h, int32_t id)
     return s;
 }
 
-static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
-                         bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
-                         int32_t *n_stop)
+static int h_chat_render_opts(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                              const pagoda_chat_options *opts, bool add_generation_prompt, char **out,
+                              int32_t *stop_ids, int32_t cap, int32_t *n_stop)
 {
     pagoda_runtime *rt = rt_of(h);
     const pagoda_tokenizer *t = rt->model->tok;
@@ -126,9 +127,15 @@ static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
         with_sys[0] = (pagoda_chat_message){.role = "system", .content = sys};
         memcpy(with_sys + 1, msgs, sizeof *with_sys * (size_t)n);
     }
-    int st = pagoda_chat_render((pagoda_chat_family)rt->chat_family, with_sys ? with_sys : msgs,
-                                with_sys ? n + 1 : n, add_generation_prompt, bos_text, eos_text, out,
-                                err, sizeof err);
+    /* an older caller's shorter struct: only the fields it has */
+    pagoda_chat_opts co = {.enable_thinking = -1};
+    if (opts && opts->struct_size >= offsetof(pagoda_chat_options, enable_thinking) + sizeof(int32_t))
+        co.enable_thinking = opts->enable_thinking;
+    if (opts && opts->struct_size >= offsetof(pagoda_chat_options, reasoning_effort) + sizeof(const char *))
+        co.reasoning_effort = opts->reasoning_effort;
+    int st = pagoda_chat_render_opts((pagoda_chat_family)rt->chat_family, with_sys ? with_sys : msgs,
+                                     with_sys ? n + 1 : n, add_generation_prompt, bos_text, eos_text, &co, out,
+                                     err, sizeof err);
     free(with_sys);
     if (st) return h->error(h, st, "%s", err);
     int32_t k = 0;
@@ -139,6 +146,13 @@ static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
     }
     if (n_stop) *n_stop = k;
     return PAGODA_OK;
+}
+
+static int h_chat_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                         bool add_generation_prompt, char **out, int32_t *stop_ids, int32_t cap,
+                         int32_t *n_stop)
+{
+    return h_chat_render_opts(h, msgs, n, NULL, add_generation_prompt, out, stop_ids, cap, n_stop);
 }
 
 static void h_free(const pagoda_host *h, void *p) { (void)h; free(p); }
@@ -260,6 +274,7 @@ void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend
         slots.detokenize = h_detokenize;
         slots.token_text = h_token_text;
         slots.chat_render = h_chat_render;
+        slots.chat_render_opts = h_chat_render_opts;
         slots.free = h_free;
         slots.model_info = h_model_info;
         slots.stats = h_stats;

@@ -75,7 +75,7 @@ static const engine_key engine_keys[] = {
     { { "swa_kv", PAGODA_KEY_STRING, "window", 0, 0, "sliding-window layers keep only their window's KV, or every position" },
       "window|full", false },
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
-      "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|glm4", false },
+      "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|glm4|deepseek3|deepseek-r1|kimi-k2|harmony", false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
     EK("temperature", PAGODA_KEY_FLOAT, "1.0", 0, 100, "default sampling temperature; 0: greedy"),
     EK("top_p", PAGODA_KEY_FLOAT, "1.0", 0, 1, "default nucleus sampling mass; 1: off"),

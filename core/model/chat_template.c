@@ -10,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "pagoda/types.h"
+
+#define DS_ASSISTANT "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"
 
 /* ------------------------------------------------------------- detection */
 
@@ -21,6 +25,9 @@ pagoda_chat_family pagoda_chat_detect(const char *t)
     /* Most specific markers first: each family's turn delimiter is unique
      * to it, except [INST] (Llama 2 and Mistral; <<SYS>> tells them apart)
      * and <|user|> (Zephyr, but also Phi-3, which ends turns with <|end|>). */
+    if (strstr(t, "<|channel|>") && strstr(t, "<|start|>")) return PAGODA_CHAT_HARMONY;
+    if (strstr(t, "<|im_middle|>")) return PAGODA_CHAT_KIMI_K2;
+    if (strstr(t, DS_ASSISTANT)) return strstr(t, "<think>") ? PAGODA_CHAT_DEEPSEEK_R1 : PAGODA_CHAT_DEEPSEEK3;
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML;
     if (strstr(t, "[gMASK]")) return PAGODA_CHAT_GLM4;
     if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
@@ -35,6 +42,8 @@ static const char *const family_names[] = {
     [PAGODA_CHAT_LLAMA3] = "llama3", [PAGODA_CHAT_MISTRAL] = "mistral",
     [PAGODA_CHAT_ZEPHYR] = "zephyr", [PAGODA_CHAT_GEMMA] = "gemma",
     [PAGODA_CHAT_QWEN3] = "qwen3", [PAGODA_CHAT_GLM4] = "glm4",
+    [PAGODA_CHAT_DEEPSEEK3] = "deepseek3", [PAGODA_CHAT_DEEPSEEK_R1] = "deepseek-r1",
+    [PAGODA_CHAT_KIMI_K2] = "kimi-k2", [PAGODA_CHAT_HARMONY] = "harmony",
     [PAGODA_CHAT_UNKNOWN] = "unknown",
 };
 
@@ -66,7 +75,7 @@ int pagoda_chat_select(const char *config_value, const char *jinja_template,
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
-                     "llama3, mistral, zephyr, gemma, qwen3 or glm4",
+                     "llama3, mistral, zephyr, gemma, qwen3, glm4, deepseek3, deepseek-r1, kimi-k2 or harmony",
                      config_value);
         return PAGODA_ERR_INVALID;
     }
@@ -110,6 +119,33 @@ static void sb_addn(sbuf *b, const char *s, size_t n)
 }
 
 static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+
+/* s as a JSON string literal (Jinja's tojson on a string): quotes, and
+ * escapes for quote, backslash and control characters */
+static void sb_add_json_string(sbuf *b, const char *s)
+{
+    sb_add(b, "\"");
+    for (const char *p = s; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        char esc[8];
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\', esc[1] = (char)ch, esc[2] = 0;
+        } else if (ch == '\n') {
+            strcpy(esc, "\\n");
+        } else if (ch == '\t') {
+            strcpy(esc, "\\t");
+        } else if (ch == '\r') {
+            strcpy(esc, "\\r");
+        } else if (ch < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+        } else {
+            sb_addn(b, p, 1);
+            continue;
+        }
+        sb_add(b, esc);
+    }
+    sb_add(b, "\"");
+}
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -178,7 +214,7 @@ static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
 /* Qwen3: ChatML, where assistant turns before the last user message keep
  * only their answer (the reasoning of earlier turns is dropped) and the
  * generation prompt leaves the model to think (enable_thinking's default). */
-static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking)
 {
     int32_t u = last_user(msgs, n);
     for (int32_t i = 0; i < n; i++) {
@@ -190,6 +226,8 @@ static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
         sb_add(b, "<|im_end|>\n");
     }
     if (gen) sb_add(b, "<|im_start|>assistant\n");
+    /* enable_thinking false: Qwen3's template writes an empty think block */
+    if (gen && thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
 }
 
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
@@ -351,9 +389,210 @@ static void render_gemma(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
     if (gen) sb_add(b, "<start_of_turn>model\n");
 }
 
+/* ------------------------------------------- DeepSeek-V3/R1, Kimi K2 */
+
+#define DS_BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_USER "<\xEF\xBD\x9CUser\xEF\xBD\x9C>"
+#define DS_OUTS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81outputs\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_OUTS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81outputs\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_OUT_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_OUT_END "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "end\xEF\xBD\x9C>"
+
+/* DeepSeek-V3 (r1 false) and R1 (r1 true): the system texts first (V3
+ * joins them with a blank line, R1 keeps the last), then <｜User｜> and
+ * <｜Assistant｜> turns, an assistant turn closed by <｜end▁of▁sentence｜>;
+ * tool results between <｜tool▁outputs▁begin｜> (written once, as the
+ * templates do) and <｜tool▁outputs▁end｜>, after which the assistant's
+ * answer follows with no role marker. R1 keeps only the text after an
+ * earlier turn's last </think> and opens <think>\n in the generation
+ * prompt (closed at once when thinking is off). */
+static void render_deepseek(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, bool r1,
+                            int thinking, const char *bos)
+{
+    bool first_sp = true, is_tool = false, out_first = true;
+    sb_add(b, bos);
+    const char *last_sys = NULL;
+    for (int32_t i = 0; i < n; i++) {
+        if (!is_role(&msgs[i], "system")) continue;
+        if (r1) {
+            last_sys = content_of(&msgs[i]);
+            continue;
+        }
+        if (!first_sp) sb_add(b, "\n\n");
+        sb_add(b, content_of(&msgs[i]));
+        first_sp = false;
+    }
+    if (last_sys) sb_add(b, last_sys);
+    for (int32_t i = 0; i < n; i++) {
+        const char *c = content_of(&msgs[i]);
+        if (is_role(&msgs[i], "user")) {
+            is_tool = false;
+            sb_add(b, DS_USER);
+            sb_add(b, c);
+        } else if (is_role(&msgs[i], "assistant")) {
+            if (is_tool) {
+                sb_add(b, DS_OUTS_END);
+                sb_add(b, c);
+                is_tool = false;
+            } else {
+                sb_add(b, DS_ASSISTANT);
+                if (r1) {
+                    const char *e = NULL;
+                    for (const char *p = strstr(c, "</think>"); p; p = strstr(p + 1, "</think>")) e = p;
+                    if (e) c = e + 8;
+                }
+                sb_add(b, c);
+            }
+            sb_add(b, DS_EOS);
+        } else if (is_role(&msgs[i], "tool")) {
+            is_tool = true;
+            if (out_first) sb_add(b, DS_OUTS_BEGIN);
+            else sb_add(b, "\n");
+            out_first = false;
+            sb_add(b, DS_OUT_BEGIN);
+            sb_add(b, c);
+            sb_add(b, DS_OUT_END);
+        }
+    }
+    if (is_tool) sb_add(b, DS_OUTS_END);
+    if (gen && !is_tool) {
+        sb_add(b, DS_ASSISTANT);
+        if (r1) sb_add(b, thinking == 0 ? "<think>\n</think>" : "<think>\n");
+    }
+}
+
+/* Kimi K2: <|im_system|> / <|im_user|> / <|im_assistant|> with the role
+ * name and <|im_middle|>, each turn closed by <|im_end|>; a conversation
+ * without a system turn first gets Kimi's default one; a tool result is
+ * a system turn named tool. */
+static void render_kimi(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    for (int32_t i = 0; i < n; i++) {
+        if (i == 0 && !is_role(&msgs[0], "system"))
+            sb_add(b, "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>");
+        if (is_role(&msgs[i], "system")) sb_add(b, "<|im_system|>system<|im_middle|>");
+        else if (is_role(&msgs[i], "user")) sb_add(b, "<|im_user|>user<|im_middle|>");
+        else if (is_role(&msgs[i], "assistant")) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
+        else if (is_role(&msgs[i], "tool")) sb_add(b, "<|im_system|>tool<|im_middle|>");
+        sb_add(b, content_of(&msgs[i]));
+        sb_add(b, "<|im_end|>");
+    }
+    if (gen) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
+}
+
+/* ------------------------------------------------------ gpt-oss harmony */
+
+/* "Reasoning: low|medium|high" on a line of s, or NULL. */
+static const char *effort_in(const char *s)
+{
+    static const char *const levels[] = {"low", "medium", "high"};
+    for (const char *p = strstr(s, "Reasoning:"); p; p = strstr(p + 1, "Reasoning:")) {
+        if (p != s && p[-1] != '\n') continue;
+        const char *v = p + 10;
+        while (*v == ' ') v++;
+        for (int i = 0; i < 3; i++) {
+            size_t l = strlen(levels[i]);
+            if (!strncasecmp(v, levels[i], l) && (v[l] == '\0' || v[l] == '\n' || v[l] == '\r' || v[l] == ' '))
+                return levels[i];
+        }
+    }
+    return NULL;
+}
+
+static bool is_effort(const char *e)
+{
+    return !strcmp(e, "low") || !strcmp(e, "medium") || !strcmp(e, "high");
+}
+
+/* gpt-oss's harmony format, as openai/gpt-oss's chat template writes it:
+ * a system message (identity, knowledge cutoff, the date, "Reasoning:
+ * EFFORT", the valid channels), the first system/developer message as a
+ * developer message "# Instructions", then <|start|>ROLE<|message|>...
+ * <|end|> turns; an earlier assistant turn is its final channel only (the
+ * analysis of earlier turns is dropped, as the template does); the
+ * generation prompt is <|start|>assistant, the model writing the channel.
+ * Later system messages are dropped, as the template drops them. Returns
+ * false with err filled for markup in an assistant turn. */
+static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *effort,
+                           const char *date, char *err, size_t err_len)
+{
+    char today[16];
+    if (!date) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(today, sizeof today, "%Y-%m-%d", &tm);
+        date = today;
+    }
+    int32_t start = 0;
+    const char *dev = NULL;
+    if (n > 0 && (is_role(&msgs[0], "system") || is_role(&msgs[0], "developer"))) {
+        dev = content_of(&msgs[0]);
+        start = 1;
+    }
+    if (!effort && dev) effort = effort_in(dev);
+    sb_add(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+              "Knowledge cutoff: 2024-06\nCurrent date: ");
+    sb_add(b, date);
+    sb_add(b, "\n\nReasoning: ");
+    sb_add(b, effort ? effort : "medium");
+    sb_add(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+              "message.<|end|>");
+    if (dev && *dev) {
+        sb_add(b, "<|start|>developer<|message|># Instructions\n\n");
+        sb_add(b, dev);
+        sb_add(b, "\n\n<|end|>");
+    }
+    for (int32_t i = start; i < n; i++) {
+        const char *c = content_of(&msgs[i]);
+        if (is_role(&msgs[i], "assistant")) {
+            if (strstr(c, "<|channel|>") || strstr(c, "<|start|>") || strstr(c, "<|message|>")) {
+                if (err && err_len)
+                    snprintf(err, err_len, "chat render: message %d (assistant) holds harmony markup "
+                             "(<|channel|>, <|start|> or <|message|>); give the final answer alone as "
+                             "its content", i);
+                return false;
+            }
+            bool last = i == n - 1 && !gen;
+            sb_add(b, "<|start|>assistant<|channel|>final<|message|>");
+            sb_add(b, c);
+            sb_add(b, last ? "<|return|>" : "<|end|>");
+        } else if (is_role(&msgs[i], "user")) {
+            sb_add(b, "<|start|>user<|message|>");
+            sb_add(b, c);
+            sb_add(b, "<|end|>");
+        } else if (!strncmp(msgs[i].role, "assistant to=", 13)) {
+            /* a call: the role names its recipient, the content is its arguments */
+            sb_add(b, "<|start|>");
+            sb_add(b, msgs[i].role);
+            sb_add(b, "<|channel|>commentary json<|message|>");
+            sb_add(b, c);
+            sb_add(b, "<|call|>");
+        } else if (!strncmp(msgs[i].role, "functions.", 10)) {
+            /* a tool's result, authored by the tool, its text as a JSON string */
+            sb_add(b, "<|start|>");
+            sb_add(b, msgs[i].role);
+            sb_add(b, " to=assistant<|channel|>commentary<|message|>");
+            sb_add_json_string(b, c);
+            sb_add(b, "<|end|>");
+        }
+    }
+    if (gen) sb_add(b, "<|start|>assistant");
+    return true;
+}
+
 int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
                        bool add_generation_prompt, const char *bos_text, const char *eos_text,
                        char **out, char *err, size_t err_len)
+{
+    return pagoda_chat_render_opts(f, msgs, n, add_generation_prompt, bos_text, eos_text, NULL, out, err,
+                                   err_len);
+}
+
+int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
+                            bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                            const pagoda_chat_opts *opts, char **out, char *err, size_t err_len)
 {
 #define FAIL(st, ...) do { if (err && err_len) snprintf(err, err_len, __VA_ARGS__); status = (st); goto out; } while (0)
     int status = PAGODA_OK;
@@ -364,6 +603,16 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
     for (int32_t i = 0; i < n; i++)
         if (!msgs[i].role || !*msgs[i].role)
             FAIL(PAGODA_ERR_INVALID, "chat render: message %d has no role; give system, user or assistant", i);
+    int thinking = opts ? opts->enable_thinking : -1;
+    const char *effort = opts ? opts->reasoning_effort : NULL;
+    if (effort && *effort && !is_effort(effort))
+        FAIL(PAGODA_ERR_INVALID, "chat render: reasoning_effort '%s'; expected low, medium or high", effort);
+    if (effort && !*effort) effort = NULL;
+    if (f == PAGODA_CHAT_HARMONY)
+        for (int32_t i = 0; i < n; i++)
+            if (is_role(&msgs[i], "tool"))
+                FAIL(PAGODA_ERR_UNSUPPORTED, "chat render: message %d is a tool result without its "
+                     "function: harmony names the author of a result (give the role as functions.NAME)", i);
 
     const char *eos = eos_text ? eos_text : "</s>";
     sb_add(&b, ""); /* an empty conversation still renders to a string */
@@ -375,7 +624,19 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
     case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
     case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
     case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
-    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking); break;
+    case PAGODA_CHAT_DEEPSEEK3:
+    case PAGODA_CHAT_DEEPSEEK_R1:
+        render_deepseek(&b, msgs, n, add_generation_prompt, f == PAGODA_CHAT_DEEPSEEK_R1, thinking,
+                        bos_text ? bos_text : DS_BOS);
+        break;
+    case PAGODA_CHAT_KIMI_K2: render_kimi(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_HARMONY:
+        if (!render_harmony(&b, msgs, n, add_generation_prompt, effort, opts ? opts->date : NULL, err, err_len)) {
+            status = PAGODA_ERR_INVALID;
+            goto out;
+        }
+        break;
     case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
     case PAGODA_CHAT_CHATML:
     case PAGODA_CHAT_UNKNOWN:
@@ -397,7 +658,13 @@ const char *const *pagoda_chat_stop_strings(pagoda_chat_family f)
     static const char *const gemma[] = {"<end_of_turn>", NULL};
     static const char *const eos[] = {"</s>", NULL};
     static const char *const glm4[] = {"<|user|>", "<|observation|>", "<|endoftext|>", NULL};
+    static const char *const deepseek[] = {DS_EOS, NULL};
+    /* harmony: <|end|> closes a channel's message, not the reply */
+    static const char *const harmony[] = {"<|return|>", "<|call|>", NULL};
     switch (f) {
+    case PAGODA_CHAT_DEEPSEEK3:
+    case PAGODA_CHAT_DEEPSEEK_R1: return deepseek;
+    case PAGODA_CHAT_HARMONY: return harmony;
     case PAGODA_CHAT_GLM4: return glm4;
     case PAGODA_CHAT_LLAMA3: return llama3;
     case PAGODA_CHAT_GEMMA: return gemma;

@@ -3,7 +3,7 @@
  * common template families, recognised from the GGUF's
  * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
  * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
- * mistral|zephyr|gemma|qwen3|glm4`). Also names the stop strings each family implies.
+ * mistral|zephyr|gemma|qwen3|glm4|deepseek3|deepseek-r1|kimi-k2|harmony`). Also names the stop strings each family implies.
  * Not for: tokenizing (the engine tokenizes the rendered text with
  * parse_special = true, add_special = false), tool calls, or templates
  * outside these families (they fall back to ChatML with a warning).
@@ -31,6 +31,29 @@
  *            ... +gen <|assistant|> (GLM-4.5/4.6: an assistant turn after the
  *            last user message keeps its reasoning inside <think></think>,
  *            stripped; the answer is stripped and omitted when empty)
+ *   deepseek3 <｜begin▁of▁sentence｜>S<｜User｜>U<｜Assistant｜>A<｜end▁of▁sentence｜>
+ *            ... +gen <｜Assistant｜> (system texts joined by a blank line;
+ *            tool results in <｜tool▁outputs▁begin｜>...<｜tool▁outputs▁end｜>)
+ *   deepseek-r1 as deepseek3, but the last system text only, an earlier
+ *            assistant turn's text after its last </think>, +gen
+ *            <｜Assistant｜><think>\n (thinking off: <think>\n</think>)
+ *   kimi-k2  <|im_system|>system<|im_middle|>S<|im_end|><|im_user|>user<|im_middle|>U
+ *            <|im_end|><|im_assistant|>assistant<|im_middle|>A<|im_end|> +gen
+ *            <|im_assistant|>assistant<|im_middle|> (Kimi's default system
+ *            turn when the first message is not one)
+ *   harmony  gpt-oss: <|start|>system<|message|>identity, cutoff, date,
+ *            Reasoning: EFFORT, channels<|end|><|start|>developer<|message|>
+ *            # Instructions\n\nS\n\n<|end|><|start|>user<|message|>U<|end|>
+ *            <|start|>assistant<|channel|>final<|message|>A<|end|> +gen
+ *            <|start|>assistant (earlier analysis dropped; markup in an
+ *            assistant turn is refused)
+ * kimi-k2 renders a tool result as a system turn named tool (its content
+ * begins "## Return of ID\n", as the caller writes it). harmony takes a
+ * call as role "assistant to=functions.NAME" with the arguments as content
+ * (<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>
+ * ARGS<|call|>) and a result as role "functions.NAME" (<|start|>functions.NAME
+ * to=assistant<|channel|>commentary<|message|>"JSON string"<|end|>); a bare
+ * "tool" role is refused there (PAGODA_ERR_UNSUPPORTED).
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text
@@ -66,6 +89,10 @@ typedef enum pagoda_chat_family {
     PAGODA_CHAT_GEMMA,
     PAGODA_CHAT_QWEN3,
     PAGODA_CHAT_GLM4,
+    PAGODA_CHAT_DEEPSEEK3,
+    PAGODA_CHAT_DEEPSEEK_R1,
+    PAGODA_CHAT_KIMI_K2,
+    PAGODA_CHAT_HARMONY,
     PAGODA_CHAT_UNKNOWN
 } pagoda_chat_family;
 
@@ -97,9 +124,27 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
                        bool add_generation_prompt, const char *bos_text, const char *eos_text,
                        char **out, char *err, size_t err_len);
 
+/* What a request passes to the template beside the messages (Jinja's
+ * chat_template_kwargs). A NULL opts is all defaults. */
+typedef struct pagoda_chat_opts {
+    int enable_thinking;          /* -1 the template's default, 0 off, 1 on (qwen3, deepseek-r1) */
+    const char *reasoning_effort; /* harmony: "low", "medium" or "high"; NULL or "": a
+                                   * "Reasoning: X" line of the system message, else medium */
+    const char *date;             /* harmony's "Current date:" (YYYY-MM-DD); NULL: today, UTC */
+} pagoda_chat_opts;
+
+/* pagoda_chat_render with opts (may be NULL). A reasoning_effort other
+ * than low/medium/high is PAGODA_ERR_INVALID naming it; a "tool" message
+ * in harmony PAGODA_ERR_UNSUPPORTED. */
+int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msgs, int32_t n,
+                            bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                            const pagoda_chat_opts *opts, char **out, char *err, size_t err_len);
+
 /* NULL-terminated list of stop strings the family implies (static storage):
  * chatml/qwen3/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
- * llama2/mistral/zephyr "</s>", glm4 "<|user|>", "<|observation|>", "<|endoftext|>". */
+ * llama2/mistral/zephyr "</s>", glm4 "<|user|>", "<|observation|>", "<|endoftext|>",
+ * deepseek3/deepseek-r1 "<｜end▁of▁sentence｜>", kimi-k2 "<|im_end|>", harmony
+ * "<|return|>", "<|call|>" (not <|end|>, which ends a channel's message). */
 const char *const *pagoda_chat_stop_strings(pagoda_chat_family f);
 
 /* The default system prompt a ChatML template writes when the conversation

@@ -19,6 +19,7 @@
 #define PAGODA_HOST_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include "pagoda/types.h"
 #include "pagoda/backend.h"
 
@@ -212,6 +213,17 @@ typedef struct pagoda_chat_message {
     const char *content;
 } pagoda_chat_message;
 
+/* (ABI 1.10) What a request passes to the chat template beside its
+ * messages (Jinja's chat_template_kwargs). Zero-initialise, set
+ * struct_size, then the fields wanted. */
+typedef struct pagoda_chat_options {
+    size_t struct_size;
+    int32_t enable_thinking;      /* -1 the template's default, 0 off (Qwen3's empty think
+                                   * block, DeepSeek-R1's closed one), 1 on */
+    const char *reasoning_effort; /* "low", "medium", "high" (gpt-oss harmony); NULL or "":
+                                   * the system prompt's "Reasoning:" line, else medium */
+} pagoda_chat_options;
+
 /* --------------------------------------------------------------- the host */
 
 typedef struct pagoda_host {
@@ -331,6 +343,15 @@ typedef struct pagoda_host {
      * Caller frees with h->free; NULL while the weights load or when out
      * of memory. */
     char *(*inspect_json)(const struct pagoda_host *h);
+    /* ---- ABI 1.10: template options (frontends) */
+    /* [any thread] chat_render with the request's template options (opts
+     * may be NULL: chat_render's rendering). A bad option (an unknown
+     * reasoning_effort) is PAGODA_ERR_INVALID, reported naming it. A host
+     * older than 1.10 has no such slot: check struct_size covers it
+     * (PAGODA_HOST_HAS) before reading it, and call chat_render then. */
+    int (*chat_render_opts)(const struct pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                            const pagoda_chat_options *opts, bool add_generation_prompt, char **out,
+                            int32_t *stop_ids, int32_t cap, int32_t *n_stop);
 
     /* ---- ABI 1.11: moving KV blocks out of the pool and back (meant for
      * KV-cache policies with a slower tier; [engine thread]). */
@@ -349,6 +370,11 @@ typedef struct pagoda_host {
      * the engine serves. */
     const char *(*kv_fingerprint)(const struct pagoda_host *h);
 } pagoda_host;
+
+/* Whether host h (of any minor) has the slot `field` set: its struct_size
+ * covers the slot and the slot is not NULL. */
+#define PAGODA_HOST_HAS(h, field)                                                                  \
+    ((h)->struct_size >= offsetof(pagoda_host, field) + sizeof((h)->field) && (h)->field != NULL)
 
 #ifdef __cplusplus
 }

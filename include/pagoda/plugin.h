@@ -44,7 +44,9 @@ extern "C" {
  * says so) and the optional backend op swiglu_oai (the clamped SwiGLU of
  * gpt-oss's experts); 1.9 the MXFP4 weight type (PAGODA_DTYPE_MXFP4 = 39,
  * types.h: gpt-oss's experts), a bit of info.weight_types a backend opts
- * into; 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
+ * into; 1.10 the host's chat_render_opts: a request's template options
+ * (pagoda_chat_options: enable_thinking, reasoning_effort) reach the chat
+ * template; 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
  * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
  * counters. */
 #define PAGODA_ABI_MINOR 11

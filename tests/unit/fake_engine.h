@@ -24,7 +24,8 @@
  * Events come from one engine thread of its own, one step every step_us.
  * tokenize splits on whitespace (ids from a growing vocabulary, from 10;
  * BOS = 1, EOS = 2); chat_render writes "<|role|>content\n" per message and
- * "<|assistant|>" with the generation prompt, and names stop id 2.
+ * "<|assistant|>" with the generation prompt, and names stop id 2;
+ * chat_render_opts records its options and renders the same.
  * Every submit and cancel is recorded for the test to assert on, and
  * every log line (fake_log_count).
  */
@@ -127,6 +128,9 @@ typedef struct fake_engine {
     int n_final;
     int n_tokens_emitted;
     char *last_render;
+    int render_opts_calls;       /* chat_render_opts calls, and what the last one passed */
+    int last_enable_thinking;
+    char last_effort[16];
     char last_error[512];
     char logs[16384];            /* the plugin's log lines, every level, while they fit */
     size_t logs_len;
@@ -327,6 +331,20 @@ static int fake_chat_render(const pagoda_host *h, const pagoda_chat_message *msg
     f->last_render = strdup(s);
     pthread_mutex_unlock(&f->mu);
     return PAGODA_OK;
+}
+
+/* chat_render_opts: chat_render's rendering, the options recorded */
+static int fake_chat_render_opts(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                                 const pagoda_chat_options *opts, bool add_generation_prompt, char **out,
+                                 int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    fake_engine *f = fake_of(h);
+    pthread_mutex_lock(&f->mu);
+    f->render_opts_calls++;
+    f->last_enable_thinking = opts ? opts->enable_thinking : -1;
+    snprintf(f->last_effort, sizeof f->last_effort, "%s", opts && opts->reasoning_effort ? opts->reasoning_effort : "");
+    pthread_mutex_unlock(&f->mu);
+    return h->chat_render(h, msgs, n, add_generation_prompt, out, stop_ids, cap, n_stop);
 }
 
 /* ------------------------------------------------------------- requests */
@@ -696,6 +714,7 @@ static fake_engine *fake_engine_new(const fake_kv *config, int n_config)
     h->detokenize = fake_detokenize;
     h->token_text = fake_token_text;
     h->chat_render = fake_chat_render;
+    h->chat_render_opts = fake_chat_render_opts;
     h->free = fake_free;
     h->model_info = fake_model_info;
     h->stats = fake_stats;

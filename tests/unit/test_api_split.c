@@ -9,34 +9,8 @@
 #include <string.h>
 
 #include "split.h"
+#include "split_testutil.h"
 #include "testutil.h"
-
-typedef struct got {
-    sbuf text, think, calls;
-    int n_calls;
-} got;
-
-static void g_text(void *u, const char *s, size_t n) { sb_put(&((got *)u)->text, s, n); }
-static void g_think(void *u, const char *s, size_t n) { sb_put(&((got *)u)->think, s, n); }
-static void g_call(void *u, const char *name, const char *args)
-{
-    got *g = u;
-    sb_str(&g->calls, name);
-    sb_str(&g->calls, "(");
-    sb_str(&g->calls, args);
-    sb_str(&g->calls, ")");
-    g->n_calls++;
-}
-
-static void got_free(got *g)
-{
-    free(g->text.p);
-    free(g->think.p);
-    free(g->calls.p);
-    memset(g, 0, sizeof *g);
-}
-
-static const char *str(const sbuf *b) { return b->p ? b->p : ""; }
 
 /* feeds s cut at the given offsets (sorted, ncut of them) */
 static void run(const char *s, const size_t *cuts, int ncut, int think, int open, int calls, got *g)

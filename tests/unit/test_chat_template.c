@@ -1,6 +1,7 @@
 /* test_chat_template.c: chat template detection and rendering
  * (core/chat_template.c): exact strings for every family, detection from
  * realistic Jinja excerpts, names, stop strings, default system prompts. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,6 +327,151 @@ START_TEST(default_system_prompt)
 }
 END_TEST
 
+/* ------------------------------------------ DeepSeek, Kimi K2, harmony */
+
+#define DS_U "<\xEF\xBD\x9CUser\xEF\xBD\x9C>"
+#define DS_A "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"
+#define DS_E "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_B "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+
+/* The reference templates (llama.cpp's models/templates: DeepSeek-R1
+ * Distill, Kimi K2, gpt-oss) rendered by jinja2:
+ * tests/data/chat/make_renders.py wrote renders.json. */
+START_TEST(render_reference_templates)
+{
+    json_error_t je;
+    json_t *root = json_load_file(tu_src("tests/data/chat/renders.json"), 0, &je);
+    ck_assert_msg(root != NULL, "renders.json: %s", je.text);
+    const char *date = json_string_value(json_object_get(root, "date"));
+    json_t *cases = json_object_get(root, "cases");
+    ck_assert_int_ge((int)json_array_size(cases), 15);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        pagoda_chat_family f;
+        const char *fam = json_string_value(json_object_get(c, "family"));
+        ck_assert_int_eq(pagoda_chat_family_from_name(fam, &f), PAGODA_OK);
+        json_t *ms = json_object_get(c, "messages");
+        pagoda_chat_message m[16];
+        int32_t n = (int32_t)json_array_size(ms);
+        ck_assert_int_le(n, 16);
+        for (int32_t k = 0; k < n; k++) {
+            json_t *e = json_array_get(ms, (size_t)k);
+            m[k].role = json_string_value(json_object_get(e, "role"));
+            m[k].content = json_string_value(json_object_get(e, "content"));
+        }
+        json_t *kw = json_object_get(c, "kwargs");
+        json_t *th = json_object_get(kw, "enable_thinking");
+        pagoda_chat_opts o = {.enable_thinking = th ? json_is_true(th) : -1,
+                              .reasoning_effort = json_string_value(json_object_get(kw, "reasoning_effort")),
+                              .date = date};
+        char *out = NULL, err[256] = "";
+        int st = pagoda_chat_render_opts(f, m, n, json_is_true(json_object_get(c, "add_generation_prompt")),
+                                         NULL, NULL, &o, &out, err, sizeof err);
+        ck_assert_msg(st == PAGODA_OK, "%s / %s: %s", fam, json_string_value(json_object_get(c, "name")), err);
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        ck_assert_msg(strcmp(out, want) == 0, "%s / %s:\n got  '%s'\n want '%s'", fam,
+                      json_string_value(json_object_get(c, "name")), out, want);
+        free(out);
+    }
+    json_decref(root);
+}
+END_TEST
+
+/* DeepSeek-V3's own template (its tokenizer_config.json; not among
+ * llama.cpp's files): checked by hand. */
+START_TEST(render_deepseek3)
+{
+    static const pagoda_chat_message m[] = {
+        {"system", "S1"}, {"system", "S2"}, {"user", "U1"}, {"assistant", "A1"},
+        {"user", "U2"}, {"assistant", "calling"}, {"tool", "r1"}, {"tool", "r2"}, {"assistant", "done"},
+    };
+    expect_render(PAGODA_CHAT_DEEPSEEK3, m, 9, true, NULL, NULL,
+                  DS_B "S1\n\nS2" DS_U "U1" DS_A "A1" DS_E DS_U "U2" DS_A "calling" DS_E
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81outputs\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "begin\xEF\xBD\x9C>r1"
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "end\xEF\xBD\x9C>\n"
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "begin\xEF\xBD\x9C>r2"
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "end\xEF\xBD\x9C>"
+                  "<\xEF\xBD\x9Ctool\xE2\x96\x81outputs\xE2\x96\x81" "end\xEF\xBD\x9C>done" DS_E DS_A);
+    /* the model's own BOS text when the host passes it */
+    expect_render(PAGODA_CHAT_DEEPSEEK3, m + 2, 1, true, "<s>", NULL, "<s>" DS_U "U1" DS_A);
+}
+END_TEST
+
+START_TEST(render_thinking_and_effort)
+{
+    static const pagoda_chat_message u[] = {{"user", "hi"}};
+    char *out = NULL, err[256] = "";
+    /* Qwen3 with enable_thinking false: the template's empty think block */
+    pagoda_chat_opts off = {.enable_thinking = 0};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_QWEN3, u, 1, true, NULL, NULL, &off, &out, err, sizeof err),
+                     PAGODA_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(out);
+    /* harmony: the effort from the system prompt's "Reasoning:" line when the
+     * request gives none; the request's wins */
+    static const pagoda_chat_message sys[] = {{"system", "Be kind.\nReasoning: low"}, {"user", "hi"}};
+    pagoda_chat_opts o = {.enable_thinking = -1, .date = "2026-01-15"};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, sys, 2, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_OK);
+    ck_assert_ptr_nonnull(strstr(out, "\n\nReasoning: low\n\n"));
+    free(out);
+    o.reasoning_effort = "high";
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, sys, 2, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_OK);
+    ck_assert_ptr_nonnull(strstr(out, "\n\nReasoning: high\n\n"));
+    free(out);
+    /* bad input: an unknown effort, markup in an assistant turn, a tool result */
+    o.reasoning_effort = "extreme";
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, sys, 2, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_ERR_INVALID);
+    ck_assert_ptr_null(out);
+    ck_assert_ptr_nonnull(strstr(err, "reasoning_effort 'extreme'"));
+    o.reasoning_effort = NULL;
+    static const pagoda_chat_message mk[] = {{"user", "hi"}, {"assistant", "<|channel|>analysis<|message|>x"}};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, mk, 2, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "message 1 (assistant) holds harmony markup"));
+    static const pagoda_chat_message tl[] = {{"user", "hi"}, {"assistant", "x"}, {"tool", "r"}};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, tl, 3, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "message 2 is a tool result without its function"));
+    /* without a date, today's (UTC) is written: a well-formed one */
+    o.date = NULL;
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, u, 1, true, NULL, NULL, &o, &out, err, sizeof err),
+                     PAGODA_OK);
+    const char *d = strstr(out, "Current date: ");
+    ck_assert_ptr_nonnull(d);
+    ck_assert(d[14 + 4] == '-' && d[14 + 7] == '-' && d[14 + 10] == '\n');
+    free(out);
+}
+END_TEST
+
+START_TEST(detect_agent_families)
+{
+    ck_assert_int_eq(pagoda_chat_detect("{{'<|start|>assistant<|channel|>final<|message|>' + m.content}}"),
+                     PAGODA_CHAT_HARMONY);
+    ck_assert_int_eq(pagoda_chat_detect("<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"),
+                     PAGODA_CHAT_KIMI_K2);
+    ck_assert_int_eq(pagoda_chat_detect("{{'" DS_U "' + c}}{{'" DS_A "' + c + '" DS_E "'}}"),
+                     PAGODA_CHAT_DEEPSEEK3);
+    ck_assert_int_eq(pagoda_chat_detect("{{'" DS_U "' + c}}{{'" DS_A "<think>\\n'}}"), PAGODA_CHAT_DEEPSEEK_R1);
+    const char *const *h = pagoda_chat_stop_strings(PAGODA_CHAT_HARMONY);
+    ck_assert_str_eq(h[0], "<|return|>");
+    ck_assert_str_eq(h[1], "<|call|>");
+    ck_assert_ptr_null(h[2]);
+    ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_DEEPSEEK_R1)[0], DS_E);
+    ck_assert_str_eq(pagoda_chat_stop_strings(PAGODA_CHAT_KIMI_K2)[0], "<|im_end|>");
+    static const char *const names[] = {"deepseek3", "deepseek-r1", "kimi-k2", "harmony"};
+    for (int i = 0; i < 4; i++) {
+        pagoda_chat_family f;
+        ck_assert_int_eq(pagoda_chat_family_from_name(names[i], &f), PAGODA_OK);
+        ck_assert_str_eq(pagoda_chat_family_name(f), names[i]);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("chat_template");
@@ -343,6 +489,10 @@ static Suite *suite(void)
     tcase_add_test(tc, names_and_select);
     tcase_add_test(tc, stop_strings);
     tcase_add_test(tc, default_system_prompt);
+    tcase_add_test(tc, render_reference_templates);
+    tcase_add_test(tc, render_deepseek3);
+    tcase_add_test(tc, render_thinking_and_effort);
+    tcase_add_test(tc, detect_agent_families);
     suite_add_tcase(s, tc);
     return s;
 }

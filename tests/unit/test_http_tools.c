@@ -163,6 +163,29 @@ START_TEST(test_rendering)
 }
 END_TEST
 
+/* tool_choice "none" keeps the tools in the prompt (it only stops reading
+ * calls back): a turn that sets it renders the same prompt as "auto", so
+ * the earlier turns' KV is reused; a <tool_call> written then stays text. */
+START_TEST(test_tool_choice_none_keeps_prefix)
+{
+    static const char conv[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+                               "\"content\":\"q <tool_call> {\\\"name\\\":\\\"f\\\"} </tool_call>\"}]," TOOLS
+                               ",\"max_tokens\":90,\"tool_choice\":";
+    char body[2048];
+    snprintf(body, sizeof body, "%s\"auto\"}", conv);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    char *with_auto = strdup(last_logged()->prompt);
+    snprintf(body, sizeof body, "%s\"none\"}", conv);
+    json_t *j = post_expect("/v1/chat/completions", body, 200);
+    ck_assert_str_eq(last_logged()->prompt, with_auto);
+    ck_assert_ptr_nonnull(strstr(with_auto, "# Tools"));
+    ck_assert_ptr_null(jget(j, "choices.0.message.tool_calls"));
+    ck_assert_ptr_nonnull(strstr(jget_str(j, "choices.0.message.content"), "<tool_call>"));
+    json_decref(j);
+    free(with_auto);
+}
+END_TEST
+
 /* The fake echoes the prompt: the user's block comes back as the model's
  * call; the tools block's example (not JSON) stays text. */
 #define CALLING "{\"messages\":[{\"role\":\"user\",\"content\":\"ok <tool_call> {\\\"name\\\":\\\"f\\\"," \
@@ -227,6 +250,207 @@ START_TEST(test_calls_read_back)
 }
 END_TEST
 
+/* Template options reach the template (chat_render_opts): OpenAI's
+ * reasoning_effort, chat_template_kwargs, Messages' thinking and
+ * Responses' reasoning.effort; bad values are 400s naming the field. */
+START_TEST(test_template_options)
+{
+    static const char *const ok[][3] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":"
+                                 "{\"enable_thinking\":false}}", "0|"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"high\"}",
+         "-1|high"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"low\","
+                                 "\"chat_template_kwargs\":{\"thinking\":true,\"reasoning_effort\":\"medium\"}}", "1|medium"},
+        {"/v1/messages", "{\"max_tokens\":8,\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\","
+                         "\"content\":\"hi\"}]}", "0|"},
+        {"/v1/messages", "{\"max_tokens\":8,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},\"messages\":"
+                         "[{\"role\":\"user\",\"content\":\"hi\"}]}", "1|"},
+        {"/v1/responses", "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"low\"}}", "-1|low"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int before = S.f->render_opts_calls;
+        json_decref(post_expect(ok[i][0], ok[i][1], 200));
+        char got[48];
+        pthread_mutex_lock(&S.f->mu);
+        snprintf(got, sizeof got, "%d|%s", S.f->last_enable_thinking, S.f->last_effort);
+        int calls = S.f->render_opts_calls;
+        pthread_mutex_unlock(&S.f->mu);
+        ck_assert_msg(calls > before, "%s: no chat_render_opts call", ok[i][1]);
+        ck_assert_msg(!strcmp(got, ok[i][2]), "%s: got %s, want %s", ok[i][1], got, ok[i][2]);
+    }
+    /* no options: the plain chat_render */
+    int before = S.f->render_opts_calls;
+    json_decref(post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 200));
+    ck_assert_int_eq(S.f->render_opts_calls, before);
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"max\"}",
+               "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+               "\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}",
+               "chat_template_kwargs.enable_thinking", "must be true or false");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":[]}",
+               "chat_template_kwargs", "must be an object");
+}
+END_TEST
+
+/* --------------------------------------------------- harmony (gpt-oss) */
+
+/* The fake's template in harmony's shape: user turns only (the echo then
+ * starts with the user's text) and the generation prompt <|start|>assistant,
+ * which the frontend's probe reads as the harmony family. */
+static int harmony_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
+                          int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    pagoda_chat_message users[16];
+    int32_t k = 0;
+    for (int32_t i = 0; i < n && k < 16; i++)
+        if (!strcmp(msgs[i].role, "user")) users[k++] = msgs[i];
+    int st = fake_chat_render(h, users, k, false, out, stop_ids, cap, n_stop);
+    if (st || !gen) return st;
+    size_t l = strlen(*out);
+    char *s = realloc(*out, l + 32);
+    ck_assert_ptr_nonnull(s);
+    strcpy(s + l, "<|start|>assistant");
+    *out = s;
+    return PAGODA_OK;
+}
+
+static void harmony_tweak(fake_engine *f) { f->host.chat_render = harmony_render; }
+static void setup_harmony(void) { srv_start_with(&S, NULL, 0, harmony_tweak); }
+
+#define HARMONY_ANSWER "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>analysis<|message|>Thinking" \
+                       "<|end|><|start|>assistant<|channel|>final<|message|>Hello world\"}]"
+
+/* The analysis channel is reasoning, the final channel the content, and no
+ * harmony markup reaches either, whole or streamed. */
+START_TEST(test_harmony_channels)
+{
+    json_t *j = post_expect("/v1/chat/completions", HARMONY_ANSWER "}", 200);
+    json_t *msg = jget(j, "choices.0.message");
+    /* the echo puts a space before the probe's last word, <|start|>assistant */
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hello world ");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "Thinking");
+    json_decref(j);
+
+    const char *streamed = HARMONY_ANSWER ",\"stream\":true}";
+    resp r = {0};
+    http_req(&S, "POST", "/v1/chat/completions", streamed, strlen(streamed), NULL, &r, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *chunks[64];
+    int done = 0, n = parse_sse(r.body, chunks, 64, &done);
+    ck_assert(done);
+    char text[256] = "", reason[256] = "";
+    for (int i = 0; i < n; i++) {
+        json_t *d = jget(chunks[i], "choices.0.delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        const char *rc = json_string_value(json_object_get(d, "reasoning_content"));
+        if (c) strncat(text, c, sizeof text - strlen(text) - 1);
+        if (rc) strncat(reason, rc, sizeof reason - strlen(reason) - 1);
+        json_decref(chunks[i]);
+    }
+    ck_assert_str_eq(text, "Hello world ");
+    ck_assert_str_eq(reason, "Thinking");
+    free(r.body);
+
+    /* Messages: a thinking block, then the text */
+    j = post_expect("/v1/messages", "{\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":"
+                    "\"<|channel|>analysis<|message|>Hmm<|end|><|start|>assistant<|channel|>final<|message|>Yes\"}]}",
+                    200);
+    ck_assert_str_eq(jget_str(j, "content.0.type"), "thinking");
+    ck_assert_str_eq(jget_str(j, "content.0.thinking"), "Hmm");
+    ck_assert_str_eq(jget_str(j, "content.1.type"), "text");
+    ck_assert_str_eq(jget_str(j, "content.1.text"), "Yes ");
+    json_decref(j);
+}
+END_TEST
+
+/* A call on the commentary channel (to=functions.f) is a tool call. */
+START_TEST(test_harmony_call)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>commentary to=functions.f "
+                       "<|constrain|>json<|message|>{\\\"x\\\":1}<|call|>\"}]," TOOLS "}";
+    json_t *j = post_expect("/v1/chat/completions", body, 200);
+    json_t *calls = jget(j, "choices.0.message.tool_calls");
+    ck_assert_int_eq(json_array_size(calls), 1);
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"x\":1}");
+    ck_assert(json_is_null(jget(j, "choices.0.message.content")));
+    ck_assert_str_eq(jget_str(j, "choices.0.finish_reason"), "tool_calls");
+    json_decref(j);
+}
+END_TEST
+
+/* The fake's template with another family's generation prompt (which the
+ * frontend's probe reads): the history's tool calls and results are then
+ * written in that family's syntax, and the tools block shows its call. */
+static const char *g_gen_prompt;
+
+static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
+                         int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    int st = fake_chat_render(h, msgs, n, false, out, stop_ids, cap, n_stop);
+    if (st || !gen) return st;
+    size_t l = strlen(*out);
+    char *s = realloc(*out, l + strlen(g_gen_prompt) + 1);
+    ck_assert_ptr_nonnull(s);
+    strcpy(s + l, g_gen_prompt);
+    *out = s;
+    return PAGODA_OK;
+}
+
+static void family_tweak(fake_engine *f) { f->host.chat_render = family_render; }
+
+START_TEST(test_family_history)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"x\\\": 1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS
+        ",\"max_tokens\":2}";
+    static const struct {
+        const char *gen, *call, *result, *example;
+    } fam[] = {
+        {"<|im_assistant|>assistant<|im_middle|>",
+         "<|assistant|><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
+         "{\"x\": 1}<|tool_call_end|><|tool_calls_section_end|>\n",
+         "<|tool|>## Return of functions.f:0\\n5\n", "<|tool_call_begin|>functions.<function-name>:0"},
+        {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>",
+         "<|assistant|><\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C><\xEF\xBD\x9Ctool"
+         "\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f"
+         "\n```json\n{\"x\": 1}\n```",
+         "<|tool|>5\n", "function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C><function-name>"},
+        {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
+         "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        g_gen_prompt = fam[i].gen;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(strstr(p, fam[i].call), "%s: no call '%s' in %s", fam[i].gen, fam[i].call, p);
+        ck_assert_msg(strstr(p, fam[i].result), "%s: no result '%s' in %s", fam[i].gen, fam[i].result, p);
+        ck_assert_msg(strstr(p, fam[i].example), "%s: no example '%s' in %s", fam[i].gen, fam[i].example, p);
+        ck_assert_msg(!strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
+        srv_stop(&S);
+    }
+}
+END_TEST
+
+/* A message's channel must be one of harmony's three. */
+START_TEST(test_harmony_bad_channel)
+{
+    expect_400("/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"assistant\",\"channel\":\"secret\",\"content\":\"x\"},"
+               "{\"role\":\"user\",\"content\":\"hi\"}]}",
+               "messages[0].channel", "unknown channel 'secret'");
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"channel\":7,\"content\":\"hi\"}]}",
+               "messages[0].channel", "unknown channel (not a string)");
+    json_decref(post_expect("/v1/chat/completions",
+                            "{\"messages\":[{\"role\":\"assistant\",\"channel\":\"final\",\"content\":\"x\"},"
+                            "{\"role\":\"user\",\"content\":\"hi\"}]}", 200));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_tools");
@@ -237,7 +461,20 @@ static Suite *suite(void)
     tcase_add_test(tc, test_bad_fields);
     tcase_add_test(tc, test_rendering);
     tcase_add_test(tc, test_calls_read_back);
+    tcase_add_test(tc, test_tool_choice_none_keeps_prefix);
+    tcase_add_test(tc, test_template_options);
     suite_add_tcase(s, tc);
+    TCase *hm = tcase_create("harmony");
+    tcase_add_checked_fixture(hm, setup_harmony, teardown);
+    tcase_set_timeout(hm, 60);
+    tcase_add_test(hm, test_harmony_channels);
+    tcase_add_test(hm, test_harmony_call);
+    tcase_add_test(hm, test_harmony_bad_channel);
+    suite_add_tcase(s, hm);
+    TCase *fm = tcase_create("families");
+    tcase_set_timeout(fm, 60);
+    tcase_add_test(fm, test_family_history);
+    suite_add_tcase(s, fm);
     return s;
 }
 

@@ -91,7 +91,7 @@ static char *detok(const pagoda_tokenizer *t, const int32_t *ids, int32_t n, boo
  * inputs separated by "\n__ggml_vocab_test__\n", one line of ids per
  * input. Tokenized as test-tokenizer-0 does: no BOS, no special parsing. */
 static void run_vocab_cases(const pagoda_tokenizer *t, const char *inp_rel, const char *out_rel,
-                            bool check_roundtrip, bool spm_prefix)
+                            int n_cases, bool check_roundtrip, bool spm_prefix)
 {
     size_t il, ol;
     char *inp = read_file(tu_src(inp_rel), &il);
@@ -138,7 +138,9 @@ static void run_vocab_cases(const pagoda_tokenizer *t, const char *inp_rel, cons
         if (!e) break;
         ip = e + sep_len;
     }
-    ck_assert_int_eq(cases, 46); /* the number of cases in llama.cpp's file */
+    /* every case of the file ran, and the .out has no more lines */
+    ck_assert_int_eq(cases, n_cases);
+    ck_assert_msg(*op == '\0', "%s: more lines than cases", out_rel);
     free(inp);
     free(outs);
 }
@@ -300,6 +302,60 @@ START_TEST(pretok_smollm_and_default)
 }
 END_TEST
 
+START_TEST(pretok_deepseek_kimi_gpt4o)
+{
+    /* DeepSeek-V3: digits in threes, Han and kana runs apart from Latin,
+     * one ASCII punctuation may lead ASCII letters. */
+    SPLIT("deepseek-v3", "1234567", "123", "456", "7");
+    SPLIT("deepseek-v3", "\xE6\x88\x91\xE6\x83\xB3" "apple", "\xE6\x88\x91\xE6\x83\xB3", "apple");
+    SPLIT("deepseek-v3", "x.next->y", "x", ".next", "->", "y");
+    SPLIT("deepseek-v3", "a  b\n\nc", "a", " ", " b", "\n\n", "c");
+    /* gpt-4o: CamelCase words part at a lower-to-upper step, contractions
+     * stay on the word, a slash after punctuation stays with it. */
+    SPLIT("gpt-4o", "HelloWorld", "Hello", "World");
+    SPLIT("gpt-4o", "DON'T you'LL", "DON'T", " you'LL");
+    SPLIT("gpt-4o", "12345", "123", "45");
+    SPLIT("gpt-4o", "a://b", "a", "://", "b");
+    /* kimi-k2: Han runs never join letters, kana and Latin words do not
+     * take Han either; CamelCase parts as in o200k. */
+    SPLIT("kimi-k2", "\xE6\x88\x91\xE6\x83\xB3" "apple", "\xE6\x88\x91\xE6\x83\xB3", "apple");
+    SPLIT("kimi-k2", "HelloWorld's", "Hello", "World's");
+    SPLIT("kimi-k2", "1234 ab", "123", "4", " ab");
+}
+END_TEST
+
+/* Token ids from llama.cpp's llama-tokenize for the pre-tokenizers added
+ * from its table, on the GPT-2 vocabulary with only tokenizer.ggml.pre
+ * changed (tests/data/vocab/make_pre_cases.py made the .out files). */
+START_TEST(pre_reference_cases)
+{
+    static const char *const pres[] = { "deepseek-v3", "kimi-k2", "gpt-4o" };
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        char err[512] = "";
+        gguf_file *f = pagoda_gguf_open(tu_src("tests/data/vocab/ggml-vocab-gpt-2.gguf"), err, sizeof err);
+        ck_assert_msg(f != NULL, "%s", err);
+        bool found = false;
+        for (uint64_t k = 0; k < f->n_kv; k++) {
+            gguf_kv *kv = &f->kv[k];
+            if (kv->key.len == 18 && memcmp(kv->key.ptr, "tokenizer.ggml.pre", 18) == 0) {
+                ck_assert_int_eq(kv->val.type, GGUF_T_STRING);
+                kv->val.v.str.ptr = pres[i];
+                kv->val.v.str.len = strlen(pres[i]);
+                found = true;
+            }
+        }
+        ck_assert(found);
+        pagoda_tokenizer *t = pagoda_tokenizer_load(f, err, sizeof err);
+        ck_assert_msg(t != NULL, "%s", err);
+        pagoda_gguf_close(f);
+        char out[128];
+        snprintf(out, sizeof out, "tests/data/vocab/ggml-vocab-gpt-2.pre-%s.out", pres[i]);
+        run_vocab_cases(t, "tests/data/vocab/pre-cases.inp", out, 26, true, false);
+        pagoda_tokenizer_free(t);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------ SentencePiece */
 
 START_TEST(spm_reference_cases)
@@ -307,7 +363,7 @@ START_TEST(spm_reference_cases)
     vocab_fixture v = load_vocab("tests/data/vocab/ggml-vocab-llama-spm.gguf");
     ck_assert_int_eq(pagoda_tokenizer_n_vocab(v.t), 32000);
     run_vocab_cases(v.t, "tests/data/vocab/ggml-vocab-llama-spm.gguf.inp",
-                    "tests/data/vocab/ggml-vocab-llama-spm.gguf.out", true, true);
+                    "tests/data/vocab/ggml-vocab-llama-spm.gguf.out", 46, true, true);
     pagoda_tokenizer_free(v.t);
 }
 END_TEST
@@ -488,7 +544,7 @@ START_TEST(gpt2_reference_cases)
     vocab_fixture v = load_vocab("tests/data/vocab/ggml-vocab-gpt-2.gguf");
     ck_assert_int_eq(pagoda_tokenizer_n_vocab(v.t), 50257);
     run_vocab_cases(v.t, "tests/data/vocab/ggml-vocab-gpt-2.gguf.inp",
-                    "tests/data/vocab/ggml-vocab-gpt-2.gguf.out", true, false);
+                    "tests/data/vocab/ggml-vocab-gpt-2.gguf.out", 46, true, false);
     pagoda_tokenizer_free(v.t);
 }
 END_TEST
@@ -665,6 +721,39 @@ START_TEST(synthetic_bpe_ranks)
 }
 END_TEST
 
+/* End of generation: <|end|> ends a Phi-3 style reply, but in a harmony
+ * vocabulary (gpt-oss: <|return|> and <|call|> are special) it only closes
+ * one channel's message, so the reply ends at <|return|> or <|call|>. */
+START_TEST(eog_harmony)
+{
+    const char *toks[] = { "a", "<s>", "</s>", "<|end|>", "<|return|>", "<|call|>", "<|start|>" };
+    const int32_t types[] = { 1, 3, 3, 3, 3, 3, 3 };
+    const char *merges[] = { "a a" };
+    pagoda_tokenizer *t = synthetic("gpt2", "gpt-4o", toks, NULL, types, 7, merges, 1, -1, -1, -1);
+    ck_assert(!pagoda_tokenizer_is_eog(t, 3));
+    ck_assert(pagoda_tokenizer_is_eog(t, 4));
+    ck_assert(pagoda_tokenizer_is_eog(t, 5));
+    ck_assert(pagoda_tokenizer_is_eog(t, 2));  /* the EOS stays one */
+    ck_assert(!pagoda_tokenizer_is_eog(t, 6));
+    /* the channel markup stays in the output text (the frontend reads it) */
+    size_t l;
+    const char *b = pagoda_token_bytes(t, 3, false, &l);
+    ck_assert(l == 7 && !memcmp(b, "<|end|>", 7));
+    b = pagoda_token_bytes(t, 6, false, &l);
+    ck_assert(l == 9 && !memcmp(b, "<|start|>", 9));
+    pagoda_token_bytes(t, 2, false, &l); /* other control tokens do not */
+    ck_assert_uint_eq(l, 0);
+    pagoda_tokenizer_free(t);
+    /* without <|call|>, <|end|> is an end as before */
+    const char *toks2[] = { "a", "<s>", "</s>", "<|end|>", "<|return|>" };
+    t = synthetic("gpt2", "gpt-4o", toks2, NULL, types, 5, merges, 1, -1, -1, -1);
+    ck_assert(pagoda_tokenizer_is_eog(t, 3));
+    pagoda_token_bytes(t, 3, false, &l); /* Phi-3's <|end|> is no markup */
+    ck_assert_uint_eq(l, 0);
+    pagoda_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(load_errors)
 {
     /* A file without a vocabulary is refused with a message. */
@@ -718,6 +807,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(p, pretok_llama3);
     tcase_add_test(p, pretok_qwen2);
     tcase_add_test(p, pretok_smollm_and_default);
+    tcase_add_test(p, pretok_deepseek_kimi_gpt4o);
     suite_add_tcase(s, p);
     TCase *spm = tcase_create("spm");
     tcase_add_test(spm, spm_reference_cases);
@@ -729,6 +819,8 @@ static Suite *tokenizer_suite(void)
     TCase *bpe = tcase_create("bpe");
     tcase_add_test(bpe, gpt2_reference_cases);
     tcase_add_test(bpe, gpt2_specials_and_roundtrip);
+    tcase_add_test(bpe, pre_reference_cases);
+    tcase_add_test(bpe, eog_harmony);
     tcase_add_test(bpe, load_errors);
     tcase_add_test(bpe, synthetic_spm_flags);
     tcase_add_test(bpe, synthetic_bpe_ranks);

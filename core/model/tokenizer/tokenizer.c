@@ -131,6 +131,8 @@ const char *pagoda_token_bytes(const pagoda_tokenizer *t, int32_t id, bool rende
     }
     uint8_t ty = t->types[id];
     if (ty == TT_CONTROL || ty == TT_UNKNOWN || ty == TT_UNUSED) {
+        for (int i = 0; i < t->n_shown && !render_special; i++)
+            if (t->shown[i] == id) render_special = true;
         if (!render_special) {
             if (len) *len = 0;
             return "";
@@ -197,6 +199,14 @@ static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab)
     int64_t v;
     if (!pagoda_gguf_get_int(f, key, &v)) return -1;
     return v >= 0 && v < n_vocab ? (int32_t)v : -1; /* 0xFFFFFFFF means none */
+}
+
+/* A control token named s (when the vocabulary has one) decodes as its text. */
+static void shown_add(pagoda_tokenizer *t, const char *s)
+{
+    int32_t id = tok_lookup(t, s, strlen(s));
+    if (id < 0 || t->types[id] != TT_CONTROL || t->n_shown >= SHOWN_MAX) return;
+    t->shown[t->n_shown++] = id;
 }
 
 static void eog_add(pagoda_tokenizer *t, int32_t id)
@@ -372,6 +382,36 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
          * "<|end|>" is text the model may legitimately produce. */
         if (id >= 0 && t->types[id] != TT_NORMAL) eog_add(t, id);
     }
+    /* gpt-oss's harmony (o200k_harmony): <|return|> ends the reply and
+     * <|call|> a tool call, while <|end|> only closes one channel's message
+     * (the analysis comes before the final answer), so there it is no end. */
+    int32_t ret = tok_lookup(t, "<|return|>", 10), call = tok_lookup(t, "<|call|>", 8);
+    if (ret >= 0 && call >= 0 && t->types[ret] != TT_NORMAL && t->types[call] != TT_NORMAL) {
+        int32_t end = tok_lookup(t, "<|end|>", 7);
+        int k = 0;
+        for (int i = 0; i < t->n_eog; i++)
+            if (t->eog[i] != end) t->eog[k++] = t->eog[i];
+        t->n_eog = k;
+        eog_add(t, ret);
+        eog_add(t, call);
+        static const char *const HARMONY[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                              "<|constrain|>", "<|call|>", "<|return|>"};
+        for (size_t i = 0; i < sizeof HARMONY / sizeof HARMONY[0]; i++) shown_add(t, HARMONY[i]);
+    }
+    /* Reasoning and tool-call markup the frontend reads out of the text
+     * (plugins/frontend/http/api/toolfmt.h): kept in the output when the
+     * vocabulary makes them control tokens, as llama.cpp does for gpt-oss. */
+    static const char *const MARKUP[] = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>",
+        "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>",
+    };
+    for (size_t i = 0; i < sizeof MARKUP / sizeof MARKUP[0]; i++) shown_add(t, MARKUP[i]);
 
     free(model);
     free(pre);

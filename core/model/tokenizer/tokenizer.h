@@ -44,7 +44,11 @@ int pagoda_tokenize(const pagoda_tokenizer *t, const char *text, size_t len, boo
 /* The bytes token id decodes to (not NUL-terminated; may be a partial
  * UTF-8 sequence): U+2581 -> ' ', <0xNN> -> the byte, byte-level BPE
  * characters -> their bytes. Control and unknown tokens give "" unless
- * render_special, which gives their text; user-defined tokens always give
+ * render_special, which gives their text (output markup the frontend
+ * reads always gives its text: <think>, </think>, <tool_call>,
+ * </tool_call>, <|python_tag|>, Kimi's and DeepSeek's tool-call markers,
+ * and in a harmony vocabulary <|start|>, <|channel|>, <|message|>,
+ * <|end|>, <|constrain|>, <|call|>, <|return|>); user-defined tokens always give
  * their text. An id out of range gives "" (length 0). The pointer lives
  * as long as t. */
 const char *pagoda_token_bytes(const pagoda_tokenizer *t, int32_t id, bool render_special,
@@ -55,7 +59,9 @@ int32_t pagoda_tokenizer_bos(const pagoda_tokenizer *t); /* -1 if none */
 int32_t pagoda_tokenizer_eos(const pagoda_tokenizer *t); /* -1 if none */
 /* End of generation: eos, eot, eom, and tokens named like end tokens
  * (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end|>,
- * <end_of_turn>, <|end_of_text|>, <EOT>) present in the vocabulary. */
+ * <end_of_turn>, <|end_of_text|>, <EOT>, <｜end▁of▁sentence｜>) present in
+ * the vocabulary. A harmony vocabulary (gpt-oss: special <|return|> and
+ * <|call|>) ends at those two and not at <|end|>, which closes a channel. */
 bool pagoda_tokenizer_is_eog(const pagoda_tokenizer *t, int32_t id);
 /* Whether add_special prepends BOS. */
 bool pagoda_tokenizer_add_bos(const pagoda_tokenizer *t);

@@ -35,6 +35,7 @@ enum { VOCAB_SPM = 1, VOCAB_BPE = 2 };
 
 #define PRE_MAX_RE 4
 #define EOG_MAX 16
+#define SHOWN_MAX 24
 
 /* A pre-tokenizer: regexes applied one after another, each splitting every
  * piece the previous one left (matches and the gaps between them both
@@ -79,6 +80,8 @@ struct pagoda_tokenizer {
     int32_t bos, eos, unk, eot, eom;
     int32_t eog[EOG_MAX];
     int n_eog;
+    int32_t shown[SHOWN_MAX]; /* control tokens decoded as their text: output markup */
+    int n_shown;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     pretok pre;
 };

@@ -44,6 +44,37 @@ static const char RE_QWEN2[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* The contractions of Llama 3's (?i:...) in explicit classes (see above). */
+#define RE_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+/* DeepSeek-V3/R1 (LLAMA_VOCAB_PRE_TYPE_DEEPSEEK3_LLM): digits in threes,
+ * runs of Han (U+4E00-9FA5) and kana apart, then words, punctuation runs
+ * and whitespace. */
+static const char RE_DSV3_CJK[] = "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+";
+static const char RE_DSV3_WORD[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+/* GPT-4o's o200k (LLAMA_VOCAB_PRE_TYPE_GPT4O) as llama.cpp spells it: the
+ * upper-then-lower word classes written with lookaheads, so a letter that
+ * is neither ASCII case counts as both. */
+static const char RE_GPT4O[] =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" RE_CONTR "?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" RE_CONTR "?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Kimi K2: the pattern of its tokenization_kimi.py, which llama.cpp quotes
+ * (and runs as hand-written code); the class intersection
+ * [...&&[^\p{Han}]] is spelt as a (?!\p{Han}) lookahead before the class,
+ * with Han as llama.cpp's ranges: CJK ideographs, extensions A-F and the
+ * compatibility blocks. */
+#define KIMI_HAN "\\x{4E00}-\\x{9FFF}\\x{3400}-\\x{4DBF}\\x{20000}-\\x{2A6DF}\\x{2A700}-\\x{2EBEF}" \
+                 "\\x{F900}-\\x{FAFF}\\x{2F800}-\\x{2FA1F}"
+#define KIMI_UP "(?:(?![" KIMI_HAN "])[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define KIMI_LO "(?:(?![" KIMI_HAN "])[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+static const char RE_KIMI[] =
+    "[" KIMI_HAN "]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "*" KIMI_LO "+" RE_CONTR "?|"
+    "[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "+" KIMI_LO "*" RE_CONTR "?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 /* From llama.cpp's pre-tokenizer table (LLAMA_VOCAB_PRE_TYPE_*). */
 static const pre_def PRE_DEFS[] = {
     { "default", { "[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]" }, false, false },
@@ -52,6 +83,9 @@ static const pre_def PRE_DEFS[] = {
     { "qwen2|deepseek-r1-qwen|stablelm2|megrez", { RE_QWEN2 }, false, false },
     { "smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", { "\\p{N}", RE_GPT2 }, false, false },
     { "gpt-2|gpt2|phi-2|mpt|olmo|jais|exaone4|jina-es|jina-de|gigachat|roberta-bpe", { RE_GPT2 }, false, false },
+    { "deepseek-v3", { "\\p{N}{1,3}", RE_DSV3_CJK, RE_DSV3_WORD }, false, false },
+    { "gpt-4o|llama4", { RE_GPT4O }, false, false },
+    { "kimi-k2", { RE_KIMI }, false, false },
     { "falcon", { "[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]" }, false, false },
 };
 #define PRE_GPT2_INDEX 5

@@ -16,6 +16,7 @@
 
 #include "api/api.h"
 #include "api/reasoning.h"
+#include "api/toolfmt.h"
 #include "generate.h"
 #include "output.h"
 #include "parse.h"
@@ -140,7 +141,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         goto out;
     }
     /* response_format, grammar, regex, choice, tools (structured.c) */
-    if (st_parse(h, root, kind, &sr, &pe) < 0) goto bad;
+    if (st_parse(h, root, kind, kind == KIND_CHAT ? api_template_fmt(fe) : FMT_HERMES, &sr, &pe) < 0) goto bad;
     if (sr.type && p.echo) {
         ret = BAD(conn, sr.field, "'%s' cannot be combined with 'echo'", sr.field);
         goto out;
@@ -153,14 +154,24 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
     } else {
         if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
-        if (st_chat_messages(root, &sr, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
+        if (st_chat_messages(root, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
         if (!h->chat_render) {
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
         }
+        pagoda_chat_options co;
+        if (parse_chat_options(root, &co, &pe) < 0) goto bad;
         int think, think_open; /* probed (once) before this request's rendering */
         api_template_thinks(fe, &think, &think_open);
-        int st = h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
+        (void)api_template_fmt(fe);
+        bool has_opts = co.enable_thinking >= 0 || co.reasoning_effort;
+        if (has_opts && !PAGODA_HOST_HAS(h, chat_render_opts)) {
+            ret = BAD(conn, co.reasoning_effort ? "reasoning_effort" : "chat_template_kwargs",
+                      "this server's core (ABI before 1.10) cannot pass template options");
+            goto out;
+        }
+        int st = has_opts ? h->chat_render_opts(h, msgs, n_msgs, &co, true, &rendered, stop_ids, 16, &n_stop_ids)
+                          : h->chat_render(h, msgs, n_msgs, true, &rendered, stop_ids, 16, &n_stop_ids);
         if (st != PAGODA_OK || !rendered) {
             ret = BAD(conn, "messages", "the chat template could not be rendered: %s (does the model "
                       "have a chat template?)", pagoda_status_str(st));
@@ -194,6 +205,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
     hr->tools = kind == KIND_CHAT && sr.tool_choice != ST_TOOLS_NONE;
+    if (kind == KIND_CHAT) api_norm_setup(hr, hr->tools || (hr->as && hr->as->tools));
     hr->trace = p.trace;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     hr->sock = ci ? ci->connect_fd : -1;

@@ -52,6 +52,7 @@ static void hreq_free(hreq *hr)
         json_decref(hr->choices[i].lp);
         st_choice_free(&hr->choices[i]);
         reasoning_free(&hr->choices[i]);
+        api_norm_free(&hr->choices[i]);
         json_decref(hr->choices[i].trace);
     }
     free(hr->choices);

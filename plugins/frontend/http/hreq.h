@@ -85,6 +85,7 @@ typedef struct choice {
     int n_prompt_lp;
     struct tc_reader *tc;    /* tool calls being read from a stream (structured.c) */
     struct splitter *think;  /* chat: reasoning kept apart (api/reasoning.h), or NULL */
+    struct fmt_norm *norm;   /* chat: the family's markup made canonical (api/toolfmt.h), or NULL */
 } choice;
 
 /* One HTTP request: its choices, the events queued for its thread. */
@@ -151,6 +152,7 @@ struct http_fe {
     struct inspect_hub *hub; /* the stream's shared snapshots (inspect.h) */
     struct resp_store *store; /* /v1/responses' stored turns (api/store.h), made on first use */
     atomic_int template_thinks; /* api.c's probe: 0 not yet, 1 no, 2 the generation prompt opens <think> */
+    atomic_int template_fmt;    /* api.c's probe: 0 not yet, else the FMT_* (api/toolfmt.h) + 1 */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

@@ -193,7 +193,8 @@ static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
         /* only for echo, which is never streamed */
         if (hr->logprobs >= 0 && hr->kind == KIND_COMPLETION) add_prompt_logprob(hr, c, e);
     } else if (e->type == PAGODA_EVENT_TOKEN) {
-        if (hr->logprobs >= 0) add_logprobs(hr, chunk_lp ? chunk_lp : &c->lp, e, c->text_offset);
+        api_norm_event(c, e); /* the family's markup made canonical (api/toolfmt.h) */
+        if (hr->logprobs >= 0 && e->token >= 0) add_logprobs(hr, chunk_lp ? chunk_lp : &c->lp, e, c->text_offset);
         if (!hr->stream && e->step) {
             if (!c->trace) c->trace = json_array();
             json_array_append_new(c->trace, trace_entry(hr->fe->host, e));
@@ -201,6 +202,12 @@ static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
         if (!hr->stream && e->text_len) sb_put(&c->text, e->text, e->text_len);
         c->text_offset += e->text_len;
     } else {
+        if (!hr->stream) { /* what the normalizer held back ends the text */
+            size_t n;
+            char *rest = api_norm_end(c, &n);
+            if (n) sb_put(&c->text, rest, n);
+            free(rest);
+        }
         c->finish_reason = e->finish_reason;
         c->usage = e->usage;
         if (e->error && !c->error) c->error = strdup(e->error);
@@ -243,6 +250,13 @@ void sse_chunk(hreq *hr, int index, json_t *delta, json_t *logprobs, const char 
 /* One SSE chunk for an event; appended to hr->out. */
 static void sse_event(hreq *hr, ev_item *e)
 {
+    if (e->type == PAGODA_EVENT_FINAL && hr->choices[e->choice].norm) {
+        /* what the normalizer held back goes out as one more text event */
+        ev_item t = {.choice = e->choice, .type = PAGODA_EVENT_TOKEN, .token = -1};
+        t.text = api_norm_end(&hr->choices[e->choice], &t.text_len);
+        if (t.text_len) sse_event(hr, &t);
+        free(t.text);
+    }
     json_t *lp = NULL;
     apply_event(hr, e, &lp);
     if (hr->as) { /* another API's events (api/api.h) */

@@ -147,6 +147,41 @@ void free_prompts(prompt_in *ps, int n)
     free(ps);
 }
 
+static int effort_field(json_t *v, const char *param, const char **out, perr *pe)
+{
+    if (!v || json_is_null(v)) return 0;
+    const char *e = json_is_string(v) ? json_string_value(v) : NULL;
+    if (!e || (strcmp(e, "low") && strcmp(e, "medium") && strcmp(e, "high")))
+        return rf_fail(pe, param, "'%s' must be \"low\", \"medium\" or \"high\"", param);
+    *out = e;
+    return 0;
+}
+
+int parse_chat_options(json_t *o, pagoda_chat_options *co, perr *pe)
+{
+    memset(co, 0, sizeof *co);
+    co->struct_size = sizeof *co;
+    co->enable_thinking = -1;
+    if (effort_field(json_object_get(o, "reasoning_effort"), "reasoning_effort", &co->reasoning_effort, pe) < 0)
+        return -1;
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    if (!kw || json_is_null(kw)) return 0;
+    if (!json_is_object(kw)) return rf_fail(pe, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    static const char *const think_keys[] = {"enable_thinking", "thinking"};
+    for (int i = 0; i < 2; i++) {
+        json_t *t = json_object_get(kw, think_keys[i]);
+        if (!t || json_is_null(t)) continue;
+        if (!json_is_boolean(t)) {
+            char param[64];
+            snprintf(param, sizeof param, "chat_template_kwargs.%s", think_keys[i]);
+            return rf_fail(pe, param, "'%s' must be true or false", param);
+        }
+        co->enable_thinking = json_is_true(t);
+    }
+    return effort_field(json_object_get(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort",
+                        &co->reasoning_effort, pe);
+}
+
 /* messages -> chat messages; contents built from text parts are malloc'd into owned[]. */
 int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, perr *pe)
 {
@@ -169,6 +204,19 @@ int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, 
         if (!json_is_object(e) || !json_is_string(role))
             return rf_fail(pe, "messages", "messages[%zu] must be an object with a string 'role'", k);
         (*out)[k].role = json_string_value(role);
+        /* harmony's channel of a message (gpt-oss clients send it): one of
+         * its three names, or the request is refused naming it */
+        json_t *chan = json_object_get(e, "channel");
+        if (chan && !json_is_null(chan)) {
+            const char *cv = json_is_string(chan) ? json_string_value(chan) : NULL;
+            if (!cv || (strcmp(cv, "analysis") && strcmp(cv, "commentary") && strcmp(cv, "final"))) {
+                char param[48];
+                snprintf(param, sizeof param, "messages[%zu].channel", k);
+                return rf_fail(pe, param, "unknown channel %s%s%s in '%s'; harmony's channels are analysis, "
+                               "commentary and final", cv ? "'" : "", cv ? cv : "(not a string)", cv ? "'" : "",
+                               param);
+            }
+        }
         /* the key is required (OpenAI answers 400 without it), but an
          * assistant turn that only calls tools may leave it out or null */
         json_t *calls = json_object_get(e, "tool_calls");

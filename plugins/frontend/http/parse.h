@@ -50,6 +50,12 @@ typedef struct prompt_in {
 int parse_prompts(json_t *o, prompt_in **out, int *n, perr *pe);
 void free_prompts(prompt_in *ps, int n);
 
+/* The template options of a chat body: chat_template_kwargs
+ * {enable_thinking (or DeepSeek's thinking): bool, reasoning_effort},
+ * and the top-level reasoning_effort (OpenAI's; the kwargs' wins):
+ * "low", "medium" or "high". 0, or -1 with pe naming the field. */
+int parse_chat_options(json_t *o, pagoda_chat_options *co, perr *pe);
+
 /* messages -> chat messages; contents built from text parts are malloc'd
  * into owned[] (free each, then owned and *out, also on failure). */
 int parse_messages(json_t *o, pagoda_chat_message **out, char ***owned, int *n, perr *pe);

@@ -29,10 +29,16 @@
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
+#include "api/toolfmt.h"
 
 #define OPEN_TAG "<tool_call>"
 #define CLOSE_TAG "</tool_call>"
 #define MAX_PARALLEL_CALLS 8
+#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
 
 void st_free(st_req *sr) { free(sr->spec); }
 
@@ -209,42 +215,98 @@ static void text_rules(sbuf *g)
     }
 }
 
-/* The grammar of the calls tool_choice asks for: one call (a named
- * function, or parallel_tool_calls false) or up to MAX_PARALLEL_CALLS,
- * each {"name": "f", "arguments": <f's parameters>} in its tags. With
- * "auto", free text (text_rules) comes first, and between and after the
- * calls: the model writes what it likes until it opens a <tool_call>
- * block, and from that byte on the block is held to a call of one of the
- * functions with its arguments valid for that function's parameters. */
-static char *calls_grammar(const st_req *sr, bool *strict)
+/* s as a GBNF string literal */
+static void lit(sbuf *g, const char *s)
 {
+    sb_str(g, "\"");
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char e[3] = {'\\', *p, 0};
+            sb_str(g, e);
+        } else if (*p == '\n') {
+            sb_str(g, "\\n");
+        } else {
+            sb_put(g, p, 1);
+        }
+    }
+    sb_str(g, "\"");
+}
+
+/* How each family writes its calls (what toolfmt.c reads back): around
+ * all calls, between them, around one, and around one function's
+ * arguments (the name between head_a and head_b). */
+static const struct call_syntax {
+    const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail;
+    bool one; /* one call a reply */
+} SYNTAX[FMT_COUNT] = {
+    [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", false},
+    [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", true},
+    [FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, "\n", DS_CALL_BEGIN "function" DS_SEP, DS_CALL_END, "",
+                      "\n```json\n", "\n```", false},
+    [FMT_KIMI] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "", "<|tool_call_begin|>functions.",
+                  "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", false},
+    [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
+                     true},
+};
+
+/* a literal and a space, unless it is empty */
+static void lit_sp(sbuf *g, const char *s)
+{
+    if (!*s) return;
+    lit(g, s);
+    sb_str(g, " ");
+}
+
+/* The grammar of the calls tool_choice asks for, in the family's own
+ * syntax: one call (a named function, parallel_tool_calls false, or a
+ * family that writes one a reply) or up to MAX_PARALLEL_CALLS, each
+ * function's arguments valid for its parameters. With "auto" (Hermes
+ * syntax for every family: it lets another family's own markup through),
+ * free text (text_rules) comes first, and between and after the calls:
+ * the model writes what it likes until it opens a <tool_call> block, and
+ * from that byte on the block is held to a call. */
+static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
+{
+    bool autoc = sr->tool_choice == ST_TOOLS_AUTO;
+    const struct call_syntax *c = &SYNTAX[!autoc && fmt > FMT_HERMES && fmt < FMT_COUNT ? fmt : FMT_HERMES];
     sbuf g = {0};
+    char buf[96];
     *strict = false;
-    bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel;
-    if (sr->tool_choice == ST_TOOLS_AUTO) {
-        char buf[96];
+    bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel && !c->one;
+    if (autoc) {
         snprintf(buf, sizeof buf, "root ::= t0 (call t0){0,%d}\n", many ? MAX_PARALLEL_CALLS : 1);
         sb_str(&g, buf);
         text_rules(&g);
-    } else if (many) {
-        char buf[96];
-        snprintf(buf, sizeof buf, "root ::= call (\"\\n\" call){0,%d}\n", MAX_PARALLEL_CALLS - 1);
-        sb_str(&g, buf);
     } else {
-        sb_str(&g, "root ::= call\n");
+        sb_str(&g, "root ::= ");
+        lit_sp(&g, c->sec_open);
+        sb_str(&g, "call");
+        if (many) {
+            sb_str(&g, " (");
+            lit_sp(&g, c->sep);
+            snprintf(buf, sizeof buf, "call){0,%d}", MAX_PARALLEL_CALLS - 1);
+            sb_str(&g, buf);
+        }
+        if (*c->sec_close) sb_str(&g, " ");
+        if (*c->sec_close) lit(&g, c->sec_close);
+        sb_str(&g, "\n");
     }
-    sb_str(&g, "call ::= \"" OPEN_TAG "\\n\" (");
+    sb_str(&g, "call ::= ");
+    lit_sp(&g, c->open);
+    sb_str(&g, "(");
     size_t i;
     json_t *t;
     int k = 0;
     json_array_foreach(sr->tools, i, t) {
         const char *name = json_string_value(json_object_get(tool_fn(t), "name"));
         if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
-        char buf[32];
         snprintf(buf, sizeof buf, "%sfn%zu", k++ ? " | " : "", i);
         sb_str(&g, buf);
     }
-    sb_str(&g, ") \"\\n" CLOSE_TAG "\"\n");
+    sb_str(&g, ")");
+    if (*c->close) sb_str(&g, " ");
+    if (*c->close) lit(&g, c->close);
+    sb_str(&g, "\n");
     json_array_foreach(sr->tools, i, t) {
         json_t *fn = tool_fn(t);
         const char *name = json_string_value(json_object_get(fn, "name"));
@@ -253,12 +315,20 @@ static char *calls_grammar(const st_req *sr, bool *strict)
         *strict |= json_is_true(json_object_get(fn, "strict"));
         char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
                                                      : strdup("{\"type\":\"object\"}");
-        char head[160];
-        /* names are [A-Za-z0-9_-]: nothing to escape in the literal */
-        snprintf(head, sizeof head, "fn%zu ::= \"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" %%json ", i, name);
-        sb_str(&g, head);
+        snprintf(buf, sizeof buf, "fn%zu ::= ", i);
+        sb_str(&g, buf);
+        /* names are [A-Za-z0-9_-]: nothing to escape but the markup's own */
+        sbuf head = {0};
+        sb_str(&head, c->head_a);
+        sb_str(&head, name);
+        sb_str(&head, c->head_b);
+        lit(&g, head.p ? head.p : "");
+        free(head.p);
+        sb_str(&g, " %json ");
         sb_str(&g, ptxt ? ptxt : "{}");
-        sb_str(&g, " \"}\"\n");
+        if (*c->tail) sb_str(&g, " ");
+        if (*c->tail) lit(&g, c->tail);
+        sb_str(&g, "\n");
         free(ptxt);
     }
     return g.p;
@@ -269,7 +339,7 @@ static const char *const guided[][2] = {
     {"choice", "c"}, {"guided_choice", "c"}, {"guided_json", "j"},
 };
 
-int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe)
 {
     memset(sr, 0, sizeof *sr);
     json_t *rf = json_object_get(o, "response_format");
@@ -311,14 +381,14 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe)
             return rf_fail(pe, sr->field, "'%s' cannot be combined with a tool_choice that requires a call",
                            sr->field);
         bool strict;
-        char *g = calls_grammar(sr, &strict);
+        char *g = calls_grammar(sr, fmt, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     } else if (sr->tool_choice == ST_TOOLS_AUTO && sr->type) {
         return rf_fail(pe, sr->field, "'%s' leaves the model no way to call a tool: with 'tools', set "
                        "'tool_choice' to \"none\" or drop '%s'", sr->field, sr->field);
     } else if (sr->tool_choice == ST_TOOLS_AUTO && h->check_constraint) {
         bool strict;
-        char *g = calls_grammar(sr, &strict);
+        char *g = calls_grammar(sr, fmt, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     }
     if (!sr->type || !h->check_constraint) return 0;
@@ -350,10 +420,79 @@ static int own(char ***owned, int n, int i, char *s)
     return s ? 0 : -1;
 }
 
-int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
+
+/* One earlier call of the conversation: its id (the client's), name, and
+ * the index it had in its assistant message (Kimi's functions.N:IDX). */
+typedef struct past_call {
+    const char *id, *name;
+    int index;
+} past_call;
+
+/* A call written into an assistant turn in the family's own syntax (the
+ * arguments as the model would have written them: the object itself). */
+static void write_call(sbuf *b, int fmt, const char *name, const char *args, int k)
+{
+    switch (fmt) {
+    case FMT_DEEPSEEK:
+        if (k) sb_str(b, "\n");
+        sb_str(b, DS_CALL_BEGIN "function" DS_SEP);
+        sb_str(b, name);
+        sb_str(b, "\n```json\n");
+        sb_str(b, args);
+        sb_str(b, "\n```" DS_CALL_END);
+        break;
+    case FMT_KIMI: {
+        char idx[16];
+        snprintf(idx, sizeof idx, ":%d", k);
+        sb_str(b, "<|tool_call_begin|>functions.");
+        sb_str(b, name);
+        sb_str(b, idx);
+        sb_str(b, "<|tool_call_argument_begin|>");
+        sb_str(b, args);
+        sb_str(b, "<|tool_call_end|>");
+        break;
+    }
+    case FMT_LLAMA3:
+        if (k) sb_str(b, "\n");
+        sb_str(b, "{\"name\": \"");
+        sb_str(b, name);
+        sb_str(b, "\", \"parameters\": ");
+        sb_str(b, args);
+        sb_str(b, "}");
+        break;
+    default: {
+        json_t *call = json_pack("{s:s,s:o}", "name", name, "arguments", json_loads(args, JSON_DECODE_ANY, NULL));
+        char *txt = call ? json_dumps(call, 0) : NULL;
+        json_decref(call);
+        if (b->len) sb_str(b, "\n");
+        sb_str(b, OPEN_TAG "\n");
+        sb_str(b, txt ? txt : "{}");
+        sb_str(b, "\n" CLOSE_TAG);
+        free(txt);
+    }
+    }
+}
+
+/* role and content in one allocation (owned), for roles built here */
+static char *role_content(pagoda_chat_message *m, const char *role, size_t rl, const char *content)
+{
+    size_t cl = strlen(content);
+    char *p = malloc(rl + 1 + cl + 1);
+    if (!p) return NULL;
+    memcpy(p, role, rl);
+    p[rl] = 0;
+    memcpy(p + rl + 1, content, cl + 1);
+    m->role = p;
+    m->content = p + rl + 1;
+    return p;
+}
+
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
                      perr *pe)
 {
     json_t *arr = json_object_get(o, "messages");
+    past_call past[64];
+    int n_past = 0;
     for (int i = 0; i < *n; i++) {
         json_t *m = json_array_get(arr, (size_t)i);
         const char *role = (*msgs)[i].role;
@@ -362,7 +501,10 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
             if (!json_is_array(calls))
                 return rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
             sbuf b = {0};
-            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
+            sb_str(&b, fmt == FMT_HARMONY ? "" : (*msgs)[i].content ? (*msgs)[i].content : "");
+            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_BEGIN);
+            if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_begin|>");
+            const char *first = NULL;
             size_t k;
             json_t *c;
             json_array_foreach(calls, k, c) {
@@ -378,28 +520,88 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
                  * object itself when the string holds one */
                 json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
                                                   : json_incref(args);
-                json_t *call = json_pack("{s:O,s:o}", "name", name, "arguments", av ? av : json_object());
-                char *txt = call ? json_dumps(call, 0) : NULL;
-                json_decref(call);
-                if (b.len) sb_str(&b, "\n");
-                sb_str(&b, OPEN_TAG "\n");
-                sb_str(&b, txt ? txt : "{}");
-                sb_str(&b, "\n" CLOSE_TAG);
-                free(txt);
+                char *at = json_dumps(av ? av : json_object(), JSON_ENCODE_ANY);
+                json_decref(av);
+                if (!at) {
+                    free(b.p);
+                    return rf_fail(pe, "messages", "out of memory");
+                }
+                if (fmt == FMT_HARMONY) { /* one call a turn, as gpt-oss's template assumes */
+                    if (!first) {
+                        first = json_string_value(name);
+                        sb_str(&b, at);
+                    }
+                } else {
+                    write_call(&b, fmt, json_string_value(name), at, (int)k);
+                }
+                free(at);
+                json_t *id = json_object_get(c, "id");
+                if (n_past < 64)
+                    past[n_past++] = (past_call){json_is_string(id) ? json_string_value(id) : NULL,
+                                                 json_string_value(name), (int)k};
+            }
+            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
+            if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_end|>");
+            if (!b.p) sb_str(&b, "");
+            if (fmt == FMT_HARMONY && first) {
+                sbuf r = {0};
+                sb_str(&r, "assistant to=functions.");
+                sb_str(&r, first);
+                char *p = r.p ? role_content(&(*msgs)[i], r.p, r.len, b.p) : NULL;
+                free(r.p);
+                free(b.p);
+                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
+                continue;
             }
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         } else if (!strcmp(role, "tool")) {
+            /* the call it answers: by tool_call_id, else the latest */
+            json_t *tid = json_object_get(m, "tool_call_id");
+            const past_call *pc = n_past ? &past[n_past - 1] : NULL;
+            for (int j = 0; json_is_string(tid) && j < n_past; j++)
+                if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+            const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
             sbuf b = {0};
-            sb_str(&b, "<tool_response>\n");
-            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
-            sb_str(&b, "\n</tool_response>");
+            if (fmt == FMT_HARMONY) {
+                if (!pc) return rf_fail(pe, "messages", "messages[%d] is a tool result with no earlier tool call", i);
+                sb_str(&b, "functions.");
+                sb_str(&b, pc->name);
+                char *p = b.p ? role_content(&(*msgs)[i], b.p, b.len, content) : NULL;
+                free(b.p);
+                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
+                continue;
+            }
+            if (fmt == FMT_KIMI) {
+                char idx[16] = "";
+                sb_str(&b, "## Return of ");
+                if (pc) {
+                    snprintf(idx, sizeof idx, ":%d", pc->index);
+                    sb_str(&b, "functions.");
+                    sb_str(&b, pc->name);
+                    sb_str(&b, idx);
+                } else if (json_is_string(tid)) {
+                    sb_str(&b, json_string_value(tid));
+                }
+                sb_str(&b, "\\n"); /* the template's text holds a backslash and n */
+                sb_str(&b, content);
+            } else if (fmt == FMT_DEEPSEEK) {
+                sb_str(&b, content);
+            } else {
+                sb_str(&b, "<tool_response>\n");
+                sb_str(&b, content);
+                sb_str(&b, "\n</tool_response>");
+            }
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         }
     }
-    if (sr->tool_choice == ST_TOOLS_NONE) return 0;
-    /* the tools, in the system turn (after the client's own system text) */
+    /* the tools, in the system turn (after the client's own system text),
+     * whatever tool_choice says: "none" only stops reading calls back, so
+     * a conversation that turns tool_choice off for one turn keeps the same
+     * prompt prefix, and the KV of its earlier turns (as vLLM does unless
+     * --exclude-tools-when-tool-choice-none) */
+    if (!sr->tools || !json_array_size(sr->tools)) return 0;
     sbuf b = {0};
     bool has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
     if (has_sys && (*msgs)[0].content && *(*msgs)[0].content) {
@@ -415,8 +617,27 @@ int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, ch
         sb_str(&b, txt ? txt : "{}");
         free(txt);
     }
-    sb_str(&b, "\n</tools>\nTo call one, write:\n<tool_call>\n{\"name\": <function-name>, "
-               "\"arguments\": <args-json-object>}\n</tool_call>");
+    sb_str(&b, "\n</tools>\nTo call one, write:\n");
+    /* the family's own call syntax (what toolfmt.c reads back) */
+    switch (fmt) {
+    case FMT_DEEPSEEK:
+        sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name>\n```json\n<args-json-object>\n```"
+                   DS_CALL_END DS_CALLS_END);
+        break;
+    case FMT_KIMI:
+        sb_str(&b, "<|tool_calls_section_begin|><|tool_call_begin|>functions.<function-name>:0"
+                   "<|tool_call_argument_begin|><args-json-object><|tool_call_end|><|tool_calls_section_end|>");
+        break;
+    case FMT_HARMONY:
+        sb_str(&b, "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"
+                   "<args-json-object><|call|>");
+        break;
+    case FMT_LLAMA3:
+        sb_str(&b, "{\"name\": <function-name>, \"parameters\": <args-json-object>}\nas the whole reply.");
+        break;
+    default:
+        sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    }
     if (!b.p) return rf_fail(pe, "messages", "out of memory");
     if (has_sys) {
         own(owned, *n, 0, b.p);

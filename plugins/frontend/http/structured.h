@@ -34,15 +34,22 @@ typedef struct st_req {
 /* Reads the fields of body o into sr (zeroed first). Specs are compiled
  * once here through host->check_constraint, so a bad one is a 400 naming
  * its field (tools with a bad parameters schema included, whatever
- * tool_choice says). 0, or -1 with pe filled. */
-int st_parse(const pagoda_host *h, json_t *o, int kind, st_req *sr, perr *pe);
+ * tool_choice says); a required or named call is held to the family
+ * fmt's own syntax (FMT_*, api/toolfmt.h). 0, or -1 with pe filled. */
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe);
 
 /* Chat with tools: msgs[0..*n) (from parse_messages, one per entry of the
  * body's "messages", contents in owned[]) become what the template
- * renders: the tools listed in the system turn, an assistant's tool_calls
- * as <tool_call> blocks, a "tool" message's content in <tool_response>.
- * msgs and owned may be reallocated (one more entry). 0 or -1 with pe. */
-int st_chat_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
+ * renders, in the family fmt's syntax (FMT_*, api/toolfmt.h): the tools
+ * listed in the system turn with the family's call example, an
+ * assistant's tool_calls as the family writes them (Hermes <tool_call>
+ * blocks, Llama 3 JSON, DeepSeek's and Kimi's markers; harmony: the role
+ * "assistant to=functions.N" with the arguments, one call a turn), a
+ * "tool" message's content in <tool_response> (Hermes, Llama 3), as is
+ * (DeepSeek), after "## Return of functions.N:I\n" (Kimi) or with the
+ * role functions.N (harmony), the call found by tool_call_id. msgs and
+ * owned may be reallocated (one more entry). 0 or -1 with pe. */
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
                      perr *pe);
 
 void st_free(st_req *sr);

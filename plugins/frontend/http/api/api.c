@@ -17,6 +17,7 @@
 
 #include "../reply.h"
 #include "api.h"
+#include "toolfmt.h"
 
 api_state *api_state_new(int api, const char *prefix)
 {
@@ -108,6 +109,63 @@ void api_template_thinks(http_fe *fe, int *think, int *think_open)
     if (len >= 7 && !memcmp(r + len - 7, "<think>", 7)) *think_open = 1;
     h->free(h, r);
     atomic_store(&fe->template_thinks, *think_open ? 2 : 1);
+}
+
+int api_template_fmt(http_fe *fe)
+{
+    int known = atomic_load(&fe->template_fmt);
+    if (known) return known - 1;
+    const pagoda_host *h = fe->host;
+    if (!h->chat_render) return FMT_HERMES;
+    pagoda_chat_message m = {.role = "user", .content = "hi"};
+    char *r = NULL;
+    int32_t ids[16], n = 0;
+    if (h->chat_render(h, &m, 1, true, &r, ids, 16, &n) != PAGODA_OK || !r) return FMT_HERMES;
+    int fmt = fmt_from_probe(r);
+    h->free(h, r);
+    atomic_store(&fe->template_fmt, fmt + 1);
+    return fmt;
+}
+
+void api_norm_setup(hreq *hr, int tools)
+{
+    int fmt = api_template_fmt(hr->fe);
+    if (fmt != FMT_HARMONY && !tools) return;
+    for (int i = 0; i < hr->n_choices; i++) {
+        fmt_norm *f = malloc(sizeof *f);
+        if (!f) continue;
+        fmt_init(f, fmt);
+        hr->choices[i].norm = f;
+    }
+}
+
+void api_norm_event(choice *c, ev_item *e)
+{
+    if (!c->norm || !e->text_len) return;
+    sbuf o = {0};
+    fmt_feed(c->norm, e->text, e->text_len, &o);
+    free(e->text);
+    e->text = o.p;
+    e->text_len = o.len;
+}
+
+char *api_norm_end(choice *c, size_t *len)
+{
+    *len = 0;
+    if (!c->norm) return NULL;
+    sbuf o = {0};
+    fmt_end(c->norm, &o);
+    api_norm_free(c);
+    *len = o.len;
+    return o.p;
+}
+
+void api_norm_free(choice *c)
+{
+    if (!c->norm) return;
+    fmt_free(c->norm);
+    free(c->norm);
+    c->norm = NULL;
 }
 
 const char *api_key_of(struct MHD_Connection *conn)

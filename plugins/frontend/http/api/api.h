@@ -75,6 +75,22 @@ int64_t api_count_tokens(const pagoda_host *h, const char *text);
 /* Is <think> reasoning (always), and does the template's generation
  * prompt open the block (a probe rendering, once per server)? */
 void api_template_thinks(http_fe *fe, int *think, int *think_open);
+
+/* The template's output format (FMT_*, toolfmt.h), from a rendered probe
+ * as above; probed once. */
+int api_template_fmt(http_fe *fe);
+
+/* [generate.c] chat: each choice's output goes through its family's
+ * normalizer (toolfmt.h) when the family writes channels (harmony) or the
+ * request has tools; nothing when out of memory. */
+void api_norm_setup(hreq *hr, int tools);
+/* [output.c] e's text made canonical (replaced in place). */
+void api_norm_event(choice *c, ev_item *e);
+/* [output.c] the output ended: what was held back, malloc'd (NULL when
+ * nothing), and the normalizer is gone. */
+char *api_norm_end(choice *c, size_t *len);
+/* [hreq.c] */
+void api_norm_free(choice *c);
 /* The request's API key (Bearer or x-api-key), "" when none. */
 const char *api_key_of(struct MHD_Connection *conn);
 

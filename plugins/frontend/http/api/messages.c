@@ -283,6 +283,11 @@ static int to_chat(json_t *a, int count, json_t **out, int *has_tools, perr *pe)
                 "\"disabled\"}");
         goto out;
     }
+    /* thinking on or off reaches the template (Qwen3's enable_thinking) */
+    json_t *tt = json_object_get(v, "type");
+    if (json_is_string(tt) && (!strcmp(json_string_value(tt), "enabled") || !strcmp(json_string_value(tt), "disabled")))
+        json_object_set_new(chat, "chat_template_kwargs",
+                            json_pack("{s:b}", "enable_thinking", !strcmp(json_string_value(tt), "enabled")));
     if (tools_of(a, chat, has_tools, pe) < 0) goto out;
     rc = 0;
 out:
@@ -337,8 +342,8 @@ enum MHD_Result route_count_tokens(http_fe *fe, struct MHD_Connection *conn, con
     int rc = to_chat(a, 1, &chat, &has_tools, &pe);
     json_decref(a);
     if (rc < 0) return bad(conn, &pe);
-    if (st_parse(h, chat, KIND_CHAT, &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
-        st_chat_messages(chat, &sr, &msgs, &owned, &n_msgs, &pe) < 0) {
+    if (st_parse(h, chat, KIND_CHAT, api_template_fmt(fe), &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
+        st_chat_messages(chat, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) {
         ret = bad(conn, &pe);
         goto out;
     }

@@ -299,6 +299,15 @@ enum MHD_Result route_responses(http_fe *fe, struct MHD_Connection *conn, conn_s
         v = json_object_get(r, same[i]);
         if (v && !json_is_null(v)) json_object_set(chat, same[i], v);
     }
+    /* reasoning.effort reaches the template (harmony's Reasoning: line) */
+    v = json_object_get(r, "reasoning");
+    json_t *eff = json_is_object(v) ? json_object_get(v, "effort") : NULL;
+    if (v && !json_is_null(v) && !json_is_object(v)) {
+        json_decref(hmsgs);
+        ret = BAD(conn, "reasoning", "'reasoning' must be an object such as {\"effort\": \"low\"}");
+        goto out;
+    }
+    if (eff && !json_is_null(eff)) json_object_set(chat, "reasoning_effort", eff);
     if (tools_of(r, chat, &has_tools, &pe) < 0 || text_format(r, chat, &pe) < 0) {
         json_decref(hmsgs);
         goto bad;

@@ -30,7 +30,7 @@ void split_free(splitter *s)
     memset(&s->held, 0, sizeof s->held);
 }
 
-static size_t find(const char *h, size_t hn, const char *needle)
+size_t split_find(const char *h, size_t hn, const char *needle)
 {
     size_t nn = strlen(needle);
     for (size_t i = 0; i + nn <= hn; i++)
@@ -38,8 +38,7 @@ static size_t find(const char *h, size_t hn, const char *needle)
     return (size_t)-1;
 }
 
-/* the longest suffix of h[0..n) that is a proper prefix of tag */
-static size_t partial(const char *h, size_t n, const char *tag)
+size_t split_partial(const char *h, size_t n, const char *tag)
 {
     size_t tl = strlen(tag);
     for (size_t l = tl - 1; l > 0; l--)
@@ -47,7 +46,7 @@ static size_t partial(const char *h, size_t n, const char *tag)
     return 0;
 }
 
-static void drop(sbuf *b, size_t k)
+void split_drop(sbuf *b, size_t k)
 {
     memmove(b->p, b->p + k, b->len - k);
     b->len -= k;
@@ -88,45 +87,45 @@ void split_feed(splitter *s, const char *p, size_t n, const split_sink *k)
         const char *h = s->held.p;
         size_t len = s->held.len;
         if (s->mode == SPLIT_TEXT) {
-            size_t at_t = s->think ? find(h, len, THINK_OPEN) : (size_t)-1;
-            size_t at_c = s->calls ? find(h, len, CALL_OPEN) : (size_t)-1;
+            size_t at_t = s->think ? split_find(h, len, THINK_OPEN) : (size_t)-1;
+            size_t at_c = s->calls ? split_find(h, len, CALL_OPEN) : (size_t)-1;
             if (at_t != (size_t)-1 || at_c != (size_t)-1) {
                 int to_think = at_t < at_c;
                 size_t at = to_think ? at_t : at_c;
                 out(k, SPLIT_TEXT, h, at);
-                drop(&s->held, at + strlen(to_think ? THINK_OPEN : CALL_OPEN));
+                split_drop(&s->held, at + strlen(to_think ? THINK_OPEN : CALL_OPEN));
                 s->mode = to_think ? SPLIT_THINK : SPLIT_CALL;
                 continue;
             }
             size_t keep = 0, l;
-            if (s->think && (l = partial(h, len, THINK_OPEN)) > keep) keep = l;
-            if (s->calls && (l = partial(h, len, CALL_OPEN)) > keep) keep = l;
+            if (s->think && (l = split_partial(h, len, THINK_OPEN)) > keep) keep = l;
+            if (s->calls && (l = split_partial(h, len, CALL_OPEN)) > keep) keep = l;
             out(k, SPLIT_TEXT, h, len - keep);
-            drop(&s->held, len - keep);
+            split_drop(&s->held, len - keep);
             return;
         }
         if (s->mode == SPLIT_THINK) {
-            size_t at = find(h, len, THINK_CLOSE);
+            size_t at = split_find(h, len, THINK_CLOSE);
             if (at != (size_t)-1) {
                 out(k, SPLIT_THINK, h, at);
-                drop(&s->held, at + strlen(THINK_CLOSE));
+                split_drop(&s->held, at + strlen(THINK_CLOSE));
                 s->mode = SPLIT_TEXT;
                 continue;
             }
-            size_t keep = partial(h, len, THINK_CLOSE);
+            size_t keep = split_partial(h, len, THINK_CLOSE);
             out(k, SPLIT_THINK, h, len - keep);
-            drop(&s->held, len - keep);
+            split_drop(&s->held, len - keep);
             return;
         }
         /* in a call: wait for its end */
-        size_t at = find(h, len, CALL_CLOSE);
+        size_t at = split_find(h, len, CALL_CLOSE);
         if (at == (size_t)-1) return;
         if (emit_call(s, h, at, k) < 0) {
             /* not a call after all: it stays text */
             out(k, SPLIT_TEXT, CALL_OPEN, strlen(CALL_OPEN));
             out(k, SPLIT_TEXT, h, at + strlen(CALL_CLOSE));
         }
-        drop(&s->held, at + strlen(CALL_CLOSE));
+        split_drop(&s->held, at + strlen(CALL_CLOSE));
         s->mode = SPLIT_TEXT;
     }
 }

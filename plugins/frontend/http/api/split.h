@@ -50,4 +50,11 @@ void split_end(splitter *s, const split_sink *k);
 
 void split_free(splitter *s);
 
+/* What the output readers share (here and toolfmt.c): where needle first
+ * stands in h[0..hn) ((size_t)-1 if nowhere), the longest suffix of
+ * h[0..n) that is a proper prefix of tag, and b without its first k bytes. */
+size_t split_find(const char *h, size_t hn, const char *needle);
+size_t split_partial(const char *h, size_t n, const char *tag);
+void split_drop(sbuf *b, size_t k);
+
 #endif /* PAGODA_HTTP_API_SPLIT_H */

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Expected chat renderings for test_chat_template's reference cases: the
+reference Jinja templates in llama.cpp's models/templates folder rendered
+by jinja2 the way transformers' apply_chat_template does (trim_blocks,
+lstrip_blocks, a sandbox, raise_exception and strftime_now), written to
+renders.json beside this script. Only the expected text is committed;
+the templates stay in llama.cpp.
+
+Usage: /work/venv-ref/bin/python tests/data/chat/make_renders.py \
+           --templates /work/llama.cpp/models/templates
+"""
+import argparse
+import json
+import os
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATE = "2026-01-15"
+FAMILIES = {
+    "deepseek-r1": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+                    {"bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>"}),
+    "kimi-k2": ("moonshotai-Kimi-K2.jinja", {}),
+    "harmony": ("openai-gpt-oss-120b.jinja", {}),
+}
+U = lambda c: {"role": "user", "content": c}
+A = lambda c: {"role": "assistant", "content": c}
+S = lambda c: {"role": "system", "content": c}
+T = lambda c: {"role": "tool", "content": c}
+CONVERSATIONS = [
+    ("one user turn", [U("hi")], True, {}),
+    ("system and two turns", [S("Be brief."), U("What is 2+2?"), A("4"), U("And 3+3?")], True, {}),
+    ("earlier reasoning", [U("Q1"), A("<think>\nsome thought\n</think>\n\nA1"), U("Q2")], True, {}),
+    ("no generation prompt", [U("hi"), A("hello")], False, {}),
+    ("thinking off", [U("hi")], True, {"enable_thinking": False}),
+    ("thinking on", [U("hi")], True, {"enable_thinking": True}),
+    ("effort high", [S("You answer in French."), U("Bonjour")], True, {"reasoning_effort": "high"}),
+    ("tool results", [U("weather?"), A("Let me look."), T("sunny"), T("22C"), A("Sunny, 22C."), U("thanks")],
+     True, {}),
+    ("multiline and unicode", [S("line1\nline2"), U("caf\u00e9 \u6211 \U0001F600\n\n  spaced  ")], True, {}),
+]
+
+
+# A tool conversation per family: the messages as a client sends them (for
+# the Jinja template; arguments as objects, as llama.cpp passes them to
+# these templates) and as pagoda's HTTP frontend hands them to the core
+# (structured.c writes the call in the family's syntax).
+DS = {"calls_begin": "<\uff5ctool\u2581calls\u2581begin\uff5c>", "calls_end": "<\uff5ctool\u2581calls\u2581end\uff5c>",
+      "call_begin": "<\uff5ctool\u2581call\u2581begin\uff5c>", "call_end": "<\uff5ctool\u2581call\u2581end\uff5c>",
+      "sep": "<\uff5ctool\u2581sep\uff5c>"}
+CALL = {"id": "functions.get:0", "type": "function", "function": {"name": "get", "arguments": {"city": "Paris"}}}
+TOOL_JINJA = [U("weather?"), {"role": "assistant", "content": "", "tool_calls": [CALL]},
+              {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny \"22C\""}, A("Sunny."),
+              U("thanks")]
+TOOL_PAGODA = {
+    "deepseek-r1": [U("weather?"), A(DS["calls_begin"] + DS["call_begin"] + "function" + DS["sep"] + "get\n```json\n"
+                                   + '{"city": "Paris"}' + "\n```" + DS["call_end"] + DS["calls_end"]),
+                    T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    "kimi-k2": [U("weather?"), A("<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0"
+                                 "<|tool_call_argument_begin|>" + '{"city": "Paris"}'
+                                 + "<|tool_call_end|><|tool_calls_section_end|>"),
+                T("## Return of functions.get:0\\nsunny \"22C\""), A("Sunny."), U("thanks")],
+    "harmony": [U("weather?"), {"role": "assistant to=functions.get", "content": '{"city": "Paris"}'},
+                {"role": "functions.get", "content": "sunny \"22C\""}, A("Sunny."), U("thanks")],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--templates", required=True)
+    a = ap.parse_args()
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(msg):
+        raise RuntimeError(msg)
+
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: DATE
+    env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
+    cases = []
+    for fam, (fname, extra) in FAMILIES.items():
+        with open(os.path.join(a.templates, fname), encoding="utf-8") as fp:
+            tmpl = env.from_string(fp.read())
+        for name, msgs, gen, kw in CONVERSATIONS:
+            if fam in ("kimi-k2", "harmony") and any(m["role"] == "tool" for m in msgs):
+                continue  # pagoda refuses these (no call id or name in its messages)
+            if fam == "harmony" and "enable_thinking" in kw:
+                continue
+            if fam != "harmony" and "reasoning_effort" in kw:
+                continue
+            if fam == "deepseek-r1" and "enable_thinking" not in kw:
+                # the file closes <think> unless enable_thinking is true; the
+                # DeepSeek-R1 default (thinking on) is this file with it true
+                kw = dict(kw, enable_thinking=True)
+            text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
+            cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
+                          "kwargs": kw, "expected": text})
+        kw = {"enable_thinking": True} if fam == "deepseek-r1" else {}
+        msgs = [dict(m) for m in TOOL_JINJA]
+        if fam == "deepseek-r1":
+            msgs[1]["content"] = None  # OpenAI's null beside tool_calls (that template renders "" as a turn)
+        text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra, **kw)
+        cases.append({"family": fam, "name": "tool call and result", "messages": TOOL_PAGODA[fam],
+                      "add_generation_prompt": True, "kwargs": kw, "expected": text})
+    with open(os.path.join(HERE, "renders.json"), "w", encoding="utf-8") as fp:
+        json.dump({"date": DATE, "cases": cases}, fp, ensure_ascii=False, indent=1)
+        fp.write("\n")
+    print(len(cases), "cases")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+/* test_api_toolfmt.c: each family's tool-call and reasoning markup
+ * (plugins/frontend/http/api/toolfmt.c) read into the frontend's parts:
+ * the family's output is normalized, then split (split.c) into text,
+ * reasoning and calls; every cut into two pieces, byte by byte, and 300
+ * random chunkings give the same parts as the whole. No model, no server. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "split.h"
+#include "split_testutil.h"
+#include "testutil.h"
+#include "toolfmt.h"
+
+#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALLS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_CALL_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALL_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
+
+typedef struct fcase {
+    int fmt;
+    const char *in;
+    const char *text, *think, *calls;
+} fcase;
+
+static const fcase CASES[] = {
+    /* Hermes JSON, Qwen3-Coder XML and GLM-4.5 keys in the same tags */
+    {FMT_HERMES, "Sure.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+     "Sure.\n", "", "get({\"city\":\"Paris\"})"},
+    {FMT_HERMES, "<think>hm</think><tool_call>\n<function=get>\n<parameter=city>\nParis\n</parameter>\n"
+                 "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     "", "hm", "get({\"city\":\"Paris\",\"days\":3})"},
+    {FMT_HERMES, "<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>n</arg_key>"
+                 "\n<arg_value>[1, 2]</arg_value>\n</tool_call>",
+     "", "", "get({\"city\":\"Paris\",\"n\":[1,2]})"},
+    {FMT_HERMES, "a <tool_call>not json</tool_call> b", "a <tool_call>not json</tool_call> b", "", ""},
+    /* Llama 3: the whole reply is the call */
+    {FMT_LLAMA3, "{\"name\": \"get\", \"parameters\": {\"city\": \"Paris\"}}", "", "", "get({\"city\":\"Paris\"})"},
+    {FMT_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", "", "f({})"},
+    {FMT_LLAMA3, "It is {sunny} today.", "It is {sunny} today.", "", ""},
+    {FMT_LLAMA3, "{\"a\": 1}", "{\"a\": 1}", "", ""},
+    /* DeepSeek V3/R1 and V3.1 */
+    {FMT_DEEPSEEK, "<think>plan</think>Calling." DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP
+                   "get\n```json\n{\"city\": \"Paris\"}\n```" DS_CALL_END "\n" DS_CALL_BEGIN "function" DS_SEP
+                   "now\n```json\n{}\n```" DS_CALL_END DS_CALLS_END,
+     "Calling.\n", "plan", "get({\"city\":\"Paris\"})now({})"},
+    {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "get" DS_SEP "{\"city\":\"Rome\"}" DS_CALL_END DS_CALLS_END, "", "",
+     "get({\"city\":\"Rome\"})"},
+    /* Kimi K2 */
+    {FMT_KIMI, "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0"
+               "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>"
+               "functions.time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+     "Let me check.", "", "get({\"city\":\"Oslo\"})time({})"},
+    /* harmony: analysis is reasoning, final the answer, commentary to=functions.N a call */
+    {FMT_HARMONY, "<|channel|>analysis<|message|>User says hi.<|end|><|start|>assistant<|channel|>final"
+                  "<|message|>Hello!", "Hello!", "User says hi.", ""},
+    {FMT_HARMONY, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                  "to=functions.get <|constrain|>json<|message|>{\"city\":\"Lima\"}<|call|>",
+     "", "Need weather.", "get({\"city\":\"Lima\"})"},
+    {FMT_HARMONY, " to=functions.get<|channel|>commentary json<|message|>{\"city\": \"Kyiv\"}", "", "",
+     "get({\"city\":\"Kyiv\"})"},
+    {FMT_HARMONY, "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant<|channel|>final"
+                  "<|message|>Done.<|return|>", "Checking now.Done.", "", ""},
+    {FMT_HARMONY, "<|channel|>weird<|message|>kept<|end|>", "kept", "", ""},
+    {FMT_HARMONY, "plain words, no channels", "plain words, no channels", "", ""},
+    {FMT_HARMONY, "<|channel|>final<|message|>Hi<|end|><|start|>assistant", "Hi", "", ""},
+    {FMT_HARMONY, "<|channel|>analysis<|message|>cut short", "", "cut short", ""},
+};
+
+static void run(const fcase *c, const size_t *cuts, int ncut, got *g)
+{
+    fmt_norm f;
+    fmt_init(&f, c->fmt);
+    splitter sp;
+    split_init(&sp, 1, 0, 1);
+    split_sink k = {g_text, g_think, g_call, g};
+    sbuf o = {0};
+    size_t at = 0, n = strlen(c->in);
+    for (int i = 0; i <= ncut; i++) {
+        size_t end = i < ncut ? cuts[i] : n;
+        o.len = 0;
+        fmt_feed(&f, c->in + at, end - at, &o);
+        if (o.len) split_feed(&sp, o.p, o.len, &k);
+        at = end;
+    }
+    o.len = 0;
+    fmt_end(&f, &o);
+    if (o.len) split_feed(&sp, o.p, o.len, &k);
+    split_end(&sp, &k);
+    split_free(&sp);
+    fmt_free(&f);
+    free(o.p);
+}
+
+static void check(const fcase *c, const size_t *cuts, int ncut, const char *how)
+{
+    got g = {0};
+    run(c, cuts, ncut, &g);
+    ck_assert_msg(!strcmp(str(&g.text), c->text) && !strcmp(str(&g.think), c->think) &&
+                      !strcmp(str(&g.calls), c->calls),
+                  "%s '%s' (%s): text '%s' think '%s' calls '%s'", fmt_name(c->fmt), c->in, how, str(&g.text),
+                  str(&g.think), str(&g.calls));
+    got_free(&g);
+}
+
+START_TEST(every_chunking)
+{
+    unsigned seed = 12345;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        const fcase *c = &CASES[i];
+        size_t n = strlen(c->in);
+        check(c, NULL, 0, "whole");
+        for (size_t a = 1; a < n; a++) check(c, &a, 1, "two pieces");
+        size_t *cuts = malloc(sizeof *cuts * n);
+        for (size_t a = 1; a < n; a++) cuts[a - 1] = a;
+        check(c, cuts, (int)n - 1, "byte by byte");
+        for (int r = 0; r < 300; r++) {
+            int k = 0;
+            for (size_t a = 1; a < n; a++) {
+                seed = seed * 1103515245u + 12345u;
+                if ((seed >> 16) % 5 == 0) cuts[k++] = a;
+            }
+            check(c, cuts, k, "random");
+        }
+        free(cuts);
+    }
+}
+END_TEST
+
+START_TEST(bodies_and_probe)
+{
+    sbuf o = {0};
+    static const char str_args[] = "{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}";
+    ck_assert_int_eq(fmt_call_json(str_args, strlen(str_args), &o), 0);
+    ck_assert_str_eq(o.p, "{\"name\":\"f\",\"arguments\":{\"a\":1}}");
+    o.len = 0;
+    static const char *const bad[] = {
+        "{\"arguments\": {}}",                             /* no name */
+        "<function=f>\n<parameter=a>\n1\n</parameter>\n",  /* no </function> */
+        "f<arg_key>a</arg_key><arg_value>",                 /* an unclosed value */
+        "{\"name\": \"f\", \"arguments\": [1]}",             /* arguments not an object */
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(fmt_call_json(bad[i], strlen(bad[i]), &o) == -1, "'%s'", bad[i]);
+    ck_assert_uint_eq(o.len, 0);
+    free(o.p);
+    ck_assert_int_eq(fmt_from_probe("<|start|>user<|message|>hi<|end|><|start|>assistant"), FMT_HARMONY);
+    ck_assert_int_eq(fmt_from_probe("<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+                     FMT_KIMI);
+    ck_assert_int_eq(fmt_from_probe("<\xEF\xBD\x9CUser\xEF\xBD\x9Chi<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"),
+                     FMT_DEEPSEEK);
+    ck_assert_int_eq(fmt_from_probe("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"), FMT_LLAMA3);
+    ck_assert_int_eq(fmt_from_probe("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), FMT_HERMES);
+    ck_assert_int_eq(fmt_from_probe(NULL), FMT_HERMES);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api_toolfmt");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, every_chunking);
+    tcase_add_test(tc, bodies_and_probe);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
