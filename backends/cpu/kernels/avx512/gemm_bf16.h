@@ -39,12 +39,18 @@ typedef struct pagoda_bf16_kernels {
     void (*pack_x)(const float *x, size_t x_stride, int nt, int64_t k, uint16_t *g);
     /* n F16 values to BF16 (via their exact F32 value, nearest even). */
     void (*f16_to_bf16)(const uint16_t *src, uint16_t *dst, int64_t n);
-    /* out[t][n] = sum_k x[t][k] w[n][k] (+ bias[n]) for n < nr <= 12 BF16
-     * weight rows (w_stride bytes apart) and the tokens t < nt <= 32 of
-     * ng (1 or 2, nt <= 16 ng) consecutive packed groups (group_elems
-     * uint16 apart), k even. */
-    void (*tile)(const uint16_t *w, size_t w_stride, int nr, const uint16_t *xg, size_t group_elems,
-                 int ng, int nt, int64_t k, const float *bias, float *out, size_t out_stride);
+    /* 12 weight rows (nr <= 12 of them, w_stride bytes apart, F16 when
+     * f16, else BF16; rows past nr repeat the last) into wp[p * 12 + j] =
+     * the BF16 pair (k = 2p, 2p + 1) of row j; row: k values of scratch
+     * (F16's conversion). */
+    void (*pack_w)(const void *w, size_t w_stride, bool f16, int nr, int64_t k, uint32_t *wp,
+                   uint16_t *row);
+    /* out[t][n] = sum_k x[t][k] w[n][k] (+ bias[n]) for the n < nr <= 12
+     * rows of pack_w's wp and the tokens t < nt <= 32 of ng (1 or 2, nt
+     * <= 16 ng) consecutive packed groups (group_elems uint16 apart), k
+     * even. */
+    void (*tile)(const uint32_t *wp, int nr, const uint16_t *xg, size_t group_elems, int ng, int nt,
+                 int64_t k, const float *bias, float *out, size_t out_stride);
 } pagoda_bf16_kernels;
 
 /* Native (meaningful only where pagoda_cpu_bf16_native_ok()) and SIMDe. */
@@ -57,18 +63,20 @@ bool pagoda_cpu_has_avx512_bf16(void);
 
 /* [any thread] True when pagoda_cpu_matmul runs this weight type with T
  * rows and K columns through the BF16 GEMM now: F16 / BF16, K even, T >=
- * pagoda_cpu_bf16_min_t(), the CPU has AVX512-BF16 and the active level
+ * pagoda_cpu_bf16_min_t(dtype), the CPU has AVX512-BF16 and the active level
  * (PAGODA_CPU_ISA, pagoda_cpu_force_isa) is AVX-512 or above.
  * PAGODA_CPU_BF16=0 in the environment turns the path off (exact F32
  * everywhere, the AVX2 kernels). */
 bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K);
 
-/* The smallest T the path takes (PAGODA_CPU_BF16_MIN_T overrides). */
-int64_t pagoda_cpu_bf16_min_t(void);
+/* The smallest T the path takes for this weight type: 16 for BF16, 32
+ * for F16 (PAGODA_CPU_BF16_MIN_T in the environment sets both). */
+int64_t pagoda_cpu_bf16_min_t(int dtype);
 
 /* The matrices of w[0..n) (each F16 or BF16, N rows of K) times x over
  * the pool with the kernels `kn`: x packed once into the exec's scratch
- * for all n, F16 rows converted PAGODA_BF16_NR at a time per thread.
+ * for all n, weight rows packed (F16 converted) a block at a time per
+ * thread.
  * Returns PAGODA_OK, PAGODA_ERR_NOMEM (scratch) or PAGODA_ERR_INVALID (K
  * odd, a type other than F16 / BF16). */
 int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, const float *x,

@@ -7,8 +7,11 @@
  * as BF16 pairs (k, k+1) in the 16 32-bit lanes of 64 bytes per pair, so
  * one vdpbf16ps of a group with the broadcast pair (w[n][k], w[n][k+1]) of
  * one weight row adds two products to each of the 16 tokens' sums of row
- * n. The weight rows are read as they are stored (BF16: no packing), a
- * tile of 12 rows x 32 tokens keeps 24 accumulators in registers.
+ * n. The weights of 12 rows are packed per call into their pairs in
+ * order (pair p of rows 0..11 side by side, F16 converted on the way),
+ * so the 12 broadcasts of a step read 48 consecutive bytes through one
+ * pointer; a tile of 12 rows x 32 tokens keeps 24 accumulators in
+ * registers.
  * Not for: threads, scratch and the F16 tile conversion's buffers
  * (matmul_bf16.c).
  */
@@ -101,15 +104,26 @@ static inline simde__m512bh as_bh(simde__m512i v)
     return r;
 }
 
-/* The tile for NG groups (compile-time 1 or 2, so the 12 x NG sums stay
- * in registers). Rows past nr repeat the last one; they are not stored. */
-static inline void tile_ng(const uint16_t *w, size_t w_stride, int nr, const uint16_t *xg,
-                           size_t group_elems, const int NG, int nt, int64_t k, const float *bias,
-                           float *out, size_t out_stride)
+static void PAGODA_BF16_SFX(pack_w)(const void *w, size_t w_stride, bool f16, int nr, int64_t k,
+                                    uint32_t *wp, uint16_t *row)
 {
-    const uint32_t *wr[PAGODA_BF16_NR];
-    for (int j = 0; j < PAGODA_BF16_NR; j++)
-        wr[j] = (const uint32_t *)(const void *)((const uint8_t *)w + (size_t)(j < nr ? j : nr - 1) * w_stride);
+    for (int j = 0; j < PAGODA_BF16_NR; j++) {
+        const uint16_t *src = (const uint16_t *)(const void *)((const uint8_t *)w + (size_t)(j < nr ? j : nr - 1) * w_stride);
+        if (f16) {
+            PAGODA_BF16_SFX(f16_to_bf16)(src, row, k);
+            src = row;
+        }
+        const uint32_t *s32 = (const uint32_t *)(const void *)src;
+        for (int64_t p = 0; p < k / 2; p++) wp[p * PAGODA_BF16_NR + j] = s32[p];
+    }
+}
+
+/* The tile for NG groups (compile-time 1 or 2, so the 12 x NG sums stay
+ * in registers). */
+static inline void tile_ng(const uint32_t *wp, int nr, const uint16_t *xg, size_t group_elems,
+                           const int NG, int nt, int64_t k, const float *bias, float *out,
+                           size_t out_stride)
+{
     simde__m512 acc[2][PAGODA_BF16_NR];
     for (int g = 0; g < NG; g++)
         for (int j = 0; j < PAGODA_BF16_NR; j++) acc[g][j] = simde_mm512_setzero_ps();
@@ -118,8 +132,9 @@ static inline void tile_ng(const uint16_t *w, size_t w_stride, int nr, const uin
         simde__m512bh xa = as_bh(simde_mm512_loadu_si512((const void *)(xg + p * 32)));
         simde__m512bh xb = xa;
         if (NG == 2) xb = as_bh(simde_mm512_loadu_si512((const void *)(x1 + p * 32)));
+        const uint32_t *wr = wp + p * PAGODA_BF16_NR;
         for (int j = 0; j < PAGODA_BF16_NR; j++) {
-            simde__m512bh wb = as_bh(simde_mm512_set1_epi32((int)wr[j][p]));
+            simde__m512bh wb = as_bh(simde_mm512_set1_epi32((int)wr[j]));
             acc[0][j] = simde_mm512_dpbf16_ps(acc[0][j], xa, wb);
             if (NG == 2) acc[1][j] = simde_mm512_dpbf16_ps(acc[1][j], xb, wb);
         }
@@ -138,19 +153,20 @@ static inline void tile_ng(const uint16_t *w, size_t w_stride, int nr, const uin
     }
 }
 
-static void PAGODA_BF16_SFX(tile)(const uint16_t *w, size_t w_stride, int nr, const uint16_t *xg,
-                                  size_t group_elems, int ng, int nt, int64_t k, const float *bias,
-                                  float *out, size_t out_stride)
+static void PAGODA_BF16_SFX(tile)(const uint32_t *wp, int nr, const uint16_t *xg, size_t group_elems,
+                                  int ng, int nt, int64_t k, const float *bias, float *out,
+                                  size_t out_stride)
 {
     if (ng == 2)
-        tile_ng(w, w_stride, nr, xg, group_elems, 2, nt, k, bias, out, out_stride);
+        tile_ng(wp, nr, xg, group_elems, 2, nt, k, bias, out, out_stride);
     else
-        tile_ng(w, w_stride, nr, xg, group_elems, 1, nt, k, bias, out, out_stride);
+        tile_ng(wp, nr, xg, group_elems, 1, nt, k, bias, out, out_stride);
 }
 
 const pagoda_bf16_kernels PAGODA_BF16_TABLE = {
     .name = PAGODA_BF16_NAME,
     .pack_x = PAGODA_BF16_SFX(pack_x),
     .f16_to_bf16 = PAGODA_BF16_SFX(f16_to_bf16),
+    .pack_w = PAGODA_BF16_SFX(pack_w),
     .tile = PAGODA_BF16_SFX(tile),
 };

@@ -2,12 +2,13 @@
  * matmul_bf16.c: the driver of the BF16 GEMM (gemm_bf16.h): when it
  * applies, the activations packed once per call into 16-token groups of
  * BF16 pairs (exec scratch, in the pool), then the weight rows in row
- * blocks claimed by the pool's threads one at a time; each block (F16
- * rows converted to BF16 first, into the thread's own slice of the
- * scratch) meets every 32-token pair of groups, 12 rows per kernel call.
- * Memory: 2 * K * T (rounded up to 32 tokens) bytes of packed activations
- * plus, for F16, threads * rows per block * K * 2 bytes; nothing is kept
- * between calls and no weight copy is made at load.
+ * blocks claimed by the pool's threads one at a time; each block is
+ * packed into BF16 pairs (F16 converted on the way) in the thread's own
+ * slice of the scratch, then meets every 32-token pair of groups, 12 rows
+ * per kernel call.
+ * Memory: 2 * K * T (T rounded up to 16) bytes of packed activations plus
+ * threads * (rows per block + 1) * K * 2 bytes; nothing is kept between
+ * calls and no weight copy is made at load.
  * Not for: the kernels (gemm_bf16_avx512.c), the other weight types.
  */
 #include "gemm_bf16.h"
@@ -18,9 +19,15 @@
 #include "cpu_features.h"
 #include "pagoda/types.h"
 
-/* Default for pagoda_cpu_bf16_min_t: from 16 tokens the 32-token kernel
- * is half full; measured on Zen 4 (docs/backend-cpu.md "BF16 GEMM"). */
-#define BF16_MIN_T 16
+/* Defaults for pagoda_cpu_bf16_min_t: below them the exact F32 kernels
+ * of the AVX2 table win (the weights are packed once per call, which a
+ * few tokens do not pay back). tests/bench/bench_cpu_bf16, one thread,
+ * CPU GFLOP/s, K x N = 2048 x 2048 / 2048 x 5632 / 5632 x 2048, this GEMM
+ * vs the AVX2 path on this AVX512-BF16 host (docs/backend-cpu.md "BF16 GEMM"):
+ *   BF16  T = 8: 31 / 28 / 33 vs 33 / 30 / 36; T = 16: 56 / 59 / 63 vs 36 / 37 / 33
+ *   F16   T = 16: 51 / 51 / 50 vs 78 / 81 / 81; T = 32: 112 / 114 / 114 vs 76 / 79 / 77 */
+#define BF16_MIN_T_BF16 16
+#define BF16_MIN_T_F16 32
 /* Bytes of weight rows per block: stays in L2 beside a 32-token
  * activation pair (2 * 16 * K * 2 bytes). */
 #define BLOCK_BYTES (192 * 1024)
@@ -50,14 +57,12 @@ static int64_t env_int(const char *name, int64_t dflt)
     return *end || v < 0 ? dflt : (int64_t)v;
 }
 
-int64_t pagoda_cpu_bf16_min_t(void)
+int64_t pagoda_cpu_bf16_min_t(int dtype)
 {
     static int64_t v = -1;
-    if (v < 0) {
-        int64_t t = env_int("PAGODA_CPU_BF16_MIN_T", BF16_MIN_T);
-        v = t > 0 ? t : 1;
-    }
-    return v;
+    if (v < 0) v = env_int("PAGODA_CPU_BF16_MIN_T", 0);
+    if (v > 0) return v;
+    return dtype == PAGODA_DTYPE_F16 ? BF16_MIN_T_F16 : BF16_MIN_T_BF16;
 }
 
 static bool bf16_enabled(void)
@@ -70,7 +75,7 @@ static bool bf16_enabled(void)
 bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K)
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
-    if (K % 2 || T < pagoda_cpu_bf16_min_t()) return false;
+    if (K % 2 || T < pagoda_cpu_bf16_min_t(dtype)) return false;
     return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_has_avx512_bf16() &&
            bf16_enabled();
 }
@@ -87,7 +92,8 @@ typedef struct bf16_job {
     int n;
     int64_t block_rows;
     int64_t block_start[PAGODA_CPU_MATMUL_MAX + 1];  /* matrix i: blocks [start[i], start[i+1]) */
-    uint16_t *conv;         /* [threads][block_rows * K], F16 only */
+    uint8_t *wbuf;          /* per thread: the block's packed rows, then one F16 row's conversion */
+    size_t wbuf_per_thread;
     atomic_llong next;
 } bf16_job;
 
@@ -101,21 +107,19 @@ static void pack_task(void *arg, int part, int n_parts)
                   j->x_stride, nt, j->K, j->xp + (size_t)part * j->group_elems);
 }
 
-static void run_block(bf16_job *j, int64_t b, uint16_t *conv)
+static void run_block(bf16_job *j, int64_t b, uint32_t *wp, uint16_t *row)
 {
     int i = 0;
     while (b >= j->block_start[i + 1]) i++;
     const pagoda_cpu_mat *m = &j->w[i];
     int64_t n0 = (b - j->block_start[i]) * j->block_rows;
     int64_t n1 = n0 + j->block_rows < m->N ? n0 + j->block_rows : m->N;
-    const uint16_t *wr = (const uint16_t *)(const void *)((const uint8_t *)m->w + (size_t)n0 * m->w_stride);
-    size_t ws = m->w_stride;
-    if (m->dtype == PAGODA_DTYPE_F16) {
-        for (int64_t r = 0; r < n1 - n0; r++)
-            j->kn->f16_to_bf16((const uint16_t *)(const void *)((const uint8_t *)wr + (size_t)r * ws),
-                               conv + (size_t)r * (size_t)j->K, j->K);
-        wr = conv;
-        ws = sizeof(uint16_t) * (size_t)j->K;
+    size_t tile_elems = (size_t)PAGODA_BF16_NR * (size_t)(j->K / 2);
+    for (int64_t r = n0; r < n1; r += PAGODA_BF16_NR) {
+        int nr = n1 - r < PAGODA_BF16_NR ? (int)(n1 - r) : PAGODA_BF16_NR;
+        j->kn->pack_w((const uint8_t *)m->w + (size_t)r * m->w_stride, m->w_stride,
+                      m->dtype == PAGODA_DTYPE_F16, nr, j->K, wp + (size_t)(r - n0) / PAGODA_BF16_NR * tile_elems,
+                      row);
     }
     for (int64_t g = 0; g < j->n_groups; g += 2) {
         int ng = g + 1 < j->n_groups ? 2 : 1;
@@ -124,7 +128,7 @@ static void run_block(bf16_job *j, int64_t b, uint16_t *conv)
         float *o = (float *)(void *)((uint8_t *)m->out + (size_t)t0 * m->out_stride);
         for (int64_t r = n0; r < n1; r += PAGODA_BF16_NR) {
             int nr = n1 - r < PAGODA_BF16_NR ? (int)(n1 - r) : PAGODA_BF16_NR;
-            j->kn->tile((const uint16_t *)(const void *)((const uint8_t *)wr + (size_t)(r - n0) * ws), ws, nr,
+            j->kn->tile(wp + (size_t)(r - n0) / PAGODA_BF16_NR * tile_elems, nr,
                         j->xp + (size_t)g * j->group_elems, j->group_elems, ng, nt, j->K,
                         m->bias ? m->bias + r : NULL, o + r, m->out_stride);
         }
@@ -135,12 +139,14 @@ static void mm_task(void *arg, int ith, int nth)
 {
     bf16_job *j = arg;
     (void)nth;
-    uint16_t *conv = j->conv ? j->conv + (size_t)ith * (size_t)(j->block_rows * j->K) : NULL;
+    uint8_t *mine = j->wbuf + (size_t)ith * j->wbuf_per_thread;
+    uint32_t *wp = (uint32_t *)(void *)mine;
+    uint16_t *row = (uint16_t *)(void *)(mine + j->wbuf_per_thread - sizeof(uint16_t) * (size_t)j->K);
     int64_t total = j->block_start[j->n];
     for (;;) {
         int64_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (b >= total) break;
-        run_block(j, b, conv);
+        run_block(j, b, wp, row);
     }
 }
 
@@ -148,11 +154,8 @@ int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, c
                            size_t x_stride, int64_t T, int64_t K, const pagoda_cpu_mat *w, int n)
 {
     if (n < 1 || n > PAGODA_CPU_MATMUL_MAX || K % 2 || K <= 0) return PAGODA_ERR_INVALID;
-    bool any_f16 = false;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (w[i].dtype != PAGODA_DTYPE_F16 && w[i].dtype != PAGODA_DTYPE_BF16) return PAGODA_ERR_INVALID;
-        any_f16 |= w[i].dtype == PAGODA_DTYPE_F16;
-    }
     if (T <= 0) return PAGODA_OK;
     bf16_job j = {.kn = kn, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w, .n = n};
     j.group_elems = (size_t)PAGODA_BF16_GROUP * (size_t)K;
@@ -165,11 +168,13 @@ int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, c
     }
     int nth = pagoda_threadpool_size(ex->pool);
     size_t xp_bytes = (sizeof(uint16_t) * j.group_elems * (size_t)j.n_groups + 63) & ~(size_t)63;
-    size_t conv_bytes = any_f16 ? sizeof(uint16_t) * (size_t)nth * (size_t)(j.block_rows * K) : 0;
-    uint8_t *s = pagoda_cpu_scratch(ex, xp_bytes + conv_bytes);
+    size_t blocks12 = (size_t)((j.block_rows + PAGODA_BF16_NR - 1) / PAGODA_BF16_NR);
+    j.wbuf_per_thread = (blocks12 * PAGODA_BF16_NR * (size_t)K * sizeof(uint16_t) +
+                         (size_t)K * sizeof(uint16_t) + 63) & ~(size_t)63;
+    uint8_t *s = pagoda_cpu_scratch(ex, xp_bytes + (size_t)nth * j.wbuf_per_thread);
     if (!s) return PAGODA_ERR_NOMEM;
     j.xp = (uint16_t *)(void *)s;
-    j.conv = any_f16 ? (uint16_t *)(void *)(s + xp_bytes) : NULL;
+    j.wbuf = s + xp_bytes;
     pagoda_threadpool_run_parts(ex->pool, pack_task, &j, (int)j.n_groups);
     atomic_init(&j.next, 0);
     pagoda_threadpool_run(ex->pool, mm_task, &j);
