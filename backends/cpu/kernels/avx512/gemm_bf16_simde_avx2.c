@@ -5,6 +5,12 @@
  * unit tests check against the scalar reference everywhere.
  * Not for: serving (matmul_bf16.c never picks it; it is slow).
  */
+/* SIMDe's 512-bit types are 64-byte vectors: clang warns that passing
+ * them without AVX-512 changes the ABI; only this file's static inline
+ * helpers pass them (the table's functions take pointers). */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
 #define PAGODA_BF16_SIMDE 1
 #define PAGODA_BF16_SFX(name) name##_simde
 #define PAGODA_BF16_TABLE pagoda_bf16_simde
