@@ -24,44 +24,31 @@
 
 #if defined(__x86_64__)
 
-/* Each loop: `iters` rounds of 12 instructions on zeroed registers. */
-#define REP12(ins, src)                                                                   \
-    ins " " src "%%ymm0\n\t" ins " " src "%%ymm1\n\t" ins " " src "%%ymm2\n\t" ins " " src \
-        "%%ymm3\n\t" ins " " src "%%ymm4\n\t" ins " " src "%%ymm5\n\t" ins " " src          \
-        "%%ymm6\n\t" ins " " src "%%ymm7\n\t" ins " " src "%%ymm8\n\t" ins " " src          \
-        "%%ymm9\n\t" ins " " src "%%ymm10\n\t" ins " " src "%%ymm11\n\t"
-#define REP12Z(ins, src)                                                                  \
-    ins " " src "%%zmm0\n\t" ins " " src "%%zmm1\n\t" ins " " src "%%zmm2\n\t" ins " " src \
-        "%%zmm3\n\t" ins " " src "%%zmm4\n\t" ins " " src "%%zmm5\n\t" ins " " src          \
-        "%%zmm6\n\t" ins " " src "%%zmm7\n\t" ins " " src "%%zmm8\n\t" ins " " src          \
-        "%%zmm9\n\t" ins " " src "%%zmm10\n\t" ins " " src "%%zmm11\n\t"
-#define CLOBBER12 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
-                  "xmm10", "xmm11", "xmm12", "xmm13", "cc"
-
-#define LOOP_Y(fname, ins)                                                               \
-    static void fname(uint64_t iters)                                                    \
-    {                                                                                    \
-        __asm__ volatile("vpxor %%ymm12, %%ymm12, %%ymm12\n\tvpxor %%ymm13, %%ymm13, %%ymm13\n\t" \
-                         "1:\n\t" REP12(ins, "%%ymm12, %%ymm13, ")                        \
-                         "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"                             \
-                         : "+r"(iters)::CLOBBER12);                                      \
-    }
-#define LOOP_Z(fname, ins)                                                               \
-    static void fname(uint64_t iters)                                                    \
-    {                                                                                    \
-        __asm__ volatile("vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13\n\t" \
-                         "1:\n\t" REP12Z(ins, "%%zmm12, %%zmm13, ")                       \
-                         "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"                             \
-                         : "+r"(iters)::CLOBBER12);                                      \
+/* Each loop: `iters` rounds of 12 instructions into r0..r11 from the
+ * zeroed r12, r13 (r = "ymm" or "zmm"). */
+#define OP(ins, r, d) ins " %%" r "12, %%" r "13, %%" r #d "\n\t"
+#define REP12(ins, r)                                                                        \
+    OP(ins, r, 0) OP(ins, r, 1) OP(ins, r, 2) OP(ins, r, 3) OP(ins, r, 4) OP(ins, r, 5)      \
+    OP(ins, r, 6) OP(ins, r, 7) OP(ins, r, 8) OP(ins, r, 9) OP(ins, r, 10) OP(ins, r, 11)
+#define LOOP(fname, ins, r)                                                                  \
+    static void fname(uint64_t iters)                                                        \
+    {                                                                                        \
+        /* VEX xor of the xmm halves zeroes the whole ymm / zmm (and runs on \
+         * an AVX2-only CPU, where vpxord would not) */                                     \
+        __asm__ volatile("vpxor %%xmm12, %%xmm12, %%xmm12\n\tvpxor %%xmm13, %%xmm13, %%xmm13\n\t" \
+                         "1:\n\t" REP12(ins, r) "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"      \
+                         : "+r"(iters)::"xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",      \
+                           "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",        \
+                           "xmm13", "cc");                                                   \
     }
 
-LOOP_Y(loop_fma256, "vfmadd231ps")
-LOOP_Z(loop_fma512, "vfmadd231ps")
-LOOP_Y(loop_maddubs256, "vpmaddubsw")
-LOOP_Y(loop_avxvnni256, "%{vex%} vpdpbusd")
-LOOP_Y(loop_vnni256, "%{evex%} vpdpbusd")
-LOOP_Z(loop_vnni512, "vpdpbusd")
-LOOP_Z(loop_dpbf16_512, "vdpbf16ps")
+LOOP(loop_fma256, "vfmadd231ps", "ymm")
+LOOP(loop_fma512, "vfmadd231ps", "zmm")
+LOOP(loop_maddubs256, "vpmaddubsw", "ymm")
+LOOP(loop_avxvnni256, "%{vex%} vpdpbusd", "ymm")
+LOOP(loop_vnni256, "%{evex%} vpdpbusd", "ymm")
+LOOP(loop_vnni512, "vpdpbusd", "zmm")
+LOOP(loop_dpbf16_512, "vdpbf16ps", "zmm")
 
 /* AMX: tiles 0-3 accumulate tile 4 x tile 5, all 16 rows x 64 bytes. */
 typedef struct amx_cfg {
