@@ -22,6 +22,10 @@
  * kernels/avx512/vecdot_mxfp4_avx512.c's, picked by matmul.c's
  * mxfp4_vnni() (the only place), until an AVX-512 table holds the slots.
  *
+ * F16 / BF16 at the AVX-512 level on a CPU with AVX512-BF16 leave this
+ * table from T >= 32 / 16: the BF16 GEMM (kernels/avx512/gemm_bf16.h),
+ * which matmul.c calls before the table's kernels.
+ *
  * Every level also has the activation quantizers, dequant, the gated
  * activations, to_f16 and the attention helpers. AVX-512 (VNNI, BF16) and
  * AMX tiles are detected (cpu_features.c) but have no table yet: they run

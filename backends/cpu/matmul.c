@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "avx512/gemm_bf16.h"
 #include "matmul_task.h"
 #include "quant.h"
 #include "vecdot.h"
@@ -457,6 +458,7 @@ static int64_t sgemm_from(int dtype)
 
 bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
 {
+    if (pagoda_cpu_bf16_applies(dtype, T, 2)) return false;  /* BF16-rounded activations */
     if (dtype == PAGODA_DTYPE_F32 || dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16)
         return true;
     return T >= sgemm_from(dtype);
@@ -608,7 +610,21 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
     mm_task t[PAGODA_CPU_MATMUL_MAX];
     bool done[PAGODA_CPU_MATMUL_MAX] = {false};
     const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    /* F16 / BF16 with many rows on AVX512-BF16: one packing of x for all
+     * of them (kernels/avx512/matmul_bf16.c). */
+    pagoda_cpu_mat bw[PAGODA_CPU_MATMUL_MAX];
+    int nbw = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i].N > 0 && pagoda_cpu_bf16_applies(w[i].dtype, T, K)) {
+            bw[nbw++] = w[i];
+            done[i] = true;
+        }
+    if (nbw) {
+        int st = pagoda_cpu_bf16_matmul(ex, &pagoda_bf16_native, x, x_stride, T, K, bw, nbw);
+        if (st) return st;
+    }
     for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
         if (w[i].N <= 0) { done[i] = true; continue; }
         if (pagoda_cpu_mm_sgemm_path(w[i].dtype, T)) {
             int st = mm_sgemm(ex, x, x_stride, T, K, &w[i]);

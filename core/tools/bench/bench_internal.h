@@ -111,10 +111,21 @@ typedef struct bench_opts {
 /* Which parts of a side to run. */
 enum { SIDE_WORKLOAD = 1, SIDE_DECODE = 2, SIDE_PREFILL = 4 };
 
+/* One instruction's peak (bench_peaks.c), G operations/s: a
+ * multiply-accumulate counts 2. */
+typedef struct bench_peak {
+    char key[16];          /* fma256, fma512, maddubs256, avxvnni256, vnni256, vnni512, dpbf16, amx_int8 */
+    char name[48];
+    double core_gops, all_gops;  /* one thread; roofline.threads at once */
+} bench_peak;
+#define BENCH_MAX_PEAKS 8
+
 typedef struct roofline {
     double bw_gbs, sgemm_gflops;
     int threads;
     char blas_core[64];
+    bench_peak peaks[BENCH_MAX_PEAKS];  /* the paths this CPU has */
+    int n_peaks;
 } roofline;
 
 static inline double bench_ratio(double a, double b) { return b > 0 ? a / b : 0; }
@@ -147,6 +158,13 @@ void bench_model_traffic(const pagoda_model *m, double *bytes, double *flops);
 void bench_measure_roofline(const bench_opts *o, roofline *rf);
 void bench_print_roofline(const roofline *rf);
 void bench_print_bounds(const bench_result *x, const roofline *rf);
+
+/* bench_peaks.c: instruction peaks of the paths this CPU has */
+void bench_measure_peaks(roofline *rf);
+void bench_print_peaks(const roofline *rf);
+/* The peak of the path the CPU backend runs a prefill of this weight type
+ * on (its dtype name) at the level PAGODA_CPU_ISA allows; NULL if none. */
+const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_type);
 
 /* bench_compare.c: the policy comparisons */
 /* Apply a comparison's workload defaults before the user's flags; -1: unknown name. */

@@ -147,6 +147,7 @@ void bench_print_roofline(const roofline *rf)
 {
     printf("machine: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%d threads, OpenBLAS core %s)\n",
            rf->bw_gbs, rf->sgemm_gflops, rf->threads, rf->blas_core);
+    bench_print_peaks(rf);
 }
 
 void bench_measure_roofline(const bench_opts *o, roofline *rf)
@@ -155,6 +156,7 @@ void bench_measure_roofline(const bench_opts *o, roofline *rf)
     fprintf(stderr, "bench: measuring read bandwidth (512 MiB, %d threads) and sgemm...\n", rf->threads);
     rf->bw_gbs = measure_bandwidth(rf->threads, 512u << 20, 5);
     rf->sgemm_gflops = measure_sgemm(rf->threads, 5, rf->blas_core, sizeof rf->blas_core);
+    bench_measure_peaks(rf);
 }
 
 /* decode and prefill against their bounds */
@@ -171,4 +173,12 @@ void bench_print_bounds(const bench_result *x, const roofline *rf)
         printf("  %-10s prefill %7.1f tok/s   bound %7.1f tok/s (%.2f GFLOP/token / %.1f GFLOP/s)  ratio %.2f  (%d-token prompt)\n",
                x->label, x->prefill_tps, pre_bound, x->flops_per_token / 1e9, rf->sgemm_gflops,
                bench_ratio(x->prefill_tps, pre_bound), x->prefill_len);
+    /* the same figure against the instruction peak of its path, on the
+     * bench's threads (the backend's own count may differ: --threads) */
+    const bench_peak *pk = x->prefill_tps > 0 ? bench_matching_peak(rf, x->model_type) : NULL;
+    if (pk && pk->all_gops > 0)
+        printf("  %-10s prefill %7.1f GFLOP/s  %.2f of the %s peak (%.1f G ops/s, %d threads; one core %.1f)\n",
+               x->label, x->prefill_tps * x->flops_per_token / 1e9,
+               bench_ratio(x->prefill_tps * x->flops_per_token / 1e9, pk->all_gops), pk->name,
+               pk->all_gops, rf->threads, pk->core_gops);
 }

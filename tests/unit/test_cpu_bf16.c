@@ -1,0 +1,279 @@
+/*
+ * test_cpu_bf16.c: the BF16 GEMM (backends/cpu/kernels/avx512/gemm_bf16.h)
+ * for F16 and BF16 weights, against a plain reference in double, with
+ * SIMDe's compile on every AVX2 host and the native one where the CPU
+ * has AVX512-BF16.
+ * Tolerances (why):
+ *  - against the reference over the BF16-rounded operands (x rounded with
+ *    pagoda_fp32_to_bf16, F16 weights through F32 to BF16): the products
+ *    are exact in F32, only the F32 sums differ from double:
+ *    |err| <= 2e-5 * sum|x*w| + 1e-6 (K <= 300: K * 2^-24 < 2e-5).
+ *  - against the exact product of the original operands: each operand
+ *    rounded to BF16 is off by at most 2^-8 relative (8 significant bits), so (2^-7 + 2e-5)
+ *    * sum|x*w| for F16 (two roundings), (2^-8 + 2e-5) * sum|x*w| for BF16
+ *    (the weights are exact), + 1e-6.
+ *  - the activation packing and the F16 -> BF16 conversion: bit for bit.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "avx512/gemm_bf16.h"
+#include "cpu_features.h"
+#include "kernels.h"
+#include "quant.h"
+#include "testutil.h"
+#include "threadpool.h"
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* The kernel tables this host can run: SIMDe's (AVX2) and the native one. */
+static int tables(const pagoda_bf16_kernels **t)
+{
+    int n = 0;
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) t[n++] = &pagoda_bf16_simde;
+    if (pagoda_cpu_has_avx512_bf16()) t[n++] = &pagoda_bf16_native;
+    return n;
+}
+
+static uint16_t *make_w(tu_rng *r, int dtype, int64_t N, int64_t K, float *wf)
+{
+    uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = tu_rng_normal(r);
+        w[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp32_to_fp16(v) : pagoda_fp32_to_bf16(v);
+        wf[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(w[i]) : pagoda_bf16_to_fp32(w[i]);
+    }
+    return w;
+}
+
+static float bf16_round(float v) { return pagoda_bf16_to_fp32(pagoda_fp32_to_bf16(v)); }
+
+/* out (T x N, stride ldo floats) against both references. */
+static void check_out(const float *x, int64_t T, int64_t K, const float *wf, int dtype, int64_t N,
+                      const float *bias, const float *out, int64_t ldo, const char *what)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double ref = bias ? bias[n] : 0, exact = ref, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                float xv = x[t * K + k], wv = wf[n * K + k];
+                float wb = dtype == PAGODA_DTYPE_F16 ? bf16_round(wv) : wv;
+                ref += (double)bf16_round(xv) * wb;
+                exact += (double)xv * wv;
+                mag += fabs((double)xv * wv);
+            }
+            double got = out[t * ldo + n];
+            double tol = 2e-5 * mag + 1e-6;
+            double tol_exact = ((dtype == PAGODA_DTYPE_F16 ? 0x1p-7 : 0x1p-8) + 2e-5) * mag + 1e-6;
+            ck_assert_msg(fabs(got - ref) <= tol, "%s %s T %lld K %lld N %lld [%lld,%lld]: %.8g vs rounded %.8g",
+                          what, pagoda_dtype_name(dtype), (long long)T, (long long)K, (long long)N,
+                          (long long)t, (long long)n, got, ref);
+            ck_assert_msg(fabs(got - exact) <= tol_exact, "%s %s [%lld,%lld] K %lld mag %g: %.8g vs exact %.8g", what,
+                          pagoda_dtype_name(dtype), (long long)t, (long long)n, (long long)K, mag, got, exact);
+        }
+}
+
+START_TEST(test_bf16_gemm_shapes)
+{
+    const pagoda_bf16_kernels *tb[2];
+    int nt = tables(tb);
+    if (!nt) return;
+    static const int64_t Ts[] = {1, 5, 16, 17, 32, 33, 70};
+    static const int64_t Ks[] = {2, 30, 64, 130, 258};
+    static const int64_t Ns[] = {1, 11, 12, 13, 50, 200};
+    tu_rng r;
+    tu_rng_seed(&r, 27);
+    pagoda_threadpool *pool = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(3, &pool), PAGODA_OK);
+    for (int ti = 0; ti < nt; ti++)
+        for (int dt = 0; dt < 2; dt++) {
+            int dtype = dt ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
+            for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
+                for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
+                    int64_t T = Ts[a], K = Ks[b], N = Ns[(a + b) % (sizeof Ns / sizeof Ns[0])];
+                    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+                    float *wf = xmalloc(sizeof(float) * (size_t)(N * K));
+                    float *bias = xmalloc(sizeof(float) * (size_t)N);
+                    int64_t ldo = N + 3;
+                    float *out = xmalloc(sizeof(float) * (size_t)(T * ldo));
+                    tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+                    tu_fill_normal(&r, bias, (size_t)N, 1.0f);
+                    uint16_t *w = make_w(&r, dtype, N, K, wf);
+                    bool with_bias = (a + b) % 2;
+                    pagoda_cpu_mat m = {.w = w, .dtype = dtype, .w_stride = sizeof(uint16_t) * (size_t)K,
+                                        .N = N, .bias = with_bias ? bias : NULL, .out = out,
+                                        .out_stride = sizeof(float) * (size_t)ldo};
+                    pagoda_cpu_exec ex = {.pool = (a % 2) ? pool : NULL};
+                    ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, tb[ti], x, sizeof(float) * (size_t)K, T, K,
+                                                            &m, 1), PAGODA_OK);
+                    check_out(x, T, K, wf, dtype, N, with_bias ? bias : NULL, out, ldo, tb[ti]->name);
+                    pagoda_cpu_exec_release(&ex);
+                    free(x); free(wf); free(bias); free(out); free(w);
+                }
+        }
+    pagoda_threadpool_destroy(pool);
+}
+END_TEST
+
+/* Q/K/V-like: one packing of x for three matrices of both types. */
+START_TEST(test_bf16_gemm_multi)
+{
+    const pagoda_bf16_kernels *tb[2];
+    int nt = tables(tb);
+    if (!nt) return;
+    tu_rng r;
+    tu_rng_seed(&r, 28);
+    int64_t T = 40, K = 96, Nn[3] = {100, 24, 37};
+    int dts[3] = {PAGODA_DTYPE_BF16, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16};
+    pagoda_threadpool *pool = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    tu_fill_normal(&r, x, (size_t)(T * K), 2.0f);
+    for (int ti = 0; ti < nt; ti++) {
+        float *wf[3], *out[3];
+        uint16_t *w[3];
+        pagoda_cpu_mat m[3];
+        for (int i = 0; i < 3; i++) {
+            wf[i] = xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
+            out[i] = xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
+            w[i] = make_w(&r, dts[i], Nn[i], K, wf[i]);
+            m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = dts[i], .w_stride = 2 * (size_t)K, .N = Nn[i],
+                                    .out = out[i], .out_stride = sizeof(float) * (size_t)Nn[i]};
+        }
+        pagoda_cpu_exec ex = {.pool = pool};
+        ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, tb[ti], x, sizeof(float) * (size_t)K, T, K, m, 3),
+                         PAGODA_OK);
+        for (int i = 0; i < 3; i++) {
+            check_out(x, T, K, wf[i], dts[i], Nn[i], NULL, out[i], Nn[i], tb[ti]->name);
+            free(wf[i]); free(out[i]); free(w[i]);
+        }
+        pagoda_cpu_exec_release(&ex);
+    }
+    free(x);
+    pagoda_threadpool_destroy(pool);
+}
+END_TEST
+
+START_TEST(test_bf16_pack_bits)
+{
+    const pagoda_bf16_kernels *tb[2];
+    int nt = tables(tb);
+    if (!nt) return;
+    tu_rng r;
+    tu_rng_seed(&r, 29);
+    int64_t K = 50;  /* 3 vectors of 16 and a tail pair */
+    int rows = 11;
+    float *x = xmalloc(sizeof(float) * (size_t)(rows * K));
+    tu_fill_normal(&r, x, (size_t)(rows * K), 3.0f);
+    /* ties, signs, infinities, a NaN, a denormal: each rounding rule */
+    uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f800000u, 0xff800000u,
+                          0x7fc00001u, 0x7f800001u, 0x00000001u, 0x7f7fffffu, 0x80000000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[3 * K + 15 + i], &special[i], 4);
+    uint16_t *g = xmalloc(sizeof(uint16_t) * 16 * (size_t)K);
+    for (int ti = 0; ti < nt; ti++) {
+        memset(g, 0xab, sizeof(uint16_t) * 16 * (size_t)K);
+        tb[ti]->pack_x(x, sizeof(float) * (size_t)K, rows, K, g);
+        for (int64_t p = 0; p < K / 2; p++)
+            for (int l = 0; l < 16; l++)
+                for (int e = 0; e < 2; e++) {
+                    uint16_t want = l < rows ? pagoda_fp32_to_bf16(x[l * K + 2 * p + e]) : 0;
+                    ck_assert_msg(g[p * 32 + 2 * l + e] == want, "%s pair %lld lane %d: %04x vs %04x",
+                                  tb[ti]->name, (long long)p, l, g[p * 32 + 2 * l + e], want);
+                }
+    }
+    free(g);
+    free(x);
+}
+END_TEST
+
+START_TEST(test_bf16_f16_conversion_every_value)
+{
+    const pagoda_bf16_kernels *tb[2];
+    int nt = tables(tb);
+    if (!nt) return;
+    uint16_t *src = xmalloc(sizeof(uint16_t) * 65541), *dst = xmalloc(sizeof(uint16_t) * 65541);
+    for (int i = 0; i < 65541; i++) src[i] = (uint16_t)(i * 1u);  /* 65536.. wrap: a tail of 5 */
+    for (int ti = 0; ti < nt; ti++) {
+        tb[ti]->f16_to_bf16(src, dst, 65541);
+        for (int i = 0; i < 65541; i++) {
+            uint16_t want = pagoda_fp32_to_bf16(pagoda_fp16_to_fp32(src[i]));
+            ck_assert_msg(dst[i] == want, "%s f16 %04x: %04x vs %04x", tb[ti]->name, src[i], dst[i], want);
+        }
+    }
+    free(src);
+    free(dst);
+}
+END_TEST
+
+START_TEST(test_bf16_rejects_bad_input)
+{
+    pagoda_cpu_exec ex = {0};
+    uint16_t w[4] = {0};
+    float x[4] = {0}, out[4];
+    pagoda_cpu_mat m = {.w = w, .dtype = PAGODA_DTYPE_BF16, .w_stride = 6, .N = 1, .out = out, .out_stride = 4};
+    ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, &pagoda_bf16_simde, x, 12, 1, 3, &m, 1), PAGODA_ERR_INVALID);
+    m.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, &pagoda_bf16_simde, x, 8, 1, 2, &m, 1), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, &pagoda_bf16_simde, x, 8, 1, 2, &m, 0), PAGODA_ERR_INVALID);
+    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, 1000, 3));
+    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_Q8_0, 1000, 64));
+    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, 1, 64));
+    pagoda_cpu_exec_release(&ex);
+}
+END_TEST
+
+/* pagoda_cpu_matmul takes the path exactly where it applies: at the
+ * detected level on an AVX512-BF16 host (within the BF16 bound, and
+ * pagoda_cpu_matmul_exact says so), never with AVX2 forced. */
+START_TEST(test_bf16_matmul_dispatch)
+{
+    int64_t T = 48, K = 128, N = 30;
+    tu_rng r;
+    tu_rng_seed(&r, 30);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K)), *wf = xmalloc(sizeof(float) * (size_t)(N * K));
+    float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+    tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+    uint16_t *w = make_w(&r, PAGODA_DTYPE_BF16, N, K, wf);
+    pagoda_cpu_exec ex = {0};
+    int det = pagoda_cpu_detect_isa();
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
+    ck_assert(pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T));
+    pagoda_cpu_force_isa(-1);
+    bool native = pagoda_cpu_has_avx512_bf16() && det >= PAGODA_CPU_ISA_AVX512 && !getenv("PAGODA_CPU_ISA") &&
+                  !getenv("PAGODA_CPU_BF16") && !getenv("PAGODA_CPU_BF16_MIN_T");
+    if (native) {
+        ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
+        ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K));
+        ck_assert(!pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T));
+        ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
+                                           2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
+        check_out(x, T, K, wf, PAGODA_DTYPE_BF16, N, NULL, out, N, "matmul");
+    }
+    pagoda_cpu_exec_release(&ex);
+    free(x); free(wf); free(out); free(w);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cpu_bf16");
+    TCase *tc = tcase_create("bf16");
+    tcase_add_test(tc, test_bf16_gemm_shapes);
+    tcase_add_test(tc, test_bf16_gemm_multi);
+    tcase_add_test(tc, test_bf16_pack_bits);
+    tcase_add_test(tc, test_bf16_f16_conversion_every_value);
+    tcase_add_test(tc, test_bf16_rejects_bad_input);
+    tcase_add_test(tc, test_bf16_matmul_dispatch);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
