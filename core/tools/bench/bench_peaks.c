@@ -242,8 +242,11 @@ const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_typ
         return p ? p : peak_of(rf, "fma256");
     }
     if (!strcmp(t, "F16") || !strcmp(t, "BF16")) {
-        const char *off = getenv("PAGODA_CPU_BF16");
-        if (lv >= 3 && !(off && !strcmp(off, "0")) && peak_of(rf, "dpbf16")) return peak_of(rf, "dpbf16");
+        /* PAGODA_CPU_BF16 (matmul_bf16.c): 0 off, 1 (default) BF16 weights, 2 F16 too */
+        const char *e = getenv("PAGODA_CPU_BF16");
+        int mode = e && *e ? atoi(e) : 1;
+        bool on = mode >= 2 || (mode == 1 && !strcmp(t, "BF16"));
+        if (lv >= 3 && on && peak_of(rf, "dpbf16")) return peak_of(rf, "dpbf16");
         return peak_of(rf, "fma256");
     }
     /* integer weight types: the best int8 path the level allows */

@@ -65,8 +65,9 @@ bool pagoda_cpu_has_avx512_bf16(void);
  * rows and K columns through the BF16 GEMM now: F16 / BF16, K even, T >=
  * pagoda_cpu_bf16_min_t(dtype), the CPU has AVX512-BF16 and the active level
  * (PAGODA_CPU_ISA, pagoda_cpu_force_isa) is AVX-512 or above.
- * PAGODA_CPU_BF16=0 in the environment turns the path off (exact F32
- * everywhere, the AVX2 kernels). */
+ * PAGODA_CPU_BF16 in the environment: 0 turns the path off (exact F32
+ * everywhere, the AVX2 kernels), 1 (the default) takes BF16 weights only,
+ * 2 F16 weights too (rounded to BF16: three bits of each lost). */
 bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K);
 
 /* The smallest T the path takes for this weight type: 16 for BF16, 32
