@@ -1,11 +1,14 @@
 /*
- * engine_step.c: one engine step, on the engine thread: the environment
- * the scheduler policy plans through (admit, grow, preempt, plan, backed by
- * the KV policy), the flattened batch built from the plan, the forward
- * pass, and sampling each sequence that reached its end, with the stop
- * token and length checks. Not for: stop strings and the events a request
- * hears (engine_events.c), the loop that calls a step (engine.c), or the
- * math (forward.c).
+ * engine_step.c: one engine step, on the engine thread, in three phases
+ * read top to bottom:
+ *   plan    the environment the scheduler policy plans through (admit,
+ *           grow, preempt, plan, backed by the KV policy), then the
+ *           flattened batch built from its plan;
+ *   run     the forward pass (broadcast first under tensor parallelism);
+ *   commit  advance each sequence, sample the ones that reached their end,
+ *           with the stop token and length checks, and finish them.
+ * Not for: stop strings and the events a request hears (engine_events.c),
+ * the loop that calls a step (engine.c), or the math (forward.c).
  */
 #include "engine_internal.h"
 
@@ -17,6 +20,19 @@
 #include "metrics.h"
 #include "tp.h"
 #include "tokenizer.h"
+
+/* What one step carries from phase to phase. */
+typedef struct step_state {
+    double t_start;          /* when the step began (its recorded time) */
+    uint64_t seq_no;         /* its number */
+    int32_t n_seqs;          /* sequences in its batch, as run */
+    int32_t n_tokens;        /* rows of the flattened batch */
+    int32_t n_logits;        /* rows whose logits are sampled */
+    int32_t n_score;         /* rows whose logits score a prompt token */
+    int32_t n_decode;        /* rows computing a token sampled last step */
+} step_state;
+
+/* ================================================================= plan */
 
 seq *engine_find_seq(pagoda_engine *e, uint64_t id)
 {
@@ -198,18 +214,21 @@ static int32_t queue_scores(pagoda_engine *e, seq *q, int32_t start, int32_t n, 
     return n_score;
 }
 
-/* One step: schedule, run, sample. Returns false when there was nothing to do. */
-bool engine_step(pagoda_engine *e)
+/* Ask the scheduler for the step's plan (e->plan_seq / plan_n). PLAN_RUN
+ * when something is planned; PLAN_IDLE when nothing was to do; PLAN_DONE
+ * when the step did something else (ended a request that can never fit). */
+enum { PLAN_IDLE, PLAN_DONE, PLAN_RUN };
+
+static int plan_schedule(pagoda_engine *e)
 {
     char err[512];
-    double t_step = engine_now_s();
     int32_t n_wait = 0;
     seq **waiting = malloc(sizeof(seq *) * (size_t)(e->n_seqs ? e->n_seqs : 1));
-    if (!waiting) return false;
+    if (!waiting) return PLAN_IDLE;
     for (int32_t i = 0; i < e->n_seqs; i++)
         if (e->seqs[i]->s.state == PAGODA_SEQ_WAITING) waiting[n_wait++] = e->seqs[i];
     seq **running = malloc(sizeof(seq *) * (size_t)(e->n_running ? e->n_running : 1));
-    if (!running) { free(waiting); return false; }
+    if (!running) { free(waiting); return PLAN_IDLE; }
     if (e->n_running) memcpy(running, e->running, sizeof(seq *) * (size_t)e->n_running);
     pagoda_sched_env env = {
         .struct_size = sizeof env, .opaque = e,
@@ -226,7 +245,7 @@ bool engine_step(pagoda_engine *e)
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "scheduler %s failed: %s", e->sched->name, pagoda_status_str(st));
         free(waiting);
-        return false;
+        return PLAN_IDLE;
     }
     if (e->n_plan == 0) {
         /* Nothing runs. If nothing holds KV either, the waiting head can never
@@ -240,14 +259,22 @@ bool engine_step(pagoda_engine *e)
                      e->opts.block_size, e->opts.n_blocks);
             free(waiting);
             engine_finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
-            return true;
+            return PLAN_DONE;
         }
         free(waiting);
-        return false;
+        return PLAN_IDLE;
     }
     free(waiting);
+    return PLAN_RUN;
+}
 
-    /* build the flattened batch (and the window pool's, engine_swa.c) */
+/* Flatten the plan into the batch (and the window pool's, engine_swa.c):
+ * tokens, positions, KV slots, views, the rows to sample and to score.
+ * An entry the KV policy or the window pool cannot serve ends its request
+ * and leaves the plan. */
+static void plan_batch(pagoda_engine *e, step_state *ss)
+{
+    char err[512];
     int32_t T = 0, n_logits = 0, n_score = 0, n_decode = 0;
     double t = engine_now_s();
     e->swa.sink_used = 0;
@@ -294,46 +321,64 @@ bool engine_step(pagoda_engine *e)
         T += n;
         if (start + n == q->s.n_tokens && !q->score_only) e->logit_rows[n_logits++] = T - 1;
     }
-    if (e->n_plan == 0) return true;
-    /* step_no is also read by snapshots taken off the engine thread */
-    uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
-    int32_t step_seqs = e->n_plan; /* a traced token's batch */
-    e->cur_step = seq_no;
-    e->cur_step_seqs = step_seqs;
-    e->cur_step_tokens = T;
-    pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
+    ss->n_tokens = T;
+    ss->n_logits = n_logits;
+    ss->n_score = n_score;
+    ss->n_decode = n_decode;
+}
+
+/* ================================================================== run */
+
+/* The forward pass over the step's batch: the sampled rows' logits land in
+ * e->logits, the scored rows go to consume_scores as they are made. */
+static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t err_len)
+{
+    int32_t T = ss->n_tokens;
+    pagoda_batch batch = {.seq_no = ss->seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
     /* the sliding-window layers' view of the same step: their own slots and
      * tables (a seq_no of its own, for a backend that caches per batch) */
-    pagoda_batch local = {.seq_no = seq_no | (1ull << 63), .n_tokens = T, .tokens = e->b_tokens,
-                          .positions = e->b_pos, .slots = e->swa.slots, .n_seqs = e->n_plan,
-                          .seqs = e->swa.views};
-    pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = n_score,
+    pagoda_batch local = {.seq_no = ss->seq_no | (1ull << 63), .n_tokens = T,
+                          .tokens = e->b_tokens, .positions = e->b_pos, .slots = e->swa.slots,
+                          .n_seqs = e->n_plan, .seqs = e->swa.views};
+    pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = ss->n_score,
                               .consume = consume_scores, .user = e};
     /* tensor parallelism: the other ranks run the same step on their shards */
-    st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, sizeof err) : PAGODA_OK;
+    int st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, err_len) : PAGODA_OK;
     if (!st)
         st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
-                                     n_logits, e->logits, n_score ? &scan : NULL, err, sizeof err);
-    if (st) {
-        pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
-        int32_t np = e->n_plan;
-        seq *failed[np > 0 ? np : 1];
-        memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
-        for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
-        engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
-        return true;
-    }
+                                     ss->n_logits, e->logits, ss->n_score ? &scan : NULL, err,
+                                     err_len);
+    return st;
+}
 
-    /* advance, sample, stream */
+/* =============================================================== commit */
+
+/* The forward pass failed: every planned request ends with its error. */
+static void commit_failed(pagoda_engine *e, const char *err)
+{
+    pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
+    int32_t np = e->n_plan;
+    seq *failed[np > 0 ? np : 1];
+    memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
+    for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
+}
+
+/* Advance, sample, stream: each planned sequence's KV moves on; one that
+ * reached its end samples its next token from its logits row and hears
+ * it; the ones that ended are finished last (their rows stay valid until
+ * every row was read). */
+static void step_commit(pagoda_engine *e)
+{
+    char err[512];
     int32_t li = 0;
     int32_t np = e->n_plan;
     seq *done[np > 0 ? np : 1];
     int done_reason[np > 0 ? np : 1];
     char done_err[np > 0 ? np : 1][sizeof err]; /* a constrained request's error, when it fails */
     int32_t n_done = 0;
-    t = engine_now_s();
+    double t = engine_now_s();
     for (int32_t i = 0; i < np; i++) {
         seq *q = e->plan_seq[i];
         q->s.n_computed += e->plan_n[i];
@@ -402,6 +447,27 @@ bool engine_step(pagoda_engine *e)
     for (int32_t i = 0; i < n_done; i++)
         engine_finish_and_remove(e, done[i], done_reason[i],
                                  done_reason[i] == PAGODA_FINISH_ERROR ? done_err[i] : NULL);
-    engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
+}
+
+/* One step: plan, run, commit. Returns false when there was nothing to do. */
+bool engine_step(pagoda_engine *e)
+{
+    char err[512];
+    step_state ss = {.t_start = engine_now_s()};
+    int p = plan_schedule(e);
+    if (p != PLAN_RUN) return p == PLAN_DONE;
+    plan_batch(e, &ss);
+    if (e->n_plan == 0) return true;
+    /* step_no is also read by snapshots taken off the engine thread */
+    ss.seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
+    ss.n_seqs = e->n_plan; /* a traced token's batch */
+    e->cur_step = ss.seq_no;
+    e->cur_step_seqs = ss.n_seqs;
+    e->cur_step_tokens = ss.n_tokens;
+
+    if (step_run(e, &ss, err, sizeof err)) commit_failed(e, err);
+    else step_commit(e);
+    engine_record_step(e, ss.seq_no, ss.n_seqs, ss.n_tokens - ss.n_decode, ss.n_decode,
+                       engine_now_s() - ss.t_start);
     return true;
 }
