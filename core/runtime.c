@@ -381,7 +381,10 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,
+        .spec_max_draft = rt->ec.spec_max_draft, .spec_ngram = rt->ec.spec_ngram,
+        .spec_max_seqs = rt->ec.spec_max_seqs,
     };
+    snprintf(eo.speculative, sizeof eo.speculative, "%s", rt->ec.speculative);
     /* read the weights in now, under a progress bar, rather than as page
      * faults inside the first requests */
     const gguf_file *wg = rt->model->gguf;

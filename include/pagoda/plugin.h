@@ -36,8 +36,10 @@ extern "C" {
  * comm-nccl); 1.5 mixture-of-experts: the optional backend ops
  * matmul_experts (expert matmuls over a 3-D weight, rows grouped by
  * expert) and moe_combine (the routed rows' weighted sum); 1.6 the
- * frontend's optional interrupt op (Ctrl-C taken by terminal chat). */
-#define PAGODA_ABI_MINOR 6
+ * frontend's optional interrupt op (Ctrl-C taken by terminal chat); 1.10
+ * speculative decoding: the request's spec_max_draft and the engine
+ * stats' spec_* counters (host.h). */
+#define PAGODA_ABI_MINOR 10
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

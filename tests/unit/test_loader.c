@@ -67,7 +67,7 @@ static void expect_refusal(int kind, const char *name, const char *rest)
 START_TEST(test_refuse_wrong_major)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "wrongmajor",
-                   ": built for pagoda ABI 2.0, this pagoda is ABI 1.6: the major version must "
+                   ": built for pagoda ABI 2.0, this pagoda is ABI 1.10: the major version must "
                    "match; rebuild the plugin against this pagoda's SDK");
 }
 END_TEST
@@ -75,7 +75,7 @@ END_TEST
 START_TEST(test_refuse_newer_minor)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "newminor",
-                   ": built for pagoda ABI 1.7, this pagoda is ABI 1.6: the plugin's minor "
+                   ": built for pagoda ABI 1.11, this pagoda is ABI 1.10: the plugin's minor "
                    "version must not be newer than pagoda's; rebuild the plugin against this "
                    "pagoda's SDK or upgrade pagoda");
 }
@@ -85,7 +85,7 @@ START_TEST(test_refuse_short_desc)
 {
     char rest[1024];
     snprintf(rest, sizeof rest,
-             " (ABI 1.6, this pagoda is ABI 1.6): descriptor struct_size %zu is smaller than ABI "
+             " (ABI 1.10, this pagoda is ABI 1.10): descriptor struct_size %zu is smaller than ABI "
              "1.0's %zu bytes: a descriptor holds at least the ABI 1.0 fields; set struct_size = "
              "sizeof(pagoda_plugin_desc) (PAGODA_DESC_HEADER) and rebuild",
              offsetof(pagoda_plugin_desc, ops), sizeof(pagoda_plugin_desc));
@@ -97,7 +97,7 @@ START_TEST(test_refuse_short_ops)
 {
     char rest[1024];
     snprintf(rest, sizeof rest,
-             " (backend, ABI 1.6, this pagoda is ABI 1.6): pagoda_backend_ops struct_size %zu is "
+             " (backend, ABI 1.10, this pagoda is ABI 1.10): pagoda_backend_ops struct_size %zu is "
              "smaller than ABI 1.0's %zu bytes: an ops table holds at least the ABI 1.0 slots; "
              "set .struct_size = sizeof(pagoda_backend_ops) and rebuild",
              offsetof(pagoda_backend_ops, matmul),
@@ -109,7 +109,7 @@ END_TEST
 START_TEST(test_refuse_null_slot)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "nullslot",
-                   " (backend 'nullslot', ABI 1.6, this pagoda is ABI 1.6): required slot "
+                   " (backend 'nullslot', ABI 1.10, this pagoda is ABI 1.10): required slot "
                    "pagoda_backend_ops.matmul is NULL: every required slot must be set; implement "
                    "it (returning PAGODA_ERR_UNSUPPORTED where it cannot work) and rebuild");
 }
@@ -118,7 +118,7 @@ END_TEST
 START_TEST(test_refuse_no_entry)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "noentry",
-                   ": no symbol pagoda_plugin_entry (this pagoda is ABI 1.6): not a pagoda plugin; "
+                   ": no symbol pagoda_plugin_entry (this pagoda is ABI 1.10): not a pagoda plugin; "
                    "export the entry with PAGODA_PLUGIN(desc) from <pagoda/plugin.h> and rebuild");
 }
 END_TEST
@@ -126,7 +126,7 @@ END_TEST
 START_TEST(test_refuse_wrong_kind)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "wrongkind",
-                   " (scheduler 'wrongkind', ABI 1.6, this pagoda is ABI 1.6): it is a scheduler "
+                   " (scheduler 'wrongkind', ABI 1.10, this pagoda is ABI 1.10): it is a scheduler "
                    "plugin, the config asked for a backend: a plugin is used only as its own kind; "
                    "name it as engine.scheduler, or give [backend.wrongkind] a backend plugin");
 }
@@ -135,7 +135,7 @@ END_TEST
 START_TEST(test_refuse_wrong_name)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "wrongname",
-                   " (backend 'othername', ABI 1.6, this pagoda is ABI 1.6): it is named "
+                   " (backend 'othername', ABI 1.10, this pagoda is ABI 1.10): it is named "
                    "'othername', the config asked for backend 'wrongname': the file name must be "
                    "<kind>-<name>.so with the descriptor's name; rename the file to "
                    "backend-othername.so and use 'othername' in the config");
@@ -145,7 +145,7 @@ END_TEST
 START_TEST(test_refuse_probe_zero)
 {
     expect_refusal(PAGODA_KIND_BACKEND, "cantrun",
-                   " (backend 'cantrun' 0, ABI 1.6, this pagoda is ABI 1.6): its probe says it "
+                   " (backend 'cantrun' 0, ABI 1.10, this pagoda is ABI 1.10): its probe says it "
                    "cannot run here: no fixture device found; pick another backend in [engine]");
 }
 END_TEST
@@ -162,7 +162,7 @@ START_TEST(test_refuse_not_shared_object)
     int st = pagoda_plugin_load_file(path, PAGODA_KIND_BACKEND, "text", &p, g_err, sizeof g_err);
     ck_assert_int_ne(st, PAGODA_OK);
     char want[1024];
-    snprintf(want, sizeof want, "plugin %s: cannot load (this pagoda is ABI 1.6): ", path);
+    snprintf(want, sizeof want, "plugin %s: cannot load (this pagoda is ABI 1.10): ", path);
     ck_assert_msg(strncmp(g_err, want, strlen(want)) == 0, "%s", g_err);
     /* dlerror's text is shown, then the rule and the fix. */
     ck_assert_msg(strstr(g_err, "invalid ELF header") || strstr(g_err, "file too short"), "%s", g_err);
@@ -437,7 +437,7 @@ START_TEST(test_plugins_listing)
     snprintf(want, sizeof want, "  1. %s (PAGODA_PLUGIN_PATH)\n", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
     snprintf(want, sizeof want,
-             "backend.good  ABI 1.6  version 1.2.3  probe 50: fixture: always half sure\n"
+             "backend.good  ABI 1.10  version 1.2.3  probe 50: fixture: always half sure\n"
              "    fixture backend that supports nothing\n"
              "    file: %s/backend-good.so\n"
              "    config keys of [backend.good]:\n"
@@ -446,22 +446,22 @@ START_TEST(test_plugins_listing)
              "      scratch (size, default 16M): scratch memory\n", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
     snprintf(want, sizeof want, "backend.wrongmajor  REFUSED\n    plugin %s/backend-wrongmajor.so: "
-             "built for pagoda ABI 2.0, this pagoda is ABI 1.6", g_fx);
+             "built for pagoda ABI 2.0, this pagoda is ABI 1.10", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
-    ck_assert_msg(strstr(text, "backend.cantrun  ABI 1.6  version 0  probe 0: no fixture device found\n"),
+    ck_assert_msg(strstr(text, "backend.cantrun  ABI 1.10  version 0  probe 0: no fixture device found\n"),
                   "%s", text);
     ck_assert_msg(strstr(text, "backend.noentry  REFUSED\n"), "%s", text);
-    ck_assert_msg(strstr(text, "frontend.good  ABI 1.6  version 0.1  probe 100\n"), "%s", text);
-    ck_assert_msg(strstr(text, "constraint.good  ABI 1.6  version 0.1  probe 100\n"
+    ck_assert_msg(strstr(text, "frontend.good  ABI 1.10  version 0.1  probe 100\n"), "%s", text);
+    ck_assert_msg(strstr(text, "constraint.good  ABI 1.10  version 0.1  probe 100\n"
                                "    fixture constraint engine\n"), "%s", text);
     snprintf(want, sizeof want, "constraint.oldminor  REFUSED\n    plugin %s/constraint-oldminor.so "
-             "(constraint, ABI 1.0, this pagoda is ABI 1.6): the constraint kind was added in ABI "
+             "(constraint, ABI 1.0, this pagoda is ABI 1.10): the constraint kind was added in ABI "
              "1.1, so a constraint plugin cannot be built for 1.0", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
-    ck_assert_msg(strstr(text, "comm.good  ABI 1.6  version 0.1  probe 100\n"
+    ck_assert_msg(strstr(text, "comm.good  ABI 1.10  version 0.1  probe 100\n"
                                "    fixture comm\n"), "%s", text);
     snprintf(want, sizeof want, "comm.oldminor  REFUSED\n    plugin %s/comm-oldminor.so "
-             "(comm, ABI 1.3, this pagoda is ABI 1.6): the comm kind was added in ABI "
+             "(comm, ABI 1.3, this pagoda is ABI 1.10): the comm kind was added in ABI "
              "1.4, so a comm plugin cannot be built for 1.3", g_fx);
     ck_assert_msg(strstr(text, want), "%s", text);
 }
@@ -583,7 +583,7 @@ START_TEST(test_cli)
 {
     char want[2048];
     ck_assert_int_eq(run_pagoda(NULL, NULL, "--version"), 0);
-    snprintf(want, sizeof want, "pagoda %s (plugin ABI 1.6)\n", PAGODA_VERSION_STRING);
+    snprintf(want, sizeof want, "pagoda %s (plugin ABI 1.10)\n", PAGODA_VERSION_STRING);
     ck_assert_str_eq(g_out, want);
     ck_assert_int_eq(run_pagoda(NULL, NULL, "--help"), 0);
     ck_assert_msg(strncmp(g_out, "usage: pagoda", 13) == 0, "%s", g_out);
@@ -611,7 +611,7 @@ START_TEST(test_cli)
     snprintf(env, sizeof env, "PAGODA_PLUGIN_PATH='%s'", g_fx);
     ck_assert_int_eq(run_pagoda(env, NULL, "plugins"), 0);
     snprintf(want, sizeof want, "backend.wrongmajor  REFUSED\n    plugin %s/backend-wrongmajor.so: "
-             "built for pagoda ABI 2.0, this pagoda is ABI 1.6: the major version must match", g_fx);
+             "built for pagoda ABI 2.0, this pagoda is ABI 1.10: the major version must match", g_fx);
     ck_assert_msg(strstr(g_out, want), "%s", g_out);
     ck_assert_int_eq(run_pagoda(env, NULL, "plugins -q"), 2);
 
@@ -621,7 +621,7 @@ START_TEST(test_cli)
     int rc = run_pagoda(env, NULL, args);
     ck_assert_int_ne(rc, 0);
     snprintf(want, sizeof want, "plugin %s/backend-wrongmajor.so: built for pagoda ABI 2.0, this "
-             "pagoda is ABI 1.6: the major version must match; rebuild the plugin against this "
+             "pagoda is ABI 1.10: the major version must match; rebuild the plugin against this "
              "pagoda's SDK", g_fx);
     ck_assert_msg(strstr(g_out, want), "%s", g_out);
 }
