@@ -32,6 +32,8 @@ typedef struct pagoda_memplan_opts {
     int64_t block_size;         /* 0 = 16: tokens per KV block */
     int swa_kv;                 /* pagoda_swa_kv: PAGODA_SWA_KV_WINDOW (0) or FULL */
     int64_t tensor_parallel;    /* 0 or 1: one process; N: the plan of one of N ranks */
+    int64_t spec_logit_rows;    /* 0: none; speculative decoding's draft positions sampled
+                                 * beside the max_num_seqs rows (pagoda_engine_spec_rows) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */

@@ -270,6 +270,13 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     po.block_size = rt->ec.block_size;
     po.swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW;
     po.tensor_parallel = rt->ec.tensor_parallel;
+    {
+        /* speculative decoding's draft rows have logits too */
+        pagoda_engine_opts so = {.spec_max_draft = rt->ec.spec_max_draft,
+                                 .spec_max_seqs = rt->ec.spec_max_seqs};
+        snprintf(so.speculative, sizeof so.speculative, "%s", rt->ec.speculative);
+        po.spec_logit_rows = pagoda_engine_spec_rows(&so, max_seqs, max_tokens);
+    }
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
     int64_t want_tokens = rt->ec.kv_cache_tokens;

@@ -64,6 +64,12 @@ typedef struct pagoda_engine_opts {
 typedef struct pagoda_engine pagoda_engine;
 struct pagoda_metrics;
 
+/* The logit rows speculative decoding reserves for draft positions beside
+ * the max_num_seqs sampled rows, for these options and scheduler limits
+ * (0 when it is off); the memory plan counts them. */
+int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *opts, int32_t max_num_seqs,
+                                int32_t max_batched_tokens);
+
 /* Build the engine: sizes activations from the scheduler's limits, makes the
  * KV pool, initialises the KV policy. Takes no ownership of its arguments. */
 int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *sched,

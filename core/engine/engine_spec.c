@@ -27,6 +27,17 @@
 #define SPEC_MIN_SAMPLE 8          /* drafted tokens before break-even is judged */
 #define SPEC_PAUSE_STEPS 16        /* the first pause; it doubles up to 16x */
 
+int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *o, int32_t max_num_seqs,
+                                int32_t max_batched_tokens)
+{
+    if (!o->speculative[0] || strcmp(o->speculative, "off") == 0) return 0;
+    int32_t kmax = o->spec_max_draft > 0 ? o->spec_max_draft : 8;
+    int32_t seqs = o->spec_max_seqs > 1 ? o->spec_max_seqs : 1;
+    if (seqs > max_num_seqs) seqs = max_num_seqs;
+    int64_t rows = (int64_t)seqs * kmax;
+    return (int32_t)(rows < max_batched_tokens ? rows : max_batched_tokens);
+}
+
 int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
 {
     engine_spec *sp = &e->spec;
@@ -59,10 +70,7 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
     sp->max_seqs = o->spec_max_seqs >= 0 ? o->spec_max_seqs : 4;
     sp->cfg = (pagoda_drafter_config){.ngram = o->spec_ngram > 0 ? o->spec_ngram : 3,
                                       .max_seq_len = o->max_seq_len};
-    int32_t seqs = sp->max_seqs > 1 ? sp->max_seqs : 1;
-    if (seqs > e->max_num_seqs) seqs = e->max_num_seqs;
-    sp->rows = seqs * kmax;
-    if (sp->rows > e->max_batched_tokens) sp->rows = e->max_batched_tokens;
+    sp->rows = pagoda_engine_spec_rows(o, e->max_num_seqs, e->max_batched_tokens);
     sp->plan_draft = calloc((size_t)e->max_num_seqs, sizeof(int32_t));
     if (!sp->plan_draft) {
         ERR("out of memory for speculative decoding's buffers");
