@@ -3,7 +3,8 @@
 # 4 and 2 a rank) reproduces the golden greedy output of llama2.c's run.c
 # (tests/data/stories260K.golden.json: 200 tokens after BOS) exactly,
 # through the stdin frontend and over HTTP, and rank 0's /metrics shows
-# what the collectives moved. Not for: the split's arithmetic (test_tp).
+# what the collectives moved, and again with speculative decoding on.
+# Not for: the split's arithmetic (test_tp).
 set -u
 : "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}" "${MPIEXEC:?set by ctest}"
 tmp=$(mktemp -d /tmp/pagoda-tpgold-XXXXXX)
@@ -80,4 +81,40 @@ kill -TERM "$pid"
 for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIGTERM"
 pid=
-echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin and HTTP)"
+
+# 3. speculative decoding (docs/speculation.md): the drafts are rows of the
+# step every rank runs; the same golden text in fewer steps
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+"${run[@]}" --set engine.frontend=http --set frontend.http.port="$port" \
+    --set engine.speculative=ngram >"$tmp/hout" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 1200); do # bounded: 120 s
+    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || fail "the HTTP server (speculative) exited"
+    sleep 0.1
+done
+curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $n_gen, \"temperature\": 0}" >"$tmp/resp" ||
+    fail "completion request (speculative)"
+curl -fs "http://127.0.0.1:$port/metrics" >"$tmp/metrics" || fail "metrics (speculative)"
+python3 - "$tmp/resp" "$golden" "$tmp/metrics" "$n_gen" <<'PY' || fail "speculative output or metrics"
+import json, sys
+r = json.load(open(sys.argv[1]))
+want = json.load(open(sys.argv[2]))["cases"][0]["text"].rstrip("\n")
+assert "Once upon a time" + r["choices"][0]["text"] == want, r
+m = {}
+for line in open(sys.argv[3]):
+    if line.startswith("pagoda_comm_steps_total") or line.startswith("pagoda_spec_"):
+        k, v = line.split()
+        m[k] = float(v)
+acc = m['pagoda_spec_accepted_tokens_total{drafter="ngram"}']
+assert acc > 0, m
+assert m["pagoda_comm_steps_total"] < int(sys.argv[4]), m
+print(f"speculative: equal the golden text; {acc:.0f} drafts accepted, "
+      f"{m['pagoda_comm_steps_total']:.0f} steps for {sys.argv[4]} tokens")
+PY
+kill -TERM "$pid"
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIGTERM (speculative)"
+pid=
+echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin, HTTP, speculative)"
