@@ -324,7 +324,7 @@ END_TEST
 
 /* SmolLM2 (where models/get-model fetched it): an edit-style prompt
  * through its chat template, greedy, the same tokens with and without,
- * paged and prefix, F16 and F32 KV. */
+ * paged with F16 KV and prefix with F32 KV. */
 #define SMOLLM2_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 START_TEST(smollm2_greedy_identical)
@@ -337,8 +337,8 @@ START_TEST(smollm2_greedy_identical)
                          "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
     for (int spec = 0; spec < 2; spec++) {
         const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                                  _i & 1 ? "engine.kvcache=prefix" : "engine.kvcache=paged",
-                                  _i & 2 ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
+                                  _i ? "engine.kvcache=prefix" : "engine.kvcache=paged",
+                                  _i ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
                                   "engine.max_seq_len=512", NULL};
         pagoda_config *cfg;
         /* both requests queued before the engine starts: the same batches
@@ -469,27 +469,35 @@ START_TEST(bad_settings_and_requests_refused)
 }
 END_TEST
 
+static TCase *tcase(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 600);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("spec");
-    TCase *tc = tcase_create("spec");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, ngram_proposes_latest_continuation);
+    tcase_add_test(tcase(s, "drafter"), ngram_proposes_latest_continuation);
+    TCase *tc = tcase(s, "greedy");
     tcase_add_loop_test(tc, greedy_identical_every_combo, 0, 9);
     tcase_add_test(tc, greedy_identical_under_preemption);
+    tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
     tcase_add_test(tc, sampled_distribution_unchanged);
+    tc = tcase(s, "seeing");
     tcase_add_test(tc, metrics_and_steps_show_drafts);
     tcase_add_test(tc, bad_settings_and_requests_refused);
     /* SmolLM2 only where it was fetched: the case does not exist otherwise */
     FILE *f = fopen(tu_src(SMOLLM2_REL), "rb");
     if (f) {
         fclose(f);
-        tcase_add_loop_test(tc, smollm2_greedy_identical, 0, 4);
+        tcase_add_loop_test(tcase(s, "smollm2"), smollm2_greedy_identical, 0, 2);
     } else {
         printf("test_spec: %s not present: smollm2_greedy_identical not run\n", SMOLLM2_REL);
     }
-    suite_add_tcase(s, tc);
     return s;
 }
 
