@@ -86,11 +86,7 @@ static void run(const char *sched, const char *kv, bool spec, const char *extra,
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open(&cfg, settings);
     pagoda_engine_set_check_invariants(rt->engine, true);
-    for (int i = 0; i < N_REQ; i++) {
-        et_result_init(&out->r[i]);
-        et_submit(rt, prompts[i % N_PROMPTS], max_tokens_of(i), &out->r[i], 0.0f);
-    }
-    pagoda_engine_wait_idle(rt->engine);
+    et_run_greedy(rt, prompts, N_PROMPTS, N_REQ, max_tokens_of, out->r);
     for (int i = 0; i < N_REQ; i++) {
         ck_assert_msg(out->r[i].n_final == 1 && out->r[i].finish_reason == PAGODA_FINISH_LENGTH,
                       "%s/%s request %d: %s (%s)", sched, kv, i,
