@@ -219,7 +219,8 @@ static void steps_part(jbuf *b, const pagoda_engine_snapshot *s)
     for (int32_t i = 0; i < s->n_steps; i++) {
         const pagoda_step_record *r = &s->steps[i];
         jb_fmt(b, "%s{\"step\":%" PRIu64 ",\"n_seqs\":%d,\"prefill_tokens\":%d,\"decode_tokens\":%d,"
-               "\"ms\":%.3f}", i ? "," : "", r->step, r->n_seqs, r->prefill_tokens, r->decode_tokens,
+               "\"draft_tokens\":%d,\"accepted_tokens\":%d,\"ms\":%.3f}", i ? "," : "", r->step,
+               r->n_seqs, r->prefill_tokens, r->decode_tokens, r->draft_tokens, r->accepted_tokens,
                (double)r->ms);
     }
     jb_cat(b, "]");

@@ -261,8 +261,9 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
      *   k, v       [T x kv_dim] this step's keys and values before kv_write
      *   hb, hb2    [T x ffn]    gate and up projections (SwiGLU in place)
      * = T x (3*dim + 2*q_dim + 2*kv_dim + 2*ffn) floats, plus for the
-     *   max_num_seqs rows sampling this step their final-normed rows [S x dim]
-     *   and logits [S x vocab], and 64 bytes of alignment per tensor (11;
+     *   max_num_seqs rows sampling this step (and speculative decoding's
+     *   draft positions) their final-normed rows [S x dim] and logits
+     *   [S x vocab], and 64 bytes of alignment per tensor (11;
      *   with experts, below, 17). */
     uint64_t q_dim = (uint64_t)(heads_r * p->head_dim), kv_dim = (uint64_t)(kv_heads_r * p->head_dim);
     /* A mixture of experts: hb, hb2 are as wide as the dense FFN where a
@@ -299,7 +300,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     uint64_t act = p->act_floats_per_token;
     ok &= mulu(&act, (uint64_t)p->max_batched_tokens);
     ok &= mulu(&act, 4);
-    uint64_t logits = (uint64_t)p->max_num_seqs;
+    uint64_t logits = (uint64_t)p->max_num_seqs + (uint64_t)(o.spec_logit_rows > 0 ? o.spec_logit_rows : 0);
     ok &= mulu(&logits, (uint64_t)p->vocab + (uint64_t)p->dim);
     ok &= mulu(&logits, 4);
     p->logits_bytes = logits;

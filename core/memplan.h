@@ -34,6 +34,8 @@ typedef struct pagoda_memplan_opts {
     int64_t tensor_parallel;    /* 0 or 1: one process; N: the plan of one of N ranks */
     bool kv_no_latent;          /* the backend has no latent KV layout (info.kv_kinds,
                                  * ABI 1.7): an MLA model's row is kept as K and V */
+    int64_t spec_logit_rows;    /* 0: none; speculative decoding's draft positions sampled
+                                 * beside the max_num_seqs rows (pagoda_engine_spec_rows) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */

@@ -8,6 +8,7 @@
 #include "metrics.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -258,6 +259,29 @@ char *pagoda_metrics_render(pagoda_metrics *m, const pagoda_engine_stats *st,
         sb_printf(&b, "# HELP pagoda_engine_steps_total Engine steps run.\n"
                       "# TYPE pagoda_engine_steps_total counter\n"
                       "pagoda_engine_steps_total %lld\n", (long long)st->steps_total);
+        /* speculative decoding, per drafter (one a server: [engine] speculative) */
+        if (st->struct_size >= offsetof(pagoda_engine_stats, spec_verify_steps_total) + sizeof(int64_t) &&
+            st->spec_drafter[0]) {
+            char d[sizeof st->spec_drafter];
+            snprintf(d, sizeof d, "%.*s", (int)strnlen(st->spec_drafter, sizeof d - 1), st->spec_drafter);
+            sb_printf(&b, "# HELP pagoda_spec_drafted_tokens_total Draft tokens verified.\n"
+                          "# TYPE pagoda_spec_drafted_tokens_total counter\n"
+                          "pagoda_spec_drafted_tokens_total{drafter=\"%s\"} %lld\n"
+                          "# HELP pagoda_spec_accepted_tokens_total Draft tokens that agreed with the model.\n"
+                          "# TYPE pagoda_spec_accepted_tokens_total counter\n"
+                          "pagoda_spec_accepted_tokens_total{drafter=\"%s\"} %lld\n"
+                          "# HELP pagoda_spec_verify_steps_total Sequence-steps that verified drafts.\n"
+                          "# TYPE pagoda_spec_verify_steps_total counter\n"
+                          "pagoda_spec_verify_steps_total{drafter=\"%s\"} %lld\n",
+                      d, (long long)st->spec_drafted_total, d, (long long)st->spec_accepted_total, d,
+                      (long long)st->spec_verify_steps_total);
+            sb_printf(&b, "# HELP pagoda_spec_acceptance_rate Accepted over drafted tokens, ever.\n"
+                          "# TYPE pagoda_spec_acceptance_rate gauge\n"
+                          "pagoda_spec_acceptance_rate{drafter=\"%s\"} ", d);
+            sb_num(&b, st->spec_drafted_total > 0
+                           ? (double)st->spec_accepted_total / (double)st->spec_drafted_total : 0.0);
+            sb_printf(&b, "\n");
+        }
     }
 
     for (int i = 0; i < PAGODA_COUNTER_COUNT_; i++) {

@@ -271,6 +271,13 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     po.swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW;
     po.tensor_parallel = rt->ec.tensor_parallel;
     po.kv_no_latent = !(rt->backend.info.kv_kinds & (1u << PAGODA_KV_LATENT));
+    {
+        /* speculative decoding's draft rows have logits too */
+        pagoda_engine_opts so = {.spec_max_draft = rt->ec.spec_max_draft,
+                                 .spec_max_seqs = rt->ec.spec_max_seqs};
+        snprintf(so.speculative, sizeof so.speculative, "%s", rt->ec.speculative);
+        po.spec_logit_rows = pagoda_engine_spec_rows(&so, max_seqs, max_tokens);
+    }
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
     int64_t want_tokens = rt->ec.kv_cache_tokens;
@@ -382,7 +389,10 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,
+        .spec_max_draft = rt->ec.spec_max_draft, .spec_ngram = rt->ec.spec_ngram,
+        .spec_max_seqs = rt->ec.spec_max_seqs,
     };
+    snprintf(eo.speculative, sizeof eo.speculative, "%s", rt->ec.speculative);
     /* read the weights in now, under a progress bar, rather than as page
      * faults inside the first requests */
     const gguf_file *wg = rt->model->gguf;

@@ -87,6 +87,13 @@ static const engine_key engine_keys[] = {
        "ranks the model is split over (launch that many with mpirun); 1: no splitting"),
     EK("comm", PAGODA_KEY_STRING, "mpi", 0, 0,
        "collectives plugin name, used when tensor_parallel > 1 (mpi, nccl)"),
+    { { "speculative", PAGODA_KEY_STRING, "off", 0, 0,
+        "speculative decoding's drafter (ngram: prompt lookup); off: none" }, "off|ngram", false },
+    EK("spec_max_draft", PAGODA_KEY_INT, "8", 1, 256,
+       "draft tokens a sequence verifies in one step at most (below max_seq_len)"),
+    EK("spec_ngram", PAGODA_KEY_INT, "3", 1, 8, "tokens of the suffix the ngram drafter looks up"),
+    EK("spec_max_seqs", PAGODA_KEY_INT, "4", 0, 1048576,
+       "decoding sequences above which a step drafts nothing (it is compute-bound)"),
 };
 #undef EK
 #define N_ENGINE_KEYS (sizeof engine_keys / sizeof engine_keys[0])
@@ -589,6 +596,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->constraint, sizeof out->constraint, "%s", STR("constraint"));
     snprintf(out->comm, sizeof out->comm, "%s", STR("comm"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
+    snprintf(out->speculative, sizeof out->speculative, "%s", STR("speculative"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0    ? PAGODA_DTYPE_F32
                   : strcmp(STR("kv_dtype"), "q8_0") == 0 ? PAGODA_DTYPE_Q8_0
                                                          : PAGODA_DTYPE_F16;
@@ -608,6 +616,9 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     ok &= pagoda_parse_int(STR("top_k"), &i64) == 0; out->top_k = (int32_t)i64;
     ok &= pagoda_parse_int(STR("max_queue"), &i64) == 0; out->max_queue = (int32_t)i64;
     ok &= pagoda_parse_int(STR("tensor_parallel"), &i64) == 0; out->tensor_parallel = (int32_t)i64;
+    ok &= pagoda_parse_int(STR("spec_max_draft"), &i64) == 0; out->spec_max_draft = (int32_t)i64;
+    ok &= pagoda_parse_int(STR("spec_ngram"), &i64) == 0; out->spec_ngram = (int32_t)i64;
+    ok &= pagoda_parse_int(STR("spec_max_seqs"), &i64) == 0; out->spec_max_seqs = (int32_t)i64;
     ok &= pagoda_parse_float(STR("gpu_memory_utilization"), &f) == 0; out->gpu_memory_utilization = f;
     ok &= pagoda_parse_float(STR("temperature"), &f) == 0; out->temperature = (float)f;
     ok &= pagoda_parse_float(STR("top_p"), &f) == 0; out->top_p = (float)f;

@@ -68,8 +68,11 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     pagoda_forward_kv fkv = {.n_blocks = e->opts.n_blocks + e->swa.g.sink_blocks,
                              .block_size = e->opts.block_size, .dtype = e->opts.kv_dtype,
                              .local_blocks = e->swa.g.pool_blocks};
-    st = pagoda_forward_init_tp(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs, &fkv,
-                                opts->tp, err, err_len);
+    /* draft positions have logits too: rows for them (engine_spec.c) */
+    st = engine_spec_create(e, err, err_len);
+    if (st) goto fail;
+    st = pagoda_forward_init_tp(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs + e->spec.rows,
+                                &fkv, opts->tp, err, err_len);
     if (st) goto fail;
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);
     if (st) {
@@ -80,14 +83,15 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     e->kv_pub.struct_size = sizeof e->kv_pub;
     kv->ops.stats(kv->ctx, &e->kv_pub);
     int32_t T = e->max_batched_tokens, S = e->max_num_seqs, V = m->hp.n_vocab;
+    int32_t L = S + e->spec.rows; /* sampled rows: one a sequence, plus draft positions */
     e->b_tokens = malloc(sizeof(int32_t) * (size_t)T);
     e->b_pos = malloc(sizeof(int32_t) * (size_t)T);
     e->b_slots = malloc(sizeof(int32_t) * (size_t)T);
-    e->logit_rows = malloc(sizeof(int32_t) * (size_t)S);
+    e->logit_rows = malloc(sizeof(int32_t) * (size_t)L);
     e->views = malloc(sizeof(pagoda_seq_view) * (size_t)S);
     e->plan_seq = malloc(sizeof(seq *) * (size_t)S);
     e->plan_n = malloc(sizeof(int32_t) * (size_t)S);
-    e->logits = malloc(sizeof(float) * (size_t)S * (size_t)V);
+    e->logits = malloc(sizeof(float) * (size_t)L * (size_t)V);
     e->top_ids = malloc(sizeof(int32_t) * PAGODA_MAX_TOP_LOGPROBS);
     e->top_lp = malloc(sizeof(float) * PAGODA_MAX_TOP_LOGPROBS);
     e->score_rows = malloc(sizeof(int32_t) * (size_t)T);
@@ -168,6 +172,7 @@ void pagoda_engine_free(pagoda_engine *e)
     pagoda_forward_free(&e->fw);
     engine_swa_destroy(e);
     free(e->kv_fp);
+    engine_spec_destroy(e);
     free(e->seqs); free(e->running); free(e->cancels);
     free(e->b_tokens); free(e->b_pos); free(e->b_slots); free(e->logit_rows);
     free(e->views); free(e->plan_seq); free(e->plan_n); free(e->logits);
@@ -299,6 +304,9 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->generation_tokens_total = e->generation_tokens_total;
     st->requests_finished_total = e->finished_total;
     st->preemptions_total = e->preemptions_total;
+    st->spec_drafted_total = e->spec.drafted_total;
+    st->spec_accepted_total = e->spec.accepted_total;
+    st->spec_verify_steps_total = e->spec.verify_steps_total;
     /* as of the step boundary the counts were published at, so that every
      * gauge here (and in an inspection snapshot) describes one moment */
     st->steps_total = (int64_t)e->steps_pub;
@@ -319,6 +327,7 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->tier_dropped_blocks = kv.tier_dropped_blocks;
     st->tier_bad_blocks = kv.tier_bad_blocks;
     st->tier_evicted_blocks = kv.tier_evicted_blocks;
+    if (e->spec.drafter) snprintf(st->spec_drafter, sizeof st->spec_drafter, "%s", e->spec.drafter->name);
 }
 
 void pagoda_engine_set_check_invariants(pagoda_engine *e, bool on) { e->opts.check_invariants = on; }

@@ -48,12 +48,27 @@ typedef struct pagoda_engine_opts {
     bool check_invariants;      /* verify KV accounting after every step */
     int32_t swa_kv;             /* pagoda_swa_kv: a sliding-window model's local layers keep
                                  * only their window (0, the default) or every position */
+    /* speculative decoding (docs/speculation.md): the drafter ("" or "off":
+     * none), the most tokens it drafts a step (1 .. max_seq_len - 1), its
+     * n-gram length, and the decoding sequences above which a step drafts
+     * nothing (the step is compute-bound then; 0: never draft in a batch
+     * of more than one) */
+    char speculative[16];
+    int32_t spec_max_draft;
+    int32_t spec_ngram;
+    int32_t spec_max_seqs;
     const pagoda_forward_tp *tp; /* tensor parallelism: this rank's share (NULL: the whole
                                  * model); must outlive the engine */
 } pagoda_engine_opts;
 
 typedef struct pagoda_engine pagoda_engine;
 struct pagoda_metrics;
+
+/* The logit rows speculative decoding reserves for draft positions beside
+ * the max_num_seqs sampled rows, for these options and scheduler limits
+ * (0 when it is off); the memory plan counts them. */
+int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *opts, int32_t max_num_seqs,
+                                int32_t max_batched_tokens);
 
 /* Build the engine: sizes activations from the scheduler's limits, makes the
  * KV pool, initialises the KV policy. Takes no ownership of its arguments. */
@@ -149,6 +164,9 @@ typedef struct pagoda_step_record {
     int32_t n_seqs;              /* sequences in its batch */
     int32_t prefill_tokens;      /* prompt tokens (and recomputed ones after a preemption) */
     int32_t decode_tokens;       /* one per sequence computing the token it last sampled */
+    int32_t draft_tokens;        /* speculative decoding: drafted positions verified (not in
+                                  * prefill_tokens or decode_tokens) */
+    int32_t accepted_tokens;     /* of those, the drafts that agreed with the model */
     float ms;                    /* wall time: schedule, forward pass, sampling, events */
 } pagoda_step_record;
 

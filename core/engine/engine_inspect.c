@@ -17,11 +17,12 @@
 #include <string.h>
 
 void engine_record_step(pagoda_engine *e, uint64_t step, int32_t n_seqs, int32_t prefill,
-                        int32_t decode, double seconds)
+                        int32_t decode, int32_t drafted, int32_t accepted, double seconds)
 {
     pagoda_step_record *r = &e->step_ring[e->n_step_records % PAGODA_STEP_HISTORY];
     *r = (pagoda_step_record){.step = step, .n_seqs = n_seqs, .prefill_tokens = prefill,
-                              .decode_tokens = decode, .ms = (float)(seconds * 1e3)};
+                              .decode_tokens = decode, .draft_tokens = drafted,
+                              .accepted_tokens = accepted, .ms = (float)(seconds * 1e3)};
     e->n_step_records++;
 }
 

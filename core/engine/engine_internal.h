@@ -19,6 +19,10 @@
  *                    submit, its token mask applied before sampling
  *   engine_swa.c     the sliding-window layers' own KV pool: seats, the
  *                    blocks of each sequence's window, its step batch
+ *   engine_spec.c    speculative decoding: drafts planned into the step
+ *                    within its budgets, adaptive draft lengths, counters
+ *                    (the drafters behind drafter.h; verification is the
+ *                    commit phase's, engine_step.c)
  *   engine_inspect.c inspection: the record of recent steps, and snapshots
  *                    of the whole state taken between steps
  * Not for: anything outside core/engine*.c; the public API is engine.h.
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "drafter.h"
 #include "engine.h"
 #include "engine_swa.h"
 #include "sampler.h"
@@ -81,7 +86,32 @@ typedef struct seq {
     bool trace;                  /* TOKEN events carry how the token was made */
     int32_t n_cached_now;        /* prefix-cache hit at the latest admission */
     char request_id[64];         /* the frontend's name for it, for inspection */
+    /* speculative decoding (engine_spec.c): the drafter's state (NULL: this
+     * sequence never drafts), the request's cap, the adaptive length, the
+     * steps it sits out after falling below break-even, and its record */
+    void *spec_state;
+    const pagoda_drafter_ops *spec_drafter;
+    int32_t spec_max;
+    int32_t spec_k;
+    int32_t spec_cooldown;
+    int32_t spec_pauses;
+    float spec_ema;              /* accepted / drafted, smoothed over its verify steps */
+    int32_t spec_since_pause;    /* tokens drafted since it last sat out */
+    int64_t spec_drafted, spec_accepted;
 } seq;
+
+/* Speculative decoding's engine-wide part (engine_spec.c). */
+typedef struct engine_spec {
+    const pagoda_drafter_ops *drafter; /* NULL: speculation is off on this engine */
+    pagoda_drafter_config cfg;
+    int32_t max_draft;           /* [engine] spec_max_draft */
+    int32_t max_seqs;            /* decoding sequences above which a step drafts nothing */
+    int32_t rows;                /* logit rows reserved for draft positions */
+    int32_t *plan_draft;         /* [max_num_seqs] draft tokens of plan entry i this step */
+    int32_t step_drafted, step_accepted; /* this step's, for its record */
+    /* under e->mu */
+    int64_t drafted_total, accepted_total, verify_steps_total;
+} engine_spec;
 
 /* The sliding-window layers' own pool (engine_swa.h). Engine thread only. */
 typedef struct engine_swa {
@@ -111,6 +141,7 @@ struct pagoda_engine {
     pagoda_engine_opts opts;
     pagoda_forward fw;
     engine_swa swa;
+    engine_spec spec;
     int32_t policy_blocks;       /* blocks the KV policy manages (the main pool less the sink) */
     struct pagoda_metrics *metrics;
     int32_t max_num_seqs, max_batched_tokens;
@@ -228,6 +259,26 @@ void engine_constraint_shutdown(pagoda_engine *e);
  * there was nothing to do. engine_step.c */
 bool engine_step(pagoda_engine *e);
 
+/* Speculative decoding, engine_spec.c. create: the drafter named by the
+ * options (an error naming the key when it is unknown or its numbers are
+ * out of range); destroy frees what create made. */
+int engine_spec_create(pagoda_engine *e, char *err, size_t err_len);
+void engine_spec_destroy(pagoda_engine *e);
+/* [any thread, at submit] q's drafter state from the request's cap
+ * (req_max: 0 the server's, -1 off, else at most that many): an error
+ * for a cap the server cannot honour. */
+int engine_spec_attach(pagoda_engine *e, seq *q, int32_t req_max, char *err, size_t err_len);
+/* Free q's drafter state (at the sequence's free). */
+void engine_spec_release(seq *q);
+/* [engine thread, plan phase] After the scheduler planned: give decoding
+ * entries draft tokens (written at q->tokens[n_tokens ..], counted in
+ * e->plan_n and e->spec.plan_draft; NULL when off) within the token,
+ * logit-row and KV budgets. */
+void engine_spec_plan(pagoda_engine *e);
+/* [engine thread, commit phase] q verified `drafted` tokens of which
+ * `accepted` agreed: its adaptive length and the counters move on. */
+void engine_spec_verified(pagoda_engine *e, seq *q, int32_t drafted, int32_t accepted);
+
 /* The window pool, engine_swa.c. create: the geometry and the bookkeeping
  * (before the forward pass is made: it sizes the pools); destroy frees it. */
 int engine_swa_create(pagoda_engine *e, char *err, size_t err_len);
@@ -270,9 +321,10 @@ void engine_emit_prompt(pagoda_engine *e, seq *q, int32_t index, float logprob, 
  * and free it. engine_events.c */
 void engine_finish_and_remove(pagoda_engine *e, seq *q, int reason, const char *error);
 
-/* [engine thread] Remember one step for inspection. engine_inspect.c */
+/* [engine thread] Remember one step for inspection (drafted: its draft
+ * positions, accepted: the drafts that agreed). engine_inspect.c */
 void engine_record_step(pagoda_engine *e, uint64_t step, int32_t n_seqs, int32_t prefill,
-                        int32_t decode, double seconds);
+                        int32_t decode, int32_t drafted, int32_t accepted, double seconds);
 /* [engine thread, mu held] Serve the snapshots asked for since the last
  * one: build one, share it, wake the askers. engine_inspect.c */
 void engine_inspect_serve(pagoda_engine *e);

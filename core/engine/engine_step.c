@@ -1,11 +1,14 @@
 /*
- * engine_step.c: one engine step, on the engine thread: the environment
- * the scheduler policy plans through (admit, grow, preempt, plan, backed by
- * the KV policy), the flattened batch built from the plan, the forward
- * pass, and sampling each sequence that reached its end, with the stop
- * token and length checks. Not for: stop strings and the events a request
- * hears (engine_events.c), the loop that calls a step (engine.c), or the
- * math (forward.c).
+ * engine_step.c: one engine step, on the engine thread, in three phases
+ * read top to bottom:
+ *   plan    the environment the scheduler policy plans through (admit,
+ *           grow, preempt, plan, backed by the KV policy), then the
+ *           flattened batch built from its plan;
+ *   run     the forward pass (broadcast first under tensor parallelism);
+ *   commit  advance each sequence, sample the ones that reached their end,
+ *           with the stop token and length checks, and finish them.
+ * Not for: stop strings and the events a request hears (engine_events.c),
+ * the loop that calls a step (engine.c), or the math (forward.c).
  */
 #include "engine_internal.h"
 
@@ -17,6 +20,20 @@
 #include "metrics.h"
 #include "tp.h"
 #include "tokenizer.h"
+
+/* What one step carries from phase to phase. */
+typedef struct step_state {
+    double t_start;          /* when the step began (its recorded time) */
+    uint64_t seq_no;         /* its number */
+    int32_t n_seqs;          /* sequences in its batch, as run */
+    int32_t n_tokens;        /* rows of the flattened batch */
+    int32_t n_logits;        /* rows whose logits are sampled */
+    int32_t n_score;         /* rows whose logits score a prompt token */
+    int32_t n_decode;        /* rows computing a token sampled last step */
+    int32_t n_draft;         /* rows computing a draft token */
+} step_state;
+
+/* ================================================================= plan */
 
 seq *engine_find_seq(pagoda_engine *e, uint64_t id)
 {
@@ -82,6 +99,9 @@ static void drop_plan_entry(pagoda_engine *e, int32_t i)
 {
     memmove(&e->plan_seq[i], &e->plan_seq[i + 1], sizeof(seq *) * (size_t)(e->n_plan - i - 1));
     memmove(&e->plan_n[i], &e->plan_n[i + 1], sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
+    if (e->spec.plan_draft)
+        memmove(&e->spec.plan_draft[i], &e->spec.plan_draft[i + 1],
+                sizeof(int32_t) * (size_t)(e->n_plan - i - 1));
     e->n_plan--;
 }
 
@@ -149,6 +169,12 @@ static int env_plan(void *opaque, uint64_t id, int32_t n_tokens)
     return PAGODA_OK;
 }
 
+/* Draft tokens of plan entry i this step (engine_spec.c). */
+static int32_t drafted_of(const pagoda_engine *e, int32_t i)
+{
+    return e->spec.plan_draft ? e->spec.plan_draft[i] : 0;
+}
+
 static bool is_stop_token(const pagoda_engine *e, const seq *q, int32_t tok)
 {
     for (int32_t i = 0; i < q->n_stop_ids; i++)
@@ -198,18 +224,21 @@ static int32_t queue_scores(pagoda_engine *e, seq *q, int32_t start, int32_t n, 
     return n_score;
 }
 
-/* One step: schedule, run, sample. Returns false when there was nothing to do. */
-bool engine_step(pagoda_engine *e)
+/* Ask the scheduler for the step's plan (e->plan_seq / plan_n). PLAN_RUN
+ * when something is planned; PLAN_IDLE when nothing was to do; PLAN_DONE
+ * when the step did something else (ended a request that can never fit). */
+enum { PLAN_IDLE, PLAN_DONE, PLAN_RUN };
+
+static int plan_schedule(pagoda_engine *e)
 {
     char err[512];
-    double t_step = engine_now_s();
     int32_t n_wait = 0;
     seq **waiting = malloc(sizeof(seq *) * (size_t)(e->n_seqs ? e->n_seqs : 1));
-    if (!waiting) return false;
+    if (!waiting) return PLAN_IDLE;
     for (int32_t i = 0; i < e->n_seqs; i++)
         if (e->seqs[i]->s.state == PAGODA_SEQ_WAITING) waiting[n_wait++] = e->seqs[i];
     seq **running = malloc(sizeof(seq *) * (size_t)(e->n_running ? e->n_running : 1));
-    if (!running) { free(waiting); return false; }
+    if (!running) { free(waiting); return PLAN_IDLE; }
     if (e->n_running) memcpy(running, e->running, sizeof(seq *) * (size_t)e->n_running);
     pagoda_sched_env env = {
         .struct_size = sizeof env, .opaque = e,
@@ -226,7 +255,7 @@ bool engine_step(pagoda_engine *e)
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "scheduler %s failed: %s", e->sched->name, pagoda_status_str(st));
         free(waiting);
-        return false;
+        return PLAN_IDLE;
     }
     if (e->n_plan == 0) {
         /* Nothing runs. If nothing holds KV either, the waiting head can never
@@ -240,15 +269,23 @@ bool engine_step(pagoda_engine *e)
                      e->opts.block_size, e->opts.n_blocks);
             free(waiting);
             engine_finish_and_remove(e, q, PAGODA_FINISH_ERROR, err);
-            return true;
+            return PLAN_DONE;
         }
         free(waiting);
-        return false;
+        return PLAN_IDLE;
     }
     free(waiting);
+    return PLAN_RUN;
+}
 
-    /* build the flattened batch (and the window pool's, engine_swa.c) */
-    int32_t T = 0, n_logits = 0, n_score = 0, n_decode = 0;
+/* Flatten the plan into the batch (and the window pool's, engine_swa.c):
+ * tokens, positions, KV slots, views, the rows to sample and to score.
+ * An entry the KV policy or the window pool cannot serve ends its request
+ * and leaves the plan. */
+static void plan_batch(pagoda_engine *e, step_state *ss)
+{
+    char err[512];
+    int32_t T = 0, n_logits = 0, n_score = 0, n_decode = 0, n_draft = 0;
     double t = engine_now_s();
     e->swa.sink_used = 0;
     for (int32_t i = 0; i < e->n_plan; i++) {
@@ -288,120 +325,196 @@ bool engine_step(pagoda_engine *e)
             continue;
         }
         n_score = queue_scores(e, q, start, n, T, n_score);
-        /* decode: the one token it sampled last; anything else is prefill
-         * (a prompt, or what a preempted sequence recomputes) */
-        n_decode += n == 1 && start == q->s.n_tokens - 1 && start >= q->s.n_prompt;
+        /* decode: the one token it sampled last (and its drafts after it,
+         * each with logits); anything else is prefill (a prompt, or what a
+         * preempted sequence recomputes) */
+        int32_t k = drafted_of(e, i);
+        n_decode += n - k == 1 && start == q->s.n_tokens - 1 && start >= q->s.n_prompt;
+        n_draft += k;
         T += n;
-        if (start + n == q->s.n_tokens && !q->score_only) e->logit_rows[n_logits++] = T - 1;
+        if (start + n - k == q->s.n_tokens && !q->score_only)
+            for (int32_t r = k; r >= 0; r--) e->logit_rows[n_logits++] = T - 1 - r;
     }
-    if (e->n_plan == 0) return true;
-    /* step_no is also read by snapshots taken off the engine thread */
-    uint64_t seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
-    int32_t step_seqs = e->n_plan; /* a traced token's batch */
-    e->cur_step = seq_no;
-    e->cur_step_seqs = step_seqs;
-    e->cur_step_tokens = T;
-    pagoda_batch batch = {.seq_no = seq_no, .n_tokens = T, .tokens = e->b_tokens,
+    ss->n_tokens = T;
+    ss->n_logits = n_logits;
+    ss->n_score = n_score;
+    ss->n_decode = n_decode;
+    ss->n_draft = n_draft;
+}
+
+/* ================================================================== run */
+
+/* The forward pass over the step's batch: the sampled rows' logits land in
+ * e->logits, the scored rows go to consume_scores as they are made. */
+static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t err_len)
+{
+    int32_t T = ss->n_tokens;
+    pagoda_batch batch = {.seq_no = ss->seq_no, .n_tokens = T, .tokens = e->b_tokens,
                           .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
                           .seqs = e->views};
     /* the sliding-window layers' view of the same step: their own slots and
      * tables (a seq_no of its own, for a backend that caches per batch) */
-    pagoda_batch local = {.seq_no = seq_no | (1ull << 63), .n_tokens = T, .tokens = e->b_tokens,
-                          .positions = e->b_pos, .slots = e->swa.slots, .n_seqs = e->n_plan,
-                          .seqs = e->swa.views};
-    pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = n_score,
+    pagoda_batch local = {.seq_no = ss->seq_no | (1ull << 63), .n_tokens = T,
+                          .tokens = e->b_tokens, .positions = e->b_pos, .slots = e->swa.slots,
+                          .n_seqs = e->n_plan, .seqs = e->swa.views};
+    pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = ss->n_score,
                               .consume = consume_scores, .user = e};
     /* tensor parallelism: the other ranks run the same step on their shards */
-    st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, sizeof err) : PAGODA_OK;
+    int st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, err_len) : PAGODA_OK;
     if (!st)
         st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
-                                     n_logits, e->logits, n_score ? &scan : NULL, err, sizeof err);
-    if (st) {
-        pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
-        int32_t np = e->n_plan;
-        seq *failed[np > 0 ? np : 1];
-        memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
-        for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
-        engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
-        return true;
-    }
+                                     ss->n_logits, e->logits, ss->n_score ? &scan : NULL, err,
+                                     err_len);
+    return st;
+}
 
-    /* advance, sample, stream */
+/* =============================================================== commit */
+
+/* The forward pass failed: every planned request ends with its error. */
+static void commit_failed(pagoda_engine *e, const char *err)
+{
+    pagoda_log(PAGODA_LOG_ERROR, "forward pass failed: %s", err);
+    int32_t np = e->n_plan;
+    seq *failed[np > 0 ? np : 1];
+    memcpy(failed, e->plan_seq, sizeof(seq *) * (size_t)np);
+    for (int32_t i = 0; i < np; i++) engine_finish_and_remove(e, failed[i], PAGODA_FINISH_ERROR, err);
+}
+
+/* Sample q's next token from its logits row lg exactly as plain decoding
+ * does: the constraint's mask, the sampler (penalties, filters, its seeded
+ * draw), the matcher moved on, the token appended and streamed, and the
+ * stop token, stop string and length checks. Returns the finish reason
+ * (PAGODA_FINISH_NONE: it goes on; ERROR with err filled) and *tok, the
+ * token sampled (-1 when none was). */
+static int sample_row(pagoda_engine *e, seq *q, float *lg, double t, int32_t *tok_out, char *err,
+                      size_t err_len)
+{
+    *tok_out = -1;
+    if (q->matcher) {
+        /* structured output: only what the spec allows (engine_constraint.c) */
+        int m = engine_constraint_mask(e, q, lg, err, err_len);
+        if (m) return m > 0 ? PAGODA_FINISH_STOP : PAGODA_FINISH_ERROR;
+    }
+    float lp = 0;
+    int32_t n_top = q->logprobs > 0 ? q->logprobs : 0;
+    int32_t tok = pagoda_sampler_sample(q->sampler, lg, q->logprobs >= 0 ? &lp : NULL, n_top,
+                                        e->top_ids, e->top_lp);
+    if (q->matcher && !is_stop_token(e, q, tok) &&
+        engine_constraint_advance(e, q, tok, err, err_len) < 0)
+        return PAGODA_FINISH_ERROR;
+    *tok_out = tok;
+    pagoda_sampler_accept(q->sampler, tok, false);
+    q->tokens[q->s.n_tokens++] = tok;
+    if (q->t_first == 0) {
+        q->t_first = t;
+        if (e->metrics) pagoda_metrics_observe(e->metrics, PAGODA_HIST_TTFT, t - q->t_arrival);
+    } else if (e->metrics) {
+        pagoda_metrics_observe(e->metrics, PAGODA_HIST_ITL, t - q->t_last);
+    }
+    q->t_last = t;
+    pthread_mutex_lock(&e->mu);
+    e->generation_tokens_total++;
+    pthread_mutex_unlock(&e->mu);
+    if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_GENERATION_TOKENS, 1);
+    if (is_stop_token(e, q, tok)) {
+        engine_emit_text(e, q, q->emitted, tok, lp, n_top); /* the token, no text */
+        return PAGODA_FINISH_STOP;
+    }
+    if (engine_push_text(e, q, tok, lp, n_top)) return PAGODA_FINISH_STOP;
+    if (q->s.n_tokens - q->s.n_prompt >= q->max_new || q->s.n_tokens >= e->opts.max_seq_len)
+        return PAGODA_FINISH_LENGTH;
+    return PAGODA_FINISH_NONE;
+}
+
+/* Advance, verify, sample, stream: each planned sequence's KV moves on;
+ * one that reached its end samples its next token from its logits row and
+ * hears it. A sequence with k drafts has k + 1 rows: row j is sampled as
+ * plain decoding would sample it, and while what it gave equals draft j
+ * the draft's KV is kept and row j + 1 (computed after that draft) is
+ * sampled next; the first token that differs (or the one after the last
+ * draft) ends its step, and the KV of the drafts after it is never
+ * committed (docs/speculation.md). The ones that ended are finished last
+ * (their rows stay valid until every row was read). */
+static void step_commit(pagoda_engine *e)
+{
+    char err[512];
+    const int32_t V = e->model->hp.n_vocab;
     int32_t li = 0;
     int32_t np = e->n_plan;
     seq *done[np > 0 ? np : 1];
     int done_reason[np > 0 ? np : 1];
     char done_err[np > 0 ? np : 1][sizeof err]; /* a constrained request's error, when it fails */
     int32_t n_done = 0;
-    t = engine_now_s();
+    double t = engine_now_s();
+    e->spec.step_drafted = e->spec.step_accepted = 0;
     for (int32_t i = 0; i < np; i++) {
         seq *q = e->plan_seq[i];
-        q->s.n_computed += e->plan_n[i];
-        engine_swa_trim(e, q);
-        /* a scored prompt's blocks are its own (see engine_submit.c) */
-        if (e->kv->ops.commit && q->prompt_logprobs < 0)
-            e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
+        int32_t k = drafted_of(e, i);
+        q->s.n_computed += e->plan_n[i] - k;
+        if (k == 0) {
+            engine_swa_trim(e, q);
+            /* a scored prompt's blocks are its own (see engine_submit.c) */
+            if (e->kv->ops.commit && q->prompt_logprobs < 0)
+                e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
+        }
         if (q->s.n_computed != q->s.n_tokens) continue;
         if (q->score_only) {
             done[n_done] = q;
             done_reason[n_done++] = PAGODA_FINISH_LENGTH;
             continue;
         }
-        float *lg = e->logits + (size_t)li++ * (size_t)e->model->hp.n_vocab;
+        float *rows = e->logits + (size_t)li * (size_t)V;
+        li += 1 + k;
         if (q->cancelled) continue;
-        if (q->matcher) {
-            /* structured output: only what the spec allows (engine_constraint.c) */
-            int m = engine_constraint_mask(e, q, lg, err, sizeof err);
-            if (m) {
-                done[n_done] = q;
-                done_reason[n_done] = m > 0 ? PAGODA_FINISH_STOP : PAGODA_FINISH_ERROR;
-                if (m < 0) snprintf(done_err[n_done], sizeof done_err[0], "%s", err);
-                n_done++;
-                continue;
-            }
-        }
-        float lp = 0;
-        int32_t n_top = q->logprobs > 0 ? q->logprobs : 0;
-        int32_t tok = pagoda_sampler_sample(q->sampler, lg, q->logprobs >= 0 ? &lp : NULL, n_top,
-                                            e->top_ids, e->top_lp);
-        if (q->matcher && !is_stop_token(e, q, tok) &&
-            engine_constraint_advance(e, q, tok, err, sizeof err) < 0) {
-            done[n_done] = q;
-            done_reason[n_done] = PAGODA_FINISH_ERROR;
-            snprintf(done_err[n_done], sizeof done_err[0], "%s", err);
-            n_done++;
-            continue;
-        }
-        pagoda_sampler_accept(q->sampler, tok, false);
-        q->tokens[q->s.n_tokens++] = tok;
-        if (q->t_first == 0) {
-            q->t_first = t;
-            if (e->metrics) pagoda_metrics_observe(e->metrics, PAGODA_HIST_TTFT, t - q->t_arrival);
-        } else if (e->metrics) {
-            pagoda_metrics_observe(e->metrics, PAGODA_HIST_ITL, t - q->t_last);
-        }
-        q->t_last = t;
-        pthread_mutex_lock(&e->mu);
-        e->generation_tokens_total++;
-        pthread_mutex_unlock(&e->mu);
-        if (e->metrics) pagoda_metrics_count(e->metrics, PAGODA_COUNTER_GENERATION_TOKENS, 1);
         int reason = PAGODA_FINISH_NONE;
-        if (is_stop_token(e, q, tok)) {
-            reason = PAGODA_FINISH_STOP;
-            engine_emit_text(e, q, q->emitted, tok, lp, n_top); /* the token, no text */
-        } else if (engine_push_text(e, q, tok, lp, n_top)) {
-            reason = PAGODA_FINISH_STOP;
-        } else if (q->s.n_tokens - q->s.n_prompt >= q->max_new || q->s.n_tokens >= e->opts.max_seq_len) {
-            reason = PAGODA_FINISH_LENGTH;
+        int32_t accepted = 0;
+        for (int32_t j = 0; j <= k; j++) {
+            /* draft j sits where the token this row gives will go */
+            int32_t draft = j < k ? q->tokens[q->s.n_tokens] : -1, tok;
+            reason = sample_row(e, q, rows + (size_t)j * (size_t)V, t, &tok, err, sizeof err);
+            if (j < k && tok == draft) accepted++;
+            if (reason || j == k || tok != draft) break;
+            q->s.n_computed++; /* the draft was the token: its KV and next row hold */
+        }
+        if (k > 0) {
+            engine_spec_verified(e, q, k, accepted);
+            engine_swa_trim(e, q);
+            if (e->kv->ops.commit && q->prompt_logprobs < 0)
+                e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
         }
         if (reason) {
             done[n_done] = q;
-            done_reason[n_done++] = reason;
+            done_reason[n_done] = reason;
+            if (reason == PAGODA_FINISH_ERROR) snprintf(done_err[n_done], sizeof done_err[0], "%s", err);
+            n_done++;
         }
     }
     for (int32_t i = 0; i < n_done; i++)
         engine_finish_and_remove(e, done[i], done_reason[i],
                                  done_reason[i] == PAGODA_FINISH_ERROR ? done_err[i] : NULL);
-    engine_record_step(e, seq_no, step_seqs, T - n_decode, n_decode, engine_now_s() - t_step);
+}
+
+/* One step: plan, run, commit. Returns false when there was nothing to do. */
+bool engine_step(pagoda_engine *e)
+{
+    char err[512];
+    step_state ss = {.t_start = engine_now_s()};
+    int p = plan_schedule(e);
+    if (p != PLAN_RUN) return p == PLAN_DONE;
+    engine_spec_plan(e);
+    plan_batch(e, &ss);
+    if (e->n_plan == 0) return true;
+    /* step_no is also read by snapshots taken off the engine thread */
+    ss.seq_no = __atomic_add_fetch(&e->step_no, 1, __ATOMIC_RELAXED);
+    ss.n_seqs = e->n_plan; /* a traced token's batch */
+    e->cur_step = ss.seq_no;
+    e->cur_step_seqs = ss.n_seqs;
+    e->cur_step_tokens = ss.n_tokens;
+
+    e->spec.step_drafted = e->spec.step_accepted = 0;
+    if (step_run(e, &ss, err, sizeof err)) commit_failed(e, err);
+    else step_commit(e);
+    engine_record_step(e, ss.seq_no, ss.n_seqs, ss.n_tokens - ss.n_decode - ss.n_draft,
+                       ss.n_decode, ss.n_draft, e->spec.step_accepted, engine_now_s() - ss.t_start);
     return true;
 }

@@ -26,6 +26,7 @@ void engine_seq_free(seq *q)
     free(q->stop_ids);
     free(q->cache_salt);
     engine_constraint_release(q);
+    engine_spec_release(q);
     if (q->sampler) pagoda_sampler_free(q->sampler);
     free(q->out);
     free(q);
@@ -197,6 +198,9 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
     /* a spec is compiled here, on the caller's thread: a bad one is this
      * call's refusal, and its compile time never holds up the engine */
     if ((st = engine_constraint_attach(e, q, &req, err, err_len)) != PAGODA_OK) goto fail;
+    /* speculative decoding's per-sequence drafter (after the matcher: a
+     * constrained request decodes plainly) */
+    if ((st = engine_spec_attach(e, q, req.spec_max_draft, err, err_len)) != PAGODA_OK) goto fail;
     /* A scored prompt needs the logits of every position it reports, and a
      * cached prefix has none: such a request is admitted under a salt of its
      * own (so it finds no cached block) and never commits its blocks (so it

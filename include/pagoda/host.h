@@ -84,6 +84,13 @@ typedef struct pagoda_request {
     bool trace;                  /* every TOKEN event that carries a token also carries how it
                                     was made: its step, that step's batch, the sequence's KV
                                     after it and at least 5 top candidates (pagoda_event) */
+    /* ---- ABI 1.10: speculative decoding (docs/speculation.md) */
+    int32_t spec_max_draft;      /* 0 (default): the server's [engine] speculative and
+                                    spec_max_draft; -1: decode without drafts; N > 0: at most
+                                    N draft tokens a step (more than the server's limit is its
+                                    limit; refused when the server has speculation off or N
+                                    is not below the context). The output is the same either
+                                    way; only the speed differs */
 } pagoda_request;
 
 #define PAGODA_MAX_TOP_LOGPROBS 20
@@ -200,6 +207,11 @@ typedef struct pagoda_engine_stats {
     int64_t prompt_tokens_total, generation_tokens_total;
     int64_t requests_finished_total, preemptions_total, steps_total;
     bool ready;                  /* weights loaded, serving */
+    /* ---- ABI 1.10: speculative decoding */
+    char spec_drafter[16];       /* "" when off, else the drafter's name ("ngram") */
+    int64_t spec_drafted_total;  /* draft tokens verified */
+    int64_t spec_accepted_total; /* of those, the ones that agreed with the model */
+    int64_t spec_verify_steps_total; /* sequence-steps that verified drafts */
     /* ---- ABI 1.11: the KV policy's slower tier (pagoda_kv_stats' tier_*;
      * all 0 without one) */
     bool tier_on;

@@ -46,7 +46,8 @@ extern "C" {
  * types.h: gpt-oss's experts), a bit of info.weight_types a backend opts
  * into; 1.10 the host's chat_render_opts: a request's template options
  * (pagoda_chat_options: enable_thinking, reasoning_effort) reach the chat
- * template; 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
+ * template, and speculative decoding: the request's spec_max_draft and the
+ * engine stats' spec_* counters (host.h); 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
  * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
  * counters. */
 #define PAGODA_ABI_MINOR 11

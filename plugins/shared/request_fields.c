@@ -107,6 +107,11 @@ int rf_parse_sampling(json_t *o, pagoda_request *req, const char **stop, int *ma
     if (r) req->ignore_eos = b;
     if ((r = rf_get_int(o, "priority", INT32_MIN, INT32_MAX, &i, pe)) < 0) return -1;
     if (r) req->priority = (int32_t)i;
+    /* speculative decoding (docs/speculation.md): -1 off, 0 the server's,
+     * N at most N draft tokens a step; the engine checks it against the
+     * context and the server's setting */
+    if ((r = rf_get_int(o, "spec_max_draft", -1, INT32_MAX, &i, pe)) < 0) return -1;
+    if (r) req->spec_max_draft = (int32_t)i;
     json_t *salt = json_object_get(o, "cache_salt");
     if (salt && !json_is_null(salt)) {
         if (!json_is_string(salt) || !json_string_length(salt))

@@ -2,7 +2,7 @@
  * request_fields.h: what the http and stdin frontends share: a growable
  * byte buffer, and the parsing of a JSON request's sampling fields
  * (max_tokens, temperature, top_p, top_k, min_p, the penalties, seed,
- * ignore_eos, priority, cache_salt, stop) into a pagoda_request, with the
+ * ignore_eos, priority, cache_salt, spec_max_draft, stop) into a pagoda_request, with the
  * same ranges and the same error messages in both.
  * Compiled once into the static library pagoda_frontend_shared, which
  * each frontend plugin links (hidden: no plugin exports these names).

@@ -3,7 +3,8 @@
 # 4 and 2 a rank) reproduces the golden greedy output of llama2.c's run.c
 # (tests/data/stories260K.golden.json: 200 tokens after BOS) exactly,
 # through the stdin frontend and over HTTP, and rank 0's /metrics shows
-# what the collectives moved. Not for: the split's arithmetic (test_tp).
+# what the collectives moved, and again with speculative decoding on.
+# Not for: the split's arithmetic (test_tp).
 set -u
 : "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}" "${MPIEXEC:?set by ctest}"
 tmp=$(mktemp -d /tmp/pagoda-tpgold-XXXXXX)
@@ -18,6 +19,25 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
+# start_http [--set K=V]...: rank 0's HTTP server on a free port ($port, $pid), healthy
+start_http() {
+    port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    "${run[@]}" --set engine.frontend=http --set frontend.http.port="$port" "$@" >"$tmp/hout" 2>"$tmp/err" &
+    pid=$!
+    for _ in $(seq 1200); do # bounded: 120 s
+        curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || fail "the HTTP server exited ($*)"
+        sleep 0.1
+    done
+    fail "the HTTP server did not become healthy ($*)"
+}
+# stop_http: SIGTERM, and it must be gone within 60 s
+stop_http() {
+    kill -TERM "$pid"
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIGTERM"
+    pid=
+}
 golden="$PAGODA_SOURCE_DIR/tests/data/stories260K.golden.json"
 # the golden ids count the prompt's tokens after BOS: the rest are generated
 n_gen=$(python3 -c "
@@ -43,14 +63,7 @@ print(f"stdin: {out['usage']['completion_tokens']} tokens equal the golden text"
 PY
 
 # 2. HTTP, and the metrics of what the links carried
-port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-"${run[@]}" --set engine.frontend=http --set frontend.http.port="$port" >"$tmp/hout" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1200); do # bounded: 120 s
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || fail "the HTTP server exited"
-    sleep 0.1
-done
+start_http
 curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $n_gen, \"temperature\": 0}" >"$tmp/resp" ||
     fail "completion request"
@@ -76,8 +89,30 @@ assert m["pagoda_comm_seconds_total"] > 0 and m["pagoda_comm_bytes_per_step"] > 
 print(f"http: equal the golden text; {steps:.0f} steps, {m['pagoda_comm_bytes_per_step']:.0f} "
       f"bytes and {m['pagoda_comm_seconds_per_step']*1e6:.0f} us in collectives a step")
 PY
-kill -TERM "$pid"
-for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIGTERM"
-pid=
-echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin and HTTP)"
+stop_http
+
+# 3. speculative decoding (docs/speculation.md): the drafts are rows of the
+# step every rank runs; the same golden text in fewer steps
+start_http --set engine.speculative=ngram
+curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $n_gen, \"temperature\": 0}" >"$tmp/resp" ||
+    fail "completion request (speculative)"
+curl -fs "http://127.0.0.1:$port/metrics" >"$tmp/metrics" || fail "metrics (speculative)"
+python3 - "$tmp/resp" "$golden" "$tmp/metrics" "$n_gen" <<'PY' || fail "speculative output or metrics"
+import json, sys
+r = json.load(open(sys.argv[1]))
+want = json.load(open(sys.argv[2]))["cases"][0]["text"].rstrip("\n")
+assert "Once upon a time" + r["choices"][0]["text"] == want, r
+m = {}
+for line in open(sys.argv[3]):
+    if line.startswith("pagoda_comm_steps_total") or line.startswith("pagoda_spec_"):
+        k, v = line.split()
+        m[k] = float(v)
+acc = m['pagoda_spec_accepted_tokens_total{drafter="ngram"}']
+assert acc > 0, m
+assert m["pagoda_comm_steps_total"] < int(sys.argv[4]), m
+print(f"speculative: equal the golden text; {acc:.0f} drafts accepted, "
+      f"{m['pagoda_comm_steps_total']:.0f} steps for {sys.argv[4]} tokens")
+PY
+stop_http
+echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin, HTTP, speculative)"

@@ -125,6 +125,18 @@ static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t
     return id;
 }
 
+/* Submit n greedy requests (prompt i % n_prompts, max_tokens_of(i)
+ * tokens, EOS ignored) collecting into r[0..n), and wait until all ended. */
+static inline void et_run_greedy(pagoda_runtime *rt, const char *const *prompts, int n_prompts, int n,
+                                 int32_t (*max_tokens_of)(int), et_result *r)
+{
+    for (int i = 0; i < n; i++) {
+        et_result_init(&r[i]);
+        et_submit(rt, prompts[i % n_prompts], max_tokens_of(i), &r[i], 0.0f);
+    }
+    pagoda_engine_wait_idle(rt->engine);
+}
+
 /* The n results of two runs of the same requests: the same tokens, in order. */
 static inline void et_assert_same_tokens(const et_result *a, const et_result *b, int n, const char *what)
 {

@@ -75,8 +75,11 @@ static void bench_usage(FILE *f)
 "                                  streams vs free ones (--repeat; 0: masks only)\n"
 "                          kvdtype f16 vs q8_0 KV cache: one stream decoding after a\n"
 "                                  2048-token prompt (decode step p50 kept per side)\n"
+"                          spec    speculative decoding (ngram) vs off, real text through the\n"
+"                                  chat template: one stream editing a code file, one chatting,\n"
+"                                  16 at once (--repeat rounds, default 3; needs --model)\n"
 "                        workload flags given override the comparison's defaults\n"
-"  --repeat N            sched/kv/prefix/batch/kvdtype: run the two sides alternately N times and\n"
+"  --repeat N            sched/kv/prefix/batch/kvdtype/spec: run the two sides alternately N times and\n"
 "                        keep each side's fastest run (other load only slows a run down)\n"
 "  --memory SIZE         quant: the budget the KV left is planned under (default 4G)\n"
 "  --threads N           threads of the bandwidth and sgemm probes (default: all CPUs)\n"
@@ -199,7 +202,7 @@ int pagoda_cmd_bench(int argc, char **argv)
     }
     if (o.compare && bench_compare_defaults(o.compare, &o)) {
         fprintf(stderr, "pagoda bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, "
-                "structured, kvdtype)\n", o.compare);
+                "structured, kvdtype, spec)\n", o.compare);
         return EXIT_USAGE;
     }
     for (int i = 1; i < argc; i++) {

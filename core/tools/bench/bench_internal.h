@@ -146,6 +146,15 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
                    const char *const *side_sets, int what, bench_result *res, char *err,
                    size_t err_len);
 
+/* Open a runtime for one side: the bench's defaults (or o->config), the
+ * model, o's --set and side_sets; the HTTP frontend on a free port written
+ * to port_file when port_file is not NULL. bench_run.c */
+int bench_open_side(const bench_opts *o, const char *model, const char *const *side_sets,
+                    const char *port_file, pagoda_config **cfg_out, pagoda_runtime **rt_out,
+                    char *err, size_t err_len);
+/* bench_spec.c: --compare spec, speculative decoding on vs off */
+int bench_do_spec(const bench_opts *o);
+
 /* bench_http.c: the serving benchmark */
 /* Start the runtime's HTTP frontend, run the workload through it, stop it. */
 int bench_serve_workload(pagoda_runtime *rt, const char *port_file, const pagoda_bench_workload *w,

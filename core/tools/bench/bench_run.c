@@ -398,8 +398,8 @@ static int run_single(pagoda_runtime *rt, int32_t n_prompt, int32_t n_out, uint6
 /* Build the runtime of one side: built-in defaults (or --config), the
  * model, the user's --set, then the side's own settings (which win, so a
  * comparison always compares what it says). */
-static int open_side(const bench_opts *o, const char *model, const char *const *side_sets,
-                     const char *port_file, pagoda_config **cfg_out, pagoda_runtime **rt_out,
+int bench_open_side(const bench_opts *o, const char *model, const char *const *side_sets,
+                    const char *port_file, pagoda_config **cfg_out, pagoda_runtime **rt_out,
                      char *err, size_t err_len)
 {
     *cfg_out = NULL;
@@ -459,7 +459,7 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
     char port_file[256];
     snprintf(port_file, sizeof port_file, "/tmp/pagoda-bench-%d.port", (int)getpid());
     unlink(port_file);
-    int st = open_side(o, model, side_sets, o->serve ? port_file : NULL, &cfg, &rt, err, err_len);
+    int st = bench_open_side(o, model, side_sets, o->serve ? port_file : NULL, &cfg, &rt, err, err_len);
     if (st) return st;
     const char *base = strrchr(rt->ec.model, '/');
     snprintf(res->model, sizeof res->model, "%s", base ? base + 1 : rt->ec.model);

@@ -1,0 +1,216 @@
+/*
+ * engine_spec.c: speculative decoding's engine side. In the plan phase a
+ * decoding sequence may get draft tokens from its drafter (drafter.h) as
+ * extra rows of its batch entry, each with its logits; the commit phase
+ * (engine_step.c) samples those rows in order exactly as plain decoding
+ * would and keeps the drafts up to the first that differs from what was
+ * sampled, so the output is the one plain decoding gives (the argument is
+ * in docs/speculation.md). Here: the budgets drafts are planned within
+ * (tokens, logit rows, KV blocks, the batch size above which a step drafts
+ * nothing), each sequence's adaptive draft length and its break-even
+ * pause, and the counters.
+ * Not for: proposing tokens (the drafters), sampling (engine_step.c).
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* A sequence whose drafts agree less often than this (smoothed) sits out:
+ * on a CPU a verify row costs a fraction of a decode step (the weights are
+ * read once for all rows), and below about this rate the rows cost more
+ * than the tokens they save (docs/speculation.md). */
+#define SPEC_BREAK_EVEN 0.3f
+#define SPEC_FIRST_K 4             /* a sequence's first draft length */
+#define SPEC_MIN_SAMPLE 8          /* drafted tokens before break-even is judged */
+#define SPEC_PAUSE_STEPS 16        /* the first pause; it doubles up to 16x */
+
+int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *o, int32_t max_num_seqs,
+                                int32_t max_batched_tokens)
+{
+    if (!o->speculative[0] || strcmp(o->speculative, "off") == 0) return 0;
+    int32_t kmax = o->spec_max_draft > 0 ? o->spec_max_draft : 8;
+    int32_t seqs = o->spec_max_seqs > 1 ? o->spec_max_seqs : 1;
+    if (seqs > max_num_seqs) seqs = max_num_seqs;
+    int64_t rows = (int64_t)seqs * kmax;
+    return (int32_t)(rows < max_batched_tokens ? rows : max_batched_tokens);
+}
+
+int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
+{
+    engine_spec *sp = &e->spec;
+    const pagoda_engine_opts *o = &e->opts;
+    if (!o->speculative[0] || strcmp(o->speculative, "off") == 0) return PAGODA_OK;
+    sp->drafter = pagoda_drafter_find(o->speculative);
+    if (!sp->drafter) {
+        ERR("[engine] speculative = %s: no such drafter (off or ngram)", o->speculative);
+        return PAGODA_ERR_INVALID;
+    }
+    int32_t kmax = o->spec_max_draft > 0 ? o->spec_max_draft : 8;
+    if (kmax >= o->max_seq_len) {
+        ERR("[engine] spec_max_draft = %d is not below the context (max_seq_len %d)", kmax,
+            o->max_seq_len);
+        return PAGODA_ERR_INVALID;
+    }
+    if (o->spec_ngram < 0 || o->spec_ngram > 8) {
+        ERR("[engine] spec_ngram = %d is out of range (1 to 8)", o->spec_ngram);
+        return PAGODA_ERR_INVALID;
+    }
+    if (e->swa.g.window) {
+        /* the window pool's blocks are trimmed per computed position; a
+         * rejected draft would leave them out of step (engine_swa.h) */
+        pagoda_log(PAGODA_LOG_WARN, "speculative decoding is off: the model has sliding-window "
+                   "layers, which it does not support yet");
+        sp->drafter = NULL;
+        return PAGODA_OK;
+    }
+    sp->max_draft = kmax;
+    sp->max_seqs = o->spec_max_seqs >= 0 ? o->spec_max_seqs : 4;
+    sp->cfg = (pagoda_drafter_config){.ngram = o->spec_ngram > 0 ? o->spec_ngram : 3,
+                                      .max_seq_len = o->max_seq_len};
+    sp->rows = pagoda_engine_spec_rows(o, e->max_num_seqs, e->max_batched_tokens);
+    sp->plan_draft = calloc((size_t)e->max_num_seqs, sizeof(int32_t));
+    if (!sp->plan_draft) {
+        ERR("out of memory for speculative decoding's buffers");
+        return PAGODA_ERR_NOMEM;
+    }
+    return PAGODA_OK;
+}
+
+void engine_spec_destroy(pagoda_engine *e)
+{
+    free(e->spec.plan_draft);
+    e->spec.plan_draft = NULL;
+}
+
+int engine_spec_attach(pagoda_engine *e, seq *q, int32_t req_max, char *err, size_t err_len)
+{
+    const engine_spec *sp = &e->spec;
+    if (req_max < -1) {
+        ERR("spec_max_draft %d is out of range (-1 off, 0 the server's, or 1 to %d)", req_max,
+            e->opts.max_seq_len - 1);
+        return PAGODA_ERR_INVALID;
+    }
+    if (req_max >= e->opts.max_seq_len) {
+        ERR("spec_max_draft %d is not below the context (max_seq_len %d)", req_max,
+            e->opts.max_seq_len);
+        return PAGODA_ERR_INVALID;
+    }
+    if (req_max > 0 && !sp->drafter) {
+        ERR("spec_max_draft %d: speculative decoding is off on this server ([engine] speculative)",
+            req_max);
+        return PAGODA_ERR_INVALID;
+    }
+    /* structured output samples through its matcher's masks, one token a
+     * step; a scored prompt's request is a measurement: both decode plainly */
+    if (!sp->drafter || req_max < 0 || q->matcher || q->score_only) return PAGODA_OK;
+    /* more than the server's limit is the server's limit (stated in the
+     * request's documentation) */
+    q->spec_max = req_max > 0 && req_max < sp->max_draft ? req_max : sp->max_draft;
+    q->spec_state = sp->drafter->seq_new(&sp->cfg, q->s.max_total);
+    if (!q->spec_state) {
+        ERR("out of memory");
+        return PAGODA_ERR_NOMEM;
+    }
+    q->spec_k = SPEC_FIRST_K < q->spec_max ? SPEC_FIRST_K : q->spec_max;
+    q->spec_ema = 1.0f;
+    q->spec_drafter = sp->drafter;
+    return PAGODA_OK;
+}
+
+void engine_spec_release(seq *q)
+{
+    if (q->spec_state && q->spec_drafter) q->spec_drafter->seq_free(q->spec_state);
+    q->spec_state = NULL;
+}
+
+/* A planned entry that decodes one token q sampled last step (its only
+ * row), with nothing else asked of its logits. */
+static bool decoding(const pagoda_engine *e, const seq *q, int32_t i)
+{
+    return e->plan_n[i] == 1 && q->s.n_computed == q->s.n_tokens - 1 &&
+           q->s.n_tokens > q->s.n_prompt && !q->cancelled;
+}
+
+void engine_spec_plan(pagoda_engine *e)
+{
+    engine_spec *sp = &e->spec;
+    if (!sp->drafter) return;
+    memset(sp->plan_draft, 0, sizeof(int32_t) * (size_t)e->n_plan);
+    int32_t n_dec = 0, tokens = 0;
+    for (int32_t i = 0; i < e->n_plan; i++) {
+        n_dec += decoding(e, e->plan_seq[i], i);
+        tokens += e->plan_n[i];
+    }
+    /* many sequences decoding: the step is compute-bound already, and draft
+     * rows would cost as much as real ones */
+    if (n_dec == 0 || n_dec > (sp->max_seqs > 1 ? sp->max_seqs : 1)) return;
+    int32_t rows_left = sp->rows, bs = e->opts.block_size;
+    pagoda_kv_stats ks = {.struct_size = sizeof ks};
+    e->kv->ops.stats(e->kv->ctx, &ks);
+    int64_t free_blocks = ks.free_blocks + ks.cached_blocks;
+    for (int32_t i = 0; i < e->n_plan && rows_left > 0; i++) {
+        seq *q = e->plan_seq[i];
+        if (!q->spec_state || !decoding(e, q, i)) continue;
+        if (q->spec_cooldown > 0) {
+            q->spec_cooldown--;
+            continue;
+        }
+        int32_t n = q->s.n_tokens;
+        /* the last draft worth making is the one before the length limit
+         * (the token after an accepted run is sampled anyway) */
+        int32_t k = q->spec_k;
+        if (k > q->s.max_total - n - 1) k = q->s.max_total - n - 1;
+        if (k > e->opts.max_seq_len - n - 1) k = e->opts.max_seq_len - n - 1;
+        if (k > e->max_batched_tokens - tokens) k = e->max_batched_tokens - tokens;
+        if (k > rows_left) k = rows_left;
+        if (k <= 0) continue;
+        /* proposed straight into the token array (cap = max_total + 1 > n
+         * + k): the batch reads them there, the commit overwrites them */
+        k = q->spec_drafter->propose(q->spec_state, q->tokens, n, k, q->tokens + n);
+        if (k <= 0) continue;
+        /* KV for the drafts, only from blocks nobody else will need this
+         * step: a draft never makes the scheduler preempt a sequence */
+        const int32_t *table = NULL;
+        int32_t nb = 0;
+        e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb);
+        int32_t need = (n + k + bs - 1) / bs - nb;
+        if (need > 0 && free_blocks - need < e->n_running) continue;
+        if (e->kv->ops.grow(e->kv->ctx, q->s.id, n + k) != PAGODA_OK) continue;
+        if (need > 0) free_blocks -= need;
+        e->plan_n[i] += k;
+        sp->plan_draft[i] = k;
+        tokens += k;
+        rows_left -= k;
+    }
+}
+
+void engine_spec_verified(pagoda_engine *e, seq *q, int32_t drafted, int32_t accepted)
+{
+    engine_spec *sp = &e->spec;
+    q->spec_drafted += drafted;
+    q->spec_accepted += accepted;
+    sp->step_drafted += drafted;
+    sp->step_accepted += accepted;
+    pthread_mutex_lock(&e->mu);
+    sp->drafted_total += drafted;
+    sp->accepted_total += accepted;
+    sp->verify_steps_total++;
+    pthread_mutex_unlock(&e->mu);
+    /* longer after a run that agreed to its end, back to what agreed plus
+     * one after a miss */
+    if (accepted == drafted) q->spec_k = q->spec_k + 2 < q->spec_max ? q->spec_k + 2 : q->spec_max;
+    else q->spec_k = accepted + 1 < q->spec_max ? accepted + 1 : q->spec_max;
+    q->spec_ema = 0.7f * q->spec_ema + 0.3f * (float)accepted / (float)drafted;
+    q->spec_since_pause += drafted;
+    if (q->spec_since_pause >= SPEC_MIN_SAMPLE && q->spec_ema < SPEC_BREAK_EVEN) {
+        int32_t shift = q->spec_pauses < 4 ? q->spec_pauses : 4;
+        q->spec_cooldown = SPEC_PAUSE_STEPS << shift;
+        q->spec_pauses++;
+        q->spec_since_pause = 0;
+        q->spec_ema = SPEC_BREAK_EVEN + 0.2f;
+        q->spec_k = 2 < q->spec_max ? 2 : q->spec_max;
+    }
+}

@@ -1,0 +1,500 @@
+/* test_spec.c: speculative decoding (core/engine/engine_spec.c, the ngram
+ * drafter, the commit phase's verification) on the bundled model: the
+ * drafter's proposals; greedy output byte-identical with and without
+ * speculation over every scheduler x KV policy (and under preemption);
+ * seeded sampled output identical too (penalties, top-k/p, stop strings,
+ * logprobs); the sampled distribution unchanged over thousands of draws
+ * (a two-sample chi-square test at a 1e-6 false-alarm rate); the metrics
+ * and the inspected steps; bad settings and requests refused by name. */
+#include "engine_testutil.h"
+
+#include "drafter.h"
+#include "metrics.h"
+
+/* ------------------------------------------------------------- the drafter */
+
+START_TEST(ngram_proposes_latest_continuation)
+{
+    const pagoda_drafter_ops *d = pagoda_drafter_find("ngram");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_null(pagoda_drafter_find("off"));
+    ck_assert_ptr_null(pagoda_drafter_find("bogus"));
+    pagoda_drafter_config cfg = {.ngram = 2, .max_seq_len = 64};
+    void *st = d->seq_new(&cfg, 64);
+    ck_assert_ptr_nonnull(st);
+    int32_t t[64] = {5, 6, 7, 8, 9, 1, 2, 5, 6, 3, 4, 5, 6};
+    int32_t out[8];
+    /* "5 6" ended at 2 and at 9: the latest (followed by 3 4 5 6) wins */
+    int32_t n = d->propose(st, t, 13, 8, out);
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(out[0], 3);
+    ck_assert_int_eq(out[1], 4);
+    ck_assert_int_eq(out[3], 6);
+    /* capped by max */
+    ck_assert_int_eq(d->propose(st, t, 13, 2, out), 2);
+    /* a suffix never seen before: nothing */
+    t[13] = 40;
+    ck_assert_int_eq(d->propose(st, t, 14, 8, out), 0);
+    /* grown at the end: "40 5" is new, then "6 7" (after 5 6 at the start) */
+    t[14] = 6;
+    t[15] = 7;
+    n = d->propose(st, t, 16, 8, out);
+    ck_assert_int_eq(n, 8);
+    ck_assert_int_eq(out[0], 8);
+    ck_assert_int_eq(out[1], 9);
+    d->seq_free(st);
+    /* too short to have an earlier occurrence */
+    st = d->seq_new(&cfg, 1 << 20); /* its table stays bounded whatever the length */
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_eq(d->propose(st, t, 2, 8, out), 0);
+    d->seq_free(st);
+}
+END_TEST
+
+/* ---------------------------------------------------- same output, greedy */
+
+/* Prompts that repeat themselves (what prompt lookup predicts) and ones
+ * that do not; greedy stories260K falls into loops the drafter predicts. */
+static const char *prompts[] = {
+    "Once upon a time, there was a little girl named Lily. Once upon a time, there was a little",
+    "Tom had a red ball. Tom had a red ball. Tom had a",
+    "The cat sat",
+    "Lily and Ben went to the park. They saw a big dog. Lily and Ben went to the park. They",
+    "One day, a big bear",
+    "",
+};
+#define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
+#define N_REQ 12
+
+static int32_t max_tokens_of(int i) { return 20 + (i * 29) % 70; }
+
+typedef struct run_out {
+    et_result r[N_REQ];
+    pagoda_engine_stats st;
+    int32_t step_drafted, step_accepted; /* over the inspected steps */
+} run_out;
+
+static void run(const char *sched, const char *kv, bool spec, const char *extra, run_out *out)
+{
+    char s1[64], s2[64];
+    snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
+    snprintf(s2, sizeof s2, "engine.kvcache=%s", kv);
+    const char *settings[] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
+                              spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                              "engine.spec_max_seqs=16", extra ? extra : "engine.spec_max_draft=8",
+                              NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, settings);
+    pagoda_engine_set_check_invariants(rt->engine, true);
+    et_run_greedy(rt, prompts, N_PROMPTS, N_REQ, max_tokens_of, out->r);
+    for (int i = 0; i < N_REQ; i++) {
+        ck_assert_msg(out->r[i].n_final == 1 && out->r[i].finish_reason == PAGODA_FINISH_LENGTH,
+                      "%s/%s request %d: %s (%s)", sched, kv, i,
+                      pagoda_finish_reason_str(out->r[i].finish_reason), out->r[i].error);
+        ck_assert_int_eq(out->r[i].n_tokens, max_tokens_of(i));
+        ck_assert_int_eq(out->r[i].usage.completion_tokens, max_tokens_of(i));
+    }
+    ck_assert_int_eq(pagoda_engine_invariant_failures(rt->engine), 0);
+    pagoda_kv_stats ks;
+    pagoda_engine_kv_stats(rt->engine, &ks);
+    ck_assert_int_eq(ks.used_blocks, 0);
+    ck_assert_int_eq(ks.free_blocks + ks.cached_blocks, ks.total_blocks);
+    pagoda_engine_get_stats(rt->engine, &out->st);
+    pagoda_engine_snapshot *snap = NULL;
+    ck_assert_int_eq(pagoda_engine_snapshot_take(rt->engine, &snap), 0);
+    out->step_drafted = out->step_accepted = 0;
+    for (int32_t i = 0; i < snap->n_steps; i++) {
+        out->step_drafted += snap->steps[i].draft_tokens;
+        out->step_accepted += snap->steps[i].accepted_tokens;
+        ck_assert_int_le(snap->steps[i].accepted_tokens, snap->steps[i].draft_tokens);
+    }
+    pagoda_engine_snapshot_release(snap);
+    et_close(rt, cfg);
+}
+
+static const char *scheds[] = {"continuous", "static", "priority"};
+static const char *kvs[] = {"paged", "contiguous", "prefix"};
+
+static void assert_same(const run_out *a, const run_out *b, const char *what)
+{
+    et_assert_same_tokens(a->r, b->r, N_REQ, what);
+    for (int i = 0; i < N_REQ; i++) ck_assert_str_eq(a->r[i].text, b->r[i].text);
+}
+
+START_TEST(greedy_identical_every_combo)
+{
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    const char *sched = scheds[_i / 3], *kv = kvs[_i % 3];
+    run(sched, kv, false, NULL, off);
+    run(sched, kv, true, NULL, on);
+    char what[96];
+    snprintf(what, sizeof what, "%s x %s, ngram vs off", sched, kv);
+    assert_same(off, on, what);
+    /* it did speculate, and the drafts were worth something */
+    ck_assert_int_eq(off->st.spec_drafted_total, 0);
+    ck_assert_str_eq(on->st.spec_drafter, "ngram");
+    ck_assert_int_gt(on->st.spec_drafted_total, 0);
+    ck_assert_int_gt(on->st.spec_accepted_total, 0);
+    ck_assert_int_le(on->st.spec_accepted_total, on->st.spec_drafted_total);
+    /* the same tokens in fewer steps */
+    ck_assert_int_lt(on->st.steps_total, off->st.steps_total);
+    free(off);
+    free(on);
+}
+END_TEST
+
+/* A pool so small that sequences are preempted, drafts or not; and a
+ * draft length of 1 (the shortest). */
+START_TEST(greedy_identical_under_preemption)
+{
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    run("continuous", "prefix", false, "engine.kv_cache_tokens=320", off);
+    run("continuous", "prefix", true, "engine.kv_cache_tokens=320", on);
+    assert_same(off, on, "preempted, ngram vs off");
+    ck_assert_int_gt(on->st.preemptions_total, 0);
+    ck_assert_int_gt(on->st.spec_accepted_total, 0);
+    run("continuous", "paged", true, "engine.spec_max_draft=1", on);
+    assert_same(off, on, "spec_max_draft 1 vs off");
+    ck_assert_int_gt(on->st.spec_accepted_total, 0);
+    free(off);
+    free(on);
+}
+END_TEST
+
+/* -------------------------------------------------- same output, sampled */
+
+/* Every row is sampled with the sequence's own sampler exactly as plain
+ * decoding samples it, so a seeded request gives the same bytes. */
+START_TEST(seeded_sampling_identical)
+{
+    static et_result r[2][4];
+    static const char *const stops[] = {"Lily and Ben went"};
+    for (int spec = 0; spec < 2; spec++) {
+        const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                  "engine.spec_max_seqs=8", NULL};
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open(&cfg, settings);
+        for (int i = 0; i < 4; i++) {
+            et_result_init(&r[spec][i]);
+            pagoda_request req = et_request(rt, prompts[i % 4], 80, 0.8f);
+            req.has_seed = true;
+            req.seed = 1000 + (uint64_t)i;
+            req.top_k = i == 1 ? 40 : 0;
+            req.top_p = i == 2 ? 0.9f : 1.0f;
+            req.repetition_penalty = i == 3 ? 1.1f : 1.0f;
+            req.presence_penalty = i == 0 ? 0.2f : 0.0f;
+            req.frequency_penalty = i == 2 ? 0.1f : 0.0f;
+            req.logprobs = 2;
+            req.stop = stops;
+            req.n_stop = i == 3 ? 1 : 0;
+            uint64_t id;
+            char err[256] = "";
+            ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &r[spec][i], &id, err,
+                                               sizeof err) == 0, "%s", err);
+        }
+        pagoda_engine_wait_idle(rt->engine);
+        pagoda_engine_stats st;
+        pagoda_engine_get_stats(rt->engine, &st);
+        et_close(rt, cfg);
+    }
+    et_assert_same_tokens(r[0], r[1], 4, "seeded, ngram vs off");
+    for (int i = 0; i < 4; i++) {
+        ck_assert_str_eq(r[0][i].text, r[1][i].text);
+        ck_assert_int_eq(r[0][i].finish_reason, r[1][i].finish_reason);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------- the distribution */
+
+/* Thousands of sampled continuations of a prompt the drafter predicts,
+ * with speculation and without, under different seeds: the joint of the
+ * 2nd, 3rd and 4th output tokens (the positions verified drafts decide
+ * when speculating) must come from one distribution. Two-sample chi-square
+ * over the categories seen at least 5 times in all (the rest pooled); the
+ * threshold is the chi-square quantile at 1 - 1e-6 (Wilson-Hilferty), so
+ * equal distributions fail it about once in a million runs. A wrong
+ * acceptance rule (docs/speculation.md shows one) fails it by far. */
+#define N_DRAWS 3000
+#define MAX_CAT 4096
+
+typedef struct draw_set {
+    et_result *r;
+    int64_t drafted, accepted;
+} draw_set;
+
+static void draws(bool spec, uint64_t seed0, draw_set *out)
+{
+    const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                              "engine.spec_max_seqs=64", "engine.max_queue=8192",
+                              "scheduler.continuous.max_num_seqs=64",
+                              /* room for a whole wave of prompts and the drafts beside them
+                               * (drafts only take what prefill leaves of the token budget) */
+                              "scheduler.continuous.max_batched_tokens=4096", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_stopped(&cfg, settings);
+    out->r = calloc(N_DRAWS, sizeof *out->r);
+    ck_assert_ptr_nonnull(out->r);
+    const char *prompt = "Tom had a big ball. Tom had a big ball. Tom had a big ball. Tom had";
+    for (int i = 0; i < N_DRAWS; i++) {
+        et_result_init(&out->r[i]);
+        pagoda_request req = et_request(rt, prompt, 4, 0.7f);
+        req.has_seed = true;
+        req.seed = seed0 + (uint64_t)i;
+        uint64_t id;
+        char err[256] = "";
+        ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &out->r[i], &id, err, sizeof err) == 0,
+                      "%s", err);
+    }
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    pagoda_engine_wait_idle(rt->engine);
+    pagoda_engine_stats st;
+    pagoda_engine_get_stats(rt->engine, &st);
+    out->drafted = st.spec_drafted_total;
+    out->accepted = st.spec_accepted_total;
+    et_close(rt, cfg);
+}
+
+static int64_t key_of(const et_result *r)
+{
+    ck_assert_int_eq(r->n_tokens, 4);
+    return ((int64_t)r->tokens[1] * 512 + r->tokens[2]) * 512 + r->tokens[3];
+}
+
+START_TEST(sampled_distribution_unchanged)
+{
+    draw_set a, b;
+    draws(false, 1u << 20, &a);
+    draws(true, 1u << 30, &b); /* other seeds: the two sets are independent */
+    ck_assert_int_eq(a.drafted, 0);
+    /* the drafts were made and decided the positions compared */
+    ck_assert_int_gt(b.drafted, N_DRAWS);
+    ck_assert_int_gt(b.accepted, N_DRAWS / 4);
+    static int64_t keys[MAX_CAT];
+    static int32_t ca[MAX_CAT], cb[MAX_CAT];
+    int n = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < N_DRAWS; i++) {
+            int64_t k = key_of(s ? &b.r[i] : &a.r[i]);
+            int j = 0;
+            while (j < n && keys[j] != k) j++;
+            if (j == n) {
+                ck_assert_int_lt(n, MAX_CAT);
+                keys[n] = k;
+                ca[n] = cb[n] = 0;
+                n++;
+            }
+            if (s) cb[j]++; else ca[j]++;
+        }
+    /* pool the rare categories, so every expected count is >= 2.5 */
+    double chi = 0, pa = 0, pb = 0;
+    int df = -1;
+    for (int j = 0; j < n; j++) {
+        if (ca[j] + cb[j] < 5) {
+            pa += ca[j];
+            pb += cb[j];
+            continue;
+        }
+        double e = (ca[j] + cb[j]) / 2.0; /* equal sample sizes */
+        chi += (ca[j] - e) * (ca[j] - e) / e + (cb[j] - e) * (cb[j] - e) / e;
+        df++;
+    }
+    if (pa + pb >= 5) {
+        double e = (pa + pb) / 2.0;
+        chi += (pa - e) * (pa - e) / e + (pb - e) * (pb - e) / e;
+        df++;
+    }
+    ck_assert_int_ge(df, 3); /* the test has categories to compare */
+    const double z = 4.753; /* the standard normal's 1 - 1e-6 quantile */
+    double h = 2.0 / (9.0 * df);
+    double crit = df * pow(1.0 - h + z * sqrt(h), 3.0);
+    fprintf(stderr, "sampled_distribution_unchanged: %d categories, chi-square %.1f on %d df "
+            "(threshold %.1f at 1e-6); %lld drafted, %lld accepted\n", n, chi, df, crit,
+            (long long)b.drafted, (long long)b.accepted);
+    ck_assert_msg(chi < crit, "chi-square %.1f on %d df is above %.1f: speculation changed the "
+                  "sampled distribution", chi, df, crit);
+    free(a.r);
+    free(b.r);
+}
+END_TEST
+
+/* SmolLM2 (where models/get-model fetched it): an edit-style prompt
+ * through its chat template, greedy, the same tokens with and without,
+ * paged with F16 KV and prefix with F32 KV. */
+#define SMOLLM2_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+START_TEST(smollm2_greedy_identical)
+{
+    static et_result r[2][2];
+    const char *prompt = "<|im_start|>user\nRewrite this C file with the function add renamed to "
+                         "sum everywhere. Reply with the whole file only.\n\n"
+                         "static int add(int a, int b)\n{\n    return a + b;\n}\n\n"
+                         "int main(void)\n{\n    int x = add(1, 2);\n    int y = add(x, 3);\n"
+                         "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
+    for (int spec = 0; spec < 2; spec++) {
+        const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                  _i ? "engine.kvcache=prefix" : "engine.kvcache=paged",
+                                  _i ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
+                                  "engine.max_seq_len=512", NULL};
+        pagoda_config *cfg;
+        /* both requests queued before the engine starts: the same batches
+         * with and without speculation (a quantized model's rows are not
+         * bit-identical across batch shapes, so timing must not pick them) */
+        pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
+        for (int i = 0; i < 2; i++) {
+            et_result_init(&r[spec][i]);
+            pagoda_request req = et_request(rt, prompt, 40, 0.0f);
+            req.parse_special = true;
+            req.ignore_eos = false;
+            uint64_t id;
+            char err[256] = "";
+            ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &r[spec][i], &id, err,
+                                               sizeof err) == 0, "%s", err);
+        }
+        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+        pagoda_engine_wait_idle(rt->engine);
+        pagoda_engine_stats st;
+        pagoda_engine_get_stats(rt->engine, &st);
+        if (spec) ck_assert_int_gt(st.spec_accepted_total, 0);
+        et_close(rt, cfg);
+    }
+    et_assert_same_tokens(r[0], r[1], 2, "SmolLM2, ngram vs off");
+    for (int i = 0; i < 2; i++) ck_assert_str_eq(r[0][i].text, r[1][i].text);
+    ck_assert_int_gt(r[0][0].n_tokens, 10);
+}
+END_TEST
+
+/* ------------------------------------------------------ seeing it, bad input */
+
+START_TEST(metrics_and_steps_show_drafts)
+{
+    run_out *on = calloc(1, sizeof *on);
+    run("continuous", "paged", true, NULL, on);
+    ck_assert_int_gt(on->step_drafted, 0);
+    ck_assert_int_gt(on->step_accepted, 0);
+    ck_assert_int_le(on->step_drafted, on->st.spec_drafted_total);
+    pagoda_metrics *m = pagoda_metrics_new();
+    char *text = pagoda_metrics_render(m, &on->st, NULL, 0);
+    ck_assert_ptr_nonnull(text);
+    char want[128];
+    snprintf(want, sizeof want, "pagoda_spec_drafted_tokens_total{drafter=\"ngram\"} %lld\n",
+             (long long)on->st.spec_drafted_total);
+    ck_assert_msg(strstr(text, want), "no '%s' in the metrics", want);
+    snprintf(want, sizeof want, "pagoda_spec_accepted_tokens_total{drafter=\"ngram\"} %lld\n",
+             (long long)on->st.spec_accepted_total);
+    ck_assert_msg(strstr(text, want), "no '%s' in the metrics", want);
+    ck_assert_ptr_nonnull(strstr(text, "pagoda_spec_acceptance_rate{drafter=\"ngram\"} 0."));
+    free(text);
+    /* off: no spec series at all */
+    pagoda_engine_stats st0 = {.struct_size = sizeof st0};
+    text = pagoda_metrics_render(m, &st0, NULL, 0);
+    ck_assert_ptr_null(strstr(text, "pagoda_spec_"));
+    free(text);
+    pagoda_metrics_free(m);
+    free(on);
+}
+END_TEST
+
+static void open_fails(const char *const *settings, const char *want)
+{
+    char err[1024] = "";
+    pagoda_config *cfg = pagoda_config_new_empty();
+    char buf[4200];
+    snprintf(buf, sizeof buf, "engine.model=%s", tu_src("models/stories260K.gguf"));
+    ck_assert_int_eq(pagoda_config_set(cfg, buf, err, sizeof err), 0);
+    int st = 0;
+    for (int i = 0; settings[i] && !st; i++) st = pagoda_config_set(cfg, settings[i], err, sizeof err);
+    pagoda_runtime *rt = NULL;
+    if (!st) st = pagoda_runtime_open(cfg, false, false, &rt, err, sizeof err);
+    ck_assert_msg(st != 0, "%s was accepted", settings[0]);
+    ck_assert_msg(strstr(err, want), "error '%s' does not name '%s'", err, want);
+    pagoda_config_free(cfg);
+}
+
+START_TEST(bad_settings_and_requests_refused)
+{
+    open_fails((const char *[]){"engine.speculative=medusa", NULL}, "speculative");
+    open_fails((const char *[]){"engine.spec_max_draft=0", NULL}, "spec_max_draft");
+    open_fails((const char *[]){"engine.spec_ngram=9", NULL}, "spec_ngram");
+    open_fails((const char *[]){"engine.speculative=ngram", "engine.max_seq_len=64",
+                                "engine.spec_max_draft=64", NULL}, "spec_max_draft");
+
+    for (int spec = 0; spec < 2; spec++) {
+        const char *settings[] = {"engine.max_seq_len=128",
+                                  spec ? "engine.speculative=ngram" : "engine.speculative=off", NULL};
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open(&cfg, settings);
+        struct { int32_t k; const char *want; } bad[] = {
+            {-2, "spec_max_draft -2 is out of range"},
+            {128, "spec_max_draft 128 is not below the context"},
+            {4, spec ? NULL : "speculative decoding is off on this server"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            et_result r;
+            et_result_init(&r);
+            pagoda_request req = et_request(rt, "Tom had a red ball. Tom had a red ball.", 8, 0.0f);
+            req.spec_max_draft = bad[i].k;
+            uint64_t id;
+            char err[256] = "";
+            int st = pagoda_engine_submit(rt->engine, &req, et_cb, &r, &id, err, sizeof err);
+            if (!bad[i].want) {
+                ck_assert_msg(st == 0, "%s", err);
+                pagoda_engine_wait_idle(rt->engine);
+                ck_assert_int_eq(r.n_tokens, 8);
+                continue;
+            }
+            ck_assert_int_eq(st, PAGODA_ERR_INVALID);
+            ck_assert_msg(strstr(err, bad[i].want), "'%s' does not say '%s'", err, bad[i].want);
+        }
+        /* -1: this request decodes without drafts, on either server */
+        et_result r;
+        et_result_init(&r);
+        pagoda_request req = et_request(rt, "Tom had a red ball. Tom had a red ball.", 16, 0.0f);
+        req.spec_max_draft = -1;
+        uint64_t id;
+        char err[256] = "";
+        pagoda_engine_stats s0, s1;
+        pagoda_engine_get_stats(rt->engine, &s0);
+        ck_assert_int_eq(pagoda_engine_submit(rt->engine, &req, et_cb, &r, &id, err, sizeof err), 0);
+        pagoda_engine_wait_idle(rt->engine);
+        pagoda_engine_get_stats(rt->engine, &s1);
+        ck_assert_int_eq(r.n_tokens, 16);
+        ck_assert_int_eq(s1.spec_drafted_total, s0.spec_drafted_total);
+        et_close(rt, cfg);
+    }
+}
+END_TEST
+
+static TCase *tcase(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 600);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("spec");
+    tcase_add_test(tcase(s, "drafter"), ngram_proposes_latest_continuation);
+    TCase *tc = tcase(s, "greedy");
+    tcase_add_loop_test(tc, greedy_identical_every_combo, 0, 9);
+    tcase_add_test(tc, greedy_identical_under_preemption);
+    tc = tcase(s, "sampled");
+    tcase_add_test(tc, seeded_sampling_identical);
+    tcase_add_test(tc, sampled_distribution_unchanged);
+    tc = tcase(s, "seeing");
+    tcase_add_test(tc, metrics_and_steps_show_drafts);
+    tcase_add_test(tc, bad_settings_and_requests_refused);
+    /* SmolLM2 only where it was fetched: the case does not exist otherwise */
+    FILE *f = fopen(tu_src(SMOLLM2_REL), "rb");
+    if (f) {
+        fclose(f);
+        tcase_add_loop_test(tcase(s, "smollm2"), smollm2_greedy_identical, 0, 2);
+    } else {
+        printf("test_spec: %s not present: smollm2_greedy_identical not run\n", SMOLLM2_REL);
+    }
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
