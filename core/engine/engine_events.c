@@ -80,6 +80,7 @@ static void finish(pagoda_engine *e, seq *q, int reason, const char *error)
     ev.usage.prompt_tokens = q->s.n_prompt;
     ev.usage.completion_tokens = n_gen;
     ev.usage.cached_tokens = q->n_cached_first;
+    ev.tier_cached_tokens = q->n_tier_first;
     double ta = q->t_arrival;
     ev.timings.queue_ms = q->t_scheduled > 0 ? (q->t_scheduled - ta) * 1e3 : (t - ta) * 1e3;
     ev.timings.ttft_ms = q->t_first > 0 ? (q->t_first - ta) * 1e3 : 0;

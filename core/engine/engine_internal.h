@@ -50,6 +50,7 @@ typedef struct seq {
     int32_t cap;
     int32_t max_new;             /* max_tokens after clamping */
     int32_t n_cached_first;      /* prefix-cache hit at first admission */
+    int32_t n_tier_first;        /* of those, read back from the KV policy's tier */
     bool admitted_once;
     bool ignore_eos;
     int32_t logprobs;

@@ -42,6 +42,17 @@ seq *engine_find_seq(pagoda_engine *e, uint64_t id)
     return NULL;
 }
 
+/* The KV policy's tier hits so far (pagoda_kv_stats.tier_hit_tokens, 0
+ * from a policy without a tier): read around a first admission, the
+ * difference is that sequence's tokens from the tier. */
+static int64_t kv_tier_hits(pagoda_engine *e)
+{
+    pagoda_kv_stats k;
+    memset(&k, 0, sizeof k);
+    k.struct_size = sizeof k;
+    return e->kv->ops.stats(e->kv->ctx, &k) ? 0 : k.tier_hit_tokens;
+}
+
 static int env_admit(void *opaque, uint64_t id)
 {
     pagoda_engine *e = opaque;
@@ -53,6 +64,7 @@ static int env_admit(void *opaque, uint64_t id)
     /* a seat in the sliding-window pool first: without one it cannot run */
     int st = engine_swa_admit(e, q);
     if (st) return st;
+    int64_t tier0 = q->admitted_once ? 0 : kv_tier_hits(e);
     st = e->kv->ops.admit(e->kv->ctx, &ks, &cached);
     if (st) {
         engine_swa_release(e, q);
@@ -68,6 +80,8 @@ static int env_admit(void *opaque, uint64_t id)
     if (!q->admitted_once) {
         q->admitted_once = true;
         q->n_cached_first = cached < q->s.n_prompt ? cached : q->s.n_prompt;
+        int64_t tier = kv_tier_hits(e) - tier0;
+        q->n_tier_first = tier < 0 ? 0 : tier > q->n_cached_first ? q->n_cached_first : (int32_t)tier;
     }
     e->running[e->n_running++] = q;
     return PAGODA_OK;

@@ -179,6 +179,9 @@ typedef struct pagoda_event {
                                     writes this one's) */
     int32_t n_blocks;            /* the sequence's block table then: n_blocks ids */
     const int32_t *blocks;
+    /* ---- ABI 1.11: FINAL: of usage.cached_tokens, the tokens the KV policy
+     * read back from its slower tier (the prefix policy's disk tier) */
+    int32_t tier_cached_tokens;
 } pagoda_event;
 
 /* [engine thread] Called for each event of a request. Must not block or

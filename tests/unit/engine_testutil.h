@@ -23,6 +23,7 @@ typedef struct et_result {
     int n_final;
     int finish_reason;
     pagoda_usage usage;
+    int32_t tier_cached;         /* FINAL's tier_cached_tokens */
     pagoda_timings timings;
     char error[512];
     int n_text_events_after_final;
@@ -50,6 +51,7 @@ static inline void et_cb(void *user, const pagoda_event *ev)
         r->n_final++;
         r->finish_reason = ev->finish_reason;
         r->usage = ev->usage;
+        r->tier_cached = ev->tier_cached_tokens;
         r->timings = ev->timings;
         if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
     }

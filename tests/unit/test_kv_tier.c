@@ -289,6 +289,8 @@ START_TEST(engine_restart_same_tokens)
 
     run_one(tier, NULL, &b, &ks); /* a new process' pool is empty: the tier has it */
     ck_assert_int_eq(b.usage.cached_tokens, full);
+    ck_assert_int_eq(b.tier_cached, full); /* the event says where they came from */
+    ck_assert_int_eq(a.tier_cached, 0);
     ck_assert_int_eq(ks.tier_hit_tokens, full);
     ck_assert_int_eq(ks.tier_bad_blocks, 0);
     et_assert_same_tokens(&ref, &b, 1, "tier, restarted");

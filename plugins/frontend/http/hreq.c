@@ -142,6 +142,9 @@ void on_event(void *user, const pagoda_event *ev)
         e->finish_reason = ev->finish_reason;
         if (ev->error) e->error = strdup(ev->error);
         e->usage = ev->usage;
+        e->tier_cached = ev->struct_size >= offsetof(pagoda_event, tier_cached_tokens) +
+                                                sizeof ev->tier_cached_tokens
+                             ? ev->tier_cached_tokens : 0;
         /* position came with ABI minor 1; the host is never older than the plugin */
         e->position = ev->struct_size >= offsetof(pagoda_event, position) + sizeof ev->position
                       ? ev->position : -1;

@@ -54,6 +54,7 @@ typedef struct ev_item {
     int finish_reason;
     char *error;
     pagoda_usage usage;
+    int32_t tier_cached;     /* FINAL: of usage.cached_tokens, from the KV policy's tier */
     int32_t position;        /* PROMPT events: the prompt index */
     /* a traced TOKEN event (step > 0): how the token was made (pagoda_event) */
     uint64_t step;
@@ -73,6 +74,7 @@ typedef struct choice {
     int finish_reason;
     char *error;
     pagoda_usage usage;
+    int32_t tier_cached;     /* of usage.cached_tokens, from the KV policy's tier */
     json_t *lp;              /* logprobs accumulated (non-streaming) */
     json_t *trace;           /* pagoda_trace entries accumulated (non-streaming) */
     size_t text_offset;

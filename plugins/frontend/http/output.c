@@ -36,12 +36,13 @@ static const char *finish_str(int r)
 
 static json_t *usage_json(hreq *hr)
 {
-    int64_t pt = 0, ct = 0, cached = 0;
+    int64_t pt = 0, ct = 0, cached = 0, tier = 0;
     for (int i = 0; i < hr->n_choices; i++) {
         choice *c = &hr->choices[i];
         if (c->first_of_prompt) {
             pt += c->usage.prompt_tokens;
             cached += c->usage.cached_tokens;
+            tier += c->tier_cached;
         }
         ct += c->usage.completion_tokens;
     }
@@ -51,6 +52,8 @@ static json_t *usage_json(hreq *hr)
     json_object_set_new(u, "total_tokens", json_integer(pt + ct));
     json_t *d = json_object();
     json_object_set_new(d, "cached_tokens", json_integer(cached));
+    /* pagoda's: of those, read back from the prefix cache's disk tier */
+    json_object_set_new(d, "tier_cached_tokens", json_integer(tier));
     json_object_set_new(u, "prompt_tokens_details", d);
     return u;
 }
@@ -210,6 +213,7 @@ static void apply_event(hreq *hr, ev_item *e, json_t **chunk_lp)
         }
         c->finish_reason = e->finish_reason;
         c->usage = e->usage;
+        c->tier_cached = e->tier_cached;
         if (e->error && !c->error) c->error = strdup(e->error);
     }
 }
