@@ -26,8 +26,16 @@
 #include "testutil.h"
 #include "threadpool.h"
 
-static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2};
-#define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
+#include "cpu_paths.h"
+/* scalar, then every faster path this host runs (cpu_paths.h) */
+static cpu_path PATHS[CPU_PATHS_MAX];
+static int paths_n(void)
+{
+    static int n;
+    if (!n) n = cpu_paths(PATHS);
+    return n;
+}
+#define N_ISAS paths_n()
 
 static const int TYPES[] = {
     PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,  PAGODA_DTYPE_Q4_0,
@@ -151,7 +159,7 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
     float *wf = xmalloc(sizeof(float) * (size_t)K);
     int32_t *rows = xmalloc(sizeof(int32_t) * (size_t)R);
     for (int ii = 0; ii < N_ISAS; ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+        cpu_path_use(&PATHS[ii]);
         memset(out, 0xff, os * (size_t)R); /* NaN: a row not written shows */
         ck_assert_int_eq(pagoda_cpu_matmul_experts(ex, x, xs, X, c->x_rows ? xr : NULL, w, dtype, ws, N, K, es,
                                                    ids, R, out, os),
@@ -172,9 +180,9 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
             for (int64_t j = 0; j < n; j++) {
                 float *o = (float *)((uint8_t *)out + (size_t)rows[j] * os);
                 ck_assert_msg(memcmp(o, og + j * N, sizeof(float) * (size_t)N) == 0,
-                              "%s isa %d T=%lld k=%d %s: row %d (expert %d, %lld rows) differs from a matmul "
+                              "%s path %s T=%lld k=%d %s: row %d (expert %d, %lld rows) differs from a matmul "
                               "over the expert's rows",
-                              pagoda_dtype_name(dtype), ISAS[ii], (long long)c->T, c->k,
+                              pagoda_dtype_name(dtype), PATHS[ii].name, (long long)c->T, c->k,
                               c->x_rows ? "x_rows" : "no x_rows", rows[j], e, (long long)n);
                 const float *xv = (const float *)((uint8_t *)x + (size_t)(c->x_rows ? xr[rows[j]] : rows[j]) * xs);
                 for (int64_t m = 0; m < N; m++) {
@@ -184,15 +192,15 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
                     for (int64_t k = 0; k < K; k++) ref += (double)wf[k] * xv[k];
                     double tol = bound(dtype, wf, xv, K, exact);
                     ck_assert_msg(fabs(o[m] - ref) <= tol,
-                                  "%s isa %d T=%lld: row %d col %lld: %.7g vs reference %.7g (bound %.3g)",
-                                  pagoda_dtype_name(dtype), ISAS[ii], (long long)c->T, rows[j], (long long)m,
+                                  "%s path %s T=%lld: row %d col %lld: %.7g vs reference %.7g (bound %.3g)",
+                                  pagoda_dtype_name(dtype), PATHS[ii].name, (long long)c->T, rows[j], (long long)m,
                                   (double)o[m], ref, tol);
                 }
             }
         }
         (void)want;
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     free(w);
     free(x);
     free(ids);
