@@ -41,6 +41,15 @@ static inline int cpu_paths(cpu_path *p)
     return n;
 }
 
+/* The paths of this host, filled on first use: PATHS[0 .. cpu_paths_count() - 1]. */
+static cpu_path PATHS[CPU_PATHS_MAX];
+static inline int cpu_paths_count(void)
+{
+    static int n;
+    if (!n) n = cpu_paths(PATHS);
+    return n;
+}
+
 static inline void cpu_path_use(const cpu_path *p)
 {
     pagoda_cpu_force_isa(p->isa);

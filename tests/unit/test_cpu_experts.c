@@ -27,15 +27,8 @@
 #include "threadpool.h"
 
 #include "cpu_paths.h"
-/* scalar, then every faster path this host runs (cpu_paths.h) */
-static cpu_path PATHS[CPU_PATHS_MAX];
-static int paths_n(void)
-{
-    static int n;
-    if (!n) n = cpu_paths(PATHS);
-    return n;
-}
-#define N_ISAS paths_n()
+/* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
+#define N_ISAS cpu_paths_count()
 
 static const int TYPES[] = {
     PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,  PAGODA_DTYPE_Q4_0,
