@@ -19,28 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "cpu_features.h"
 #include "kernels.h"
 #include "pagoda/types.h"
 #include "quant.h"
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float unif(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)(rng >> 40) / (float)(1 << 24) - 0.5f;
-}
+#include "bench_util.h"
 
 static int type_of(const char *s)
 {
@@ -93,7 +77,7 @@ int main(int argc, char **argv)
         size_t rb = pagoda_dtype_row_bytes(dt, K);
         uint8_t *w = malloc(rb * (size_t)N);
         for (int64_t n = 0; n < N; n++) {
-            for (int64_t k = 0; k < K; k++) src[k] = unif();
+            for (int64_t k = 0; k < K; k++) src[k] = (unif() - 0.5f);
             if (dt == PAGODA_DTYPE_Q6_K) {
                 /* no quantizer: random bytes, a small f16 d ending each block */
                 uint8_t *row = w + (size_t)n * rb;
@@ -111,7 +95,7 @@ int main(int argc, char **argv)
         for (char *tt = strtok_r(tl, ",", &tsv); tt; tt = strtok_r(NULL, ",", &tsv)) {
             int64_t T = atoll(tt);
             float *x = malloc(sizeof(float) * (size_t)(T * K)), *out = malloc(sizeof(float) * (size_t)(T * N));
-            for (int64_t i = 0; i < T * K; i++) x[i] = unif();
+            for (int64_t i = 0; i < T * K; i++) x[i] = (unif() - 0.5f);
             pagoda_cpu_exec ex = {.pool = NULL};
             double best[3] = {1e30, 1e30, 1e30};
             /* enough calls per measurement for ~0.1 s of work at 100 GFLOP/s */
