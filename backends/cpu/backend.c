@@ -647,6 +647,15 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                       "times slower; start with OPENBLAS_CORETYPE=%s (pagoda's main sets it unless "
                       "already set)",
                       c->blas_core, pagoda_blas_coretype_for_cpu());
+        /* what detection and PAGODA_CPU_ISA decided (a level the OS
+         * does not enable, a forced level clamped), a line each */
+        const char *notes = pagoda_cpu_detect_notes();
+        while (*notes) {
+            const char *eol = strchr(notes, '\n');
+            int len = eol ? (int)(eol - notes) : (int)strlen(notes);
+            host->log(host, PAGODA_LOG_WARN, "%.*s", len, notes);
+            notes += len + (eol ? 1 : 0);
+        }
         char path[128];
         host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
                   pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);

@@ -1,8 +1,10 @@
 /*
  * cpu_features.h: which SIMD level the CPU kernels run at. Detected once
- * from CPUID (__builtin_cpu_supports); tests may force a lower level to
- * compare each SIMD path against the scalar reference, and PAGODA_CPU_ISA
- * (scalar, avx2) does the same for a whole run.
+ * from CPUID and XCR0 (the OS must save the YMM / ZMM / opmask state a
+ * level uses); a level whose check fails falls back one level and says why
+ * (pagoda_cpu_detect_notes). Tests may force a lower level to compare each
+ * SIMD path against the scalar reference, and PAGODA_CPU_ISA
+ * (scalar, avx2, avxvnni, avx512, amx) does the same for a whole run.
  * Not for: choosing thread counts or BLAS settings (see threadpool.h,
  * blas_fix.h).
  */
@@ -12,14 +14,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The ISA levels, in order (issue 27: the same enum in every branch). */
 typedef enum pagoda_cpu_isa {
     PAGODA_CPU_ISA_SCALAR = 0,
-    PAGODA_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    PAGODA_CPU_ISA_AVX512 = 2  /* AVX-512 F/BW/VL (no kernels yet: runs the AVX2 ones) */
+    PAGODA_CPU_ISA_AVX2 = 1,      /* AVX2 + FMA + F16C */
+    PAGODA_CPU_ISA_AVX_VNNI = 2,  /* + AVX-VNNI (VEX vpdpbusd, 256-bit) */
+    PAGODA_CPU_ISA_AVX512 = 3,    /* + AVX-512 F/BW/VL/DQ + VNNI (BF16 is a separate flag) */
+    PAGODA_CPU_ISA_AMX = 4        /* + AMX-TILE/INT8 (BF16 flag), arch_prctl granted */
 } pagoda_cpu_isa;
 
 /* [any thread] The best level this CPU supports (cached after the first call). */
 int pagoda_cpu_detect_isa(void);
+
+/* [any thread] Feature bits beside the ladder: AVX-VNNI (the VEX form; an
+ * AVX-512 CPU may lack it: Zen 4, Ice Lake), AVX512-BF16 (vdpbf16ps) and
+ * AMX-BF16. Each is false when its level's XCR0 check failed. */
+bool pagoda_cpu_has_avx_vnni(void);
+bool pagoda_cpu_has_avx512_bf16(void);
+bool pagoda_cpu_has_amx_bf16(void);
+
+/* [any thread] What detection and PAGODA_CPU_ISA decided that a user should
+ * hear (a level present in CPUID but not enabled by the OS, a forced level
+ * clamped, an unknown PAGODA_CPU_ISA), one line each, "" when nothing. The
+ * backend logs it at start-up. */
+const char *pagoda_cpu_detect_notes(void);
 
 /* [any thread] The level kernels use now: the detected one, or a forced one. */
 int pagoda_cpu_active_isa(void);
@@ -31,23 +49,31 @@ int pagoda_cpu_active_isa(void);
 int pagoda_cpu_force_isa(int isa);
 
 /* [any thread] The level whose kernels run: the active one, capped at the
- * highest pagoda has kernels for (AVX2; on an AVX-512 CPU the AVX2 kernels
- * run). pagoda_cpu_vecdot() picks its table by this. */
+ * highest pagoda has kernels for (AVX-512 VNNI: an AMX CPU runs those), and
+ * AVX-VNNI forced on a CPU without the VEX form (an AVX-512 one) runs
+ * AVX2. pagoda_cpu_vecdot() picks its table by this. */
 int pagoda_cpu_kernel_isa(void);
 
 /* [any thread] The kernels that run and why, in one phrase written to buf:
- * "AVX2 kernels", "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has
- * no AVX-512 kernels yet)", "scalar kernels (no AVX2/FMA/F16C)", "scalar
- * kernels (forced; the CPU has more)". The probe reason, the info name and
- * the start-up line all print it, so they cannot disagree. Returns buf. */
+ * "AVX-512 VNNI kernels", "AVX2 kernels", "AVX2 kernels (forced; the CPU
+ * has more)", "AVX-512 VNNI kernels (the CPU has AMX; pagoda has no AMX
+ * kernels yet)", "scalar kernels (no AVX2/FMA/F16C)". The probe reason,
+ * the info name and the start-up line all print it, so they cannot
+ * disagree. Returns buf. */
 const char *pagoda_cpu_kernel_path(char *buf, size_t n);
 
 /* [main thread] Tests only: pretend CPUID found `isa` (-1: the real CPU),
- * to check the naming on levels this machine lacks. */
+ * to check the naming on levels this machine lacks. A faked AVX-512 or AMX
+ * level also fakes AVX-VNNI absent (the Zen 4 case). */
 void pagoda_cpu_fake_detected_isa(int isa);
 
-/* "scalar", "AVX2", "AVX-512". */
+/* "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI", "AMX". */
 const char *pagoda_cpu_isa_name(int isa);
+
+/* PAGODA_CPU_ISA's word for a level ("scalar", "avx2", "avxvnni",
+ * "avx512", "amx"), or -1 / NULL. */
+int pagoda_cpu_isa_parse(const char *s);
+const char *pagoda_cpu_isa_word(int isa);
 
 /* Number of online CPUs (>= 1). */
 int pagoda_cpu_count(void);

@@ -15,15 +15,24 @@ function(pagoda_add_plugin kind name)
   install(TARGETS ${target} LIBRARY DESTINATION ${PAGODA_PLUGIN_INSTALL_DIR})
 endfunction()
 
-# SIMD flags by file name: foo_avx2.c, foo_avx512.c are compiled for that ISA
-# and only called after a run-time CPUID check.
+# SIMD flags by folder and file name: backends/cpu/kernels/avx512/*.c get
+# AVX-512 F/BW/VL/DQ + VNNI (+ BF16, for its kernels there), kernels/avxvnni/*.c
+# AVX-VNNI, kernels/amx/*.c the AMX tiles, and foo_avx2.c / kernels/avx2/*.c
+# AVX2 + FMA + F16C; each is called only after a run-time CPUID check.
+set(PAGODA_FLAGS_AVX2 "-mavx2;-mfma;-mf16c")
+set(PAGODA_FLAGS_AVX512 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;${PAGODA_FLAGS_AVX2}")
+set(PAGODA_FLAGS_AVXVNNI "-mavxvnni;${PAGODA_FLAGS_AVX2}")
+set(PAGODA_FLAGS_AMX "-mamx-tile;-mamx-int8;-mamx-bf16;${PAGODA_FLAGS_AVX512}")
 function(pagoda_simd_flags)
   foreach(src ${ARGN})
-    if(src MATCHES "_avx512\\.c$")
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
-        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512fp16;-mavx2;-mfma;-mf16c")
-    elseif(src MATCHES "_avx2\\.c$")
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+    if(src MATCHES "/kernels/avx512/[^/]*\\.c$" OR src MATCHES "_avx512\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVX512}")
+    elseif(src MATCHES "/kernels/avxvnni/[^/]*\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVXVNNI}")
+    elseif(src MATCHES "/kernels/amx/[^/]*\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AMX}")
+    elseif(src MATCHES "_avx2\\.c$" OR src MATCHES "/kernels/avx2/[^/]*\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVX2}")
     endif()
   endforeach()
 endfunction()

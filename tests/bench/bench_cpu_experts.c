@@ -35,37 +35,13 @@
 #include "pagoda/types.h"
 #include "quant.h"
 #include "threadpool.h"
+#include "bench_util.h"
 
 #define DIM 2048
 #define FFN 768
 #define N_EXP 128
 #define TOP_K 8
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* CPU time of the whole process (every pool thread): with --threads 1 a
- * measure of the work that a loaded machine's time-sharing leaves alone. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static float unif(void) { return (float)(next() >> 40) / (float)(1 << 24); }
 
 /* E experts of N x K of dtype, packed (expert e at e * N * row bytes). */
 static uint8_t *make_experts(int dtype, int64_t N, int64_t K, size_t *rb_out)

@@ -16,6 +16,7 @@
 
 #include "pagoda/backend.h"
 #include "pagoda/host.h"
+#include "cpu_features.h"
 #include "pagoda/plugin.h"
 #include "quant.h"
 #include "testutil.h"
@@ -369,8 +370,8 @@ END_TEST
 /* The probe reason (what `pagoda plugins [-v]` prints), the start-up line
  * and the info name say which kernels run, in the same words: on this
  * machine, and with PAGODA_CPU_ISA=scalar forcing the reference kernels.
- * (The naming on an AVX-512 CPU, which runs the AVX2 kernels, is checked
- * with a faked CPUID in test_cpu_kernels.) */
+ * (The naming of the levels this machine lacks is checked with a faked
+ * CPUID in test_cpu_kernels.) */
 static void check_path_agrees(const char *want_path, const char *want_isa)
 {
     loaded L = load_backend();
@@ -396,15 +397,22 @@ START_TEST(test_kernel_path_named_alike)
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                 __builtin_cpu_supports("f16c");
     bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl");
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vnni");
+    /* AVX-VNNI beside AVX2 alone: the detection's word (this binary's copy) */
+    int d = pagoda_cpu_detect_isa();
+    const char *isa = !avx2 ? "scalar" : avx512 ? "AVX-512 VNNI" : d == PAGODA_CPU_ISA_AVX_VNNI ? "AVX-VNNI" : "AVX2";
+    char want[96];
+    snprintf(want, sizeof want, avx2 ? "%s kernels" : "%s kernels (no AVX2/FMA/F16C)", isa);
     unsetenv("PAGODA_CPU_ISA");
-    check_path_agrees(!avx2     ? "scalar kernels (no AVX2/FMA/F16C)"
-                      : avx512 ? "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has no AVX-512 kernels yet)"
-                               : "AVX2 kernels",
-                      avx2 ? "AVX2" : "scalar");
+    check_path_agrees(want, isa);
     if (!avx2) return;
     setenv("PAGODA_CPU_ISA", "scalar", 1);
     check_path_agrees("scalar kernels (forced; the CPU has more)", "scalar");
+    if (d > PAGODA_CPU_ISA_AVX2) {
+        setenv("PAGODA_CPU_ISA", "avx2", 1);
+        check_path_agrees("AVX2 kernels (forced; the CPU has more)", "AVX2");
+    }
     unsetenv("PAGODA_CPU_ISA");
 }
 END_TEST

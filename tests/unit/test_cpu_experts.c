@@ -26,10 +26,9 @@
 #include "testutil.h"
 #include "threadpool.h"
 
-/* MXFP4 also on the AVX-512 level, which runs its VNNI kernels on a CPU
- * that has them (force_isa clamps it to AVX2 elsewhere: a second AVX2 run). */
-static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2, PAGODA_CPU_ISA_AVX512};
-#define N_ISAS(dtype) ((dtype) == PAGODA_DTYPE_MXFP4 ? 3 : 2)
+#include "cpu_paths.h"
+/* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
+#define N_ISAS cpu_paths_count()
 
 static const int TYPES[] = {
     PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16, PAGODA_DTYPE_Q8_0,  PAGODA_DTYPE_Q4_0,
@@ -153,8 +152,8 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
     float *xg = xmalloc(sizeof(float) * (size_t)(K * R)), *og = xmalloc(sizeof(float) * (size_t)(N * R));
     float *wf = xmalloc(sizeof(float) * (size_t)K);
     int32_t *rows = xmalloc(sizeof(int32_t) * (size_t)R);
-    for (int ii = 0; ii < N_ISAS(dtype); ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+    for (int ii = 0; ii < N_ISAS; ii++) {
+        cpu_path_use(&PATHS[ii]);
         memset(out, 0xff, os * (size_t)R); /* NaN: a row not written shows */
         ck_assert_int_eq(pagoda_cpu_matmul_experts(ex, x, xs, X, c->x_rows ? xr : NULL, w, dtype, ws, N, K, es,
                                                    ids, R, out, os),
@@ -175,9 +174,9 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
             for (int64_t j = 0; j < n; j++) {
                 float *o = (float *)((uint8_t *)out + (size_t)rows[j] * os);
                 ck_assert_msg(memcmp(o, og + j * N, sizeof(float) * (size_t)N) == 0,
-                              "%s isa %d T=%lld k=%d %s: row %d (expert %d, %lld rows) differs from a matmul "
+                              "%s path %s T=%lld k=%d %s: row %d (expert %d, %lld rows) differs from a matmul "
                               "over the expert's rows",
-                              pagoda_dtype_name(dtype), ISAS[ii], (long long)c->T, c->k,
+                              pagoda_dtype_name(dtype), PATHS[ii].name, (long long)c->T, c->k,
                               c->x_rows ? "x_rows" : "no x_rows", rows[j], e, (long long)n);
                 const float *xv = (const float *)((uint8_t *)x + (size_t)(c->x_rows ? xr[rows[j]] : rows[j]) * xs);
                 for (int64_t m = 0; m < N; m++) {
@@ -187,15 +186,15 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
                     for (int64_t k = 0; k < K; k++) ref += (double)wf[k] * xv[k];
                     double tol = bound(dtype, wf, xv, K, exact);
                     ck_assert_msg(fabs(o[m] - ref) <= tol,
-                                  "%s isa %d T=%lld: row %d col %lld: %.7g vs reference %.7g (bound %.3g)",
-                                  pagoda_dtype_name(dtype), ISAS[ii], (long long)c->T, rows[j], (long long)m,
+                                  "%s path %s T=%lld: row %d col %lld: %.7g vs reference %.7g (bound %.3g)",
+                                  pagoda_dtype_name(dtype), PATHS[ii].name, (long long)c->T, rows[j], (long long)m,
                                   (double)o[m], ref, tol);
                 }
             }
         }
         (void)want;
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     free(w);
     free(x);
     free(ids);

@@ -36,8 +36,9 @@
 #include "threadpool.h"
 #include "vecdot.h"
 
-static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2, PAGODA_CPU_ISA_AVX512};
-#define N_ISAS 2
+#include "cpu_paths.h"
+/* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
+#define N_ISAS cpu_paths_count()
 
 /* Levels a matmul of this type is checked on: scalar and AVX2, and for
  * MXFP4 on a CPU with AVX-512 VNNI the level that runs its VNNI kernels
@@ -245,7 +246,7 @@ START_TEST(test_geglu_scalar_avx2_near_libm)
     pagoda_vecdot_scalar.geglu(g, u, ref, N);
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
     pagoda_cpu_geglu(o, sizeof(float) * 1000, u, sizeof(float) * 1000, o, sizeof(float) * 1000, 20, 1000);
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     for (int i = 0; i < 20000; i++) ck_assert(o[i] == ref[i]);
     free(ref);
     free(g);
@@ -432,16 +433,15 @@ static void check_matmul_type(int dtype)
         size_t xs = sizeof(float) * (size_t)(K + 8), os = sizeof(float) * (size_t)(N + 3);
         float *x = xmalloc(xs * (size_t)T), *bias = xmalloc(sizeof(float) * (size_t)N);
         float *wd = xmalloc(sizeof(float) * (size_t)(N * K));
-        float *out[3];
-        const int nl = n_isas(dtype);
+        float *out[CPU_PATHS_MAX];
         tu_fill_normal(&r, x, xs / sizeof(float) * (size_t)T, 1.0f);
         tu_fill_normal(&r, bias, (size_t)N, 1.0f);
         for (int64_t n = 0; n < N; n++)
             ck_assert_int_eq(pagoda_dequantize_row(dtype, w + n * ws, wd + n * K, K), PAGODA_OK);
         bool quant = !pagoda_cpu_matmul_exact(dtype, T);
         int qb = blk_elems == 256 ? 256 : 32;
-        for (int ii = 0; ii < nl; ii++) {
-            pagoda_cpu_force_isa(ISAS[ii]);
+        for (int ii = 0; ii < N_ISAS; ii++) {
+            cpu_path_use(&PATHS[ii]);
             out[ii] = xmalloc(os * (size_t)T);
             const float *b = (ci & 1) ? bias : NULL;
             ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, xs, T, K, w, dtype, ws, N, b, out[ii], os),
@@ -477,8 +477,8 @@ static void check_matmul_type(int dtype)
                     float got = ((const float *)((const uint8_t *)out[ii] + t * os))[n];
                     double tol = 1e-5 * mag + 1e-5;
                     ck_assert_msg(fabs(got - seen) <= tol,
-                                  "%s isa %d T=%lld K=%lld N=%lld t=%lld n=%lld: got %.7g want %.7g (tol %.3g)",
-                                  pagoda_dtype_name(dtype), ISAS[ii], (long long)T, (long long)K,
+                                  "%s path %s T=%lld K=%lld N=%lld t=%lld n=%lld: got %.7g want %.7g (tol %.3g)",
+                                  pagoda_dtype_name(dtype), PATHS[ii].name, (long long)T, (long long)K,
                                   (long long)N, (long long)t, (long long)n, got, seen, tol);
                     if (quant) {
                         ck_assert_msg(fabs(got - exact) <= bound * 1.001 + tol,
@@ -495,22 +495,23 @@ static void check_matmul_type(int dtype)
                 ck_assert_msg(z_rms <= 2.0, "%s: RMS error %.2f sigma", pagoda_dtype_name(dtype), z_rms);
             }
         }
-        /* The paths agree closely with the scalar one (same integer sums). */
-        for (int ii = 1; ii < nl; ii++)
+        /* Every path agrees closely with the scalar one (same integer sums). */
+        for (int ii = 1; ii < N_ISAS; ii++)
             for (int64_t t = 0; t < T; t++)
                 for (int64_t n = 0; n < N; n++) {
                     float a = ((const float *)((const uint8_t *)out[0] + t * os))[n];
                     float c = ((const float *)((const uint8_t *)out[ii] + t * os))[n];
-                    ck_assert_msg(fabsf(a - c) <= 1e-5f * (fabsf(a) + 10.0f), "%s scalar %.7g vs isa %d %.7g",
-                                  pagoda_dtype_name(dtype), a, ISAS[ii], c);
+                    ck_assert_msg(fabsf(a - c) <= 1e-5f * (fabsf(a) + 10.0f),
+                                  "%s T=%lld K=%lld t=%lld n=%lld: scalar %.7g vs %s %.7g", pagoda_dtype_name(dtype),
+                                  (long long)T, (long long)K, (long long)t, (long long)n, a, PATHS[ii].name, c);
                 }
-        for (int ii = 0; ii < nl; ii++) free(out[ii]);
+        for (int ii = 0; ii < N_ISAS; ii++) free(out[ii]);
         free(x);
         free(bias);
         free(wd);
         free(w);
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     pagoda_cpu_exec_release(&ex);
     pagoda_threadpool_destroy(tp);
 }
@@ -587,7 +588,7 @@ START_TEST(test_matmul_k_extremes)
             ck_assert_int_eq(pagoda_dequantize_row(dt, w + n * rb, wd + n * K, K), PAGODA_OK);
         }
         for (int ii = 0; ii < N_ISAS; ii++) {
-            pagoda_cpu_force_isa(ISAS[ii]);
+            cpu_path_use(&PATHS[ii]);
             for (int64_t tt = 1; tt <= T; tt += T - 1) { /* the dot (1 token) and the lanes (9) */
                 ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, tt, K, w, dt, rb, N, NULL, out,
                                                    sizeof(float) * N),
@@ -601,15 +602,15 @@ START_TEST(test_matmul_k_extremes)
                             mag += fabs((double)x[t * K + k] * wd[n * K + k]);
                         }
                         ck_assert_msg(fabs(out[t * N + n] - want) <= 1e-5 * mag + 1e-5,
-                                      "%s fill %s isa %d T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
-                                      ti % 2 ? "00" : "FF", ISAS[ii], (long long)tt, (long long)t, n, out[t * N + n],
+                                      "%s fill %s path %s T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
+                                      ti % 2 ? "00" : "FF", PATHS[ii].name, (long long)tt, (long long)t, n, out[t * N + n],
                                       want);
                     }
             }
         }
         free(w);
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     pagoda_cpu_exec_release(&ex);
     pagoda_threadpool_destroy(tp);
     free(x);
@@ -1082,7 +1083,7 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
     float *out = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
     double *sc = xmalloc(sizeof(double) * (size_t)(decode_ctx + 64));
     for (int ii = 0; ii < N_ISAS; ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+        cpu_path_use(&PATHS[ii]);
         memset(out, 0, sizeof(float) * (size_t)(n_tok * qw));
         ck_assert_int_eq(pagoda_cpu_attention(&ex, q, sizeof(float) * qw, pool, &L, layer, &batch,
                                               n_heads, scale, window, out, sizeof(float) * qw),
@@ -1109,14 +1110,14 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
                         o /= sum;
                         float got = out[row * qw + h * head_dim + e];
                         ck_assert_msg(fabs(got - o) <= 1e-4,
-                                      "attention kv %s hd %d bs %d window %d isa %d seq %d q %d head %d dim %d: %.6f vs %.6f",
-                                      pagoda_dtype_name(kv_dtype), head_dim, block_size, window, ISAS[ii], s, i, h, e,
+                                      "attention kv %s hd %d bs %d window %d path %s seq %d q %d head %d dim %d: %.6f vs %.6f",
+                                      pagoda_dtype_name(kv_dtype), head_dim, block_size, window, PATHS[ii].name, s, i, h, e,
                                       got, o);
                     }
                 }
             }
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     pagoda_cpu_exec_release(&ex);
     pagoda_threadpool_destroy(tp);
     for (int s = 0; s < 3; s++) {
@@ -1201,32 +1202,50 @@ START_TEST(test_kv_q8_0_store_matches_reference)
     uint8_t want[K / 32 * 34], got[K / 32 * 34];
     ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, want, K), PAGODA_OK);
     for (int ii = 0; ii < N_ISAS; ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+        cpu_path_use(&PATHS[ii]);
         memset(got, 0xa5, sizeof got);
         pagoda_cpu_vecdot()->quant_kv_q8_0(x, got, K);
         for (size_t i = 0; i < sizeof got; i++)
-            ck_assert_msg(got[i] == want[i], "isa %d byte %zu (block %zu): %d vs %d", ISAS[ii], i, i / 34,
+            ck_assert_msg(got[i] == want[i], "path %s byte %zu (block %zu): %d vs %d", PATHS[ii].name, i, i / 34,
                           got[i], want[i]);
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
 }
 END_TEST
 
 /* Which kernels run, and what they are called, on CPUs this machine is
- * not: an AVX-512 CPU runs the AVX2 kernels and says so (the AVX2 table is
- * the one picked), an AVX2 CPU forced to scalar says forced. */
+ * not (a faked CPUID): each level runs its own table (an AMX CPU the
+ * AVX-512 one, which says so), AVX-VNNI forced on an AVX-512 CPU without
+ * the VEX form (Zen 4) runs AVX2 and says why, a forced level says forced;
+ * and PAGODA_CPU_ISA's words. */
 START_TEST(test_kernel_path_names)
 {
     char buf[128];
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return; /* the AVX2 table would not run */
     pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX512);
     ck_assert_int_eq(pagoda_cpu_active_isa(), PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX512);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX512));
+    ck_assert_ptr_ne(pagoda_cpu_vecdot(), &pagoda_vecdot_avx2);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX-512 VNNI kernels");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX_VNNI);
     ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX2);
     ck_assert_ptr_eq(pagoda_cpu_vecdot(), &pagoda_vecdot_avx2);
     ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf),
-                     "AVX2 kernels (the CPU has AVX-512 F/BW/VL; pagoda has no AVX-512 kernels yet)");
+                     "AVX2 kernels (forced to AVX-VNNI; the CPU has AVX-512 VNNI but not the VEX AVX-VNNI)");
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
     ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels (forced; the CPU has more)");
+    pagoda_cpu_force_isa(-1);
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AMX);
+    ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX512);
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf),
+                     "AVX-512 VNNI kernels (the CPU has AMX; pagoda has no AMX kernels yet)");
+    pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX_VNNI);
+    ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX_VNNI);
+    ck_assert_ptr_eq(pagoda_cpu_vecdot(), pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX_VNNI));
+    ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX-VNNI kernels");
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX512); /* clamped to the CPU's */
+    ck_assert_int_eq(pagoda_cpu_active_isa(), PAGODA_CPU_ISA_AVX_VNNI);
     pagoda_cpu_force_isa(-1);
     pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX2);
     ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "AVX2 kernels");
@@ -1237,6 +1256,32 @@ START_TEST(test_kernel_path_names)
     pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_SCALAR);
     ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf), "scalar kernels (no AVX2/FMA/F16C)");
     pagoda_cpu_fake_detected_isa(-1);
+    const char *words[] = {"scalar", "avx2", "avxvnni", "avx512", "amx"};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(pagoda_cpu_isa_parse(words[i]), i);
+        ck_assert_str_eq(pagoda_cpu_isa_word(i), words[i]);
+    }
+    ck_assert_int_eq(pagoda_cpu_isa_parse("AVX512"), PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_isa_parse("avx-512"), -1);
+    ck_assert_int_eq(pagoda_cpu_isa_parse(""), -1);
+    ck_assert_ptr_null(pagoda_cpu_isa_word(5));
+}
+END_TEST
+
+/* The CPUID + XCR0 detection agrees with the compiler's view of this CPU:
+ * AVX-512 VNNI exactly when F/BW/VL/DQ and VNNI are all there (no OS of
+ * these hosts leaves the ZMM state off). */
+START_TEST(test_detect_matches_builtin)
+{
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vnni");
+    int d = pagoda_cpu_detect_isa();
+    ck_assert_int_eq(d >= PAGODA_CPU_ISA_AVX2, avx2);
+    ck_assert_int_eq(d >= PAGODA_CPU_ISA_AVX512, avx512);
+    if (d == PAGODA_CPU_ISA_AVX_VNNI) ck_assert(pagoda_cpu_has_avx_vnni());
 }
 END_TEST
 
@@ -1306,6 +1351,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_kv_q8_0_store_matches_reference);
     tcase_add_test(tc, test_copy_blocks);
     tcase_add_test(tc, test_kernel_path_names);
+    tcase_add_test(tc, test_detect_matches_builtin);
     suite_add_tcase(s, tc);
     return s;
 }

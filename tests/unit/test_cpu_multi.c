@@ -16,8 +16,9 @@
 #include "testutil.h"
 #include "threadpool.h"
 
-static const int ISAS[] = {PAGODA_CPU_ISA_SCALAR, PAGODA_CPU_ISA_AVX2};
-#define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
+#include "cpu_paths.h"
+/* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
+#define N_ISAS cpu_paths_count()
 
 static void *xmalloc(size_t n)
 {
@@ -71,7 +72,7 @@ static void check_multi(const mm_case *c, pagoda_cpu_exec *ex, tu_rng *r)
                                 .out_stride = os};
     }
     for (int ii = 0; ii < N_ISAS; ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+        cpu_path_use(&PATHS[ii]);
         for (int i = 0; i < c->n; i++)
             ck_assert_int_eq(pagoda_cpu_matmul(ex, x, xs, T, K, m[i].w, m[i].dtype, m[i].w_stride, m[i].N,
                                                m[i].bias, want[i], m[i].out_stride),
@@ -82,11 +83,11 @@ static void check_multi(const mm_case *c, pagoda_cpu_exec *ex, tu_rng *r)
                 ck_assert_msg(memcmp((uint8_t *)m[i].out + (size_t)t * m[i].out_stride,
                                      (uint8_t *)want[i] + (size_t)t * m[i].out_stride,
                                      sizeof(float) * (size_t)m[i].N) == 0,
-                              "isa %d T=%lld K=%lld matrix %d (%s): row %lld differs from a lone matmul",
-                              ISAS[ii], (long long)T, (long long)K, i, pagoda_dtype_name(c->types[i]),
+                              "path %s T=%lld K=%lld matrix %d (%s): row %lld differs from a lone matmul",
+                              PATHS[ii].name, (long long)T, (long long)K, i, pagoda_dtype_name(c->types[i]),
                               (long long)t);
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     for (int i = 0; i < c->n; i++) {
         free(w[i]);
         free(bias[i]);
@@ -147,7 +148,7 @@ START_TEST(test_row_ops_pool_equal_serial)
     const int64_t rows_of[] = {300, 3}, C = 256;
     size_t s = sizeof(float) * (size_t)C;
     for (int ii = 0; ii < N_ISAS; ii++) {
-        pagoda_cpu_force_isa(ISAS[ii]);
+        cpu_path_use(&PATHS[ii]);
         for (int ri = 0; ri < 2; ri++) {
             int64_t R = rows_of[ri];
             size_t n = (size_t)(R * C);
@@ -156,8 +157,8 @@ START_TEST(test_row_ops_pool_equal_serial)
             tu_fill_normal(&r, a, n, 1.0f);
             tu_fill_normal(&r, b, n, 1.0f);
             tu_fill_normal(&r, w, (size_t)C, 1.0f);
-#define SAME(what) ck_assert_msg(memcmp(o1, o2, n * 4) == 0, "%s: pool differs from serial (isa %d, %lld rows)", \
-                                 what, ISAS[ii], (long long)R)
+#define SAME(what) ck_assert_msg(memcmp(o1, o2, n * 4) == 0, "%s: pool differs from serial (path %s, %lld rows)", \
+                                 what, PATHS[ii].name, (long long)R)
             pagoda_cpu_rms_norm(a, s, w, 1e-5f, o1, s, R, C);
             pagoda_cpu_rms_norm_mt(&ex, a, s, w, 1e-5f, o2, s, R, C);
             SAME("rms_norm");
@@ -213,7 +214,7 @@ START_TEST(test_row_ops_pool_equal_serial)
             free(o2);
         }
     }
-    pagoda_cpu_force_isa(-1);
+    cpu_path_reset();
     pagoda_threadpool_destroy(tp);
 }
 END_TEST

@@ -278,8 +278,28 @@ void pagoda_cpu_gemm_mxfp4_x8_avx2(const void *w, size_t ws, int64_t nr, const p
 float pagoda_cpu_dot_mxfp4_avx512(const void *w, const pagoda_q8a_block *x, int64_t nb);
 void pagoda_cpu_gemm_mxfp4_x8_avx512(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                      int64_t T, int64_t nb, float *out, size_t os);
+/* The AVX-512 VNNI (kernels/avx512) and AVX-VNNI (kernels/avxvnni) tables
+ * are the AVX2 one with the entries those folders have written put over
+ * it: each fill function writes only its own entries, so every type runs
+ * at every level (dispatch.c builds them once). The test-only SIMDe copies
+ * of the same sources (libpagoda_cpu_kernels_simde) are the same functions
+ * with _simde appended. */
+void pagoda_cpu_fill_avx512(pagoda_vecdot_table *t);
+void pagoda_cpu_fill_avxvnni(pagoda_vecdot_table *t);
+void pagoda_cpu_fill_avx512_simde(pagoda_vecdot_table *t);
+void pagoda_cpu_fill_avxvnni_simde(pagoda_vecdot_table *t);
 
 /* The table for the active ISA. */
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void);
+
+/* The table a kernel level runs (pagoda_cpu_isa: scalar, AVX2, AVX-VNNI,
+ * AVX-512; AMX: the AVX-512 one), whatever this CPU has: callers check the
+ * level first. */
+const pagoda_vecdot_table *pagoda_cpu_vecdot_level(int isa);
+
+/* [main thread] Tests only: make pagoda_cpu_vecdot() return t (NULL: back
+ * to the level's), to run the matmul through a table no level picks on
+ * this host (the SIMDe copies). */
+void pagoda_cpu_vecdot_override(const pagoda_vecdot_table *t);
 
 #endif

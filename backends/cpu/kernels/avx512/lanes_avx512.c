@@ -1,0 +1,26 @@
+/*
+ * lanes_avx512.c: the AVX-512 VNNI tokens-in-lanes kernels (lanes_vnni.h
+ * at 512 bits: 16 tokens a zmm, EVEX vpdpbusd) and the table's fill
+ * function: the entries kernels/avx512 has written, put over the AVX2
+ * table by dispatch.c.
+ * Compiled with -mavx512f/bw/vl/dq/vnni by folder (and a second time
+ * against SIMDe on AVX2 alone, PAGODA_SIMDE, for the tests); called only
+ * after the CPUID + XCR0 check. Not for: the per-row dots
+ * (the AVX2 ones run: decode reads weights at the memory's speed).
+ */
+#include "vecdot.h"
+
+#if (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)) || \
+    (defined(PAGODA_SIMDE) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define PAGODA_VNNI_W 512
+#include "vnni.h"
+#include "lanes_vnni.h"
+
+void PAGODA_VNNI_FN(pagoda_cpu_fill_avx512)(pagoda_vecdot_table *t)
+{
+    vnni_fill_lanes(t);
+}
+#else
+/* A compiler without the flags: the AVX2 table runs at this level. */
+void pagoda_cpu_fill_avx512(pagoda_vecdot_table *t) { (void)t; }
+#endif

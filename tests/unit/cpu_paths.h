@@ -1,0 +1,65 @@
+/*
+ * cpu_paths.h: the kernel paths a CPU test runs in turn: each level this
+ * host has natively (scalar, AVX2, AVX-VNNI, AVX-512 VNNI) and, on any
+ * AVX2 host, the SIMDe copies of the AVX-VNNI and AVX-512 tables (the same
+ * sources compiled against SIMDe on AVX2 alone, libpagoda_cpu_kernels_simde),
+ * so the VNNI kernels' arithmetic is checked on every host and natively
+ * where the instructions exist. A test that includes this links
+ * pagoda_cpu_kernels_simde (tests/CMakeLists.txt).
+ */
+#ifndef PAGODA_TEST_CPU_PATHS_H
+#define PAGODA_TEST_CPU_PATHS_H
+
+#include "cpu_features.h"
+#include "vecdot.h"
+
+typedef struct cpu_path {
+    const char *name;
+    int isa;                        /* forced level */
+    const pagoda_vecdot_table *tab; /* NULL: the level's own table */
+} cpu_path;
+
+#define CPU_PATHS_MAX 6
+
+static pagoda_vecdot_table cpu_path_simde512, cpu_path_simdevnni;
+
+/* Fills p (CPU_PATHS_MAX entries) and returns the count; p[0] is scalar. */
+static inline int cpu_paths(cpu_path *p)
+{
+    int n = 0, d = pagoda_cpu_detect_isa();
+    p[n++] = (cpu_path){"scalar", PAGODA_CPU_ISA_SCALAR, NULL};
+    if (d < PAGODA_CPU_ISA_AVX2) return n;
+    p[n++] = (cpu_path){"AVX2", PAGODA_CPU_ISA_AVX2, NULL};
+    if (pagoda_cpu_has_avx_vnni()) p[n++] = (cpu_path){"AVX-VNNI", PAGODA_CPU_ISA_AVX_VNNI, NULL};
+    if (d >= PAGODA_CPU_ISA_AVX512) p[n++] = (cpu_path){"AVX-512 VNNI", PAGODA_CPU_ISA_AVX512, NULL};
+    cpu_path_simdevnni = pagoda_vecdot_avx2;
+    pagoda_cpu_fill_avxvnni_simde(&cpu_path_simdevnni);
+    cpu_path_simde512 = pagoda_vecdot_avx2;
+    pagoda_cpu_fill_avx512_simde(&cpu_path_simde512);
+    p[n++] = (cpu_path){"AVX-VNNI (SIMDe)", PAGODA_CPU_ISA_AVX2, &cpu_path_simdevnni};
+    p[n++] = (cpu_path){"AVX-512 VNNI (SIMDe)", PAGODA_CPU_ISA_AVX2, &cpu_path_simde512};
+    return n;
+}
+
+/* The paths of this host, filled on first use: PATHS[0 .. cpu_paths_count() - 1]. */
+static cpu_path PATHS[CPU_PATHS_MAX];
+static inline int cpu_paths_count(void)
+{
+    static int n;
+    if (!n) n = cpu_paths(PATHS);
+    return n;
+}
+
+static inline void cpu_path_use(const cpu_path *p)
+{
+    pagoda_cpu_force_isa(p->isa);
+    pagoda_cpu_vecdot_override(p->tab);
+}
+
+static inline void cpu_path_reset(void)
+{
+    pagoda_cpu_vecdot_override(NULL);
+    pagoda_cpu_force_isa(-1);
+}
+
+#endif
