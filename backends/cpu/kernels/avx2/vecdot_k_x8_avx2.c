@@ -60,8 +60,6 @@
  * small array across the super-blocks). */
 #define KX_MAX_G 8
 
-}
-
 /* ------------------------------------------------------- lanes product */
 
 /* Values per scale, groups of four per int16 sum, offset pair registers

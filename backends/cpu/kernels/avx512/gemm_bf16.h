@@ -57,8 +57,9 @@ typedef struct pagoda_bf16_kernels {
 extern const pagoda_bf16_kernels pagoda_bf16_native;
 extern const pagoda_bf16_kernels pagoda_bf16_simde;
 
-/* [any thread] True when this CPU has AVX512-BF16 with AVX-512 F/BW/VL
- * and the OS saves zmm state (CPUID), whatever level is forced. */
+/* [any thread] True when this CPU has AVX512-BF16 with AVX-512 and the OS
+ * saves zmm state (cpu_features.c: CPUID + XCR0), whatever level is forced;
+ * false while a test fakes the detected level. */
 bool pagoda_cpu_has_avx512_bf16(void);
 
 /* [any thread] True when pagoda_cpu_matmul runs this weight type with T

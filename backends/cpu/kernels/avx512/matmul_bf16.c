@@ -33,20 +33,7 @@
 #define BLOCK_BYTES (192 * 1024)
 #define BLOCK_ROWS_MAX 96
 
-bool pagoda_cpu_has_avx512_bf16(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    static int has = -1;
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-    }
-    return has;
-#else
-    return false;
-#endif
-}
+/* pagoda_cpu_has_avx512_bf16(): cpu_features.c (CPUID + XCR0). */
 
 static int64_t env_int(const char *name, int64_t dflt)
 {
