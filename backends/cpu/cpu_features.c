@@ -7,6 +7,8 @@
  */
 #include "cpu_features.h"
 
+#include "amx/amx.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -30,6 +32,8 @@ int pagoda_cpu_detect_isa(void)
     if (isa == PAGODA_CPU_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         isa = PAGODA_CPU_ISA_AVX512;
+    /* AMX: CPUID, XCR0 and the arch_prctl grant (amx/amx_detect.c) */
+    if (isa == PAGODA_CPU_ISA_AVX512 && pagoda_amx_usable(NULL, 0)) isa = PAGODA_CPU_ISA_AMX;
 #endif
     detected = isa;
     return isa;
@@ -45,6 +49,7 @@ static int env_isa(void)
                      : !strcasecmp(e, "scalar")   ? PAGODA_CPU_ISA_SCALAR
                      : !strcasecmp(e, "avx2")     ? PAGODA_CPU_ISA_AVX2
                      : !strcasecmp(e, "avx512")   ? PAGODA_CPU_ISA_AVX512
+                     : !strcasecmp(e, "amx")      ? PAGODA_CPU_ISA_AMX
                                                   : -1;
     }
     return env_forced;
@@ -94,6 +99,7 @@ const char *pagoda_cpu_isa_name(int isa)
     switch (isa) {
     case PAGODA_CPU_ISA_AVX2: return "AVX2";
     case PAGODA_CPU_ISA_AVX512: return "AVX-512";
+    case PAGODA_CPU_ISA_AMX: return "AMX";
     default: return "scalar";
     }
 }

@@ -14,8 +14,10 @@
 
 typedef enum pagoda_cpu_isa {
     PAGODA_CPU_ISA_SCALAR = 0,
-    PAGODA_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    PAGODA_CPU_ISA_AVX512 = 2  /* AVX-512 F/BW/VL (no kernels yet: runs the AVX2 ones) */
+    PAGODA_CPU_ISA_AVX2 = 1,      /* AVX2 + FMA + F16C */
+    PAGODA_CPU_ISA_AVX_VNNI = 2,  /* + AVX-VNNI (VEX vpdpbusd, 256-bit) */
+    PAGODA_CPU_ISA_AVX512 = 3,    /* + AVX-512 F/BW/VL/DQ + VNNI (BF16 is a separate flag) */
+    PAGODA_CPU_ISA_AMX = 4        /* + AMX-TILE/INT8 (BF16 flag), arch_prctl granted */
 } pagoda_cpu_isa;
 
 /* [any thread] The best level this CPU supports (cached after the first call). */

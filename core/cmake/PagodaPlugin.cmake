@@ -22,6 +22,9 @@ function(pagoda_simd_flags)
     if(src MATCHES "_avx512\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512fp16;-mavx2;-mfma;-mf16c")
+    elseif(src MATCHES "_amx\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mamx-tile;-mamx-int8;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c")
     elseif(src MATCHES "_avx2\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
     endif()
