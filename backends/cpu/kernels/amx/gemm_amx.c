@@ -1,0 +1,11 @@
+/*
+ * gemm_amx.c: amx_gemm.inc on the real tiles (built with -mamx-tile
+ * -mamx-int8 -mamx-bf16, as every file named *_amx.c). Called only where
+ * pagoda_amx_usable() said yes; untested on a host without AMX, where
+ * gemm_amx_emu.c runs the same source.
+ * Not for: anything but that one function.
+ */
+#include "amx.h"
+
+#define PAGODA_AMX_GEMM_NAME pagoda_rp_gemm_amx
+#include "amx_gemm.inc"

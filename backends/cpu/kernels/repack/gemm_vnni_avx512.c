@@ -1,0 +1,90 @@
+/*
+ * gemm_vnni_avx512.c: the AVX-512 VNNI GEMM on the row-interleaved layout
+ * (repack.h). Two 16-row groups by four tokens at a time: per block, each
+ * of the 8 64-byte rows of a group's q meets a 4-byte broadcast of each
+ * token's unsigned activations (x + 128) in vpdpbusd, giving 16 int32 row
+ * sums a token; the block's 128 x row sum comes off, and the scales of row
+ * and token turn it into float. 8 int32 and 8 float accumulators, two
+ * weight registers, one broadcast: 19 of the 32 zmm.
+ * Tokens past T are the zero padding of pagoda_rp_acts (scale 0), and a
+ * missing second group repeats the first, so every step has one shape.
+ * Not for: the plain-C twin (pagoda_rp_gemm_ref in repack.c), the tiles
+ * (../amx/).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "repack.h"
+
+static inline __m512i bcast4(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                         float *out, size_t out_stride)
+{
+    const int64_t nb = w->nb, kp = a->kp, T = a->T;
+    const int64_t g0 = n0 / PAGODA_RP_ROWS, g1 = (n1 + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS;
+    for (int64_t g = g0; g < g1; g += 2) {
+        const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
+        __mmask16 mk[2];
+        for (int i = 0; i < 2; i++) {
+            int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
+            for (int n = 0; n < 16; n++)
+                if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
+            mk[i] = (__mmask16)m;
+        }
+        if (gg[1] == gg[0]) mk[1] = 0;
+        const pagoda_rp_block *W0 = &w->blk[gg[0] * nb], *W1 = &w->blk[gg[1] * nb];
+        for (int64_t t0 = 0; t0 < T; t0 += 4) {
+            const uint8_t *x0 = a->xq + t0 * kp, *x1 = x0 + kp, *x2 = x1 + kp, *x3 = x2 + kp;
+            const float *d0 = a->xd + t0 * nb;
+            __m512 f00 = _mm512_setzero_ps(), f01 = f00, f02 = f00, f03 = f00;
+            __m512 f10 = f00, f11 = f00, f12 = f00, f13 = f00;
+            for (int64_t b = 0; b < nb; b++) {
+                const pagoda_rp_block *B0 = &W0[b], *B1 = &W1[b];
+                __m512i i00 = _mm512_setzero_si512(), i01 = i00, i02 = i00, i03 = i00;
+                __m512i i10 = i00, i11 = i00, i12 = i00, i13 = i00;
+                const int64_t kb = b * 32;
+                for (int r = 0; r < 8; r++) {
+                    const __m512i w0 = _mm512_load_si512(B0->q[r]), w1 = _mm512_load_si512(B1->q[r]);
+                    __m512i x = bcast4(x0 + kb + 4 * r);
+                    i00 = _mm512_dpbusd_epi32(i00, x, w0);
+                    i10 = _mm512_dpbusd_epi32(i10, x, w1);
+                    x = bcast4(x1 + kb + 4 * r);
+                    i01 = _mm512_dpbusd_epi32(i01, x, w0);
+                    i11 = _mm512_dpbusd_epi32(i11, x, w1);
+                    x = bcast4(x2 + kb + 4 * r);
+                    i02 = _mm512_dpbusd_epi32(i02, x, w0);
+                    i12 = _mm512_dpbusd_epi32(i12, x, w1);
+                    x = bcast4(x3 + kb + 4 * r);
+                    i03 = _mm512_dpbusd_epi32(i03, x, w0);
+                    i13 = _mm512_dpbusd_epi32(i13, x, w1);
+                }
+                const __m512i s0 = _mm512_load_si512(B0->s128), s1 = _mm512_load_si512(B1->s128);
+                const __m512 wd0 = _mm512_load_ps(B0->d), wd1 = _mm512_load_ps(B1->d);
+#define PAGODA_RP_ACC(f, i, s, wd, j)                                                           \
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i, s)),                             \
+                        _mm512_mul_ps(wd, _mm512_set1_ps(d0[(j) * nb + b])), f)
+                PAGODA_RP_ACC(f00, i00, s0, wd0, 0);
+                PAGODA_RP_ACC(f01, i01, s0, wd0, 1);
+                PAGODA_RP_ACC(f02, i02, s0, wd0, 2);
+                PAGODA_RP_ACC(f03, i03, s0, wd0, 3);
+                PAGODA_RP_ACC(f10, i10, s1, wd1, 0);
+                PAGODA_RP_ACC(f11, i11, s1, wd1, 1);
+                PAGODA_RP_ACC(f12, i12, s1, wd1, 2);
+                PAGODA_RP_ACC(f13, i13, s1, wd1, 3);
+#undef PAGODA_RP_ACC
+            }
+            const __m512 f0[4] = {f00, f01, f02, f03}, f1[4] = {f10, f11, f12, f13};
+            for (int j = 0; j < 4 && t0 + j < T; j++) {
+                float *o = (float *)((uint8_t *)out + (t0 + j) * out_stride);
+                _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f0[j]);
+                if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f1[j]);
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+/*
+ * repack.c: Q8_0 / Q4_0 weights into the row-interleaved int8 layout of
+ * repack.h, the activations into the layout its GEMMs read, the plain-C
+ * GEMM on that layout (the arithmetic every faster one matches), and the
+ * cache that repacks each weight matrix once, on first use.
+ * Not for: the SIMD / tile GEMMs (gemm_vnni_avx512.c, ../amx/), the choice
+ * of path (repack_matmul.c).
+ */
+#include "repack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pagoda/types.h"
+#include "quant.h"
+#include "threadpool.h"
+#include "vecdot.h"
+
+bool pagoda_rp_type_supported(int dtype)
+{
+    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0;
+}
+
+size_t pagoda_rp_bytes(int64_t N, int64_t K)
+{
+    return (size_t)((N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS) * (size_t)(K / PAGODA_RP_QK) *
+           sizeof(pagoda_rp_block);
+}
+
+/* Row n's 32 values of block b as int8, and their scale. */
+static float unpack_block(int dtype, const uint8_t *row, int64_t b, int8_t v[32])
+{
+    if (dtype == PAGODA_DTYPE_Q8_0) {
+        pagoda_block_q8_0 q;
+        memcpy(&q, row + b * sizeof q, sizeof q);
+        memcpy(v, q.qs, 32);
+        return pagoda_fp16_to_fp32(q.d);
+    }
+    pagoda_block_q4_0 q;
+    memcpy(&q, row + b * sizeof q, sizeof q);
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)((q.qs[j] & 0xF) - 8);
+        v[j + 16] = (int8_t)((q.qs[j] >> 4) - 8);
+    }
+    return pagoda_fp16_to_fp32(q.d);
+}
+
+void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, int64_t g0, int64_t g1)
+{
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < m->nb; b++) {
+            pagoda_rp_block *o = &m->blk[g * m->nb + b];
+            memset(o, 0, sizeof *o);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= m->N) break;  /* padding rows stay zero (scale 0) */
+                int8_t v[32];
+                o->d[n] = unpack_block(m->dtype, (const uint8_t *)w + (size_t)row * w_stride, b, v);
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++) {
+                    o->q[k / 4][4 * n + k % 4] = v[k];
+                    s += v[k];
+                }
+                o->s128[n] = 128 * s;
+            }
+        }
+}
+
+/* ----------------------------------------------------------- activations */
+
+static int64_t round_up(int64_t v, int64_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+size_t pagoda_rp_acts_bytes(int64_t T, int64_t K)
+{
+    int64_t tp = round_up(T, PAGODA_RP_ROWS), kp = round_up(K, 64);
+    return (size_t)round_up(tp * kp, 64) + (size_t)(tp * (K / PAGODA_RP_QK)) * sizeof(float);
+}
+
+void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K, bool is_unsigned)
+{
+    a->T = T;
+    a->Tpad = round_up(T, PAGODA_RP_ROWS);
+    a->K = K;
+    a->kp = round_up(K, 64);
+    a->nb = K / PAGODA_RP_QK;
+    a->is_unsigned = is_unsigned;
+    a->xq = scratch;
+    a->xd = (float *)((uint8_t *)scratch + round_up(a->Tpad * a->kp, 64));
+}
+
+void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int64_t t0, int64_t t1)
+{
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    uint8_t flip = a->is_unsigned ? 0x80 : 0;
+    for (int64_t t = t0; t < t1; t++) {
+        uint8_t *q = a->xq + t * a->kp;
+        float *d = a->xd + t * a->nb;
+        memset(q + a->K, flip, (size_t)(a->kp - a->K));
+        if (t >= a->T) {
+            memset(q, flip, (size_t)a->K);
+            memset(d, 0, sizeof(float) * (size_t)a->nb);
+            continue;
+        }
+        const float *xr = (const float *)((const uint8_t *)x + t * x_stride);
+        enum { CHUNK = 16 };
+        pagoda_q8a_block blk[CHUNK];
+        for (int64_t b0 = 0; b0 < a->nb; b0 += CHUNK) {
+            int64_t nb = a->nb - b0 < CHUNK ? a->nb - b0 : CHUNK;
+            vt->quant_q8a(xr + b0 * 32, blk, nb * 32);
+            for (int64_t i = 0; i < nb; i++) {
+                d[b0 + i] = blk[i].d;
+                for (int j = 0; j < 32; j++) q[(b0 + i) * 32 + j] = (uint8_t)blk[i].qs[j] ^ flip;
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------- plain-C GEMM */
+
+void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                        float *out, size_t out_stride)
+{
+    int off = a->is_unsigned ? 128 : 0;
+    for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
+        for (int64_t t = 0; t < a->T; t++) {
+            float acc[PAGODA_RP_ROWS] = {0};
+            const uint8_t *xq = a->xq + t * a->kp;
+            for (int64_t b = 0; b < w->nb; b++) {
+                const pagoda_rp_block *blk = &w->blk[g * w->nb + b];
+                float dx = a->xd[t * a->nb + b];
+                for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                    int32_t s = 0;
+                    for (int k = 0; k < 32; k++) {
+                        int xv = a->is_unsigned ? xq[b * 32 + k] : (int8_t)xq[b * 32 + k];
+                        s += xv * blk->q[k / 4][4 * n + k % 4];
+                    }
+                    if (off) s -= blk->s128[n];
+                    acc[n] += (float)s * (blk->d[n] * dx);
+                }
+            }
+            float *o = (float *)((uint8_t *)out + t * out_stride);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= n0 && row < n1) o[row] = acc[n];
+            }
+        }
+}
+
+/* ------------------------------------------------------------------ cache */
+
+typedef struct rp_region {
+    const uint8_t *base;
+    size_t size;
+} rp_region;
+
+typedef struct rp_entry {
+    const void *w;
+    int dtype;
+    size_t w_stride;
+    pagoda_rp_matrix m;
+} rp_entry;
+
+struct pagoda_rp_cache {
+    rp_region *regions;
+    int n_regions, cap_regions;
+    rp_entry **entries;   /* each its own allocation: a matrix handed out stays put */
+    int n_entries, cap_entries;
+    size_t bytes;
+};
+
+pagoda_rp_cache *pagoda_rp_cache_create(void)
+{
+    return calloc(1, sizeof(pagoda_rp_cache));
+}
+
+void pagoda_rp_cache_destroy(pagoda_rp_cache *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n_entries; i++) {
+        free(c->entries[i]->m.blk);
+        free(c->entries[i]);
+    }
+    free(c->entries);
+    free(c->regions);
+    free(c);
+}
+
+int pagoda_rp_cache_add_region(pagoda_rp_cache *c, const void *base, size_t size)
+{
+    if (c->n_regions == c->cap_regions) {
+        int cap = c->cap_regions ? 2 * c->cap_regions : 8;
+        rp_region *r = realloc(c->regions, sizeof *r * (size_t)cap);
+        if (!r) return PAGODA_ERR_NOMEM;
+        c->regions = r;
+        c->cap_regions = cap;
+    }
+    c->regions[c->n_regions++] = (rp_region){.base = base, .size = size};
+    return PAGODA_OK;
+}
+
+void pagoda_rp_cache_invalidate(pagoda_rp_cache *c, const void *base, size_t size)
+{
+    const uint8_t *lo = base, *hi = lo + size;
+    for (int i = 0; i < c->n_entries;) {
+        rp_entry *e = c->entries[i];
+        const uint8_t *elo = e->w, *ehi = elo + (size_t)e->m.N * e->w_stride;
+        if (elo < hi && lo < ehi) {
+            c->bytes -= pagoda_rp_bytes(e->m.N, e->m.K);
+            free(e->m.blk);
+            free(e);
+            c->entries[i] = c->entries[--c->n_entries];
+        } else {
+            i++;
+        }
+    }
+}
+
+void pagoda_rp_cache_remove_region(pagoda_rp_cache *c, const void *base)
+{
+    for (int i = 0; i < c->n_regions; i++)
+        if (c->regions[i].base == base) {
+            pagoda_rp_cache_invalidate(c, base, c->regions[i].size);
+            c->regions[i] = c->regions[--c->n_regions];
+            return;
+        }
+}
+
+size_t pagoda_rp_cache_bytes(const pagoda_rp_cache *c, int *count)
+{
+    if (count) *count = c ? c->n_entries : 0;
+    return c ? c->bytes : 0;
+}
+
+static bool in_region(const pagoda_rp_cache *c, const void *w, size_t bytes)
+{
+    const uint8_t *p = w;
+    for (int i = 0; i < c->n_regions; i++) {
+        const rp_region *r = &c->regions[i];
+        if (p >= r->base && bytes <= r->size && (size_t)(p - r->base) <= r->size - bytes) return true;
+    }
+    return false;
+}
+
+typedef struct pack_task {
+    pagoda_rp_matrix *m;
+    const void *w;
+    size_t w_stride;
+    int64_t per;
+} pack_task;
+
+static void pack_part(void *arg, int part, int n_parts)
+{
+    pack_task *p = arg;
+    (void)n_parts;
+    int64_t g0 = p->per * part, g1 = g0 + p->per < p->m->ng ? g0 + p->per : p->m->ng;
+    pagoda_rp_pack_groups(p->m, p->w, p->w_stride, g0, g1);
+}
+
+const pagoda_rp_matrix *pagoda_rp_cache_get(pagoda_rp_cache *c, struct pagoda_threadpool *pool,
+                                            const void *w, int dtype, size_t w_stride, int64_t N,
+                                            int64_t K)
+{
+    if (!c || !pagoda_rp_type_supported(dtype) || N <= 0 || K <= 0 || K % PAGODA_RP_QK) return NULL;
+    for (int i = 0; i < c->n_entries; i++) {
+        rp_entry *e = c->entries[i];
+        if (e->w == w && e->dtype == dtype && e->w_stride == w_stride && e->m.N == N && e->m.K == K)
+            return &e->m;
+    }
+    size_t row_bytes = pagoda_dtype_row_bytes(dtype, K);
+    if (!in_region(c, w, (size_t)(N - 1) * w_stride + row_bytes)) return NULL;
+    if (c->n_entries == c->cap_entries) {
+        int cap = c->cap_entries ? 2 * c->cap_entries : 64;
+        rp_entry **e = realloc(c->entries, sizeof *e * (size_t)cap);
+        if (!e) return NULL;
+        c->entries = e;
+        c->cap_entries = cap;
+    }
+    pagoda_rp_matrix m = {.dtype = dtype, .N = N, .K = K, .ng = (N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS,
+                          .nb = K / PAGODA_RP_QK};
+    size_t bytes = pagoda_rp_bytes(N, K);
+    m.blk = aligned_alloc(64, bytes);
+    rp_entry *e = malloc(sizeof *e);
+    if (!m.blk || !e) {
+        free(m.blk);
+        free(e);
+        return NULL;
+    }
+    int nth = pagoda_threadpool_size(pool);
+    int parts = nth * 4;
+    pack_task p = {.m = &m, .w = w, .w_stride = w_stride, .per = (m.ng + parts - 1) / parts};
+    pagoda_threadpool_run_parts(pool, pack_part, &p, (int)((m.ng + p.per - 1) / p.per));
+    *e = (rp_entry){.w = w, .dtype = dtype, .w_stride = w_stride, .m = m};
+    c->entries[c->n_entries++] = e;
+    c->bytes += bytes;
+    return &e->m;
+}
