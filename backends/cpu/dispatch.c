@@ -19,8 +19,10 @@
  *
  * Every level also has the activation quantizers, dequant, the gated
  * activations, to_f16 and the attention helpers. AVX-512 (VNNI, BF16) and
- * AMX tiles are detected (cpu_features.c) but have no table yet: they run
- * AVX2 (issue 27 adds kernels/avx512/ and kernels/amx/).
+ * AMX tiles have no table yet: they run AVX2, except that for T >= 16
+ * Q8_0 / Q4_0 go to the row-interleaved layout (kernels/repack/): the
+ * AMX-INT8 tile GEMM on the AMX level, the AVX-512 VNNI one on AVX-512
+ * (kernels/repack/repack_matmul.c picks; matmul.c calls it first).
  */
 #include "cpu_features.h"
 #include "vecdot.h"
