@@ -50,7 +50,7 @@ START_TEST(test_tile_emu_int8)
     tu_rng_seed(&r, 11);
     static const int shapes[][3] = {{16, 64, 16}, {5, 12, 3}, {1, 4, 1}, {16, 32, 16}, {9, 60, 7}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int us = 0; us < 2; us++) {
+        for (int us = 0; us < 3; us++) {  /* ss, us, su */
             int M = shapes[s][0], KB = shapes[s][1], N = shapes[s][2];
             uint8_t a[16][64], b[16][64];
             int32_t c0[16][16], c[16][16];
@@ -66,7 +66,9 @@ START_TEST(test_tile_emu_int8)
             pagoda_tile_emu_load(0, c0, sizeof c0[0]);
             pagoda_tile_emu_load(1, a, sizeof a[0]);
             pagoda_tile_emu_load(2, b, sizeof b[0]);
-            if (us) pagoda_tile_emu_dpbusd(0, 1, 2); else pagoda_tile_emu_dpbssd(0, 1, 2);
+            if (us == 1) pagoda_tile_emu_dpbusd(0, 1, 2);
+            else if (us == 2) pagoda_tile_emu_dpbsud(0, 1, 2);
+            else pagoda_tile_emu_dpbssd(0, 1, 2);
             memset(c, 0x5a, sizeof c);
             pagoda_tile_emu_store(0, c, sizeof c[0]);
             ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
@@ -78,8 +80,9 @@ START_TEST(test_tile_emu_int8)
                     }
                     int64_t want = c0[m][n];
                     for (int k = 0; k < KB; k++) {
-                        int av = us ? a[m][k] : (int8_t)a[m][k];
-                        want += av * (int8_t)b[k / 4][4 * n + k % 4];
+                        int av = us == 1 ? a[m][k] : (int8_t)a[m][k];
+                        int bv = us == 2 ? b[k / 4][4 * n + k % 4] : (int8_t)b[k / 4][4 * n + k % 4];
+                        want += av * bv;
                     }
                     ck_assert_int_eq(c[m][n], (int32_t)want);
                 }
@@ -241,8 +244,8 @@ START_TEST(test_repacked_gemms)
             int64_t N = SHAPES[s][0], K = SHAPES[s][1], T = SHAPES[s][2];
             mat m = make_mat(&r, types[ti], N, K);
             pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 32};
-            ck_assert_uint_eq(pagoda_rp_bytes(N, K), sizeof(pagoda_rp_block) * (size_t)(rp.ng * rp.nb));
-            rp.blk = xmalloc(pagoda_rp_bytes(N, K));
+            ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_block) * (size_t)(rp.ng * rp.nb));
+            rp.blk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
             pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
             float *x = xmalloc(sizeof(float) * (size_t)(T * K));
             tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
@@ -252,7 +255,7 @@ START_TEST(test_repacked_gemms)
             void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
             for (int us = 0; us < 2; us++) {
                 pagoda_rp_acts a;
-                pagoda_rp_acts_init(&a, scratch, T, K, us);
+                pagoda_rp_acts_init(&a, scratch, T, K, us, false);
                 pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
                 memset(out, 0xff, sizeof(float) * (size_t)(T * N));
                 pagoda_rp_gemm_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
@@ -284,6 +287,103 @@ START_TEST(test_repacked_gemms)
             free(mag);
             free(x);
             free(rp.blk);
+            free_mat(&m);
+        }
+}
+END_TEST
+
+/* The K-quants' reference in double from the blocks' integers (the
+ * scalar kernel's definition): dx (d sum_j sc_j dot_j - dmin sum_j m_j
+ * sum_j(x)) per super-block; mag bounds each float step's size. */
+static void reference_k(const mat *m, const float *x, int64_t T, double *ref, double *mag)
+{
+    int64_t nb = m->K / 256;
+    pagoda_q8k_block *q = xmalloc(sizeof *q * (size_t)nb);
+    for (int64_t t = 0; t < T; t++) {
+        pagoda_vecdot_scalar.quant_q8k(x + t * m->K, q, m->K);
+        for (int64_t n = 0; n < m->N; n++) {
+            double s = 0, a = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = m->w + (size_t)n * m->stride + (size_t)b * (m->dtype == PAGODA_DTYPE_Q4_K ? 144 : 176);
+                uint16_t hd, hm;
+                memcpy(&hd, blk, 2);
+                memcpy(&hm, blk + 2, 2);
+                const uint8_t *scales = blk + 4, *qh = m->dtype == PAGODA_DTYPE_Q5_K ? blk + 16 : NULL;
+                const uint8_t *qs = blk + (qh ? 48 : 16);
+                int64_t S = 0, M = 0;
+                for (int j = 0; j < 8; j++) {
+                    uint8_t sc, mn;
+                    pagoda_get_scale_min_k4(j, scales, &sc, &mn);
+                    int64_t dot = 0, sy = 0;
+                    for (int l = 0; l < 32; l++) {
+                        int v = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+                        if (qh) v |= ((qh[l] >> j) & 1) << 4;
+                        dot += v * q[b].qs[32 * j + l];
+                        sy += q[b].qs[32 * j + l];
+                    }
+                    S += sc * dot;
+                    M += mn * sy;
+                }
+                double d = pagoda_fp16_to_fp32(hd), dm = pagoda_fp16_to_fp32(hm);
+                s += q[b].d * (d * (double)S - dm * (double)M);
+                a += fabs(q[b].d) * (fabs(d * (double)S) + fabs(dm * (double)M));
+            }
+            ref[t * m->N + n] = s;
+            mag[t * m->N + n] = a;
+        }
+    }
+    free(q);
+}
+
+START_TEST(test_repacked_gemms_k)
+{
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K};
+    static const int64_t shapes[][3] = {{16, 256, 16}, {37, 512, 17}, {50, 256, 100}, {20, 768, 33}};
+    tu_rng r;
+    tu_rng_seed(&r, 22);
+    bool vnni = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+    bool amx = pagoda_amx_usable(NULL, 0);
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int64_t N = shapes[s][0], K = shapes[s][1], T = shapes[s][2];
+            mat m = make_mat(&r, types[ti], N, K);
+            pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 256};
+            ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_kblock) * (size_t)(rp.ng * rp.nb));
+            rp.kblk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
+            pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
+            float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+            tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+            double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
+            reference_k(&m, x, T, ref, mag);
+            float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+            void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
+            pagoda_rp_acts a;
+            pagoda_rp_acts_init(&a, scratch, T, K, false, true);
+            pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
+            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+            pagoda_rp_gemm_k_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
+            check_out(&m, T, out, ref, mag, "ref");
+            if (vnni) {
+                memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+                pagoda_rp_gemm_k_vnni(&rp, 0, 16, &a, out, sizeof(float) * (size_t)N);
+                if (N > 16) pagoda_rp_gemm_k_vnni(&rp, 16, N, &a, out, sizeof(float) * (size_t)N);
+                check_out(&m, T, out, ref, mag, "AVX-512 VNNI");
+            }
+            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+            pagoda_rp_gemm_k_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs, T, out, sizeof(float) * (size_t)N);
+            ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
+            check_out(&m, T, out, ref, mag, "emulated AMX");
+            if (amx) {
+                memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+                pagoda_rp_gemm_k_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs, T, out, sizeof(float) * (size_t)N);
+                check_out(&m, T, out, ref, mag, "AMX");
+            }
+            free(scratch);
+            free(out);
+            free(ref);
+            free(mag);
+            free(x);
+            free(rp.kblk);
             free_mat(&m);
         }
 }
@@ -341,7 +441,8 @@ START_TEST(test_matmul_hook)
                                          .out_stride = sizeof(float) * (size_t)Ns[i]};
             }
             ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 2), PAGODA_OK);
-            ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), pagoda_rp_bytes(70, K) + pagoda_rp_bytes(16, K));
+            ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), pagoda_rp_bytes(PAGODA_DTYPE_Q8_0, 70, K) +
+                                                                       pagoda_rp_bytes(PAGODA_DTYPE_Q4_0, 16, K));
             ck_assert_int_eq(count, 2);  /* made once, found the second time */
             for (int i = 0; i < 2; i++)
                 for (int64_t j = 0; j < T * Ns[i]; j++)
@@ -354,7 +455,7 @@ START_TEST(test_matmul_hook)
     /* fewer tokens than the threshold, and weights outside every region:
      * the row kernels (nothing new in the cache) */
     pagoda_rp_cache_invalidate(ex.repack, m[0].w, 1);
-    ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), pagoda_rp_bytes(16, K));
+    ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), pagoda_rp_bytes(PAGODA_DTYPE_Q4_0, 16, K));
     pagoda_rp_cache_remove_region(ex.repack, m[1].w);
     ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), 0);
     ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, 8, K, m[0].w, m[0].dtype, m[0].stride, 70,
@@ -370,6 +471,73 @@ START_TEST(test_matmul_hook)
     }
     free(x);
     free(bias);
+    pagoda_threadpool_destroy(ex.pool);
+    pagoda_cpu_exec_release(&ex);
+}
+END_TEST
+
+/* One call with matrices of both activation kinds (per 32, per 256) and
+ * one the layout lacks (Q4_1): each gets its own path, all equal the
+ * scalar kernels; both kinds end up repacked over two calls. */
+START_TEST(test_matmul_hook_kinds)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 32);
+    pagoda_cpu_exec ex = {0};
+    ck_assert_int_eq(pagoda_threadpool_create(2, &ex.pool), PAGODA_OK);
+    ex.repack = pagoda_rp_cache_create();
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_K};
+    const int64_t K = 512, T = 19, N = 40;
+    mat m[4];
+    float *want[4], *got[4];
+    for (int i = 0; i < 4; i++) {
+        m[i] = make_mat(&r, types[i], N, K);
+        ck_assert_int_eq(pagoda_rp_cache_add_region(ex.repack, m[i].w, m[i].stride * (size_t)N), PAGODA_OK);
+        want[i] = xmalloc(sizeof(float) * (size_t)(T * N));
+        got[i] = xmalloc(sizeof(float) * (size_t)(T * N));
+    }
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride, N,
+                                           NULL, want[i], sizeof(float) * N),
+                         PAGODA_OK);
+    pagoda_cpu_force_isa(-1);
+    int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
+    for (int p = 0; p < 2; p++) {
+        if (p == 1 && paths[1] == PAGODA_RP_PATH_NONE) break;
+        pagoda_rp_force_amx_emulation(p == 0);
+        pagoda_cpu_mat mm[4];
+        for (int i = 0; i < 4; i++) {
+            memset(got[i], 0xff, sizeof(float) * (size_t)(T * N));
+            mm[i] = (pagoda_cpu_mat){.w = m[i].w, .dtype = m[i].dtype, .w_stride = m[i].stride, .N = N,
+                                     .out = got[i], .out_stride = sizeof(float) * N};
+        }
+        ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 4), PAGODA_OK);
+        int count;
+        pagoda_rp_cache_bytes(ex.repack, &count);
+        ck_assert_int_eq(count, 2 + (p == 0 ? 0 : 1));  /* Q4_K, Q5_K; Q8_0 on the second call */
+        for (int i = 0; i < 4; i++)
+            for (int64_t j = 0; j < T * N; j++)
+                ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
+                              "%s path %s [%lld]: %g vs %g", pagoda_dtype_name(m[i].dtype),
+                              pagoda_rp_path_name(paths[p]), (long long)j, got[i][j], want[i][j]);
+        /* the second call: Q8_0 first, so its kind goes first */
+        pagoda_cpu_mat t0 = mm[0];
+        mm[0] = mm[1];
+        mm[1] = t0;
+        ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 2), PAGODA_OK);
+        pagoda_rp_cache_bytes(ex.repack, &count);
+        ck_assert_int_eq(count, 3);
+    }
+    pagoda_rp_force_amx_emulation(false);
+    for (int i = 0; i < 4; i++) {
+        free(want[i]);
+        free(got[i]);
+        free_mat(&m[i]);
+    }
+    free(x);
     pagoda_threadpool_destroy(ex.pool);
     pagoda_cpu_exec_release(&ex);
 }
@@ -419,7 +587,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_tile_emu_bf16);
     tcase_add_test(tc, test_tile_emu_faults);
     tcase_add_test(tc, test_repacked_gemms);
+    tcase_add_test(tc, test_repacked_gemms_k);
     tcase_add_test(tc, test_matmul_hook);
+    tcase_add_test(tc, test_matmul_hook_kinds);
     tcase_add_test(tc, test_amx_fallback);
     suite_add_tcase(s, tc);
     return s;

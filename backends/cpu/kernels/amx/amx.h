@@ -44,5 +44,12 @@ void pagoda_rp_gemm_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1
                         const float *xd, int64_t T, float *out, size_t out_stride);
 void pagoda_rp_gemm_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
                             const float *xd, int64_t T, float *out, size_t out_stride);
+/* The same for Q4_K / Q5_K (TDPBSUD: signed activations, unsigned
+ * weights) with K-quant activations: xd [Tpad][K / 256], xs [Tpad][K / 32]
+ * sums of 32. */
+void pagoda_rp_gemm_k_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                          const float *xd, const int16_t *xs, int64_t T, float *out, size_t out_stride);
+void pagoda_rp_gemm_k_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                              const float *xd, const int16_t *xs, int64_t T, float *out, size_t out_stride);
 
 #endif

@@ -8,4 +8,5 @@
 #include "amx.h"
 
 #define PAGODA_AMX_GEMM_NAME pagoda_rp_gemm_amx
+#define PAGODA_AMX_GEMM_K_NAME pagoda_rp_gemm_k_amx
 #include "amx_gemm.inc"

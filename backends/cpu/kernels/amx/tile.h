@@ -47,6 +47,7 @@ void pagoda_tile_emu_load(int t, const void *base, long stride);
 void pagoda_tile_emu_store(int t, void *base, long stride);
 void pagoda_tile_emu_dpbssd(int c, int a, int b);  /* int8 x int8 -> int32 */
 void pagoda_tile_emu_dpbusd(int c, int a, int b);  /* uint8 (A) x int8 (B) -> int32 */
+void pagoda_tile_emu_dpbsud(int c, int a, int b);  /* int8 (A) x uint8 (B) -> int32 */
 void pagoda_tile_emu_dpbf16ps(int c, int a, int b); /* bf16 pairs -> fp32 */
 /* Faults counted on this thread since the last call (and reset to 0). */
 int pagoda_tile_emu_faults(void);
@@ -60,6 +61,7 @@ int pagoda_tile_emu_faults(void);
 #define PAGODA_TILE_STORE(t, base, stride) pagoda_tile_emu_store((t), (base), (long)(stride))
 #define PAGODA_TILE_DPBSSD(c, a, b) pagoda_tile_emu_dpbssd((c), (a), (b))
 #define PAGODA_TILE_DPBUSD(c, a, b) pagoda_tile_emu_dpbusd((c), (a), (b))
+#define PAGODA_TILE_DPBSUD(c, a, b) pagoda_tile_emu_dpbsud((c), (a), (b))
 #define PAGODA_TILE_DPBF16PS(c, a, b) pagoda_tile_emu_dpbf16ps((c), (a), (b))
 
 #else /* the real instructions */
@@ -80,6 +82,7 @@ int pagoda_tile_emu_faults(void);
     do { _tile_stored(t, (void *)(base), (long)(stride)); PAGODA_TILE_BARRIER(); } while (0)
 #define PAGODA_TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define PAGODA_TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#define PAGODA_TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
 #define PAGODA_TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 
 #endif

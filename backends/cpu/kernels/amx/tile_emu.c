@@ -3,7 +3,7 @@
  * per thread, following the Intel SDM's pseudocode: LDTILECFG (palette 0
  * releases, palette 1 checks every field and zeroes the tiles),
  * TILELOADD / TILESTORED (rows x colsb bytes, the rest of a loaded tile
- * zeroed), TILEZERO, TDPBSSD / TDPBUSD (four byte products summed into an
+ * zeroed), TILEZERO, TDPBSSD / TDPBUSD / TDPBSUD (four byte products summed into an
  * int32 that wraps, K = colsb(A) / 4) and TDPBF16PS (bf16 pairs, inputs
  * and outputs flushed to zero, each add rounded to nearest even). What the
  * hardware refuses (#GP / #UD) is counted as a fault and changes nothing.
@@ -143,6 +143,11 @@ void pagoda_tile_emu_dpbssd(int c, int a, int b)
 void pagoda_tile_emu_dpbusd(int c, int a, int b)
 {
     dp_int8(c, a, b, false, true);
+}
+
+void pagoda_tile_emu_dpbsud(int c, int a, int b)
+{
+    dp_int8(c, a, b, true, false);
 }
 
 static float bf16_daz(uint16_t h)

@@ -16,15 +16,21 @@
 #include "threadpool.h"
 #include "vecdot.h"
 
-bool pagoda_rp_type_supported(int dtype)
+bool pagoda_rp_type_kquant(int dtype)
 {
-    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0;
+    return dtype == PAGODA_DTYPE_Q4_K || dtype == PAGODA_DTYPE_Q5_K;
 }
 
-size_t pagoda_rp_bytes(int64_t N, int64_t K)
+bool pagoda_rp_type_supported(int dtype)
 {
-    return (size_t)((N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS) * (size_t)(K / PAGODA_RP_QK) *
-           sizeof(pagoda_rp_block);
+    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0 || pagoda_rp_type_kquant(dtype);
+}
+
+size_t pagoda_rp_bytes(int dtype, int64_t N, int64_t K)
+{
+    size_t ng = (size_t)((N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS);
+    if (pagoda_rp_type_kquant(dtype)) return ng * (size_t)(K / 256) * sizeof(pagoda_rp_kblock);
+    return ng * (size_t)(K / PAGODA_RP_QK) * sizeof(pagoda_rp_block);
 }
 
 /* Row n's 32 values of block b as int8, and their scale. */
@@ -45,8 +51,61 @@ static float unpack_block(int dtype, const uint8_t *row, int64_t b, int8_t v[32]
     return pagoda_fp16_to_fp32(q.d);
 }
 
+/* Row n's 256 values of super-block b (Q4_K / Q5_K), unsigned, with its
+ * sub-block scales and mins. */
+static void unpack_kblock(int dtype, const uint8_t *row, int64_t b, uint8_t v[256], uint8_t sc[8],
+                          uint8_t mn[8], float *d, float *dmin)
+{
+    const uint8_t *scales, *qs, *qh = NULL;
+    uint16_t hd, hm;
+    pagoda_block_q4_K q4;
+    pagoda_block_q5_K q5;
+    if (dtype == PAGODA_DTYPE_Q4_K) {
+        memcpy(&q4, row + b * sizeof q4, sizeof q4);
+        scales = q4.scales, qs = q4.qs, hd = q4.d, hm = q4.dmin;
+    } else {
+        memcpy(&q5, row + b * sizeof q5, sizeof q5);
+        scales = q5.scales, qs = q5.qs, qh = q5.qh, hd = q5.d, hm = q5.dmin;
+    }
+    for (int j = 0; j < 8; j++) {
+        pagoda_get_scale_min_k4(j, scales, &sc[j], &mn[j]);
+        for (int l = 0; l < 32; l++) {
+            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+            if (qh) q |= ((qh[l] >> j) & 1) << 4;
+            v[32 * j + l] = (uint8_t)q;
+        }
+    }
+    *d = pagoda_fp16_to_fp32(hd);
+    *dmin = pagoda_fp16_to_fp32(hm);
+}
+
+static void pack_kgroups(pagoda_rp_matrix *m, const void *w, size_t w_stride, int64_t g0, int64_t g1)
+{
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < m->nb; b++) {
+            pagoda_rp_kblock *o = &m->kblk[g * m->nb + b];
+            memset(o, 0, sizeof *o);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= m->N) break;
+                uint8_t v[256], sc[8], mn[8];
+                unpack_kblock(m->dtype, (const uint8_t *)w + (size_t)row * w_stride, b, v, sc, mn, &o->d[n],
+                              &o->dmin[n]);
+                for (int k = 0; k < 256; k++) o->q[k / 4][4 * n + k % 4] = v[k];
+                for (int j = 0; j < 8; j++) {
+                    o->sc[j][n] = sc[j];
+                    o->mp[j / 2][2 * n + j % 2] = mn[j];
+                }
+            }
+        }
+}
+
 void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, int64_t g0, int64_t g1)
 {
+    if (pagoda_rp_type_kquant(m->dtype)) {
+        pack_kgroups(m, w, w_stride, g0, g1);
+        return;
+    }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t b = 0; b < m->nb; b++) {
             pagoda_rp_block *o = &m->blk[g * m->nb + b];
@@ -76,19 +135,36 @@ static int64_t round_up(int64_t v, int64_t m)
 size_t pagoda_rp_acts_bytes(int64_t T, int64_t K)
 {
     int64_t tp = round_up(T, PAGODA_RP_ROWS), kp = round_up(K, 64);
-    return (size_t)round_up(tp * kp, 64) + (size_t)(tp * (K / PAGODA_RP_QK)) * sizeof(float);
+    return (size_t)round_up(tp * kp, 64) + (size_t)round_up(tp * (K / PAGODA_RP_QK) * 4, 64) +
+           (size_t)(tp * (K / PAGODA_RP_QK)) * sizeof(int16_t);
 }
 
-void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K, bool is_unsigned)
+void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K, bool is_unsigned, bool kq)
 {
     a->T = T;
     a->Tpad = round_up(T, PAGODA_RP_ROWS);
     a->K = K;
     a->kp = round_up(K, 64);
-    a->nb = K / PAGODA_RP_QK;
+    a->kq = kq;
+    a->nb = K / (kq ? 256 : PAGODA_RP_QK);
     a->is_unsigned = is_unsigned;
     a->xq = scratch;
     a->xd = (float *)((uint8_t *)scratch + round_up(a->Tpad * a->kp, 64));
+    a->xs = (int16_t *)((uint8_t *)a->xd + round_up(a->Tpad * (K / PAGODA_RP_QK) * 4, 64));
+}
+
+/* One token's K-quant activations: the q8k quantizer's bytes and scale
+ * per 256 values, and sums of 32 from its sums of 16. */
+static void prep_kq_row(pagoda_rp_acts *a, const pagoda_vecdot_table *vt, const float *xr, uint8_t *q,
+                        float *d, int16_t *xs)
+{
+    pagoda_q8k_block blk;
+    for (int64_t b = 0; b < a->nb; b++) {
+        vt->quant_q8k(xr + b * 256, &blk, 256);
+        d[b] = blk.d;
+        memcpy(q + b * 256, blk.qs, 256);
+        for (int j = 0; j < 8; j++) xs[8 * b + j] = (int16_t)(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+    }
 }
 
 void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int64_t t0, int64_t t1)
@@ -98,13 +174,19 @@ void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int
     for (int64_t t = t0; t < t1; t++) {
         uint8_t *q = a->xq + t * a->kp;
         float *d = a->xd + t * a->nb;
+        int16_t *xs = a->xs + t * (a->K / PAGODA_RP_QK);
         memset(q + a->K, flip, (size_t)(a->kp - a->K));
         if (t >= a->T) {
             memset(q, flip, (size_t)a->K);
             memset(d, 0, sizeof(float) * (size_t)a->nb);
+            memset(xs, 0, sizeof(int16_t) * (size_t)(a->K / PAGODA_RP_QK));
             continue;
         }
         const float *xr = (const float *)((const uint8_t *)x + t * x_stride);
+        if (a->kq) {
+            prep_kq_row(a, vt, xr, q, d, xs);
+            continue;
+        }
         enum { CHUNK = 16 };
         pagoda_q8a_block blk[CHUNK];
         for (int64_t b0 = 0; b0 < a->nb; b0 += CHUNK) {
@@ -149,6 +231,35 @@ void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const
         }
 }
 
+void pagoda_rp_gemm_k_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                          float *out, size_t out_stride)
+{
+    for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
+        for (int64_t t = 0; t < a->T; t++) {
+            float acc[PAGODA_RP_ROWS] = {0};
+            const int8_t *xq = (const int8_t *)a->xq + t * a->kp;
+            const int16_t *xs = a->xs + t * (a->K / PAGODA_RP_QK);
+            for (int64_t b = 0; b < w->nb; b++) {
+                const pagoda_rp_kblock *blk = &w->kblk[g * w->nb + b];
+                for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                    int32_t s = 0, mm = 0;
+                    for (int j = 0; j < 8; j++) {
+                        int32_t dot = 0;
+                        for (int k = 32 * j; k < 32 * j + 32; k++) dot += xq[b * 256 + k] * blk->q[k / 4][4 * n + k % 4];
+                        s += dot * blk->sc[j][n];
+                        mm += blk->mp[j / 2][2 * n + j % 2] * xs[8 * b + j];
+                    }
+                    acc[n] += a->xd[t * a->nb + b] * (blk->d[n] * (float)s - blk->dmin[n] * (float)mm);
+                }
+            }
+            float *o = (float *)((uint8_t *)out + t * out_stride);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= n0 && row < n1) o[row] = acc[n];
+            }
+        }
+}
+
 /* ------------------------------------------------------------------ cache */
 
 typedef struct rp_region {
@@ -181,6 +292,7 @@ void pagoda_rp_cache_destroy(pagoda_rp_cache *c)
     if (!c) return;
     for (int i = 0; i < c->n_entries; i++) {
         free(c->entries[i]->m.blk);
+        free(c->entries[i]->m.kblk);
         free(c->entries[i]);
     }
     free(c->entries);
@@ -208,8 +320,9 @@ void pagoda_rp_cache_invalidate(pagoda_rp_cache *c, const void *base, size_t siz
         rp_entry *e = c->entries[i];
         const uint8_t *elo = e->w, *ehi = elo + (size_t)e->m.N * e->w_stride;
         if (elo < hi && lo < ehi) {
-            c->bytes -= pagoda_rp_bytes(e->m.N, e->m.K);
+            c->bytes -= pagoda_rp_bytes(e->dtype, e->m.N, e->m.K);
             free(e->m.blk);
+            free(e->m.kblk);
             free(e);
             c->entries[i] = c->entries[--c->n_entries];
         } else {
@@ -263,7 +376,9 @@ const pagoda_rp_matrix *pagoda_rp_cache_get(pagoda_rp_cache *c, struct pagoda_th
                                             const void *w, int dtype, size_t w_stride, int64_t N,
                                             int64_t K)
 {
-    if (!c || !pagoda_rp_type_supported(dtype) || N <= 0 || K <= 0 || K % PAGODA_RP_QK) return NULL;
+    bool kq = pagoda_rp_type_kquant(dtype);
+    if (!c || !pagoda_rp_type_supported(dtype) || N <= 0 || K <= 0 || K % (kq ? 256 : PAGODA_RP_QK))
+        return NULL;
     for (int i = 0; i < c->n_entries; i++) {
         rp_entry *e = c->entries[i];
         if (e->w == w && e->dtype == dtype && e->w_stride == w_stride && e->m.N == N && e->m.K == K)
@@ -279,12 +394,16 @@ const pagoda_rp_matrix *pagoda_rp_cache_get(pagoda_rp_cache *c, struct pagoda_th
         c->cap_entries = cap;
     }
     pagoda_rp_matrix m = {.dtype = dtype, .N = N, .K = K, .ng = (N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS,
-                          .nb = K / PAGODA_RP_QK};
-    size_t bytes = pagoda_rp_bytes(N, K);
-    m.blk = aligned_alloc(64, bytes);
+                          .nb = K / (kq ? 256 : PAGODA_RP_QK)};
+    size_t bytes = pagoda_rp_bytes(dtype, N, K);
+    void *blk = aligned_alloc(64, bytes);
+    if (kq)
+        m.kblk = blk;
+    else
+        m.blk = blk;
     rp_entry *e = malloc(sizeof *e);
-    if (!m.blk || !e) {
-        free(m.blk);
+    if (!blk || !e) {
+        free(blk);
         free(e);
         return NULL;
     }

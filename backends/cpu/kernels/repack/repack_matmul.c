@@ -1,6 +1,6 @@
 /*
  * repack_matmul.c: the repacked GEMMs' share of a CPU matmul. For T >=
- * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 weight inside a registered
+ * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 / Q4_K / Q5_K weight inside a registered
  * weights region, and a level with a GEMM on the layout (AMX tiles, else
  * AVX-512 VNNI), matmul.c hands the matrix here: its repacked copy comes
  * from the exec's cache (made on first use), the activations are
@@ -104,7 +104,15 @@ static void gemm_task(void *arg, int part, int n_parts)
     int64_t n0 = g0 * PAGODA_RP_ROWS, n1 = (g0 + j->groups_per_part) * PAGODA_RP_ROWS;
     if (n1 > m->N) n1 = m->N;
     const pagoda_rp_acts *a = &j->acts;
-    switch (j->path) {
+    if (a->kq) {
+        if (j->path == PAGODA_RP_PATH_AMX)
+            pagoda_rp_gemm_k_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xs, a->T, w->out, w->out_stride);
+        else if (j->path == PAGODA_RP_PATH_AMX_EMU)
+            pagoda_rp_gemm_k_amx_emu(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xs, a->T, w->out,
+                                     w->out_stride);
+        else
+            pagoda_rp_gemm_k_vnni(m, n0, n1, a, w->out, w->out_stride);
+    } else switch (j->path) {
     case PAGODA_RP_PATH_AMX:
         pagoda_rp_gemm_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->T, w->out, w->out_stride);
         break;
@@ -127,6 +135,9 @@ int pagoda_cpu_rp_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, i
 {
     int64_t min_t = pagoda_rp_min_t();
     if (!ex->repack || min_t == 0 || T < min_t || K % PAGODA_RP_QK) return PAGODA_OK;
+    /* one activation layout per call: the kind (per 32 / per 256) of the
+     * first matrix taken; matrices of the other kind stay with matmul.c */
+    int kind = -1;
     int path = pagoda_rp_path();
     if (path == PAGODA_RP_PATH_NONE) return PAGODA_OK;
     rp_job j = {.path = path, .x = x, .x_stride = x_stride};
@@ -135,9 +146,12 @@ int pagoda_cpu_rp_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, i
         if (done[i] || w[i].N <= 0 || !pagoda_rp_type_supported(w[i].dtype)) continue;
         /* PAGODA_CPU_GEMM_MIN_T's dequantize + sgemm (exact F32 products) comes first */
         if (pagoda_cpu_mm_sgemm_path(w[i].dtype, T)) continue;
+        int k = pagoda_rp_type_kquant(w[i].dtype);
+        if (kind >= 0 && k != kind) continue;
         const pagoda_rp_matrix *m =
             pagoda_rp_cache_get(ex->repack, ex->pool, w[i].w, w[i].dtype, w[i].w_stride, w[i].N, K);
         if (!m) continue;  /* not a registered weight, or no memory: matmul.c's kernels */
+        kind = k;
         j.m[j.n] = m;
         j.w[j.n] = &w[i];
         j.n++;
@@ -150,8 +164,8 @@ int pagoda_cpu_rp_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, i
         for (int i = 0; i < n; i++) done[i] = false;  /* let matmul.c try; it will report */
         return PAGODA_ERR_NOMEM;
     }
-    bool is_unsigned = path == PAGODA_RP_PATH_VNNI;
-    pagoda_rp_acts_init(&j.acts, scratch, T, K, is_unsigned);
+    bool is_unsigned = path == PAGODA_RP_PATH_VNNI && !kind;
+    pagoda_rp_acts_init(&j.acts, scratch, T, K, is_unsigned, kind == 1);
     int nth = pagoda_threadpool_size(ex->pool);
     int64_t tiles = j.acts.Tpad / PAGODA_RP_ROWS;
     int64_t tpp_tiles = (tiles + nth - 1) / nth;
