@@ -389,6 +389,117 @@ START_TEST(test_repacked_gemms_k)
 }
 END_TEST
 
+/* Random Q6_K rows (pagoda_quantize_row has no Q6_K): every byte random,
+ * the scale a small f16; the reference in double mirrors the scalar
+ * kernel's value order. */
+static mat make_q6(tu_rng *r, int64_t N, int64_t K)
+{
+    mat m = {.dtype = PAGODA_DTYPE_Q6_K, .N = N, .K = K, .stride = pagoda_dtype_row_bytes(PAGODA_DTYPE_Q6_K, K)};
+    m.w = xmalloc(m.stride * (size_t)N);
+    m.wf = xmalloc(sizeof(float));
+    for (size_t i = 0; i < m.stride * (size_t)N; i++) m.w[i] = (uint8_t)tu_rng_u64(r);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < K / 256; b++) {
+            uint16_t d = pagoda_fp32_to_fp16(0.001f + 0.01f * tu_rng_uniform(r));
+            memcpy(m.w + (size_t)n * m.stride + (size_t)b * 210 + 208, &d, 2);
+        }
+    return m;
+}
+
+static void reference_q6(const mat *m, const float *x, int64_t T, double *ref, double *mag)
+{
+    int64_t nb = m->K / 256;
+    pagoda_q8k_block *q = xmalloc(sizeof *q * (size_t)nb);
+    for (int64_t t = 0; t < T; t++) {
+        pagoda_vecdot_scalar.quant_q8k(x + t * m->K, q, m->K);
+        for (int64_t n = 0; n < m->N; n++) {
+            double s = 0, a = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = m->w + (size_t)n * m->stride + (size_t)b * 210;
+                const uint8_t *ql = blk, *qh = blk + 128;
+                const int8_t *sc = (const int8_t *)(blk + 192);
+                const int8_t *q8 = q[b].qs;
+                int64_t sum = 0;
+                for (int half = 0; half < 2; half++) {
+                    for (int l = 0; l < 32; l++) {
+                        int is = l / 16;
+                        int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                        int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                        int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                        int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                        sum += sc[is] * q1 * q8[l] + sc[is + 2] * q2 * q8[l + 32] + sc[is + 4] * q3 * q8[l + 64] +
+                               sc[is + 6] * q4 * q8[l + 96];
+                    }
+                    ql += 64;
+                    qh += 32;
+                    sc += 8;
+                    q8 += 128;
+                }
+                uint16_t hd;
+                memcpy(&hd, blk + 208, 2);
+                double v = (double)q[b].d * pagoda_fp16_to_fp32(hd) * (double)sum;
+                s += v;
+                a += fabs(v);
+            }
+            ref[t * m->N + n] = s;
+            mag[t * m->N + n] = a;
+        }
+    }
+    free(q);
+}
+
+START_TEST(test_repacked_gemms_q6)
+{
+    static const int64_t shapes[][3] = {{16, 256, 16}, {37, 512, 17}, {50, 256, 100}, {20, 768, 33}};
+    tu_rng r;
+    tu_rng_seed(&r, 23);
+    bool vnni = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+    bool amx = pagoda_amx_usable(NULL, 0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t N = shapes[s][0], K = shapes[s][1], T = shapes[s][2];
+        mat m = make_q6(&r, N, K);
+        pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 256};
+        ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_q6block) * (size_t)(rp.ng * rp.nb));
+        rp.q6blk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
+        pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
+        float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+        tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+        double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
+        reference_q6(&m, x, T, ref, mag);
+        float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+        void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
+        pagoda_rp_acts a;
+        pagoda_rp_acts_init(&a, scratch, T, K, false, true);
+        pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
+        memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+        pagoda_rp_gemm_q6_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
+        check_out(&m, T, out, ref, mag, "ref");
+        if (vnni) {
+            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+            pagoda_rp_gemm_q6_vnni(&rp, 0, 16, &a, out, sizeof(float) * (size_t)N);
+            if (N > 16) pagoda_rp_gemm_q6_vnni(&rp, 16, N, &a, out, sizeof(float) * (size_t)N);
+            check_out(&m, T, out, ref, mag, "AVX-512 VNNI");
+        }
+        memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+        pagoda_rp_gemm_q6_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs16, T, out, sizeof(float) * (size_t)N);
+        ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
+        check_out(&m, T, out, ref, mag, "emulated AMX");
+        if (amx) {
+            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
+            pagoda_rp_gemm_q6_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs16, T, out, sizeof(float) * (size_t)N);
+            check_out(&m, T, out, ref, mag, "AMX");
+        }
+        free(scratch);
+        free(out);
+        free(ref);
+        free(mag);
+        free(x);
+        free(rp.q6blk);
+        free_mat(&m);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ the hook */
 
 /* matmul through the hook (cache, regions, bias, the pool) on every path
@@ -477,7 +588,7 @@ START_TEST(test_matmul_hook)
 END_TEST
 
 /* One call with matrices of both activation kinds (per 32, per 256) and
- * one the layout lacks (Q4_1): each gets its own path, all equal the
+ * one the layout lacks (Q4_1), Q6_K among them: each gets its own path, all equal the
  * scalar kernels; both kinds end up repacked over two calls. */
 START_TEST(test_matmul_hook_kinds)
 {
@@ -488,10 +599,10 @@ START_TEST(test_matmul_hook_kinds)
     ex.repack = pagoda_rp_cache_create();
     static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_K};
     const int64_t K = 512, T = 19, N = 40;
-    mat m[4];
-    float *want[4], *got[4];
-    for (int i = 0; i < 4; i++) {
-        m[i] = make_mat(&r, types[i], N, K);
+    mat m[5];
+    float *want[5], *got[5];
+    for (int i = 0; i < 5; i++) {
+        m[i] = i < 4 ? make_mat(&r, types[i], N, K) : make_q6(&r, N, K);
         ck_assert_int_eq(pagoda_rp_cache_add_region(ex.repack, m[i].w, m[i].stride * (size_t)N), PAGODA_OK);
         want[i] = xmalloc(sizeof(float) * (size_t)(T * N));
         got[i] = xmalloc(sizeof(float) * (size_t)(T * N));
@@ -499,7 +610,7 @@ START_TEST(test_matmul_hook_kinds)
     float *x = xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride, N,
                                            NULL, want[i], sizeof(float) * N),
                          PAGODA_OK);
@@ -508,17 +619,17 @@ START_TEST(test_matmul_hook_kinds)
     for (int p = 0; p < 2; p++) {
         if (p == 1 && paths[1] == PAGODA_RP_PATH_NONE) break;
         pagoda_rp_force_amx_emulation(p == 0);
-        pagoda_cpu_mat mm[4];
-        for (int i = 0; i < 4; i++) {
+        pagoda_cpu_mat mm[5];
+        for (int i = 0; i < 5; i++) {
             memset(got[i], 0xff, sizeof(float) * (size_t)(T * N));
             mm[i] = (pagoda_cpu_mat){.w = m[i].w, .dtype = m[i].dtype, .w_stride = m[i].stride, .N = N,
                                      .out = got[i], .out_stride = sizeof(float) * N};
         }
-        ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 4), PAGODA_OK);
+        ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 5), PAGODA_OK);
         int count;
         pagoda_rp_cache_bytes(ex.repack, &count);
-        ck_assert_int_eq(count, 2 + (p == 0 ? 0 : 1));  /* Q4_K, Q5_K; Q8_0 on the second call */
-        for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(count, 3 + (p == 0 ? 0 : 1));  /* Q4_K, Q5_K, Q6_K; Q8_0 on the second call */
+        for (int i = 0; i < 5; i++)
             for (int64_t j = 0; j < T * N; j++)
                 ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
                               "%s path %s [%lld]: %g vs %g", pagoda_dtype_name(m[i].dtype),
@@ -529,10 +640,10 @@ START_TEST(test_matmul_hook_kinds)
         mm[1] = t0;
         ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 2), PAGODA_OK);
         pagoda_rp_cache_bytes(ex.repack, &count);
-        ck_assert_int_eq(count, 3);
+        ck_assert_int_eq(count, 4);
     }
     pagoda_rp_force_amx_emulation(false);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         free(want[i]);
         free(got[i]);
         free_mat(&m[i]);
@@ -588,6 +699,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_tile_emu_faults);
     tcase_add_test(tc, test_repacked_gemms);
     tcase_add_test(tc, test_repacked_gemms_k);
+    tcase_add_test(tc, test_repacked_gemms_q6);
     tcase_add_test(tc, test_matmul_hook);
     tcase_add_test(tc, test_matmul_hook_kinds);
     tcase_add_test(tc, test_amx_fallback);

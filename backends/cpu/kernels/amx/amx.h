@@ -51,5 +51,10 @@ void pagoda_rp_gemm_k_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t 
                           const float *xd, const int16_t *xs, int64_t T, float *out, size_t out_stride);
 void pagoda_rp_gemm_k_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
                               const float *xd, const int16_t *xs, int64_t T, float *out, size_t out_stride);
+/* Q6_K: K = 16 tiles (one per sub-block), xs16 the sums of 16. */
+void pagoda_rp_gemm_q6_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                           const float *xd, const int16_t *xs16, int64_t T, float *out, size_t out_stride);
+void pagoda_rp_gemm_q6_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                               const float *xd, const int16_t *xs16, int64_t T, float *out, size_t out_stride);
 
 #endif

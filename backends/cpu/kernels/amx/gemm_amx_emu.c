@@ -9,4 +9,5 @@
 #define PAGODA_TILE_EMULATE 1
 #define PAGODA_AMX_GEMM_NAME pagoda_rp_gemm_amx_emu
 #define PAGODA_AMX_GEMM_K_NAME pagoda_rp_gemm_k_amx_emu
+#define PAGODA_AMX_GEMM_Q6_NAME pagoda_rp_gemm_q6_amx_emu
 #include "amx_gemm.inc"

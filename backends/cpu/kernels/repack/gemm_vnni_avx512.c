@@ -174,3 +174,89 @@ void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
         }
     }
 }
+
+/* Q6_K: the stored 0..63 values unsigned against signed q8k activations,
+ * per 16-value sub-block an int32 dot (4 vpdpbusd) times its signed
+ * scale summed in int32 over the super-block; the -32 comes off as 32 x
+ * the scales against the activations' sums of 16 (8 vpdpwssd); one float
+ * step per 256 values. 2 groups x 4 tokens. */
+void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                            float *out, size_t out_stride)
+{
+    const int64_t nb = w->nb, kp = a->kp, T = a->T, ns = a->K / 16;
+    const int64_t g0 = n0 / PAGODA_RP_ROWS, g1 = (n1 + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS;
+    for (int64_t g = g0; g < g1; g += 2) {
+        const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
+        __mmask16 mk[2];
+        for (int i = 0; i < 2; i++) {
+            int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
+            for (int n = 0; n < 16; n++)
+                if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
+            mk[i] = (__mmask16)m;
+        }
+        if (gg[1] == gg[0]) mk[1] = 0;
+        const pagoda_rp_q6block *W[2] = {&w->q6blk[gg[0] * nb], &w->q6blk[gg[1] * nb]};
+        for (int64_t t0 = 0; t0 < T; t0 += 4) {
+            const uint8_t *x = a->xq + t0 * kp;
+            const float *dx = a->xd + t0 * nb;
+            const int16_t *xs = a->xs16 + t0 * ns;
+            __m512 f[2][4];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) f[i / 4][i % 4] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const pagoda_rp_q6block *B[2] = {&W[0][b], &W[1][b]};
+                __m512i S[2][4];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) S[i / 4][i % 4] = _mm512_setzero_si512();
+                for (int j = 0; j < 16; j++) {
+                    __m512i acc[2][4];
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) acc[i / 4][i % 4] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int r = 4 * j; r < 4 * j + 4; r++) {
+                        const __m512i w0 = _mm512_load_si512(B[0]->q[r]), w1 = _mm512_load_si512(B[1]->q[r]);
+#pragma GCC unroll 4
+                        for (int t = 0; t < 4; t++) {
+                            const __m512i xv = bcast4(x + t * kp + b * 256 + 4 * r);
+                            acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xv);
+                            acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xv);
+                        }
+                    }
+                    const __m512i sc0 = _mm512_load_si512(B[0]->sc[j]), sc1 = _mm512_load_si512(B[1]->sc[j]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++) {
+                        S[0][t] = _mm512_add_epi32(S[0][t], _mm512_mullo_epi32(acc[0][t], sc0));
+                        S[1][t] = _mm512_add_epi32(S[1][t], _mm512_mullo_epi32(acc[1][t], sc1));
+                    }
+                }
+                __m512i O[2][4];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) O[i / 4][i % 4] = _mm512_setzero_si512();
+                for (int p = 0; p < 8; p++) {
+                    const __m512i m0 = _mm512_load_si512(B[0]->scp[p]), m1 = _mm512_load_si512(B[1]->scp[p]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++) {
+                        const __m512i sv = bcast4((const uint8_t *)(xs + t * ns + 16 * b + 2 * p));
+                        O[0][t] = _mm512_dpwssd_epi32(O[0][t], m0, sv);
+                        O[1][t] = _mm512_dpwssd_epi32(O[1][t], m1, sv);
+                    }
+                }
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; i++) {
+                    const __m512 d = _mm512_load_ps(B[i]->d);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++) {
+                        __m512i st = _mm512_sub_epi32(S[i][t], _mm512_slli_epi32(O[i][t], 5));
+                        f[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(st)),
+                                                  _mm512_set1_ps(dx[t * nb + b]), f[i][t]);
+                    }
+                }
+            }
+            for (int t = 0; t < 4 && t0 + t < T; t++) {
+                float *o = (float *)((uint8_t *)out + (t0 + t) * out_stride);
+                _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f[0][t]);
+                if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f[1][t]);
+            }
+        }
+    }
+}

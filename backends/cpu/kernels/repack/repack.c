@@ -18,7 +18,7 @@
 
 bool pagoda_rp_type_kquant(int dtype)
 {
-    return dtype == PAGODA_DTYPE_Q4_K || dtype == PAGODA_DTYPE_Q5_K;
+    return dtype == PAGODA_DTYPE_Q4_K || dtype == PAGODA_DTYPE_Q5_K || dtype == PAGODA_DTYPE_Q6_K;
 }
 
 bool pagoda_rp_type_supported(int dtype)
@@ -29,6 +29,7 @@ bool pagoda_rp_type_supported(int dtype)
 size_t pagoda_rp_bytes(int dtype, int64_t N, int64_t K)
 {
     size_t ng = (size_t)((N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS);
+    if (dtype == PAGODA_DTYPE_Q6_K) return ng * (size_t)(K / 256) * sizeof(pagoda_rp_q6block);
     if (pagoda_rp_type_kquant(dtype)) return ng * (size_t)(K / 256) * sizeof(pagoda_rp_kblock);
     return ng * (size_t)(K / PAGODA_RP_QK) * sizeof(pagoda_rp_block);
 }
@@ -100,8 +101,41 @@ static void pack_kgroups(pagoda_rp_matrix *m, const void *w, size_t w_stride, in
         }
 }
 
+/* Q6_K: value v = 128 h + 32 k + l has its low 4 bits in ql[64 h + l +
+ * 32 (k & 1)] (high nibble when k >= 2), its high 2 in qh[32 h + l] at
+ * bit 2k, its scale in sub-block v / 16. */
+static void pack_q6groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, int64_t g0, int64_t g1)
+{
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < m->nb; b++) {
+            pagoda_rp_q6block *o = &m->q6blk[g * m->nb + b];
+            memset(o, 0, sizeof *o);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= m->N) break;
+                pagoda_block_q6_K q;
+                memcpy(&q, (const uint8_t *)w + (size_t)row * w_stride + b * sizeof q, sizeof q);
+                for (int v = 0; v < 256; v++) {
+                    int h = v / 128, k = (v % 128) / 32, l = v % 32;
+                    int lo = (q.ql[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 0xF;
+                    int hi = (q.qh[32 * h + l] >> (2 * k)) & 3;
+                    o->q[v / 4][4 * n + v % 4] = (uint8_t)(lo | hi << 4);
+                }
+                for (int j = 0; j < 16; j++) {
+                    o->sc[j][n] = q.scales[j];
+                    o->scp[j / 2][2 * n + j % 2] = q.scales[j];
+                }
+                o->d[n] = pagoda_fp16_to_fp32(q.d);
+            }
+        }
+}
+
 void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, int64_t g0, int64_t g1)
 {
+    if (m->dtype == PAGODA_DTYPE_Q6_K) {
+        pack_q6groups(m, w, w_stride, g0, g1);
+        return;
+    }
     if (pagoda_rp_type_kquant(m->dtype)) {
         pack_kgroups(m, w, w_stride, g0, g1);
         return;
@@ -136,7 +170,7 @@ size_t pagoda_rp_acts_bytes(int64_t T, int64_t K)
 {
     int64_t tp = round_up(T, PAGODA_RP_ROWS), kp = round_up(K, 64);
     return (size_t)round_up(tp * kp, 64) + (size_t)round_up(tp * (K / PAGODA_RP_QK) * 4, 64) +
-           (size_t)(tp * (K / PAGODA_RP_QK)) * sizeof(int16_t);
+           (size_t)round_up(tp * (K / PAGODA_RP_QK) * 2, 64) + (size_t)(tp * (K / 16)) * sizeof(int16_t);
 }
 
 void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K, bool is_unsigned, bool kq)
@@ -151,12 +185,13 @@ void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K,
     a->xq = scratch;
     a->xd = (float *)((uint8_t *)scratch + round_up(a->Tpad * a->kp, 64));
     a->xs = (int16_t *)((uint8_t *)a->xd + round_up(a->Tpad * (K / PAGODA_RP_QK) * 4, 64));
+    a->xs16 = (int16_t *)((uint8_t *)a->xs + round_up(a->Tpad * (K / PAGODA_RP_QK) * 2, 64));
 }
 
 /* One token's K-quant activations: the q8k quantizer's bytes and scale
  * per 256 values, and sums of 32 from its sums of 16. */
 static void prep_kq_row(pagoda_rp_acts *a, const pagoda_vecdot_table *vt, const float *xr, uint8_t *q,
-                        float *d, int16_t *xs)
+                        float *d, int16_t *xs, int16_t *xs16)
 {
     pagoda_q8k_block blk;
     for (int64_t b = 0; b < a->nb; b++) {
@@ -164,6 +199,7 @@ static void prep_kq_row(pagoda_rp_acts *a, const pagoda_vecdot_table *vt, const 
         d[b] = blk.d;
         memcpy(q + b * 256, blk.qs, 256);
         for (int j = 0; j < 8; j++) xs[8 * b + j] = (int16_t)(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+        memcpy(xs16 + 16 * b, blk.bsums, sizeof blk.bsums);
     }
 }
 
@@ -174,17 +210,18 @@ void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int
     for (int64_t t = t0; t < t1; t++) {
         uint8_t *q = a->xq + t * a->kp;
         float *d = a->xd + t * a->nb;
-        int16_t *xs = a->xs + t * (a->K / PAGODA_RP_QK);
+        int16_t *xs = a->xs + t * (a->K / PAGODA_RP_QK), *xs16 = a->xs16 + t * (a->K / 16);
         memset(q + a->K, flip, (size_t)(a->kp - a->K));
         if (t >= a->T) {
             memset(q, flip, (size_t)a->K);
             memset(d, 0, sizeof(float) * (size_t)a->nb);
             memset(xs, 0, sizeof(int16_t) * (size_t)(a->K / PAGODA_RP_QK));
+            memset(xs16, 0, sizeof(int16_t) * (size_t)(a->K / 16));
             continue;
         }
         const float *xr = (const float *)((const uint8_t *)x + t * x_stride);
         if (a->kq) {
-            prep_kq_row(a, vt, xr, q, d, xs);
+            prep_kq_row(a, vt, xr, q, d, xs, xs16);
             continue;
         }
         enum { CHUNK = 16 };
@@ -260,6 +297,35 @@ void pagoda_rp_gemm_k_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, con
         }
 }
 
+void pagoda_rp_gemm_q6_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                           float *out, size_t out_stride)
+{
+    for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
+        for (int64_t t = 0; t < a->T; t++) {
+            float acc[PAGODA_RP_ROWS] = {0};
+            const int8_t *xq = (const int8_t *)a->xq + t * a->kp;
+            const int16_t *xs16 = a->xs16 + t * (a->K / 16);
+            for (int64_t b = 0; b < w->nb; b++) {
+                const pagoda_rp_q6block *blk = &w->q6blk[g * w->nb + b];
+                for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                    int32_t s = 0, off = 0;
+                    for (int j = 0; j < 16; j++) {
+                        int32_t dot = 0;
+                        for (int k = 16 * j; k < 16 * j + 16; k++) dot += xq[b * 256 + k] * blk->q[k / 4][4 * n + k % 4];
+                        s += dot * blk->sc[j][n];
+                        off += blk->scp[j / 2][2 * n + j % 2] * xs16[16 * b + j];
+                    }
+                    acc[n] += a->xd[t * a->nb + b] * (blk->d[n] * (float)(s - 32 * off));
+                }
+            }
+            float *o = (float *)((uint8_t *)out + t * out_stride);
+            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                int64_t row = g * PAGODA_RP_ROWS + n;
+                if (row >= n0 && row < n1) o[row] = acc[n];
+            }
+        }
+}
+
 /* ------------------------------------------------------------------ cache */
 
 typedef struct rp_region {
@@ -293,6 +359,7 @@ void pagoda_rp_cache_destroy(pagoda_rp_cache *c)
     for (int i = 0; i < c->n_entries; i++) {
         free(c->entries[i]->m.blk);
         free(c->entries[i]->m.kblk);
+        free(c->entries[i]->m.q6blk);
         free(c->entries[i]);
     }
     free(c->entries);
@@ -323,6 +390,7 @@ void pagoda_rp_cache_invalidate(pagoda_rp_cache *c, const void *base, size_t siz
             c->bytes -= pagoda_rp_bytes(e->dtype, e->m.N, e->m.K);
             free(e->m.blk);
             free(e->m.kblk);
+            free(e->m.q6blk);
             free(e);
             c->entries[i] = c->entries[--c->n_entries];
         } else {
@@ -397,7 +465,9 @@ const pagoda_rp_matrix *pagoda_rp_cache_get(pagoda_rp_cache *c, struct pagoda_th
                           .nb = K / (kq ? 256 : PAGODA_RP_QK)};
     size_t bytes = pagoda_rp_bytes(dtype, N, K);
     void *blk = aligned_alloc(64, bytes);
-    if (kq)
+    if (dtype == PAGODA_DTYPE_Q6_K)
+        m.q6blk = blk;
+    else if (kq)
         m.kblk = blk;
     else
         m.blk = blk;

@@ -53,15 +53,30 @@ typedef struct pagoda_rp_kblock {
 
 _Static_assert(sizeof(pagoda_rp_kblock) == 4992, "a repacked K block is 4992 bytes");
 
+/* Q6_K: 16-value sub-blocks with signed 8-bit scales, values 0..63 (the
+ * stored q; the -32 is taken off through the activations' sums of 16:
+ * sum_j sc_j (dot_j - 32 sum_j(x))), scales as int32 for the per-sub-block
+ * products and as int16 pairs for that offset. 5,696 bytes per 16 x 256,
+ * 1.39 bytes a weight (1.7x a Q6_K matrix). */
+typedef struct pagoda_rp_q6block {
+    uint8_t q[256 / 4][4 * PAGODA_RP_ROWS]; /* q[r][4n+i]: row n, value 4r+i, 0..63 */
+    int32_t sc[16][PAGODA_RP_ROWS];          /* sc[j][n]: sub-block j's scale */
+    int16_t scp[8][2 * PAGODA_RP_ROWS];      /* the same, paired by sub-block */
+    float d[PAGODA_RP_ROWS];
+} pagoda_rp_q6block;
+
+_Static_assert(sizeof(pagoda_rp_q6block) == 5696, "a repacked Q6_K block is 5696 bytes");
+
 typedef struct pagoda_rp_matrix {
     int dtype;            /* the original's type (Q8_0, Q4_0, Q4_K, Q5_K) */
     int64_t N, K;         /* rows, values per row */
     int64_t ng, nb;       /* groups of 16 rows, blocks (32 values; 256 for K) per row */
     pagoda_rp_block *blk; /* [ng][nb], 64-byte aligned (Q8_0, Q4_0) */
     pagoda_rp_kblock *kblk; /* [ng][nb] (Q4_K, Q5_K) */
+    pagoda_rp_q6block *q6blk; /* [ng][nb] (Q6_K) */
 } pagoda_rp_matrix;
 
-/* Can this type be repacked? (Q8_0, Q4_0, Q4_K, Q5_K) */
+/* Can this type be repacked? (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) */
 bool pagoda_rp_type_supported(int dtype);
 /* Is it one of the super-block types (activations per 256)? */
 bool pagoda_rp_type_kquant(int dtype);
@@ -79,13 +94,15 @@ void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, 
  * zero), xd [Tpad][nb] scales; unsigned (x + 128, VNNI on Q8_0 / Q4_0) or
  * signed (AMX, and the K-quants everywhere, whose weights are the
  * unsigned side). K-quant activations (kq) are per 256 values (the q8k
- * quantizer's), with xs [Tpad][K / 32] their int16 sums of 32. */
+ * quantizer's), with xs [Tpad][K / 32] their int16 sums of 32 and xs16
+ * [Tpad][K / 16] their sums of 16. */
 typedef struct pagoda_rp_acts {
     int64_t T, Tpad, K, kp, nb;
     bool is_unsigned, kq;
     uint8_t *xq;
     float *xd;
     int16_t *xs;
+    int16_t *xs16;
 } pagoda_rp_acts;
 
 /* Bytes of scratch pagoda_rp_acts_init needs for T x K. */
@@ -105,11 +122,15 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
                          float *out, size_t out_stride);
 void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                         float *out, size_t out_stride);
-/* The same for the K-quants (signed kq activations). */
+/* The same for the K-quants (signed kq activations; Q4_K / Q5_K and Q6_K). */
 void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                            float *out, size_t out_stride);
 void pagoda_rp_gemm_k_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                           float *out, size_t out_stride);
+void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                            float *out, size_t out_stride);
+void pagoda_rp_gemm_q6_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                           float *out, size_t out_stride);
 
 /* ------------------------------------------------------------- the cache */
 

@@ -1,6 +1,6 @@
 /*
  * repack_matmul.c: the repacked GEMMs' share of a CPU matmul. For T >=
- * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 / Q4_K / Q5_K weight inside a registered
+ * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weight inside a registered
  * weights region, and a level with a GEMM on the layout (AMX tiles, else
  * AVX-512 VNNI), matmul.c hands the matrix here: its repacked copy comes
  * from the exec's cache (made on first use), the activations are
@@ -104,7 +104,15 @@ static void gemm_task(void *arg, int part, int n_parts)
     int64_t n0 = g0 * PAGODA_RP_ROWS, n1 = (g0 + j->groups_per_part) * PAGODA_RP_ROWS;
     if (n1 > m->N) n1 = m->N;
     const pagoda_rp_acts *a = &j->acts;
-    if (a->kq) {
+    if (m->dtype == PAGODA_DTYPE_Q6_K) {
+        if (j->path == PAGODA_RP_PATH_AMX)
+            pagoda_rp_gemm_q6_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xs16, a->T, w->out, w->out_stride);
+        else if (j->path == PAGODA_RP_PATH_AMX_EMU)
+            pagoda_rp_gemm_q6_amx_emu(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xs16, a->T, w->out,
+                                      w->out_stride);
+        else
+            pagoda_rp_gemm_q6_vnni(m, n0, n1, a, w->out, w->out_stride);
+    } else if (a->kq) {
         if (j->path == PAGODA_RP_PATH_AMX)
             pagoda_rp_gemm_k_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xs, a->T, w->out, w->out_stride);
         else if (j->path == PAGODA_RP_PATH_AMX_EMU)

@@ -18,7 +18,8 @@ enum {
     PAGODA_RP_PATH_AMX_EMU = 3  /* the same on the plain-C tiles: tests only */
 };
 
-/* From this many tokens the repacked GEMMs take Q8_0 / Q4_0 / Q4_K / Q5_K matrices
+/* From this many tokens the repacked GEMMs take Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K
+ * matrices
  * (docs/backend-cpu.md has the measurement). PAGODA_CPU_REPACK_MIN_T in
  * the environment overrides it (read once); 0 turns them off. */
 #define PAGODA_RP_MIN_T 16
