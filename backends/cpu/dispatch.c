@@ -20,7 +20,7 @@
  * Every level also has the activation quantizers, dequant, the gated
  * activations, to_f16 and the attention helpers. AVX-512 (VNNI, BF16) and
  * AMX tiles have no table yet: they run AVX2, except that for T >= 16
- * Q8_0 / Q4_0 go to the row-interleaved layout (kernels/repack/): the
+ * Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K go to the row-interleaved layout (kernels/repack/): the
  * AMX-INT8 tile GEMM on the AMX level, the AVX-512 VNNI one on AVX-512
  * (kernels/repack/repack_matmul.c picks; matmul.c calls it first).
  */

@@ -335,60 +335,6 @@ static void reference_k(const mat *m, const float *x, int64_t T, double *ref, do
     free(q);
 }
 
-START_TEST(test_repacked_gemms_k)
-{
-    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K};
-    static const int64_t shapes[][3] = {{16, 256, 16}, {37, 512, 17}, {50, 256, 100}, {20, 768, 33}};
-    tu_rng r;
-    tu_rng_seed(&r, 22);
-    bool vnni = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
-    bool amx = pagoda_amx_usable(NULL, 0);
-    for (int ti = 0; ti < 2; ti++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            int64_t N = shapes[s][0], K = shapes[s][1], T = shapes[s][2];
-            mat m = make_mat(&r, types[ti], N, K);
-            pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 256};
-            ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_kblock) * (size_t)(rp.ng * rp.nb));
-            rp.kblk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
-            pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
-            float *x = xmalloc(sizeof(float) * (size_t)(T * K));
-            tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
-            double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
-            reference_k(&m, x, T, ref, mag);
-            float *out = xmalloc(sizeof(float) * (size_t)(T * N));
-            void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
-            pagoda_rp_acts a;
-            pagoda_rp_acts_init(&a, scratch, T, K, false, true);
-            pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
-            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-            pagoda_rp_gemm_k_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
-            check_out(&m, T, out, ref, mag, "ref");
-            if (vnni) {
-                memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                pagoda_rp_gemm_k_vnni(&rp, 0, 16, &a, out, sizeof(float) * (size_t)N);
-                if (N > 16) pagoda_rp_gemm_k_vnni(&rp, 16, N, &a, out, sizeof(float) * (size_t)N);
-                check_out(&m, T, out, ref, mag, "AVX-512 VNNI");
-            }
-            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-            pagoda_rp_gemm_k_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs, T, out, sizeof(float) * (size_t)N);
-            ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
-            check_out(&m, T, out, ref, mag, "emulated AMX");
-            if (amx) {
-                memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                pagoda_rp_gemm_k_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs, T, out, sizeof(float) * (size_t)N);
-                check_out(&m, T, out, ref, mag, "AMX");
-            }
-            free(scratch);
-            free(out);
-            free(ref);
-            free(mag);
-            free(x);
-            free(rp.kblk);
-            free_mat(&m);
-        }
-}
-END_TEST
-
 /* Random Q6_K rows (pagoda_quantize_row has no Q6_K): every byte random,
  * the scale a small f16; the reference in double mirrors the scalar
  * kernel's value order. */
@@ -448,53 +394,88 @@ static void reference_q6(const mat *m, const float *x, int64_t T, double *ref, d
     free(q);
 }
 
-START_TEST(test_repacked_gemms_q6)
+typedef void (*rp_gemm_fn)(const pagoda_rp_matrix *, int64_t, int64_t, const pagoda_rp_acts *, float *, size_t);
+typedef void (*rp_amx_fn)(const pagoda_rp_matrix *, int64_t, int64_t, const int8_t *, const float *,
+                          const int16_t *, int64_t, float *, size_t);
+
+/* One super-block type (Q4_K / Q5_K / Q6_K) at one shape: its plain-C,
+ * VNNI (where the host has it), emulated-AMX and real-AMX (where granted)
+ * GEMMs against the double reference. */
+static void check_super(mat *m, int64_t T, tu_rng *r, rp_gemm_fn ref_fn, rp_gemm_fn vnni_fn, rp_amx_fn emu_fn,
+                        rp_amx_fn amx_fn)
 {
-    static const int64_t shapes[][3] = {{16, 256, 16}, {37, 512, 17}, {50, 256, 100}, {20, 768, 33}};
-    tu_rng r;
-    tu_rng_seed(&r, 23);
+    const int64_t N = m->N, K = m->K;
+    const bool q6 = m->dtype == PAGODA_DTYPE_Q6_K;
     bool vnni = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
     bool amx = pagoda_amx_usable(NULL, 0);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int64_t N = shapes[s][0], K = shapes[s][1], T = shapes[s][2];
-        mat m = make_q6(&r, N, K);
-        pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 256};
-        ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_q6block) * (size_t)(rp.ng * rp.nb));
-        rp.q6blk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
-        pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
-        float *x = xmalloc(sizeof(float) * (size_t)(T * K));
-        tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
-        double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
-        reference_q6(&m, x, T, ref, mag);
-        float *out = xmalloc(sizeof(float) * (size_t)(T * N));
-        void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
-        pagoda_rp_acts a;
-        pagoda_rp_acts_init(&a, scratch, T, K, false, true);
-        pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
-        memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-        pagoda_rp_gemm_q6_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
-        check_out(&m, T, out, ref, mag, "ref");
-        if (vnni) {
-            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-            pagoda_rp_gemm_q6_vnni(&rp, 0, 16, &a, out, sizeof(float) * (size_t)N);
-            if (N > 16) pagoda_rp_gemm_q6_vnni(&rp, 16, N, &a, out, sizeof(float) * (size_t)N);
-            check_out(&m, T, out, ref, mag, "AVX-512 VNNI");
+    pagoda_rp_matrix rp = {.dtype = m->dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 256};
+    size_t bs = q6 ? sizeof(pagoda_rp_q6block) : sizeof(pagoda_rp_kblock);
+    ck_assert_uint_eq(pagoda_rp_bytes(m->dtype, N, K), bs * (size_t)(rp.ng * rp.nb));
+    void *blk = xmalloc(pagoda_rp_bytes(m->dtype, N, K));
+    if (q6) rp.q6blk = blk; else rp.kblk = blk;
+    pagoda_rp_pack_groups(&rp, m->w, m->stride, 0, rp.ng);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    tu_fill_normal(r, x, (size_t)(T * K), 1.0f);
+    double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
+    if (q6) reference_q6(m, x, T, ref, mag); else reference_k(m, x, T, ref, mag);
+    float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+    const size_t os = sizeof(float) * (size_t)N;
+    void *scratch = xmalloc(pagoda_rp_acts_bytes(T, K));
+    pagoda_rp_acts a;
+    pagoda_rp_acts_init(&a, scratch, T, K, false, true);
+    pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
+    const int16_t *xs = q6 ? a.xs16 : a.xs;
+    memset(out, 0xff, os * (size_t)T);
+    ref_fn(&rp, 0, N, &a, out, os);
+    check_out(m, T, out, ref, mag, "ref");
+    if (vnni) {
+        memset(out, 0xff, os * (size_t)T);
+        vnni_fn(&rp, 0, 16, &a, out, os);
+        if (N > 16) vnni_fn(&rp, 16, N, &a, out, os);
+        check_out(m, T, out, ref, mag, "AVX-512 VNNI");
+    }
+    memset(out, 0xff, os * (size_t)T);
+    emu_fn(&rp, 0, N, (const int8_t *)a.xq, a.xd, xs, T, out, os);
+    ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
+    check_out(m, T, out, ref, mag, "emulated AMX");
+    if (amx) {
+        memset(out, 0xff, os * (size_t)T);
+        amx_fn(&rp, 0, N, (const int8_t *)a.xq, a.xd, xs, T, out, os);
+        check_out(m, T, out, ref, mag, "AMX");
+    }
+    free(scratch);
+    free(out);
+    free(ref);
+    free(mag);
+    free(x);
+    free(blk);
+}
+
+static const int64_t SUPER_SHAPES[][3] = {{16, 256, 16}, {37, 512, 17}, {50, 256, 100}, {20, 768, 33}};
+
+START_TEST(test_repacked_gemms_k)
+{
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K};
+    tu_rng r;
+    tu_rng_seed(&r, 22);
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t s = 0; s < sizeof SUPER_SHAPES / sizeof SUPER_SHAPES[0]; s++) {
+            mat m = make_mat(&r, types[ti], SUPER_SHAPES[s][0], SUPER_SHAPES[s][1]);
+            check_super(&m, SUPER_SHAPES[s][2], &r, pagoda_rp_gemm_k_ref, pagoda_rp_gemm_k_vnni,
+                        pagoda_rp_gemm_k_amx_emu, pagoda_rp_gemm_k_amx);
+            free_mat(&m);
         }
-        memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-        pagoda_rp_gemm_q6_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs16, T, out, sizeof(float) * (size_t)N);
-        ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
-        check_out(&m, T, out, ref, mag, "emulated AMX");
-        if (amx) {
-            memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-            pagoda_rp_gemm_q6_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xs16, T, out, sizeof(float) * (size_t)N);
-            check_out(&m, T, out, ref, mag, "AMX");
-        }
-        free(scratch);
-        free(out);
-        free(ref);
-        free(mag);
-        free(x);
-        free(rp.q6blk);
+}
+END_TEST
+
+START_TEST(test_repacked_gemms_q6)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 23);
+    for (size_t s = 0; s < sizeof SUPER_SHAPES / sizeof SUPER_SHAPES[0]; s++) {
+        mat m = make_q6(&r, SUPER_SHAPES[s][0], SUPER_SHAPES[s][1]);
+        check_super(&m, SUPER_SHAPES[s][2], &r, pagoda_rp_gemm_q6_ref, pagoda_rp_gemm_q6_vnni,
+                    pagoda_rp_gemm_q6_amx_emu, pagoda_rp_gemm_q6_amx);
         free_mat(&m);
     }
 }

@@ -23,6 +23,78 @@ static inline __m512i bcast4(const uint8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* The lanes of group pair gg that fall in [n0, n1) (none for a repeated
+ * second group). */
+static void group_masks(const int64_t gg[2], int64_t n0, int64_t n1, __mmask16 mk[2])
+{
+    for (int i = 0; i < 2; i++) {
+        int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
+        for (int n = 0; n < 16; n++)
+            if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
+        mk[i] = (__mmask16)m;
+    }
+    if (gg[1] == gg[0]) mk[1] = 0;
+}
+
+/* Tokens t0..t0+3 (those < T) of the group pair into out. */
+static void store_pair(float *out, size_t out_stride, int64_t t0, int64_t T, const int64_t gg[2],
+                       const __mmask16 mk[2], const __m512 f0[4], const __m512 f1[4])
+{
+    for (int t = 0; t < 4 && t0 + t < T; t++) {
+        float *o = (float *)((uint8_t *)out + (t0 + t) * out_stride);
+        _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f0[t]);
+        if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f1[t]);
+    }
+}
+
+/* One sub-block of a super-block (q rows r0 .. r0 + nr) of two groups
+ * against four tokens: int32 dots, times the groups' sub-block scales,
+ * into S (the K-quants and Q6_K). */
+static inline __attribute__((always_inline)) void sub_block(__m512i S[2][4], const uint8_t (*q0)[64],
+                                                            const uint8_t (*q1)[64], const uint8_t *x,
+                                                            int64_t kp, int r0, int nr, const int32_t *sc0,
+                                                            const int32_t *sc1)
+{
+    __m512i acc[2][4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i / 4][i % 4] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int r = r0; r < r0 + nr; r++) {
+        const __m512i w0 = _mm512_load_si512(q0[r]), w1 = _mm512_load_si512(q1[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m512i xv = bcast4(x + t * kp + 4 * r);
+            acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xv);
+            acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xv);
+        }
+    }
+    const __m512i s0 = _mm512_load_si512(sc0), s1 = _mm512_load_si512(sc1);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        S[0][t] = _mm512_add_epi32(S[0][t], _mm512_mullo_epi32(acc[0][t], s0));
+        S[1][t] = _mm512_add_epi32(S[1][t], _mm512_mullo_epi32(acc[1][t], s1));
+    }
+}
+
+/* Four tokens' int16 pairs (xs, one pair per p) against two groups'
+ * pairs (m0 / m1 [np][32]) in vpdpwssd: the K-quant mins, Q6_K's offset. */
+static inline __attribute__((always_inline)) void pair_sums(__m512i M[2][4], const int16_t (*m0)[32],
+                                                            const int16_t (*m1)[32], const int16_t *xs,
+                                                            int64_t ns, int np)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) M[i / 4][i % 4] = _mm512_setzero_si512();
+    for (int p = 0; p < np; p++) {
+        const __m512i a0 = _mm512_load_si512(m0[p]), a1 = _mm512_load_si512(m1[p]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m512i sv = bcast4((const uint8_t *)(xs + t * ns + 2 * p));
+            M[0][t] = _mm512_dpwssd_epi32(M[0][t], a0, sv);
+            M[1][t] = _mm512_dpwssd_epi32(M[1][t], a1, sv);
+        }
+    }
+}
+
 void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                          float *out, size_t out_stride)
 {
@@ -31,13 +103,7 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
     for (int64_t g = g0; g < g1; g += 2) {
         const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
         __mmask16 mk[2];
-        for (int i = 0; i < 2; i++) {
-            int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
-            for (int n = 0; n < 16; n++)
-                if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
-            mk[i] = (__mmask16)m;
-        }
-        if (gg[1] == gg[0]) mk[1] = 0;
+        group_masks(gg, n0, n1, mk);
         const pagoda_rp_block *W0 = &w->blk[gg[0] * nb], *W1 = &w->blk[gg[1] * nb];
         for (int64_t t0 = 0; t0 < T; t0 += 4) {
             const uint8_t *x0 = a->xq + t0 * kp, *x1 = x0 + kp, *x2 = x1 + kp, *x3 = x2 + kp;
@@ -80,11 +146,7 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
 #undef PAGODA_RP_ACC
             }
             const __m512 f0[4] = {f00, f01, f02, f03}, f1[4] = {f10, f11, f12, f13};
-            for (int j = 0; j < 4 && t0 + j < T; j++) {
-                float *o = (float *)((uint8_t *)out + (t0 + j) * out_stride);
-                _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f0[j]);
-                if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f1[j]);
-            }
+            store_pair(out, out_stride, t0, T, gg, mk, f0, f1);
         }
     }
 }
@@ -103,13 +165,7 @@ void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
     for (int64_t g = g0; g < g1; g += 2) {
         const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
         __mmask16 mk[2];
-        for (int i = 0; i < 2; i++) {
-            int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
-            for (int n = 0; n < 16; n++)
-                if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
-            mk[i] = (__mmask16)m;
-        }
-        if (gg[1] == gg[0]) mk[1] = 0;
+        group_masks(gg, n0, n1, mk);
         const pagoda_rp_kblock *W[2] = {&w->kblk[gg[0] * nb], &w->kblk[gg[1] * nb]};
         for (int64_t t0 = 0; t0 < T; t0 += 4) {
             const uint8_t *x = a->xq + t0 * kp;
@@ -123,38 +179,10 @@ void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
                 __m512i S[2][4];
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) S[i / 4][i % 4] = _mm512_setzero_si512();
-                for (int j = 0; j < 8; j++) {
-                    __m512i acc[2][4];
-#pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) acc[i / 4][i % 4] = _mm512_setzero_si512();
-                    for (int r = 8 * j; r < 8 * j + 8; r++) {
-                        const __m512i w0 = _mm512_load_si512(B[0]->q[r]), w1 = _mm512_load_si512(B[1]->q[r]);
-#pragma GCC unroll 4
-                        for (int t = 0; t < 4; t++) {
-                            const __m512i xv = bcast4(x + t * kp + b * 256 + 4 * r);
-                            acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xv);
-                            acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xv);
-                        }
-                    }
-                    const __m512i sc0 = _mm512_load_si512(B[0]->sc[j]), sc1 = _mm512_load_si512(B[1]->sc[j]);
-#pragma GCC unroll 4
-                    for (int t = 0; t < 4; t++) {
-                        S[0][t] = _mm512_add_epi32(S[0][t], _mm512_mullo_epi32(acc[0][t], sc0));
-                        S[1][t] = _mm512_add_epi32(S[1][t], _mm512_mullo_epi32(acc[1][t], sc1));
-                    }
-                }
+                for (int j = 0; j < 8; j++)
+                    sub_block(S, B[0]->q, B[1]->q, x + b * 256, kp, 8 * j, 8, B[0]->sc[j], B[1]->sc[j]);
                 __m512i M[2][4];
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) M[i / 4][i % 4] = _mm512_setzero_si512();
-                for (int p = 0; p < 4; p++) {
-                    const __m512i m0 = _mm512_load_si512(B[0]->mp[p]), m1 = _mm512_load_si512(B[1]->mp[p]);
-#pragma GCC unroll 4
-                    for (int t = 0; t < 4; t++) {
-                        const __m512i sv = bcast4((const uint8_t *)(xs + t * ns + 8 * b + 2 * p));
-                        M[0][t] = _mm512_dpwssd_epi32(M[0][t], m0, sv);
-                        M[1][t] = _mm512_dpwssd_epi32(M[1][t], m1, sv);
-                    }
-                }
+                pair_sums(M, B[0]->mp, B[1]->mp, xs + 8 * b, ns, 4);
 #pragma GCC unroll 2
                 for (int i = 0; i < 2; i++) {
                     const __m512 d = _mm512_load_ps(B[i]->d), dm = _mm512_load_ps(B[i]->dmin);
@@ -166,11 +194,7 @@ void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
                     }
                 }
             }
-            for (int t = 0; t < 4 && t0 + t < T; t++) {
-                float *o = (float *)((uint8_t *)out + (t0 + t) * out_stride);
-                _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f[0][t]);
-                if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f[1][t]);
-            }
+            store_pair(out, out_stride, t0, T, gg, mk, f[0], f[1]);
         }
     }
 }
@@ -188,13 +212,7 @@ void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, c
     for (int64_t g = g0; g < g1; g += 2) {
         const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
         __mmask16 mk[2];
-        for (int i = 0; i < 2; i++) {
-            int64_t lo = gg[i] * PAGODA_RP_ROWS, m = 0;
-            for (int n = 0; n < 16; n++)
-                if (lo + n >= n0 && lo + n < n1) m |= 1 << n;
-            mk[i] = (__mmask16)m;
-        }
-        if (gg[1] == gg[0]) mk[1] = 0;
+        group_masks(gg, n0, n1, mk);
         const pagoda_rp_q6block *W[2] = {&w->q6blk[gg[0] * nb], &w->q6blk[gg[1] * nb]};
         for (int64_t t0 = 0; t0 < T; t0 += 4) {
             const uint8_t *x = a->xq + t0 * kp;
@@ -208,39 +226,10 @@ void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, c
                 __m512i S[2][4];
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) S[i / 4][i % 4] = _mm512_setzero_si512();
-                for (int j = 0; j < 16; j++) {
-                    __m512i acc[2][4];
-#pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) acc[i / 4][i % 4] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                    for (int r = 4 * j; r < 4 * j + 4; r++) {
-                        const __m512i w0 = _mm512_load_si512(B[0]->q[r]), w1 = _mm512_load_si512(B[1]->q[r]);
-#pragma GCC unroll 4
-                        for (int t = 0; t < 4; t++) {
-                            const __m512i xv = bcast4(x + t * kp + b * 256 + 4 * r);
-                            acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xv);
-                            acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xv);
-                        }
-                    }
-                    const __m512i sc0 = _mm512_load_si512(B[0]->sc[j]), sc1 = _mm512_load_si512(B[1]->sc[j]);
-#pragma GCC unroll 4
-                    for (int t = 0; t < 4; t++) {
-                        S[0][t] = _mm512_add_epi32(S[0][t], _mm512_mullo_epi32(acc[0][t], sc0));
-                        S[1][t] = _mm512_add_epi32(S[1][t], _mm512_mullo_epi32(acc[1][t], sc1));
-                    }
-                }
+                for (int j = 0; j < 16; j++)
+                    sub_block(S, B[0]->q, B[1]->q, x + b * 256, kp, 4 * j, 4, B[0]->sc[j], B[1]->sc[j]);
                 __m512i O[2][4];
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) O[i / 4][i % 4] = _mm512_setzero_si512();
-                for (int p = 0; p < 8; p++) {
-                    const __m512i m0 = _mm512_load_si512(B[0]->scp[p]), m1 = _mm512_load_si512(B[1]->scp[p]);
-#pragma GCC unroll 4
-                    for (int t = 0; t < 4; t++) {
-                        const __m512i sv = bcast4((const uint8_t *)(xs + t * ns + 16 * b + 2 * p));
-                        O[0][t] = _mm512_dpwssd_epi32(O[0][t], m0, sv);
-                        O[1][t] = _mm512_dpwssd_epi32(O[1][t], m1, sv);
-                    }
-                }
+                pair_sums(O, B[0]->scp, B[1]->scp, xs + 16 * b, ns, 8);
 #pragma GCC unroll 2
                 for (int i = 0; i < 2; i++) {
                     const __m512 d = _mm512_load_ps(B[i]->d);
@@ -252,11 +241,7 @@ void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, c
                     }
                 }
             }
-            for (int t = 0; t < 4 && t0 + t < T; t++) {
-                float *o = (float *)((uint8_t *)out + (t0 + t) * out_stride);
-                _mm512_mask_storeu_ps(o + gg[0] * PAGODA_RP_ROWS, mk[0], f[0][t]);
-                if (mk[1]) _mm512_mask_storeu_ps(o + gg[1] * PAGODA_RP_ROWS, mk[1], f[1][t]);
-            }
+            store_pair(out, out_stride, t0, T, gg, mk, f[0], f[1]);
         }
     }
 }

@@ -239,6 +239,17 @@ void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int
 
 /* ----------------------------------------------------------- plain-C GEMM */
 
+/* Token t's outputs of group g that fall in [n0, n1). */
+static void store_rows(float *out, size_t out_stride, int64_t t, int64_t g, int64_t n0, int64_t n1,
+                       const float acc[PAGODA_RP_ROWS])
+{
+    float *o = (float *)((uint8_t *)out + t * out_stride);
+    for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+        int64_t row = g * PAGODA_RP_ROWS + n;
+        if (row >= n0 && row < n1) o[row] = acc[n];
+    }
+}
+
 void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                         float *out, size_t out_stride)
 {
@@ -260,11 +271,7 @@ void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const
                     acc[n] += (float)s * (blk->d[n] * dx);
                 }
             }
-            float *o = (float *)((uint8_t *)out + t * out_stride);
-            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
-                int64_t row = g * PAGODA_RP_ROWS + n;
-                if (row >= n0 && row < n1) o[row] = acc[n];
-            }
+            store_rows(out, out_stride, t, g, n0, n1, acc);
         }
 }
 
@@ -289,11 +296,7 @@ void pagoda_rp_gemm_k_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, con
                     acc[n] += a->xd[t * a->nb + b] * (blk->d[n] * (float)s - blk->dmin[n] * (float)mm);
                 }
             }
-            float *o = (float *)((uint8_t *)out + t * out_stride);
-            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
-                int64_t row = g * PAGODA_RP_ROWS + n;
-                if (row >= n0 && row < n1) o[row] = acc[n];
-            }
+            store_rows(out, out_stride, t, g, n0, n1, acc);
         }
 }
 
@@ -318,11 +321,7 @@ void pagoda_rp_gemm_q6_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
                     acc[n] += a->xd[t * a->nb + b] * (blk->d[n] * (float)(s - 32 * off));
                 }
             }
-            float *o = (float *)((uint8_t *)out + t * out_stride);
-            for (int n = 0; n < PAGODA_RP_ROWS; n++) {
-                int64_t row = g * PAGODA_RP_ROWS + n;
-                if (row >= n0 && row < n1) o[row] = acc[n];
-            }
+            store_rows(out, out_stride, t, g, n0, n1, acc);
         }
 }
 
