@@ -505,10 +505,11 @@ START_TEST(test_matmul_hook)
     }
     float *x = xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
-    float *want[2], *got[2];
+    float *want[2], *got[2], *lanes[2];
     for (int i = 0; i < 2; i++) {
         want[i] = xmalloc(sizeof(float) * (size_t)(T * Ns[i]));
         got[i] = xmalloc(sizeof(float) * (size_t)(T * Ns[i]));
+        lanes[i] = xmalloc(sizeof(float) * (size_t)(T * Ns[i]));
     }
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
     ck_assert_int_eq(pagoda_rp_path(), PAGODA_RP_PATH_NONE);
@@ -518,6 +519,12 @@ START_TEST(test_matmul_hook)
                          PAGODA_OK);
     int count;
     ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), 0);  /* the scalar level repacks nothing */
+    bool avx2 = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2;
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    for (int i = 0; i < 2 && avx2; i++)
+        ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride,
+                                           Ns[i], i ? NULL : bias, lanes[i], sizeof(float) * (size_t)Ns[i]),
+                         PAGODA_OK);
     pagoda_cpu_force_isa(-1);
     int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
     for (int p = 0; p < 2; p++) {
@@ -541,6 +548,8 @@ START_TEST(test_matmul_hook)
                     ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
                                   "%s path %s [%lld]: %g vs %g", pagoda_dtype_name(m[i].dtype),
                                   pagoda_rp_path_name(paths[p]), (long long)j, got[i][j], want[i][j]);
+            for (int i = 0; i < 2 && paths[p] == PAGODA_RP_PATH_VNNI; i++)  /* the lanes kernels' bits */
+                ck_assert_int_eq(memcmp(got[i], lanes[i], sizeof(float) * (size_t)(T * Ns[i])), 0);
         }
     }
     pagoda_rp_force_amx_emulation(false);
@@ -559,6 +568,7 @@ START_TEST(test_matmul_hook)
     for (int i = 0; i < 2; i++) {
         free(want[i]);
         free(got[i]);
+        free(lanes[i]);
         free_mat(&m[i]);
     }
     free(x);
@@ -570,7 +580,7 @@ END_TEST
 
 /* One call with matrices of both activation kinds (per 32, per 256) and
  * one the layout lacks (Q4_1), Q6_K among them: each gets its own path, all equal the
- * scalar kernels; both kinds end up repacked over two calls. */
+ * scalar kernels, and the VNNI ones the AVX2 lanes kernels bit for bit; both kinds end up repacked over two calls. */
 START_TEST(test_matmul_hook_kinds)
 {
     tu_rng r;
@@ -581,12 +591,13 @@ START_TEST(test_matmul_hook_kinds)
     static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_K};
     const int64_t K = 512, T = 19, N = 40;
     mat m[5];
-    float *want[5], *got[5];
+    float *want[5], *got[5], *lanes[5];
     for (int i = 0; i < 5; i++) {
         m[i] = i < 4 ? make_mat(&r, types[i], N, K) : make_q6(&r, N, K);
         ck_assert_int_eq(pagoda_rp_cache_add_region(ex.repack, m[i].w, m[i].stride * (size_t)N), PAGODA_OK);
         want[i] = xmalloc(sizeof(float) * (size_t)(T * N));
         got[i] = xmalloc(sizeof(float) * (size_t)(T * N));
+        lanes[i] = xmalloc(sizeof(float) * (size_t)(T * N));
     }
     float *x = xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
@@ -594,6 +605,14 @@ START_TEST(test_matmul_hook_kinds)
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride, N,
                                            NULL, want[i], sizeof(float) * N),
+                         PAGODA_OK);
+    /* the AVX2 lanes kernels (T >= 4), whose float steps the VNNI kernels
+     * repeat: a token's logits must not depend on the batch's size */
+    bool avx2 = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2;
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    for (int i = 0; i < 5 && avx2; i++)
+        ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride, N,
+                                           NULL, lanes[i], sizeof(float) * N),
                          PAGODA_OK);
     pagoda_cpu_force_isa(-1);
     int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
@@ -615,6 +634,11 @@ START_TEST(test_matmul_hook_kinds)
                 ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
                               "%s path %s [%lld]: %g vs %g", pagoda_dtype_name(m[i].dtype),
                               pagoda_rp_path_name(paths[p]), (long long)j, got[i][j], want[i][j]);
+        if (paths[p] == PAGODA_RP_PATH_VNNI)
+            for (int i = 0; i < 5; i++)
+                ck_assert_msg(memcmp(got[i], lanes[i], sizeof(float) * (size_t)(T * N)) == 0,
+                              "%s: VNNI on the repacked layout is not the AVX2 lanes kernel bit for bit",
+                              pagoda_dtype_name(m[i].dtype));
         /* the second call: Q8_0 first, so its kind goes first */
         pagoda_cpu_mat t0 = mm[0];
         mm[0] = mm[1];
@@ -627,6 +651,7 @@ START_TEST(test_matmul_hook_kinds)
     for (int i = 0; i < 5; i++) {
         free(want[i]);
         free(got[i]);
+        free(lanes[i]);
         free_mat(&m[i]);
     }
     free(x);

@@ -188,9 +188,11 @@ void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, co
                     const __m512 d = _mm512_load_ps(B[i]->d), dm = _mm512_load_ps(B[i]->dmin);
 #pragma GCC unroll 4
                     for (int t = 0; t < 4; t++) {
-                        __m512 v = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(S[i][t]),
-                                                   _mm512_mul_ps(dm, _mm512_cvtepi32_ps(M[i][t])));
-                        f[i][t] = _mm512_fmadd_ps(v, _mm512_set1_ps(dx[t * nb + b]), f[i][t]);
+                        /* the AVX2 lanes kernels' float steps, so a token gets the same bits at any T */
+                        const __m512 xd = _mm512_set1_ps(dx[t * nb + b]);
+                        f[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(xd, d), _mm512_cvtepi32_ps(S[i][t]), f[i][t]);
+                        f[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(xd, _mm512_sub_ps(_mm512_setzero_ps(), dm)),
+                                                  _mm512_cvtepi32_ps(M[i][t]), f[i][t]);
                     }
                 }
             }
@@ -236,8 +238,8 @@ void pagoda_rp_gemm_q6_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, c
 #pragma GCC unroll 4
                     for (int t = 0; t < 4; t++) {
                         __m512i st = _mm512_sub_epi32(S[i][t], _mm512_slli_epi32(O[i][t], 5));
-                        f[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(st)),
-                                                  _mm512_set1_ps(dx[t * nb + b]), f[i][t]);
+                        f[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dx[t * nb + b]), d),
+                                                  _mm512_cvtepi32_ps(st), f[i][t]);
                     }
                 }
             }
