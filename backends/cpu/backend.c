@@ -16,6 +16,9 @@
 #include "blas_fix.h"
 #include "cpu_features.h"
 #include "kernels.h"
+#include "amx/amx.h"
+#include "repack/repack.h"
+#include "repack/repack_matmul.h"
 #include "pagoda/backend.h"
 #include "pagoda/host.h"
 #include "pagoda/plugin.h"
@@ -172,13 +175,23 @@ static int cpu_buffer_alloc(void *ctx, int purpose, size_t size, pagoda_buffer *
     b->size = size;
     b->purpose = purpose;
     b->owned = true;
+    /* weights may be repacked (kernels/repack/): register where they live */
+    if (purpose == PAGODA_BUF_WEIGHTS && c->ex.repack &&
+        pagoda_rp_cache_add_region(c->ex.repack, b->data, size)) {
+        free(b->data);
+        free(b);
+        return ERR(c, PAGODA_ERR_NOMEM, "buffer_alloc: out of memory");
+    }
     *out = b;
     return PAGODA_OK;
 }
 
 static void cpu_buffer_free(void *ctx, pagoda_buffer *buf)
 {
+    cpu_ctx *c = ctx;
     if (!buf) return;
+    if (buf->purpose == PAGODA_BUF_WEIGHTS && c && c->ex.repack)
+        pagoda_rp_cache_remove_region(c->ex.repack, buf->data);
     if (buf->owned) free(buf->data);
     free(buf);
 }
@@ -192,6 +205,7 @@ static int cpu_upload(void *ctx, pagoda_buffer *buf, size_t offset, const void *
                    size, offset, buf->size);
     if (!buf->owned) return ERR(c, PAGODA_ERR_INVALID, "upload: buffer wraps read-only host weights");
     if (size) memcpy(buf->data + offset, src, size);
+    if (size && c->ex.repack) pagoda_rp_cache_invalidate(c->ex.repack, buf->data + offset, size);
     return PAGODA_OK;
 }
 
@@ -216,6 +230,10 @@ static int cpu_weights_from_host(void *ctx, const void *host, size_t size, pagod
     b->size = size;
     b->purpose = PAGODA_BUF_WEIGHTS;
     b->owned = false;
+    if (c->ex.repack && pagoda_rp_cache_add_region(c->ex.repack, host, size)) {
+        free(b);
+        return ERR(c, PAGODA_ERR_NOMEM, "weights_from_host: out of memory");
+    }
     *out = b;
     return PAGODA_OK;
 }
@@ -635,6 +653,13 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         free(c);
         return st;
     }
+    c->ex.repack = pagoda_rp_cache_create();
+    if (!c->ex.repack) {
+        snprintf(err, err_len, "cpu backend: out of memory");
+        pagoda_threadpool_destroy(c->ex.pool);
+        free(c);
+        return PAGODA_ERR_NOMEM;
+    }
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -656,6 +681,15 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
             host->log(host, PAGODA_LOG_WARN, "%.*s", len, notes);
             notes += len + (eol ? 1 : 0);
         }
+        char why[128];
+        bool amx = pagoda_amx_usable(why, sizeof why);
+        int rp = pagoda_rp_path();
+        host->log(host, PAGODA_LOG_INFO,
+                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s; AMX tiles %s: %s",
+                  (long long)pagoda_rp_min_t(), pagoda_rp_path_name(rp),
+                  rp ? " on weights repacked at first use (1.22-1.39 bytes a weight, beside the file's)"
+                     : " (not on this level: the row kernels)",
+                  amx ? "usable" : "not used", why);
         char path[128];
         host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
                   pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);

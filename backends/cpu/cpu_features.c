@@ -10,6 +10,8 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include "amx/amx.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +93,12 @@ static int detect(void)
         isa = PAGODA_CPU_ISA_AVX512;
         f_avx512_bf16 = BIT(a71, 5);
     }
-    /* AMX (CPUID.7.0:EDX 24/25, XCR0 bits 17-18, the arch_prctl grant) is
-     * checked by the AMX kernels' branch of issue 27: until it lands an AMX
-     * CPU is an AVX-512 VNNI one here. */
+    /* AMX: CPUID.7.0:EDX 24/25, XCR0 bits 17-18 and the arch_prctl grant
+     * (kernels/amx/amx_detect.c, which keeps why it failed) */
+    if (isa == PAGODA_CPU_ISA_AVX512) {
+        char why[128];
+        if (pagoda_amx_usable(why, sizeof why)) isa = PAGODA_CPU_ISA_AMX;
+    }
 #endif
     return isa;
 }
@@ -187,7 +192,9 @@ void pagoda_cpu_fake_detected_isa(int isa)
 int pagoda_cpu_kernel_isa(void)
 {
     int a = pagoda_cpu_active_isa();
-    /* no AMX kernels on this branch: an AMX CPU runs the AVX-512 VNNI ones */
+    /* the AMX level's table is the AVX-512 one: AMX tiles run only the
+     * repacked GEMMs of many tokens (kernels/repack/), which pick AMX
+     * themselves at this level */
     if (a > PAGODA_CPU_ISA_AVX512) a = PAGODA_CPU_ISA_AVX512;
     /* an AVX-512 CPU without the VEX form (Zen 4) forced to AVX-VNNI */
     if (a == PAGODA_CPU_ISA_AVX_VNNI && !pagoda_cpu_has_avx_vnni()) a = PAGODA_CPU_ISA_AVX2;
@@ -203,7 +210,7 @@ const char *pagoda_cpu_kernel_path(char *buf, size_t n)
     else if (a < d)
         why = " (forced; the CPU has more)";
     else if (d == PAGODA_CPU_ISA_AMX)
-        why = " (the CPU has AMX; pagoda has no AMX kernels yet)";
+        why = " (and AMX tiles for the repacked GEMMs of >= 16 tokens)";
     else if (d == PAGODA_CPU_ISA_SCALAR)
         why = " (no AVX2/FMA/F16C)";
     snprintf(buf, n, "%s kernels%s", pagoda_cpu_isa_name(k), why);

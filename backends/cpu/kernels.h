@@ -26,6 +26,7 @@ typedef struct pagoda_cpu_exec {
     size_t scratch_size;
     void *aux;            /* a second scratch: the expert matmul's, while its */
     size_t aux_size;      /* per-expert sgemm calls use the first */
+    struct pagoda_rp_cache *repack; /* repacked weights (kernels/repack/), NULL: none */
 } pagoda_cpu_exec;
 
 /* Scratch of at least `bytes` (64-byte aligned), NULL when out of memory.
@@ -34,7 +35,7 @@ void *pagoda_cpu_scratch(pagoda_cpu_exec *ex, size_t bytes);
 /* The same for the second scratch (experts.c), which matmul never uses;
  * when it grows, its first `keep` bytes are kept. */
 void *pagoda_cpu_scratch_aux(pagoda_cpu_exec *ex, size_t bytes, size_t keep);
-/* Frees both scratches (not the pool). */
+/* Frees both scratches and the repack cache (not the pool). */
 void pagoda_cpu_exec_release(pagoda_cpu_exec *ex);
 
 /* True when matmul/get_rows handle weights of this type. */

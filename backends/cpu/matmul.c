@@ -18,6 +18,8 @@
 #include "avx512/gemm_bf16.h"
 #include "matmul_task.h"
 #include "quant.h"
+#include "repack/repack.h"
+#include "repack/repack_matmul.h"
 #include "vecdot.h"
 
 _Static_assert(sizeof(pagoda_blk_q8_0) == 34, "Q8_0 block is 34 bytes");
@@ -94,6 +96,8 @@ void pagoda_cpu_exec_release(pagoda_cpu_exec *ex)
     free(ex->aux);
     ex->aux = NULL;
     ex->aux_size = 0;
+    pagoda_rp_cache_destroy(ex->repack);
+    ex->repack = NULL;
 }
 
 int pagoda_cpu_weight_type_supported(int dtype)
@@ -623,6 +627,10 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
         int st = pagoda_cpu_bf16_matmul(ex, &pagoda_bf16_native, x, x_stride, T, K, bw, nbw);
         if (st) return st;
     }
+    /* T >= 16 on a level with a GEMM on the row-interleaved layout: the
+     * Q8_0 / Q4_0 weights it takes are done there (kernels/repack/). */
+    int rst = pagoda_cpu_rp_matmul(ex, x, x_stride, T, K, w, n, done);
+    if (rst) return rst;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
         if (w[i].N <= 0) { done[i] = true; continue; }

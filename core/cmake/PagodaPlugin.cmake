@@ -15,9 +15,8 @@ function(pagoda_add_plugin kind name)
   install(TARGETS ${target} LIBRARY DESTINATION ${PAGODA_PLUGIN_INSTALL_DIR})
 endfunction()
 
-# SIMD flags by folder and file name: backends/cpu/kernels/avx512/*.c get
-# AVX-512 F/BW/VL/DQ + VNNI (+ BF16, for its kernels there), kernels/avxvnni/*.c
-# AVX-VNNI, kernels/amx/*.c the AMX tiles, and foo_avx2.c / kernels/avx2/*.c
+# SIMD flags by file name: foo_avx512.c gets AVX-512 F/BW/VL/DQ + VNNI +
+# BF16, foo_avxvnni.c AVX-VNNI, foo_amx.c the AMX tiles (+ AVX-512), foo_avx2.c
 # AVX2 + FMA + F16C; each is called only after a run-time CPUID check.
 set(PAGODA_FLAGS_AVX2 "-mavx2;-mfma;-mf16c")
 set(PAGODA_FLAGS_AVX512 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;${PAGODA_FLAGS_AVX2}")
@@ -25,13 +24,17 @@ set(PAGODA_FLAGS_AVXVNNI "-mavxvnni;${PAGODA_FLAGS_AVX2}")
 set(PAGODA_FLAGS_AMX "-mamx-tile;-mamx-int8;-mamx-bf16;${PAGODA_FLAGS_AVX512}")
 function(pagoda_simd_flags)
   foreach(src ${ARGN})
-    if(src MATCHES "/kernels/avx512/[^/]*\\.c$" OR src MATCHES "_avx512\\.c$")
+    # by file name, never by folder: a folder also holds drivers that run on
+    # every host (kernels/avx512/matmul_bf16.c, kernels/amx/amx_detect.c)
+    # and the SIMDe second compiles (*_simde_avx2.c), which must not get
+    # a faster level's flags (SIGILL on a CPU without it)
+    if(src MATCHES "_avx512\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVX512}")
-    elseif(src MATCHES "/kernels/avxvnni/[^/]*\\.c$")
+    elseif(src MATCHES "_avxvnni\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVXVNNI}")
-    elseif(src MATCHES "/kernels/amx/[^/]*\\.c$")
+    elseif(src MATCHES "_amx\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AMX}")
-    elseif(src MATCHES "_avx2\\.c$" OR src MATCHES "/kernels/avx2/[^/]*\\.c$")
+    elseif(src MATCHES "_avx2\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${PAGODA_FLAGS_AVX2}")
     endif()
   endforeach()
