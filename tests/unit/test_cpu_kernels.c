@@ -1239,7 +1239,7 @@ START_TEST(test_kernel_path_names)
     pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AMX);
     ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX512);
     ck_assert_str_eq(pagoda_cpu_kernel_path(buf, sizeof buf),
-                     "AVX-512 VNNI kernels (the CPU has AMX; pagoda has no AMX kernels yet)");
+                     "AVX-512 VNNI kernels (and AMX tiles for the repacked GEMMs of >= 16 tokens)");
     pagoda_cpu_fake_detected_isa(PAGODA_CPU_ISA_AVX_VNNI);
     ck_assert_int_eq(pagoda_cpu_kernel_isa(), PAGODA_CPU_ISA_AVX_VNNI);
     ck_assert_ptr_eq(pagoda_cpu_vecdot(), pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX_VNNI));
