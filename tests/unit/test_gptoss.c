@@ -39,6 +39,7 @@
 #include "forward.h"
 #include "gguf_writer.h"
 #include "model_testutil.h"
+#include "ref_logits.h"
 #include "testutil.h"
 
 #define FIXTURE "tests/fixtures/gptoss/gptoss-tiny.f16.gguf"
@@ -184,7 +185,7 @@ static void check_against(const char *gguf_rel, const char *ref_rel)
         ck_assert_msg(pagoda_forward_init(&fw, rt->model, &rt->backend, CAP, CAP, NB, BS,
                                           PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
         run_rows(&fw, &s, tok, 0, n, n, logits, 1);
-        mt_check_ref_logits(pr, logits, n, V, TOL, &worst, gguf_rel, p);
+        ref_check_prefill(pr, logits, n, V, TOL, gguf_rel, p, &worst);
         const float *lr = logits + (size_t)(n - 1) * V;
         spread = fmax(spread, json_number_value(json_object_get(pr, "last_logit_spread")));
         int32_t next = argmax(lr, V), agree = 0, need = must_agree(pr);
