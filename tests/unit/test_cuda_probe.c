@@ -5,10 +5,18 @@
  * reason, no crash). On a machine with a GPU, probe scores > 0 and a small
  * smoke test compares a few ops with plain C references (the conformance
  * runner compares everything against the CPU backend).
- * Skips, passing, when backend-cuda.so was not built (no nvcc). */
+ * Skips, passing, when backend-cuda.so was not built (no nvcc).
+ *
+ * On every machine, GPU or not, it also checks the formulas the kernels run:
+ * backends/cuda/decode.h compiled here by the C compiler, every weight
+ * type's decode against the CPU's scalar dequant bit for bit, and the
+ * warp mat-vec's lane sums and butterfly against a double dot; and the
+ * verified list's parser and the cut it makes (backends/cuda/verified.c). */
 #include <math.h>
 #include <unistd.h>
 
+#include "decode.h"
+#include "verified.h"
 #include "forward.h"
 #include "plugin_testhost.h"
 #include "quant.h"
@@ -152,6 +160,230 @@ START_TEST(test_gemma3_refused)
     hp.swa_window = 0;
     hp.n_swa_layers = 0;
     ck_assert_int_eq(pagoda_forward_check_backend(&hp, &be, err, sizeof err), PAGODA_OK);
+}
+END_TEST
+
+
+/* ------------------------------------ kernel formulas on the CPU (decode.h) */
+
+static const int k_all_types[] = {
+    PAGODA_DTYPE_F32,  PAGODA_DTYPE_F16,  PAGODA_DTYPE_BF16,   PAGODA_DTYPE_Q8_0,
+    PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0,   PAGODA_DTYPE_Q5_1,
+    PAGODA_DTYPE_Q2_K, PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K,   PAGODA_DTYPE_Q5_K,
+    PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_MXFP4,
+};
+#define N_ALL_TYPES ((int)(sizeof k_all_types / sizeof k_all_types[0]))
+
+/* Random rows of `dt`: random bytes everywhere (every bit pattern of the
+ * quants and packed scales), then each block's f16 scale fields set to
+ * finite halves of either sign and its E8M0 byte to 2^-8..2^8, so values
+ * stay finite; the 1-element types get random normal values. */
+static void random_rows(tu_rng *r, int dt, uint8_t *w, int rows, int K)
+{
+    size_t rb = pagoda_dtype_row_bytes(dt, K);
+    if (dt == PAGODA_DTYPE_F32 || dt == PAGODA_DTYPE_F16 || dt == PAGODA_DTYPE_BF16) {
+        float *f = malloc(sizeof(float) * (size_t)K);
+        for (int i = 0; i < rows; i++) {
+            tu_fill_normal(r, f, K, 1.0f);
+            ck_assert_int_eq(pagoda_quantize_row(dt, f, w + i * rb, K), PAGODA_OK);
+        }
+        free(f);
+        return;
+    }
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)(tu_rng_u64(r) >> 56);
+    int be = 0, bb = 0;
+    ck_assert(pagoda_dtype_block(dt, &be, &bb));
+    int h[2] = {-1, -1}; /* byte offsets of the block's f16 fields */
+    switch (dt) {
+    case PAGODA_DTYPE_Q8_0: case PAGODA_DTYPE_Q4_0: case PAGODA_DTYPE_Q5_0:
+    case PAGODA_DTYPE_IQ4_NL: case PAGODA_DTYPE_IQ4_XS: h[0] = 0; break;
+    case PAGODA_DTYPE_Q4_1: case PAGODA_DTYPE_Q5_1: case PAGODA_DTYPE_Q4_K:
+    case PAGODA_DTYPE_Q5_K: h[0] = 0; h[1] = 2; break;
+    case PAGODA_DTYPE_Q2_K: h[0] = 80; h[1] = 82; break;
+    case PAGODA_DTYPE_Q3_K: h[0] = 108; break;
+    case PAGODA_DTYPE_Q6_K: h[0] = 208; break;
+    default: break;
+    }
+    size_t nblocks = rb * (size_t)rows / (size_t)bb;
+    for (size_t b = 0; b < nblocks; b++) {
+        uint8_t *blk = w + b * (size_t)bb;
+        for (int j = 0; j < 2; j++)
+            if (h[j] >= 0) {
+                float v = 0.0f;
+                tu_fill_normal(r, &v, 1, 0.01f);
+                uint16_t hv = pagoda_fp32_to_fp16(v);
+                memcpy(blk + h[j], &hv, 2);
+            }
+        if (dt == PAGODA_DTYPE_MXFP4) blk[0] = (uint8_t)(120 + tu_rng_u64(r) % 17);
+    }
+}
+
+/* Every half, then every type's element k as the kernels decode it, equal
+ * to the bit to pagoda_dequantize_row. */
+START_TEST(test_decode_every_type)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint8_t b[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
+        float a = pcu_f16(b), e = pagoda_fp16_to_fp32((uint16_t)h);
+        ck_assert_msg(memcmp(&a, &e, 4) == 0, "f16 0x%04x: %a, want %a", h, a, e);
+        float c = pcu_bf16(b), f = pagoda_bf16_to_fp32((uint16_t)h);
+        ck_assert_msg(memcmp(&c, &f, 4) == 0, "bf16 0x%04x", h);
+    }
+    for (int e = 0; e < 256; e++) {
+        float a = pcu_e8m0_half((uint8_t)e), w = pagoda_e8m0_to_fp32_half((uint8_t)e);
+        ck_assert_msg(memcmp(&a, &w, 4) == 0, "e8m0 %d: %a, want %a", e, a, w);
+    }
+    enum { K = 512, ROWS = 6 };
+    tu_rng r;
+    tu_rng_seed(&r, 31);
+    uint8_t *w = malloc(ROWS * pagoda_dtype_row_bytes(PAGODA_DTYPE_F32, K));
+    float ref[K];
+    for (int ti = 0; ti < N_ALL_TYPES; ti++) {
+        int dt = k_all_types[ti];
+        ck_assert_msg((PCU_WEIGHT_TYPES >> dt) & 1, "%s not in PCU_WEIGHT_TYPES", pagoda_dtype_name(dt));
+        size_t rb = pagoda_dtype_row_bytes(dt, K);
+        random_rows(&r, dt, w, ROWS, K);
+        for (int i = 0; i < ROWS; i++) {
+            ck_assert_int_eq(pagoda_dequantize_row(dt, w + i * rb, ref, K), PAGODA_OK);
+            for (int k = 0; k < K; k++) {
+                float got = pcu_dq(dt, w + i * rb, k);
+                ck_assert_msg(memcmp(&got, &ref[k], 4) == 0, "%s row %d element %d: %a, want %a",
+                              pagoda_dtype_name(dt), i, k, got, ref[k]);
+            }
+        }
+    }
+    ck_assert_float_eq(pcu_dq(PAGODA_DTYPE_COUNT_, w, 0), 0.0f); /* no type: no value */
+    free(w);
+}
+END_TEST
+
+/* The decode mat-vec as k_gemv runs it: 32 lanes of pcu_gemv_lane, the xor
+ * butterfly, lane 0's sum; against a double dot of the CPU's dequantized
+ * weights, within F32 summation error (K = 4096 in 128 terms a lane). */
+START_TEST(test_gemv_formula)
+{
+    enum { K = 4096, N = 3, T = PCU_GEMV_MAX_T, LDX = K + 16 };
+    tu_rng r;
+    tu_rng_seed(&r, 47);
+    uint8_t *w = malloc(N * pagoda_dtype_row_bytes(PAGODA_DTYPE_F32, K));
+    float *x = malloc(sizeof(float) * T * LDX), *wf = malloc(sizeof(float) * K);
+    tu_fill_normal(&r, x, T * LDX, 1.0f);
+    for (int ti = 0; ti < N_ALL_TYPES; ti++) {
+        int dt = k_all_types[ti];
+        size_t rb = pagoda_dtype_row_bytes(dt, K);
+        random_rows(&r, dt, w, N, K);
+        for (int n = 0; n < N; n++) {
+            const uint8_t *row = w + n * rb;
+            ck_assert_int_eq(pagoda_dequantize_row(dt, row, wf, K), PAGODA_OK);
+            for (int Tn = 1; Tn <= T; Tn += T - 1) {
+                float lanes[32][PCU_GEMV_MAX_T];
+                for (int l = 0; l < 32; l++) pcu_gemv_lane(dt, row, x, LDX, Tn, K, l, 32, lanes[l]);
+                for (int o = 16; o > 0; o >>= 1) {
+                    float next[32][PCU_GEMV_MAX_T];
+                    for (int l = 0; l < 32; l++)
+                        for (int t = 0; t < PCU_GEMV_MAX_T; t++) next[l][t] = lanes[l][t] + lanes[l ^ o][t];
+                    memcpy(lanes, next, sizeof lanes);
+                }
+                for (int t = 0; t < Tn; t++) {
+                    double want = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        want += (double)wf[k] * x[t * LDX + k];
+                        mag += fabs((double)wf[k] * x[t * LDX + k]);
+                    }
+                    double tol = 1e-5 * mag + 1e-30;
+                    ck_assert_msg(fabs(lanes[0][t] - want) <= tol, "%s row %d token %d of %d: %g, want %g (tol %g)",
+                                  pagoda_dtype_name(dt), n, t, Tn, lanes[0][t], want, tol);
+                }
+                for (int t = Tn; t < PCU_GEMV_MAX_T; t++) ck_assert_float_eq(lanes[0][t], 0.0f);
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wf);
+}
+END_TEST
+
+/* ------------------------------------------ the verified list (verified.c) */
+
+START_TEST(test_verified_parse)
+{
+    pcu_verified v;
+    char err[256] = "";
+    const char *ok = "# comment\n\n"
+                     "weight Q4_K NVIDIA_H200 2026-12-02 404f9f3\n"
+                     "  weight f16 NVIDIA_H200 2026-12-02 404f9f3  # trailing\n"
+                     "kv Q8_0 NVIDIA_H200 2026-12-02 404f9f3a\r\n"
+                     "op geglu NVIDIA_H200 2026-12-02 404f9f3";
+    ck_assert_msg(pcu_verified_parse(ok, "v.txt", &v, err, sizeof err) == PAGODA_OK, "%s", err);
+    ck_assert_int_eq(v.n_entries, 4);
+    ck_assert_uint_eq(v.weights, (1ull << PAGODA_DTYPE_Q4_K) | (1ull << PAGODA_DTYPE_F16));
+    ck_assert_uint_eq(v.kv, 1ull << PAGODA_DTYPE_Q8_0);
+    ck_assert_uint_eq(v.ops, 1u << PCU_OP_GEGLU);
+    ck_assert_str_eq(v.gpu, "NVIDIA_H200");
+    ck_assert_int_eq(pcu_verified_parse("# nothing has run\n", "v.txt", &v, err, sizeof err), PAGODA_OK);
+    ck_assert_int_eq(v.n_entries, 0);
+    ck_assert_uint_eq(v.weights | v.kv | v.ops, 0);
+
+    static const struct { const char *text, *msg; } bad[] = {
+        {"weight Q4_K NVIDIA_H200 2026-12-02\n", "v.txt:1: 4 fields, expected 5"},
+        {"\nweight Q4_K NVIDIA H200 2026-12-02 404f9f3\n", "v.txt:2: 6 fields"},
+        {"weight Q9_K NVIDIA_H200 2026-12-02 404f9f3\n", "v.txt:1: 'Q9_K' is not a dtype name"},
+        {"kv Q4_K x 2026-1-02 404f9f3\n", "v.txt:1: date '2026-1-02' is not YYYY-MM-DD"},
+        {"kv Q4_K x 2026-12-02 zz4f9f3\n", "v.txt:1: commit 'zz4f9f3' is not 7 to 40 hex"},
+        {"op gelu x 2026-12-02 404f9f3\n", "v.txt:1: 'gelu' is not an optional op"},
+        {"matmul Q4_K x 2026-12-02 404f9f3\n", "v.txt:1: kind 'matmul' is not weight, kv or op"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        ck_assert_int_eq(pcu_verified_parse(bad[i].text, "v.txt", &v, err, sizeof err), PAGODA_ERR_INVALID);
+        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, err, bad[i].msg);
+    }
+    /* a missing file is an empty list, a directory is an error */
+    bool missing = false;
+    ck_assert_int_eq(pcu_verified_load("/nonexistent/verified.txt", &v, &missing, err, sizeof err), PAGODA_OK);
+    ck_assert(missing);
+    ck_assert_int_ne(pcu_verified_load("/", &v, &missing, err, sizeof err), PAGODA_OK);
+    ck_assert_ptr_nonnull(strstr(err, "/"));
+    /* the list in the tree parses, and ships with no entry: no kernel of
+     * this backend has run on a GPU yet */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/backends/cuda/verified.txt", PAGODA_TEST_SOURCE_DIR);
+    ck_assert_msg(pcu_verified_load(path, &v, &missing, err, sizeof err) == PAGODA_OK, "%s", err);
+    ck_assert_msg(!missing, "%s missing", path);
+    ck_assert_int_eq(v.n_entries, 0);
+}
+END_TEST
+
+/* The cut: types off the list are not advertised (the core then refuses a
+ * model that needs one at start, naming the tensor and type), and named
+ * in `refused`; allow_unverified keeps every kernel's type. */
+START_TEST(test_verified_apply)
+{
+    pcu_verified v;
+    char err[256];
+    ck_assert_int_eq(pcu_verified_parse("weight Q4_K g 2026-12-02 404f9f3\nkv F16 g 2026-12-02 404f9f3\n",
+                                        "v", &v, err, sizeof err), PAGODA_OK);
+    uint64_t hw = (1ull << PAGODA_DTYPE_Q4_K) | (1ull << PAGODA_DTYPE_Q5_0);
+    uint64_t hk = (1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16);
+    uint64_t w, k;
+    char refused[256];
+    pcu_verified_apply(&v, false, hw, hk, &w, &k, refused, sizeof refused);
+    ck_assert_uint_eq(w, 1ull << PAGODA_DTYPE_Q4_K);
+    ck_assert_uint_eq(k, 1ull << PAGODA_DTYPE_F16);
+    ck_assert_str_eq(refused, "weights Q5_0; kv F32");
+    pcu_verified_apply(&v, true, hw, hk, &w, &k, refused, sizeof refused);
+    ck_assert_uint_eq(w, hw);
+    ck_assert_uint_eq(k, hk);
+    ck_assert_str_eq(refused, "");
+    /* the empty list refuses everything; the core's start check then names
+     * the first tensor */
+    memset(&v, 0, sizeof v);
+    pcu_verified_apply(&v, false, hw, hk, &w, &k, refused, sizeof refused);
+    ck_assert_uint_eq(w | k, 0);
+    ck_assert_str_eq(refused, "weights Q5_0 Q4_K; kv F32 F16"); /* by dtype number */
+    ck_assert_str_eq(pcu_op_name(PCU_OP_MATMUL_MULTI), "matmul_multi");
+    ck_assert_ptr_null(pcu_op_name(PCU_OP_COUNT_));
 }
 END_TEST
 
@@ -327,6 +559,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_descriptor);
     tcase_add_test(tc, test_probe_and_create);
     tcase_add_test(tc, test_gemma3_refused);
+    tcase_add_test(tc, test_decode_every_type);
+    tcase_add_test(tc, test_gemv_formula);
+    tcase_add_test(tc, test_verified_parse);
+    tcase_add_test(tc, test_verified_apply);
     tcase_add_test(tc, test_gpu_matmul);
     tcase_add_test(tc, test_gpu_attention);
     suite_add_tcase(s, tc);
