@@ -58,6 +58,9 @@ typedef struct cuda_ctx {
     int32_t *hmeta;         /* host scratch to build attention metadata */
     size_t hmeta_cap;
     meta_cache m_ids, m_pos, m_freq, m_slots, m_attn, m_copy;
+    uint64_t weight_types;  /* what info advertises: the kernels' types cut to verified.txt */
+    uint64_t kv_types;
+    uint32_t ops_ok;        /* a bit per PCU_OP_* (verified.h) that may run */
 } cuda_ctx;
 
 /* ------------------------------------------------------------- errors */
@@ -121,6 +124,8 @@ int cuda_synchronize(void *ctx);
 /* matmul.c */
 int cuda_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
                 const pagoda_tensor *bias, const pagoda_tensor *out);
+int cuda_matmul_multi(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                      const pagoda_tensor *const *bias, const pagoda_tensor *out);
 
 /* ops.c */
 int cuda_get_rows(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
@@ -139,6 +144,12 @@ int cuda_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
                 const pagoda_tensor *out);
 int cuda_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
              const pagoda_tensor *out);
+int cuda_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+               const pagoda_tensor *out);
+int cuda_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out);
+int cuda_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                       const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                       const pagoda_attn_params *p, const pagoda_tensor *out);
 int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
                      const int32_t *src, const int32_t *dst, int32_t n);
 

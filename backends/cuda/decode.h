@@ -18,6 +18,7 @@
 #ifndef PAGODA_CUDA_DECODE_H
 #define PAGODA_CUDA_DECODE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -273,12 +274,34 @@ PAGODA_HD void pcu_gemv_lane(int dt, const uint8_t *row, const float *x, int64_t
     for (int t = 0; t < PCU_GEMV_MAX_T; t++) acc[t] = 0.0f;
     for (int k = lane; k < K; k += nl) {
         float wv = pcu_dq(dt, row, k);
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
         for (int t = 0; t < PCU_GEMV_MAX_T; t++)
             if (t < T) acc[t] += wv * x[(int64_t)t * ldx + k];
     }
+}
+
+/* ------------------------------------------------------- KV and activations */
+
+/* One Q8_0 block of a KV row, as pagoda_quantize_row writes it: d = amax /
+ * 127 (stored as the f16 nearest, which the caller rounds), q = round(x /
+ * d) through the reciprocal, as the CPU does. */
+PAGODA_HD void pcu_q8_0_quant(const float *x, float *d_out, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *d_out = d;
+    for (int j = 0; j < 32; j++) q[j] = (int8_t)roundf(PCU_MUL(x[j], id));
+}
+
+/* gelu_tanh(g) * u in the form plugin.h gives (no cancellation for
+ * negative g): g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u. */
+PAGODA_HD float pcu_geglu(float g, float u)
+{
+    return g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
 }
 
 #endif /* PAGODA_CUDA_DECODE_H */

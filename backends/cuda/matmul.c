@@ -80,3 +80,17 @@ int cuda_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
     if (needs_bias) CU(pcu_add_bias(c->stream, of, ldo, T, N, (const float *)bp));
     return PAGODA_OK;
 }
+
+/* n matmuls over one x, each exactly `matmul` (the core's fallback, done
+ * here so every one is validated before any is enqueued): no kernel of its
+ * own, so it needs no entry in verified.txt beyond its weight types. */
+int cuda_matmul_multi(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                      const pagoda_tensor *const *bias, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    if (n < 1 || n > PAGODA_MATMUL_MULTI_MAX || !w || !out)
+        return BAD("matmul_multi: n = %d (1..%d) or no weights/outputs", n,
+                   PAGODA_MATMUL_MULTI_MAX);
+    for (int32_t i = 0; i < n; i++) TRY(cuda_matmul(ctx, x, &w[i], bias ? bias[i] : NULL, &out[i]));
+    return PAGODA_OK;
+}

@@ -9,7 +9,10 @@
  */
 #include <stdlib.h>
 
+#include <stddef.h>
+
 #include "cuda_internal.h"
+#include "verified.h"
 
 int cuda_get_rows(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
                   const pagoda_tensor *out)
@@ -102,17 +105,17 @@ int cuda_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32
     TRY(meta_upload(c, &c->m_slots, slots, (size_t)n * sizeof *slots, &d_slots));
     uint8_t *pool = kv->ptr;
     CU(pcu_kv_write(c->stream, pool + pagoda_kv_offset(L, layer, 0, 0),
-                    pool + pagoda_kv_offset(L, layer, 1, 0), L->dtype == PAGODA_DTYPE_F16,
-                    L->block_size, (int64_t)L->block_size * row, row, (const float *)kp,
+                    pool + pagoda_kv_offset(L, layer, 1, 0), L->dtype, L->block_size,
+                    pagoda_kv_block_bytes(L), pagoda_kv_slot_bytes(L), row, (const float *)kp,
                     ld_of(k, 4), (const float *)vp, ld_of(v, 4), d_slots, n));
     return PAGODA_OK;
 }
 
-int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
-                   const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
-                   int32_t n_heads, float scale, const pagoda_tensor *out)
+/* attention and attention_ext: window 0 is causal over every key. */
+static int attend(cuda_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
+                  const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                  int32_t n_heads, float scale, int32_t window, const pagoda_tensor *out)
 {
-    cuda_ctx *c = ctx;
     uint8_t *qp, *op;
     TRY(layout_ok(c, kv, L, layer));
     TRY(tensor_at(c, q, "attention q", PAGODA_DTYPE_F32, &qp));
@@ -174,13 +177,47 @@ int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
     TRY(meta_upload(c, &c->m_attn, c->hmeta, words * sizeof(int32_t), &d_meta));
     const int32_t *dm = d_meta;
     const uint8_t *pool = kv->ptr;
-    int64_t row = (int64_t)L->n_kv_heads * hd;
     CU(pcu_attention(c->stream, (const float *)qp, ld_of(q, 4), (float *)op, ld_of(out, 4),
                      pool + pagoda_kv_offset(L, layer, 0, 0), pool + pagoda_kv_offset(L, layer, 1, 0),
-                     L->dtype == PAGODA_DTYPE_F16, L->block_size, (int64_t)L->block_size * row,
-                     L->n_kv_heads, hd, n_heads, scale, b->n_tokens, dm, dm + b->n_tokens,
-                     dm + 2 * b->n_tokens));
+                     L->dtype, L->block_size, pagoda_kv_block_bytes(L), pagoda_kv_head_bytes(L),
+                     L->n_kv_heads, hd, n_heads, scale, window, b->n_tokens, dm,
+                     dm + b->n_tokens, dm + 2 * b->n_tokens));
     return PAGODA_OK;
+}
+
+int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                   const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                   int32_t n_heads, float scale, const pagoda_tensor *out)
+{
+    return attend(ctx, q, kv, L, layer, b, n_heads, scale, 0, out);
+}
+
+/* The optional ops with kernels of their own run only when verified.txt
+ * lists them (or allow_unverified): the slot cannot be emptied per
+ * device, so the refusal comes at the first call, naming the list. */
+static int op_gate(cuda_ctx *c, int op)
+{
+    if ((c->ops_ok >> op) & 1) return PAGODA_OK;
+    return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED, "cuda: %s has not been verified on "
+                          "a GPU (not in backends/cuda/verified.txt): run "
+                          "backends/cuda/gpu-check.sh, or set [backend.cuda] allow_unverified "
+                          "= true to try it", pcu_op_name(op));
+}
+
+int cuda_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                       const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                       const pagoda_attn_params *p, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    if (!p || p->struct_size < offsetof(pagoda_attn_params, window) + sizeof p->window)
+        return BAD("attention_ext: no parameters, or a struct_size too small for window");
+    if (p->window < 0) return BAD("attention_ext: window %d is negative", p->window);
+    /* sinks (ABI 1.8): info.attn_sinks is false, so the core never hands them */
+    if (p->struct_size >= offsetof(pagoda_attn_params, sinks) + sizeof p->sinks && p->sinks.buf)
+        return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
+                              "cuda: attention_ext: attention sinks are not supported");
+    if (p->window > 0) TRY(op_gate(c, PCU_OP_ATTENTION_EXT));
+    return attend(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, out);
 }
 
 /* Two F32 tensors of one shape plus an output of that shape. */
@@ -206,6 +243,35 @@ int cuda_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
     CU(cudaSetDevice(c->device));
     CU(pcu_swiglu(c->stream, (const float *)gp, ld_of(gate, 4), (const float *)up_, ld_of(up, 4),
                   (float *)op, ld_of(out, 4), out->rows, out->cols));
+    return PAGODA_OK;
+}
+
+int cuda_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+               const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *gp, *up_, *op;
+    TRY(same_shape3(c, "geglu", gate, up, out, &gp, &up_, &op));
+    TRY(op_gate(c, PCU_OP_GEGLU));
+    CU(cudaSetDevice(c->device));
+    CU(pcu_geglu_k(c->stream, (const float *)gp, ld_of(gate, 4), (const float *)up_, ld_of(up, 4),
+                   (float *)op, ld_of(out, 4), out->rows, out->cols));
+    return PAGODA_OK;
+}
+
+int cuda_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *xp, *op;
+    TRY(tensor_at(c, x, "scale x", PAGODA_DTYPE_F32, &xp));
+    TRY(tensor_at(c, out, "scale out", PAGODA_DTYPE_F32, &op));
+    if (x->rows != out->rows || x->cols != out->cols)
+        return BAD("scale: x %lld x %lld, out %lld x %lld differ", (long long)x->rows,
+                   (long long)x->cols, (long long)out->rows, (long long)out->cols);
+    TRY(op_gate(c, PCU_OP_SCALE));
+    CU(cudaSetDevice(c->device));
+    CU(pcu_scale(c->stream, (const float *)xp, ld_of(x, 4), s, (float *)op, ld_of(out, 4),
+                 out->rows, out->cols));
     return PAGODA_OK;
 }
 

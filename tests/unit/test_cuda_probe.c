@@ -68,12 +68,19 @@ START_TEST(test_descriptor)
               ops->download && ops->weights_from_host && ops->get_rows && ops->rms_norm &&
               ops->matmul && ops->rope && ops->kv_write && ops->attention && ops->swiglu &&
               ops->add && ops->copy_blocks && ops->synchronize);
-    ck_assert(!ops->geglu && !ops->scale && !ops->attention_ext);
-    ck_assert(!ops->matmul_multi); /* ABI 1.3: the core runs n matmuls */
+    /* ABI 1.1 and 1.3 slots are filled; geglu, scale and a windowed
+     * attention_ext refuse at the call unless verified.txt lists them. The
+     * MoE and gpt-oss slots are not (the core refuses those models). */
+    ck_assert(ops->geglu && ops->scale && ops->attention_ext && ops->matmul_multi);
+    ck_assert(!ops->matmul_experts && !ops->moe_combine && !ops->swiglu_oai);
     ck_assert_ptr_nonnull(d->config_keys);
     ck_assert_str_eq(d->config_keys[0].name, "device");
     ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
-    ck_assert_ptr_null(d->config_keys[1].name);
+    ck_assert_str_eq(d->config_keys[1].name, "allow_unverified");
+    ck_assert_int_eq(d->config_keys[1].type, PAGODA_KEY_BOOL);
+    ck_assert_str_eq(d->config_keys[1].default_str, "false");
+    ck_assert_str_eq(d->config_keys[2].name, "verified_list");
+    ck_assert_ptr_null(d->config_keys[3].name);
 }
 END_TEST
 
@@ -131,10 +138,11 @@ START_TEST(test_probe_and_create)
 }
 END_TEST
 
-/* A gemma3 model on this backend is refused before anything is loaded,
- * in one line naming the backend, the op, the ABI minor and the fix (the
- * check the runtime makes at start; no GPU needed: it reads the slots). */
-START_TEST(test_gemma3_refused)
+/* A gemma3 model passes the core's slot check on this backend (geglu,
+ * scale and attention_ext exist; unverified, they refuse at their first
+ * call, naming verified.txt); a gpt-oss or MoE model does not (no
+ * matmul_experts, no attention sinks). No GPU needed: it reads the slots. */
+START_TEST(test_gemma3_slots)
 {
     if (!load_plugin()) return;
     pagoda_backend be;
@@ -150,19 +158,13 @@ START_TEST(test_gemma3_refused)
     hp.swa_window = 512;
     hp.n_swa_layers = 15;
     char err[1024] = "";
-    ck_assert_int_eq(pagoda_forward_check_backend(&hp, &be, err, sizeof err), PAGODA_ERR_UNSUPPORTED);
-    ck_assert_str_eq(err, "backend cuda has no geglu op (an optional op of plugin ABI 1.1), which "
-                          "gemma3 models need for its GELU-tanh feed-forward: serve this model with "
-                          "a backend that has it ([engine] backend = cpu), or add geglu to the "
-                          "plugin (docs/plugin-guide.md)");
-    /* a llama model needs none of the ABI 1.1 ops */
+    ck_assert_msg(pagoda_forward_check_backend(&hp, &be, err, sizeof err) == PAGODA_OK, "%s", err);
     hp.ffn_act = PAGODA_FFN_SILU;
     hp.swa_window = 0;
     hp.n_swa_layers = 0;
     ck_assert_int_eq(pagoda_forward_check_backend(&hp, &be, err, sizeof err), PAGODA_OK);
 }
 END_TEST
-
 
 /* ------------------------------------ kernel formulas on the CPU (decode.h) */
 
@@ -301,6 +303,38 @@ START_TEST(test_gemv_formula)
     free(w);
     free(x);
     free(wf);
+}
+END_TEST
+
+/* kv_write's Q8_0 block (decode.h pcu_q8_0_quant, then the f16 of d) is
+ * pagoda_quantize_row's to the bit, and geglu's formula is GELU-tanh. */
+START_TEST(test_kv_and_glu_formulas)
+{
+    enum { N = 64 * 32 };
+    tu_rng r;
+    tu_rng_seed(&r, 53);
+    float x[N];
+    tu_fill_normal(&r, x, N, 2.0f);
+    for (int j = 0; j < 32; j++) x[32 + j] = 0.0f; /* an all-zero block: d 0, q 0 */
+    x[64] = 1e-30f;                                /* a block whose d is an f16 subnormal */
+    for (int j = 1; j < 32; j++) x[64 + j] = 0.0f;
+    uint8_t want[N / 32 * 34];
+    ck_assert_int_eq(pagoda_quantize_row(PAGODA_DTYPE_Q8_0, x, want, N), PAGODA_OK);
+    for (int b = 0; b < N / 32; b++) {
+        float d;
+        int8_t q[32];
+        pcu_q8_0_quant(x + 32 * b, &d, q);
+        uint16_t h = pagoda_fp32_to_fp16(d);
+        ck_assert_msg(memcmp(&h, want + 34 * b, 2) == 0, "block %d: d", b);
+        ck_assert_msg(memcmp(q, want + 34 * b + 2, 32) == 0, "block %d: q", b);
+    }
+    for (int i = 0; i < N; i++) {
+        double g = x[i], u = x[(i * 7 + 3) % N];
+        double want_v = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+        double got = pcu_geglu((float)g, (float)u);
+        ck_assert_msg(fabs(got - want_v) <= 1e-6 * (fabs(want_v) + fabs(g * u)) + 1e-30,
+                      "geglu(%g, %g) = %g, want %g", g, u, got, want_v);
+    }
 }
 END_TEST
 
@@ -558,7 +592,8 @@ static Suite *suite(void)
     TCase *tc = tcase_create("plugin");
     tcase_add_test(tc, test_descriptor);
     tcase_add_test(tc, test_probe_and_create);
-    tcase_add_test(tc, test_gemma3_refused);
+    tcase_add_test(tc, test_gemma3_slots);
+    tcase_add_test(tc, test_kv_and_glu_formulas);
     tcase_add_test(tc, test_decode_every_type);
     tcase_add_test(tc, test_gemv_formula);
     tcase_add_test(tc, test_verified_parse);
