@@ -31,7 +31,10 @@
 #define PCU_KV_TYPES \
     ((1ull << PAGODA_DTYPE_F32) | (1ull << PAGODA_DTYPE_F16) | (1ull << PAGODA_DTYPE_Q8_0))
 /* The optional ops with kernels of their own (matmul_multi is n matmuls). */
-#define PCU_OPS ((1u << PCU_OP_GEGLU) | (1u << PCU_OP_SCALE) | (1u << PCU_OP_ATTENTION_EXT))
+#define PCU_OPS                                                                          \
+    ((1u << PCU_OP_GEGLU) | (1u << PCU_OP_SCALE) | (1u << PCU_OP_ATTENTION_EXT) |          \
+     (1u << PCU_OP_MATMUL_EXPERTS) | (1u << PCU_OP_MOE_COMBINE) | (1u << PCU_OP_SWIGLU_OAI) | \
+     (1u << PCU_OP_ATTENTION_SINKS))
 
 #ifndef PAGODA_CUDA_MIN_SM
 #define PAGODA_CUDA_MIN_SM 80 /* set by CMakeLists.txt from CMAKE_CUDA_ARCHITECTURES */
@@ -138,9 +141,11 @@ static void cuda_destroy(void *ctx)
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    meta_cache *ms[] = {&c->m_ids, &c->m_pos, &c->m_freq, &c->m_slots, &c->m_attn, &c->m_copy};
+    meta_cache *ms[] = {&c->m_ids,   &c->m_pos,  &c->m_freq, &c->m_slots,
+                        &c->m_attn,  &c->m_copy, &c->m_moe,  &c->m_experts};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) meta_free(ms[i]);
     cudaFree(c->ws);
+    cudaFree(c->scr);
     cudaFree(c->ring_dev);
     cudaFreeHost(c->ring);
     free(c->hmeta);
@@ -241,6 +246,8 @@ static int cuda_info(void *ctx, pagoda_backend_info *info)
      * refuses at start a model or kv_dtype of a type left out */
     full.weight_types = c->weight_types;
     full.kv_types = c->kv_types;
+    /* sinks (ABI 1.8) only once verified: the core refuses gpt-oss at start */
+    full.attn_sinks = (c->ops_ok >> PCU_OP_ATTENTION_SINKS) & 1;
     full.host_memory = false;
     /* An older core's struct is shorter: fill only what it has. */
     size_t n = info->struct_size && info->struct_size < sizeof full ? info->struct_size : sizeof full;
@@ -271,11 +278,15 @@ static const pagoda_backend_ops cuda_ops = {
     .copy_blocks = cuda_copy_blocks,
     .synchronize = cuda_synchronize,
     /* ABI 1.1 / 1.3: refused at the call unless verified (ops.c op_gate);
-     * attention_ext with window 0 is `attention` */
+     * attention_ext with window 0 and no sinks is `attention` */
     .geglu = cuda_geglu,
     .scale = cuda_scale,
     .attention_ext = cuda_attention_ext,
     .matmul_multi = cuda_matmul_multi,
+    /* ABI 1.5 / 1.8, refused at the call unless verified, too */
+    .matmul_experts = cuda_matmul_experts,
+    .moe_combine = cuda_moe_combine,
+    .swiglu_oai = cuda_swiglu_oai,
 };
 
 static const pagoda_config_key cuda_keys[] = {

@@ -304,4 +304,13 @@ PAGODA_HD float pcu_geglu(float g, float u)
     return g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
 }
 
+/* gpt-oss's clamped SwiGLU (plugin.h): g = min(gate, limit), u =
+ * clamp(up, -limit, limit), (u + 1) g sigmoid(alpha g). */
+PAGODA_HD float pcu_swiglu_oai(float gate, float up, float alpha, float limit)
+{
+    float g = gate < limit ? gate : limit; /* as the CPU: a NaN gate stays NaN */
+    float u = up < -limit ? -limit : up > limit ? limit : up;
+    return (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+}
+
 #endif /* PAGODA_CUDA_DECODE_H */

@@ -58,7 +58,9 @@ verified_entries() {
         if (t == "KV" && $4 != "latent") mark("kv " $4 " " op, ok)
       } else if (op == "attention_ext") {
         mark("op attention_ext", ok); if ($4 != "latent") { if (!ok) bad["kv " $4 " attention"]++ }
-      } else if (op == "geglu" || op == "scale") mark("op " op, ok)
+        if (index($0, " sinks")) mark("op attention_sinks", ok)
+      } else if (op == "geglu" || op == "scale" || op == "swiglu_oai" ||
+                 op == "matmul_experts" || op == "moe_combine") mark("op " op, ok)
       else mark("base " op, ok)
     }
     END {

@@ -317,8 +317,9 @@ template <int KDT>
 __global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo,
                             const uint8_t *kb, const uint8_t *vb, int block_size,
                             size_t block_bytes, size_t head_bytes, int n_kv_heads, int hd,
-                            int group, float scale, int window, const int32_t *tok_kvlen,
-                            const int32_t *tok_bt, const int32_t *block_tables)
+                            int group, float scale, int window, const float *sinks,
+                            const int32_t *tok_kvlen, const int32_t *tok_bt,
+                            const int32_t *block_tables)
 {
     extern __shared__ float sm[];
     float *q_s = sm, *acc = sm + hd, *p_s = acc + hd, *red = p_s + ATT_THREADS;
@@ -333,7 +334,9 @@ __global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo
         acc[d] = 0.0f;
     }
     __syncthreads();
-    float m = -INFINITY, l = 0.0f;
+    /* A sink (ABI 1.8) is one more logit with a zero value row: start the
+     * running max at it with its e^0 = 1 in the sum. */
+    float m = sinks ? sinks[h] : -INFINITY, l = sinks ? 1.0f : 0.0f;
     for (int j0 = first; j0 < n_keys; j0 += ATT_THREADS) {
         int tile = min(ATT_THREADS, n_keys - j0);
         for (int jj = warp; jj < tile; jj += nwarps) {
@@ -380,7 +383,8 @@ extern "C" cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq
                                      int kv_dtype, int32_t block_size, size_t block_bytes,
                                      size_t head_bytes, int32_t n_kv_heads, int32_t head_dim,
                                      int32_t n_heads, float scale, int32_t window,
-                                     int32_t n_tokens, const int32_t *tok_kvlen,
+                                     const float *sinks, int32_t n_tokens,
+                                     const int32_t *tok_kvlen,
                                      const int32_t *tok_bt, const int32_t *block_tables)
 {
     if (n_tokens <= 0) return cudaSuccess;
@@ -389,7 +393,7 @@ extern "C" cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq
     int group = n_heads / n_kv_heads;
 #define L(DT) k_attention<DT><<<grid, ATT_THREADS, shmem, s>>>(q, ldq, out, ldo, \
         (const uint8_t *)k_base, (const uint8_t *)v_base, block_size, block_bytes, head_bytes, \
-        n_kv_heads, head_dim, group, scale, window, tok_kvlen, tok_bt, block_tables)
+        n_kv_heads, head_dim, group, scale, window, sinks, tok_kvlen, tok_bt, block_tables)
     DISPATCH_KV(kv_dtype, L)
 #undef L
     return cudaGetLastError();
@@ -460,6 +464,70 @@ extern "C" cudaError_t pcu_add(cudaStream_t s, const float *a, int64_t lda, cons
 {
     if (rows <= 0) return cudaSuccess;
     k_add<<<(unsigned)rows, 256, 0, s>>>(a, lda, b, ldb, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+__global__ void k_swiglu_oai(const float *g, int64_t ldg, const float *u, int64_t ldu,
+                             float alpha, float limit, float *out, int64_t ldo, int cols)
+{
+    const float *gr = g + (int64_t)blockIdx.x * ldg, *ur = u + (int64_t)blockIdx.x * ldu;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = pcu_swiglu_oai(gr[c], ur[c], alpha, limit);
+}
+
+extern "C" cudaError_t pcu_swiglu_oai_k(cudaStream_t s, const float *g, int64_t ldg,
+                                        const float *u, int64_t ldu, float alpha, float limit,
+                                        float *out, int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_swiglu_oai<<<(unsigned)rows, 256, 0, s>>>(g, ldg, u, ldu, alpha, limit, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------ experts (MoE) */
+
+/* out[idx[i]] = y[i] for i < n, rows of `cols` floats. */
+__global__ void k_scatter_rows(const float *y, int64_t ldy, const int32_t *idx, int cols,
+                               float *out, int64_t ldo)
+{
+    const float *r = y + (int64_t)blockIdx.x * ldy;
+    float *o = out + (int64_t)idx[blockIdx.x] * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r[c];
+}
+
+extern "C" cudaError_t pcu_scatter_rows(cudaStream_t s, const float *y, int64_t ldy,
+                                        const int32_t *idx, int32_t n, int64_t cols, float *out,
+                                        int64_t ldo)
+{
+    if (n <= 0) return cudaSuccess;
+    k_scatter_rows<<<(unsigned)n, 256, 0, s>>>(y, ldy, idx, (int)cols, out, ldo);
+    return cudaGetLastError();
+}
+
+/* moe_combine: a thread per column runs r = 0, 1, ... in order, so every
+ * out element gets its terms in the contract's order. */
+__global__ void k_moe_combine(const float *y, int64_t ldy, int R, const int32_t *dst,
+                              const float *wts, int accumulate, int out_rows, float *out,
+                              int64_t ldo, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    if (!accumulate)
+        for (int i = 0; i < out_rows; i++) out[(int64_t)i * ldo + c] = 0.0f;
+    for (int r = 0; r < R; r++) {
+        float *o = out + (int64_t)dst[r] * ldo + c;
+        *o += wts[r] * y[(int64_t)r * ldy + c];
+    }
+}
+
+extern "C" cudaError_t pcu_moe_combine(cudaStream_t s, const float *y, int64_t ldy, int32_t R,
+                                       const int32_t *dst, const float *wts, int accumulate,
+                                       int32_t out_rows, float *out, int64_t ldo, int64_t cols)
+{
+    if (cols <= 0) return cudaSuccess;
+    k_moe_combine<<<(unsigned)((cols + 127) / 128), 128, 0, s>>>(y, ldy, R, dst, wts, accumulate,
+                                                                  out_rows, out, ldo, (int)cols);
     return cudaGetLastError();
 }
 

@@ -69,13 +69,14 @@ cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, int kv_dtyp
  * the block tables in place. tok_kvlen[t]: keys token t sees (its position
  * + 1); tok_bt[t]: offset of its sequence's block table in `block_tables`;
  * head_bytes: one head's bytes in kv_dtype; window > 0: only the last
- * `window` of those keys. */
+ * `window` of those keys; sinks: NULL or n_heads sink logits (ABI 1.8). */
 cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq, float *out, int64_t ldo,
                           const void *k_base, const void *v_base, int kv_dtype,
                           int32_t block_size, size_t block_bytes, size_t head_bytes,
                           int32_t n_kv_heads, int32_t head_dim, int32_t n_heads, float scale,
-                          int32_t window, int32_t n_tokens, const int32_t *tok_kvlen,
-                          const int32_t *tok_bt, const int32_t *block_tables);
+                          int32_t window, const float *sinks, int32_t n_tokens,
+                          const int32_t *tok_kvlen, const int32_t *tok_bt,
+                          const int32_t *block_tables);
 
 /* out = silu(gate) * up and out = a + b over [rows x cols], each with its ld. */
 cudaError_t pcu_swiglu(cudaStream_t s, const float *g, int64_t ldg, const float *u, int64_t ldu,
@@ -87,6 +88,18 @@ cudaError_t pcu_geglu_k(cudaStream_t s, const float *g, int64_t ldg, const float
                         float *out, int64_t ldo, int64_t rows, int64_t cols);
 cudaError_t pcu_scale(cudaStream_t s, const float *x, int64_t ldx, float sc, float *out,
                       int64_t ldo, int64_t rows, int64_t cols);
+/* gpt-oss's clamped SwiGLU (decode.h's pcu_swiglu_oai). */
+cudaError_t pcu_swiglu_oai_k(cudaStream_t s, const float *g, int64_t ldg, const float *u,
+                             int64_t ldu, float alpha, float limit, float *out, int64_t ldo,
+                             int64_t rows, int64_t cols);
+
+/* out[idx[i]] = y[i] (rows of cols floats), i < n. */
+cudaError_t pcu_scatter_rows(cudaStream_t s, const float *y, int64_t ldy, const int32_t *idx,
+                             int32_t n, int64_t cols, float *out, int64_t ldo);
+/* out (zeroed first unless accumulate) [dst[r]] += wts[r] * y[r], r in order. */
+cudaError_t pcu_moe_combine(cudaStream_t s, const float *y, int64_t ldy, int32_t R,
+                            const int32_t *dst, const float *wts, int accumulate,
+                            int32_t out_rows, float *out, int64_t ldo, int64_t cols);
 
 /* Copy blocks src[i] -> dst[i] (device arrays) in every (layer, K/V) plane:
  * plane p's block b starts at pool + (p * n_blocks + b) * block_bytes. */

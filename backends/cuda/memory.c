@@ -84,19 +84,31 @@ void meta_free(meta_cache *m)
     memset(m, 0, sizeof *m);
 }
 
+/* Grows *buf to at least `bytes` (after the stream drains: kernels may
+ * still read the old one). */
+static int grow(cuda_ctx *c, void **buf, size_t *cap, size_t bytes, void **out)
+{
+    if (bytes > *cap) {
+        CU(cudaStreamSynchronize(c->stream));
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
+        CU(cudaMalloc(buf, bytes));
+        *cap = bytes;
+    }
+    *out = *buf;
+    return PAGODA_OK;
+}
+
+int scratch(cuda_ctx *c, size_t bytes, void **out)
+{
+    return grow(c, &c->scr, &c->scr_cap, bytes, out);
+}
+
 /* Workspace of at least `bytes`, ordered after all earlier kernels. */
 int workspace(cuda_ctx *c, size_t bytes, void **out)
 {
-    if (bytes > c->ws_cap) {
-        CU(cudaStreamSynchronize(c->stream));
-        cudaFree(c->ws);
-        c->ws = NULL;
-        c->ws_cap = 0;
-        CU(cudaMalloc(&c->ws, bytes));
-        c->ws_cap = bytes;
-    }
-    *out = c->ws;
-    return PAGODA_OK;
+    return grow(c, &c->ws, &c->ws_cap, bytes, out);
 }
 
 /* ---------------------------------------------------------- buffers */

@@ -68,11 +68,11 @@ START_TEST(test_descriptor)
               ops->download && ops->weights_from_host && ops->get_rows && ops->rms_norm &&
               ops->matmul && ops->rope && ops->kv_write && ops->attention && ops->swiglu &&
               ops->add && ops->copy_blocks && ops->synchronize);
-    /* ABI 1.1 and 1.3 slots are filled; geglu, scale and a windowed
-     * attention_ext refuse at the call unless verified.txt lists them. The
-     * MoE and gpt-oss slots are not (the core refuses those models). */
+    /* Every optional slot is filled; the ones with kernels of their own
+     * (all but matmul_multi, n matmuls) refuse at the call unless
+     * verified.txt lists them. */
     ck_assert(ops->geglu && ops->scale && ops->attention_ext && ops->matmul_multi);
-    ck_assert(!ops->matmul_experts && !ops->moe_combine && !ops->swiglu_oai);
+    ck_assert(ops->matmul_experts && ops->moe_combine && ops->swiglu_oai);
     ck_assert_ptr_nonnull(d->config_keys);
     ck_assert_str_eq(d->config_keys[0].name, "device");
     ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
@@ -317,8 +317,14 @@ START_TEST(test_gemv_formula)
 }
 END_TEST
 
+/* The CPU backend's scalar clamped SwiGLU (backends/cpu/ops.c). */
+void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, size_t u_stride,
+                           float alpha, float limit, float *out, size_t out_stride, int64_t rows,
+                           int64_t cols);
+
 /* kv_write's Q8_0 block (decode.h pcu_q8_0_quant, then the f16 of d) is
- * pagoda_quantize_row's to the bit, and geglu's formula is GELU-tanh. */
+ * pagoda_quantize_row's to the bit, geglu's formula is GELU-tanh, and
+ * swiglu_oai's is the CPU backend's to the bit (NaN and clamps included). */
 START_TEST(test_kv_and_glu_formulas)
 {
     enum { N = 64 * 32 };
@@ -345,6 +351,21 @@ START_TEST(test_kv_and_glu_formulas)
         double got = pcu_geglu((float)g, (float)u);
         ck_assert_msg(fabs(got - want_v) <= 1e-6 * (fabs(want_v) + fabs(g * u)) + 1e-30,
                       "geglu(%g, %g) = %g, want %g", g, u, got, want_v);
+    }
+    float gate[N], up[N], oai[N];
+    for (int i = 0; i < N; i++) {
+        gate[i] = 5.0f * x[i];
+        up[i] = 5.0f * x[(i * 7 + 3) % N];
+    }
+    gate[0] = NAN;
+    up[1] = NAN;
+    gate[2] = INFINITY;
+    up[3] = -INFINITY;
+    pagoda_cpu_swiglu_oai(gate, sizeof gate, up, sizeof up, 1.702f, 7.0f, oai, sizeof oai, 1, N);
+    for (int i = 0; i < N; i++) {
+        float got = pcu_swiglu_oai(gate[i], up[i], 1.702f, 7.0f);
+        ck_assert_msg(memcmp(&got, &oai[i], 4) == 0 || (isnan(got) && isnan(oai[i])),
+                      "swiglu_oai(%g, %g) = %a, want %a", gate[i], up[i], got, oai[i]);
     }
 }
 END_TEST
