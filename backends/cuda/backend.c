@@ -34,7 +34,7 @@
 #define PCU_OPS                                                                          \
     ((1u << PCU_OP_GEGLU) | (1u << PCU_OP_SCALE) | (1u << PCU_OP_ATTENTION_EXT) |          \
      (1u << PCU_OP_MATMUL_EXPERTS) | (1u << PCU_OP_MOE_COMBINE) | (1u << PCU_OP_SWIGLU_OAI) | \
-     (1u << PCU_OP_ATTENTION_SINKS))
+     (1u << PCU_OP_ATTENTION_SINKS) | (1u << PCU_OP_KV_LATENT))
 
 #ifndef PAGODA_CUDA_MIN_SM
 #define PAGODA_CUDA_MIN_SM 80 /* set by CMakeLists.txt from CMAKE_CUDA_ARCHITECTURES */
@@ -248,6 +248,9 @@ static int cuda_info(void *ctx, pagoda_backend_info *info)
     full.kv_types = c->kv_types;
     /* sinks (ABI 1.8) only once verified: the core refuses gpt-oss at start */
     full.attn_sinks = (c->ops_ok >> PCU_OP_ATTENTION_SINKS) & 1;
+    /* the latent layout (ABI 1.7) likewise: without the bit the core gives
+     * an MLA model an ordinary layout */
+    full.kv_kinds = (c->ops_ok >> PCU_OP_KV_LATENT) & 1 ? 1u << PAGODA_KV_LATENT : 0;
     full.host_memory = false;
     /* An older core's struct is shorter: fill only what it has. */
     size_t n = info->struct_size && info->struct_size < sizeof full ? info->struct_size : sizeof full;

@@ -56,8 +56,10 @@ verified_entries() {
           ty = substr($i, 1, index($i, "[") - 1); if (!ok) bad["weight " ty]++ }
       } else if (op == "kv_write" || op == "attention" || op == "copy_blocks") {
         if (t == "KV" && $4 != "latent") mark("kv " $4 " " op, ok)
+        if (t == "KV" && $4 == "latent") mark("op kv_latent", ok)
       } else if (op == "attention_ext") {
         mark("op attention_ext", ok); if ($4 != "latent") { if (!ok) bad["kv " $4 " attention"]++ }
+        if ($4 == "latent") mark("op kv_latent", ok)
         if (index($0, " sinks")) mark("op attention_sinks", ok)
       } else if (op == "geglu" || op == "scale" || op == "swiglu_oai" ||
                  op == "matmul_experts" || op == "moe_combine") mark("op " op, ok)

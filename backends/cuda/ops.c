@@ -89,8 +89,13 @@ int cuda_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32
     uint8_t *kp, *vp;
     void *d_slots;
     TRY(layout_ok(c, kv, L, layer));
+    bool latent = L->kind == PAGODA_KV_LATENT; /* k only: the row is the key and the value */
+    if (latent) TRY(op_gate(c, PCU_OP_KV_LATENT));
     TRY(tensor_at(c, k, "kv_write k", PAGODA_DTYPE_F32, &kp));
-    TRY(tensor_at(c, v, "kv_write v", PAGODA_DTYPE_F32, &vp));
+    if (latent)
+        v = k, vp = kp;
+    else
+        TRY(tensor_at(c, v, "kv_write v", PAGODA_DTYPE_F32, &vp));
     int64_t row = (int64_t)L->n_kv_heads * L->head_dim;
     if (n < 0 || k->rows < n || v->rows < n || k->cols != row || v->cols != row)
         return BAD("kv_write: k %lld x %lld, v %lld x %lld for %d tokens of %lld values",
@@ -106,8 +111,9 @@ int cuda_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32
     CU(cudaSetDevice(c->device));
     TRY(meta_upload(c, &c->m_slots, slots, (size_t)n * sizeof *slots, &d_slots));
     uint8_t *pool = kv->ptr;
+    /* latent: one plane; writing the same row twice to it is harmless */
     CU(pcu_kv_write(c->stream, pool + pagoda_kv_offset(L, layer, 0, 0),
-                    pool + pagoda_kv_offset(L, layer, 1, 0), L->dtype, L->block_size,
+                    pool + pagoda_kv_offset(L, layer, latent ? 0 : 1, 0), L->dtype, L->block_size,
                     pagoda_kv_block_bytes(L), pagoda_kv_slot_bytes(L), row, (const float *)kp,
                     ld_of(k, 4), (const float *)vp, ld_of(v, 4), d_slots, n));
     return PAGODA_OK;
@@ -121,6 +127,7 @@ static int attend(cuda_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
 {
     uint8_t *qp, *op;
     TRY(layout_ok(c, kv, L, layer));
+    if (L->kind == PAGODA_KV_LATENT) TRY(op_gate(c, PCU_OP_KV_LATENT));
     TRY(tensor_at(c, q, "attention q", PAGODA_DTYPE_F32, &qp));
     TRY(tensor_at(c, out, "attention out", PAGODA_DTYPE_F32, &op));
     if (!b || b->n_tokens < 0 || b->n_seqs < 0 || (b->n_seqs && !b->seqs))
@@ -181,7 +188,8 @@ static int attend(cuda_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
     const int32_t *dm = d_meta;
     const uint8_t *pool = kv->ptr;
     CU(pcu_attention(c->stream, (const float *)qp, ld_of(q, 4), (float *)op, ld_of(out, 4),
-                     pool + pagoda_kv_offset(L, layer, 0, 0), pool + pagoda_kv_offset(L, layer, 1, 0),
+                     pool + pagoda_kv_offset(L, layer, 0, 0),
+                     pool + pagoda_kv_offset(L, layer, L->kind == PAGODA_KV_LATENT ? 0 : 1, 0),
                      L->dtype, L->block_size, pagoda_kv_block_bytes(L), pagoda_kv_head_bytes(L),
                      L->n_kv_heads, hd, n_heads, scale, window, sinks, b->n_tokens, dm,
                      dm + b->n_tokens, dm + 2 * b->n_tokens));
@@ -354,6 +362,7 @@ int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
 {
     cuda_ctx *c = ctx;
     TRY(layout_ok(c, kv, L, 0));
+    if (L->kind == PAGODA_KV_LATENT) TRY(op_gate(c, PCU_OP_KV_LATENT));
     if (n < 0) return BAD("copy_blocks: n = %d", n);
     if (n == 0) return PAGODA_OK;
     if (!src || !dst) return BAD("copy_blocks: no block lists");
@@ -377,7 +386,7 @@ int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
     void *d;
     st = meta_upload(c, &c->m_copy, pairs, 2 * (size_t)n * sizeof *pairs, &d);
     if (st) goto out;
-    e = pcu_copy_blocks(c->stream, kv->ptr, 2 * L->n_layers, L->n_blocks,
+    e = pcu_copy_blocks(c->stream, kv->ptr, pagoda_kv_planes(L) * L->n_layers, L->n_blocks,
                         pagoda_kv_block_bytes(L), d, (const int32_t *)d + n, n);
     if (e != cudaSuccess) st = cu_fail(c, "pcu_copy_blocks", e);
 out:

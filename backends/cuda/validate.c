@@ -93,9 +93,12 @@ int layout_ok(cuda_ctx *c, const pagoda_buffer *kv, const pagoda_kv_layout *L, i
                               pagoda_dtype_name(L->dtype));
     if (L->dtype == PAGODA_DTYPE_Q8_0 && L->head_dim % 32)
         return BAD("Q8_0 KV layout with head_dim %d, not a multiple of 32", L->head_dim);
-    if (L->kind != PAGODA_KV_SEPARATE)   /* info.kv_kinds has no latent bit */
+    if (L->kind != PAGODA_KV_SEPARATE && L->kind != PAGODA_KV_LATENT)
         return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
-                              "cuda: KV layout kind %d is not supported (0, K and V, is)", L->kind);
+                              "cuda: KV layout kind %d is not supported (0, K and V; 1, latent)",
+                              L->kind);
+    if (L->kind == PAGODA_KV_LATENT && L->n_kv_heads != 1)
+        return BAD("latent KV layout with %d KV heads (expected 1)", L->n_kv_heads);
     if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
         L->head_dim <= 0)
         return BAD("KV layout has a non-positive field (layers %d, blocks %d, block size %d, "

@@ -17,7 +17,7 @@
 
 static const char *const op_names[PCU_OP_COUNT_] = {
     "geglu", "scale", "attention_ext", "matmul_multi", "matmul_experts", "moe_combine",
-    "swiglu_oai", "attention_sinks",
+    "swiglu_oai", "attention_sinks", "kv_latent",
 };
 
 const char *pcu_op_name(int op) { return op >= 0 && op < PCU_OP_COUNT_ ? op_names[op] : NULL; }
@@ -110,7 +110,7 @@ int pcu_verified_parse(const char *text, const char *name, pcu_verified *v, char
             if (op < 0) {
                 snprintf(err, err_len, "%s:%d: '%s' is not an optional op (geglu, scale, "
                          "attention_ext, matmul_multi, matmul_experts, moe_combine, swiglu_oai, "
-                         "attention_sinks)",
+                         "attention_sinks, kv_latent)",
                          name, lineno, f[1]);
                 return PAGODA_ERR_INVALID;
             }

@@ -10,7 +10,7 @@
  * kind: weight (matmul and get_rows of that weight type), kv (kv_write,
  * attention and copy_blocks over that KV type), op (an optional op:
  * geglu, scale, attention_ext, matmul_multi, matmul_experts, moe_combine,
- * swiglu_oai, attention_sinks); name: a dtype name (Q4_K) or op name; gpu: the device name
+ * swiglu_oai, attention_sinks, kv_latent); name: a dtype name (Q4_K) or op name; gpu: the device name
  * with spaces as underscores (NVIDIA_H200); date YYYY-MM-DD; commit: the
  * git commit the check ran on. gpu-check.sh writes it.
  *
@@ -33,6 +33,7 @@ enum {
     PCU_OP_MOE_COMBINE,
     PCU_OP_SWIGLU_OAI,
     PCU_OP_ATTENTION_SINKS, /* attention_ext's sinks (info.attn_sinks) */
+    PCU_OP_KV_LATENT,       /* the latent KV layout (info.kv_kinds) */
     PCU_OP_COUNT_
 };
 
