@@ -168,7 +168,22 @@ static int cuda_create(const pagoda_host *host, void **out, char *err, size_t er
     }
     int n = 0;
     cudaGetDeviceCount(&n);
-    int64_t dev = host && host->config_int ? host->config_int(host, "device", 0) : 0;
+    int64_t dev = host && host->config_int ? host->config_int(host, "device", -1) : -1;
+    if (dev == -1) {
+        /* auto: under mpirun the rank's local rank mod the devices, as
+         * comm-nccl picks its GPU (so buffer_address hands NCCL pointers on
+         * its own device); else device 0 */
+        const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                               "PMI_LOCAL_RANK"};
+        dev = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const char *v = getenv(names[i]);
+            if (v && *v && n > 0) {
+                dev = strtol(v, NULL, 10) % n;
+                break;
+            }
+        }
+    }
     if (dev < 0 || dev >= n) {
         snprintf(err, err_len, "cuda: [backend.cuda] device = %lld, but there are %d device(s) "
                  "(0..%d); set CUDA_VISIBLE_DEVICES or device", (long long)dev, n, n - 1);
@@ -290,11 +305,14 @@ static const pagoda_backend_ops cuda_ops = {
     .matmul_experts = cuda_matmul_experts,
     .moe_combine = cuda_moe_combine,
     .swiglu_oai = cuda_swiglu_oai,
+    /* ABI 1.12: tensor parallelism over NCCL on device pointers */
+    .buffer_address = cuda_buffer_address,
 };
 
 static const pagoda_config_key cuda_keys[] = {
-    {"device", PAGODA_KEY_INT, "0", 0, 1024,
-     "CUDA device index as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES)"},
+    {"device", PAGODA_KEY_INT, "-1", -1, 1024,
+     "CUDA device index as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES); -1: the "
+     "MPI local rank mod the device count under mpirun (as comm-nccl picks), else 0"},
     {"allow_unverified", PAGODA_KEY_BOOL, "false", 0, 0,
      "offer kernels not yet verified on a GPU (not in verified.txt); warned at every start"},
     {"verified_list", PAGODA_KEY_STRING, PAGODA_CUDA_VERIFIED_LIST, 0, 0,

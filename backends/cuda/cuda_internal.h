@@ -129,6 +129,7 @@ int cuda_upload(void *ctx, pagoda_buffer *buf, size_t offset, const void *src, s
 int cuda_download(void *ctx, const pagoda_buffer *buf, size_t offset, void *dst, size_t size);
 int cuda_weights_from_host(void *ctx, const void *src, size_t size, pagoda_buffer **out);
 int cuda_synchronize(void *ctx);
+int cuda_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size, void **out);
 
 /* matmul.c */
 int cuda_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,

@@ -217,6 +217,17 @@ int cuda_weights_from_host(void *ctx, const void *src, size_t size, pagoda_buffe
     return st;
 }
 
+/* ABI 1.12: the device address, for a device-memory comm (NCCL) on this
+ * GPU; the core synchronizes first. */
+int cuda_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size, void **out)
+{
+    cuda_ctx *c = ctx;
+    if (!out) return BAD("buffer_address: no output");
+    TRY(range_ok(c, buf, offset, size, "buffer_address"));
+    *out = (uint8_t *)buf->ptr + offset;
+    return PAGODA_OK;
+}
+
 int cuda_synchronize(void *ctx)
 {
     cuda_ctx *c = ctx;
