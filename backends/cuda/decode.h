@@ -75,18 +75,16 @@ PAGODA_HD float pcu_e8m0_half(uint8_t e)
     return pcu_u2f(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
-/* The IQ4 codebook and the doubled E2M1 values (quant.h's tables), as a
- * switch so the device needs no constant memory. */
-PAGODA_HD int pcu_iq4nl(int i)
+/* The IQ4 codebook and the doubled E2M1 values (quant.h's tables), as
+ * int8 bytes packed into two 64-bit constants: a lookup is a shift, with
+ * no table in memory (a device-side array would live in local memory). */
+PAGODA_HD int pcu_lut16(uint64_t lo, uint64_t hi, int i)
 {
-    const int t[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-    return t[i & 15];
+    i &= 15;
+    return (int)(int8_t)(uint8_t)((i < 8 ? lo : hi) >> (8 * (i & 7)));
 }
-PAGODA_HD int pcu_mxfp4(int i)
-{
-    const int t[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    return t[i & 15];
-}
+PAGODA_HD int pcu_iq4nl(int i) { return pcu_lut16(0xf6eaddcfbfad9881ull, 0x7159453526190d01ull, i); }
+PAGODA_HD int pcu_mxfp4(int i) { return pcu_lut16(0x0c08060403020100ull, 0xf4f8fafcfdfeff00ull, i); }
 
 /* Nibble j (0..31) of a 16-byte block: element j in the low nibble of
  * qs[j], 16 + j in the high one. */

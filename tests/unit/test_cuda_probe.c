@@ -242,6 +242,10 @@ START_TEST(test_decode_every_type)
         float c = pcu_bf16(b), f = pagoda_bf16_to_fp32((uint16_t)h);
         ck_assert_msg(memcmp(&c, &f, 4) == 0, "bf16 0x%04x", h);
     }
+    for (int i = 0; i < 16; i++) {
+        ck_assert_int_eq(pcu_iq4nl(i), pagoda_iq4nl_table[i]);
+        ck_assert_int_eq(pcu_mxfp4(i), pagoda_mxfp4_table[i]);
+    }
     for (int e = 0; e < 256; e++) {
         float a = pcu_e8m0_half((uint8_t)e), w = pagoda_e8m0_to_fp32_half((uint8_t)e);
         ck_assert_msg(memcmp(&a, &w, 4) == 0, "e8m0 %d: %a, want %a", e, a, w);
