@@ -12,7 +12,7 @@
 #      Gemma 3 (models/ or $PAGODA_MODELS; else random-weight models of
 #      those architectures from gen-model, where near-ties are common);
 #   5. runs comm-check under NCCL with 2 ranks if there are 2 GPUs;
-#   6. times decode and prefill of a 1.1B-shape model (Q8_0 and Q4_K) with
+#   6. times decode and prefill of a 1.1B-shape model (Q8_0 and Q4_0) with
 #      pagoda bench, beside llama.cpp's llama-bench when a CUDA build of it
 #      is found ($LLAMA_BENCH or llama-bench in PATH);
 #   7. prints one summary and rewrites backends/cuda/verified.txt from what
@@ -189,7 +189,7 @@ model_file() { # <name> <gen-model args...>: a real file if there is one, else a
 step "greedy texts: CUDA against CPU"
 if late; then note "greedy texts: skipped (over the time budget)"; else
   for spec in "SmolLM2-135M-Instruct.Q4_1.gguf --shape llama-110M --type Q4_1" \
-              "gemma-3-270m-q4_k_m.gguf --shape tiny --arch gemma3 --type Q4_K"; do
+              "gemma-3-270m-q4_k_m.gguf --shape tiny-k --arch gemma3 --type Q4_K"; do
     # shellcheck disable=SC2086
     set -- $spec
     m=$(model_file "$@")
@@ -213,7 +213,7 @@ else note "comm (NCCL): mpirun not found, not run"; fi
 # -------------------------------------------------------------- timing
 step "timing: 1.1B shape, pagoda CUDA beside llama.cpp CUDA"
 LB=${LLAMA_BENCH:-$(command -v llama-bench || true)}
-for ty in Q8_0 Q4_K; do
+for ty in Q8_0 Q4_0; do # quick to generate (a K-quant of 1.1B takes minutes)
   if late; then note "timing $ty: skipped (over the time budget)"; continue; fi
   m="$LOG/tinyllama-1.1B-$ty.gguf"
   [ -r "$m" ] || "$PAGODA" gen-model --shape tinyllama-1.1B --type "$ty" --out "$m" >"$LOG/gen-$ty.log" 2>&1
