@@ -136,13 +136,8 @@ static int open_tp(pagoda_runtime *rt, char *err, size_t err_len)
             ci->size == 1 ? "" : "s", rt->ec.tensor_parallel, ci->size);
         return PAGODA_ERR_INVALID;
     }
-    if (ci->device_memory) {
-        /* the forward pass hands the comm host buffers (forward.c tp_reduce) */
-        ERR("comm.%s takes device memory, which the forward pass does not hand it yet: use "
-            "engine.comm = mpi (with the CUDA backend the partial sums then go through host "
-            "memory; docs/scaling.md)", rt->comm->name);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
+    /* a device-memory comm (NCCL) needs the backend's buffer_address (ABI
+     * 1.12): pagoda_forward_init_tp refuses it otherwise, on every rank */
     if ((st = pagoda_tp_new(rt->comm, &rt->tp))) {
         ERR("out of memory");
         return st;

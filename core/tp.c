@@ -41,7 +41,7 @@ int pagoda_tp_new(pagoda_comm *comm, pagoda_tp **out)
     tp->rank = comm->info.rank;
     tp->size = comm->info.size;
     tp->fwd = (pagoda_forward_tp){.rank = tp->rank, .size = tp->size, .all_reduce = tp_all_reduce,
-                                  .user = tp};
+                                  .user = tp, .device_memory = comm->info.device_memory};
     *out = tp;
     return PAGODA_OK;
 }

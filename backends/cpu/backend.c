@@ -220,6 +220,20 @@ static int cpu_download(void *ctx, const pagoda_buffer *buf, size_t offset, void
     return PAGODA_OK;
 }
 
+/* ABI 1.12: host memory is this backend's memory, so a host-memory comm
+ * (MPI) reduces tensor-parallel sums in the activation buffer itself. */
+static int cpu_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size, void **out)
+{
+    cpu_ctx *c = ctx;
+    if (!buf || !out) return ERR(c, PAGODA_ERR_INVALID, "buffer_address: NULL buffer or output");
+    if (offset > buf->size || size > buf->size - offset)
+        return ERR(c, PAGODA_ERR_INVALID, "buffer_address: %zu bytes at offset %zu overrun a %zu-byte buffer",
+                   size, offset, buf->size);
+    if (!buf->owned) return ERR(c, PAGODA_ERR_INVALID, "buffer_address: buffer wraps read-only host weights");
+    *out = buf->data + offset;
+    return PAGODA_OK;
+}
+
 static int cpu_weights_from_host(void *ctx, const void *host, size_t size, pagoda_buffer **out)
 {
     cpu_ctx *c = ctx;
@@ -732,6 +746,7 @@ static const pagoda_backend_ops cpu_ops = {
     .matmul_multi = cpu_matmul_multi,
     .matmul_experts = cpu_matmul_experts,
     .moe_combine = cpu_moe_combine,
+    .buffer_address = cpu_buffer_address,
 };
 
 static const pagoda_config_key cpu_keys[] = {

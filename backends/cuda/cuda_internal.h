@@ -57,7 +57,12 @@ typedef struct cuda_ctx {
     size_t ws_cap;
     int32_t *hmeta;         /* host scratch to build attention metadata */
     size_t hmeta_cap;
-    meta_cache m_ids, m_pos, m_freq, m_slots, m_attn, m_copy;
+    void *scr;              /* matmul_experts' gathered rows and results */
+    size_t scr_cap;
+    meta_cache m_ids, m_pos, m_freq, m_slots, m_attn, m_copy, m_moe, m_experts;
+    uint64_t weight_types;  /* what info advertises: the kernels' types cut to verified.txt */
+    uint64_t kv_types;
+    uint32_t ops_ok;        /* a bit per PCU_OP_* (verified.h) that may run */
 } cuda_ctx;
 
 /* ------------------------------------------------------------- errors */
@@ -107,6 +112,13 @@ int meta_upload(cuda_ctx *c, meta_cache *m, const void *src, size_t bytes, void 
 void meta_free(meta_cache *m);
 /* Workspace of at least `bytes`, ordered after all earlier kernels. */
 int workspace(cuda_ctx *c, size_t bytes, void **out);
+/* A second one, for matmul_experts, whose matmuls use the first. */
+int scratch(cuda_ctx *c, size_t bytes, void **out);
+
+/* ops.c: PAGODA_OK when the optional op `op` (PCU_OP_*, verified.h) may
+ * run here (verified.txt lists it, or allow_unverified), else a refusal
+ * naming the list. */
+int op_gate(cuda_ctx *c, int op);
 
 /* --------------------------------------- the ops (pagoda_backend_ops) */
 
@@ -117,10 +129,16 @@ int cuda_upload(void *ctx, pagoda_buffer *buf, size_t offset, const void *src, s
 int cuda_download(void *ctx, const pagoda_buffer *buf, size_t offset, void *dst, size_t size);
 int cuda_weights_from_host(void *ctx, const void *src, size_t size, pagoda_buffer **out);
 int cuda_synchronize(void *ctx);
+int cuda_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size, void **out);
 
 /* matmul.c */
 int cuda_matmul(void *ctx, const pagoda_tensor *x, const pagoda_tensor *w,
                 const pagoda_tensor *bias, const pagoda_tensor *out);
+int cuda_matmul_multi(void *ctx, const pagoda_tensor *x, int32_t n, const pagoda_tensor *w,
+                      const pagoda_tensor *const *bias, const pagoda_tensor *out);
+int cuda_matmul_experts(void *ctx, const pagoda_tensor *x, const int32_t *x_rows,
+                        const pagoda_tensor *w, int32_t n_experts, size_t expert_stride,
+                        const int32_t *ids, const pagoda_tensor *out);
 
 /* ops.c */
 int cuda_get_rows(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
@@ -139,6 +157,16 @@ int cuda_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
                 const pagoda_tensor *out);
 int cuda_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
              const pagoda_tensor *out);
+int cuda_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+               const pagoda_tensor *out);
+int cuda_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out);
+int cuda_swiglu_oai(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
+                    float limit, const pagoda_tensor *out);
+int cuda_moe_combine(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows,
+                     const float *weights, bool accumulate, const pagoda_tensor *out);
+int cuda_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                       const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                       const pagoda_attn_params *p, const pagoda_tensor *out);
 int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
                      const int32_t *src, const int32_t *dst, int32_t n);
 

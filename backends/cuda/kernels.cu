@@ -11,72 +11,19 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "decode.h"
 #include "pagoda/types.h"
+
+static_assert(PAGODA_CUDA_GEMV_MAX_T == PCU_GEMV_MAX_T, "kernels.h and decode.h disagree");
 
 /* ------------------------------------------------------------ weight decode */
 
-/* GGUF stores halves little-endian and blocks are only 2-byte aligned, so
- * read bytes rather than trusting a pointer cast. */
-__device__ __forceinline__ float ld_f16(const uint8_t *p)
+/* Value k of a weight row of type DT: decode.h's formulas (the ones the
+ * unit test checks on the CPU against pagoda_dequantize_row, bit for bit),
+ * with DT a constant so the type switch folds away. */
+template <int DT> __device__ __forceinline__ float load_w(const uint8_t *row, int k)
 {
-    unsigned short h = (unsigned short)(p[0] | (p[1] << 8));
-    return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ float ld_bf16(const uint8_t *p)
-{
-    unsigned int u = ((unsigned int)p[0] | ((unsigned int)p[1] << 8)) << 16;
-    return __uint_as_float(u);
-}
-
-/* Value k of a weight row of type DT, as ggml's dequantize_row_* gives it. */
-template <int DT> __device__ __forceinline__ float load_w(const uint8_t *row, int k);
-
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_F32>(const uint8_t *row, int k)
-{
-    return ((const float *)row)[k];
-}
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_F16>(const uint8_t *row, int k)
-{
-    return ld_f16(row + 2 * (size_t)k);
-}
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_BF16>(const uint8_t *row, int k)
-{
-    return ld_bf16(row + 2 * (size_t)k);
-}
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q8_0>(const uint8_t *row, int k)
-{
-    const uint8_t *b = row + (size_t)(k / 32) * 34;
-    return ld_f16(b) * (float)(int8_t)b[2 + k % 32];
-}
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q4_0>(const uint8_t *row, int k)
-{
-    const uint8_t *b = row + (size_t)(k / 32) * 18;
-    int j = k % 32;
-    uint8_t q = b[2 + (j & 15)];
-    int v = j < 16 ? (q & 15) : (q >> 4);
-    return (float)(v - 8) * ld_f16(b);
-}
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q4_1>(const uint8_t *row, int k)
-{
-    const uint8_t *b = row + (size_t)(k / 32) * 20;
-    int j = k % 32;
-    uint8_t q = b[4 + (j & 15)];
-    int v = j < 16 ? (q & 15) : (q >> 4);
-    return (float)v * ld_f16(b) + ld_f16(b + 2);
-}
-/* Q6_K super-block: ql[128] qh[64] scales[16] d; 256 values in two halves
- * of 128, each four quarters of 32. */
-template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q6_K>(const uint8_t *row, int k)
-{
-    const uint8_t *b = row + (size_t)(k / 256) * 210;
-    int i = k % 256, n = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
-    uint8_t qlv = b[n * 64 + l + (quarter & 1) * 32];
-    int lo = quarter >= 2 ? (qlv >> 4) : (qlv & 15);
-    int hi = (b[128 + n * 32 + l] >> (2 * quarter)) & 3;
-    int q = (lo | (hi << 4)) - 32;
-    int8_t sc = (int8_t)b[192 + n * 8 + l / 16 + quarter * 2];
-    return ld_f16(b + 208) * (float)sc * (float)q;
+    return pcu_dq(DT, row, k);
 }
 
 /* Calls LAUNCH(DT) for the runtime dtype `dt`; unknown types fall out as
@@ -89,7 +36,16 @@ template <> __device__ __forceinline__ float load_w<PAGODA_DTYPE_Q6_K>(const uin
     case PAGODA_DTYPE_Q8_0: LAUNCH(PAGODA_DTYPE_Q8_0); break;       \
     case PAGODA_DTYPE_Q4_0: LAUNCH(PAGODA_DTYPE_Q4_0); break;       \
     case PAGODA_DTYPE_Q4_1: LAUNCH(PAGODA_DTYPE_Q4_1); break;       \
+    case PAGODA_DTYPE_Q5_0: LAUNCH(PAGODA_DTYPE_Q5_0); break;       \
+    case PAGODA_DTYPE_Q5_1: LAUNCH(PAGODA_DTYPE_Q5_1); break;       \
+    case PAGODA_DTYPE_Q2_K: LAUNCH(PAGODA_DTYPE_Q2_K); break;       \
+    case PAGODA_DTYPE_Q3_K: LAUNCH(PAGODA_DTYPE_Q3_K); break;       \
+    case PAGODA_DTYPE_Q4_K: LAUNCH(PAGODA_DTYPE_Q4_K); break;       \
+    case PAGODA_DTYPE_Q5_K: LAUNCH(PAGODA_DTYPE_Q5_K); break;       \
     case PAGODA_DTYPE_Q6_K: LAUNCH(PAGODA_DTYPE_Q6_K); break;       \
+    case PAGODA_DTYPE_IQ4_NL: LAUNCH(PAGODA_DTYPE_IQ4_NL); break;   \
+    case PAGODA_DTYPE_IQ4_XS: LAUNCH(PAGODA_DTYPE_IQ4_XS); break;   \
+    case PAGODA_DTYPE_MXFP4: LAUNCH(PAGODA_DTYPE_MXFP4); break;     \
     default: return cudaErrorInvalidValue;                          \
     }
 
@@ -184,7 +140,9 @@ extern "C" cudaError_t pcu_f32_to_half(cudaStream_t s, const float *x, int64_t l
 }
 
 /* One warp per output column n, all T tokens at once, so each weight byte
- * is read once per launch: the decode path, where T is the batch size. */
+ * is read once per launch: the decode path, where T is the batch size.
+ * The lane sums are decode.h's pcu_gemv_lane (checked on the CPU by
+ * test_cuda_probe, butterfly included). */
 template <int DT>
 __global__ void k_gemv(const float *x, int64_t ldx, int T, const uint8_t *w, size_t w_row_bytes,
                        int N, int K, const float *bias, float *out, int64_t ldo)
@@ -192,18 +150,10 @@ __global__ void k_gemv(const float *x, int64_t ldx, int T, const uint8_t *w, siz
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (n >= N) return;
-    const uint8_t *row = w + (size_t)n * w_row_bytes;
-    float acc[PAGODA_CUDA_GEMV_MAX_T];
+    float acc[PCU_GEMV_MAX_T];
+    pcu_gemv_lane(DT, w + (size_t)n * w_row_bytes, x, ldx, T, K, lane, 32, acc);
 #pragma unroll
-    for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++) acc[t] = 0.0f;
-    for (int k = lane; k < K; k += 32) {
-        float wv = load_w<DT>(row, k);
-#pragma unroll
-        for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++)
-            if (t < T) acc[t] += wv * x[(int64_t)t * ldx + k];
-    }
-#pragma unroll
-    for (int t = 0; t < PAGODA_CUDA_GEMV_MAX_T; t++) {
+    for (int t = 0; t < PCU_GEMV_MAX_T; t++) {
         float v = warp_sum(acc[t]);
         if (lane == 0 && t < T) out[(int64_t)t * ldo + n] = v + (bias ? bias[n] : 0.0f);
     }
@@ -293,39 +243,61 @@ extern "C" cudaError_t pcu_rope(cudaStream_t s, float *x, int64_t ldx, int32_t n
 
 /* ---------------------------------------------------------------- kv_write */
 
-template <typename KT> __device__ __forceinline__ KT to_kv(float v);
-template <> __device__ __forceinline__ float to_kv<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half(v); }
-
-__device__ __forceinline__ float kv_f(float v) { return v; }
-__device__ __forceinline__ float kv_f(__half v) { return __half2float(v); }
-
-template <typename KT>
-__global__ void k_kv_write(KT *kb, KT *vb, int block_size, int64_t block_elems, int row,
-                           const float *k, int64_t ldk, const float *v, int64_t ldv,
-                           const int32_t *slots)
+/* One slot's K and V rows of type KDT. F32 and F16: a thread per value
+ * (F16 rounded to nearest even, as pagoda_fp32_to_fp16); Q8_0: a thread
+ * per 32-value block, decode.h's pcu_q8_0_quant. head_bytes: one head's
+ * bytes; rows are n_kv_heads heads side by side. */
+template <int KDT>
+__device__ __forceinline__ void kv_store_row(uint8_t *dst, const float *src, int row)
 {
-    int slot = slots[blockIdx.x];
-    int64_t off = (int64_t)(slot / block_size) * block_elems + (int64_t)(slot % block_size) * row;
-    const float *kr = k + (int64_t)blockIdx.x * ldk, *vr = v + (int64_t)blockIdx.x * ldv;
-    for (int j = threadIdx.x; j < row; j += blockDim.x) {
-        kb[off + j] = to_kv<KT>(kr[j]);
-        vb[off + j] = to_kv<KT>(vr[j]);
+    if (KDT == PAGODA_DTYPE_F32) {
+        for (int j = threadIdx.x; j < row; j += blockDim.x) ((float *)dst)[j] = src[j];
+    } else if (KDT == PAGODA_DTYPE_F16) {
+        for (int j = threadIdx.x; j < row; j += blockDim.x)
+            ((__half *)dst)[j] = __float2half_rn(src[j]);
+    } else { /* Q8_0: row is a multiple of 32 (the head dims are) */
+        for (int blk = threadIdx.x; blk < row / 32; blk += blockDim.x) {
+            float d;
+            int8_t q[32];
+            pcu_q8_0_quant(src + 32 * blk, &d, q);
+            uint8_t *o = dst + 34 * (size_t)blk;
+            unsigned short h = __half_as_ushort(__float2half_rn(d));
+            o[0] = (uint8_t)h;
+            o[1] = (uint8_t)(h >> 8);
+            for (int j = 0; j < 32; j++) o[2 + j] = (uint8_t)q[j];
+        }
     }
 }
 
-extern "C" cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, int kv_f16,
-                                    int32_t block_size, int64_t block_elems, int64_t row,
-                                    const float *k, int64_t ldk, const float *v, int64_t ldv,
-                                    const int32_t *slots, int32_t n)
+template <int KDT>
+__global__ void k_kv_write(uint8_t *kb, uint8_t *vb, int block_size, size_t block_bytes,
+                           size_t slot_bytes, int row, const float *k, int64_t ldk,
+                           const float *v, int64_t ldv, const int32_t *slots)
+{
+    int slot = slots[blockIdx.x];
+    size_t off = (size_t)(slot / block_size) * block_bytes + (size_t)(slot % block_size) * slot_bytes;
+    kv_store_row<KDT>(kb + off, k + (int64_t)blockIdx.x * ldk, row);
+    kv_store_row<KDT>(vb + off, v + (int64_t)blockIdx.x * ldv, row);
+}
+
+#define DISPATCH_KV(dt, LAUNCH)                                     \
+    switch (dt) {                                                   \
+    case PAGODA_DTYPE_F32: LAUNCH(PAGODA_DTYPE_F32); break;         \
+    case PAGODA_DTYPE_F16: LAUNCH(PAGODA_DTYPE_F16); break;         \
+    case PAGODA_DTYPE_Q8_0: LAUNCH(PAGODA_DTYPE_Q8_0); break;       \
+    default: return cudaErrorInvalidValue;                          \
+    }
+
+extern "C" cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, int kv_dtype,
+                                    int32_t block_size, size_t block_bytes, size_t slot_bytes,
+                                    int64_t row, const float *k, int64_t ldk, const float *v,
+                                    int64_t ldv, const int32_t *slots, int32_t n)
 {
     if (n <= 0) return cudaSuccess;
-    if (kv_f16)
-        k_kv_write<__half><<<n, 128, 0, s>>>((__half *)k_base, (__half *)v_base, block_size,
-                                             block_elems, (int)row, k, ldk, v, ldv, slots);
-    else
-        k_kv_write<float><<<n, 128, 0, s>>>((float *)k_base, (float *)v_base, block_size,
-                                            block_elems, (int)row, k, ldk, v, ldv, slots);
+#define L(DT) k_kv_write<DT><<<n, 128, 0, s>>>((uint8_t *)k_base, (uint8_t *)v_base, block_size, \
+                                               block_bytes, slot_bytes, (int)row, k, ldk, v, ldv, slots)
+    DISPATCH_KV(kv_dtype, L)
+#undef L
     return cudaGetLastError();
 }
 
@@ -336,18 +308,25 @@ extern "C" cudaError_t pcu_kv_write(cudaStream_t s, void *k_base, void *v_base, 
 /* One block per (query token, head). Keys are visited in tiles of
  * ATT_THREADS: a warp per key computes the score, then the tile is folded
  * into the running (max, sum, acc) of the online softmax, a thread per
- * output dimension. */
-template <typename KT>
-__global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo, const KT *kb,
-                            const KT *vb, int block_size, int64_t block_elems, int n_kv_heads,
-                            int hd, int group, float scale, const int32_t *tok_kvlen,
-                            const int32_t *tok_bt, const int32_t *block_tables)
+ * output dimension. The block table is read directly (no gather): key j
+ * of the token's sequence is slot j % block_size of block bt[j /
+ * block_size]. window > 0: only the last `window` keys (positions p - W +
+ * 1 .. p), and no key before them is read. Values are decoded with
+ * decode.h (F32, F16, Q8_0 heads). */
+template <int KDT>
+__global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo,
+                            const uint8_t *kb, const uint8_t *vb, int block_size,
+                            size_t block_bytes, size_t head_bytes, int n_kv_heads, int hd,
+                            int group, float scale, int window, const float *sinks,
+                            const int32_t *tok_kvlen, const int32_t *tok_bt,
+                            const int32_t *block_tables)
 {
     extern __shared__ float sm[];
     float *q_s = sm, *acc = sm + hd, *p_s = acc + hd, *red = p_s + ATT_THREADS;
     const int t = blockIdx.x, h = blockIdx.y, kvh = h / group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int n_keys = tok_kvlen[t];
+    const int first = window > 0 && n_keys > window ? n_keys - window : 0;
     const int32_t *bt = block_tables + tok_bt[t];
     const float *qr = q + (int64_t)t * ldq + (int64_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -355,15 +334,17 @@ __global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo
         acc[d] = 0.0f;
     }
     __syncthreads();
-    float m = -INFINITY, l = 0.0f;
-    for (int j0 = 0; j0 < n_keys; j0 += ATT_THREADS) {
+    /* A sink (ABI 1.8) is one more logit with a zero value row: start the
+     * running max at it with its e^0 = 1 in the sum. */
+    float m = sinks ? sinks[h] : -INFINITY, l = sinks ? 1.0f : 0.0f;
+    for (int j0 = first; j0 < n_keys; j0 += ATT_THREADS) {
         int tile = min(ATT_THREADS, n_keys - j0);
         for (int jj = warp; jj < tile; jj += nwarps) {
             int j = j0 + jj;
-            const KT *kp = kb + (int64_t)bt[j / block_size] * block_elems +
-                           ((int64_t)(j % block_size) * n_kv_heads + kvh) * hd;
+            const uint8_t *kp = kb + (size_t)bt[j / block_size] * block_bytes +
+                                ((size_t)(j % block_size) * n_kv_heads + kvh) * head_bytes;
             float sacc = 0.0f;
-            for (int d = lane; d < hd; d += 32) sacc += q_s[d] * kv_f(kp[d]);
+            for (int d = lane; d < hd; d += 32) sacc += q_s[d] * pcu_dq(KDT, kp, d);
             sacc = warp_sum(sacc);
             if (lane == 0) p_s[jj] = sacc * scale;
         }
@@ -384,9 +365,9 @@ __global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo
             float a = acc[d] * alpha;
             for (int jj = 0; jj < tile; jj++) {
                 int j = j0 + jj;
-                const KT *vp = vb + (int64_t)bt[j / block_size] * block_elems +
-                               ((int64_t)(j % block_size) * n_kv_heads + kvh) * hd;
-                a += p_s[jj] * kv_f(vp[d]);
+                const uint8_t *vp = vb + (size_t)bt[j / block_size] * block_bytes +
+                                    ((size_t)(j % block_size) * n_kv_heads + kvh) * head_bytes;
+                a += p_s[jj] * pcu_dq(KDT, vp, d);
             }
             acc[d] = a;
         }
@@ -399,23 +380,22 @@ __global__ void k_attention(const float *q, int64_t ldq, float *out, int64_t ldo
 
 extern "C" cudaError_t pcu_attention(cudaStream_t s, const float *q, int64_t ldq, float *out,
                                      int64_t ldo, const void *k_base, const void *v_base,
-                                     int kv_f16, int32_t block_size, int64_t block_elems,
-                                     int32_t n_kv_heads, int32_t head_dim, int32_t n_heads,
-                                     float scale, int32_t n_tokens, const int32_t *tok_kvlen,
+                                     int kv_dtype, int32_t block_size, size_t block_bytes,
+                                     size_t head_bytes, int32_t n_kv_heads, int32_t head_dim,
+                                     int32_t n_heads, float scale, int32_t window,
+                                     const float *sinks, int32_t n_tokens,
+                                     const int32_t *tok_kvlen,
                                      const int32_t *tok_bt, const int32_t *block_tables)
 {
     if (n_tokens <= 0) return cudaSuccess;
     dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
     size_t shmem = (size_t)(2 * head_dim + ATT_THREADS + 32) * sizeof(float);
     int group = n_heads / n_kv_heads;
-    if (kv_f16)
-        k_attention<__half><<<grid, ATT_THREADS, shmem, s>>>(
-            q, ldq, out, ldo, (const __half *)k_base, (const __half *)v_base, block_size,
-            block_elems, n_kv_heads, head_dim, group, scale, tok_kvlen, tok_bt, block_tables);
-    else
-        k_attention<float><<<grid, ATT_THREADS, shmem, s>>>(
-            q, ldq, out, ldo, (const float *)k_base, (const float *)v_base, block_size,
-            block_elems, n_kv_heads, head_dim, group, scale, tok_kvlen, tok_bt, block_tables);
+#define L(DT) k_attention<DT><<<grid, ATT_THREADS, shmem, s>>>(q, ldq, out, ldo, \
+        (const uint8_t *)k_base, (const uint8_t *)v_base, block_size, block_bytes, head_bytes, \
+        n_kv_heads, head_dim, group, scale, window, sinks, tok_kvlen, tok_bt, block_tables)
+    DISPATCH_KV(kv_dtype, L)
+#undef L
     return cudaGetLastError();
 }
 
@@ -440,6 +420,37 @@ extern "C" cudaError_t pcu_swiglu(cudaStream_t s, const float *g, int64_t ldg, c
     return cudaGetLastError();
 }
 
+__global__ void k_geglu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *out,
+                        int64_t ldo, int cols)
+{
+    const float *gr = g + (int64_t)blockIdx.x * ldg, *ur = u + (int64_t)blockIdx.x * ldu;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = pcu_geglu(gr[c], ur[c]);
+}
+
+extern "C" cudaError_t pcu_geglu_k(cudaStream_t s, const float *g, int64_t ldg, const float *u,
+                                   int64_t ldu, float *out, int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_geglu<<<(unsigned)rows, 256, 0, s>>>(g, ldg, u, ldu, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+__global__ void k_scale(const float *x, int64_t ldx, float sc, float *out, int64_t ldo, int cols)
+{
+    const float *r = x + (int64_t)blockIdx.x * ldx;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r[c] * sc;
+}
+
+extern "C" cudaError_t pcu_scale(cudaStream_t s, const float *x, int64_t ldx, float sc, float *out,
+                                 int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_scale<<<(unsigned)rows, 256, 0, s>>>(x, ldx, sc, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
 __global__ void k_add(const float *a, int64_t lda, const float *b, int64_t ldb, float *out,
                       int64_t ldo, int cols)
 {
@@ -453,6 +464,70 @@ extern "C" cudaError_t pcu_add(cudaStream_t s, const float *a, int64_t lda, cons
 {
     if (rows <= 0) return cudaSuccess;
     k_add<<<(unsigned)rows, 256, 0, s>>>(a, lda, b, ldb, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+__global__ void k_swiglu_oai(const float *g, int64_t ldg, const float *u, int64_t ldu,
+                             float alpha, float limit, float *out, int64_t ldo, int cols)
+{
+    const float *gr = g + (int64_t)blockIdx.x * ldg, *ur = u + (int64_t)blockIdx.x * ldu;
+    float *o = out + (int64_t)blockIdx.x * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = pcu_swiglu_oai(gr[c], ur[c], alpha, limit);
+}
+
+extern "C" cudaError_t pcu_swiglu_oai_k(cudaStream_t s, const float *g, int64_t ldg,
+                                        const float *u, int64_t ldu, float alpha, float limit,
+                                        float *out, int64_t ldo, int64_t rows, int64_t cols)
+{
+    if (rows <= 0) return cudaSuccess;
+    k_swiglu_oai<<<(unsigned)rows, 256, 0, s>>>(g, ldg, u, ldu, alpha, limit, out, ldo, (int)cols);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------ experts (MoE) */
+
+/* out[idx[i]] = y[i] for i < n, rows of `cols` floats. */
+__global__ void k_scatter_rows(const float *y, int64_t ldy, const int32_t *idx, int cols,
+                               float *out, int64_t ldo)
+{
+    const float *r = y + (int64_t)blockIdx.x * ldy;
+    float *o = out + (int64_t)idx[blockIdx.x] * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r[c];
+}
+
+extern "C" cudaError_t pcu_scatter_rows(cudaStream_t s, const float *y, int64_t ldy,
+                                        const int32_t *idx, int32_t n, int64_t cols, float *out,
+                                        int64_t ldo)
+{
+    if (n <= 0) return cudaSuccess;
+    k_scatter_rows<<<(unsigned)n, 256, 0, s>>>(y, ldy, idx, (int)cols, out, ldo);
+    return cudaGetLastError();
+}
+
+/* moe_combine: a thread per column runs r = 0, 1, ... in order, so every
+ * out element gets its terms in the contract's order. */
+__global__ void k_moe_combine(const float *y, int64_t ldy, int R, const int32_t *dst,
+                              const float *wts, int accumulate, int out_rows, float *out,
+                              int64_t ldo, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    if (!accumulate)
+        for (int i = 0; i < out_rows; i++) out[(int64_t)i * ldo + c] = 0.0f;
+    for (int r = 0; r < R; r++) {
+        float *o = out + (int64_t)dst[r] * ldo + c;
+        *o += wts[r] * y[(int64_t)r * ldy + c];
+    }
+}
+
+extern "C" cudaError_t pcu_moe_combine(cudaStream_t s, const float *y, int64_t ldy, int32_t R,
+                                       const int32_t *dst, const float *wts, int accumulate,
+                                       int32_t out_rows, float *out, int64_t ldo, int64_t cols)
+{
+    if (cols <= 0) return cudaSuccess;
+    k_moe_combine<<<(unsigned)((cols + 127) / 128), 128, 0, s>>>(y, ldy, R, dst, wts, accumulate,
+                                                                  out_rows, out, ldo, (int)cols);
     return cudaGetLastError();
 }
 

@@ -84,19 +84,31 @@ void meta_free(meta_cache *m)
     memset(m, 0, sizeof *m);
 }
 
+/* Grows *buf to at least `bytes` (after the stream drains: kernels may
+ * still read the old one). */
+static int grow(cuda_ctx *c, void **buf, size_t *cap, size_t bytes, void **out)
+{
+    if (bytes > *cap) {
+        CU(cudaStreamSynchronize(c->stream));
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
+        CU(cudaMalloc(buf, bytes));
+        *cap = bytes;
+    }
+    *out = *buf;
+    return PAGODA_OK;
+}
+
+int scratch(cuda_ctx *c, size_t bytes, void **out)
+{
+    return grow(c, &c->scr, &c->scr_cap, bytes, out);
+}
+
 /* Workspace of at least `bytes`, ordered after all earlier kernels. */
 int workspace(cuda_ctx *c, size_t bytes, void **out)
 {
-    if (bytes > c->ws_cap) {
-        CU(cudaStreamSynchronize(c->stream));
-        cudaFree(c->ws);
-        c->ws = NULL;
-        c->ws_cap = 0;
-        CU(cudaMalloc(&c->ws, bytes));
-        c->ws_cap = bytes;
-    }
-    *out = c->ws;
-    return PAGODA_OK;
+    return grow(c, &c->ws, &c->ws_cap, bytes, out);
 }
 
 /* ---------------------------------------------------------- buffers */
@@ -203,6 +215,17 @@ int cuda_weights_from_host(void *ctx, const void *src, size_t size, pagoda_buffe
         *out = NULL;
     }
     return st;
+}
+
+/* ABI 1.12: the device address, for a device-memory comm (NCCL) on this
+ * GPU; the core synchronizes first. */
+int cuda_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size, void **out)
+{
+    cuda_ctx *c = ctx;
+    if (!out) return BAD("buffer_address: no output");
+    TRY(range_ok(c, buf, offset, size, "buffer_address"));
+    *out = (uint8_t *)buf->ptr + offset;
+    return PAGODA_OK;
 }
 
 int cuda_synchronize(void *ctx)

@@ -9,7 +9,12 @@
  */
 #include <stdlib.h>
 
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda_internal.h"
+#include "verified.h"
 
 int cuda_get_rows(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
                   const pagoda_tensor *out)
@@ -84,8 +89,13 @@ int cuda_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32
     uint8_t *kp, *vp;
     void *d_slots;
     TRY(layout_ok(c, kv, L, layer));
+    bool latent = L->kind == PAGODA_KV_LATENT; /* k only: the row is the key and the value */
+    if (latent) TRY(op_gate(c, PCU_OP_KV_LATENT));
     TRY(tensor_at(c, k, "kv_write k", PAGODA_DTYPE_F32, &kp));
-    TRY(tensor_at(c, v, "kv_write v", PAGODA_DTYPE_F32, &vp));
+    if (latent)
+        v = k, vp = kp;
+    else
+        TRY(tensor_at(c, v, "kv_write v", PAGODA_DTYPE_F32, &vp));
     int64_t row = (int64_t)L->n_kv_heads * L->head_dim;
     if (n < 0 || k->rows < n || v->rows < n || k->cols != row || v->cols != row)
         return BAD("kv_write: k %lld x %lld, v %lld x %lld for %d tokens of %lld values",
@@ -101,20 +111,23 @@ int cuda_kv_write(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L, int32
     CU(cudaSetDevice(c->device));
     TRY(meta_upload(c, &c->m_slots, slots, (size_t)n * sizeof *slots, &d_slots));
     uint8_t *pool = kv->ptr;
+    /* latent: one plane; writing the same row twice to it is harmless */
     CU(pcu_kv_write(c->stream, pool + pagoda_kv_offset(L, layer, 0, 0),
-                    pool + pagoda_kv_offset(L, layer, 1, 0), L->dtype == PAGODA_DTYPE_F16,
-                    L->block_size, (int64_t)L->block_size * row, row, (const float *)kp,
+                    pool + pagoda_kv_offset(L, layer, latent ? 0 : 1, 0), L->dtype, L->block_size,
+                    pagoda_kv_block_bytes(L), pagoda_kv_slot_bytes(L), row, (const float *)kp,
                     ld_of(k, 4), (const float *)vp, ld_of(v, 4), d_slots, n));
     return PAGODA_OK;
 }
 
-int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
-                   const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
-                   int32_t n_heads, float scale, const pagoda_tensor *out)
+/* attention and attention_ext: window 0 is causal over every key. */
+static int attend(cuda_ctx *c, const pagoda_tensor *q, const pagoda_buffer *kv,
+                  const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                  int32_t n_heads, float scale, int32_t window, const float *sinks,
+                  const pagoda_tensor *out)
 {
-    cuda_ctx *c = ctx;
     uint8_t *qp, *op;
     TRY(layout_ok(c, kv, L, layer));
+    if (L->kind == PAGODA_KV_LATENT) TRY(op_gate(c, PCU_OP_KV_LATENT));
     TRY(tensor_at(c, q, "attention q", PAGODA_DTYPE_F32, &qp));
     TRY(tensor_at(c, out, "attention out", PAGODA_DTYPE_F32, &op));
     if (!b || b->n_tokens < 0 || b->n_seqs < 0 || (b->n_seqs && !b->seqs))
@@ -174,13 +187,54 @@ int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
     TRY(meta_upload(c, &c->m_attn, c->hmeta, words * sizeof(int32_t), &d_meta));
     const int32_t *dm = d_meta;
     const uint8_t *pool = kv->ptr;
-    int64_t row = (int64_t)L->n_kv_heads * hd;
     CU(pcu_attention(c->stream, (const float *)qp, ld_of(q, 4), (float *)op, ld_of(out, 4),
-                     pool + pagoda_kv_offset(L, layer, 0, 0), pool + pagoda_kv_offset(L, layer, 1, 0),
-                     L->dtype == PAGODA_DTYPE_F16, L->block_size, (int64_t)L->block_size * row,
-                     L->n_kv_heads, hd, n_heads, scale, b->n_tokens, dm, dm + b->n_tokens,
-                     dm + 2 * b->n_tokens));
+                     pool + pagoda_kv_offset(L, layer, 0, 0),
+                     pool + pagoda_kv_offset(L, layer, L->kind == PAGODA_KV_LATENT ? 0 : 1, 0),
+                     L->dtype, L->block_size, pagoda_kv_block_bytes(L), pagoda_kv_head_bytes(L),
+                     L->n_kv_heads, hd, n_heads, scale, window, sinks, b->n_tokens, dm,
+                     dm + b->n_tokens, dm + 2 * b->n_tokens));
     return PAGODA_OK;
+}
+
+int cuda_attention(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                   const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                   int32_t n_heads, float scale, const pagoda_tensor *out)
+{
+    return attend(ctx, q, kv, L, layer, b, n_heads, scale, 0, NULL, out);
+}
+
+/* The optional ops with kernels of their own run only when verified.txt
+ * lists them (or allow_unverified): the slot cannot be emptied per
+ * device, so the refusal comes at the first call, naming the list. */
+int op_gate(cuda_ctx *c, int op)
+{
+    if ((c->ops_ok >> op) & 1) return PAGODA_OK;
+    return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED, "cuda: %s has not been verified on "
+                          "a GPU (not in backends/cuda/verified.txt): run "
+                          "backends/cuda/gpu-check.sh, or set [backend.cuda] allow_unverified "
+                          "= true to try it", pcu_op_name(op));
+}
+
+int cuda_attention_ext(void *ctx, const pagoda_tensor *q, const pagoda_buffer *kv,
+                       const pagoda_kv_layout *L, int32_t layer, const pagoda_batch *b,
+                       const pagoda_attn_params *p, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    if (!p || p->struct_size < offsetof(pagoda_attn_params, window) + sizeof p->window)
+        return BAD("attention_ext: no parameters, or a struct_size too small for window");
+    if (p->window < 0) return BAD("attention_ext: window %d is negative", p->window);
+    const float *sinks = NULL;
+    if (p->struct_size >= offsetof(pagoda_attn_params, sinks) + sizeof p->sinks && p->sinks.buf) {
+        uint8_t *sp;
+        TRY(tensor_at(c, &p->sinks, "attention_ext sinks", PAGODA_DTYPE_F32, &sp));
+        if (p->sinks.cols != p->n_heads || p->sinks.rows < 1)
+            return BAD("attention_ext: sinks are %lld x %lld, expected 1 x %d (n_heads)",
+                       (long long)p->sinks.rows, (long long)p->sinks.cols, p->n_heads);
+        TRY(op_gate(c, PCU_OP_ATTENTION_SINKS));
+        sinks = (const float *)sp;
+    }
+    if (p->window > 0) TRY(op_gate(c, PCU_OP_ATTENTION_EXT));
+    return attend(c, q, kv, L, layer, b, p->n_heads, p->scale, p->window, sinks, out);
 }
 
 /* Two F32 tensors of one shape plus an output of that shape. */
@@ -209,6 +263,88 @@ int cuda_swiglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
     return PAGODA_OK;
 }
 
+int cuda_geglu(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up,
+               const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *gp, *up_, *op;
+    TRY(same_shape3(c, "geglu", gate, up, out, &gp, &up_, &op));
+    TRY(op_gate(c, PCU_OP_GEGLU));
+    CU(cudaSetDevice(c->device));
+    CU(pcu_geglu_k(c->stream, (const float *)gp, ld_of(gate, 4), (const float *)up_, ld_of(up, 4),
+                   (float *)op, ld_of(out, 4), out->rows, out->cols));
+    return PAGODA_OK;
+}
+
+int cuda_scale(void *ctx, const pagoda_tensor *x, float s, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *xp, *op;
+    TRY(tensor_at(c, x, "scale x", PAGODA_DTYPE_F32, &xp));
+    TRY(tensor_at(c, out, "scale out", PAGODA_DTYPE_F32, &op));
+    if (x->rows != out->rows || x->cols != out->cols)
+        return BAD("scale: x %lld x %lld, out %lld x %lld differ", (long long)x->rows,
+                   (long long)x->cols, (long long)out->rows, (long long)out->cols);
+    TRY(op_gate(c, PCU_OP_SCALE));
+    CU(cudaSetDevice(c->device));
+    CU(pcu_scale(c->stream, (const float *)xp, ld_of(x, 4), s, (float *)op, ld_of(out, 4),
+                 out->rows, out->cols));
+    return PAGODA_OK;
+}
+
+int cuda_swiglu_oai(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
+                    float limit, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *gp, *up_, *op;
+    TRY(same_shape3(c, "swiglu_oai", gate, up, out, &gp, &up_, &op));
+    TRY(op_gate(c, PCU_OP_SWIGLU_OAI));
+    CU(cudaSetDevice(c->device));
+    CU(pcu_swiglu_oai_k(c->stream, (const float *)gp, ld_of(gate, 4), (const float *)up_,
+                        ld_of(up, 4), alpha, limit, (float *)op, ld_of(out, 4), out->rows,
+                        out->cols));
+    return PAGODA_OK;
+}
+
+int cuda_moe_combine(void *ctx, const pagoda_tensor *y, const int32_t *dst_rows,
+                     const float *weights, bool accumulate, const pagoda_tensor *out)
+{
+    cuda_ctx *c = ctx;
+    uint8_t *yp, *op;
+    TRY(tensor_at(c, y, "moe_combine y", PAGODA_DTYPE_F32, &yp));
+    TRY(tensor_at(c, out, "moe_combine out", PAGODA_DTYPE_F32, &op));
+    if (y->cols != out->cols)
+        return BAD("moe_combine: y %lld x %lld, out %lld x %lld: the widths differ",
+                   (long long)y->rows, (long long)y->cols, (long long)out->rows,
+                   (long long)out->cols);
+    if (y->rows > 0 && (!dst_rows || !weights)) return BAD("moe_combine: no dst_rows / weights");
+    for (int64_t r = 0; r < y->rows; r++)
+        if (dst_rows[r] < 0 || dst_rows[r] >= out->rows)
+            return BAD("moe_combine: dst_rows[%lld] = %d outside 0..%lld", (long long)r,
+                       dst_rows[r], (long long)out->rows - 1);
+    TRY(op_gate(c, PCU_OP_MOE_COMBINE));
+    CU(cudaSetDevice(c->device));
+    if (out->rows == 0 || out->cols == 0) return PAGODA_OK;
+    void *d = NULL;
+    size_t R = (size_t)y->rows;
+    if (R) {
+        /* dst rows then weights, one upload */
+        size_t bytes = R * (sizeof(int32_t) + sizeof(float));
+        uint8_t *h = malloc(bytes);
+        if (!h) return c->host->error(c->host, PAGODA_ERR_NOMEM, "cuda: moe_combine lists");
+        memcpy(h, dst_rows, R * sizeof(int32_t));
+        memcpy(h + R * sizeof(int32_t), weights, R * sizeof(float));
+        int st = meta_upload(c, &c->m_moe, h, bytes, &d);
+        free(h);
+        if (st) return st;
+    }
+    const int32_t *dd = d;
+    CU(pcu_moe_combine(c->stream, (const float *)yp, ld_of(y, 4), (int32_t)R, dd,
+                       d ? (const float *)(dd + R) : NULL, accumulate, (int32_t)out->rows,
+                       (float *)op, ld_of(out, 4), out->cols));
+    return PAGODA_OK;
+}
+
 int cuda_add(void *ctx, const pagoda_tensor *a, const pagoda_tensor *b,
              const pagoda_tensor *out)
 {
@@ -226,6 +362,7 @@ int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
 {
     cuda_ctx *c = ctx;
     TRY(layout_ok(c, kv, L, 0));
+    if (L->kind == PAGODA_KV_LATENT) TRY(op_gate(c, PCU_OP_KV_LATENT));
     if (n < 0) return BAD("copy_blocks: n = %d", n);
     if (n == 0) return PAGODA_OK;
     if (!src || !dst) return BAD("copy_blocks: no block lists");
@@ -249,7 +386,7 @@ int cuda_copy_blocks(void *ctx, pagoda_buffer *kv, const pagoda_kv_layout *L,
     void *d;
     st = meta_upload(c, &c->m_copy, pairs, 2 * (size_t)n * sizeof *pairs, &d);
     if (st) goto out;
-    e = pcu_copy_blocks(c->stream, kv->ptr, 2 * L->n_layers, L->n_blocks,
+    e = pcu_copy_blocks(c->stream, kv->ptr, pagoda_kv_planes(L) * L->n_layers, L->n_blocks,
                         pagoda_kv_block_bytes(L), d, (const int32_t *)d + n, n);
     if (e != cudaSuccess) st = cu_fail(c, "pcu_copy_blocks", e);
 out:

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "cuda_internal.h"
+#include "decode.h"
 
 /* ------------------------------------------------------------- errors */
 
@@ -28,17 +29,9 @@ int blas_fail(cuda_ctx *c, const char *call, cublasStatus_t s)
 
 /* ------------------------------------------------------ validation */
 
-static bool weight_type_ok(int dt)
-{
-    switch (dt) {
-    case PAGODA_DTYPE_F32: case PAGODA_DTYPE_F16: case PAGODA_DTYPE_BF16:
-    case PAGODA_DTYPE_Q8_0: case PAGODA_DTYPE_Q4_0: case PAGODA_DTYPE_Q4_1:
-    case PAGODA_DTYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
+/* A type the kernels decode (decode.h); whether it has run on a GPU is
+ * info.weight_types' business (verified.txt, backend.c). */
+static bool weight_type_ok(int dt) { return dt >= 0 && dt < 64 && ((PCU_WEIGHT_TYPES >> dt) & 1); }
 
 /* Checks that `t` (of dtype `want`, or any weight type when want < 0) lies
  * inside its buffer and writes its device address. */
@@ -51,7 +44,8 @@ int tensor_at(cuda_ctx *c, const pagoda_tensor *t, const char *what, int want,
                    pagoda_dtype_name(t->dtype));
     if (want < 0 && !weight_type_ok(t->dtype))
         return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED, "cuda: %s: type %s (%d) is not "
-                              "supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q6_K are)", what,
+                              "supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, "
+                              "IQ4_NL, IQ4_XS, MXFP4 are)", what,
                               pagoda_dtype_name(t->dtype), t->dtype);
     if (t->rows < 0 || t->cols < 0 || t->cols > INT32_MAX || t->rows > INT32_MAX)
         return BAD("%s: bad shape %lld x %lld", what, (long long)t->rows, (long long)t->cols);
@@ -92,13 +86,19 @@ int64_t ld_of(const pagoda_tensor *t, size_t elt)
 int layout_ok(cuda_ctx *c, const pagoda_buffer *kv, const pagoda_kv_layout *L, int layer)
 {
     if (!kv || !L) return BAD("KV pool or layout missing");
-    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16)
+    if (L->dtype != PAGODA_DTYPE_F32 && L->dtype != PAGODA_DTYPE_F16 &&
+        L->dtype != PAGODA_DTYPE_Q8_0)
         return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
-                              "cuda: KV type %s is not supported (F32, F16 are)",
+                              "cuda: KV type %s is not supported (F32, F16, Q8_0 are)",
                               pagoda_dtype_name(L->dtype));
-    if (L->kind != PAGODA_KV_SEPARATE)   /* info.kv_kinds has no latent bit */
+    if (L->dtype == PAGODA_DTYPE_Q8_0 && L->head_dim % 32)
+        return BAD("Q8_0 KV layout with head_dim %d, not a multiple of 32", L->head_dim);
+    if (L->kind != PAGODA_KV_SEPARATE && L->kind != PAGODA_KV_LATENT)
         return c->host->error(c->host, PAGODA_ERR_UNSUPPORTED,
-                              "cuda: KV layout kind %d is not supported (0, K and V, is)", L->kind);
+                              "cuda: KV layout kind %d is not supported (0, K and V; 1, latent)",
+                              L->kind);
+    if (L->kind == PAGODA_KV_LATENT && L->n_kv_heads != 1)
+        return BAD("latent KV layout with %d KV heads (expected 1)", L->n_kv_heads);
     if (L->n_layers <= 0 || L->n_blocks <= 0 || L->block_size <= 0 || L->n_kv_heads <= 0 ||
         L->head_dim <= 0)
         return BAD("KV layout has a non-positive field (layers %d, blocks %d, block size %d, "

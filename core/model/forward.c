@@ -152,12 +152,30 @@ static int pack_shard(pagoda_forward *fw, size_t *bytes, char *err, size_t err_l
     return PAGODA_OK;
 }
 
-/* Sum the rank's partial t [rows x dim] over every rank, in place. */
+/* The comm reduces in the backend's own memory (ABI 1.12 buffer_address)? */
+static bool tp_in_place(const pagoda_forward_tp *tp, const pagoda_backend *be)
+{
+    return be->ops.buffer_address && tp->device_memory == !be->info.host_memory;
+}
+
+/* Sum the rank's partial t [rows x dim] (contiguous) over every rank, in place. */
 static int tp_reduce(pagoda_forward *fw, const pagoda_tensor *t, char *err, size_t err_len)
 {
     const pagoda_backend_ops *o = &fw->be->ops;
     size_t n = (size_t)t->rows * (size_t)t->cols;
-    int st = o->download(fw->be->ctx, t->buf, t->offset, fw->tp_host, n * sizeof(float));
+    int st;
+    if (fw->tp_in_place) {
+        void *p = NULL;
+        /* the comm plugin reads the bytes on its own stream or threads:
+         * after the backend's work on them is done */
+        if ((st = o->synchronize(fw->be->ctx))) { ERR("synchronize before the all-reduce failed"); return st; }
+        if ((st = o->buffer_address(fw->be->ctx, t->buf, t->offset, n * sizeof(float), &p))) {
+            ERR("buffer_address for the all-reduce failed");
+            return st;
+        }
+        return fw->tp.all_reduce(fw->tp.user, p, n, err, err_len);
+    }
+    st = o->download(fw->be->ctx, t->buf, t->offset, fw->tp_host, n * sizeof(float));
     if (st) { ERR("download for the all-reduce failed"); return st; }
     if ((st = fw->tp.all_reduce(fw->tp.user, fw->tp_host, n, err, err_len))) return st;
     st = o->upload(fw->be->ctx, t->buf, t->offset, fw->tp_host, n * sizeof(float));
@@ -384,7 +402,16 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             fw->be = NULL;
             return st;
         }
+        if (tp->device_memory && !tp_in_place(tp, be)) {
+            ERR("the comm plugin reduces in device memory, which backend %s cannot hand it (%s): "
+                "use a host-memory comm (engine.comm = mpi) or a device backend with "
+                "buffer_address (plugin ABI 1.12)", be->info.name[0] ? be->info.name : "?",
+                be->info.host_memory ? "its buffers are host memory" : "no buffer_address op");
+            fw->be = NULL;
+            return PAGODA_ERR_UNSUPPORTED;
+        }
         fw->tp = *tp;
+        fw->tp_in_place = tp_in_place(tp, be);
         fw->hp.n_heads /= tp->size;
         fw->hp.n_kv_heads /= tp->size;
         fw->hp.ffn /= tp->size;
@@ -411,8 +438,10 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     if (fw->tp.size > 1) {
         if ((st = pack_shard(fw, &fw->weight_bytes, err, err_len))) goto fail;
         data = fw->tp_weights;
-        fw->tp_host = malloc(sizeof(float) * (size_t)max_tokens * (size_t)hp->dim);
-        if (!fw->tp_host) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+        if (!fw->tp_in_place) {
+            fw->tp_host = malloc(sizeof(float) * (size_t)max_tokens * (size_t)hp->dim);
+            if (!fw->tp_host) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; goto fail; }
+        }
     }
     if (be->ops.weights_from_host)
         st = be->ops.weights_from_host(be->ctx, data, fw->weight_bytes, &fw->weights);

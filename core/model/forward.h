@@ -78,6 +78,12 @@ typedef struct pagoda_forward_tp {
     int32_t rank, size;
     int (*all_reduce)(void *user, float *buf, size_t count, char *err, size_t err_len);
     void *user;
+    /* where all_reduce's buffer must live: device memory (a comm plugin
+     * such as NCCL) or host memory. When it is the backend's own memory
+     * and the backend has buffer_address (ABI 1.12), the partial sums are
+     * reduced in place; else they are staged through host memory, which a
+     * device-memory comm cannot take (refused at init). */
+    bool device_memory;
 } pagoda_forward_tp;
 
 typedef struct pagoda_forward {
@@ -88,7 +94,8 @@ typedef struct pagoda_forward {
     pagoda_forward_tp tp;
     void *tp_weights;        /* the rank's packed shard of the weights (host), or NULL */
     uint64_t *tp_offsets;    /* [n_tensors] each tensor's offset in it */
-    float *tp_host;          /* [max_tokens x dim] staging for the all-reduce */
+    float *tp_host;          /* [max_tokens x dim] staging for the all-reduce (NULL in place) */
+    bool tp_in_place;        /* the all-reduce runs on the backend's buffer (buffer_address) */
     pagoda_backend *be;
     int32_t max_tokens;      /* rows of the activation buffers */
     int32_t max_logits;      /* rows of logits per step */

@@ -366,6 +366,22 @@ typedef struct pagoda_backend_ops {
      * host, upload. */
     int (*swiglu_oai)(void *ctx, const pagoda_tensor *gate, const pagoda_tensor *up, float alpha,
                       float limit, const pagoda_tensor *out);
+
+    /* ---- ABI 1.12: buffers handed to a comm plugin (optional) ---- */
+
+    /* optional, ABI 1.12. The address of bytes [offset, offset + size) of
+     * buf in the backend's own memory: a device pointer for a device
+     * backend (info.host_memory false), a host pointer for a host-memory
+     * one. Valid until buf is freed; reading or writing it is ordered after
+     * the backend's work only once `synchronize` has returned. The core
+     * hands it to a comm plugin whose memory is the backend's
+     * (comm info.device_memory == !info.host_memory), so a tensor-parallel
+     * all-reduce runs in place: over NCCL on GPU memory with no host round
+     * trip, over MPI on a CPU backend's buffer with no copy. PAGODA_ERR_INVALID
+     * for a range outside buf. Fallback: download to host memory, reduce
+     * there, upload (a device-memory comm plugin then cannot be used). */
+    int (*buffer_address)(void *ctx, const pagoda_buffer *buf, size_t offset, size_t size,
+                          void **out);
 } pagoda_backend_ops;
 
 #ifdef __cplusplus

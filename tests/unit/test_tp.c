@@ -124,6 +124,12 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* How the ranks' partial sums reach shm_all_reduce: 0, in the backend's
+ * own buffer (the cpu backend's buffer_address, ABI 1.12: tp_in_place);
+ * 1, staged through host memory (the slot removed: what a backend without
+ * it gets). */
+static int g_staged;
+
 static void check_split(const char *shape, const char *type, const char *arch, int n, double tol)
 {
     char path[600];
@@ -153,9 +159,12 @@ static void check_split(const char *shape, const char *type, const char *arch, i
         g.slot[r] = calloc(g.cap, sizeof(float));
         k[r] = (rank){.g = &g, .r = r, .logits = got};
         k[r].rt = open_rt(&cfgs[r], path);
+        if (g_staged) k[r].rt->backend.ops.buffer_address = NULL;
         pagoda_forward_tp tp = {.rank = r, .size = n, .all_reduce = shm_all_reduce, .user = &k[r]};
         ck_assert_msg(pagoda_forward_init_tp(&k[r].fw, k[r].rt->model, &k[r].rt->backend, 64, 64,
                                              &kv, &tp, err, sizeof err) == 0, "rank %d: %s", r, err);
+        ck_assert_int_eq(k[r].fw.tp_in_place, !g_staged);
+        ck_assert_int_eq(k[r].fw.tp_host == NULL, !g_staged);
         /* each rank holds its share: the split tensors' bytes / n */
         ck_assert_uint_eq(k[r].fw.weight_bytes >= pagoda_tp_rank_weight_bytes(k[r].rt->model->gguf, n), 1);
         ck_assert_int_eq(k[r].fw.kv_layout.n_kv_heads, k[r].rt->model->hp.n_kv_heads / n);
@@ -211,6 +220,37 @@ END_TEST
 START_TEST(split_q8_3) { check_split("tiny-tp", "Q8_0", "llama", 3, 1e-3); }
 END_TEST
 START_TEST(split_qwen2_bias_2) { check_split("tiny-tp", "F32", "qwen2", 2, 1e-4); }
+END_TEST
+/* the staged path (download, reduce on the host, upload), which a backend
+ * without buffer_address takes: the same logits */
+START_TEST(split_f32_2_staged)
+{
+    g_staged = 1;
+    check_split("tiny-tp", "F32", "llama", 2, 1e-4);
+    g_staged = 0;
+}
+END_TEST
+
+/* A device-memory comm (NCCL) with a host-memory backend is refused at
+ * init, naming both sides and the fix. */
+START_TEST(device_comm_refused)
+{
+    char path[600], err[1024] = "";
+    snprintf(path, sizeof path, "%s/tiny-tp-F32-llama.gguf", g_dir);
+    gen(path, "tiny-tp", "F32", "llama");
+    pagoda_config *cfg;
+    pagoda_runtime *rt = open_rt(&cfg, path);
+    pagoda_forward_kv kv = {.n_blocks = 8, .block_size = 16, .dtype = PAGODA_DTYPE_F32};
+    pagoda_forward_tp tp = {.rank = 0, .size = 2, .all_reduce = shm_all_reduce, .user = NULL,
+                            .device_memory = true};
+    pagoda_forward fw;
+    ck_assert_int_eq(pagoda_forward_init_tp(&fw, rt->model, &rt->backend, 64, 64, &kv, &tp, err,
+                                            sizeof err), PAGODA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "device memory") && strstr(err, "its buffers are host memory") &&
+                  strstr(err, "engine.comm = mpi"), "%s", err);
+    pagoda_runtime_close(rt);
+    pagoda_config_free(cfg);
+}
 END_TEST
 
 START_TEST(split_rules)
@@ -387,6 +427,8 @@ int main(void)
     tcase_add_test(tc, split_f32_3);
     tcase_add_test(tc, split_q8_3);
     tcase_add_test(tc, split_qwen2_bias_2);
+    tcase_add_test(tc, split_f32_2_staged);
+    tcase_add_test(tc, device_comm_refused);
     tcase_add_test(tc, expert_split_rules);
     tcase_add_test(tc, split_moe_qwen3_2);
     tcase_add_test(tc, split_moe_qwen2_shared_4);

@@ -8,6 +8,10 @@
  * are waited for by polling cudaStreamQuery, so interrupt() can end a
  * wait on a dead peer (then ncclCommAbort frees the communicator).
  *
+ * Host pointers (the core's step headers and token lists under tensor
+ * parallelism: tp.c) go over MPI instead, on MPI_COMM_WORLD, which the
+ * bootstrap keeps: the ops tell the two apart with cudaPointerGetAttributes.
+ *
  * Built where the CUDA toolkit and NCCL are found; this file has been
  * compiled but, on the machine it was written on, never run: no GPU.
  * Not for: host memory (comm-mpi), what is sent (the core).
@@ -19,6 +23,7 @@
 #include <nccl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +47,27 @@ typedef struct nccl_ctx {
 typedef struct pagoda_comm_request {
     int unused;
 } nccl_request;
+
+/* Is p host memory (not a device or managed allocation)? Host buffers go
+ * over MPI: NCCL takes device memory only. */
+static bool host_ptr(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (!p) return false;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* an unknown pointer is host memory; clear the error */
+        return true;
+    }
+    return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
+static int mpi_fail(nccl_ctx *c, int rc, const char *what, char *err, size_t err_len)
+{
+    if (rc == MPI_SUCCESS) return PAGODA_OK;
+    ERR("%s (host memory, over MPI) failed on rank %d of %d: MPI error %d", what, c->rank, c->size, rc);
+    c->broken = true;
+    return PAGODA_ERR_IO;
+}
 
 static int nccl_fail(nccl_ctx *c, ncclResult_t r, const char *what, char *err, size_t err_len)
 {
@@ -118,11 +144,26 @@ static int n_all_reduce_start(nccl_ctx *c, void *buf, size_t count, int32_t dtyp
                      err, err_len);
 }
 
+/* all_reduce of host memory, over MPI, in place. */
+static int host_all_reduce(nccl_ctx *c, void *buf, size_t count, int32_t dtype, int32_t op,
+                           const char *what, char *err, size_t err_len)
+{
+    if (dtype != PAGODA_DTYPE_F32 || op < PAGODA_COMM_SUM || op > PAGODA_COMM_MIN || count > INT32_MAX) {
+        ERR("%s: host memory takes F32 sum, max or min of up to 2^31 elements (dtype %s, op %d)",
+            what, pagoda_dtype_name(dtype), op);
+        return PAGODA_ERR_UNSUPPORTED;
+    }
+    MPI_Op mo = op == PAGODA_COMM_SUM ? MPI_SUM : op == PAGODA_COMM_MAX ? MPI_MAX : MPI_MIN;
+    return mpi_fail(c, MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mo, MPI_COMM_WORLD),
+                    what, err, err_len);
+}
+
 static int n_all_reduce(void *ctx, void *buf, size_t count, int32_t dtype, int32_t op, char *err,
                         size_t err_len)
 {
     nccl_ctx *c = ctx;
     int st = usable(c, "all_reduce", err, err_len);
+    if (!st && host_ptr(buf)) return host_all_reduce(c, buf, count, dtype, op, "all_reduce", err, err_len);
     if (!st) st = n_all_reduce_start(c, buf, count, dtype, op, "all_reduce", err, err_len);
     return st ? st : wait_stream(c, "all_reduce", err, err_len);
 }
@@ -136,6 +177,9 @@ static int n_broadcast(void *ctx, void *buf, size_t bytes, int32_t root, char *e
         ERR("broadcast: root %d is not a rank (0..%d)", root, c->size - 1);
         return PAGODA_ERR_INVALID;
     }
+    if (host_ptr(buf))
+        return mpi_fail(c, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast",
+                        err, err_len);
     st = nccl_fail(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream),
                    "broadcast", err, err_len);
     return st ? st : wait_stream(c, "broadcast", err, err_len);
@@ -153,6 +197,9 @@ static int n_gather(void *ctx, const void *send, size_t bytes, void *recv, int32
         ERR("gather: root %d is not a rank (0..%d)", root, c->size - 1);
         return PAGODA_ERR_INVALID;
     }
+    if (host_ptr(send))
+        return mpi_fail(c, MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root,
+                                      MPI_COMM_WORLD), "gather", err, err_len);
     if ((st = nccl_fail(c, ncclGroupStart(), "gather", err, err_len))) return st;
     if (c->rank == root) {
         for (int r = 0; r < c->size && !st; r++) {
@@ -181,6 +228,9 @@ static int n_all_gather(void *ctx, const void *send, size_t bytes, void *recv, c
 {
     nccl_ctx *c = ctx;
     int st = usable(c, "all_gather", err, err_len);
+    if (!st && host_ptr(send))
+        return mpi_fail(c, MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                                         MPI_COMM_WORLD), "all_gather", err, err_len);
     if (!st)
         st = nccl_fail(c, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, c->stream),
                        "all_gather", err, err_len);
@@ -208,7 +258,9 @@ static int n_all_reduce_async(void *ctx, void *buf, size_t count, int32_t dtype,
     nccl_ctx *c = ctx;
     *req = NULL;
     int st = usable(c, "all_reduce_async", err, err_len);
-    if (!st) st = n_all_reduce_start(c, buf, count, dtype, op, "all_reduce_async", err, err_len);
+    /* host memory: done now, over MPI; the wait then finds an idle stream */
+    if (!st && host_ptr(buf)) st = host_all_reduce(c, buf, count, dtype, op, "all_reduce_async", err, err_len);
+    else if (!st) st = n_all_reduce_start(c, buf, count, dtype, op, "all_reduce_async", err, err_len);
     if (st) return st;
     nccl_request *r = malloc(sizeof *r);
     if (!r) {
