@@ -5,7 +5,8 @@
 # environment kept in the build folder (later runs reuse it), a server on a
 # free loopback port with an API key and the prefix cache, anthropic_client.py (Messages API) and
 # responses_client.py (Responses API) on stories260K, then, when models/SmolLM2-135M-Instruct.Q4_1.gguf is there
-# and the build is not a sanitizer one, again on SmolLM2. Exits 77 (ctest:
+# and the build is not a sanitizer one, again on SmolLM2, with
+# agent_turns.py (ten turns with tools, the prefix cache's share per turn). Exits 77 (ctest:
 # skipped) when the venv module is missing or PyPI cannot be reached.
 # Not for: the HTTP details (tests/unit/test_http_api.c).
 set -u
@@ -59,6 +60,10 @@ elif [ -f "$smol" ]; then
     timeout 600 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
         { rc=1; tail -20 "$tmp/smol.log"; }
     timeout 600 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
+        { rc=1; tail -20 "$tmp/smol.log"; }
+    # ten turns with tools each turn over Messages, Responses and Responses
+    # chained by previous_response_id: each turn >= 90% from the prefix cache
+    timeout 600 "$venv/bin/python" "$here/agent_turns.py" "http://127.0.0.1:$port" test-key ||
         { rc=1; tail -20 "$tmp/smol.log"; }
     stop_server || { echo "FAIL: the SmolLM2 server's exit status"; rc=1; }
 else
