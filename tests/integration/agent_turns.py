@@ -29,7 +29,7 @@ QUESTIONS = ["Hi! Who are you?", "What is the capital of France?", "What is the 
              "And the weather in Rome?", "What is 2+2?", "Say thanks in French.", "Goodbye!"]
 CALL_TURNS = {3, 7}     # a call is required: the history holds calls and results
 NONE_TURN = 5           # tools off for one turn: they stay in the prompt
-MAX_TOKENS = 24
+MAX_TOKENS = 16
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}
 failures = 0
 
@@ -62,7 +62,7 @@ def messages(base_url, key):
             kw["tool_choice"] = {"type": "any", "disable_parallel_tool_use": True}
         elif turn == NONE_TURN:
             kw["tool_choice"] = {"type": "none"}
-        m = claude.messages.create(model="pagoda", max_tokens=MAX_TOKENS if turn not in CALL_TURNS else 80,
+        m = claude.messages.create(model="pagoda", max_tokens=MAX_TOKENS if turn not in CALL_TURNS else 48,
                                    system=SYSTEM, tools=tools, messages=msgs, extra_body={"temperature": 0}, **kw)
         u = m.usage
         cached = u.cache_read_input_tokens or 0
@@ -97,7 +97,7 @@ def responses(base_url, key, chained):
             items += new
             inp = items
         r = client.responses.create(model="pagoda", instructions=SYSTEM, input=inp, tools=tools, temperature=0,
-                                    max_output_tokens=MAX_TOKENS if turn not in CALL_TURNS else 80, **kw)
+                                    max_output_tokens=MAX_TOKENS if turn not in CALL_TURNS else 48, **kw)
         u = r.usage
         report(mode, turn, u.input_tokens, u.input_tokens_details.cached_tokens, prev)
         prev, prev_id = u.input_tokens, r.id
