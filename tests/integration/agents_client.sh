@@ -42,6 +42,9 @@ server() {
 # stories260K's whole context: the tools block takes most of it
 server "$tmp/server.log" "$tmp/port" --set engine.max_seq_len=512
 rc=0
+# first, on the fresh server: docs/http-api.md's SDK example prints what the page says
+timeout 120 "$venv/bin/python" "$here/docs_example.py" "$PAGODA_SOURCE_DIR/docs/http-api.md" \
+    "http://127.0.0.1:$port" test-key || rc=1
 timeout 300 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
 timeout 300 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
 st=0
