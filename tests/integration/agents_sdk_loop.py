@@ -45,7 +45,7 @@ def agent(model):
     # tool_choice (reset_tool_choice) so the next one can answer in text
     return Agent(name="weather", instructions="You are a helpful assistant. Answer briefly.", model=model,
                  tools=[get_weather], model_settings=ModelSettings(tool_choice="required", temperature=0,
-                                                                   max_tokens=40, parallel_tool_calls=False))
+                                                                   max_tokens=100, parallel_tool_calls=False))
 
 
 def check_run(label, result, n_before):
