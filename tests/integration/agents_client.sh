@@ -5,7 +5,9 @@
 # environment kept in the build folder (later runs reuse it), a server on a
 # free loopback port with an API key and the prefix cache, anthropic_client.py (Messages API) and
 # responses_client.py (Responses API) on stories260K, then, when models/SmolLM2-135M-Instruct.Q4_1.gguf is there
-# and the build is not a sanitizer one, again on SmolLM2. Exits 77 (ctest:
+# and the build is not a sanitizer one, again on SmolLM2, with
+# agent_turns.py (ten turns with tools, the prefix cache's share per turn)
+# and agents_sdk_loop.py (the OpenAI Agents SDK's loop with a function tool). Exits 77 (ctest:
 # skipped) when the venv module is missing or PyPI cannot be reached.
 # Not for: the HTTP details (tests/unit/test_http_api.c).
 set -u
@@ -14,19 +16,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 venv=$build/agents-venv
 integ_tmp agents
 
-if [ ! -f "$venv/.pagoda-ok" ]; then
+# the marker names what the venv holds: an older one (no openai-agents) is rebuilt
+if [ ! -f "$venv/.pagoda-ok-agents" ]; then
     rm -rf "$venv"
     if ! python3 -m venv "$venv" >"$tmp/venv.log" 2>&1; then
         echo "SKIP: python3 -m venv failed (install python3-venv):"; tail -3 "$tmp/venv.log"
         exit 77
     fi
-    if ! "$venv/bin/pip" install --disable-pip-version-check -q --timeout 20 --retries 1 anthropic openai \
+    if ! "$venv/bin/pip" install --disable-pip-version-check -q --timeout 20 --retries 1 anthropic openai openai-agents \
             >"$tmp/pip.log" 2>&1; then
-        echo "SKIP: pip could not install anthropic and openai (PyPI unreachable?):"; tail -3 "$tmp/pip.log"
+        echo "SKIP: pip could not install anthropic, openai and openai-agents (PyPI unreachable?):"; tail -3 "$tmp/pip.log"
         rm -rf "$venv"
         exit 77
     fi
-    touch "$venv/.pagoda-ok"
+    touch "$venv/.pagoda-ok-agents"
 fi
 
 # server LOG PORTFILE [--set k=v ...]: the server with the API key in the background ($pid, $port)
@@ -39,6 +42,9 @@ server() {
 # stories260K's whole context: the tools block takes most of it
 server "$tmp/server.log" "$tmp/port" --set engine.max_seq_len=512
 rc=0
+# first, on the fresh server: docs/http-api.md's SDK example prints what the page says
+timeout 120 "$venv/bin/python" "$here/docs_example.py" "$PAGODA_SOURCE_DIR/docs/http-api.md" \
+    "http://127.0.0.1:$port" test-key || rc=1
 timeout 300 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
 timeout 300 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key stories || rc=1
 st=0
@@ -59,6 +65,13 @@ elif [ -f "$smol" ]; then
     timeout 600 "$venv/bin/python" "$here/anthropic_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
         { rc=1; tail -20 "$tmp/smol.log"; }
     timeout 600 "$venv/bin/python" "$here/responses_client.py" "http://127.0.0.1:$port" test-key smollm2 ||
+        { rc=1; tail -20 "$tmp/smol.log"; }
+    # ten turns with tools each turn over Messages, Responses and Responses
+    # chained by previous_response_id: each turn >= 90% from the prefix cache
+    timeout 600 "$venv/bin/python" "$here/agent_turns.py" "http://127.0.0.1:$port" test-key ||
+        { rc=1; tail -20 "$tmp/smol.log"; }
+    # a real agent loop: the OpenAI Agents SDK with a function tool
+    timeout 300 "$venv/bin/python" "$here/agents_sdk_loop.py" "http://127.0.0.1:$port" test-key ||
         { rc=1; tail -20 "$tmp/smol.log"; }
     stop_server || { echo "FAIL: the SmolLM2 server's exit status"; rc=1; }
 else

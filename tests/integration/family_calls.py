@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""family_calls.py URL FAMILY N: N constrained tool calls (tool_choice
-"required" and a named function, alternating; half streamed) on a server
+"""family_calls.py URL FAMILY N [stream]: N constrained tool calls
+(tool_choice "required" and a named function, alternating; half streamed,
+or all with "stream") on a server
 whose chat template is forced to FAMILY, sampled at temperature 1 with a
 different seed each: every reply must carry exactly one call that parses,
 names a listed function and holds arguments valid for its schema, with no
@@ -14,6 +15,7 @@ import urllib.request
 from integ_http import wait_health
 
 URL, FAMILY, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ALL_STREAMED = sys.argv[4:5] == ["stream"]
 # stories260K's context is 512 tokens of its 512-piece vocabulary: the
 # tools are kept small to leave room for harmony's long system message
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
@@ -68,7 +70,7 @@ def main():
         body = {"messages": [{"role": "user", "content": "Compute."}], "tools": TOOLS, "temperature": 1,
                 "seed": 1000 + i, "max_tokens": 150, "parallel_tool_calls": False,
                 "tool_choice": "required" if i % 2 == 0 else {"type": "function", "function": {"name": "g"}}}
-        if i % 4 >= 2:
+        if ALL_STREAMED or i % 4 >= 2:
             body["stream"] = True
             calls, content, finish = streamed_calls(post(body))
         else:
@@ -93,7 +95,8 @@ def main():
         if why:
             bad += 1
             print(f"FAIL: {FAMILY} request {i}: {why}")
-    print(f"{FAMILY}: {N - bad} of {N} constrained calls parsed")
+    n_streamed = N if ALL_STREAMED else sum(1 for i in range(N) if i % 4 >= 2)
+    print(f"{FAMILY}: {N - bad} of {N} constrained calls parsed ({n_streamed} streamed)")
     return 1 if bad else 0
 
 

@@ -260,6 +260,17 @@ START_TEST(test_messages_errors)
                   "tools.0.input_schema");
     anthropic_400("{\"max_tokens\":4,\"tool_choice\":{\"type\":\"sometimes\"},\"tools\":[{\"name\":\"f\",\"input_schema\":"
                   "{\"type\":\"object\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "tool_choice.type");
+    /* a tool schema that does not compile (the fake engine refuses "BAD"), other content kinds */
+    anthropic_400("{\"max_tokens\":4,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\",\"title\":"
+                  "\"BAD\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                  "tools.0.input_schema: json_schema: fake: the spec says BAD");
+    anthropic_400("{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
+                  "{}}]}]}", "messages.0.content.0.type: 'document'");
+    anthropic_400("{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                  "\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}]},{\"role\":\"user\","
+                  "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"image\","
+                  "\"source\":{}}]}]}]}", "'image'");
+    ck_assert_int_eq(S.f->n_log, 0); /* none reached the engine */
     /* a 404 on these routes is Anthropic-shaped too; the OpenAI routes keep theirs */
     long st;
     char *b = post("/v1/messages/nope", "{}", NULL, &st);
@@ -276,6 +287,27 @@ START_TEST(test_messages_errors)
     ck_assert_int_eq(jint(c, "input_tokens"), jint(m, "usage.input_tokens") + jint(m, "usage.cache_read_input_tokens"));
     json_decref(c);
     json_decref(m);
+}
+END_TEST
+
+/* The Responses API's bad input: OpenAI's error shape, the field named in
+ * param and the message, nothing submitted */
+START_TEST(test_responses_errors)
+{
+    expect_error(&S, "/v1/responses", "{\"max_output_tokens\":4,\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                 "\"input_image\",\"image_url\":\"data:image/png;base64,AAAA\"}]}]}", 400, "'input_image' is not supported",
+                 "input");
+    expect_error(&S, "/v1/responses", "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c9\",\"output\":"
+                 "\"5\"}]}", 400, "'c9' matches no function_call", "input");
+    expect_error(&S, "/v1/responses", "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":"
+                 "{\"type\":\"object\",\"title\":\"BAD\"}}]}", 400,
+                 "tools[0].parameters: json_schema: fake: the spec says BAD", "tools");
+    expect_error(&S, "/v1/responses", "{\"input\":\"hi\",\"tools\":[{\"type\":\"web_search\"}]}", 400, NULL, "tools");
+    expect_error(&S, "/v1/responses", "{\"input\":\"hi\",\"previous_response_id\":\"resp_nope\"}", 400,
+                 "'resp_nope' not found", "previous_response_id");
+    expect_error(&S, "/v1/responses", "{\"input\":[]}", 400, "'input'", "input");
+    expect_error(&S, "/v1/responses", "{\"input\":\"hi\",\"store\":\"yes\"}", 400, "'store'", "store");
+    ck_assert_int_eq(S.f->n_log, 0);
 }
 END_TEST
 
@@ -451,6 +483,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_messages_thinking);
     tcase_add_test(tc, test_responses_reasoning);
     tcase_add_test(tc, test_messages_errors);
+    tcase_add_test(tc, test_responses_errors);
     tcase_add_test(tc, test_x_api_key);
     tcase_add_test(tc, test_responses_store);
     tcase_add_test(tc, test_keep_alive);

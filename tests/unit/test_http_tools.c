@@ -7,6 +7,7 @@
  * tool_calls, whole and streamed. The real engine's side is
  * tests/integration/http_structured.c. */
 #include "http_testutil.h"
+#include "plugin_loader.h"
 
 #ifdef PAGODA_HAVE_CURL
 
@@ -86,9 +87,9 @@ START_TEST(test_fields_to_request)
     l = last_logged();
     ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
     ck_assert_msg(strstr(l->constraint, "root ::= t0 (call t0){0,8}\n"), "%s", l->constraint);
-    ck_assert_msg(strstr(l->constraint, "t0 ::= \"\" | [^<] t0 | \"<\" t1\n"), "%s", l->constraint);
-    ck_assert_msg(strstr(l->constraint, "t1 ::= \"\" | \"t\" t2 | \"<\" t1 | [^t<] t0\n"), "%s", l->constraint);
-    ck_assert_msg(strstr(l->constraint, "t10 ::= \"\" | \"<\" t1 | [^><] t0\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t0 ::= \"\" | \"<\" t1 | [^<] t0\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t1 ::= \"\" | \"<\" t1 | \"t\" t2 | [^<t] t0\n"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "t10 ::= \"\" | \"<\" t1 | [^<>] t0\n"), "%s", l->constraint);
     ck_assert_msg(strstr(l->constraint, "call ::= \"<tool_call>\\n\" (fn0"), "%s", l->constraint);
     j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"max_tokens\":3}", 200);
@@ -436,6 +437,108 @@ START_TEST(test_family_history)
 }
 END_TEST
 
+/* The grammar engine itself (constraint-grammar.so) on single-byte
+ * tokens: does the grammar text accept exactly these bytes? */
+static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *comp, const char *s)
+{
+    void *m = NULL;
+    char err[256];
+    ck_assert_int_eq(o->matcher_new(ctx, comp, &m, err, sizeof err), PAGODA_OK);
+    bool ok = true;
+    for (size_t i = 0; s[i] && ok; i++) ok = o->advance(ctx, m, (uint8_t)s[i], err, sizeof err) == 0;
+    ok = ok && o->is_complete(ctx, m);
+    o->matcher_free(ctx, m);
+    return ok;
+}
+
+/* tool_choice "auto" in each family's own syntax: the request's grammar,
+ * compiled by the real engine, takes free text (pieces of the family's
+ * opener included) and a call in the family's syntax after it; once the
+ * opener is written, only a valid call; Hermes markup is text for the
+ * others. Llama 3's call is the whole reply: text that starts as one is
+ * refused. */
+START_TEST(test_family_auto)
+{
+#define DS_CALLS "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CALL "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function<\xEF\xBD\x9Ctool" \
+                "\xE2\x96\x81sep\xEF\xBD\x9C>"
+#define DS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C><\xEF\xBD\x9Ctool\xE2\x96\x81" \
+               "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+    static const struct {
+        const char *gen, *text, *call, *bad[3];
+    } fam[] = {
+        {"", "Sure. <tool_ <tool_cal> <<tool_call",
+         "Let me see.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>",
+         {"<tool_call> what", "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", NULL}},
+        {"<|im_assistant|>assistant<|im_middle|>", "Sure. <|tool_calls_section <|tool_call_begin|> <tool_call>x",
+         "ok <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"x\": 2}"
+         "<|tool_call_end|><|tool_calls_section_end|> done",
+         {"<|tool_calls_section_begin|>hello", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+          "<|tool_call_argument_begin|>{\"x\": \"2\"}<|tool_call_end|><|tool_calls_section_end|>", NULL}},
+        {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", "Sure. <\xEF\xBD\x9Ctool\xE2\x96\x81" "calls <tool_call>",
+         "ok" DS_CALLS DS_CALL "f\n```json\n{\"x\": 1}\n```" DS_END,
+         {DS_CALLS "text", DS_CALLS DS_CALL "h\n```json\n{}\n```" DS_END, NULL}},
+        {"<|start|>assistant", "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary"
+         "<|message|>hm <|channel|>commentary to=web",
+         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 4}",
+         {"<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}",
+          "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 4.5}", NULL}},
+        {"<|start_header_id|>assistant<|end_header_id|>\n\n", "Paris. {\"name\": \"f\"} <|python_tag|> <tool_call>x",
+         "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 5}}",
+         {"{\"city\": \"Paris\"}", "\n <|python_tag|>print(1)", "{\"name\": \"g\", \"parameters\": {}}"}},
+    };
+    static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
+                               "\"parallel_tool_calls\":false}";
+    char err[512];
+    pagoda_plugin *p = NULL;
+    int st = pagoda_plugin_load_file(tu_build("plugins/constraint-grammar.so"), PAGODA_KIND_CONSTRAINT, "grammar", &p,
+                                     err, sizeof err);
+    ck_assert_msg(st == PAGODA_OK, "%s", err);
+    const pagoda_constraint_ops *o = &p->ops.constraint;
+    th_host host;
+    th_init(&host);
+    void *ctx = NULL;
+    ck_assert_int_eq(p->desc.create(&host.h, &ctx, err, sizeof err), PAGODA_OK);
+    char *vb[256];
+    uint32_t vl[256];
+    for (int b = 0; b < 256; b++) {
+        vb[b] = malloc(1);
+        vb[b][0] = (char)b;
+        vl[b] = 1;
+    }
+    pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
+    ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        g_gen_prompt = fam[i].gen;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const fake_logged *l = last_logged();
+        ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
+        pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR,
+                                     .text = l->constraint, .len = strlen(l->constraint)};
+        void *comp = NULL;
+        st = o->compile(ctx, &sp, &comp, err, sizeof err);
+        ck_assert_msg(st == PAGODA_OK, "family %zu: %s in\n%s", i, err, l->constraint);
+        ck_assert_msg(grammar_accepts(o, ctx, comp, ""), "family %zu: empty", i);
+        ck_assert_msg(grammar_accepts(o, ctx, comp, fam[i].text), "family %zu: text %s\n%s", i, fam[i].text,
+                      l->constraint);
+        ck_assert_msg(grammar_accepts(o, ctx, comp, fam[i].call), "family %zu: call %s\n%s", i, fam[i].call,
+                      l->constraint);
+        for (int k = 0; k < 3 && fam[i].bad[k]; k++)
+            ck_assert_msg(!grammar_accepts(o, ctx, comp, fam[i].bad[k]), "family %zu: took %s\n%s", i, fam[i].bad[k],
+                          l->constraint);
+        o->compiled_free(ctx, comp);
+        srv_stop(&S);
+    }
+    p->desc.destroy(ctx);
+    pagoda_plugin_free(p);
+    for (int b = 0; b < 256; b++) free(vb[b]);
+#undef DS_CALLS
+#undef DS_CALL
+#undef DS_END
+}
+END_TEST
+
 /* A message's channel must be one of harmony's three. */
 START_TEST(test_harmony_bad_channel)
 {
@@ -474,6 +577,7 @@ static Suite *suite(void)
     TCase *fm = tcase_create("families");
     tcase_set_timeout(fm, 60);
     tcase_add_test(fm, test_family_history);
+    tcase_add_test(fm, test_family_auto);
     suite_add_tcase(s, fm);
     return s;
 }

@@ -321,6 +321,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
     goto out;
 
 bad:
+    if (as) api_field_names(as->api, pe.msg, sizeof pe.msg); /* the agent APIs name their own fields */
     ret = BAD(conn, pe.param[0] ? pe.param : NULL, "%s", pe.msg);
 out:
     if (rendered) h->free(h, rendered);

@@ -15,13 +15,15 @@
  * format (and every template family's: docs/structured-output.md).
  * With tool_choice "required" or a named function the output is
  * constrained to such calls (each call's arguments to its parameters
- * schema); with "auto" the output is free text until the model opens a
- * <tool_call> block, and that block is then held to a call (free again
- * after it). Calls are read back from the text either way.
+ * schema); with "auto" the output is free text until the model writes
+ * the opener of a call in its family's syntax (<tool_call> for Hermes),
+ * and that call is then held to the syntax (free again after it). Calls
+ * are read back from the text either way.
  * Not for: the other fields (parse.c) or the plain response (output.c).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,26 +193,82 @@ static int parse_tools(const pagoda_host *h, json_t *o, st_req *sr, perr *pe)
     return 0;
 }
 
-/* Free text that never holds OPEN_TAG: the output of "auto" up to the
- * model's first call, and between and after calls. A right-linear grammar
- * of the tag's matcher: tK is "the text ends with the tag's first K
- * bytes"; a byte that breaks the match goes back to t0 (or to t1 on a
- * '<', the tag's only '<' being its first byte), and the byte that would
- * finish the tag is the one text cannot take: that is where a call begins.
- * Every tK may end, so a text may stop anywhere, even inside what looks
- * like the start of a tag. */
-static void text_rules(sbuf *g)
+/* The code points of UTF-8 s (at most max; a bad byte reads as itself). */
+static int code_points(const char *s, uint32_t *cp, int max)
 {
-    static const char tag[] = OPEN_TAG; /* "<tool_call>" */
-    const int n = (int)sizeof tag - 1;
-    char buf[160];
-    sb_str(g, "t0 ::= \"\" | [^<] t0 | \"<\" t1\n");
-    for (int k = 1; k < n; k++) {
-        char c = tag[k];
-        if (k + 1 < n)
-            snprintf(buf, sizeof buf, "t%d ::= \"\" | \"%c\" t%d | \"<\" t1 | [^%c<] t0\n", k, c, k + 1, c);
-        else /* the last byte would finish the tag */
-            snprintf(buf, sizeof buf, "t%d ::= \"\" | \"<\" t1 | [^%c<] t0\n", k, c);
+    int n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && n < max;) {
+        int k = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 1;
+        uint32_t c = k == 1 ? *p : *p & (0x7Fu >> k);
+        int j = 1;
+        for (; j < k && (p[j] & 0xC0) == 0x80; j++) c = c << 6 | (p[j] & 0x3F);
+        if (j < k) { /* cut short: the byte alone */
+            c = *p;
+            j = 1;
+        }
+        cp[n++] = c;
+        p += j;
+    }
+    return n;
+}
+
+/* one code point for a GBNF literal or class: printable ASCII as itself
+ * (but the characters either syntax gives a meaning), else \UHHHHHHHH */
+static void gcp(sbuf *g, uint32_t c)
+{
+    char e[16];
+    if (c > 0x20 && c < 0x7F && !strchr("\"\\[]^-", (int)c))
+        snprintf(e, sizeof e, "%c", (char)c);
+    else
+        snprintf(e, sizeof e, "\\U%08X", (unsigned)c);
+    sb_str(g, e);
+}
+
+#define MAX_OPENER 64 /* code points */
+
+/* Free text that never holds `opener`: the output of "auto" up to the
+ * model's first call, and between and after calls. A right-linear grammar
+ * of the opener's matcher (Knuth-Morris-Pratt over code points): PK is
+ * "the text ends with the opener's first K code points"; each code point
+ * goes where the matcher would (a break in the match back to the longest
+ * prefix still matched, P0 for any code point not in the opener), and the
+ * one that would finish the opener is the one text cannot take: that is
+ * where a call begins. Every PK may end, so a text may stop anywhere, even
+ * inside what looks like the start of an opener. P is the rules' prefix. */
+static void text_rules(sbuf *g, const char *P, const char *opener)
+{
+    uint32_t cp[MAX_OPENER];
+    int fail[MAX_OPENER], n = code_points(opener, cp, MAX_OPENER);
+    fail[0] = 0;
+    for (int i = 1, k = 0; i < n; i++) {
+        while (k && cp[i] != cp[k]) k = fail[k - 1];
+        if (cp[i] == cp[k]) k++;
+        fail[i] = k;
+    }
+    char buf[64];
+    for (int k = 0; k < n; k++) {
+        snprintf(buf, sizeof buf, "%s%d ::= \"\"", P, k);
+        sb_str(g, buf);
+        uint32_t excl[MAX_OPENER];
+        int n_excl = 0;
+        for (int d = 0; d < n; d++) {
+            bool seen = false; /* each code point of the opener once */
+            for (int e = 0; e < d; e++) seen |= cp[e] == cp[d];
+            if (seen) continue;
+            int j = k; /* where cp[d] takes the matcher from PK */
+            while (j && cp[j] != cp[d]) j = fail[j - 1];
+            j = cp[j] == cp[d] ? j + 1 : 0;
+            if (!j) continue; /* the class below: back to P0 */
+            excl[n_excl++] = cp[d];
+            if (j == n) continue; /* would finish the opener */
+            sb_str(g, " | \"");
+            gcp(g, cp[d]);
+            snprintf(buf, sizeof buf, "\" %s%d", P, j);
+            sb_str(g, buf);
+        }
+        sb_str(g, " | [^");
+        for (int e = 0; e < n_excl; e++) gcp(g, excl[e]);
+        snprintf(buf, sizeof buf, "] %s0\n", P);
         sb_str(g, buf);
     }
 }
@@ -234,20 +292,58 @@ static void lit(sbuf *g, const char *s)
 
 /* How each family writes its calls (what toolfmt.c reads back): around
  * all calls, between them, around one, and around one function's
- * arguments (the name between head_a and head_b). */
+ * arguments (the name between head_a and head_b); under "auto", the
+ * opener free text cannot hold, where a call begins (none: Llama 3's call
+ * is the whole reply). */
 static const struct call_syntax {
-    const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail;
+    const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail, *opener;
     bool one; /* one call a reply */
 } SYNTAX[FMT_COUNT] = {
-    [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", false},
-    [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", true},
+    [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", OPEN_TAG,
+                    false},
+    [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", "", true},
     [FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, "\n", DS_CALL_BEGIN "function" DS_SEP, DS_CALL_END, "",
-                      "\n```json\n", "\n```", false},
+                      "\n```json\n", "\n```", DS_CALLS_BEGIN, false},
     [FMT_KIMI] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "", "<|tool_call_begin|>functions.",
-                  "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", false},
+                  "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", "<|tool_calls_section_begin|>", false},
     [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
-                     true},
+                     "<|channel|>commentary to=functions.", true},
 };
+
+#define PY_TAG "<|python_tag|>"
+
+/* Llama 3 under "auto": the reply is a call (the whole of it, after
+ * <|python_tag|> or not) or text that does not start, after its leading
+ * space, with what starts a call: a '{' or the whole tag (toolfmt.c reads
+ * such a reply as a call, so free text may not begin one). */
+static void llama3_auto_rules(sbuf *g)
+{
+    uint32_t cp[MAX_OPENER];
+    int n = code_points(PY_TAG, cp, MAX_OPENER);
+    char buf[64];
+    sb_str(g, "root ::= calls | ");
+    lit(g, PY_TAG);
+    sb_str(g, " calls | s0\n");
+    sb_str(g, "s0 ::= \"\" | [ \\t\\n\\r] s0 | [^{ \\t\\n\\r");
+    gcp(g, cp[0]);
+    sb_str(g, "] any | \"");
+    gcp(g, cp[0]);
+    sb_str(g, "\" s1\n");
+    for (int k = 1; k < n; k++) { /* sK: the reply so far is the tag's first K code points */
+        snprintf(buf, sizeof buf, "s%d ::= \"\"", k);
+        sb_str(g, buf);
+        if (k + 1 < n) {
+            sb_str(g, " | \"");
+            gcp(g, cp[k]);
+            snprintf(buf, sizeof buf, "\" s%d", k + 1);
+            sb_str(g, buf);
+        }
+        sb_str(g, " | [^");
+        gcp(g, cp[k]);
+        sb_str(g, "] any\n");
+    }
+    sb_str(g, "any ::= \"\" | [^\\x00] any\n");
+}
 
 /* a literal and a space, unless it is empty */
 static void lit_sp(sbuf *g, const char *s)
@@ -260,25 +356,32 @@ static void lit_sp(sbuf *g, const char *s)
 /* The grammar of the calls tool_choice asks for, in the family's own
  * syntax: one call (a named function, parallel_tool_calls false, or a
  * family that writes one a reply) or up to MAX_PARALLEL_CALLS, each
- * function's arguments valid for its parameters. With "auto" (Hermes
- * syntax for every family: it lets another family's own markup through),
- * free text (text_rules) comes first, and between and after the calls:
- * the model writes what it likes until it opens a <tool_call> block, and
- * from that byte on the block is held to a call. */
+ * function's arguments valid for its parameters. With "auto" a lazy
+ * grammar: free text (text_rules) comes first, and between and after the
+ * calls: the model writes what it likes until it writes the family's
+ * opener (<tool_call>, DeepSeek's and Kimi's section markers, harmony's
+ * commentary to=functions.), and from that code point on the calls are
+ * held to the syntax (Llama 3: a reply that starts as a call is one). */
 static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
 {
     bool autoc = sr->tool_choice == ST_TOOLS_AUTO;
-    const struct call_syntax *c = &SYNTAX[!autoc && fmt > FMT_HERMES && fmt < FMT_COUNT ? fmt : FMT_HERMES];
+    const struct call_syntax *c = &SYNTAX[fmt > FMT_HERMES && fmt < FMT_COUNT ? fmt : FMT_HERMES];
     sbuf g = {0};
     char buf[96];
     *strict = false;
     bool many = sr->tool_choice != ST_TOOLS_NAMED && sr->parallel && !c->one;
-    if (autoc) {
+    if (autoc && !*c->opener) {
+        llama3_auto_rules(&g);
+    } else if (autoc && !*c->sec_open) { /* text, a call, text, ... (Hermes, harmony) */
         snprintf(buf, sizeof buf, "root ::= t0 (call t0){0,%d}\n", many ? MAX_PARALLEL_CALLS : 1);
         sb_str(&g, buf);
-        text_rules(&g);
-    } else {
-        sb_str(&g, "root ::= ");
+        text_rules(&g, "t", c->opener);
+    } else if (autoc) { /* text, one section of calls, text */
+        sb_str(&g, "root ::= t0 (calls t0)?\n");
+        text_rules(&g, "t", c->opener);
+    }
+    if (!autoc || *c->sec_open || !*c->opener) { /* the calls together: all a required reply holds */
+        sb_str(&g, autoc ? "calls ::= " : "root ::= ");
         lit_sp(&g, c->sec_open);
         sb_str(&g, "call");
         if (many) {

@@ -6,9 +6,11 @@
  * Not for: either API's shapes (messages.c, responses.c).
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,4 +207,38 @@ enum MHD_Result api_answer_full(struct MHD_Connection *conn, hreq *hr)
 {
     if (hr->as->api == API_MESSAGES) return msg_answer_full(conn, hr);
     return resp_answer_full(conn, hr);
+}
+
+/* The tools' field names the chat-completions parser wrote (a tool is
+ * tools[N].function.NAME there) in the API's own: Messages' tools.N.NAME
+ * (parameters: input_schema), Responses' tools[N].NAME. */
+void api_field_names(int api, char *msg, size_t cap)
+{
+    static const char pre[] = "tools[", fn[] = ".function", par[] = ".parameters";
+    char out[1024];
+    size_t o = 0;
+    const char *p = msg;
+    while (*p && o + 1 < sizeof out) {
+        const char *q = p + sizeof pre - 1;
+        size_t nd = 0;
+        while (isdigit((unsigned char)q[nd])) nd++;
+        if (strncmp(p, pre, sizeof pre - 1) || !nd || q[nd] != ']') {
+            out[o++] = *p++;
+            continue;
+        }
+        const char *r = q + nd + 1;
+        bool has_fn = !strncmp(r, fn, sizeof fn - 1);
+        if (has_fn) r += sizeof fn - 1;
+        bool has_par = has_fn && !strncmp(r, par, sizeof par - 1);
+        if (has_par) r += sizeof par - 1;
+        int w = api == API_MESSAGES ? snprintf(out + o, sizeof out - o, "tools.%.*s%s", (int)nd, q,
+                                               has_par ? ".input_schema" : "")
+                                    : snprintf(out + o, sizeof out - o, "tools[%.*s]%s", (int)nd, q,
+                                               has_par ? ".parameters" : "");
+        if (w < 0 || (size_t)w >= sizeof out - o) break;
+        o += (size_t)w;
+        p = r;
+    }
+    out[o] = 0;
+    snprintf(msg, cap, "%s", out);
 }

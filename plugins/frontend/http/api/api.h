@@ -93,6 +93,8 @@ char *api_norm_end(choice *c, size_t *len);
 void api_norm_free(choice *c);
 /* The request's API key (Bearer or x-api-key), "" when none. */
 const char *api_key_of(struct MHD_Connection *conn);
+/* msg's tools[N].function.X field names in the API's own (in place) */
+void api_field_names(int api, char *msg, size_t cap);
 
 /* messages.c's and responses.c's halves of the hooks */
 void msg_stream_start(hreq *hr);

@@ -298,8 +298,9 @@ out:
     return rc;
 }
 
-static enum MHD_Result bad(struct MHD_Connection *conn, const perr *pe)
+static enum MHD_Result bad(struct MHD_Connection *conn, perr *pe)
 {
+    api_field_names(API_MESSAGES, pe->msg, sizeof pe->msg);
     return BAD(conn, pe->param[0] ? pe->param : NULL, "%s", pe->msg);
 }
 
