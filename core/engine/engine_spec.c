@@ -187,6 +187,19 @@ void engine_spec_plan(pagoda_engine *e)
     }
 }
 
+void engine_spec_shrink(pagoda_engine *e, seq *q)
+{
+    if (!e->kv->ops.shrink) return;
+    const int32_t *table = NULL;
+    int32_t before = 0, after = 0;
+    e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &before);
+    /* what plain decoding holds after a step: the computed tokens' blocks
+     * (the scheduler grows for the token sampled last when it plans it) */
+    if (e->kv->ops.shrink(e->kv->ctx, q->s.id, q->s.n_computed) != PAGODA_OK) return;
+    e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &after);
+    if (after < before) e->spec.shrunk_blocks += before - after;
+}
+
 void engine_spec_verified(pagoda_engine *e, seq *q, int32_t drafted, int32_t accepted)
 {
     engine_spec *sp = &e->spec;

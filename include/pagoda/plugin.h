@@ -49,8 +49,9 @@ extern "C" {
  * template, and speculative decoding: the request's spec_max_draft and the
  * engine stats' spec_* counters (host.h); 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
  * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
- * counters. */
-#define PAGODA_ABI_MINOR 11
+ * counters; 1.13 the KV policies' optional shrink op (blocks grown for
+ * rejected draft tokens go back to the pool). */
+#define PAGODA_ABI_MINOR 13
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -9,6 +9,7 @@
 #include "engine_testutil.h"
 
 #include "drafter.h"
+#include "engine_internal.h" /* kv_watch reads the running sequences' block tables */
 #include "metrics.h"
 
 /* ------------------------------------------------------------- the drafter */
@@ -68,13 +69,50 @@ static const char *prompts[] = {
 
 static int32_t max_tokens_of(int i) { return 20 + (i * 29) % 70; }
 
+/* KV occupancy after every step (the engine's step hook, on its thread):
+ * a decoding sequence should hold the blocks its computed tokens need and
+ * no more, as plain decoding does, and the pool's used blocks should be
+ * what the tables hold (the paged policy shares none). */
+typedef struct kv_watch {
+    bool no_shrink;              /* take the policy's shrink slot away (a pre-1.13 policy) */
+    int32_t steps, excess_steps; /* steps seen; of them, ones where a sequence held more */
+    int32_t max_excess;          /* blocks over its need, the most one sequence held */
+    int32_t pool_mismatch;       /* steps where used blocks != the tables' blocks */
+} kv_watch;
+
+static void kv_watch_hook(void *user, pagoda_engine *e)
+{
+    kv_watch *w = user;
+    int32_t bs = e->opts.block_size, excess = 0;
+    int64_t held = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const seq *q = e->running[i];
+        const int32_t *table = NULL;
+        int32_t nb = 0;
+        e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb);
+        held += nb;
+        /* decoding: past its prompt, the token sampled last not computed */
+        if (q->s.n_computed < q->s.n_prompt || q->s.n_computed != q->s.n_tokens - 1) continue;
+        int32_t over = nb - (q->s.n_computed + bs - 1) / bs;
+        if (over > excess) excess = over;
+    }
+    pagoda_kv_stats ks = {.struct_size = sizeof ks};
+    e->kv->ops.stats(e->kv->ctx, &ks);
+    w->steps++;
+    w->excess_steps += excess > 0;
+    if (excess > w->max_excess) w->max_excess = excess;
+    w->pool_mismatch += ks.used_blocks != held;
+}
+
 typedef struct run_out {
     et_result r[N_REQ];
     pagoda_engine_stats st;
     int32_t step_drafted, step_accepted; /* over the inspected steps */
+    int64_t shrunk_blocks;               /* blocks the engine gave back after rejected drafts */
 } run_out;
 
-static void run(const char *sched, const char *kv, bool spec, const char *extra, run_out *out)
+static void run_watched(const char *sched, const char *kv, bool spec, const char *extra,
+                        kv_watch *w, run_out *out)
 {
     char s1[64], s2[64];
     snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
@@ -86,6 +124,10 @@ static void run(const char *sched, const char *kv, bool spec, const char *extra,
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_stopped(&cfg, settings);
     pagoda_engine_set_check_invariants(rt->engine, true);
+    if (w) {
+        if (w->no_shrink) rt->kv.ops.shrink = NULL;
+        pagoda_engine_set_step_hook(rt->engine, kv_watch_hook, w);
+    }
     et_run_greedy(rt, prompts, N_PROMPTS, N_REQ, max_tokens_of, out->r);
     /* stopped, so that steps_total is the last step's number (a running
      * engine publishes it at the top of its next loop) */
@@ -103,6 +145,7 @@ static void run(const char *sched, const char *kv, bool spec, const char *extra,
     ck_assert_int_eq(ks.used_blocks, 0);
     ck_assert_int_eq(ks.free_blocks + ks.cached_blocks, ks.total_blocks);
     pagoda_engine_get_stats(rt->engine, &out->st);
+    out->shrunk_blocks = rt->engine->spec.shrunk_blocks;
     pagoda_engine_snapshot *snap = NULL;
     ck_assert_int_eq(pagoda_engine_snapshot_take(rt->engine, &snap), 0);
     out->step_drafted = out->step_accepted = 0;
@@ -113,6 +156,11 @@ static void run(const char *sched, const char *kv, bool spec, const char *extra,
     }
     pagoda_engine_snapshot_release(snap);
     et_close(rt, cfg);
+}
+
+static void run(const char *sched, const char *kv, bool spec, const char *extra, run_out *out)
+{
+    run_watched(sched, kv, spec, extra, NULL, out);
 }
 
 static const char *scheds[] = {"continuous", "static", "priority"};
@@ -167,6 +215,38 @@ START_TEST(greedy_identical_under_preemption)
     run("continuous", "paged", true, "engine.spec_max_draft=1", on);
     assert_same(off, on, "spec_max_draft 1 vs off");
     ck_assert_int_gt(on->st.spec_accepted_total, 0);
+    free(off);
+    free(on);
+}
+END_TEST
+
+/* Blocks grown for drafts that were rejected go back to the pool in the
+ * step that rejected them (the KV policy's shrink), so between steps every
+ * decoding sequence holds just what its computed tokens need, and the
+ * pool's used blocks are the tables' blocks; a policy without the slot
+ * (before ABI 1.13) keeps them, and still gives the same tokens. Blocks of
+ * 4 tokens, so a run of drafts often reaches into a block of its own. */
+START_TEST(rejected_drafts_give_blocks_back)
+{
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    run("continuous", kvs[_i], false, "engine.block_size=4", off);
+    kv_watch w = {0};
+    run_watched("continuous", kvs[_i], true, "engine.block_size=4", &w, on);
+    assert_same(off, on, "block_size 4, ngram vs off");
+    fprintf(stderr, "rejected_drafts_give_blocks_back %s: %lld blocks given back, %d steps\n",
+            kvs[_i], (long long)on->shrunk_blocks, w.steps);
+    ck_assert_int_gt(on->st.spec_drafted_total, on->st.spec_accepted_total); /* some were rejected */
+    ck_assert_int_gt(on->shrunk_blocks, 0);
+    ck_assert_int_gt(w.steps, 0);
+    ck_assert_int_eq(w.excess_steps, 0);
+    if (strcmp(kvs[_i], "paged") == 0) ck_assert_int_eq(w.pool_mismatch, 0);
+    /* the same without the slot: the blocks stay, the output does not change */
+    kv_watch w0 = {.no_shrink = true};
+    run_watched("continuous", kvs[_i], true, "engine.block_size=4", &w0, on);
+    assert_same(off, on, "block_size 4, ngram without shrink vs off");
+    ck_assert_int_eq(on->shrunk_blocks, 0);
+    ck_assert_int_gt(w0.excess_steps, 0);
+    ck_assert_int_ge(w0.max_excess, 1);
     free(off);
     free(on);
 }
@@ -491,6 +571,7 @@ static Suite *suite(void)
     TCase *tc = tcase(s, "greedy");
     tcase_add_loop_test(tc, greedy_identical_every_combo, 0, 9);
     tcase_add_test(tc, greedy_identical_under_preemption);
+    tcase_add_loop_test(tc, rejected_drafts_give_blocks_back, 0, 3);
     tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
     tcase_add_test(tc, sampled_distribution_unchanged);

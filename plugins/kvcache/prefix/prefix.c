@@ -517,6 +517,32 @@ static int prefix_release(void *ctx, uint64_t seq_id)
     return PAGODA_OK;
 }
 
+/* Blocks past what n_total tokens need leave the sequence as release()
+ * would drop them (last first). They hold only rejected draft tokens,
+ * never committed ones, so they are unhashed and private and go to the
+ * free list; the hashed head (n_hashed blocks) always stays. */
+static int prefix_shrink(void *ctx, uint64_t seq_id, int32_t n_total)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s)
+        return p->host->error(p->host, PAGODA_ERR_NOT_FOUND, "kvcache.prefix: shrink of unknown sequence %llu",
+                              (unsigned long long)seq_id);
+    int32_t keep = blocks_for(p, n_total);
+    if (keep < s->n_hashed) keep = s->n_hashed;
+    while (s->n_blocks > keep) {
+        int32_t id = s->blocks[--s->n_blocks];
+        if (--p->b[id].ref > 0) continue;
+        if (p->b[id].hashed) {
+            lru_append(p, id);
+            tier_put_block(p, id);
+        } else {
+            p->free_ids[p->n_free++] = id;
+        }
+    }
+    return PAGODA_OK;
+}
+
 static int prefix_stats(void *ctx, pagoda_kv_stats *st)
 {
     prefix *p = ctx;
@@ -599,6 +625,7 @@ static const pagoda_kvcache_ops prefix_ops = {
     .blocks_needed = prefix_blocks_needed,
     .reset_cache = prefix_reset_cache,
     .inspect = prefix_inspect,
+    .shrink = prefix_shrink,
 };
 
 static const pagoda_plugin_desc prefix_desc = {
