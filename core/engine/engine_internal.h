@@ -105,6 +105,7 @@ typedef struct seq {
 typedef struct engine_spec {
     const pagoda_drafter_ops *drafter; /* NULL: speculation is off on this engine */
     pagoda_drafter_config cfg;
+    pagoda_draft_model *draft;   /* speculative = draft: its model, forward pass, KV pool */
     int32_t max_draft;           /* [engine] spec_max_draft */
     int32_t max_seqs;            /* decoding sequences above which a step drafts nothing */
     int32_t rows;                /* logit rows reserved for draft positions */

@@ -8,7 +8,10 @@
  * and the inspected steps; bad settings and requests refused by name. */
 #include "engine_testutil.h"
 
+#include <unistd.h>
+
 #include "drafter.h"
+#include "genmodel.h"
 #include "engine_internal.h" /* kv_watch reads the running sequences' block tables */
 #include "metrics.h"
 
@@ -111,8 +114,9 @@ typedef struct run_out {
     int64_t shrunk_blocks;               /* blocks the engine gave back after rejected drafts */
 } run_out;
 
+/* extra2 (NULL or up to two settings more, e.g. another drafter) */
 static void run_watched(const char *sched, const char *kv, bool spec, const char *extra,
-                        kv_watch *w, run_out *out)
+                        const char *const *extra2, kv_watch *w, run_out *out)
 {
     char s1[64], s2[64];
     snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
@@ -120,6 +124,7 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
     const char *settings[] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
                               spec ? "engine.speculative=ngram" : "engine.speculative=off",
                               "engine.spec_max_seqs=16", extra ? extra : "engine.spec_max_draft=8",
+                              extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL,
                               NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_stopped(&cfg, settings);
@@ -160,7 +165,7 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
 
 static void run(const char *sched, const char *kv, bool spec, const char *extra, run_out *out)
 {
-    run_watched(sched, kv, spec, extra, NULL, out);
+    run_watched(sched, kv, spec, extra, NULL, NULL, out);
 }
 
 static const char *scheds[] = {"continuous", "static", "priority"};
@@ -231,7 +236,7 @@ START_TEST(rejected_drafts_give_blocks_back)
     run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
     run("continuous", kvs[_i], false, "engine.block_size=4", off);
     kv_watch w = {0};
-    run_watched("continuous", kvs[_i], true, "engine.block_size=4", &w, on);
+    run_watched("continuous", kvs[_i], true, "engine.block_size=4", NULL, &w, on);
     assert_same(off, on, "block_size 4, ngram vs off");
     fprintf(stderr, "rejected_drafts_give_blocks_back %s: %lld blocks given back, %d steps\n",
             kvs[_i], (long long)on->shrunk_blocks, w.steps);
@@ -242,13 +247,71 @@ START_TEST(rejected_drafts_give_blocks_back)
     if (strcmp(kvs[_i], "paged") == 0) ck_assert_int_eq(w.pool_mismatch, 0);
     /* the same without the slot: the blocks stay, the output does not change */
     kv_watch w0 = {.no_shrink = true};
-    run_watched("continuous", kvs[_i], true, "engine.block_size=4", &w0, on);
+    run_watched("continuous", kvs[_i], true, "engine.block_size=4", NULL, &w0, on);
     assert_same(off, on, "block_size 4, ngram without shrink vs off");
     ck_assert_int_eq(on->shrunk_blocks, 0);
     ck_assert_int_gt(w0.excess_steps, 0);
     ck_assert_int_ge(w0.max_excess, 1);
     free(off);
     free(on);
+}
+END_TEST
+
+/* ------------------------------------------------------ the draft drafter */
+
+/* The bundled model drafting for itself (greedy, the same weights): the
+ * drafts are what the model would say, so nearly all agree (the draft
+ * pass runs one row at a time, the verify rows in a batch: a near tie may
+ * round the other way), and the output is the same as without. */
+START_TEST(draft_model_self_identical)
+{
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    const char *sched = _i ? "static" : "continuous", *kv = _i ? "prefix" : "paged";
+    char path[4200];
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", tu_src("models/stories260K.gguf"));
+    const char *draft[] = {"engine.speculative=draft", path};
+    run(sched, kv, false, NULL, off);
+    run_watched(sched, kv, true, NULL, draft, NULL, on);
+    assert_same(off, on, "stories260K drafting itself vs off");
+    ck_assert_str_eq(on->st.spec_drafter, "draft");
+    fprintf(stderr, "draft_model_self_identical %s x %s: %lld drafted, %lld accepted; %lld steps "
+            "with drafts, %lld without\n", sched, kv, (long long)on->st.spec_drafted_total,
+            (long long)on->st.spec_accepted_total, (long long)on->st.steps_total,
+            (long long)off->st.steps_total);
+    ck_assert_int_gt(on->st.spec_drafted_total, 200);
+    ck_assert_int_ge(on->st.spec_accepted_total * 100, on->st.spec_drafted_total * 95);
+    ck_assert_int_lt(on->st.steps_total, off->st.steps_total);
+    free(off);
+    free(on);
+}
+END_TEST
+
+/* A different model of the same vocabulary (random weights, the bundled
+ * model's tokenizer): its drafts mostly disagree, the output does not
+ * change, and the break-even rule keeps the cost bounded. */
+START_TEST(draft_model_other_weights_identical)
+{
+    char model[64];
+    snprintf(model, sizeof model, "/tmp/pagoda_draft_XXXXXX");
+    int fd = mkstemp(model);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = model, .seed = 7,
+                              .vocab = tu_src("models/stories260K.gguf"), .layers = 2, .tied = true};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    char path[200];
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
+    const char *draft[] = {"engine.speculative=draft", path};
+    run("continuous", "prefix", false, NULL, off);
+    run_watched("continuous", "prefix", true, NULL, draft, NULL, on);
+    assert_same(off, on, "a random draft model of the same vocabulary vs off");
+    ck_assert_int_gt(on->st.spec_drafted_total, 0);
+    ck_assert_int_lt(on->st.spec_accepted_total, on->st.spec_drafted_total);
+    free(off);
+    free(on);
+    unlink(model);
 }
 END_TEST
 
@@ -509,6 +572,22 @@ START_TEST(bad_settings_and_requests_refused)
     open_fails((const char *[]){"engine.spec_ngram=9", NULL}, "spec_ngram");
     open_fails((const char *[]){"engine.speculative=ngram", "engine.max_seq_len=64",
                                 "engine.spec_max_draft=64", NULL}, "spec_max_draft");
+    /* the draft drafter: no file, a file that is not there, another vocabulary */
+    open_fails((const char *[]){"engine.speculative=draft", NULL}, "needs spec_draft_model");
+    open_fails((const char *[]){"engine.speculative=draft",
+                                "engine.spec_draft_model=/nonexistent/draft.gguf", NULL},
+               "spec_draft_model = /nonexistent/draft.gguf");
+    char model[64], set[128], err[512];
+    snprintf(model, sizeof model, "/tmp/pagoda_vocab_XXXXXX");
+    int fd = mkstemp(model);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = model, .seed = 3,
+                              .layers = 1}; /* its own generated vocabulary */
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    snprintf(set, sizeof set, "engine.spec_draft_model=%s", model);
+    open_fails((const char *[]){"engine.speculative=draft", set, NULL}, "not the model's vocabulary");
+    unlink(model);
 
     for (int spec = 0; spec < 2; spec++) {
         const char *settings[] = {"engine.max_seq_len=128",
@@ -572,6 +651,9 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, greedy_identical_every_combo, 0, 9);
     tcase_add_test(tc, greedy_identical_under_preemption);
     tcase_add_loop_test(tc, rejected_drafts_give_blocks_back, 0, 3);
+    tc = tcase(s, "draft");
+    tcase_add_loop_test(tc, draft_model_self_identical, 0, 2);
+    tcase_add_test(tc, draft_model_other_weights_identical);
     tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
     tcase_add_test(tc, sampled_distribution_unchanged);
