@@ -127,9 +127,11 @@ int engine_spec_attach(pagoda_engine *e, seq *q, int32_t req_max, char *err, siz
             req_max);
         return PAGODA_ERR_INVALID;
     }
-    /* structured output samples through its matcher's masks, one token a
-     * step; a scored prompt's request is a measurement: both decode plainly */
-    if (!sp->drafter || req_max < 0 || q->matcher || q->score_only) return PAGODA_OK;
+    /* structured output speculates too: the commit phase samples row j
+     * under the mask of the matcher advanced by rows 0 .. j - 1, as plain
+     * decoding would (engine_step.c's sample_row); a scored prompt's
+     * request is a measurement and decodes plainly */
+    if (!sp->drafter || req_max < 0 || q->score_only) return PAGODA_OK;
     /* more than the server's limit is the server's limit (stated in the
      * request's documentation) */
     q->spec_max = req_max > 0 && req_max < sp->max_draft ? req_max : sp->max_draft;

@@ -359,6 +359,77 @@ START_TEST(seeded_sampling_identical)
 }
 END_TEST
 
+/* ------------------------------------------------------ structured output */
+
+/* A constrained request speculates: row j is sampled under the mask of
+ * the matcher advanced by the tokens of rows 0 .. j - 1, so greedy and
+ * seeded sampled output are the bytes plain decoding gives, and drafts
+ * the spec forbids are simply rejected. Outputs that repeat themselves
+ * (what the ngram drafter predicts), greedy and at temperature 0.8. */
+START_TEST(structured_output_identical)
+{
+    static et_result r[2][6];
+    static const struct { int type; const char *spec; float temp; } reqs[] = {
+        {PAGODA_CONSTRAINT_REGEX, "(Tom had a red ball\\. ){2,5}Tom had", 0.0f},
+        {PAGODA_CONSTRAINT_REGEX, "(Lily and Ben went to the park\\. |They saw a big dog\\. ){3,8}",
+         0.8f},
+        {PAGODA_CONSTRAINT_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"names\":{\"type\":\"array\",\"items\":"
+         "{\"enum\":[\"Lily\",\"Ben\",\"Tom\"]},\"minItems\":6,\"maxItems\":12}},"
+         "\"required\":[\"names\"]}", 0.0f},
+        {PAGODA_CONSTRAINT_JSON_SCHEMA,
+         "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"name\":"
+         "{\"enum\":[\"Lily\",\"Ben\"]},\"age\":{\"enum\":[3,4,5]}},\"required\":"
+         "[\"name\",\"age\"]},\"minItems\":3,\"maxItems\":6}", 0.8f},
+        {PAGODA_CONSTRAINT_CHOICE, "[\"Tom had a red ball. Tom had a red ball.\",\"Tom had a cat.\"]",
+         0.8f},
+        {PAGODA_CONSTRAINT_JSON_OBJECT, NULL, 0.0f},
+    };
+    int64_t drafted = 0, accepted = 0;
+    for (int spec = 0; spec < 2; spec++) {
+        const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                  "engine.spec_max_seqs=8", NULL};
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open_stopped(&cfg, settings);
+        for (int i = 0; i < 6; i++) {
+            et_result_init(&r[spec][i]);
+            pagoda_request req = et_request(rt, prompts[i % 4], 120, reqs[i].temp);
+            req.ignore_eos = false;
+            req.has_seed = true;
+            req.seed = 77 + (uint64_t)i;
+            req.constraint_type = reqs[i].type;
+            req.constraint = reqs[i].spec;
+            req.constraint_len = reqs[i].spec ? strlen(reqs[i].spec) : 0;
+            req.constraint_strict = true;
+            uint64_t id;
+            char err[256] = "";
+            ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &r[spec][i], &id, err,
+                                               sizeof err) == 0, "request %d: %s", i, err);
+        }
+        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+        pagoda_engine_wait_idle(rt->engine);
+        pagoda_engine_stats st;
+        pagoda_engine_get_stats(rt->engine, &st);
+        drafted = st.spec_drafted_total;
+        accepted = st.spec_accepted_total;
+        et_close(rt, cfg);
+    }
+    et_assert_same_tokens(r[0], r[1], 6, "structured, ngram vs off");
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(r[0][i].n_final == 1 && r[0][i].finish_reason != PAGODA_FINISH_ERROR,
+                      "request %d: %s", i, r[0][i].error);
+        ck_assert_str_eq(r[0][i].text, r[1][i].text);
+        ck_assert_int_eq(r[0][i].finish_reason, r[1][i].finish_reason);
+        if (getenv("PAGODA_TEST_VERBOSE")) printf("%d: %s\n", i, r[0][i].text);
+    }
+    fprintf(stderr, "structured_output_identical: %lld drafted, %lld accepted\n", (long long)drafted,
+            (long long)accepted);
+    ck_assert_int_gt(drafted, 0);
+    ck_assert_int_gt(accepted, 0);
+    ck_assert_int_lt(accepted, drafted); /* some drafts were not what the spec or model allowed */
+}
+END_TEST
+
 /* ------------------------------------------------------- the distribution */
 
 /* Thousands of sampled continuations of a prompt the drafter predicts,
@@ -656,6 +727,7 @@ static Suite *suite(void)
     tcase_add_test(tc, draft_model_other_weights_identical);
     tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
+    tcase_add_test(tc, structured_output_identical);
     tcase_add_test(tc, sampled_distribution_unchanged);
     tc = tcase(s, "seeing");
     tcase_add_test(tc, metrics_and_steps_show_drafts);
