@@ -58,14 +58,6 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
         ERR("[engine] spec_ngram = %d is out of range (1 to 8)", o->spec_ngram);
         return PAGODA_ERR_INVALID;
     }
-    if (e->swa.g.window) {
-        /* the window pool's blocks are trimmed per computed position; a
-         * rejected draft would leave them out of step (engine_swa.h) */
-        pagoda_log(PAGODA_LOG_WARN, "speculative decoding is off: the model has sliding-window "
-                   "layers, which it does not support yet");
-        sp->drafter = NULL;
-        return PAGODA_OK;
-    }
     sp->max_draft = kmax;
     sp->max_seqs = o->spec_max_seqs >= 0 ? o->spec_max_seqs : 4;
     sp->cfg = (pagoda_drafter_config){.ngram = o->spec_ngram > 0 ? o->spec_ngram : 3,
