@@ -259,6 +259,21 @@ END_TEST
 
 /* ------------------------------------------------------ the draft drafter */
 
+/* A random-weight "tiny" model of F32 weights and `layers` layers at a new
+ * temporary path[64] (the caller unlinks it), with vocab's tokenizer (a
+ * GGUF) or a generated one (NULL). */
+static void gen_tiny(char *path, uint64_t seed, const char *vocab, int layers)
+{
+    snprintf(path, 64, "/tmp/pagoda_spec_XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = seed,
+                              .vocab = vocab, .layers = layers, .tied = true};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+}
+
 /* The bundled model drafting for itself (greedy, the same weights): the
  * drafts are what the model would say, so nearly all agree (the draft
  * pass runs one row at a time, the verify rows in a batch: a near tie may
@@ -292,14 +307,7 @@ END_TEST
 START_TEST(draft_model_other_weights_identical)
 {
     char model[64];
-    snprintf(model, sizeof model, "/tmp/pagoda_draft_XXXXXX");
-    int fd = mkstemp(model);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char err[512];
-    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = model, .seed = 7,
-                              .vocab = tu_src("models/stories260K.gguf"), .layers = 2, .tied = true};
-    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    gen_tiny(model, 7, tu_src("models/stories260K.gguf"), 2);
     run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
     char path[200];
     snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
@@ -648,14 +656,8 @@ START_TEST(bad_settings_and_requests_refused)
     open_fails((const char *[]){"engine.speculative=draft",
                                 "engine.spec_draft_model=/nonexistent/draft.gguf", NULL},
                "spec_draft_model = /nonexistent/draft.gguf");
-    char model[64], set[128], err[512];
-    snprintf(model, sizeof model, "/tmp/pagoda_vocab_XXXXXX");
-    int fd = mkstemp(model);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = model, .seed = 3,
-                              .layers = 1}; /* its own generated vocabulary */
-    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    char model[64], set[128];
+    gen_tiny(model, 3, NULL, 1); /* its own generated vocabulary */
     snprintf(set, sizeof set, "engine.spec_draft_model=%s", model);
     open_fails((const char *[]){"engine.speculative=draft", set, NULL}, "not the model's vocabulary");
     unlink(model);

@@ -493,6 +493,19 @@ static int prefix_block_table(void *ctx, uint64_t seq_id, const int32_t **table,
     return PAGODA_OK;
 }
 
+/* A sequence drops block id: the last holder of a hashed block leaves it
+ * cached (and offered to the tier), of any other one free. */
+static void unref_block(prefix *p, int32_t id)
+{
+    if (--p->b[id].ref > 0) return;
+    if (p->b[id].hashed) {
+        lru_append(p, id);
+        tier_put_block(p, id);
+    } else {
+        p->free_ids[p->n_free++] = id;
+    }
+}
+
 static int prefix_release(void *ctx, uint64_t seq_id)
 {
     prefix *p = ctx;
@@ -502,16 +515,7 @@ static int prefix_release(void *ctx, uint64_t seq_id)
     /* Last block first: a chain's tail becomes least recently used before
      * its head, so eviction cuts chains from the end and the head, which
      * more prompts share, stays reachable longest. */
-    for (int32_t i = s->n_blocks - 1; i >= 0; i--) {
-        int32_t id = s->blocks[i];
-        if (--p->b[id].ref > 0) continue;
-        if (p->b[id].hashed) {
-            lru_append(p, id);
-            tier_put_block(p, id);
-        } else {
-            p->free_ids[p->n_free++] = id;
-        }
-    }
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--) unref_block(p, s->blocks[i]);
     free(s->blocks);
     *s = p->seqs[--p->n_seqs];
     return PAGODA_OK;
@@ -530,16 +534,7 @@ static int prefix_shrink(void *ctx, uint64_t seq_id, int32_t n_total)
                               (unsigned long long)seq_id);
     int32_t keep = blocks_for(p, n_total);
     if (keep < s->n_hashed) keep = s->n_hashed;
-    while (s->n_blocks > keep) {
-        int32_t id = s->blocks[--s->n_blocks];
-        if (--p->b[id].ref > 0) continue;
-        if (p->b[id].hashed) {
-            lru_append(p, id);
-            tier_put_block(p, id);
-        } else {
-            p->free_ids[p->n_free++] = id;
-        }
-    }
+    while (s->n_blocks > keep) unref_block(p, s->blocks[--s->n_blocks]);
     return PAGODA_OK;
 }
 
