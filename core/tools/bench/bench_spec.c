@@ -256,10 +256,15 @@ int bench_do_spec(const bench_opts *o)
             printf("%-8s %8d %14.1f %14.1f %7.2fx %10lld %10lld %10lld %s\n", wl[w].name, wl[w].n,
                    best[w][0].tps, best[w][1].tps, bench_ratio(best[w][1].tps, best[w][0].tps),
                    (long long)best[w][1].tokens, (long long)best[w][1].drafted,
-                   (long long)best[w][1].accepted, same[w] ? "yes" : "NO");
+                   (long long)best[w][1].accepted,
+                   same[w] ? "yes" : best[w][1].drafted ? "NO" : "no (0 drafts: batch timing)");
         printf("targets: edit >= 1.5x, chat >= 0.97x, conc16 >= 1.00x\n");
         for (int w = 0; w < NW; w++)
-            if (!same[w]) {
+            /* without a single draft both sides ran the same steps' kind:
+             * a difference is the batches' timing (16 streams submitted
+             * to a running engine meet in other batches, whose rows a
+             * quantized model rounds otherwise), not speculation */
+            if (!same[w] && best[w][1].drafted) {
                 fprintf(stderr, "bench: %s: the outputs with and without speculation differ\n", wl[w].name);
                 st = PAGODA_ERR_INTERNAL;
             }
