@@ -88,7 +88,10 @@ static const engine_key engine_keys[] = {
     EK("comm", PAGODA_KEY_STRING, "mpi", 0, 0,
        "collectives plugin name, used when tensor_parallel > 1 (mpi, nccl)"),
     { { "speculative", PAGODA_KEY_STRING, "off", 0, 0,
-        "speculative decoding's drafter (ngram: prompt lookup); off: none" }, "off|ngram", false },
+        "speculative decoding's drafter (ngram: prompt lookup; draft: a smaller model, "
+        "spec_draft_model); off: none" }, "off|ngram|draft", false },
+    EK("spec_draft_model", PAGODA_KEY_STRING, "", 0, 0,
+       "the draft drafter's GGUF file, of the model's vocabulary (relative to the config file's folder)"),
     EK("spec_max_draft", PAGODA_KEY_INT, "8", 1, 256,
        "draft tokens a sequence verifies in one step at most (below max_seq_len)"),
     EK("spec_ngram", PAGODA_KEY_INT, "3", 1, 8, "tokens of the suffix the ngram drafter looks up"),
@@ -163,7 +166,8 @@ static cfg_entry *entry_find(const pagoda_config *c, const char *section, const 
  * model and every plugin's `path` are paths. */
 static bool is_path_key(const char *section, const char *key)
 {
-    return (strcmp(section, "engine") == 0 && strcmp(key, "model") == 0) ||
+    return (strcmp(section, "engine") == 0 &&
+            (strcmp(key, "model") == 0 || strcmp(key, "spec_draft_model") == 0)) ||
            (strcmp(section, "engine") != 0 && strcmp(key, "path") == 0);
 }
 
@@ -597,6 +601,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     snprintf(out->comm, sizeof out->comm, "%s", STR("comm"));
     snprintf(out->chat_template, sizeof out->chat_template, "%s", STR("chat_template"));
     snprintf(out->speculative, sizeof out->speculative, "%s", STR("speculative"));
+    snprintf(out->spec_draft_model, sizeof out->spec_draft_model, "%s", STR("spec_draft_model"));
     out->kv_dtype = strcmp(STR("kv_dtype"), "f32") == 0    ? PAGODA_DTYPE_F32
                   : strcmp(STR("kv_dtype"), "q8_0") == 0 ? PAGODA_DTYPE_Q8_0
                                                          : PAGODA_DTYPE_F16;

@@ -48,10 +48,11 @@ typedef struct pagoda_engine_config {
     int32_t log_level;         /* PAGODA_LOG_INFO */
     int32_t tensor_parallel;   /* 1: one process; N: the model split over N ranks */
     char comm[64];             /* "mpi": the collectives plugin when tensor_parallel > 1 */
-    char speculative[16];      /* "off" (default) or a drafter: "ngram" (docs/speculation.md) */
+    char speculative[16];      /* "off" (default) or a drafter: "ngram", "draft" (docs/speculation.md) */
     int32_t spec_max_draft;    /* 8: draft tokens a sequence verifies a step at most */
     int32_t spec_ngram;        /* 3: the suffix length ngram matches */
     int32_t spec_max_seqs;     /* 4: decoding sequences above which a step drafts nothing */
+    char spec_draft_model[4096]; /* the draft drafter's GGUF, resolved ("" when not set) */
 } pagoda_engine_config;
 
 /* Load and check an INI file: syntax, duplicate keys, section names

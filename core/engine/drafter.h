@@ -17,10 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct pagoda_draft_model;
+struct pagoda_model;
+struct pagoda_backend;
+
 /* What a drafter is configured with ([engine] spec_* keys). */
 typedef struct pagoda_drafter_config {
     int32_t ngram;               /* ngram: the length of the suffix matched (1..8) */
     int32_t max_seq_len;         /* the engine's context */
+    struct pagoda_draft_model *draft_model; /* draft: the opened spec_draft_model */
 } pagoda_drafter_config;
 
 typedef struct pagoda_drafter_ops {
@@ -39,7 +44,23 @@ typedef struct pagoda_drafter_ops {
     int32_t (*propose)(void *state, const int32_t *tokens, int32_t n, int32_t max, int32_t *out);
 } pagoda_drafter_ops;
 
-/* The drafter of this name, or NULL ("ngram"; "off" is not a drafter). */
+/* The drafter of this name, or NULL ("ngram", "draft"; "off" is not a
+ * drafter). */
 const pagoda_drafter_ops *pagoda_drafter_find(const char *name);
+
+/* The `draft` drafter (drafter_model.c): its model, forward pass and KV
+ * pool of n_seats seats of max_seq_len tokens, shared by the sequences
+ * (each takes a seat while it drafts). open refuses, naming
+ * spec_draft_model, a file that does not load, whose vocabulary is not
+ * target's token for token, or whose architecture the forward pass lacks.
+ * [engine create / destroy] */
+typedef struct pagoda_draft_model pagoda_draft_model;
+int pagoda_draft_model_open(const char *path, const struct pagoda_model *target,
+                            struct pagoda_backend *be, int32_t n_seats, int32_t max_seq_len,
+                            int32_t block_size, pagoda_draft_model **out, char *err, size_t err_len);
+void pagoda_draft_model_free(pagoda_draft_model *dm);
+/* One line for the start-up log: its shape, weight and KV pool bytes. */
+void pagoda_draft_model_describe(const pagoda_draft_model *dm, char *out, size_t len);
+extern const pagoda_drafter_ops pagoda_drafter_model_ops;
 
 #endif /* PAGODA_DRAFTER_H */

@@ -108,5 +108,6 @@ static const pagoda_drafter_ops ngram_ops = {
 const pagoda_drafter_ops *pagoda_drafter_find(const char *name)
 {
     if (name && strcmp(name, ngram_ops.name) == 0) return &ngram_ops;
+    if (name && strcmp(name, pagoda_drafter_model_ops.name) == 0) return &pagoda_drafter_model_ops;
     return NULL;
 }

@@ -57,6 +57,8 @@ typedef struct pagoda_engine_opts {
     int32_t spec_max_draft;
     int32_t spec_ngram;
     int32_t spec_max_seqs;
+    const char *spec_draft_model; /* speculative = draft: its GGUF (NULL or ""); must outlive
+                                  * the engine's create */
     const pagoda_forward_tp *tp; /* tensor parallelism: this rank's share (NULL: the whole
                                  * model); must outlive the engine */
 } pagoda_engine_opts;

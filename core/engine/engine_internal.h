@@ -105,11 +105,13 @@ typedef struct seq {
 typedef struct engine_spec {
     const pagoda_drafter_ops *drafter; /* NULL: speculation is off on this engine */
     pagoda_drafter_config cfg;
+    pagoda_draft_model *draft;   /* speculative = draft: its model, forward pass, KV pool */
     int32_t max_draft;           /* [engine] spec_max_draft */
     int32_t max_seqs;            /* decoding sequences above which a step drafts nothing */
     int32_t rows;                /* logit rows reserved for draft positions */
     int32_t *plan_draft;         /* [max_num_seqs] draft tokens of plan entry i this step */
     int32_t step_drafted, step_accepted; /* this step's, for its record */
+    int64_t shrunk_blocks;       /* blocks given back after rejected drafts, ever (tests) */
     /* under e->mu */
     int64_t drafted_total, accepted_total, verify_steps_total;
 } engine_spec;
@@ -279,6 +281,10 @@ void engine_spec_plan(pagoda_engine *e);
 /* [engine thread, commit phase] q verified `drafted` tokens of which
  * `accepted` agreed: its adaptive length and the counters move on. */
 void engine_spec_verified(pagoda_engine *e, seq *q, int32_t drafted, int32_t accepted);
+/* [engine thread, commit phase, after the KV commit] The blocks grown for
+ * q's rejected drafts go back to the pool (the KV policy's shrink, ABI
+ * 1.13; without it they stay until q grows into them or ends). */
+void engine_spec_shrink(pagoda_engine *e, seq *q);
 
 /* The window pool, engine_swa.c. create: the geometry and the bookkeeping
  * (before the forward pass is made: it sizes the pools); destroy frees it. */

@@ -45,7 +45,7 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
     if (!o->speculative[0] || strcmp(o->speculative, "off") == 0) return PAGODA_OK;
     sp->drafter = pagoda_drafter_find(o->speculative);
     if (!sp->drafter) {
-        ERR("[engine] speculative = %s: no such drafter (off or ngram)", o->speculative);
+        ERR("[engine] speculative = %s: no such drafter (off, ngram or draft)", o->speculative);
         return PAGODA_ERR_INVALID;
     }
     int32_t kmax = o->spec_max_draft > 0 ? o->spec_max_draft : 8;
@@ -58,18 +58,32 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
         ERR("[engine] spec_ngram = %d is out of range (1 to 8)", o->spec_ngram);
         return PAGODA_ERR_INVALID;
     }
-    if (e->swa.g.window) {
-        /* the window pool's blocks are trimmed per computed position; a
-         * rejected draft would leave them out of step (engine_swa.h) */
-        pagoda_log(PAGODA_LOG_WARN, "speculative decoding is off: the model has sliding-window "
-                   "layers, which it does not support yet");
-        sp->drafter = NULL;
-        return PAGODA_OK;
-    }
     sp->max_draft = kmax;
     sp->max_seqs = o->spec_max_seqs >= 0 ? o->spec_max_seqs : 4;
     sp->cfg = (pagoda_drafter_config){.ngram = o->spec_ngram > 0 ? o->spec_ngram : 3,
                                       .max_seq_len = o->max_seq_len};
+    if (sp->drafter == &pagoda_drafter_model_ops) {
+        if (!o->spec_draft_model || !o->spec_draft_model[0]) {
+            ERR("[engine] speculative = draft needs spec_draft_model (a GGUF of the model's "
+                "vocabulary)");
+            return PAGODA_ERR_INVALID;
+        }
+        if (o->tp && o->tp->size > 1) {
+            ERR("[engine] speculative = draft does not run under tensor parallelism yet "
+                "(tensor_parallel = %d): use ngram or off", o->tp->size);
+            return PAGODA_ERR_INVALID;
+        }
+        /* a seat for each sequence that may draft in a step */
+        int32_t seats = sp->max_seqs > 1 ? sp->max_seqs : 1;
+        if (seats > e->max_num_seqs) seats = e->max_num_seqs;
+        int st = pagoda_draft_model_open(o->spec_draft_model, e->model, e->be, seats, o->max_seq_len,
+                                         o->block_size, &sp->draft, err, err_len);
+        if (st) return st;
+        char line[256];
+        pagoda_draft_model_describe(sp->draft, line, sizeof line);
+        pagoda_log(PAGODA_LOG_INFO, "draft model %s: %s", o->spec_draft_model, line);
+        sp->cfg.draft_model = sp->draft;
+    }
     sp->rows = pagoda_engine_spec_rows(o, e->max_num_seqs, e->max_batched_tokens);
     sp->plan_draft = calloc((size_t)e->max_num_seqs, sizeof(int32_t));
     if (!sp->plan_draft) {
@@ -83,6 +97,8 @@ void engine_spec_destroy(pagoda_engine *e)
 {
     free(e->spec.plan_draft);
     e->spec.plan_draft = NULL;
+    pagoda_draft_model_free(e->spec.draft);
+    e->spec.draft = NULL;
 }
 
 int engine_spec_attach(pagoda_engine *e, seq *q, int32_t req_max, char *err, size_t err_len)
@@ -103,9 +119,11 @@ int engine_spec_attach(pagoda_engine *e, seq *q, int32_t req_max, char *err, siz
             req_max);
         return PAGODA_ERR_INVALID;
     }
-    /* structured output samples through its matcher's masks, one token a
-     * step; a scored prompt's request is a measurement: both decode plainly */
-    if (!sp->drafter || req_max < 0 || q->matcher || q->score_only) return PAGODA_OK;
+    /* structured output speculates too: the commit phase samples row j
+     * under the mask of the matcher advanced by rows 0 .. j - 1, as plain
+     * decoding would (engine_step.c's sample_row); a scored prompt's
+     * request is a measurement and decodes plainly */
+    if (!sp->drafter || req_max < 0 || q->score_only) return PAGODA_OK;
     /* more than the server's limit is the server's limit (stated in the
      * request's documentation) */
     q->spec_max = req_max > 0 && req_max < sp->max_draft ? req_max : sp->max_draft;
@@ -185,6 +203,19 @@ void engine_spec_plan(pagoda_engine *e)
         tokens += k;
         rows_left -= k;
     }
+}
+
+void engine_spec_shrink(pagoda_engine *e, seq *q)
+{
+    if (!e->kv->ops.shrink) return;
+    const int32_t *table = NULL;
+    int32_t before = 0, after = 0;
+    e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &before);
+    /* what plain decoding holds after a step: the computed tokens' blocks
+     * (the scheduler grows for the token sampled last when it plans it) */
+    if (e->kv->ops.shrink(e->kv->ctx, q->s.id, q->s.n_computed) != PAGODA_OK) return;
+    e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &after);
+    if (after < before) e->spec.shrunk_blocks += before - after;
 }
 
 void engine_spec_verified(pagoda_engine *e, seq *q, int32_t drafted, int32_t accepted)

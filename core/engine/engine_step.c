@@ -495,6 +495,7 @@ static void step_commit(pagoda_engine *e)
             engine_swa_trim(e, q);
             if (e->kv->ops.commit && q->prompt_logprobs < 0)
                 e->kv->ops.commit(e->kv->ctx, q->s.id, q->tokens, q->s.n_computed);
+            if (accepted < k) engine_spec_shrink(e, q);
         }
         if (reason) {
             done[n_done] = q;

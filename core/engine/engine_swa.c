@@ -225,7 +225,17 @@ void engine_swa_trim(pagoda_engine *e, seq *q)
 {
     engine_swa *w = &e->swa;
     if (!w->g.window || !q->swa_seat) return;
-    drop_below(w, q->swa_seat - 1, window_first_block(w, q->s.n_computed));
+    int32_t seat = q->swa_seat - 1, bs = w->g.block_size;
+    drop_below(w, seat, window_first_block(w, q->s.n_computed));
+    /* blocks past the computed positions held only rejected draft tokens
+     * (engine_spec.c): they go back, so a sequence holds no more than
+     * engine_swa.h's `hold` between steps, drafts or not */
+    int32_t keep_hi = (q->s.n_computed + bs - 1) / bs;
+    int32_t *table = w->tables + (size_t)seat * (size_t)w->max_blocks;
+    while (w->hi[seat] > w->lo[seat] && w->hi[seat] > keep_hi) {
+        w->free_ids[w->n_free++] = table[--w->hi[seat]];
+        table[w->hi[seat]] = 0;
+    }
 }
 
 bool engine_swa_check(pagoda_engine *e, char *why, size_t n)
@@ -241,6 +251,20 @@ bool engine_swa_check(pagoda_engine *e, char *why, size_t n)
                  "for %d running sequences", w->n_free, (long long)held, w->g.pool_blocks,
                  seats_held, e->n_running);
         return false;
+    }
+    /* between steps a sequence holds no block past its computed positions
+     * (rejected drafts' ones went back) and at most `hold` (engine_swa.h) */
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const seq *q = e->running[i];
+        if (!q->swa_seat) continue;
+        int32_t s = q->swa_seat - 1, top = (q->s.n_computed + w->g.block_size - 1) / w->g.block_size;
+        if (w->hi[s] > top || (q->s.n_computed > 0 && w->hi[s] - w->lo[s] > w->g.hold_blocks &&
+                               q->s.n_computed >= q->s.n_prompt)) {
+            snprintf(why, n, "sliding-window pool: sequence %llu holds window blocks %d .. %d "
+                     "with %d positions computed (hold %d)", (unsigned long long)q->s.id,
+                     w->lo[s], w->hi[s] - 1, q->s.n_computed, w->g.hold_blocks);
+            return false;
+        }
     }
     return true;
 }

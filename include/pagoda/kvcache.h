@@ -136,6 +136,16 @@ typedef struct pagoda_kvcache_ops {
      * USED with refs = the tables that list it and every other block FREE,
      * so a policy without it shows no cached or reserved blocks. */
     int (*inspect)(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blocks);
+    /* ---- minor 13: speculative decoding */
+    /* optional. The sequence keeps only its first n_total tokens: the
+     * engine grew it for draft tokens and rejected some, so the blocks past
+     * the ones n_total tokens need go back to the pool (free, or cached
+     * when a policy keeps them). Blocks holding committed tokens are never
+     * dropped (n_total below what was committed keeps those); the table
+     * stays in order, shorter. Asking for more tokens than it holds
+     * changes nothing. Fallback: the blocks stay with the sequence until
+     * it grows into them or is released. */
+    int (*shrink)(void *ctx, uint64_t seq_id, int32_t n_total);
 } pagoda_kvcache_ops;
 
 #ifdef __cplusplus

@@ -51,8 +51,10 @@ extern "C" {
  * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
  * counters; 1.12 the optional backend op buffer_address (a buffer's address
  * in the backend's memory, so a comm plugin of that memory, NCCL on GPU
- * memory, reduces tensor-parallel partial sums in place). */
-#define PAGODA_ABI_MINOR 12
+ * memory, reduces tensor-parallel partial sums in place); 1.13 the KV
+ * policies' optional shrink op (blocks grown for rejected draft tokens go
+ * back to the pool). */
+#define PAGODA_ABI_MINOR 13
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -190,6 +190,20 @@ static int contig_block_table(void *ctx, uint64_t seq_id, const int32_t **table,
     return PAGODA_OK;
 }
 
+/* The run stays reserved (it is the sequence's whole worst case): only the
+ * tokens held go back, so the table and inspect() show the tail as
+ * reserved again. */
+static int contig_shrink(void *ctx, uint64_t seq_id, int32_t n_total)
+{
+    contig *c = ctx;
+    contig_seq *s = find_seq(c, seq_id);
+    if (!s)
+        return c->host->error(c->host, PAGODA_ERR_NOT_FOUND,
+                              "kvcache.contiguous: shrink of unknown sequence %llu", (unsigned long long)seq_id);
+    if (n_total >= 0 && n_total < s->n_held) s->n_held = n_total;
+    return PAGODA_OK;
+}
+
 static int contig_release(void *ctx, uint64_t seq_id)
 {
     contig *c = ctx;
@@ -264,6 +278,7 @@ static const pagoda_kvcache_ops contig_ops = {
     .blocks_needed = contig_blocks_needed,
     .reset_cache = NULL,
     .inspect = contig_inspect,
+    .shrink = contig_shrink,
 };
 
 static const pagoda_plugin_desc contig_desc = {

@@ -2,7 +2,8 @@
  * kvcache-paged: PagedAttention-style block bookkeeping. A sequence holds a
  * list of fixed-size blocks taken from a free list as it grows: admit()
  * takes the blocks its prompt needs, grow() adds blocks as the engine
- * computes more tokens, release() gives them all back. No block is shared
+ * computes more tokens, shrink() gives back the ones grown for rejected
+ * draft tokens, release() gives them all back. No block is shared
  * and nothing is cached (n_cached is always 0).
  *
  * Not for: prefix caching (see prefix.c) or worst-case reservation (see
@@ -152,7 +153,7 @@ static int paged_grow(void *ctx, uint64_t seq_id, int32_t n_total)
                               "kvcache.paged: sequence %llu asks for %d tokens, max_seq_len is %d",
                               (unsigned long long)seq_id, n_total, p->max_seq_len);
     int32_t need = blocks_for(p, n_total) - s->n_blocks;
-    if (need <= 0) return PAGODA_OK; /* shrinking is never asked for; holding more is fine */
+    if (need <= 0) return PAGODA_OK; /* holding more is fine (shrink gives blocks back) */
     if (need > p->n_free) return PAGODA_ERR_NOSPACE;
     return take_blocks(p, s, need);
 }
@@ -176,6 +177,20 @@ static int paged_release(void *ctx, uint64_t seq_id)
     for (int32_t i = s->n_blocks - 1; i >= 0; i--) p->free_ids[p->n_free++] = s->blocks[i];
     free(s->blocks);
     *s = p->seqs[--p->n_seqs];
+    return PAGODA_OK;
+}
+
+/* Blocks past what n_total tokens need go back, last first (as release
+ * pushes them), so the next grow takes the same blocks again. */
+static int paged_shrink(void *ctx, uint64_t seq_id, int32_t n_total)
+{
+    paged *p = ctx;
+    paged_seq *s = find_seq(p, seq_id);
+    if (!s)
+        return p->host->error(p->host, PAGODA_ERR_NOT_FOUND, "kvcache.paged: shrink of unknown sequence %llu",
+                              (unsigned long long)seq_id);
+    int32_t keep = blocks_for(p, n_total);
+    while (s->n_blocks > keep) p->free_ids[p->n_free++] = s->blocks[--s->n_blocks];
     return PAGODA_OK;
 }
 
@@ -228,6 +243,7 @@ static const pagoda_kvcache_ops paged_ops = {
     .blocks_needed = paged_blocks_needed,
     .reset_cache = NULL,
     .inspect = paged_inspect,
+    .shrink = paged_shrink,
 };
 
 static const pagoda_plugin_desc paged_desc = {

@@ -128,7 +128,10 @@ static inline uint64_t et_submit(pagoda_runtime *rt, const char *prompt, int32_t
 }
 
 /* Submit n greedy requests (prompt i % n_prompts, max_tokens_of(i)
- * tokens, EOS ignored) collecting into r[0..n), and wait until all ended. */
+ * tokens, EOS ignored) collecting into r[0..n) to rt's engine, not yet
+ * started (et_open_stopped), then start it and wait until all ended: every
+ * request is queued before the first step, so the batches (and the step
+ * count) do not depend on how fast the submitting thread runs. */
 static inline void et_run_greedy(pagoda_runtime *rt, const char *const *prompts, int n_prompts, int n,
                                  int32_t (*max_tokens_of)(int), et_result *r)
 {
@@ -136,6 +139,7 @@ static inline void et_run_greedy(pagoda_runtime *rt, const char *const *prompts,
         et_result_init(&r[i]);
         et_submit(rt, prompts[i % n_prompts], max_tokens_of(i), &r[i], 0.0f);
     }
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
     pagoda_engine_wait_idle(rt->engine);
 }
 

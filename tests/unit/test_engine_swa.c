@@ -251,6 +251,36 @@ START_TEST(long_sequence_holds_its_window)
 }
 END_TEST
 
+/* Speculative decoding on a sliding-window model: draft rows take window
+ * blocks like any computed row, and those of rejected drafts go back at
+ * the step's trim, so the output is the reference's (every request
+ * alone, every layer at every position) under each drafter, and after
+ * every step no sequence holds a window block past its computed
+ * positions or more than `hold` (engine_swa_check, through run()'s
+ * invariant count). The same model drafts for itself in `draft` (every
+ * draft agrees); `ngram` drafts from the random model's loops (some
+ * agree, some not). */
+START_TEST(speculation_keeps_output_and_window)
+{
+    run_out *ref = reference();
+    run_out *got = calloc(1, sizeof *got);
+    char draft[128];
+    snprintf(draft, sizeof draft, "engine.spec_draft_model=%s", g_model);
+    const char *kv = _i ? "engine.kvcache=prefix" : "engine.kvcache=paged";
+    const char *sn[] = {kv, "engine.speculative=ngram", "engine.spec_max_seqs=6", NULL};
+    run(sn, 0, N_REQ, got);
+    ck_assert(got->swa.geometry.window);
+    assert_same(ref, got, "windowed, ngram drafts");
+    ck_assert_int_gt(got->st.spec_accepted_total, 0);
+    ck_assert_int_lt(got->st.spec_accepted_total, got->st.spec_drafted_total);
+    const char *sd[] = {kv, "engine.speculative=draft", draft, "engine.spec_max_seqs=6", NULL};
+    run(sd, 0, N_REQ, got);
+    assert_same(ref, got, "windowed, the model drafting itself");
+    ck_assert_int_gt(got->st.spec_accepted_total, 0);
+    free(got);
+}
+END_TEST
+
 /* The 8-bit KV cache in the window pool: the local layers store kv_dtype
  * = q8_0 as the main pool does (heads of 32 here: one Q8_0 block each),
  * and the greedy output with swa_kv = window, 6 at a time under prefix
@@ -290,6 +320,7 @@ static Suite *suite(void)
     tcase_add_test(tc, preemption_keeps_output);
     tcase_add_test(tc, long_sequence_holds_its_window);
     tcase_add_test(tc, q8_0_window_equals_full);
+    tcase_add_loop_test(tc, speculation_keeps_output_and_window, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

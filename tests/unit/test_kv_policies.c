@@ -474,6 +474,79 @@ START_TEST(prefix_salt_isolation)
 }
 END_TEST
 
+/* ------------------------------------------------------------- shrink */
+
+/* ABI 1.13: blocks grown for draft tokens that were rejected go back. */
+START_TEST(shrink_gives_draft_blocks_back)
+{
+    int32_t toks[32], nc;
+    iota(toks, 32, 300);
+    /* paged: to the free list, last first, so the next grow takes them again */
+    kvi *k = kv_open("paged", 8, 4, 32, NULL);
+    ck_assert_ptr_nonnull(k->ops->shrink);
+    ck_assert_int_eq(kv_admit(k, 1, toks, 5, 32, NULL, &nc), PAGODA_OK);
+    ck_assert_int_eq(k->ops->grow(k->ctx, 1, 14), PAGODA_OK); /* 6 tokens + 8 drafts */
+    kv_expect_table(k, 1, (int32_t[]){0, 1, 2, 3}, 4);
+    ck_assert_int_eq(kv_stats(k).free_blocks, 4);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 1, 7), PAGODA_OK); /* one draft agreed */
+    kv_expect_table(k, 1, (int32_t[]){0, 1}, 2);
+    ck_assert_int_eq(kv_stats(k).free_blocks, 6);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 1, 20), PAGODA_OK); /* more than held: nothing */
+    kv_expect_table(k, 1, (int32_t[]){0, 1}, 2);
+    ck_assert_int_eq(k->ops->grow(k->ctx, 1, 12), PAGODA_OK);
+    kv_expect_table(k, 1, (int32_t[]){0, 1, 2}, 3);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 42, 4), PAGODA_ERR_NOT_FOUND);
+    ck_assert_int_eq(k->ops->release(k->ctx, 1), PAGODA_OK);
+    ck_assert_int_eq(kv_stats(k).free_blocks, 8);
+    kv_close(k);
+
+    /* contiguous: the run stays reserved, the tokens held go back */
+    k = kv_open("contiguous", 10, 4, 40, "reserve", "request", NULL);
+    ck_assert_int_eq(kv_admit(k, 1, toks, 5, 16, NULL, &nc), PAGODA_OK); /* blocks 0-3 */
+    ck_assert_int_eq(k->ops->grow(k->ctx, 1, 15), PAGODA_OK);
+    kv_expect_table(k, 1, (int32_t[]){0, 1, 2, 3}, 4);
+    ck_assert_int_eq(kv_stats(k).reserved_blocks, 0);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 1, 6), PAGODA_OK);
+    kv_expect_table(k, 1, (int32_t[]){0, 1}, 2);
+    pagoda_kv_stats st = kv_stats(k);
+    ck_assert_int_eq(st.reserved_blocks, 2);
+    ck_assert_int_eq(st.free_blocks, 6);
+    ck_assert_int_eq(k->ops->grow(k->ctx, 1, 16), PAGODA_OK);
+    kv_expect_table(k, 1, (int32_t[]){0, 1, 2, 3}, 4);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 42, 4), PAGODA_ERR_NOT_FOUND);
+    ck_assert_int_eq(k->ops->release(k->ctx, 1), PAGODA_OK);
+    kv_close(k);
+
+    /* prefix: the committed (hashed) head always stays; the drafts' blocks
+     * are private and go to the free list, not the cache */
+    k = kv_open("prefix", 8, 4, 32, NULL);
+    ck_assert_int_eq(kv_admit(k, 1, toks, 9, 32, NULL, &nc), PAGODA_OK); /* 3 blocks */
+    ck_assert_int_eq(k->ops->commit(k->ctx, 1, toks, 9), PAGODA_OK);    /* 2 full, hashed */
+    ck_assert_int_eq(k->ops->grow(k->ctx, 1, 18), PAGODA_OK);           /* 10 + 8 drafts */
+    ck_assert_int_eq(kv_stats(k).free_blocks, 3);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 1, 10), PAGODA_OK);
+    st = kv_stats(k);
+    ck_assert_int_eq(st.free_blocks, 5);
+    ck_assert_int_eq(st.used_blocks, 3);
+    ck_assert_int_eq(st.cached_blocks, 0);
+    const int32_t *t = NULL;
+    int32_t nb = 0;
+    ck_assert_int_eq(k->ops->block_table(k->ctx, 1, &t, &nb), PAGODA_OK);
+    ck_assert_int_eq(nb, 3);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 1, 1), PAGODA_OK); /* below the committed 8 */
+    ck_assert_int_eq(k->ops->block_table(k->ctx, 1, &t, &nb), PAGODA_OK);
+    ck_assert_int_eq(nb, 2);
+    ck_assert_int_eq(kv_stats(k).free_blocks, 6);
+    /* the kept head is still a hit for a prompt that starts alike */
+    ck_assert_int_eq(k->ops->release(k->ctx, 1), PAGODA_OK);
+    ck_assert_int_eq(kv_admit(k, 2, toks, 12, 32, NULL, &nc), PAGODA_OK);
+    ck_assert_int_eq(nc, 8);
+    ck_assert_int_eq(k->ops->shrink(k->ctx, 42, 4), PAGODA_ERR_NOT_FOUND);
+    ck_assert_int_eq(k->ops->release(k->ctx, 2), PAGODA_OK);
+    kv_close(k);
+}
+END_TEST
+
 /* ------------------------------------------------------- random stress */
 
 #define ST_MAXT 64
@@ -696,6 +769,7 @@ static Suite *suite(void)
     tcase_add_test(tc, prefix_shares_blocks);
     tcase_add_test(tc, prefix_lru_eviction);
     tcase_add_test(tc, prefix_salt_isolation);
+    tcase_add_test(tc, shrink_gives_draft_blocks_back);
     tcase_add_loop_test(tc, stress_paged, 0, 2);
     tcase_add_loop_test(tc, stress_contiguous, 0, 2);
     tcase_add_loop_test(tc, stress_prefix, 0, 3);

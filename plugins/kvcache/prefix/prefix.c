@@ -493,6 +493,19 @@ static int prefix_block_table(void *ctx, uint64_t seq_id, const int32_t **table,
     return PAGODA_OK;
 }
 
+/* A sequence drops block id: the last holder of a hashed block leaves it
+ * cached (and offered to the tier), of any other one free. */
+static void unref_block(prefix *p, int32_t id)
+{
+    if (--p->b[id].ref > 0) return;
+    if (p->b[id].hashed) {
+        lru_append(p, id);
+        tier_put_block(p, id);
+    } else {
+        p->free_ids[p->n_free++] = id;
+    }
+}
+
 static int prefix_release(void *ctx, uint64_t seq_id)
 {
     prefix *p = ctx;
@@ -502,18 +515,26 @@ static int prefix_release(void *ctx, uint64_t seq_id)
     /* Last block first: a chain's tail becomes least recently used before
      * its head, so eviction cuts chains from the end and the head, which
      * more prompts share, stays reachable longest. */
-    for (int32_t i = s->n_blocks - 1; i >= 0; i--) {
-        int32_t id = s->blocks[i];
-        if (--p->b[id].ref > 0) continue;
-        if (p->b[id].hashed) {
-            lru_append(p, id);
-            tier_put_block(p, id);
-        } else {
-            p->free_ids[p->n_free++] = id;
-        }
-    }
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--) unref_block(p, s->blocks[i]);
     free(s->blocks);
     *s = p->seqs[--p->n_seqs];
+    return PAGODA_OK;
+}
+
+/* Blocks past what n_total tokens need leave the sequence as release()
+ * would drop them (last first). They hold only rejected draft tokens,
+ * never committed ones, so they are unhashed and private and go to the
+ * free list; the hashed head (n_hashed blocks) always stays. */
+static int prefix_shrink(void *ctx, uint64_t seq_id, int32_t n_total)
+{
+    prefix *p = ctx;
+    prefix_seq *s = find_seq(p, seq_id);
+    if (!s)
+        return p->host->error(p->host, PAGODA_ERR_NOT_FOUND, "kvcache.prefix: shrink of unknown sequence %llu",
+                              (unsigned long long)seq_id);
+    int32_t keep = blocks_for(p, n_total);
+    if (keep < s->n_hashed) keep = s->n_hashed;
+    while (s->n_blocks > keep) unref_block(p, s->blocks[--s->n_blocks]);
     return PAGODA_OK;
 }
 
@@ -599,6 +620,7 @@ static const pagoda_kvcache_ops prefix_ops = {
     .blocks_needed = prefix_blocks_needed,
     .reset_cache = prefix_reset_cache,
     .inspect = prefix_inspect,
+    .shrink = prefix_shrink,
 };
 
 static const pagoda_plugin_desc prefix_desc = {
