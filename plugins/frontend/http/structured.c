@@ -494,7 +494,8 @@ static char *call_args(json_t *args)
 {
     json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
                                       : json_incref(args);
-    char *at = json_dumps(av ? av : json_object(), JSON_ENCODE_ANY);
+    if (!av) av = json_object(); /* none, or a string that is no JSON */
+    char *at = av ? json_dumps(av, JSON_ENCODE_ANY) : NULL;
     json_decref(av);
     return at;
 }
