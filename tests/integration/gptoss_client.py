@@ -26,19 +26,11 @@ import re
 import sys
 import urllib.request
 
+from integ_check import check, failures
 from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 GRAMMAR = ('root ::= "<|channel|>analysis<|message|>" [a-z ]{2,24} '
@@ -217,8 +209,8 @@ def main():
     chat(client, base_url, key, ids[0])
     tools(client, base_url, key, ids[0])
     responses(client, base_url, key, ids[0])
-    print("gptoss_client:", "OK" if not failures else f"{failures} failures")
-    sys.exit(1 if failures else 0)
+    print("gptoss_client:", "OK" if not failures() else f"{failures()} failures")
+    sys.exit(1 if failures() else 0)
 
 
 if __name__ == "__main__":

@@ -18,24 +18,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 integ_tmp gptoss
 
 venv=
-for v in "$build/openai-venv" "$build/agents-venv" "$build/gptoss-venv"; do
+for v in "$build/openai-venv" "$build/agents-venv"; do
     if [ -f "$v/.pagoda-ok" ]; then venv=$v; break; fi
 done
-if [ -z "$venv" ]; then
-    venv=$build/gptoss-venv
-    rm -rf "$venv"
-    if ! python3 -m venv "$venv" >"$tmp/venv.log" 2>&1; then
-        echo "SKIP: python3 -m venv failed (install python3-venv):"; tail -3 "$tmp/venv.log"
-        exit 77
-    fi
-    if ! "$venv/bin/pip" install --disable-pip-version-check -q --timeout 20 --retries 1 openai \
-            >"$tmp/pip.log" 2>&1; then
-        echo "SKIP: pip could not install openai (PyPI unreachable?):"; tail -3 "$tmp/pip.log"
-        rm -rf "$venv"
-        exit 77
-    fi
-    touch "$venv/.pagoda-ok"
-fi
+[ -n "$venv" ] || { venv=$build/gptoss-venv; integ_venv "$venv" openai; }
 
 model=$tmp/gpt-oss-tiny.gguf
 "$PAGODA_BIN" gen-model --shape gpt-oss-tiny --type MXFP4 \

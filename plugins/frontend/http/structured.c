@@ -513,6 +513,29 @@ static const char *reasoning_of(json_t *m)
     return NULL;
 }
 
+/* A call's name and arguments (a string or an object) out of
+ * messages[i].tool_calls[k]; 0, or -1 with pe filled. */
+static int call_fields(json_t *call, int i, size_t k, json_t **name, json_t **args, perr *pe)
+{
+    json_t *fn = json_object_get(call, "function");
+    *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+    if (json_is_string(*name) && (!*args || json_is_string(*args) || json_is_object(*args))) return 0;
+    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
+                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+}
+
+/* The earlier call a tool message m answers: the one its tool_call_id
+ * names, else the latest (NULL when there was none). */
+static const past_call *call_answered(json_t *m, const past_call *past, int n_past)
+{
+    json_t *tid = json_object_get(m, "tool_call_id");
+    const past_call *pc = n_past ? &past[n_past - 1] : NULL;
+    for (int j = 0; json_is_string(tid) && j < n_past; j++)
+        if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+    return pc;
+}
+
 /* harmony (gpt-oss): the messages rebuilt, since one assistant message
  * with calls becomes several, as gpt-oss's template writes them: the tools
  * namespace (harmony.h) as a "tools" message first; an assistant's text
@@ -583,14 +606,8 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
             size_t c;
             json_t *call;
             json_array_foreach(calls, c, call) {
-                json_t *fn = json_object_get(call, "function");
-                json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-                json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-                if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
-                    st = rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
-                                 "{\"name\": ..., \"arguments\": \"...\"}}", i, c);
-                    goto out;
-                }
+                json_t *name, *args;
+                if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
                 char *at = call_args(args);
                 sbuf r = {0};
                 sb_str(&r, "assistant to=functions.");
@@ -608,10 +625,7 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                                                  json_string_value(name), (int)c};
             }
         } else if (!strcmp(role, "tool")) {
-            json_t *tid = json_object_get(m, "tool_call_id");
-            const past_call *pc = n_past ? &past[n_past - 1] : NULL;
-            for (int j = 0; json_is_string(tid) && j < n_past; j++)
-                if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+            const past_call *pc = call_answered(m, past, n_past);
             if (!pc) {
                 st = rf_fail(pe, "messages", "messages[%d] is a tool result with no earlier tool call", i);
                 goto out;
@@ -674,13 +688,10 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
             size_t k;
             json_t *c;
             json_array_foreach(calls, k, c) {
-                json_t *fn = json_object_get(c, "function");
-                json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-                json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-                if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
+                json_t *name, *args;
+                if (call_fields(c, i, k, &name, &args, pe)) {
                     free(b.p);
-                    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
-                                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+                    return -1;
                 }
                 char *at = call_args(args);
                 if (!at) {
@@ -700,11 +711,8 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         } else if (!strcmp(role, "tool")) {
-            /* the call it answers: by tool_call_id, else the latest */
             json_t *tid = json_object_get(m, "tool_call_id");
-            const past_call *pc = n_past ? &past[n_past - 1] : NULL;
-            for (int j = 0; json_is_string(tid) && j < n_past; j++)
-                if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+            const past_call *pc = call_answered(m, past, n_past);
             const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
             sbuf b = {0};
             if (fmt == FMT_KIMI) {
