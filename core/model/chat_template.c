@@ -512,8 +512,12 @@ static bool is_effort(const char *e)
  * <|end|> turns; an earlier assistant turn is its final channel only (the
  * analysis of earlier turns is dropped, as the template does); the
  * generation prompt is <|start|>assistant, the model writing the channel.
- * Later system messages are dropped, as the template drops them. Returns
- * false with err filled for markup in an assistant turn. */
+ * Later system messages are dropped, as the template drops them. The
+ * frontend's conventions (chat_template.h): a "tools" message is the tools
+ * namespace (the developer message's "# Tools", and the system message's
+ * line that calls go to the commentary channel), an "analysis" message an
+ * assistant's analysis beside its calls. Returns false with err filled for
+ * markup in an assistant turn. */
 static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *effort,
                            const char *date, char *err, size_t err_len)
 {
@@ -525,11 +529,15 @@ static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, 
         strftime(today, sizeof today, "%Y-%m-%d", &tm);
         date = today;
     }
+    const char *tools = NULL;
+    for (int32_t i = 0; i < n; i++)
+        if (is_role(&msgs[i], "tools")) tools = content_of(&msgs[i]);
     int32_t start = 0;
+    while (start < n && is_role(&msgs[start], "tools")) start++;
     const char *dev = NULL;
-    if (n > 0 && (is_role(&msgs[0], "system") || is_role(&msgs[0], "developer"))) {
-        dev = content_of(&msgs[0]);
-        start = 1;
+    if (start < n && (is_role(&msgs[start], "system") || is_role(&msgs[start], "developer"))) {
+        dev = content_of(&msgs[start]);
+        start++;
     }
     if (!effort && dev) effort = effort_in(dev);
     sb_add(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
@@ -538,26 +546,43 @@ static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, 
     sb_add(b, "\n\nReasoning: ");
     sb_add(b, effort ? effort : "medium");
     sb_add(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
-              "message.<|end|>");
-    if (dev && *dev) {
-        sb_add(b, "<|start|>developer<|message|># Instructions\n\n");
-        sb_add(b, dev);
-        sb_add(b, "\n\n<|end|>");
+              "message.");
+    if (tools) sb_add(b, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    sb_add(b, "<|end|>");
+    if ((dev && *dev) || tools) {
+        sb_add(b, "<|start|>developer<|message|>");
+        if (dev && *dev) {
+            sb_add(b, "# Instructions\n\n");
+            sb_add(b, dev);
+            sb_add(b, "\n\n");
+        }
+        if (tools) {
+            sb_add(b, "# Tools\n\n");
+            sb_add(b, tools);
+        }
+        sb_add(b, "<|end|>");
     }
     for (int32_t i = start; i < n; i++) {
         const char *c = content_of(&msgs[i]);
+        bool analysis = is_role(&msgs[i], "analysis");
+        if ((analysis || is_role(&msgs[i], "assistant")) &&
+            (strstr(c, "<|channel|>") || strstr(c, "<|start|>") || strstr(c, "<|message|>"))) {
+            if (err && err_len)
+                snprintf(err, err_len, "chat render: message %d (%s) holds harmony markup "
+                         "(<|channel|>, <|start|> or <|message|>); give the %s alone as its content", i,
+                         msgs[i].role, analysis ? "reasoning" : "final answer");
+            return false;
+        }
         if (is_role(&msgs[i], "assistant")) {
-            if (strstr(c, "<|channel|>") || strstr(c, "<|start|>") || strstr(c, "<|message|>")) {
-                if (err && err_len)
-                    snprintf(err, err_len, "chat render: message %d (assistant) holds harmony markup "
-                             "(<|channel|>, <|start|> or <|message|>); give the final answer alone as "
-                             "its content", i);
-                return false;
-            }
             bool last = i == n - 1 && !gen;
             sb_add(b, "<|start|>assistant<|channel|>final<|message|>");
             sb_add(b, c);
             sb_add(b, last ? "<|return|>" : "<|end|>");
+        } else if (is_role(&msgs[i], "analysis")) {
+            /* an assistant's text beside its calls: the template's analysis message */
+            sb_add(b, "<|start|>assistant<|channel|>analysis<|message|>");
+            sb_add(b, c);
+            sb_add(b, "<|end|>");
         } else if (is_role(&msgs[i], "user")) {
             sb_add(b, "<|start|>user<|message|>");
             sb_add(b, c);

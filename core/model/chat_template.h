@@ -53,7 +53,13 @@
  * (<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>
  * ARGS<|call|>) and a result as role "functions.NAME" (<|start|>functions.NAME
  * to=assistant<|channel|>commentary<|message|>"JSON string"<|end|>); a bare
- * "tool" role is refused there (PAGODA_ERR_UNSUPPORTED).
+ * "tool" role is refused there (PAGODA_ERR_UNSUPPORTED). Two more harmony
+ * roles the HTTP frontend writes: "tools", whose content is the tools
+ * namespace ("## functions\n\nnamespace functions {...}", wherever it
+ * stands: the developer message gets "# Tools\n\n" and it, the system
+ * message the line "Calls to these tools must go to the commentary
+ * channel: 'functions'."), and "analysis", an assistant's text beside its
+ * calls (<|start|>assistant<|channel|>analysis<|message|>TEXT<|end|>).
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text

@@ -24,6 +24,34 @@ integ_cleanup() {
 
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
+# integ_venv DIR PACKAGE...: a Python virtual environment at DIR with the
+# packages from PyPI, made once (DIR/.pagoda-ok marks a finished one, which
+# later runs reuse); exits 77 (ctest: skipped) with a message when the venv
+# module is missing or pip cannot install them. Needs $tmp (integ_tmp).
+integ_venv() {
+    local dir=$1
+    shift
+    # the marker lists what the venv holds: one that lacks a package asked
+    # for now (an older venv, or one another script made with fewer) is rebuilt
+    local have=1 p
+    for p in "$@"; do
+        grep -qx -- "$p" "$dir/.pagoda-ok" 2>/dev/null || have=0
+    done
+    [ "$have" = 1 ] && return 0
+    rm -rf "$dir"
+    if ! python3 -m venv "$dir" >"$tmp/venv.log" 2>&1; then
+        echo "SKIP: python3 -m venv failed (install python3-venv):"; tail -3 "$tmp/venv.log"
+        exit 77
+    fi
+    if ! "$dir/bin/pip" install --disable-pip-version-check -q --timeout 20 --retries 1 "$@" \
+            >"$tmp/pip.log" 2>&1; then
+        echo "SKIP: pip could not install $* (PyPI unreachable?):"; tail -3 "$tmp/pip.log"
+        rm -rf "$dir"
+        exit 77
+    fi
+    printf '%s\n' "$@" >"$dir/.pagoda-ok"
+}
+
 # start_server LOG PORTFILE ARGS...: `pagoda ARGS` in the background ($pid)
 # on port 0 writing PORTFILE, output to LOG; waits (bounded: 30 s) for the
 # port ($port). Returns 1 when the server exited or wrote no port first.

@@ -16,20 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 venv=$build/openai-venv
 integ_tmp openai
 
-if [ ! -f "$venv/.pagoda-ok" ]; then
-    rm -rf "$venv"
-    if ! python3 -m venv "$venv" >"$tmp/venv.log" 2>&1; then
-        echo "SKIP: python3 -m venv failed (install python3-venv):"; tail -3 "$tmp/venv.log"
-        exit 77
-    fi
-    if ! "$venv/bin/pip" install --disable-pip-version-check -q --timeout 20 --retries 1 openai \
-            >"$tmp/pip.log" 2>&1; then
-        echo "SKIP: pip could not install openai (PyPI unreachable?):"; tail -3 "$tmp/pip.log"
-        rm -rf "$venv"
-        exit 77
-    fi
-    touch "$venv/.pagoda-ok"
-fi
+integ_venv "$venv" openai
 
 # server LOG PORTFILE [--set k=v ...]: the server with the API key in the background ($pid, $port)
 server() {

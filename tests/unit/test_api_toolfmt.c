@@ -2,11 +2,14 @@
  * (plugins/frontend/http/api/toolfmt.c) read into the frontend's parts:
  * the family's output is normalized, then split (split.c) into text,
  * reasoning and calls; every cut into two pieces, byte by byte, and 300
- * random chunkings give the same parts as the whole. No model, no server. */
+ * random chunkings give the same parts as the whole. Also harmony.c's
+ * tools namespace against jinja2 renders of gpt-oss's template. No model,
+ * no server. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "harmony.h"
 #include "split.h"
 #include "split_testutil.h"
 #include "testutil.h"
@@ -157,12 +160,53 @@ START_TEST(bodies_and_probe)
 }
 END_TEST
 
+/* gpt-oss's tools namespace: harmony_tools_ns on each renders.json case's
+ * tools is the "tools" message its expected text was rendered with (the
+ * template's render_tool_namespace; make_renders.py), and that text stands
+ * in the expected render (test_chat_template checks the rest). */
+START_TEST(harmony_tools_reference)
+{
+    json_error_t je;
+    json_t *root = json_load_file(tu_src("tests/data/chat/renders.json"), 0, &je);
+    ck_assert_msg(root != NULL, "renders.json: %s", je.text);
+    size_t i, n_checked = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        json_t *tools = json_object_get(c, "tools");
+        if (!json_array_size(tools)) continue;
+        const char *want = NULL;
+        size_t k;
+        json_t *m;
+        json_array_foreach(json_object_get(c, "messages"), k, m)
+            if (!strcmp(json_string_value(json_object_get(m, "role")), "tools"))
+                want = json_string_value(json_object_get(m, "content"));
+        ck_assert_ptr_nonnull(want);
+        char *got = harmony_tools_ns(tools);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_msg(!strcmp(got, want), "%s:\n got  '%s'\n want '%s'",
+                      json_string_value(json_object_get(c, "name")), got, want);
+        ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(c, "expected")), got));
+        free(got);
+        n_checked++;
+    }
+    ck_assert_uint_ge(n_checked, 3);
+    /* a tool without description or parameters, the flat (Responses) form */
+    json_t *flat = json_loads("[{\"type\": \"function\", \"name\": \"f\"}]", 0, NULL);
+    char *got = harmony_tools_ns(flat);
+    ck_assert_str_eq(got, "## functions\n\nnamespace functions {\n\ntype f = () => any;\n\n} // namespace functions");
+    free(got);
+    json_decref(flat);
+    json_decref(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api_toolfmt");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, every_chunking);
     tcase_add_test(tc, bodies_and_probe);
+    tcase_add_test(tc, harmony_tools_reference);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -420,8 +420,10 @@ START_TEST(test_family_history)
          "\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f"
          "\n```json\n{\"x\": 1}\n```",
          "<|tool|>5\n", "function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C><function-name>"},
+        /* harmony: the tools as gpt-oss's TypeScript namespace, a message of its own */
         {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
-         "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"},
+         "<|tools|>## functions\n\nnamespace functions {\n\ntype f = (_: {\nx?: number,\n}) => any;\n\n"
+         "} // namespace functions\n"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
@@ -539,6 +541,52 @@ START_TEST(test_family_auto)
 }
 END_TEST
 
+/* harmony: an assistant's text beside its calls is its analysis message
+ * (dropped once a later assistant message answers without calls, as the
+ * template does), every call of a turn a message of its own, each result
+ * authored by the function its tool_call_id names. */
+START_TEST(test_harmony_history)
+{
+#define CALL(id, name, args) "{\"id\":\"" id "\",\"type\":\"function\",\"function\":{\"name\":\"" name \
+                             "\",\"arguments\":\"" args "\"}}"
+#define U(c) "{\"role\":\"user\",\"content\":\"" c "\"}"
+    static const char turn[] = U("go") ",{\"role\":\"assistant\",\"content\":\"Two lookups.\",\"tool_calls\":["
+                               CALL("a1", "f", "{\\\"x\\\": 1}") "," CALL("b2", "g", "{}") "]},"
+                               "{\"role\":\"tool\",\"tool_call_id\":\"b2\",\"content\":\"B\"},"
+                               "{\"role\":\"tool\",\"tool_call_id\":\"a1\",\"content\":\"A\"}";
+    static const char tools[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+                                "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"max_tokens\":2}";
+    g_gen_prompt = "<|start|>assistant";
+    srv_start_with(&S, NULL, 0, family_tweak);
+    char body[2048];
+    snprintf(body, sizeof body, "{\"messages\":[%s],%s", turn, tools);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    const char *p = last_logged()->prompt;
+    static const char head[] = "<|tools|>## functions\n\nnamespace functions {\n\ntype f = () => any;\n\n"
+                               "type g = () => any;\n\n} // namespace functions\n<|user|>go\n";
+    ck_assert_msg(!strncmp(p, head, sizeof head - 1), "%s", p);
+    ck_assert_ptr_nonnull(strstr(p, "<|analysis|>Two lookups.\n<|assistant to=functions.f|>{\"x\": 1}\n"
+                                    "<|assistant to=functions.g|>{}\n<|functions.g|>B\n<|functions.f|>A\n"));
+    /* a later answer without calls: the analysis is dropped */
+    snprintf(body, sizeof body, "{\"messages\":[%s,{\"role\":\"assistant\",\"content\":\"done\"}," U("more") "],%s",
+             turn, tools);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    p = last_logged()->prompt;
+    ck_assert_msg(!strstr(p, "<|analysis|>") && strstr(p, "<|assistant to=functions.g|>{}\n"), "%s", p);
+    /* reasoning_content beside the calls is the analysis; with content too, a 400 */
+    snprintf(body, sizeof body, "{\"messages\":[" U("go") ",{\"role\":\"assistant\",\"content\":null,"
+             "\"reasoning_content\":\"Hmm.\",\"tool_calls\":[" CALL("a1", "f", "{}") "]}],%s", tools);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    ck_assert_ptr_nonnull(strstr(last_logged()->prompt, "<|analysis|>Hmm.\n<|assistant to=functions.f|>{}\n"));
+    snprintf(body, sizeof body, "{\"messages\":[" U("go") ",{\"role\":\"assistant\",\"content\":\"x\","
+             "\"thinking\":\"Hmm.\",\"tool_calls\":[" CALL("a1", "f", "{}") "]}],%s", tools);
+    expect_400("/v1/chat/completions", body, "messages", "both content and reasoning");
+    srv_stop(&S);
+#undef CALL
+#undef U
+}
+END_TEST
+
 /* A message's channel must be one of harmony's three. */
 START_TEST(test_harmony_bad_channel)
 {
@@ -578,6 +626,7 @@ static Suite *suite(void)
     tcase_set_timeout(fm, 60);
     tcase_add_test(fm, test_family_history);
     tcase_add_test(fm, test_family_auto);
+    tcase_add_test(fm, test_harmony_history);
     suite_add_tcase(s, fm);
     return s;
 }

@@ -31,6 +31,7 @@
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
+#include "api/harmony.h"
 #include "api/toolfmt.h"
 
 #define OPEN_TAG "<tool_call>"
@@ -590,9 +591,189 @@ static char *role_content(pagoda_chat_message *m, const char *role, size_t rl, c
     return p;
 }
 
+/* A call's arguments as the model would have written them: the object
+ * itself when the string holds one (malloc'd; NULL when out of memory). */
+static char *call_args(json_t *args)
+{
+    json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
+                                      : json_incref(args);
+    if (!av) av = json_object(); /* none, or a string that is no JSON */
+    char *at = av ? json_dumps(av, JSON_ENCODE_ANY) : NULL;
+    json_decref(av);
+    return at;
+}
+
+/* An assistant message's reasoning, by the names clients send it under
+ * (vLLM's and DeepSeek's reasoning_content, reasoning, the gpt-oss
+ * template's thinking), or NULL. */
+static const char *reasoning_of(json_t *m)
+{
+    static const char *const keys[] = {"reasoning_content", "reasoning", "thinking"};
+    for (size_t k = 0; k < 3; k++) {
+        json_t *v = json_object_get(m, keys[k]);
+        if (json_is_string(v) && json_string_length(v)) return json_string_value(v);
+    }
+    return NULL;
+}
+
+/* A call's name and arguments (a string or an object) out of
+ * messages[i].tool_calls[k]; 0, or -1 with pe filled. */
+static int call_fields(json_t *call, int i, size_t k, json_t **name, json_t **args, perr *pe)
+{
+    json_t *fn = json_object_get(call, "function");
+    *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+    if (json_is_string(*name) && (!*args || json_is_string(*args) || json_is_object(*args))) return 0;
+    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
+                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+}
+
+/* The earlier call a tool message m answers: the one its tool_call_id
+ * names, else the latest (NULL when there was none). */
+static const past_call *call_answered(json_t *m, const past_call *past, int n_past)
+{
+    json_t *tid = json_object_get(m, "tool_call_id");
+    const past_call *pc = n_past ? &past[n_past - 1] : NULL;
+    for (int j = 0; json_is_string(tid) && j < n_past; j++)
+        if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+    return pc;
+}
+
+/* harmony (gpt-oss): the messages rebuilt, since one assistant message
+ * with calls becomes several, as gpt-oss's template writes them: the tools
+ * namespace (harmony.h) as a "tools" message first; an assistant's text
+ * (or its reasoning) beside its calls as an "analysis" message, unless a
+ * later assistant message answers without calls (the template drops it
+ * then); each call a message "assistant to=functions.NAME" holding its
+ * arguments (the template writes only a turn's first call; harmony gives
+ * every call a message of its own, the first one as the template does);
+ * a tool result as "functions.NAME", the call its tool_call_id names (else
+ * the latest). core/model/chat_template.c renders these roles. */
+static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
+                            perr *pe)
+{
+    json_t *arr = json_object_get(o, "messages");
+    size_t cap = (size_t)*n + 1;
+    for (int i = 0; i < *n; i++) {
+        json_t *calls = json_object_get(json_array_get(arr, (size_t)i), "tool_calls");
+        if (json_is_array(calls)) cap += json_array_size(calls) + 1;
+    }
+    pagoda_chat_message *nm = calloc(cap, sizeof *nm);
+    char **no = calloc(cap, sizeof *no);
+    int *src = malloc(cap * sizeof *src); /* the old message whose owned text a slot takes over */
+    int k = 0, st = 0;
+    past_call past[64];
+    int n_past = 0;
+    if (!nm || !no || !src) {
+        st = rf_fail(pe, "messages", "out of memory");
+        goto out;
+    }
+    for (size_t j = 0; j < cap; j++) src[j] = -1;
+    if (sr->tools && json_array_size(sr->tools)) {
+        char *ns = harmony_tools_ns(sr->tools);
+        if (!ns) {
+            st = rf_fail(pe, "messages", "out of memory");
+            goto out;
+        }
+        nm[k] = (pagoda_chat_message){.role = "tools", .content = ns};
+        no[k++] = ns;
+    }
+    for (int i = 0; i < *n; i++) {
+        json_t *m = json_array_get(arr, (size_t)i);
+        const char *role = (*msgs)[i].role;
+        const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (!strcmp(role, "assistant") && calls && !json_is_null(calls)) {
+            if (!json_is_array(calls)) {
+                st = rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
+                goto out;
+            }
+            const char *reason = reasoning_of(m);
+            if (reason && *content) {
+                st = rf_fail(pe, "messages", "messages[%d] has both content and reasoning beside its tool_calls: "
+                             "harmony keeps one analysis message; give one of them", i);
+                goto out;
+            }
+            bool later_final = false;
+            for (size_t j = (size_t)i + 1; j < json_array_size(arr); j++) {
+                json_t *f = json_array_get(arr, j);
+                json_t *fc = json_object_get(f, "tool_calls");
+                later_final |= json_is_string(json_object_get(f, "role")) &&
+                               !strcmp(json_string_value(json_object_get(f, "role")), "assistant") &&
+                               (!fc || json_is_null(fc));
+            }
+            if (!later_final && (reason || *content)) {
+                nm[k] = (pagoda_chat_message){.role = "analysis", .content = reason ? reason : content};
+                src[k++] = reason ? -1 : i;
+            }
+            size_t c;
+            json_t *call;
+            json_array_foreach(calls, c, call) {
+                json_t *name, *args;
+                if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
+                char *at = call_args(args);
+                sbuf r = {0};
+                sb_str(&r, "assistant to=functions.");
+                sb_str(&r, json_string_value(name));
+                no[k] = at && r.p ? role_content(&nm[k], r.p, r.len, at) : NULL;
+                free(at);
+                free(r.p);
+                if (!no[k++]) {
+                    st = rf_fail(pe, "messages", "out of memory");
+                    goto out;
+                }
+                json_t *id = json_object_get(call, "id");
+                if (n_past < 64)
+                    past[n_past++] = (past_call){json_is_string(id) ? json_string_value(id) : NULL,
+                                                 json_string_value(name), (int)c};
+            }
+        } else if (!strcmp(role, "tool")) {
+            const past_call *pc = call_answered(m, past, n_past);
+            if (!pc) {
+                st = rf_fail(pe, "messages", "messages[%d] is a tool result with no earlier tool call", i);
+                goto out;
+            }
+            sbuf r = {0};
+            sb_str(&r, "functions.");
+            sb_str(&r, pc->name);
+            no[k] = r.p ? role_content(&nm[k], r.p, r.len, content) : NULL;
+            free(r.p);
+            if (!no[k++]) {
+                st = rf_fail(pe, "messages", "out of memory");
+                goto out;
+            }
+        } else {
+            nm[k] = (*msgs)[i];
+            src[k++] = i;
+        }
+    }
+    /* success: the slots take over the texts they point at */
+    for (int j = 0; j < k; j++) {
+        if (src[j] < 0) continue;
+        no[j] = (*owned)[src[j]];
+        (*owned)[src[j]] = NULL;
+    }
+    for (int i = 0; i < *n; i++) free((*owned)[i]);
+    free(*owned);
+    free(*msgs);
+    *msgs = nm;
+    *owned = no;
+    *n = k;
+    nm = NULL;
+    no = NULL;
+out:
+    if (no)
+        for (size_t j = 0; j < cap; j++) free(no[j]);
+    free(no);
+    free(nm);
+    free(src);
+    return st;
+}
+
 int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
                      perr *pe)
 {
+    if (fmt == FMT_HARMONY) return harmony_messages(o, sr, msgs, owned, n, pe);
     json_t *arr = json_object_get(o, "messages");
     past_call past[64];
     int n_past = 0;
@@ -604,39 +785,23 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
             if (!json_is_array(calls))
                 return rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
             sbuf b = {0};
-            sb_str(&b, fmt == FMT_HARMONY ? "" : (*msgs)[i].content ? (*msgs)[i].content : "");
+            sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
             if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_BEGIN);
             if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_begin|>");
-            const char *first = NULL;
             size_t k;
             json_t *c;
             json_array_foreach(calls, k, c) {
-                json_t *fn = json_object_get(c, "function");
-                json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-                json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-                if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
+                json_t *name, *args;
+                if (call_fields(c, i, k, &name, &args, pe)) {
                     free(b.p);
-                    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
-                                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+                    return -1;
                 }
-                /* the arguments as the model would have written them: the
-                 * object itself when the string holds one */
-                json_t *av = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
-                                                  : json_incref(args);
-                char *at = json_dumps(av ? av : json_object(), JSON_ENCODE_ANY);
-                json_decref(av);
+                char *at = call_args(args);
                 if (!at) {
                     free(b.p);
                     return rf_fail(pe, "messages", "out of memory");
                 }
-                if (fmt == FMT_HARMONY) { /* one call a turn, as gpt-oss's template assumes */
-                    if (!first) {
-                        first = json_string_value(name);
-                        sb_str(&b, at);
-                    }
-                } else {
-                    write_call(&b, fmt, json_string_value(name), at, (int)k);
-                }
+                write_call(&b, fmt, json_string_value(name), at, (int)k);
                 free(at);
                 json_t *id = json_object_get(c, "id");
                 if (n_past < 64)
@@ -646,35 +811,13 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
             if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
             if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_end|>");
             if (!b.p) sb_str(&b, "");
-            if (fmt == FMT_HARMONY && first) {
-                sbuf r = {0};
-                sb_str(&r, "assistant to=functions.");
-                sb_str(&r, first);
-                char *p = r.p ? role_content(&(*msgs)[i], r.p, r.len, b.p) : NULL;
-                free(r.p);
-                free(b.p);
-                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
-                continue;
-            }
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
         } else if (!strcmp(role, "tool")) {
-            /* the call it answers: by tool_call_id, else the latest */
             json_t *tid = json_object_get(m, "tool_call_id");
-            const past_call *pc = n_past ? &past[n_past - 1] : NULL;
-            for (int j = 0; json_is_string(tid) && j < n_past; j++)
-                if (past[j].id && !strcmp(past[j].id, json_string_value(tid))) pc = &past[j];
+            const past_call *pc = call_answered(m, past, n_past);
             const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
             sbuf b = {0};
-            if (fmt == FMT_HARMONY) {
-                if (!pc) return rf_fail(pe, "messages", "messages[%d] is a tool result with no earlier tool call", i);
-                sb_str(&b, "functions.");
-                sb_str(&b, pc->name);
-                char *p = b.p ? role_content(&(*msgs)[i], b.p, b.len, content) : NULL;
-                free(b.p);
-                if (own(owned, *n, i, p) < 0) return rf_fail(pe, "messages", "out of memory");
-                continue;
-            }
             if (fmt == FMT_KIMI) {
                 char idx[16] = "";
                 sb_str(&b, "## Return of ");
@@ -730,10 +873,6 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
     case FMT_KIMI:
         sb_str(&b, "<|tool_calls_section_begin|><|tool_call_begin|>functions.<function-name>:0"
                    "<|tool_call_argument_begin|><args-json-object><|tool_call_end|><|tool_calls_section_end|>");
-        break;
-    case FMT_HARMONY:
-        sb_str(&b, "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|>"
-                   "<args-json-object><|call|>");
         break;
     case FMT_LLAMA3:
         sb_str(&b, "{\"name\": <function-name>, \"parameters\": <args-json-object>}\nas the whole reply.");

@@ -43,8 +43,10 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, per
  * renders, in the family fmt's syntax (FMT_*, api/toolfmt.h): the tools
  * listed in the system turn with the family's call example, an
  * assistant's tool_calls as the family writes them (Hermes <tool_call>
- * blocks, Llama 3 JSON, DeepSeek's and Kimi's markers; harmony: the role
- * "assistant to=functions.N" with the arguments, one call a turn), a
+ * blocks, Llama 3 JSON, DeepSeek's and Kimi's markers; harmony: its text
+ * as an "analysis" message, each call a message "assistant to=functions.N"
+ * with the arguments, the tools as a "tools" message holding gpt-oss's
+ * TypeScript namespace, api/harmony.h), a
  * "tool" message's content in <tool_response> (Hermes, Llama 3), as is
  * (DeepSeek), after "## Return of functions.N:I\n" (Kimi) or with the
  * role functions.N (harmony), the call found by tool_call_id. msgs and

@@ -65,6 +65,73 @@ TOOL_PAGODA = {
 }
 
 
+# harmony's tools block (gpt-oss's TypeScript namespace in the developer
+# message) and an assistant's text beside its call: the request's tools
+# (the case's "tools", what the HTTP frontend gets) and the messages as
+# the frontend hands them to the core: a "tools" message holding the
+# namespace (the template's render_tool_namespace macro, which
+# plugins/frontend/http/api/harmony.c writes; test_api_toolfmt compares the
+# two), an "analysis" message for the text beside a call.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
+        "days": {"type": "integer", "default": 3},
+        "ratio": {"type": "number", "default": 0.1},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "grid": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        "pts": {"type": "array", "items": {"type": "object", "properties": {
+            "x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x"]}},
+        "pair": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+        "loose": {"type": "array", "nullable": True},
+        "opt": {"type": ["string", "null"]},
+        "one": {"oneOf": [{"type": "string", "description": "a name"}, {"type": "number", "default": 2}]},
+        "nested": {"type": "object", "properties": {"a": {"type": "boolean"},
+                                                    "b": {"type": "string", "nullable": True}},
+                   "required": ["a"]},
+        "bag": {"type": "object"},
+        "flag": {"type": "boolean", "default": False},
+        "caf\u00e9": {"type": "string", "description": "unicode \u00e9", "default": "cr\u00e8me"},
+        "z": {}}}}}
+NOW = {"type": "function", "function": {"name": "now", "description": "The time",
+                                        "parameters": {"type": "object", "properties": {}}}}
+BARE = {"type": "function", "function": {"name": "ping", "description": "Ping"}}
+HARMONY_TOOLS = [
+    ("tools namespace", [S("Be brief."), U("weather?")], [WEATHER, NOW, BARE]),
+    ("tools without a system message", [U("hi")], [NOW]),
+    ("text beside a call", [U("weather?"), {"role": "assistant", "content": "Let me check.",
+                                             "tool_calls": [CALL]},
+                            {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny"}],
+     [NOW]),
+    ("text beside a call, answered later",
+     [U("weather?"), {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL]},
+      {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny"}, A("Sunny."), U("thanks")], []),
+    ("thinking beside a call", [U("weather?"), {"role": "assistant", "content": "", "thinking": "Look it up.",
+                                                 "tool_calls": [CALL]}], []),
+]
+
+
+def harmony_pagoda(msgs, ns):
+    """msgs as the HTTP frontend hands them to the core (see above)."""
+    out = [{"role": "tools", "content": ns}] if ns else []
+    for m in msgs:
+        if m["role"] == "assistant" and "tool_calls" in m:
+            later = msgs[msgs.index(m) + 1:]
+            if not any(x["role"] == "assistant" and "tool_calls" not in x for x in later):
+                text = m.get("content") or m.get("thinking")
+                if text:
+                    out.append({"role": "analysis", "content": text})
+            fn = m["tool_calls"][0]["function"]
+            out.append({"role": "assistant to=functions." + fn["name"],
+                        "content": json.dumps(fn["arguments"], ensure_ascii=False)})
+        elif m["role"] == "tool":
+            out.append({"role": "functions.get", "content": m["content"]})
+        else:
+            out.append(m)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--templates", required=True)
@@ -102,6 +169,13 @@ def main():
         text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra, **kw)
         cases.append({"family": fam, "name": "tool call and result", "messages": TOOL_PAGODA[fam],
                       "add_generation_prompt": True, "kwargs": kw, "expected": text})
+        if fam == "harmony":
+            mod = tmpl.make_module(vars={"messages": [U("")]})
+            for name, msgs, tools in HARMONY_TOOLS:
+                text = tmpl.render(messages=msgs, tools=tools or None, add_generation_prompt=True, **extra)
+                ns = str(mod.render_tool_namespace("functions", tools)) if tools else None
+                cases.append({"family": fam, "name": name, "messages": harmony_pagoda(msgs, ns),
+                              "tools": tools, "add_generation_prompt": True, "kwargs": {}, "expected": text})
     with open(os.path.join(HERE, "renders.json"), "w", encoding="utf-8") as fp:
         json.dump({"date": DATE, "cases": cases}, fp, ensure_ascii=False, indent=1)
         fp.write("\n")

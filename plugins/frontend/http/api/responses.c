@@ -299,6 +299,9 @@ enum MHD_Result route_responses(http_fe *fe, struct MHD_Connection *conn, conn_s
         v = json_object_get(r, same[i]);
         if (v && !json_is_null(v)) json_object_set(chat, same[i], v);
     }
+    /* pagoda's grammar extension (docs/structured-output.md) as in chat */
+    v = json_object_get(r, "grammar");
+    if (v && !json_is_null(v)) json_object_set(chat, "grammar", v);
     /* reasoning.effort reaches the template (harmony's Reasoning: line) */
     v = json_object_get(r, "reasoning");
     json_t *eff = json_is_object(v) ? json_object_get(v, "effort") : NULL;
