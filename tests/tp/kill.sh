@@ -55,7 +55,12 @@ max_tokens=1000
 pid=$!
 until_true 120 serving || fail "not serving after 120 s"
 running || fail "the job ended before serving"
-grep -q "rank 1: tensor parallel: rank 1 holds its shard" "$tmp/err" || fail "rank 1 did not report its shard"
+# rank 1 logs through its own stderr pipe: its lines may land after rank 0
+# answers /health, so wait for them (bounded) rather than read them once
+shard_logged() { grep -q "rank 1: tensor parallel: rank 1 holds its shard" "$tmp/err"; }
+pid_logged() { grep -q "rank 1 of 2, pid [0-9]" "$tmp/err"; }
+until_true 30 shard_logged || fail "rank 1 did not report its shard"
+until_true 30 pid_logged || fail "rank 1 did not log its pid"
 rank1=$(grep -o "rank 1 of 2, pid [0-9]*" "$tmp/err" | awk '{print $6}')
 [ -n "$rank1" ] || fail "no pid for rank 1 in the log"
 
