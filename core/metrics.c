@@ -256,6 +256,19 @@ char *pagoda_metrics_render(pagoda_metrics *m, const pagoda_engine_stats *st,
                 sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", tc[i].name, tc[i].help,
                           tc[i].name, tc[i].name, (long long)tv[i]);
         }
+        if (st->struct_size >= offsetof(pagoda_engine_stats, tier_prefetch_hit_blocks) + sizeof(int64_t) &&
+            st->tier_on) {
+            static const struct { const char *name, *help; } tc[] = {
+                {"pagoda_kv_tier_prefetched_blocks_total",
+                 "KV blocks read back from the disk tier while their request waited in the queue."},
+                {"pagoda_kv_tier_prefetch_hits_total",
+                 "Of those, blocks their admission found in memory (not read then)."},
+            };
+            int64_t tv[] = {st->tier_prefetched_blocks, st->tier_prefetch_hit_blocks};
+            for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
+                sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", tc[i].name, tc[i].help,
+                          tc[i].name, tc[i].name, (long long)tv[i]);
+        }
         sb_printf(&b, "# HELP pagoda_engine_steps_total Engine steps run.\n"
                       "# TYPE pagoda_engine_steps_total counter\n"
                       "pagoda_engine_steps_total %lld\n", (long long)st->steps_total);

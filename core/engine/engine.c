@@ -327,6 +327,8 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->tier_dropped_blocks = kv.tier_dropped_blocks;
     st->tier_bad_blocks = kv.tier_bad_blocks;
     st->tier_evicted_blocks = kv.tier_evicted_blocks;
+    st->tier_prefetched_blocks = kv.tier_prefetched_blocks;
+    st->tier_prefetch_hit_blocks = kv.tier_prefetch_hit_blocks;
     if (e->spec.drafter) snprintf(st->spec_drafter, sizeof st->spec_drafter, "%s", e->spec.drafter->name);
 }
 

@@ -221,6 +221,8 @@ typedef struct pagoda_engine_stats {
     int64_t tier_hit_tokens;     /* of prefix_hit_tokens, read back from the tier */
     int64_t tier_blocks, tier_bytes;
     int64_t tier_written_blocks, tier_dropped_blocks, tier_bad_blocks, tier_evicted_blocks;
+    /* ---- ABI 1.14: read-ahead while requests wait (pagoda_kv_stats') */
+    int64_t tier_prefetched_blocks, tier_prefetch_hit_blocks;
 } pagoda_engine_stats;
 
 typedef struct pagoda_chat_message {

@@ -49,8 +49,10 @@ extern "C" {
  * template, and speculative decoding: the request's spec_max_draft and the
  * engine stats' spec_* counters (host.h); 1.11 the host's kv_block_bytes, kv_read_block, kv_write_block and
  * kv_fingerprint (a KV policy's disk tier) and pagoda_kv_stats' tier
- * counters. */
-#define PAGODA_ABI_MINOR 11
+ * counters; 1.14 the KV policy's optional prefetch op (read a waiting
+ * request's prefix back from a slower tier ahead of its admit) and the
+ * read-ahead counters in pagoda_kv_stats and pagoda_engine_stats. */
+#define PAGODA_ABI_MINOR 14
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

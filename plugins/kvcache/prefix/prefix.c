@@ -23,7 +23,10 @@
  * sequence (enters the LRU list) is copied out through the host and
  * queued for the store, once per key; admit continues the chain past the
  * pool's hits into the store, reading blocks back into the sequence's
- * fresh blocks and counting them as cached. The tier binds to the
+ * fresh blocks and counting them as cached. While a request waits in the
+ * queue, prefetch names its chain's stored blocks to the tier, whose I/O
+ * thread reads them back ahead (tier_prefetch bounds them), so its admit
+ * copies them from memory. The tier binds to the
  * engine's KV fingerprint at the first admit or release (the host's KV
  * slots serve only once the engine does); it stays off, with a log line,
  * where blocks cannot leave the pool whole (tensor parallelism, a
@@ -34,7 +37,7 @@
  * format (tier.c).
  *
  * Config [kvcache.prefix]: tier_dir (empty: no tier), tier_size, tier_queue,
- * tier_required (prefix_keys below).
+ * tier_prefetch, tier_required (prefix_keys below).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,10 +93,15 @@ typedef struct prefix {
     size_t tier_block_bytes;
     void *tier_buf;           /* one block's KV bytes */
     int64_t tier_hit_tokens;
+    int64_t tier_prefetch;    /* the read-ahead budget, bytes (0: off) */
+    kv_tier_want *want;       /* prefetch's list, cap_want */
+    int32_t cap_want;
+    bool prefetching;         /* the last prefetch asked for some */
 } prefix;
 
 #define TIER_DEFAULT_BYTES (4LL << 30)
 #define TIER_QUEUE_DEFAULT_BYTES (256LL << 20)
+#define TIER_PREFETCH_DEFAULT_BYTES (256LL << 20)
 
 static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_dir", .type = PAGODA_KEY_STRING, .default_str = "",
@@ -102,6 +110,9 @@ static const pagoda_config_key prefix_keys[] = {
      .max = 1e15, .help = "the tier's bound, bytes of block files (least recently used go first)"},
     {.name = "tier_queue", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 1 << 20,
      .max = 1e12, .help = "blocks copied out and waiting to be written (more are dropped)"},
+    {.name = "tier_prefetch", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 0,
+     .max = 1e12, .help = "blocks read back ahead for requests waiting in the queue, held in "
+                          "memory (0: read at admit)"},
     {.name = "tier_required", .type = PAGODA_KEY_BOOL, .default_str = "false",
      .help = "refuse to start when tier_dir cannot be used (else run without the tier)"},
     {.name = NULL},
@@ -253,6 +264,7 @@ static int prefix_create(const pagoda_host *host, void **ctx, char *err, size_t 
         bool required = host->config_bool(host, "tier_required", false);
         int64_t size = host->config_int(host, "tier_size", TIER_DEFAULT_BYTES);
         int64_t queue = host->config_int(host, "tier_queue", TIER_QUEUE_DEFAULT_BYTES);
+        p->tier_prefetch = host->config_int(host, "tier_prefetch", TIER_PREFETCH_DEFAULT_BYTES);
         char why[1200] = "this core has no KV block slots (ABI < 1.11)";
         int st = host_has_tier_slots(host)
                      ? kv_tier_open(&p->tier, host, dir, size, queue, why, sizeof why)
@@ -297,6 +309,7 @@ static void tier_ready(prefix *p)
     }
     p->tier_on = true;
     p->tier_block_bytes = bytes;
+    kv_tier_set_prefetch(p->tier, p->tier_prefetch);
     kv_tier_stats ts;
     kv_tier_get_stats(p->tier, &ts);
     h->log(h, PAGODA_LOG_INFO,
@@ -321,6 +334,7 @@ static void prefix_destroy(void *ctx)
     if (!p) return;
     kv_tier_close(p->tier); /* writes what is queued */
     free(p->tier_buf);
+    free(p->want);
     for (int32_t i = 0; i < p->n_seqs; i++) free(p->seqs[i].blocks);
     free(p->seqs);
     free(p->b);
@@ -540,6 +554,12 @@ static int prefix_stats(void *ctx, pagoda_kv_stats *st)
         st->tier_bad_blocks = ts.bad_blocks;
         st->tier_evicted_blocks = ts.evicted_blocks;
     }
+    if (st->struct_size >= offsetof(pagoda_kv_stats, tier_prefetch_hit_blocks) + sizeof(int64_t)) {
+        kv_tier_stats ts = {0};
+        if (p->tier_on) kv_tier_get_stats(p->tier, &ts);
+        st->tier_prefetched_blocks = ts.prefetched_blocks;
+        st->tier_prefetch_hit_blocks = ts.prefetch_hit_blocks;
+    }
     return PAGODA_OK;
 }
 
@@ -587,6 +607,50 @@ static int prefix_inspect(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blo
     return PAGODA_OK;
 }
 
+/* The waiting sequences' chains, as admit would walk them: past the pool's
+ * hits, the blocks the tier holds up to its first miss, soonest request
+ * first, as many as the read-ahead budget holds; the tier reads them back
+ * on its I/O thread and lets go of what is no longer wanted. */
+static int prefix_prefetch(void *ctx, const pagoda_kv_seq *seqs, int32_t n)
+{
+    prefix *p = ctx;
+    if (!p->b || !p->tier || p->tier_prefetch <= 0) return PAGODA_OK;
+    tier_ready(p);
+    if (!p->tier_on || (n == 0 && !p->prefetching)) return PAGODA_OK;
+    size_t file = p->tier_block_bytes + (size_t)p->block_size * sizeof(int32_t) + 64;
+    int64_t room = p->tier_prefetch / (int64_t)file + 1;
+    int32_t n_want = 0;
+    for (int32_t s = 0; s < n && n_want < room; s++) {
+        const pagoda_kv_seq *q = &seqs[s];
+        if (q->n_tokens <= 0 || q->n_tokens > p->max_seq_len || !q->tokens) continue;
+        uint64_t parent = chain_root(q->cache_salt);
+        int32_t max_hit = (q->n_tokens - 1) / p->block_size;
+        bool in_pool = true;
+        for (int32_t k = 0; k < max_hit && n_want < room; k++) {
+            const int32_t *t = q->tokens + (size_t)k * p->block_size;
+            uint64_t key = block_key(p, t, parent);
+            bool here = table_find(p, key, parent, t) >= 0;
+            if (here && !in_pool) break; /* admit stops there too */
+            if (!here) {
+                in_pool = false;
+                if (!kv_tier_has(p->tier, key)) break;
+                if (n_want == p->cap_want) {
+                    int32_t cap = p->cap_want ? p->cap_want * 2 : 64;
+                    kv_tier_want *nw = realloc(p->want, (size_t)cap * sizeof *nw);
+                    if (!nw) break;
+                    p->want = nw;
+                    p->cap_want = cap;
+                }
+                p->want[n_want++] = (kv_tier_want){.key = key, .parent = parent};
+            }
+            parent = key;
+        }
+    }
+    (void)kv_tier_prefetch(p->tier, p->want, n_want);
+    p->prefetching = n_want > 0;
+    return PAGODA_OK;
+}
+
 static const pagoda_kvcache_ops prefix_ops = {
     .struct_size = sizeof(pagoda_kvcache_ops),
     .init = prefix_init,
@@ -599,6 +663,7 @@ static const pagoda_kvcache_ops prefix_ops = {
     .blocks_needed = prefix_blocks_needed,
     .reset_cache = prefix_reset_cache,
     .inspect = prefix_inspect,
+    .prefetch = prefix_prefetch,
 };
 
 static const pagoda_plugin_desc prefix_desc = {

@@ -24,8 +24,14 @@
  * files are deleted beyond it. A write that fails (a full disk) is a
  * warning and a dropped block, never an error of a request.
  *
- * Threads: every function but the writer is [engine thread]; the index is
- * shared with the writer under a mutex.
+ * Read ahead (kv_tier_prefetch): the blocks requests waiting in the queue
+ * will want are read back by the same I/O thread (reads before writes),
+ * checked, and held in memory, up to a budget, so that admit copies them
+ * instead of reading the disk; a block no longer wanted is let go at the
+ * next call.
+ *
+ * Threads: every function but the I/O thread (the writer) is [engine
+ * thread]; the index is shared with it under a mutex.
  */
 #ifndef PAGODA_PREFIX_TIER_H
 #define PAGODA_PREFIX_TIER_H
@@ -45,7 +51,15 @@ typedef struct kv_tier_stats {
     int64_t dropped_blocks;         /* not written: queue full or a write failed */
     int64_t bad_blocks;             /* files that failed a check on read or scan (deleted) */
     int64_t evicted_blocks;         /* deleted to stay under max_bytes */
+    int64_t prefetched_blocks;      /* read ahead for a waiting request, ever */
+    int64_t prefetch_hit_blocks;    /* of hit_blocks, served from a read-ahead, ever */
+    int64_t staged_blocks;          /* read ahead and held in memory now */
 } kv_tier_stats;
+
+/* One block a waiting request will want: its key and its parent's. */
+typedef struct kv_tier_want {
+    uint64_t key, parent;
+} kv_tier_want;
 
 /* Check that dir can be made and written. */
 int kv_tier_check_dir(const char *dir, char *err, size_t err_len);
@@ -75,8 +89,21 @@ bool kv_tier_put(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
 
 /* Read a stored block into kv (block_bytes): true only when every check
  * passes and its tokens and parent are these. A queued block not yet
- * written is read from the queue. */
+ * written is read from the queue, a block asked for ahead from memory
+ * (waiting for the I/O thread when it has not read it yet). */
 bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv);
+
+/* The read-ahead budget, bytes of block files held in memory (0, the
+ * default: no read-ahead). */
+void kv_tier_set_prefetch(kv_tier *t, int64_t budget_bytes);
+
+/* The blocks the requests waiting now will want, soonest first (each
+ * request's chain in order): as many as the budget holds are read ahead by
+ * the I/O thread (the ones already read stay); every other block read
+ * ahead is let go. Blocks not stored are skipped (the caller stops a chain
+ * at its first miss). Returns how many of them are read or on their way.
+ * Call it with n = 0 when nothing waits. */
+int32_t kv_tier_prefetch(kv_tier *t, const kv_tier_want *want, int32_t n);
 
 void kv_tier_get_stats(kv_tier *t, kv_tier_stats *st);
 
@@ -85,5 +112,9 @@ const char *kv_tier_path(const kv_tier *t);
 
 /* Tests: wait until the writer has written every queued block. */
 void kv_tier_flush(kv_tier *t);
+
+/* Tests: wait until every block asked for by kv_tier_prefetch is read (or
+ * found bad, or let go). */
+void kv_tier_prefetch_wait(kv_tier *t);
 
 #endif
