@@ -44,6 +44,11 @@ typedef struct pagoda_kv_stats {
     /* ABI 1.14: read-ahead while requests wait (the prefetch op) */
     int64_t tier_prefetched_blocks;   /* read back ahead of an admit, ever */
     int64_t tier_prefetch_hit_blocks; /* of those, found in memory by their admit, ever */
+    /* ABI 1.14: a host-RAM level in front of the disk (device backends) */
+    int64_t tier_ram_blocks, tier_ram_bytes; /* in it now (KV bytes) */
+    int64_t tier_ram_hit_blocks;      /* of the tier's hits, served from it, ever */
+    int64_t tier_restore_us;          /* admit's time reading blocks back from the tier
+                                         (on the engine thread), microseconds, ever */
 } pagoda_kv_stats;
 /* Invariant the tests hold: free + used + cached == total (reserved blocks
  * are counted in used). */

@@ -318,6 +318,67 @@ START_TEST(prefetch_reads_ahead)
 }
 END_TEST
 
+/* The host-RAM level: blocks put stay in memory up to its bound, the least
+ * recently used go on to the disk (or away, without one), a get finds a
+ * block in either level, and closing writes the RAM level to the disk. */
+START_TEST(ram_level)
+{
+    char err[1200] = "";
+    kv_tier *t = NULL;
+    /* RAM alone (no directory): the bound drops the least recently used */
+    ck_assert_int_eq(kv_tier_open(&t, &g_host, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert(!kv_tier_has_disk(t));
+    ck_assert_msg(kv_tier_bind(t, "model A", BYTES, BS, err, sizeof err) == 0, "%s", err);
+    kv_tier_set_ram(t, 3 * BYTES);
+    put_all(t, 0, 3);
+    ck_assert(get_ok(t, 0)); /* 0 is now the most recently used */
+    put_all(t, 3, 5);
+    kv_tier_stats st;
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_blocks, 3);
+    ck_assert_int_eq(st.ram_bytes, 3 * BYTES);
+    ck_assert_int_eq(st.ram_evicted_blocks, 2);
+    ck_assert_int_eq(st.blocks, 3);
+    ck_assert_int_eq(st.bytes, 0);
+    ck_assert(!get_ok(t, 1));
+    ck_assert(!get_ok(t, 2));
+    ck_assert(get_ok(t, 0));
+    ck_assert(get_ok(t, 3));
+    ck_assert(get_ok(t, 4));
+    int32_t tok[BS];
+    uint8_t kv[BYTES];
+    fill(4, tok, kv);
+    tok[0]++;
+    ck_assert(!kv_tier_get(t, 1004, 7, tok, kv)); /* another prefix: a miss */
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_hit_blocks, 4);
+    kv_tier_close(t);
+
+    /* RAM in front of the disk: what leaves the RAM level is written */
+    t = open_bound("model A", 1 << 20);
+    ck_assert(kv_tier_has_disk(t));
+    kv_tier_set_ram(t, 2 * BYTES);
+    put_all(t, 0, 5);
+    kv_tier_flush(t);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_blocks, 2);
+    ck_assert_int_eq(st.written_blocks, 3);
+    ck_assert_int_eq(st.blocks, 5);
+    char p[1400];
+    block_path(t, 4, p, sizeof p);
+    ck_assert_msg(access(p, F_OK) != 0, "a block of the RAM level is on disk already");
+    for (int i = 0; i < 5; i++) ck_assert(get_ok(t, i));
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_hit_blocks, 2);
+    kv_tier_close(t); /* writes the RAM level out */
+    t = open_bound("model A", 1 << 20);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.blocks, 5);
+    for (int i = 0; i < 5; i++) ck_assert(get_ok(t, i));
+    kv_tier_close(t);
+}
+END_TEST
+
 /* ------------------------------------------------------------ the engine */
 
 static const char *PROMPT =
@@ -452,6 +513,59 @@ START_TEST(engine_prefetch_while_queued)
 }
 END_TEST
 
+static void submit_wait(pagoda_runtime *rt, const char *salt, et_result *r)
+{
+    et_result_init(r);
+    pagoda_request req = et_request(rt, PROMPT, 12, 0.0f);
+    req.cache_salt = salt;
+    uint64_t id;
+    char err[512] = "";
+    ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, r, &id, err, sizeof err) == 0, "%s", err);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r->n_final, 1);
+    ck_assert_msg(!r->error[0], "%s", r->error);
+}
+
+/* The host-RAM level, on the CPU backend: off by default (the pool is
+ * host RAM already); forced, with no tier_dir, a prompt whose blocks were
+ * evicted from a pool that holds one request comes back from it. */
+START_TEST(engine_ram_level_forced)
+{
+    const char *plain[] = {"engine.kvcache=paged", NULL};
+    const char *dflt[] = {"engine.kvcache=prefix", NULL};
+    et_result ref, a, b, c;
+    pagoda_kv_stats ks;
+    run_one(plain, NULL, &ref, &ks);
+    run_one(dflt, NULL, &a, &ks);
+    ck_assert(!ks.tier_on); /* tier_ram is 1G by default, and a no-op here */
+    int32_t n_prompt = ref.usage.prompt_tokens, full = (n_prompt - 1) / 16 * 16;
+    char pool[64];
+    snprintf(pool, sizeof pool, "engine.kv_cache_tokens=%d", (n_prompt + 12 + 15) / 16 * 16);
+    const char *forced[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram_force=true", pool, NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, forced);
+    submit_wait(rt, NULL, &a);
+    submit_wait(rt, "evicts-the-first", &b); /* another chain fills the pool */
+    submit_wait(rt, NULL, &c);
+    memset(&ks, 0, sizeof ks);
+    ck_assert_int_eq(pagoda_engine_kv_stats(rt->engine, &ks), 0);
+    ck_assert(ks.tier_on);
+    ck_assert_int_ge(ks.evicted_blocks, full / 16 - 1);
+    ck_assert_int_eq(c.usage.cached_tokens, full);
+    /* the pool may still hold the chain's head (eviction cuts chains from
+     * the tail): the rest came from the RAM level */
+    ck_assert_int_ge(c.tier_cached, full - 16);
+    ck_assert_int_gt(c.tier_cached, 0);
+    ck_assert_int_eq(ks.tier_ram_hit_blocks * 16, c.tier_cached);
+    ck_assert_int_eq(ks.tier_written_blocks, 0); /* no disk */
+    ck_assert_int_gt(ks.tier_ram_blocks, 0);
+    et_assert_same_tokens(&ref, &a, 1, "RAM level, cold");
+    et_assert_same_tokens(&ref, &b, 1, "RAM level, another salt");
+    et_assert_same_tokens(&ref, &c, 1, "RAM level, read back");
+    et_close(rt, cfg);
+}
+END_TEST
+
 /* A thread that damages the store's files while requests read it: flips a
  * byte, truncates or deletes, file after file, until told to stop. */
 typedef struct damager {
@@ -569,6 +683,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bound_is_lru);
     tcase_add_test(tc, one_process_a_directory);
     tcase_add_test(tc, prefetch_reads_ahead);
+    tcase_add_test(tc, ram_level);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_add_checked_fixture(te, setup, teardown);
@@ -576,6 +691,7 @@ static Suite *suite(void)
     tcase_add_test(te, engine_restart_same_tokens);
     tcase_add_test(te, engine_bad_dir);
     tcase_add_test(te, engine_prefetch_while_queued);
+    tcase_add_test(te, engine_ram_level_forced);
     tcase_add_test(te, engine_faults_under_load);
     suite_add_tcase(s, te);
     return s;

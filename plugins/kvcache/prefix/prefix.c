@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "pagoda/host.h"
@@ -94,6 +95,10 @@ typedef struct prefix {
     void *tier_buf;           /* one block's KV bytes */
     int64_t tier_hit_tokens;
     int64_t tier_prefetch;    /* the read-ahead budget, bytes (0: off) */
+    int64_t tier_ram;         /* the host-RAM level's bound (tier_ram) */
+    bool tier_ram_force;      /* also where the pool is host RAM (tests) */
+    bool tier_ram_on;
+    int64_t tier_restore_us;  /* admit's time reading blocks back, ever */
     kv_tier_want *want;       /* prefetch's list, cap_want */
     int32_t cap_want;
     bool prefetching;         /* the last prefetch asked for some */
@@ -102,6 +107,7 @@ typedef struct prefix {
 #define TIER_DEFAULT_BYTES (4LL << 30)
 #define TIER_QUEUE_DEFAULT_BYTES (256LL << 20)
 #define TIER_PREFETCH_DEFAULT_BYTES (256LL << 20)
+#define TIER_RAM_DEFAULT_BYTES (1LL << 30)
 
 static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_dir", .type = PAGODA_KEY_STRING, .default_str = "",
@@ -113,6 +119,12 @@ static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_prefetch", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 0,
      .max = 1e12, .help = "blocks read back ahead for requests waiting in the queue, held in "
                           "memory (0: read at admit)"},
+    {.name = "tier_ram", .type = PAGODA_KEY_SIZE, .default_str = "1G", .min = 0, .max = 1e15,
+     .help = "a host-RAM level in front of the disk for backends whose KV pool is device memory "
+             "(0: none; off where the pool is host RAM, the CPU backend)"},
+    {.name = "tier_ram_force", .type = PAGODA_KEY_BOOL, .default_str = "false",
+     .help = "keep the host-RAM level also where the pool is host RAM (for tests: a second copy "
+             "of the same memory)"},
     {.name = "tier_required", .type = PAGODA_KEY_BOOL, .default_str = "false",
      .help = "refuse to start when tier_dir cannot be used (else run without the tier)"},
     {.name = NULL},
@@ -260,7 +272,16 @@ static int prefix_create(const pagoda_host *host, void **ctx, char *err, size_t 
     p->host = host;
     p->lru_head = p->lru_tail = -1;
     const char *dir = host->config_str(host, "tier_dir", "");
-    if (dir && *dir) {
+    p->tier_ram = host->config_int(host, "tier_ram", TIER_RAM_DEFAULT_BYTES);
+    p->tier_ram_force = host->config_bool(host, "tier_ram_force", false);
+    if ((!dir || !*dir) && p->tier_ram > 0 && host_has_tier_slots(host)) {
+        /* no directory: a host-RAM level alone, kept only where the pool
+         * is device memory (tier_ready decides, once the engine serves) */
+        char why[256] = "";
+        p->tier_prefetch = 0;
+        if (kv_tier_open(&p->tier, host, NULL, 0, 0, why, sizeof why))
+            host->log(host, PAGODA_LOG_WARN, "running without the host-RAM tier: %s", why);
+    } else if (dir && *dir) {
         bool required = host->config_bool(host, "tier_required", false);
         int64_t size = host->config_int(host, "tier_size", TIER_DEFAULT_BYTES);
         int64_t queue = host->config_int(host, "tier_queue", TIER_QUEUE_DEFAULT_BYTES);
@@ -289,6 +310,16 @@ static void tier_ready(prefix *p)
 {
     if (!p->tier || p->tier_on) return;
     const pagoda_host *h = p->host;
+    /* the host-RAM level: only where the pool is not host RAM already */
+    bool dev = PAGODA_HOST_HAS(h, kv_on_device) && h->kv_on_device(h);
+    int64_t ram = dev || p->tier_ram_force ? p->tier_ram : 0;
+    bool disk = kv_tier_has_disk(p->tier);
+    if (!disk && !ram) {
+        h->log(h, PAGODA_LOG_DEBUG, "no host-RAM tier: the KV pool is host RAM already");
+        kv_tier_close(p->tier);
+        p->tier = NULL;
+        return;
+    }
     size_t bytes = h->kv_block_bytes(h);
     const char *fp = bytes ? h->kv_fingerprint(h) : NULL;
     char why[512] = "KV blocks cannot leave this engine's pool whole (tensor parallelism or a "
@@ -300,7 +331,8 @@ static void tier_ready(prefix *p)
                          : PAGODA_ERR_NOMEM;
     }
     if (st) {
-        h->log(h, PAGODA_LOG_WARN, "running without the disk tier: %s", why);
+        h->log(h, disk ? PAGODA_LOG_WARN : PAGODA_LOG_INFO, "running without the %s tier: %s",
+               disk ? "disk" : "host-RAM", why);
         kv_tier_close(p->tier);
         p->tier = NULL;
         free(p->tier_buf);
@@ -310,13 +342,27 @@ static void tier_ready(prefix *p)
     p->tier_on = true;
     p->tier_block_bytes = bytes;
     kv_tier_set_prefetch(p->tier, p->tier_prefetch);
+    kv_tier_set_ram(p->tier, ram);
+    p->tier_ram_on = ram > 0;
+    char lvl[160];
+    if (ram)
+        snprintf(lvl, sizeof lvl, "a host-RAM level of %.0f MiB in front%s", (double)ram / (1 << 20),
+                 dev ? "" : " (tier_ram_force: the pool is host RAM already)");
+    else
+        snprintf(lvl, sizeof lvl, "no host-RAM level (the KV pool is host RAM already)");
     kv_tier_stats ts;
     kv_tier_get_stats(p->tier, &ts);
-    h->log(h, PAGODA_LOG_INFO,
-           "disk tier at %s: %lld blocks (%.1f MiB) kept from earlier runs, "
-           "%.2f MiB a block, %lld bad files dropped", kv_tier_path(p->tier),
-           (long long)ts.blocks, (double)ts.bytes / (1 << 20), (double)bytes / (1 << 20),
-           (long long)ts.bad_blocks);
+    if (disk)
+        h->log(h, PAGODA_LOG_INFO,
+               "disk tier at %s: %lld blocks (%.1f MiB) kept from earlier runs, "
+               "%.2f MiB a block, %lld bad files dropped; %s", kv_tier_path(p->tier),
+               (long long)ts.blocks, (double)ts.bytes / (1 << 20), (double)bytes / (1 << 20),
+               (long long)ts.bad_blocks, lvl);
+    else
+        h->log(h, PAGODA_LOG_INFO, "host-RAM tier of %.0f MiB for evicted prefix blocks "
+               "(%.2f MiB a block; no tier_dir, so nothing outlives the process)%s",
+               (double)ram / (1 << 20), (double)bytes / (1 << 20),
+               dev ? "" : " (tier_ram_force: the pool is host RAM already)");
 }
 
 /* A hashed block left every sequence: to the tier, once per key. */
@@ -425,6 +471,8 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
     /* The chain goes on in the disk tier: blocks read back into the fresh
      * blocks count as cached, up to the first miss. */
     int32_t restored = 0;
+    struct timespec t0, t1;
+    if (p->tier_on) clock_gettime(CLOCK_MONOTONIC, &t0);
     if (p->tier_on) {
         int32_t max_hit = (seq->n_tokens - 1) / p->block_size;
         uint64_t parent = last_key;
@@ -442,6 +490,10 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
         }
         s.n_hashed = k + restored;
         s.last_key = parent;
+    }
+    if (p->tier_on) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        p->tier_restore_us += (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
     }
     p->seqs[p->n_seqs++] = s;
     /* Counted on success only, so a sequence retried while the pool is
@@ -554,11 +606,15 @@ static int prefix_stats(void *ctx, pagoda_kv_stats *st)
         st->tier_bad_blocks = ts.bad_blocks;
         st->tier_evicted_blocks = ts.evicted_blocks;
     }
-    if (st->struct_size >= offsetof(pagoda_kv_stats, tier_prefetch_hit_blocks) + sizeof(int64_t)) {
+    if (st->struct_size >= offsetof(pagoda_kv_stats, tier_restore_us) + sizeof(int64_t)) {
         kv_tier_stats ts = {0};
         if (p->tier_on) kv_tier_get_stats(p->tier, &ts);
         st->tier_prefetched_blocks = ts.prefetched_blocks;
         st->tier_prefetch_hit_blocks = ts.prefetch_hit_blocks;
+        st->tier_ram_blocks = ts.ram_blocks;
+        st->tier_ram_bytes = ts.ram_bytes;
+        st->tier_ram_hit_blocks = ts.ram_hit_blocks;
+        st->tier_restore_us = p->tier_restore_us;
     }
     return PAGODA_OK;
 }

@@ -57,6 +57,9 @@ typedef struct tier_entry {
     uint32_t pf_gen;              /* the kv_tier_prefetch call that last wanted it */
     int32_t pf_prev, pf_next;     /* the pf list, in the order they were asked for */
     tier_item *pf_item;           /* PF_STAGED: the block read back, checked */
+    /* the host-RAM level: the block held in memory (not queued, not on disk) */
+    tier_item *ram;
+    int32_t ram_prev, ram_next;   /* the RAM level's LRU list */
 } tier_entry;
 
 struct kv_tier {
@@ -91,6 +94,12 @@ struct kv_tier {
     uint32_t pf_gen;
     int32_t pf_head, pf_tail;
     int32_t pf_inflight;          /* PENDING or READING */
+
+    /* the host-RAM level (kv_tier_set_ram): blocks held in memory, in front
+     * of the disk; ram_max 0: none. disk false: no directory (RAM only) */
+    bool disk;
+    int64_t ram_max;
+    int32_t ram_head, ram_tail;   /* head = least recently used */
 };
 
 static void free_item(tier_item *it)
@@ -127,6 +136,25 @@ static void lru_push(kv_tier *t, int32_t i)
     if (t->lru_tail >= 0) t->e[t->lru_tail].next = i;
     else t->lru_head = i;
     t->lru_tail = i;
+}
+
+static void ram_unlink(kv_tier *t, int32_t i)
+{
+    tier_entry *x = &t->e[i];
+    if (x->ram_prev >= 0) t->e[x->ram_prev].ram_next = x->ram_next;
+    else t->ram_head = x->ram_next;
+    if (x->ram_next >= 0) t->e[x->ram_next].ram_prev = x->ram_prev;
+    else t->ram_tail = x->ram_prev;
+    x->ram_prev = x->ram_next = -1;
+}
+
+static void ram_push(kv_tier *t, int32_t i)
+{
+    t->e[i].ram_prev = t->ram_tail;
+    t->e[i].ram_next = -1;
+    if (t->ram_tail >= 0) t->e[t->ram_tail].ram_next = i;
+    else t->ram_head = i;
+    t->ram_tail = i;
 }
 
 static void pf_append(kv_tier *t, int32_t i, uint8_t state)
@@ -200,7 +228,7 @@ static int32_t idx_add(kv_tier *t, uint64_t key, bool queued)
         }
     }
     t->e[i] = (tier_entry){.key = key, .queued = queued, .used = true, .prev = -1, .next = -1,
-                           .pf_prev = -1, .pf_next = -1};
+                           .pf_prev = -1, .pf_next = -1, .ram_prev = -1, .ram_next = -1};
     int32_t *head = &t->buckets[key & t->bucket_mask];
     t->e[i].hnext = *head;
     *head = i;
@@ -216,7 +244,15 @@ static void idx_remove(kv_tier *t, int32_t i)
     if (*link == i) *link = t->e[i].hnext;
     lru_unlink(t, i);
     pf_drop(t, i);
-    if (!t->e[i].queued) t->st.bytes -= (int64_t)t->file_bytes;
+    if (t->e[i].ram) {
+        ram_unlink(t, i);
+        free_item(t->e[i].ram);
+        t->e[i].ram = NULL;
+        t->st.ram_blocks--;
+        t->st.ram_bytes -= (int64_t)t->block_bytes;
+    } else if (!t->e[i].queued) {
+        t->st.bytes -= (int64_t)t->file_bytes;
+    }
     t->st.blocks--;
     t->e[i].used = false;
     t->e[i].hnext = t->free_e;
@@ -234,7 +270,7 @@ static void evict_over(kv_tier *t)
     int32_t i = t->lru_head;
     while (t->st.bytes > t->max_bytes && i >= 0) {
         int32_t next = t->e[i].next;
-        if (!t->e[i].queued) {
+        if (!t->e[i].queued && !t->e[i].ram) {
             char fn[1100];
             file_name(t, t->e[i].key, fn, sizeof fn);
             (void)unlink(fn);
@@ -243,6 +279,41 @@ static void evict_over(kv_tier *t)
         }
         i = next;
     }
+}
+
+/* ------------------------------------------------------ the RAM level */
+
+/* Append an item to the write queue. [mu held] */
+static void enqueue(kv_tier *t, tier_item *it)
+{
+    it->next = NULL;
+    if (t->q_tail) t->q_tail->next = it;
+    else t->q_head = it;
+    t->q_tail = it;
+    t->q_bytes += (int64_t)t->file_bytes;
+    pthread_cond_signal(&t->cv_work);
+}
+
+/* The RAM level's block i leaves it: to the disk's write queue when there
+ * is a disk and room in the queue (always, when closing), else dropped.
+ * [mu held] */
+static void ram_demote(kv_tier *t, int32_t i, bool closing)
+{
+    tier_entry *x = &t->e[i];
+    t->st.ram_evicted_blocks++;
+    if (t->disk && t->writer_on &&
+        (closing || t->q_bytes + (int64_t)t->file_bytes <= t->queue_bytes)) {
+        tier_item *it = x->ram;
+        ram_unlink(t, i);
+        x->ram = NULL;
+        t->st.ram_blocks--;
+        t->st.ram_bytes -= (int64_t)t->block_bytes;
+        x->queued = true;
+        enqueue(t, it);
+        return;
+    }
+    if (t->disk) t->st.dropped_blocks++;
+    idx_remove(t, i);
 }
 
 /* ---------------------------------------------------------- file format */
@@ -576,22 +647,29 @@ int kv_tier_open(kv_tier **out, const pagoda_host *host, const char *dir, int64_
                  int64_t queue_bytes, char *err, size_t err_len)
 {
     *out = NULL;
-    int st = kv_tier_check_dir(dir, err, err_len);
+    bool disk = dir && *dir;
+    int st = disk ? kv_tier_check_dir(dir, err, err_len) : PAGODA_OK;
     if (st) return st;
     kv_tier *t = calloc(1, sizeof *t);
     if (!t) return PAGODA_ERR_NOMEM;
     t->host = host;
     t->lock_fd = -1;
     t->free_e = t->lru_head = t->lru_tail = t->pf_head = t->pf_tail = -1;
+    t->ram_head = t->ram_tail = -1;
+    t->disk = disk;
     t->max_bytes = max_bytes;
     t->queue_bytes = queue_bytes;
-    snprintf(t->dir, sizeof t->dir, "%s", dir);
+    snprintf(t->dir, sizeof t->dir, "%s", disk ? dir : "");
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv_work, NULL);
     pthread_cond_init(&t->cv_idle, NULL);
     if (rehash(t, 1024)) {
         kv_tier_close(t);
         return PAGODA_ERR_NOMEM;
+    }
+    if (!disk) {
+        *out = t;
+        return PAGODA_OK;
     }
     char fn[1100];
     snprintf(fn, sizeof fn, "%s/LOCK", dir);
@@ -614,6 +692,10 @@ int kv_tier_bind(kv_tier *t, const char *fingerprint, size_t block_bytes, int32_
     t->block_size = block_size;
     t->file_bytes = sizeof(tier_header) + (size_t)block_size * sizeof(int32_t) + block_bytes;
     t->fp_hash = XXH3_64bits(fingerprint, strlen(fingerprint));
+    if (!t->disk) { /* host RAM only: nothing outlives the process */
+        snprintf(t->path, sizeof t->path, "host RAM");
+        return PAGODA_OK;
+    }
     char sub[17];
     snprintf(sub, sizeof sub, "%016llx", (unsigned long long)t->fp_hash);
     snprintf(t->path, sizeof t->path, "%s/%s", t->dir, sub);
@@ -648,6 +730,8 @@ void kv_tier_close(kv_tier *t)
     if (!t) return;
     if (t->writer_on) {
         pthread_mutex_lock(&t->mu);
+        /* the RAM level's blocks go to the disk too, so a restart finds them */
+        while (t->ram_head >= 0) ram_demote(t, t->ram_head, true);
         t->stopping = true;
         pthread_cond_broadcast(&t->cv_work);
         pthread_mutex_unlock(&t->mu);
@@ -659,6 +743,7 @@ void kv_tier_close(kv_tier *t)
         free_item(it);
     }
     for (int32_t i = t->pf_head; i >= 0; i = t->e[i].pf_next) free_item(t->e[i].pf_item);
+    for (int32_t i = t->ram_head; i >= 0; i = t->e[i].ram_next) free_item(t->e[i].ram);
     if (t->lock_fd >= 0) close(t->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv_work);
@@ -681,7 +766,9 @@ bool kv_tier_has(kv_tier *t, uint64_t key)
 bool kv_tier_put(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, const void *kv)
 {
     pthread_mutex_lock(&t->mu);
-    bool full = t->q_bytes + (int64_t)t->file_bytes > t->queue_bytes;
+    bool to_ram = t->ram_max > 0;
+    bool full = to_ram ? false
+                       : !t->writer_on || t->q_bytes + (int64_t)t->file_bytes > t->queue_bytes;
     bool have = idx_find(t, key) >= 0;
     pthread_mutex_unlock(&t->mu);
     if (have) return true;
@@ -699,16 +786,21 @@ bool kv_tier_put(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
     memcpy(it->tokens, tokens, (size_t)t->block_size * sizeof(int32_t));
     memcpy(it->kv, kv, t->block_bytes);
     pthread_mutex_lock(&t->mu);
-    if (idx_add(t, key, true) < 0) {
+    int32_t i = idx_add(t, key, !to_ram);
+    if (i < 0) {
         pthread_mutex_unlock(&t->mu);
         free_item(it);
         goto drop;
     }
-    if (t->q_tail) t->q_tail->next = it;
-    else t->q_head = it;
-    t->q_tail = it;
-    t->q_bytes += (int64_t)t->file_bytes;
-    pthread_cond_signal(&t->cv_work);
+    if (to_ram) { /* the RAM level first; its least recently used go down */
+        t->e[i].ram = it;
+        ram_push(t, i);
+        t->st.ram_blocks++;
+        t->st.ram_bytes += (int64_t)t->block_bytes;
+        while (t->st.ram_bytes > t->ram_max && t->ram_head >= 0) ram_demote(t, t->ram_head, false);
+    } else {
+        enqueue(t, it);
+    }
     pthread_mutex_unlock(&t->mu);
     return true;
 drop:
@@ -768,6 +860,19 @@ bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
         pthread_mutex_unlock(&t->mu);
         return ok;
     }
+    if (t->e[i].ram) { /* the RAM level */
+        const tier_item *it = t->e[i].ram;
+        bool ok = it->parent == parent && !memcmp(it->tokens, tokens, tok_bytes);
+        if (ok) {
+            memcpy(kv, it->kv, t->block_bytes);
+            touch(t, i);
+            ram_unlink(t, i);
+            ram_push(t, i);
+            t->st.ram_hit_blocks++;
+        }
+        pthread_mutex_unlock(&t->mu);
+        return ok;
+    }
     if (t->e[i].pf == PF_STAGED) { /* read ahead while its request waited */
         const tier_item *it = t->e[i].pf_item;
         bool ok = it->parent == parent && !memcmp(it->tokens, tokens, tok_bytes);
@@ -820,7 +925,7 @@ int32_t kv_tier_prefetch(kv_tier *t, const kv_tier_want *want, int32_t n)
     for (; cut < n && n_in < room; cut++) {
         int32_t i = idx_find(t, want[cut].key);
         /* unknown, in memory already, or named twice (two requests alike) */
-        if (i < 0 || t->e[i].queued || t->e[i].pf_gen == gen) continue;
+        if (i < 0 || t->e[i].queued || t->e[i].ram || t->e[i].pf_gen == gen) continue;
         t->e[i].pf_gen = gen;
         n_in++;
     }
@@ -832,7 +937,7 @@ int32_t kv_tier_prefetch(kv_tier *t, const kv_tier_want *want, int32_t n)
     bool asked = false;
     for (int32_t k = 0; k < cut; k++) {
         int32_t i = idx_find(t, want[k].key);
-        if (i < 0 || t->e[i].queued || t->e[i].pf != PF_NONE) continue;
+        if (i < 0 || t->e[i].queued || t->e[i].ram || t->e[i].pf != PF_NONE) continue;
         pf_append(t, i, PF_PENDING);
         asked = true;
     }
@@ -840,6 +945,16 @@ int32_t kv_tier_prefetch(kv_tier *t, const kv_tier_want *want, int32_t n)
     pthread_mutex_unlock(&t->mu);
     return n_in;
 }
+
+void kv_tier_set_ram(kv_tier *t, int64_t bytes)
+{
+    pthread_mutex_lock(&t->mu);
+    t->ram_max = bytes > 0 ? bytes : 0;
+    while (t->st.ram_bytes > t->ram_max && t->ram_head >= 0) ram_demote(t, t->ram_head, false);
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool kv_tier_has_disk(const kv_tier *t) { return t->disk; }
 
 void kv_tier_set_prefetch(kv_tier *t, int64_t budget_bytes)
 {

@@ -30,6 +30,13 @@
  * instead of reading the disk; a block no longer wanted is let go at the
  * next call.
  *
+ * The host-RAM level (kv_tier_set_ram), for backends whose KV lives in
+ * device memory: blocks put are held in host memory first, up to a bound,
+ * and only its least recently used go on to the disk (or are dropped,
+ * without a directory). A get finds a block in whichever level holds it.
+ * Where the pool is host RAM already (the CPU backend) the policy leaves
+ * it off: it would be a second copy of the same memory.
+ *
  * Threads: every function but the I/O thread (the writer) is [engine
  * thread]; the index is shared with it under a mutex.
  */
@@ -54,6 +61,9 @@ typedef struct kv_tier_stats {
     int64_t prefetched_blocks;      /* read ahead for a waiting request, ever */
     int64_t prefetch_hit_blocks;    /* of hit_blocks, served from a read-ahead, ever */
     int64_t staged_blocks;          /* read ahead and held in memory now */
+    int64_t ram_blocks, ram_bytes;  /* in the host-RAM level now (KV bytes) */
+    int64_t ram_hit_blocks;         /* of hit_blocks, from the RAM level, ever */
+    int64_t ram_evicted_blocks;     /* left the RAM level for the disk (or dropped), ever */
 } kv_tier_stats;
 
 /* One block a waiting request will want: its key and its parent's. */
@@ -66,7 +76,8 @@ int kv_tier_check_dir(const char *dir, char *err, size_t err_len);
 
 /* Take the store directory (at create, before the model loads, so a bad
  * path or a second server is one clear line at start): check it and hold
- * its LOCK. The store is unusable until bound. */
+ * its LOCK. dir NULL or "": no disk, a store of the RAM level alone
+ * (kv_tier_set_ram). The store is unusable until bound. */
 int kv_tier_open(kv_tier **out, const pagoda_host *host, const char *dir, int64_t max_bytes,
                  int64_t queue_bytes, char *err, size_t err_len);
 
@@ -92,6 +103,15 @@ bool kv_tier_put(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
  * written is read from the queue, a block asked for ahead from memory
  * (waiting for the I/O thread when it has not read it yet). */
 bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv);
+
+/* The host-RAM level's bound, bytes of KV held in memory in front of the
+ * disk (0, the default: none). Blocks put go there first; its least
+ * recently used go on to the disk's write queue (dropped when the queue
+ * is full or there is no disk); closing writes them all to the disk. */
+void kv_tier_set_ram(kv_tier *t, int64_t bytes);
+
+/* Whether the store has a directory (else it is a RAM level alone). */
+bool kv_tier_has_disk(const kv_tier *t);
 
 /* The read-ahead budget, bytes of block files held in memory (0, the
  * default: no read-ahead). */
