@@ -180,35 +180,50 @@ def prefetch_part(a, work, log, prompt):
             s = Server(a, d, log, extra)
             out = {}
 
-            def run_b():
+            def run_b():  # max_tokens 1: its answer is its first token
                 out["b_sent"] = time.time()
-                out["b"] = stream(a.port, "/v1/completions",
-                                  {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+                j = post(a.port, "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+                out["b"] = (time.time(), j["usage"], j["choices"][0]["text"])
             th = threading.Thread(target=run_b)
             ta = stream(a.port, "/v1/completions",
                         {"prompt": busy, "max_tokens": a.busy, "temperature": 0,
                          "ignore_eos": True}, on_first=th.start)
             th.join()
-            m = metrics(a.port)
+            # the engine publishes its counters after the step that answered B:
+            # wait for them to count B's tier tokens (usage already does)
+            want = out["b"][1]["prompt_tokens_details"].get("tier_cached_tokens", 0)
+            deadline = time.time() + 30
+            while True:
+                m = metrics(a.port)
+                if m.get("pagoda_kv_tier_hits_total", 0) >= want or time.time() > deadline:
+                    break
+                time.sleep(0.05)
             s.stop()
-            b_first, _, b_text = out["b"]
+            b_first, b_usage, b_text = out["b"]
             rows.append((r, "on" if on else "off", b_first - ta[1], b_first - out["b_sent"],
                          m.get("pagoda_kv_tier_prefetch_hits_total", 0),
-                         m.get("pagoda_kv_tier_hits_total", 0), b_text))
+                         b_usage["prompt_tokens_details"].get("tier_cached_tokens", 0), b_text,
+                         1e3 * m.get("pagoda_kv_tier_restore_seconds_total", 0)))
     texts = {x[6] for x in rows}
     if len(texts) != 1:
         sys.exit(f"the queued request answered differently: {texts}")
     print(f"\nqueued request, read ahead or not (max_num_seqs 1, A: {a.busy} tokens; "
           f"{'block files evicted from the page cache' if a.evict else 'page cache warm'}), "
           f"load average now: {os.getloadavg()[0]:.1f}")
-    print("| round | prefetch | B's first token after A's end s | B's TTFT s | blocks read ahead used | tokens from tier |")
-    print("|---|---|---|---|---|---|")
-    for r, mode, after, tt, ph, th_, _ in rows:
-        print(f"| {r} | {mode} | {after:.3f} | {tt:.2f} | {ph:.0f} | {th_:.0f} |")
-    on = [x[2] for x in rows if x[1] == "on"]
-    off = [x[2] for x in rows if x[1] == "off"]
-    print(f"mean after A: read ahead {sum(on) / len(on):.3f} s, read at admit {sum(off) / len(off):.3f} s, "
-          f"ratio {sum(off) / max(sum(on), 1e-9):.2f}x")
+    print("| round | prefetch | admit's restore ms | B's first token after A's end s | B's TTFT s "
+          "| blocks read ahead used | tokens from tier |")
+    print("|---|---|---|---|---|---|---|")
+    for r, mode, after, tt, ph, th_, _, rest in rows:
+        print(f"| {r} | {mode} | {rest:.1f} | {after:.3f} | {tt:.2f} | {ph:.0f} | {th_:.0f} |")
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    for col, name, unit in ((7, "admit's restore", "ms"), (2, "B's first token after A's end", "s")):
+        on = med([x[col] for x in rows if x[1] == "on"])
+        off = med([x[col] for x in rows if x[1] == "off"])
+        print(f"median {name}: read ahead {on:.3f} {unit}, read at admit {off:.3f} {unit}, "
+              f"ratio {off / max(on, 1e-9):.2f}x")
     shutil.rmtree(d)
 
 

@@ -526,22 +526,23 @@ static void submit_wait(pagoda_runtime *rt, const char *salt, et_result *r)
     ck_assert_msg(!r->error[0], "%s", r->error);
 }
 
-/* The host-RAM level, on the CPU backend: off by default (the pool is
- * host RAM already); forced, with no tier_dir, a prompt whose blocks were
+/* The host-RAM level, on the CPU backend: a no-op (the pool is host RAM
+ * already); forced, with no tier_dir, a prompt whose blocks were
  * evicted from a pool that holds one request comes back from it. */
 START_TEST(engine_ram_level_forced)
 {
     const char *plain[] = {"engine.kvcache=paged", NULL};
-    const char *dflt[] = {"engine.kvcache=prefix", NULL};
+    const char *dflt[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M", NULL};
     et_result ref, a, b, c;
     pagoda_kv_stats ks;
     run_one(plain, NULL, &ref, &ks);
     run_one(dflt, NULL, &a, &ks);
-    ck_assert(!ks.tier_on); /* tier_ram is 1G by default, and a no-op here */
+    ck_assert(!ks.tier_on); /* tier_ram is a no-op where the pool is host RAM */
     int32_t n_prompt = ref.usage.prompt_tokens, full = (n_prompt - 1) / 16 * 16;
     char pool[64];
     snprintf(pool, sizeof pool, "engine.kv_cache_tokens=%d", (n_prompt + 12 + 15) / 16 * 16);
-    const char *forced[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram_force=true", pool, NULL};
+    const char *forced[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M",
+                            "kvcache.prefix.tier_ram_force=true", pool, NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open(&cfg, forced);
     submit_wait(rt, NULL, &a);

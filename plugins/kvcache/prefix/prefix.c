@@ -107,7 +107,7 @@ typedef struct prefix {
 #define TIER_DEFAULT_BYTES (4LL << 30)
 #define TIER_QUEUE_DEFAULT_BYTES (256LL << 20)
 #define TIER_PREFETCH_DEFAULT_BYTES (256LL << 20)
-#define TIER_RAM_DEFAULT_BYTES (1LL << 30)
+#define TIER_RAM_DEFAULT_BYTES 0
 
 static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_dir", .type = PAGODA_KEY_STRING, .default_str = "",
@@ -119,9 +119,9 @@ static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_prefetch", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 0,
      .max = 1e12, .help = "blocks read back ahead for requests waiting in the queue, held in "
                           "memory (0: read at admit)"},
-    {.name = "tier_ram", .type = PAGODA_KEY_SIZE, .default_str = "1G", .min = 0, .max = 1e15,
-     .help = "a host-RAM level in front of the disk for backends whose KV pool is device memory "
-             "(0: none; off where the pool is host RAM, the CPU backend)"},
+    {.name = "tier_ram", .type = PAGODA_KEY_SIZE, .default_str = "0", .min = 0, .max = 1e15,
+     .help = "a host-RAM level in front of the disk (or alone) for backends whose KV pool is "
+             "device memory (0: none; ignored where the pool is host RAM, the CPU backend)"},
     {.name = "tier_ram_force", .type = PAGODA_KEY_BOOL, .default_str = "false",
      .help = "keep the host-RAM level also where the pool is host RAM (for tests: a second copy "
              "of the same memory)"},
