@@ -230,6 +230,22 @@ START_TEST(one_process_a_directory)
 }
 END_TEST
 
+/* kv_tier_get_to's put: checks it got block i's bytes; fails on request. */
+typedef struct put_check {
+    int i, calls, fail;
+} put_check;
+
+static int put_checked(void *user, const void *kv)
+{
+    put_check *c = user;
+    int32_t tok[BS];
+    uint8_t want[BYTES];
+    fill(c->i, tok, want);
+    ck_assert_msg(!memcmp(want, kv, BYTES), "put got other bytes than block %d's", c->i);
+    c->calls++;
+    return c->fail;
+}
+
 static kv_tier_want want_of(int i) { return (kv_tier_want){.key = 1000 + (uint64_t)i, .parent = 7}; }
 
 /* Read ahead: the blocks asked for are read by the I/O thread, up to the
@@ -257,12 +273,27 @@ START_TEST(prefetch_reads_ahead)
         block_path(t, i, p, sizeof p);
         ck_assert_int_eq(unlink(p), 0);
     }
-    for (int i = 0; i < 3; i++) ck_assert_msg(get_ok(t, i), "block %d was not read ahead", i);
+    for (int i = 0; i < 2; i++) ck_assert_msg(get_ok(t, i), "block %d was not read ahead", i);
+    { /* handed on from memory, not through the buffer */
+        int32_t tok[BS];
+        uint8_t kv[BYTES], buf[BYTES];
+        fill(2, tok, kv);
+        memset(buf, 0, sizeof buf);
+        put_check c = {.i = 2};
+        ck_assert(kv_tier_get_to(t, 1002, 7, tok, buf, put_checked, &c));
+        ck_assert_int_eq(c.calls, 1);
+        ck_assert_msg(buf[1] == 0 && buf[2] == 0, "a block read ahead went through the buffer");
+        /* a put that fails is a miss (block 3 comes from the disk) */
+        fill(3, tok, kv);
+        c = (put_check){.i = 3, .fail = PAGODA_ERR_IO};
+        ck_assert(!kv_tier_get_to(t, 1003, 7, tok, buf, put_checked, &c));
+        ck_assert_int_eq(c.calls, 1);
+    }
     ck_assert(get_ok(t, 3)); /* beyond the budget: read from the disk at get */
     kv_tier_get_stats(t, &st);
     ck_assert_int_eq(st.prefetch_hit_blocks, 3);
     ck_assert_int_eq(st.staged_blocks, 0);
-    ck_assert_int_eq(st.hit_blocks, 4);
+    ck_assert_int_eq(st.hit_blocks, 5); /* the failed put's read counted too */
 
     /* asked for, then no longer: let go, so the file is what counts again */
     ck_assert_int_eq(kv_tier_prefetch(t, &w[4], 2), 2);

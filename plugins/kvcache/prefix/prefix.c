@@ -429,6 +429,18 @@ static int prefix_init(void *ctx, int32_t n_blocks, int32_t block_size, int32_t 
     return PAGODA_OK;
 }
 
+/* A block read back from the tier, into its pool block. */
+typedef struct block_dst {
+    prefix *p;
+    int32_t id;
+} block_dst;
+
+static int write_block(void *user, const void *kv)
+{
+    const block_dst *d = user;
+    return d->p->host->kv_write_block(d->p->host, d->id, kv, d->p->tier_block_bytes);
+}
+
 static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
 {
     prefix *p = ctx;
@@ -480,9 +492,9 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
             const int32_t *t = seq->tokens + (size_t)i * p->block_size;
             uint64_t key = block_key(p, t, parent);
             int32_t id = s.blocks[i];
+            block_dst dst = {.p = p, .id = id};
             if (table_find(p, key, parent, t) >= 0 || !kv_tier_has(p->tier, key) ||
-                !kv_tier_get(p->tier, key, parent, t, p->tier_buf) ||
-                p->host->kv_write_block(p->host, id, p->tier_buf, p->tier_block_bytes))
+                !kv_tier_get_to(p->tier, key, parent, t, p->tier_buf, write_block, &dst))
                 break;
             table_insert(p, id, key, parent, t);
             parent = key;

@@ -836,6 +836,18 @@ static void touch(kv_tier *t, int32_t i)
 
 bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv)
 {
+    return kv_tier_get_to(t, key, parent, tokens, kv, NULL, NULL);
+}
+
+/* A block found in buf: to put, when there is one. */
+static bool hand(void *buf, int (*put)(void *user, const void *kv), void *user)
+{
+    return !put || put(user, buf) == 0;
+}
+
+bool kv_tier_get_to(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv,
+                    int (*put)(void *user, const void *kv), void *user)
+{
     size_t tok_bytes = (size_t)t->block_size * sizeof(int32_t);
     pthread_mutex_lock(&t->mu);
     int32_t i;
@@ -858,7 +870,7 @@ bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
             }
         if (ok) touch(t, i);
         pthread_mutex_unlock(&t->mu);
-        return ok;
+        return ok && hand(kv, put, user);
     }
     if (t->e[i].ram) { /* the RAM level */
         const tier_item *it = t->e[i].ram;
@@ -871,18 +883,23 @@ bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
             t->st.ram_hit_blocks++;
         }
         pthread_mutex_unlock(&t->mu);
-        return ok;
+        return ok && hand(kv, put, user);
     }
     if (t->e[i].pf == PF_STAGED) { /* read ahead while its request waited */
-        const tier_item *it = t->e[i].pf_item;
+        tier_item *it = t->e[i].pf_item;
         bool ok = it->parent == parent && !memcmp(it->tokens, tokens, tok_bytes);
         if (ok) {
-            memcpy(kv, it->kv, t->block_bytes);
             touch(t, i);
             t->st.prefetch_hit_blocks++;
+            t->e[i].pf_item = NULL; /* ours now: handed on without the lock */
         }
         pf_drop(t, i); /* used, or another prefix's (a key collision) */
         pthread_mutex_unlock(&t->mu);
+        if (!ok) return false;
+        /* one copy: from what was read ahead straight to put */
+        if (put) ok = put(user, it->kv) == 0;
+        else memcpy(kv, it->kv, t->block_bytes);
+        free_item(it);
         return ok;
     }
     pf_drop(t, i); /* nothing read ahead (the I/O thread is stopping) */
@@ -906,7 +923,7 @@ bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
     if (i >= 0) touch(t, i);
     else t->st.hit_blocks++;
     pthread_mutex_unlock(&t->mu);
-    return true;
+    return hand(kv, put, user);
 }
 
 int32_t kv_tier_prefetch(kv_tier *t, const kv_tier_want *want, int32_t n)

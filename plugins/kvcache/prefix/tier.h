@@ -104,6 +104,13 @@ bool kv_tier_put(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *token
  * (waiting for the I/O thread when it has not read it yet). */
 bool kv_tier_get(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv);
 
+/* kv_tier_get, the block's KV bytes then handed to put(user, kv) (valid
+ * during the call; a put that fails, != 0, makes it a miss): a block read
+ * ahead goes from memory to put in one copy, without passing through kv,
+ * which the other levels and the disk use as their buffer. */
+bool kv_tier_get_to(kv_tier *t, uint64_t key, uint64_t parent, const int32_t *tokens, void *kv,
+                    int (*put)(void *user, const void *kv), void *user);
+
 /* The host-RAM level's bound, bytes of KV held in memory in front of the
  * disk (0, the default: none). Blocks put go there first; its least
  * recently used go on to the disk's write queue (dropped when the queue
