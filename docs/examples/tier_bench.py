@@ -25,6 +25,9 @@ prompt's blocks, restarted for each run (an empty pool), alternating
 tier_prefetch = 256M (the default) and 0. Each run streams a request A (a
 short prompt, --busy tokens) and, once A's first token is out, the long
 prompt B (max_tokens 1), which waits in the queue until A ends. Printed:
+the time B's admit spent reading its blocks back (the engine's
+pagoda_kv_tier_restore_seconds_total), the server's time from being
+scheduled to the first token (A's and B's, from its histograms' sums),
 B's first token after A's last (what the queue wait left for B: its
 admit, which reads the tier or copies what was read ahead, then its last
 block and first step) and B's time to first token from its request.
@@ -60,7 +63,9 @@ def metrics(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         out = {}
         for line in r.read().decode().splitlines():
-            if line.startswith("pagoda_kv_tier_") or line.startswith("pagoda_prefix_cache"):
+            if line.startswith(("pagoda_kv_tier_", "pagoda_prefix_cache",
+                                "pagoda_time_to_first_token_seconds_sum",
+                                "pagoda_request_queue_time_seconds_sum")):
                 k, v = line.split()
                 out[k] = float(v)
         return out
@@ -203,23 +208,26 @@ def prefetch_part(a, work, log, prompt):
             rows.append((r, "on" if on else "off", b_first - ta[1], b_first - out["b_sent"],
                          m.get("pagoda_kv_tier_prefetch_hits_total", 0),
                          b_usage["prompt_tokens_details"].get("tier_cached_tokens", 0), b_text,
-                         1e3 * m.get("pagoda_kv_tier_restore_seconds_total", 0)))
+                         1e3 * m.get("pagoda_kv_tier_restore_seconds_total", 0),
+                         m.get("pagoda_time_to_first_token_seconds_sum", 0) -
+                         m.get("pagoda_request_queue_time_seconds_sum", 0)))
     texts = {x[6] for x in rows}
     if len(texts) != 1:
         sys.exit(f"the queued request answered differently: {texts}")
     print(f"\nqueued request, read ahead or not (max_num_seqs 1, A: {a.busy} tokens; "
           f"{'block files evicted from the page cache' if a.evict else 'page cache warm'}), "
           f"load average now: {os.getloadavg()[0]:.1f}")
-    print("| round | prefetch | admit's restore ms | B's first token after A's end s | B's TTFT s "
-          "| blocks read ahead used | tokens from tier |")
-    print("|---|---|---|---|---|---|---|")
-    for r, mode, after, tt, ph, th_, _, rest in rows:
-        print(f"| {r} | {mode} | {rest:.1f} | {after:.3f} | {tt:.2f} | {ph:.0f} | {th_:.0f} |")
+    print("| round | prefetch | admit's restore ms | scheduled to first token, A + B s "
+          "| B's first token after A's end s | B's TTFT s | blocks read ahead used | tokens from tier |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r, mode, after, tt, ph, th_, _, rest, sched in rows:
+        print(f"| {r} | {mode} | {rest:.1f} | {sched:.3f} | {after:.3f} | {tt:.2f} | {ph:.0f} | {th_:.0f} |")
 
     def med(xs):
         xs = sorted(xs)
         return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-    for col, name, unit in ((7, "admit's restore", "ms"), (2, "B's first token after A's end", "s")):
+    for col, name, unit in ((7, "admit's restore", "ms"), (8, "scheduled to first token (A + B)", "s"),
+                            (2, "B's first token after A's end", "s")):
         on = med([x[col] for x in rows if x[1] == "on"])
         off = med([x[col] for x in rows if x[1] == "off"])
         print(f"median {name}: read ahead {on:.3f} {unit}, read at admit {off:.3f} {unit}, "
