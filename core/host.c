@@ -137,6 +137,7 @@ void pagoda_host_set_engine_slots(pagoda_host *h, const pagoda_host *s)
     COPY(kv_read_block);
     COPY(kv_write_block);
     COPY(kv_fingerprint);
+    COPY(kv_on_device);
     COPY(submit);
     COPY(cancel);
     COPY(request_defaults);

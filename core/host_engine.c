@@ -257,6 +257,12 @@ static const char *h_kv_fingerprint(const pagoda_host *h)
     return e ? pagoda_engine_kv_fingerprint(e) : NULL;
 }
 
+static bool h_kv_on_device(const pagoda_host *h)
+{
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    return e && pagoda_engine_kv_on_device(e);
+}
+
 void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend)
 {
     pagoda_host slots;
@@ -266,6 +272,7 @@ void pagoda_host_attach_engine(pagoda_host *h, pagoda_runtime *rt, bool frontend
     slots.kv_read_block = h_kv_read_block;
     slots.kv_write_block = h_kv_write_block;
     slots.kv_fingerprint = h_kv_fingerprint;
+    slots.kv_on_device = h_kv_on_device;
     if (frontend) {
         slots.submit = h_submit;
         slots.cancel = h_cancel;

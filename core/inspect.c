@@ -174,11 +174,15 @@ static void kv_part(jbuf *b, const pagoda_engine_snapshot *s, const int32_t *off
            (long long)k->evicted_blocks);
     jb_fmt(b, ",\"tier\":{\"on\":%s,\"hit_tokens\":%lld,\"blocks\":%lld,\"bytes\":%lld,"
            "\"written_blocks\":%lld,\"dropped_blocks\":%lld,\"bad_blocks\":%lld,"
-           "\"evicted_blocks\":%lld}",
+           "\"evicted_blocks\":%lld,\"prefetched_blocks\":%lld,\"prefetch_hit_blocks\":%lld,"
+           "\"ram_blocks\":%lld,\"ram_bytes\":%lld,\"ram_hit_blocks\":%lld,\"restore_us\":%lld}",
            k->tier_on ? "true" : "false", (long long)k->tier_hit_tokens, (long long)k->tier_blocks,
            (long long)k->tier_bytes, (long long)k->tier_written_blocks,
            (long long)k->tier_dropped_blocks, (long long)k->tier_bad_blocks,
-           (long long)k->tier_evicted_blocks);
+           (long long)k->tier_evicted_blocks, (long long)k->tier_prefetched_blocks,
+           (long long)k->tier_prefetch_hit_blocks, (long long)k->tier_ram_blocks,
+           (long long)k->tier_ram_bytes, (long long)k->tier_ram_hit_blocks,
+           (long long)k->tier_restore_us);
     jb_fmt(b, ",\"source\":\"%s\",\"blocks\":[", s->blocks_from_policy ? "policy" : "block_tables");
     for (int32_t i = 0; i < s->n_blocks; i++) {
         const pagoda_kv_block_info *bi = &s->blocks[i];

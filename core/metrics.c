@@ -256,6 +256,31 @@ char *pagoda_metrics_render(pagoda_metrics *m, const pagoda_engine_stats *st,
                 sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", tc[i].name, tc[i].help,
                           tc[i].name, tc[i].name, (long long)tv[i]);
         }
+        if (st->struct_size >= offsetof(pagoda_engine_stats, tier_restore_us) + sizeof(int64_t) &&
+            st->tier_on) {
+            sb_gauge(&b, "pagoda_kv_tier_ram_blocks",
+                     "KV blocks in the tier's host-RAM level (device backends).",
+                     (double)st->tier_ram_blocks);
+            sb_gauge(&b, "pagoda_kv_tier_ram_bytes", "KV bytes in the tier's host-RAM level.",
+                     (double)st->tier_ram_bytes);
+            sb_printf(&b, "# HELP pagoda_kv_tier_restore_seconds_total Time admissions spent reading "
+                          "blocks back from the tier (engine thread).\n"
+                          "# TYPE pagoda_kv_tier_restore_seconds_total counter\n"
+                          "pagoda_kv_tier_restore_seconds_total %.6f\n",
+                      (double)st->tier_restore_us / 1e6);
+            static const struct { const char *name, *help; } tc[] = {
+                {"pagoda_kv_tier_prefetched_blocks_total",
+                 "KV blocks read back from the disk tier while their request waited in the queue."},
+                {"pagoda_kv_tier_prefetch_hits_total",
+                 "Of those, blocks their admission found in memory (not read then)."},
+                {"pagoda_kv_tier_ram_hits_total", "KV blocks served from the tier's host-RAM level."},
+            };
+            int64_t tv[] = {st->tier_prefetched_blocks, st->tier_prefetch_hit_blocks,
+                            st->tier_ram_hit_blocks};
+            for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
+                sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", tc[i].name, tc[i].help,
+                          tc[i].name, tc[i].name, (long long)tv[i]);
+        }
         sb_printf(&b, "# HELP pagoda_engine_steps_total Engine steps run.\n"
                       "# TYPE pagoda_engine_steps_total counter\n"
                       "pagoda_engine_steps_total %lld\n", (long long)st->steps_total);

@@ -327,6 +327,12 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st)
     st->tier_dropped_blocks = kv.tier_dropped_blocks;
     st->tier_bad_blocks = kv.tier_bad_blocks;
     st->tier_evicted_blocks = kv.tier_evicted_blocks;
+    st->tier_prefetched_blocks = kv.tier_prefetched_blocks;
+    st->tier_prefetch_hit_blocks = kv.tier_prefetch_hit_blocks;
+    st->tier_ram_blocks = kv.tier_ram_blocks;
+    st->tier_ram_bytes = kv.tier_ram_bytes;
+    st->tier_ram_hit_blocks = kv.tier_ram_hit_blocks;
+    st->tier_restore_us = kv.tier_restore_us;
     if (e->spec.drafter) snprintf(st->spec_drafter, sizeof st->spec_drafter, "%s", e->spec.drafter->name);
 }
 
@@ -385,6 +391,8 @@ size_t pagoda_engine_kv_block_bytes(pagoda_engine *e, char *why, size_t why_len)
     }
     return (size_t)e->fw.kv_layout.n_layers * 2 * pagoda_kv_block_bytes(&e->fw.kv_layout);
 }
+
+bool pagoda_engine_kv_on_device(const pagoda_engine *e) { return !e->be->info.host_memory; }
 
 int pagoda_engine_kv_move_block(pagoda_engine *e, int32_t block, void *dst, const void *src,
                                 size_t n)

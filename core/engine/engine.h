@@ -157,6 +157,9 @@ size_t pagoda_engine_kv_block_bytes(pagoda_engine *e, char *why, size_t why_len)
 int pagoda_engine_kv_move_block(pagoda_engine *e, int32_t block, void *dst, const void *src,
                                 size_t n);
 const char *pagoda_engine_kv_fingerprint(pagoda_engine *e);
+/* Whether the KV pool is device memory (the backend's buffers are not host
+ * RAM): host RAM is then a tier of its own (host.h, ABI 1.14). */
+bool pagoda_engine_kv_on_device(const pagoda_engine *e);
 
 /* ----------------------------------------------------------- inspection */
 

@@ -243,6 +243,25 @@ static int32_t queue_scores(pagoda_engine *e, seq *q, int32_t start, int32_t n, 
  * when the step did something else (ended a request that can never fit). */
 enum { PLAN_IDLE, PLAN_DONE, PLAN_RUN };
 
+/* The requests still waiting after the scheduler's turn, to the KV
+ * policy's optional prefetch (kvcache.h, minor 14): a policy with a slower
+ * tier reads their prefixes back while this step computes. Every step,
+ * also with none (the policy lets go of what it read ahead). */
+static void prefetch_waiting(pagoda_engine *e, seq *const *waiting, int32_t n_wait)
+{
+    if (!e->kv->ops.prefetch) return;
+    pagoda_kv_seq *ks = n_wait ? malloc(sizeof *ks * (size_t)n_wait) : NULL;
+    int32_t n = 0;
+    for (int32_t i = 0; ks && i < n_wait; i++) {
+        const seq *q = waiting[i];
+        if (q->s.state != PAGODA_SEQ_WAITING) continue; /* admitted this step */
+        ks[n++] = (pagoda_kv_seq){.id = q->s.id, .tokens = q->tokens, .n_tokens = q->s.n_tokens,
+                                  .max_total = q->s.max_total, .cache_salt = q->cache_salt};
+    }
+    (void)e->kv->ops.prefetch(e->kv->ctx, ks, n);
+    free(ks);
+}
+
 static int plan_schedule(pagoda_engine *e)
 {
     char err[512];
@@ -266,6 +285,7 @@ static int plan_schedule(pagoda_engine *e)
     e->n_plan = 0;
     int st = e->sched->ops.schedule(e->sched->ctx, &env);
     free(running);
+    if (!st) prefetch_waiting(e, waiting, n_wait);
     if (st) {
         pagoda_log(PAGODA_LOG_ERROR, "scheduler %s failed: %s", e->sched->name, pagoda_status_str(st));
         free(waiting);

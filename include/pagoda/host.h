@@ -221,6 +221,10 @@ typedef struct pagoda_engine_stats {
     int64_t tier_hit_tokens;     /* of prefix_hit_tokens, read back from the tier */
     int64_t tier_blocks, tier_bytes;
     int64_t tier_written_blocks, tier_dropped_blocks, tier_bad_blocks, tier_evicted_blocks;
+    /* ---- ABI 1.14: read-ahead while requests wait (pagoda_kv_stats') */
+    int64_t tier_prefetched_blocks, tier_prefetch_hit_blocks;
+    int64_t tier_ram_blocks, tier_ram_bytes, tier_ram_hit_blocks; /* the host-RAM level */
+    int64_t tier_restore_us;     /* time admit spent reading blocks back, ever */
 } pagoda_engine_stats;
 
 typedef struct pagoda_chat_message {
@@ -384,6 +388,13 @@ typedef struct pagoda_host {
      * fingerprint must never be read back. Owned by the core; NULL before
      * the engine serves. */
     const char *(*kv_fingerprint)(const struct pagoda_host *h);
+
+    /* ---- ABI 1.14: where the KV pool lives, for a policy's tiers. */
+    /* [engine thread, once the engine serves] true when the pool is device
+     * memory (a GPU's), so host RAM can be a tier of its own in front of
+     * the disk; false when it is host RAM already (the CPU backend). A
+     * host older than 1.14 has no such slot (PAGODA_HOST_HAS): take false. */
+    bool (*kv_on_device)(const struct pagoda_host *h);
 } pagoda_host;
 
 /* Whether host h (of any minor) has the slot `field` set: its struct_size

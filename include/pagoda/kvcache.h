@@ -41,6 +41,14 @@ typedef struct pagoda_kv_stats {
     int64_t tier_dropped_blocks; /* not written (queue full, a write failed), ever */
     int64_t tier_bad_blocks;     /* files that failed a check (torn, flipped, foreign), ever */
     int64_t tier_evicted_blocks; /* deleted to stay under the tier's bound, ever */
+    /* ABI 1.14: read-ahead while requests wait (the prefetch op) */
+    int64_t tier_prefetched_blocks;   /* read back ahead of an admit, ever */
+    int64_t tier_prefetch_hit_blocks; /* of those, found in memory by their admit, ever */
+    /* ABI 1.14: a host-RAM level in front of the disk (device backends) */
+    int64_t tier_ram_blocks, tier_ram_bytes; /* in it now (KV bytes) */
+    int64_t tier_ram_hit_blocks;      /* of the tier's hits, served from it, ever */
+    int64_t tier_restore_us;          /* admit's time reading blocks back from the tier
+                                         (on the engine thread), microseconds, ever */
 } pagoda_kv_stats;
 /* Invariant the tests hold: free + used + cached == total (reserved blocks
  * are counted in used). */
@@ -146,6 +154,18 @@ typedef struct pagoda_kvcache_ops {
      * changes nothing. Fallback: the blocks stay with the sequence until
      * it grows into them or is released. */
     int (*shrink)(void *ctx, uint64_t seq_id, int32_t n_total);
+
+    /* ---- minor 14: read-ahead while requests wait */
+
+    /* optional. The sequences waiting for admission now, soonest first
+     * (seqs[0 .. n), each as admit() would see it; valid during the call
+     * only). Called after the scheduler's step whenever some wait, and
+     * once with n = 0 when none is left. A policy with a slower tier may
+     * start reading their prefixes back off the engine thread so that
+     * admit() finds them in memory; it must take no block and change
+     * nothing admit() answers, only how fast. Fallback: nothing (admit
+     * reads them itself). */
+    int (*prefetch)(void *ctx, const pagoda_kv_seq *seqs, int32_t n);
 } pagoda_kvcache_ops;
 
 #ifdef __cplusplus

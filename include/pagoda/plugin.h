@@ -53,8 +53,10 @@ extern "C" {
  * in the backend's memory, so a comm plugin of that memory, NCCL on GPU
  * memory, reduces tensor-parallel partial sums in place); 1.13 the KV
  * policies' optional shrink op (blocks grown for rejected draft tokens go
- * back to the pool). */
-#define PAGODA_ABI_MINOR 13
+ * back to the pool); 1.14 the KV policy's optional prefetch op (read a
+ * waiting request's prefix back from a slower tier ahead of its admit) and
+ * the read-ahead counters in pagoda_kv_stats and pagoda_engine_stats. */
+#define PAGODA_ABI_MINOR 14
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -114,6 +114,7 @@ typedef struct fake_engine {
                                     depend on how fast this machine is) */
     int hold_ms;
     int cached_tokens;           /* reported in every FINAL's usage */
+    int tier_cached_tokens;      /* and, of those, in its tier_cached_tokens */
     int inspect_bump;            /* inspect_json's version moves on every call */
     int inspect_pad;             /* bytes of padding in inspect_json's answer */
     int n_inspect;               /* inspect_json calls */
@@ -632,6 +633,7 @@ static void *fake_thread(void *arg)
                 ev->usage.prompt_tokens = r->prompt_tokens;
                 ev->usage.completion_tokens = r->emitted;
                 ev->usage.cached_tokens = f->cached_tokens;
+                ev->tier_cached_tokens = f->tier_cached_tokens;
                 ev->timings.queue_ms = 1;
                 ev->timings.ttft_ms = 2;
                 ev->timings.total_ms = 3;

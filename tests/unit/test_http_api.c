@@ -234,6 +234,57 @@ START_TEST(test_responses_reasoning)
 }
 END_TEST
 
+/* The prefix cache's share in usage, and the disk tier's share of it, as
+ * chat completions say it: Messages beside cache_read_input_tokens,
+ * Responses in input_tokens_details; streamed and not. */
+START_TEST(test_usage_tier_share)
+{
+    pthread_mutex_lock(&S.f->mu);
+    S.f->cached_tokens = 3;
+    S.f->tier_cached_tokens = 2;
+    pthread_mutex_unlock(&S.f->mu);
+    const char *msg = "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"a b c d e\"}]";
+    char body[512];
+    snprintf(body, sizeof body, "%s}", msg);
+    json_t *j = post_ok("/v1/messages", body, NULL);
+    ck_assert_int_eq(jint(j, "usage.cache_read_input_tokens"), 3);
+    ck_assert_int_eq(jint(j, "usage.tier_cached_tokens"), 2);
+    json_decref(j);
+    snprintf(body, sizeof body, "%s,\"stream\":true}", msg);
+    long st;
+    char *b = post("/v1/messages", body, NULL, &st);
+    ck_assert_int_eq(st, 200);
+    static char names[256][64];
+    json_t *ev[256];
+    int n = sse_events(b, names, ev, 256);
+    ck_assert_int_ge(n, 2);
+    ck_assert_str_eq(names[n - 2], "message_delta");
+    ck_assert_int_eq(jint(ev[n - 2], "usage.cache_read_input_tokens"), 3);
+    ck_assert_int_eq(jint(ev[n - 2], "usage.tier_cached_tokens"), 2);
+    for (int i = 0; i < n; i++) json_decref(ev[i]);
+    free(b);
+
+    j = post_ok("/v1/responses", "{\"input\":\"a b c d e\",\"max_output_tokens\":40}", NULL);
+    ck_assert_int_eq(jint(j, "usage.input_tokens_details.cached_tokens"), 3);
+    ck_assert_int_eq(jint(j, "usage.input_tokens_details.tier_cached_tokens"), 2);
+    json_decref(j);
+    b = post("/v1/responses", "{\"input\":\"a b c d e\",\"max_output_tokens\":40,\"stream\":true}", NULL, &st);
+    ck_assert_int_eq(st, 200);
+    n = sse_events(b, names, ev, 256);
+    ck_assert_int_ge(n, 1);
+    ck_assert_str_eq(names[n - 1], "response.completed");
+    ck_assert_int_eq(jint(ev[n - 1], "response.usage.input_tokens_details.tier_cached_tokens"), 2);
+    for (int i = 0; i < n; i++) json_decref(ev[i]);
+    free(b);
+
+    j = post_ok("/v1/chat/completions",
+                "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"a b c d e\"}]}", NULL);
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens_details.cached_tokens"), 3);
+    ck_assert_int_eq(jint(j, "usage.prompt_tokens_details.tier_cached_tokens"), 2);
+    json_decref(j);
+}
+END_TEST
+
 /* Anthropic's error shape, with the field named */
 static void anthropic_400(const char *body, const char *needle)
 {
@@ -352,7 +403,7 @@ START_TEST(test_responses_store)
     json_decref(e);
     free(b);
     /* store: false keeps nothing */
-    json_t *n = post_ok("/v1/responses", "{\"input\":\"x\",\"store\":false,\"max_output_tokens\":2}", NULL);
+    json_t *n = post_ok("/v1/responses", "{\"input\":\"x\",\"store\":false,\"max_output_tokens\":40}", NULL);
     snprintf(body, sizeof body, "{\"input\":\"y\",\"previous_response_id\":\"%s\"}", jget_str(n, "id"));
     b = post("/v1/responses", body, NULL, &st);
     ck_assert_int_eq(st, 400);
@@ -482,6 +533,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_chat_reasoning);
     tcase_add_test(tc, test_messages_thinking);
     tcase_add_test(tc, test_responses_reasoning);
+    tcase_add_test(tc, test_usage_tier_share);
     tcase_add_test(tc, test_messages_errors);
     tcase_add_test(tc, test_responses_errors);
     tcase_add_test(tc, test_x_api_key);

@@ -230,6 +230,186 @@ START_TEST(one_process_a_directory)
 }
 END_TEST
 
+/* kv_tier_get_to's put: checks it got block i's bytes; fails on request. */
+typedef struct put_check {
+    int i, calls, fail;
+} put_check;
+
+static int put_checked(void *user, const void *kv)
+{
+    put_check *c = user;
+    int32_t tok[BS];
+    uint8_t want[BYTES];
+    fill(c->i, tok, want);
+    ck_assert_msg(!memcmp(want, kv, BYTES), "put got other bytes than block %d's", c->i);
+    c->calls++;
+    return c->fail;
+}
+
+static kv_tier_want want_of(int i) { return (kv_tier_want){.key = 1000 + (uint64_t)i, .parent = 7}; }
+
+/* Read ahead: the blocks asked for are read by the I/O thread, up to the
+ * budget, and served from memory (their files may be gone by then); a
+ * block no longer asked for is let go; a damaged file read ahead is a bad
+ * block, deleted, never served. */
+START_TEST(prefetch_reads_ahead)
+{
+    size_t file = 56 + BS * 4 + BYTES;
+    kv_tier *t = open_bound("model A", 1 << 20);
+    kv_tier_set_prefetch(t, (int64_t)(3 * file)); /* room for three */
+    put_all(t, 0, 8);
+    kv_tier_flush(t);
+    kv_tier_want w[8];
+    for (int i = 0; i < 6; i++) w[i] = want_of(i);
+    w[6] = (kv_tier_want){.key = 999, .parent = 7}; /* not stored: skipped */
+    ck_assert_int_eq(kv_tier_prefetch(t, w, 4), 3);
+    kv_tier_prefetch_wait(t);
+    kv_tier_stats st;
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.prefetched_blocks, 3);
+    ck_assert_int_eq(st.staged_blocks, 3);
+    char p[1400];
+    for (int i = 0; i < 3; i++) { /* in memory now: the files are not needed */
+        block_path(t, i, p, sizeof p);
+        ck_assert_int_eq(unlink(p), 0);
+    }
+    for (int i = 0; i < 2; i++) ck_assert_msg(get_ok(t, i), "block %d was not read ahead", i);
+    { /* handed on from memory, not through the buffer */
+        int32_t tok[BS];
+        uint8_t kv[BYTES], buf[BYTES];
+        fill(2, tok, kv);
+        memset(buf, 0, sizeof buf);
+        put_check c = {.i = 2};
+        ck_assert(kv_tier_get_to(t, 1002, 7, tok, buf, put_checked, &c));
+        ck_assert_int_eq(c.calls, 1);
+        ck_assert_msg(buf[1] == 0 && buf[2] == 0, "a block read ahead went through the buffer");
+        /* a put that fails is a miss (block 3 comes from the disk) */
+        fill(3, tok, kv);
+        c = (put_check){.i = 3, .fail = PAGODA_ERR_IO};
+        ck_assert(!kv_tier_get_to(t, 1003, 7, tok, buf, put_checked, &c));
+        ck_assert_int_eq(c.calls, 1);
+    }
+    ck_assert(get_ok(t, 3)); /* beyond the budget: read from the disk at get */
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.prefetch_hit_blocks, 3);
+    ck_assert_int_eq(st.staged_blocks, 0);
+    ck_assert_int_eq(st.hit_blocks, 5); /* the failed put's read counted too */
+
+    /* asked for, then no longer: let go, so the file is what counts again */
+    ck_assert_int_eq(kv_tier_prefetch(t, &w[4], 2), 2);
+    kv_tier_prefetch_wait(t);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.staged_blocks, 2);
+    ck_assert_int_eq(kv_tier_prefetch(t, &w[5], 1), 1); /* 4 is let go, 5 stays */
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.staged_blocks, 1);
+    ck_assert_int_eq(st.prefetched_blocks, 5); /* 5 was not read twice */
+    block_path(t, 4, p, sizeof p);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert(!get_ok(t, 4));
+    ck_assert_int_eq(kv_tier_prefetch(t, NULL, 0), 0);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.staged_blocks, 0);
+
+    /* a flipped file read ahead: bad, deleted, not served */
+    block_path(t, 6, p, sizeof p);
+    damage(p, 0);
+    w[0] = want_of(6);
+    w[1] = want_of(7);
+    ck_assert_int_eq(kv_tier_prefetch(t, w, 2), 2);
+    kv_tier_prefetch_wait(t);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.bad_blocks, 1);
+    ck_assert_int_eq(st.staged_blocks, 1);
+    ck_assert(!kv_tier_has(t, 1006));
+    ck_assert_msg(access(p, F_OK) != 0, "the damaged file read ahead is still on disk");
+    ck_assert(!get_ok(t, 6));
+    /* a block read ahead whose tokens are not the request's: a miss */
+    int32_t tok[BS];
+    uint8_t kv[BYTES];
+    fill(7, tok, kv);
+    tok[1]++;
+    ck_assert(!kv_tier_get(t, 1007, 7, tok, kv));
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.staged_blocks, 0);
+
+    /* a budget of 0: nothing is read ahead */
+    kv_tier_set_prefetch(t, 0);
+    ck_assert_int_eq(kv_tier_prefetch(t, w, 2), 0);
+    kv_tier_close(t);
+
+    /* closing with blocks read ahead and asked for frees them (ASan) */
+    t = open_bound("model A", 1 << 20);
+    kv_tier_set_prefetch(t, 1 << 20);
+    put_all(t, 0, 8);
+    kv_tier_flush(t);
+    for (int i = 0; i < 8; i++) w[i] = want_of(i);
+    ck_assert_int_eq(kv_tier_prefetch(t, w, 8), 8);
+    kv_tier_close(t);
+}
+END_TEST
+
+/* The host-RAM level: blocks put stay in memory up to its bound, the least
+ * recently used go on to the disk (or away, without one), a get finds a
+ * block in either level, and closing writes the RAM level to the disk. */
+START_TEST(ram_level)
+{
+    char err[1200] = "";
+    kv_tier *t = NULL;
+    /* RAM alone (no directory): the bound drops the least recently used */
+    ck_assert_int_eq(kv_tier_open(&t, &g_host, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert(!kv_tier_has_disk(t));
+    ck_assert_msg(kv_tier_bind(t, "model A", BYTES, BS, err, sizeof err) == 0, "%s", err);
+    kv_tier_set_ram(t, 3 * BYTES);
+    put_all(t, 0, 3);
+    ck_assert(get_ok(t, 0)); /* 0 is now the most recently used */
+    put_all(t, 3, 5);
+    kv_tier_stats st;
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_blocks, 3);
+    ck_assert_int_eq(st.ram_bytes, 3 * BYTES);
+    ck_assert_int_eq(st.ram_evicted_blocks, 2);
+    ck_assert_int_eq(st.blocks, 3);
+    ck_assert_int_eq(st.bytes, 0);
+    ck_assert(!get_ok(t, 1));
+    ck_assert(!get_ok(t, 2));
+    ck_assert(get_ok(t, 0));
+    ck_assert(get_ok(t, 3));
+    ck_assert(get_ok(t, 4));
+    int32_t tok[BS];
+    uint8_t kv[BYTES];
+    fill(4, tok, kv);
+    tok[0]++;
+    ck_assert(!kv_tier_get(t, 1004, 7, tok, kv)); /* another prefix: a miss */
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_hit_blocks, 4);
+    kv_tier_close(t);
+
+    /* RAM in front of the disk: what leaves the RAM level is written */
+    t = open_bound("model A", 1 << 20);
+    ck_assert(kv_tier_has_disk(t));
+    kv_tier_set_ram(t, 2 * BYTES);
+    put_all(t, 0, 5);
+    kv_tier_flush(t);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_blocks, 2);
+    ck_assert_int_eq(st.written_blocks, 3);
+    ck_assert_int_eq(st.blocks, 5);
+    char p[1400];
+    block_path(t, 4, p, sizeof p);
+    ck_assert_msg(access(p, F_OK) != 0, "a block of the RAM level is on disk already");
+    for (int i = 0; i < 5; i++) ck_assert(get_ok(t, i));
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.ram_hit_blocks, 2);
+    kv_tier_close(t); /* writes the RAM level out */
+    t = open_bound("model A", 1 << 20);
+    kv_tier_get_stats(t, &st);
+    ck_assert_int_eq(st.blocks, 5);
+    for (int i = 0; i < 5; i++) ck_assert(get_ok(t, i));
+    kv_tier_close(t);
+}
+END_TEST
+
 /* ------------------------------------------------------------ the engine */
 
 static const char *PROMPT =
@@ -308,6 +488,113 @@ START_TEST(engine_restart_same_tokens)
     ck_assert_int_eq(e.usage.cached_tokens, 0);
     ck_assert_int_gt(ks.tier_bad_blocks, 0);
     et_assert_same_tokens(&ref, &e, 1, "tier, corrupted");
+}
+END_TEST
+
+/* A request queued behind another (max_num_seqs 1) whose prefix is on the
+ * tier: its blocks are asked for while it waits and its admit takes them
+ * from memory (every block: admit waits for the ones the I/O thread has
+ * not read yet, so the count does not depend on timing); with
+ * tier_prefetch = 0 they are read at admit. The same tokens either way. */
+START_TEST(engine_prefetch_while_queued)
+{
+    char dirset[600];
+    snprintf(dirset, sizeof dirset, "kvcache.prefix.tier_dir=%s", g_dir);
+    const char *tier[] = {"engine.kvcache=prefix", dirset, NULL};
+    const char *queued[] = {"engine.kvcache=prefix", dirset, "engine.scheduler=continuous",
+                            "scheduler.continuous.max_num_seqs=1", NULL};
+    const char *no_pf[] = {"engine.kvcache=prefix", dirset, "engine.scheduler=continuous",
+                           "scheduler.continuous.max_num_seqs=1", "kvcache.prefix.tier_prefetch=0",
+                           NULL};
+    et_result ref, a, b;
+    pagoda_kv_stats ks;
+    run_one(tier, NULL, &ref, &ks); /* the prompt's blocks go to the tier */
+    int32_t full = (ref.usage.prompt_tokens - 1) / 16 * 16;
+    for (int pass = 0; pass < 2; pass++) {
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open_stopped(&cfg, pass == 0 ? queued : no_pf);
+        et_result_init(&a);
+        et_result_init(&b);
+        /* another first block, so nothing of it is the prompt's */
+        et_submit(rt, "The cat sat on the mat and looked at the dog for a long time.", 16, &a, 0.0f);
+        pagoda_request req = et_request(rt, PROMPT, 12, 0.0f);
+        uint64_t id;
+        char err[512] = "";
+        ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &b, &id, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0); /* both arrive in its first step */
+        pagoda_engine_wait_idle(rt->engine);
+        ck_assert_int_eq(a.n_final, 1);
+        ck_assert_int_eq(b.n_final, 1);
+        ck_assert_msg(!b.error[0], "%s", b.error);
+        memset(&ks, 0, sizeof ks);
+        ck_assert_int_eq(pagoda_engine_kv_stats(rt->engine, &ks), 0);
+        ck_assert_int_eq(b.usage.cached_tokens, full);
+        ck_assert_int_eq(b.tier_cached, full);
+        if (pass == 0) {
+            ck_assert_int_eq(ks.tier_prefetched_blocks, full / 16);
+            ck_assert_int_eq(ks.tier_prefetch_hit_blocks, full / 16);
+        } else {
+            ck_assert_int_eq(ks.tier_prefetched_blocks, 0);
+            ck_assert_int_eq(ks.tier_prefetch_hit_blocks, 0);
+        }
+        et_assert_same_tokens(&ref, &b, 1, pass == 0 ? "read ahead" : "read at admit");
+        et_close(rt, cfg);
+    }
+}
+END_TEST
+
+static void submit_wait(pagoda_runtime *rt, const char *salt, et_result *r)
+{
+    et_result_init(r);
+    pagoda_request req = et_request(rt, PROMPT, 12, 0.0f);
+    req.cache_salt = salt;
+    uint64_t id;
+    char err[512] = "";
+    ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, r, &id, err, sizeof err) == 0, "%s", err);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r->n_final, 1);
+    ck_assert_msg(!r->error[0], "%s", r->error);
+}
+
+/* The host-RAM level, on the CPU backend: a no-op (the pool is host RAM
+ * already); forced, with no tier_dir, a prompt whose blocks were
+ * evicted from a pool that holds one request comes back from it. */
+START_TEST(engine_ram_level_forced)
+{
+    const char *plain[] = {"engine.kvcache=paged", NULL};
+    const char *dflt[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M", NULL};
+    et_result ref, a, b, c;
+    pagoda_kv_stats ks;
+    run_one(plain, NULL, &ref, &ks);
+    run_one(dflt, NULL, &a, &ks);
+    ck_assert(!ks.tier_on); /* tier_ram is a no-op where the pool is host RAM */
+    int32_t n_prompt = ref.usage.prompt_tokens, full = (n_prompt - 1) / 16 * 16;
+    char pool[64];
+    snprintf(pool, sizeof pool, "engine.kv_cache_tokens=%d", (n_prompt + 12 + 15) / 16 * 16);
+    const char *forced[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M",
+                            "kvcache.prefix.tier_ram_force=true", pool, NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open(&cfg, forced);
+    submit_wait(rt, NULL, &a);
+    submit_wait(rt, "evicts-the-first", &b); /* another chain fills the pool */
+    submit_wait(rt, NULL, &c);
+    memset(&ks, 0, sizeof ks);
+    ck_assert_int_eq(pagoda_engine_kv_stats(rt->engine, &ks), 0);
+    ck_assert(ks.tier_on);
+    ck_assert_int_ge(ks.evicted_blocks, full / 16 - 1);
+    ck_assert_int_eq(c.usage.cached_tokens, full);
+    /* the pool may still hold the chain's head (eviction cuts chains from
+     * the tail): the rest came from the RAM level */
+    ck_assert_int_ge(c.tier_cached, full - 16);
+    ck_assert_int_gt(c.tier_cached, 0);
+    ck_assert_int_eq(ks.tier_ram_hit_blocks * 16, c.tier_cached);
+    ck_assert_int_eq(ks.tier_written_blocks, 0); /* no disk */
+    ck_assert_int_gt(ks.tier_ram_blocks, 0);
+    et_assert_same_tokens(&ref, &a, 1, "RAM level, cold");
+    et_assert_same_tokens(&ref, &b, 1, "RAM level, another salt");
+    et_assert_same_tokens(&ref, &c, 1, "RAM level, read back");
+    et_close(rt, cfg);
 }
 END_TEST
 
@@ -427,12 +714,16 @@ static Suite *suite(void)
     tcase_add_test(tc, faults_are_misses);
     tcase_add_test(tc, bound_is_lru);
     tcase_add_test(tc, one_process_a_directory);
+    tcase_add_test(tc, prefetch_reads_ahead);
+    tcase_add_test(tc, ram_level);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_add_checked_fixture(te, setup, teardown);
     tcase_set_timeout(te, 120);
     tcase_add_test(te, engine_restart_same_tokens);
     tcase_add_test(te, engine_bad_dir);
+    tcase_add_test(te, engine_prefetch_while_queued);
+    tcase_add_test(te, engine_ram_level_forced);
     tcase_add_test(te, engine_faults_under_load);
     suite_add_tcase(s, te);
     return s;

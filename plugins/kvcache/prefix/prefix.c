@@ -23,7 +23,10 @@
  * sequence (enters the LRU list) is copied out through the host and
  * queued for the store, once per key; admit continues the chain past the
  * pool's hits into the store, reading blocks back into the sequence's
- * fresh blocks and counting them as cached. The tier binds to the
+ * fresh blocks and counting them as cached. While a request waits in the
+ * queue, prefetch names its chain's stored blocks to the tier, whose I/O
+ * thread reads them back ahead (tier_prefetch bounds them), so its admit
+ * copies them from memory. The tier binds to the
  * engine's KV fingerprint at the first admit or release (the host's KV
  * slots serve only once the engine does); it stays off, with a log line,
  * where blocks cannot leave the pool whole (tensor parallelism, a
@@ -34,11 +37,12 @@
  * format (tier.c).
  *
  * Config [kvcache.prefix]: tier_dir (empty: no tier), tier_size, tier_queue,
- * tier_required (prefix_keys below).
+ * tier_prefetch, tier_required (prefix_keys below).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "pagoda/host.h"
@@ -90,10 +94,20 @@ typedef struct prefix {
     size_t tier_block_bytes;
     void *tier_buf;           /* one block's KV bytes */
     int64_t tier_hit_tokens;
+    int64_t tier_prefetch;    /* the read-ahead budget, bytes (0: off) */
+    int64_t tier_ram;         /* the host-RAM level's bound (tier_ram) */
+    bool tier_ram_force;      /* also where the pool is host RAM (tests) */
+    bool tier_ram_on;
+    int64_t tier_restore_us;  /* admit's time reading blocks back, ever */
+    kv_tier_want *want;       /* prefetch's list, cap_want */
+    int32_t cap_want;
+    bool prefetching;         /* the last prefetch asked for some */
 } prefix;
 
 #define TIER_DEFAULT_BYTES (4LL << 30)
 #define TIER_QUEUE_DEFAULT_BYTES (256LL << 20)
+#define TIER_PREFETCH_DEFAULT_BYTES (256LL << 20)
+#define TIER_RAM_DEFAULT_BYTES 0
 
 static const pagoda_config_key prefix_keys[] = {
     {.name = "tier_dir", .type = PAGODA_KEY_STRING, .default_str = "",
@@ -102,6 +116,15 @@ static const pagoda_config_key prefix_keys[] = {
      .max = 1e15, .help = "the tier's bound, bytes of block files (least recently used go first)"},
     {.name = "tier_queue", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 1 << 20,
      .max = 1e12, .help = "blocks copied out and waiting to be written (more are dropped)"},
+    {.name = "tier_prefetch", .type = PAGODA_KEY_SIZE, .default_str = "256M", .min = 0,
+     .max = 1e12, .help = "blocks read back ahead for requests waiting in the queue, held in "
+                          "memory (0: read at admit)"},
+    {.name = "tier_ram", .type = PAGODA_KEY_SIZE, .default_str = "0", .min = 0, .max = 1e15,
+     .help = "a host-RAM level in front of the disk (or alone) for backends whose KV pool is "
+             "device memory (0: none; ignored where the pool is host RAM, the CPU backend)"},
+    {.name = "tier_ram_force", .type = PAGODA_KEY_BOOL, .default_str = "false",
+     .help = "keep the host-RAM level also where the pool is host RAM (for tests: a second copy "
+             "of the same memory)"},
     {.name = "tier_required", .type = PAGODA_KEY_BOOL, .default_str = "false",
      .help = "refuse to start when tier_dir cannot be used (else run without the tier)"},
     {.name = NULL},
@@ -249,10 +272,20 @@ static int prefix_create(const pagoda_host *host, void **ctx, char *err, size_t 
     p->host = host;
     p->lru_head = p->lru_tail = -1;
     const char *dir = host->config_str(host, "tier_dir", "");
-    if (dir && *dir) {
+    p->tier_ram = host->config_int(host, "tier_ram", TIER_RAM_DEFAULT_BYTES);
+    p->tier_ram_force = host->config_bool(host, "tier_ram_force", false);
+    if ((!dir || !*dir) && p->tier_ram > 0 && host_has_tier_slots(host)) {
+        /* no directory: a host-RAM level alone, kept only where the pool
+         * is device memory (tier_ready decides, once the engine serves) */
+        char why[256] = "";
+        p->tier_prefetch = 0;
+        if (kv_tier_open(&p->tier, host, NULL, 0, 0, why, sizeof why))
+            host->log(host, PAGODA_LOG_WARN, "running without the host-RAM tier: %s", why);
+    } else if (dir && *dir) {
         bool required = host->config_bool(host, "tier_required", false);
         int64_t size = host->config_int(host, "tier_size", TIER_DEFAULT_BYTES);
         int64_t queue = host->config_int(host, "tier_queue", TIER_QUEUE_DEFAULT_BYTES);
+        p->tier_prefetch = host->config_int(host, "tier_prefetch", TIER_PREFETCH_DEFAULT_BYTES);
         char why[1200] = "this core has no KV block slots (ABI < 1.11)";
         int st = host_has_tier_slots(host)
                      ? kv_tier_open(&p->tier, host, dir, size, queue, why, sizeof why)
@@ -277,6 +310,16 @@ static void tier_ready(prefix *p)
 {
     if (!p->tier || p->tier_on) return;
     const pagoda_host *h = p->host;
+    /* the host-RAM level: only where the pool is not host RAM already */
+    bool dev = PAGODA_HOST_HAS(h, kv_on_device) && h->kv_on_device(h);
+    int64_t ram = dev || p->tier_ram_force ? p->tier_ram : 0;
+    bool disk = kv_tier_has_disk(p->tier);
+    if (!disk && !ram) {
+        h->log(h, PAGODA_LOG_DEBUG, "no host-RAM tier: the KV pool is host RAM already");
+        kv_tier_close(p->tier);
+        p->tier = NULL;
+        return;
+    }
     size_t bytes = h->kv_block_bytes(h);
     const char *fp = bytes ? h->kv_fingerprint(h) : NULL;
     char why[512] = "KV blocks cannot leave this engine's pool whole (tensor parallelism or a "
@@ -288,7 +331,8 @@ static void tier_ready(prefix *p)
                          : PAGODA_ERR_NOMEM;
     }
     if (st) {
-        h->log(h, PAGODA_LOG_WARN, "running without the disk tier: %s", why);
+        h->log(h, disk ? PAGODA_LOG_WARN : PAGODA_LOG_INFO, "running without the %s tier: %s",
+               disk ? "disk" : "host-RAM", why);
         kv_tier_close(p->tier);
         p->tier = NULL;
         free(p->tier_buf);
@@ -297,13 +341,28 @@ static void tier_ready(prefix *p)
     }
     p->tier_on = true;
     p->tier_block_bytes = bytes;
+    kv_tier_set_prefetch(p->tier, p->tier_prefetch);
+    kv_tier_set_ram(p->tier, ram);
+    p->tier_ram_on = ram > 0;
+    char lvl[160];
+    if (ram)
+        snprintf(lvl, sizeof lvl, "a host-RAM level of %.0f MiB in front%s", (double)ram / (1 << 20),
+                 dev ? "" : " (tier_ram_force: the pool is host RAM already)");
+    else
+        snprintf(lvl, sizeof lvl, "no host-RAM level (the KV pool is host RAM already)");
     kv_tier_stats ts;
     kv_tier_get_stats(p->tier, &ts);
-    h->log(h, PAGODA_LOG_INFO,
-           "disk tier at %s: %lld blocks (%.1f MiB) kept from earlier runs, "
-           "%.2f MiB a block, %lld bad files dropped", kv_tier_path(p->tier),
-           (long long)ts.blocks, (double)ts.bytes / (1 << 20), (double)bytes / (1 << 20),
-           (long long)ts.bad_blocks);
+    if (disk)
+        h->log(h, PAGODA_LOG_INFO,
+               "disk tier at %s: %lld blocks (%.1f MiB) kept from earlier runs, "
+               "%.2f MiB a block, %lld bad files dropped; %s", kv_tier_path(p->tier),
+               (long long)ts.blocks, (double)ts.bytes / (1 << 20), (double)bytes / (1 << 20),
+               (long long)ts.bad_blocks, lvl);
+    else
+        h->log(h, PAGODA_LOG_INFO, "host-RAM tier of %.0f MiB for evicted prefix blocks "
+               "(%.2f MiB a block; no tier_dir, so nothing outlives the process)%s",
+               (double)ram / (1 << 20), (double)bytes / (1 << 20),
+               dev ? "" : " (tier_ram_force: the pool is host RAM already)");
 }
 
 /* A hashed block left every sequence: to the tier, once per key. */
@@ -321,6 +380,7 @@ static void prefix_destroy(void *ctx)
     if (!p) return;
     kv_tier_close(p->tier); /* writes what is queued */
     free(p->tier_buf);
+    free(p->want);
     for (int32_t i = 0; i < p->n_seqs; i++) free(p->seqs[i].blocks);
     free(p->seqs);
     free(p->b);
@@ -369,6 +429,18 @@ static int prefix_init(void *ctx, int32_t n_blocks, int32_t block_size, int32_t 
     return PAGODA_OK;
 }
 
+/* A block read back from the tier, into its pool block. */
+typedef struct block_dst {
+    prefix *p;
+    int32_t id;
+} block_dst;
+
+static int write_block(void *user, const void *kv)
+{
+    const block_dst *d = user;
+    return d->p->host->kv_write_block(d->p->host, d->id, kv, d->p->tier_block_bytes);
+}
+
 static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
 {
     prefix *p = ctx;
@@ -411,6 +483,8 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
     /* The chain goes on in the disk tier: blocks read back into the fresh
      * blocks count as cached, up to the first miss. */
     int32_t restored = 0;
+    struct timespec t0, t1;
+    if (p->tier_on) clock_gettime(CLOCK_MONOTONIC, &t0);
     if (p->tier_on) {
         int32_t max_hit = (seq->n_tokens - 1) / p->block_size;
         uint64_t parent = last_key;
@@ -418,9 +492,9 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
             const int32_t *t = seq->tokens + (size_t)i * p->block_size;
             uint64_t key = block_key(p, t, parent);
             int32_t id = s.blocks[i];
+            block_dst dst = {.p = p, .id = id};
             if (table_find(p, key, parent, t) >= 0 || !kv_tier_has(p->tier, key) ||
-                !kv_tier_get(p->tier, key, parent, t, p->tier_buf) ||
-                p->host->kv_write_block(p->host, id, p->tier_buf, p->tier_block_bytes))
+                !kv_tier_get_to(p->tier, key, parent, t, p->tier_buf, write_block, &dst))
                 break;
             table_insert(p, id, key, parent, t);
             parent = key;
@@ -428,6 +502,10 @@ static int prefix_admit(void *ctx, const pagoda_kv_seq *seq, int32_t *n_cached)
         }
         s.n_hashed = k + restored;
         s.last_key = parent;
+    }
+    if (p->tier_on) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        p->tier_restore_us += (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
     }
     p->seqs[p->n_seqs++] = s;
     /* Counted on success only, so a sequence retried while the pool is
@@ -561,6 +639,16 @@ static int prefix_stats(void *ctx, pagoda_kv_stats *st)
         st->tier_bad_blocks = ts.bad_blocks;
         st->tier_evicted_blocks = ts.evicted_blocks;
     }
+    if (st->struct_size >= offsetof(pagoda_kv_stats, tier_restore_us) + sizeof(int64_t)) {
+        kv_tier_stats ts = {0};
+        if (p->tier_on) kv_tier_get_stats(p->tier, &ts);
+        st->tier_prefetched_blocks = ts.prefetched_blocks;
+        st->tier_prefetch_hit_blocks = ts.prefetch_hit_blocks;
+        st->tier_ram_blocks = ts.ram_blocks;
+        st->tier_ram_bytes = ts.ram_bytes;
+        st->tier_ram_hit_blocks = ts.ram_hit_blocks;
+        st->tier_restore_us = p->tier_restore_us;
+    }
     return PAGODA_OK;
 }
 
@@ -608,6 +696,50 @@ static int prefix_inspect(void *ctx, pagoda_kv_block_info *blocks, int32_t n_blo
     return PAGODA_OK;
 }
 
+/* The waiting sequences' chains, as admit would walk them: past the pool's
+ * hits, the blocks the tier holds up to its first miss, soonest request
+ * first, as many as the read-ahead budget holds; the tier reads them back
+ * on its I/O thread and lets go of what is no longer wanted. */
+static int prefix_prefetch(void *ctx, const pagoda_kv_seq *seqs, int32_t n)
+{
+    prefix *p = ctx;
+    if (!p->b || !p->tier || p->tier_prefetch <= 0) return PAGODA_OK;
+    tier_ready(p);
+    if (!p->tier_on || (n == 0 && !p->prefetching)) return PAGODA_OK;
+    size_t file = p->tier_block_bytes + (size_t)p->block_size * sizeof(int32_t) + 64;
+    int64_t room = p->tier_prefetch / (int64_t)file + 1;
+    int32_t n_want = 0;
+    for (int32_t s = 0; s < n && n_want < room; s++) {
+        const pagoda_kv_seq *q = &seqs[s];
+        if (q->n_tokens <= 0 || q->n_tokens > p->max_seq_len || !q->tokens) continue;
+        uint64_t parent = chain_root(q->cache_salt);
+        int32_t max_hit = (q->n_tokens - 1) / p->block_size;
+        bool in_pool = true;
+        for (int32_t k = 0; k < max_hit && n_want < room; k++) {
+            const int32_t *t = q->tokens + (size_t)k * p->block_size;
+            uint64_t key = block_key(p, t, parent);
+            bool here = table_find(p, key, parent, t) >= 0;
+            if (here && !in_pool) break; /* admit stops there too */
+            if (!here) {
+                in_pool = false;
+                if (!kv_tier_has(p->tier, key)) break;
+                if (n_want == p->cap_want) {
+                    int32_t cap = p->cap_want ? p->cap_want * 2 : 64;
+                    kv_tier_want *nw = realloc(p->want, (size_t)cap * sizeof *nw);
+                    if (!nw) break;
+                    p->want = nw;
+                    p->cap_want = cap;
+                }
+                p->want[n_want++] = (kv_tier_want){.key = key, .parent = parent};
+            }
+            parent = key;
+        }
+    }
+    (void)kv_tier_prefetch(p->tier, p->want, n_want);
+    p->prefetching = n_want > 0;
+    return PAGODA_OK;
+}
+
 static const pagoda_kvcache_ops prefix_ops = {
     .struct_size = sizeof(pagoda_kvcache_ops),
     .init = prefix_init,
@@ -621,6 +753,7 @@ static const pagoda_kvcache_ops prefix_ops = {
     .reset_cache = prefix_reset_cache,
     .inspect = prefix_inspect,
     .shrink = prefix_shrink,
+    .prefetch = prefix_prefetch,
 };
 
 static const pagoda_plugin_desc prefix_desc = {

@@ -379,9 +379,13 @@ static json_t *usage_of(const choice *c, int64_t input_estimate)
     int64_t pt = c->usage.prompt_tokens ? c->usage.prompt_tokens : input_estimate;
     int64_t cached = c->usage.cached_tokens;
     if (cached > pt) cached = pt;
-    return json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)(pt - cached), "output_tokens",
+    int64_t tier = c->tier_cached > cached ? cached : c->tier_cached;
+    /* tier_cached_tokens is pagoda's: of cache_read_input_tokens, those
+     * read back from the prefix cache's disk tier (as chat completions'
+     * prompt_tokens_details has it) */
+    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)(pt - cached), "output_tokens",
                      (json_int_t)c->usage.completion_tokens, "cache_creation_input_tokens", (json_int_t)0,
-                     "cache_read_input_tokens", (json_int_t)cached);
+                     "cache_read_input_tokens", (json_int_t)cached, "tier_cached_tokens", (json_int_t)tier);
 }
 
 static void tool_id(const api_state *as, int index, char *out, size_t n)

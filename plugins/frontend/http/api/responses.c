@@ -361,8 +361,11 @@ static json_t *usage_of(const choice *c, int64_t estimate)
 {
     int64_t pt = c->usage.prompt_tokens ? c->usage.prompt_tokens : estimate;
     int64_t ct = c->usage.completion_tokens;
-    return json_pack("{s:I,s:{s:I,s:i},s:I,s:{s:i},s:I}", "input_tokens", (json_int_t)pt, "input_tokens_details",
-                     "cached_tokens", (json_int_t)c->usage.cached_tokens, "cache_write_tokens", 0, "output_tokens",
+    /* tier_cached_tokens is pagoda's: of cached_tokens, those read back
+     * from the prefix cache's disk tier (as chat completions have it) */
+    return json_pack("{s:I,s:{s:I,s:i,s:I},s:I,s:{s:i},s:I}", "input_tokens", (json_int_t)pt,
+                     "input_tokens_details", "cached_tokens", (json_int_t)c->usage.cached_tokens,
+                     "cache_write_tokens", 0, "tier_cached_tokens", (json_int_t)c->tier_cached, "output_tokens",
                      (json_int_t)ct, "output_tokens_details", "reasoning_tokens", 0, "total_tokens", (json_int_t)(pt + ct));
 }
 
