@@ -21,6 +21,7 @@ usage: python agent_turns.py BASE_URL API_KEY [messages|responses|chained ...]
 import sys
 
 from anthropic import Anthropic
+from integ_check import check, failures
 from openai import OpenAI
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
@@ -31,14 +32,6 @@ CALL_TURNS = {3, 7}     # a call is required: the history holds calls and result
 NONE_TURN = 5           # tools off for one turn: they stay in the prompt
 MAX_TOKENS = 16
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 def report(mode, turn, prompt, cached, prev):
@@ -117,8 +110,8 @@ def main():
             messages(base_url, key)
         else:
             responses(base_url, key, mode == "chained")
-    print(f"agent_turns.py ({' '.join(modes)}): {'ok' if failures == 0 else f'{failures} failures'}")
-    return 1 if failures else 0
+    print(f"agent_turns.py ({' '.join(modes)}): {'ok' if failures() == 0 else f'{failures()} failures'}")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

@@ -16,17 +16,10 @@ import sys
 
 from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
                     function_tool, set_tracing_disabled)
+from integ_check import check, failures
 from openai import AsyncOpenAI
 
-failures = 0
 calls = []
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 @function_tool
@@ -80,8 +73,8 @@ async def main():
     check("raw_response_event" in kinds and "run_item_stream_event" in kinds, f"streamed events {kinds}")
     check_run("responses streamed", s, n)
 
-    print(f"agents_sdk_loop.py: {'ok' if failures == 0 else f'{failures} failures'}")
-    return 1 if failures else 0
+    print(f"agents_sdk_loop.py: {'ok' if failures() == 0 else f'{failures()} failures'}")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":
