@@ -588,7 +588,11 @@ START_TEST(smollm2_greedy_identical)
         pagoda_engine_wait_idle(rt->engine);
         pagoda_engine_stats st;
         pagoda_engine_get_stats(rt->engine, &st);
-        if (spec) ck_assert_int_gt(st.spec_accepted_total, 0);
+        /* drafts were verified (the path under test ran); how many were
+         * accepted follows the trajectory, which the KV dtype and the
+         * kernels' rounding move: 2 accepted of 10 in Release, 0 of 8 under
+         * ASan (-O1 kernels) with prefix x F32 here */
+        if (spec) ck_assert_int_gt(st.spec_drafted_total, 0);
         et_close(rt, cfg);
     }
     et_assert_same_tokens(r[0], r[1], 2, "SmolLM2, ngram vs off");
