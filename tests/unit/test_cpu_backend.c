@@ -403,7 +403,11 @@ START_TEST(test_kernel_path_named_alike)
     int d = pagoda_cpu_detect_isa();
     const char *isa = !avx2 ? "scalar" : avx512 ? "AVX-512 VNNI" : d == PAGODA_CPU_ISA_AVX_VNNI ? "AVX-VNNI" : "AVX2";
     char want[96];
-    snprintf(want, sizeof want, avx2 ? "%s kernels" : "%s kernels (no AVX2/FMA/F16C)", isa);
+    /* an AMX host runs the AVX-512 table and says where its tiles run */
+    snprintf(want, sizeof want, !avx2 ? "%s kernels (no AVX2/FMA/F16C)"
+                                : d == PAGODA_CPU_ISA_AMX ? "%s kernels (and AMX tiles for the repacked GEMMs of >= 16 tokens)"
+                                                          : "%s kernels",
+             isa);
     unsetenv("PAGODA_CPU_ISA");
     check_path_agrees(want, isa);
     if (!avx2) return;
@@ -412,6 +416,10 @@ START_TEST(test_kernel_path_named_alike)
     if (d > PAGODA_CPU_ISA_AVX2) {
         setenv("PAGODA_CPU_ISA", "avx2", 1);
         check_path_agrees("AVX2 kernels (forced; the CPU has more)", "AVX2");
+    }
+    if (d == PAGODA_CPU_ISA_AMX) {
+        setenv("PAGODA_CPU_ISA", "avx512", 1);
+        check_path_agrees("AVX-512 VNNI kernels (forced; the CPU has more)", "AVX-512 VNNI");
     }
     unsetenv("PAGODA_CPU_ISA");
 }
