@@ -333,6 +333,14 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= addu(&p->fixed_bytes, p->act_bytes);
     ok &= addu(&p->fixed_bytes, p->workspace_bytes);
     ok &= addu(&p->fixed_bytes, p->overhead_bytes);
+    p->draft_weight_bytes = o.draft_weight_bytes;
+    p->draft_kv_bytes = o.draft_kv_bytes;
+    p->draft_act_bytes = o.draft_act_bytes;
+    p->draft_seats = o.draft_seats;
+    p->draft_seq_len = o.draft_seq_len;
+    ok &= addu(&p->fixed_bytes, p->draft_weight_bytes);
+    ok &= addu(&p->fixed_bytes, p->draft_kv_bytes);
+    ok &= addu(&p->fixed_bytes, p->draft_act_bytes);
     if (!ok || kv == 0) {
         snprintf(err, n, "%s: model dimensions overflow the memory plan", fname);
         return PAGODA_ERR_INVALID;
@@ -367,8 +375,8 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     if (p->fixed_bytes > p->budget_bytes) {
         p->shortfall_bytes = p->fixed_bytes - p->budget_bytes + need_one;
         snprintf(p->reason, sizeof p->reason,
-                 "weights + activations + workspace + overhead need %" PRIu64 " bytes, the budget is %" PRIu64,
-                 p->fixed_bytes, p->budget_bytes);
+                 "weights + activations + workspace + overhead%s need %" PRIu64 " bytes, the budget is %" PRIu64,
+                 p->draft_weight_bytes ? " + the draft model" : "", p->fixed_bytes, p->budget_bytes);
     } else {
         uint64_t avail = p->budget_bytes - p->fixed_bytes;
         pagoda_memplan_set_pool(p, avail > kv_fixed ? (avail - kv_fixed) / kvb : 0);
@@ -473,6 +481,15 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
             human(p->workspace_bytes, a, sizeof a));
     fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "runtime overhead", p->overhead_bytes,
             human(p->overhead_bytes, a, sizeof a));
+    if (p->draft_weight_bytes) {
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (speculative = draft)\n", "draft model weights",
+                p->draft_weight_bytes, human(p->draft_weight_bytes, a, sizeof a));
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%d seats of %d tokens, F32)\n", "draft model KV pool",
+                p->draft_kv_bytes, human(p->draft_kv_bytes, a, sizeof a), p->draft_seats,
+                p->draft_seq_len);
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "draft model activations", p->draft_act_bytes,
+                human(p->draft_act_bytes, a, sizeof a));
+    }
     fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "fixed total", p->fixed_bytes,
             human(p->fixed_bytes, a, sizeof a));
     if (p->budget_auto)
@@ -586,6 +603,11 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         "workspace", (json_int_t)p->workspace_bytes, "quant_scratch", (json_int_t)p->qscratch_bytes,
         "attention_scratch", (json_int_t)p->att_scratch_bytes, "overhead", (json_int_t)p->overhead_bytes,
         "fixed", (json_int_t)p->fixed_bytes, "budget", (json_int_t)p->budget_bytes));
+    if (p->draft_weight_bytes)
+        json_object_set_new(json_object_get(root, "bytes"), "draft_model", json_pack(
+            "{s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",
+            (json_int_t)p->draft_kv_bytes, "activations", (json_int_t)p->draft_act_bytes, "seats",
+            p->draft_seats, "seq_len", p->draft_seq_len));
     json_object_set_new(root, "kv", json_pack(
         "{s:s,s:f,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dtype", pagoda_dtype_name(p->kv_dtype),
         "value_bytes", p->kv_value_bytes, "block_values", p->kv_block_values, "block_bytes",

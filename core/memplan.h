@@ -36,6 +36,11 @@ typedef struct pagoda_memplan_opts {
                                  * ABI 1.7): an MLA model's row is kept as K and V */
     int64_t spec_logit_rows;    /* 0: none; speculative decoding's draft positions sampled
                                  * beside the max_num_seqs rows (pagoda_engine_spec_rows) */
+    /* speculative = draft: what the draft model will hold (its weights, its
+     * own KV pool, its activations; pagoda_draft_model_plan), paid from the
+     * budget before the main pool; 0 without one */
+    uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
+    int32_t draft_seats, draft_seq_len;   /* its pool: seats of seq_len tokens (F32) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -142,7 +147,11 @@ typedef struct pagoda_memplan {
      * (max_num_seqs x heads x max_seq_len f32). */
     uint64_t qscratch_bytes, att_scratch_bytes, workspace_bytes;
     uint64_t overhead_bytes;
-    uint64_t fixed_bytes;                           /* weights + act + workspace + overhead */
+    /* The draft model of speculative = draft (the opts' figures; 0: none). */
+    uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
+    int32_t draft_seats, draft_seq_len;
+    uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
+                                                     * + the draft model */
     /* The budget and what it leaves for the KV pool. */
     bool budget_auto;
     uint64_t mem_available;                         /* MemAvailable when auto, else 0 */

@@ -16,6 +16,7 @@
 
 #include "chat_template.h"
 #include "config_check.h"
+#include "drafter.h"
 #include "host.h"
 #include "host_engine.h"
 #include "log.h"
@@ -87,6 +88,9 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
         {"pagoda_memory_activations_bytes", "Bytes of activation buffers", (double)p->act_bytes},
         {"pagoda_memory_workspace_bytes", "Bytes of kernel workspace", (double)p->workspace_bytes},
         {"pagoda_memory_overhead_bytes", "Bytes of runtime overhead", (double)p->overhead_bytes},
+        {"pagoda_memory_draft_model_bytes",
+         "Bytes of speculative decoding's draft model: weights, its KV pool, activations",
+         (double)(p->draft_weight_bytes + p->draft_kv_bytes + p->draft_act_bytes)},
         {"pagoda_kv_bytes_per_token", "KV cache pool bytes per token", (double)p->kv_bytes_per_token},
         {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},
     };
@@ -275,6 +279,23 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     }
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;
+    if (!strcmp(rt->ec.speculative, "draft") && rt->ec.spec_draft_model[0]) {
+        /* the draft model's weights, pool and activations come out of the
+         * same budget: plan them before the main pool takes the rest */
+        pagoda_engine_opts so = {.spec_max_seqs = rt->ec.spec_max_seqs};
+        pagoda_draft_model_bytes db;
+        st = pagoda_draft_model_plan(rt->ec.spec_draft_model, pagoda_engine_spec_draft_seats(&so, max_seqs),
+                                     (int32_t)rt->plan.max_seq_len, rt->ec.block_size, &db,
+                                     err, err_len);
+        if (st) goto fail;
+        po.draft_weight_bytes = db.weights;
+        po.draft_kv_bytes = db.kv;
+        po.draft_act_bytes = db.act;
+        po.draft_seats = db.seats;
+        po.draft_seq_len = db.seq_len;
+        st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
+        if (st) goto fail;
+    }
     int64_t want_tokens = rt->ec.kv_cache_tokens;
     if (want_tokens <= 0 && rt->plan.budget_auto &&
         rt->plan.kv_tokens > (uint64_t)(max_seqs * rt->plan.max_seq_len)) {

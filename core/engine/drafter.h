@@ -59,6 +59,19 @@ int pagoda_draft_model_open(const char *path, const struct pagoda_model *target,
                             struct pagoda_backend *be, int32_t n_seats, int32_t max_seq_len,
                             int32_t block_size, pagoda_draft_model **out, char *err, size_t err_len);
 void pagoda_draft_model_free(pagoda_draft_model *dm);
+/* What open will allocate for these arguments, read from the file's header
+ * before anything is (the memory plan's draft lines): its weights (the
+ * file's data section), its KV pool (n_seats seats of min(max_seq_len, its
+ * context) tokens in F32) and its activations. A file that does not open
+ * is refused, naming spec_draft_model, as open would. */
+typedef struct pagoda_draft_model_bytes {
+    uint64_t weights, kv, act;
+    int32_t seats, seq_len;
+} pagoda_draft_model_bytes;
+int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_len, int32_t block_size,
+                            pagoda_draft_model_bytes *out, char *err, size_t err_len);
+/* The bytes an opened draft model holds, counted the same way. */
+void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_model_bytes *out);
 /* One line for the start-up log: its shape, weight and KV pool bytes. */
 void pagoda_draft_model_describe(const pagoda_draft_model *dm, char *out, size_t len);
 extern const pagoda_drafter_ops pagoda_drafter_model_ops;

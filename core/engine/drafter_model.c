@@ -65,6 +65,16 @@ static int same_vocab(const pagoda_model *a, const pagoda_model *b, char *err, s
     return 0;
 }
 
+/* The draft's seats and pool blocks for a model of context n_ctx_train
+ * (open and plan alike). */
+static void seat_geometry(int32_t n_seats, int32_t max_seq_len, int32_t n_ctx_train, int32_t block_size,
+                          int32_t *seats, int32_t *seq_len, int32_t *n_blocks)
+{
+    *seats = n_seats > 0 ? n_seats : 1;
+    *seq_len = max_seq_len < n_ctx_train ? max_seq_len : n_ctx_train;
+    *n_blocks = *seats * ((*seq_len + block_size - 1) / block_size);
+}
+
 int pagoda_draft_model_open(const char *path, const pagoda_model *target, pagoda_backend *be,
                             int32_t n_seats, int32_t max_seq_len, int32_t block_size,
                             pagoda_draft_model **out, char *err, size_t err_len)
@@ -89,11 +99,11 @@ int pagoda_draft_model_open(const char *path, const pagoda_model *target, pagoda
         goto fail;
     }
     dm->n_vocab = dm->m->hp.n_vocab;
-    dm->max_seq_len = max_seq_len < dm->m->hp.n_ctx_train ? max_seq_len : dm->m->hp.n_ctx_train;
     dm->block_size = block_size;
-    dm->seat_blocks = (dm->max_seq_len + block_size - 1) / block_size;
-    dm->n_seats = n_seats > 0 ? n_seats : 1;
-    int32_t n_blocks = dm->n_seats * dm->seat_blocks;
+    int32_t n_blocks;
+    seat_geometry(n_seats, max_seq_len, dm->m->hp.n_ctx_train, block_size, &dm->n_seats,
+                  &dm->max_seq_len, &n_blocks);
+    dm->seat_blocks = n_blocks / dm->n_seats;
     dm->seat_busy = calloc((size_t)dm->n_seats, 1);
     dm->table = malloc(sizeof(int32_t) * (size_t)n_blocks);
     dm->logits = malloc(sizeof(float) * (size_t)dm->n_vocab);
@@ -110,8 +120,7 @@ int pagoda_draft_model_open(const char *path, const pagoda_model *target, pagoda
         goto fail;
     }
     dm->fw_ok = true;
-    dm->kv_bytes = (size_t)dm->fw.kv_layout.n_layers * 2 * pagoda_kv_block_bytes(&dm->fw.kv_layout) *
-                   (size_t)n_blocks;
+    dm->kv_bytes = dm->fw.kv_bytes + dm->fw.kv_local_bytes;
     dm->seq_no = 1ull << 62; /* apart from the engine's steps (a backend may key caches on it) */
     *out = dm;
     return PAGODA_OK;
@@ -130,6 +139,39 @@ void pagoda_draft_model_free(pagoda_draft_model *dm)
     free(dm->logits);
     pthread_mutex_destroy(&dm->mu);
     free(dm);
+}
+
+int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_len, int32_t block_size,
+                            pagoda_draft_model_bytes *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    char why[512];
+    pagoda_model *m = pagoda_model_open(path, why, sizeof why);
+    if (!m) {
+        snprintf(err, err_len, "[engine] spec_draft_model = %s: %s", path, why);
+        return PAGODA_ERR_INVALID;
+    }
+    int32_t n_blocks;
+    seat_geometry(n_seats, max_seq_len, m->hp.n_ctx_train, block_size, &out->seats, &out->seq_len,
+                  &n_blocks);
+    /* the pools pagoda_forward_init makes: F32, no window pool */
+    pagoda_forward_kv kv = {.n_blocks = n_blocks, .block_size = block_size, .dtype = PAGODA_DTYPE_F32};
+    pagoda_kv_layout main_l, local_l;
+    pagoda_forward_kv_layouts(&m->hp, &kv, &main_l, &local_l);
+    out->kv = pagoda_kv_pool_bytes(&main_l) + pagoda_kv_pool_bytes(&local_l);
+    out->act = pagoda_forward_act_bytes(&m->hp, DM_CHUNK, 1);
+    out->weights = m->gguf->size - m->gguf->data_offset;
+    pagoda_model_free(m);
+    return PAGODA_OK;
+}
+
+void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_model_bytes *out)
+{
+    out->weights = dm->m->gguf->size - dm->m->gguf->data_offset;
+    out->kv = dm->kv_bytes;
+    out->act = dm->fw.act_bytes;
+    out->seats = dm->n_seats;
+    out->seq_len = dm->max_seq_len;
 }
 
 void pagoda_draft_model_describe(const pagoda_draft_model *dm, char *out, size_t len)

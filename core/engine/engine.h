@@ -71,6 +71,10 @@ struct pagoda_metrics;
  * (0 when it is off); the memory plan counts them. */
 int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *opts, int32_t max_num_seqs,
                                 int32_t max_batched_tokens);
+/* The seats of the draft drafter's own KV pool (one for each sequence that
+ * may draft in a step): what the engine opens it with and the memory plan
+ * counts. */
+int32_t pagoda_engine_spec_draft_seats(const pagoda_engine_opts *opts, int32_t max_num_seqs);
 
 /* Build the engine: sizes activations from the scheduler's limits, makes the
  * KV pool, initialises the KV policy. Takes no ownership of its arguments. */

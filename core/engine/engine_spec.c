@@ -38,6 +38,13 @@ int32_t pagoda_engine_spec_rows(const pagoda_engine_opts *o, int32_t max_num_seq
     return (int32_t)(rows < max_batched_tokens ? rows : max_batched_tokens);
 }
 
+int32_t pagoda_engine_spec_draft_seats(const pagoda_engine_opts *o, int32_t max_num_seqs)
+{
+    int32_t seqs = o->spec_max_seqs >= 0 ? o->spec_max_seqs : 4;
+    int32_t seats = seqs > 1 ? seqs : 1;
+    return seats < max_num_seqs ? seats : (max_num_seqs > 0 ? max_num_seqs : 1);
+}
+
 int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
 {
     engine_spec *sp = &e->spec;
@@ -74,8 +81,7 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
             return PAGODA_ERR_INVALID;
         }
         /* a seat for each sequence that may draft in a step */
-        int32_t seats = sp->max_seqs > 1 ? sp->max_seqs : 1;
-        if (seats > e->max_num_seqs) seats = e->max_num_seqs;
+        int32_t seats = pagoda_engine_spec_draft_seats(o, e->max_num_seqs);
         int st = pagoda_draft_model_open(o->spec_draft_model, e->model, e->be, seats, o->max_seq_len,
                                          o->block_size, &sp->draft, err, err_len);
         if (st) return st;

@@ -8,6 +8,7 @@
  * and the inspected steps; bad settings and requests refused by name. */
 #include "engine_testutil.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "drafter.h"
@@ -319,6 +320,53 @@ START_TEST(draft_model_other_weights_identical)
     ck_assert_int_lt(on->st.spec_accepted_total, on->st.spec_drafted_total);
     free(off);
     free(on);
+    unlink(model);
+}
+END_TEST
+
+/* The draft model's weights, pool and activations are in the memory plan
+ * before anything is allocated, as large as what the engine then opens,
+ * and come out of the same budget: the main pool is smaller by them. */
+START_TEST(draft_model_in_memory_plan)
+{
+    char model[64], path[128];
+    gen_tiny(model, 5, tu_src("models/stories260K.gguf"), 2);
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
+    const char *off_set[] = {"engine.memory_budget=256M", "engine.max_seq_len=256", NULL};
+    const char *on_set[] = {"engine.memory_budget=256M", "engine.max_seq_len=256",
+                            "engine.speculative=draft", path, "engine.spec_max_seqs=3", NULL};
+    pagoda_config *c_off, *c_on;
+    pagoda_runtime *r_off = et_open_stopped(&c_off, off_set), *r_on = et_open_stopped(&c_on, on_set);
+    const pagoda_memplan *p0 = &r_off->plan, *p1 = &r_on->plan;
+    ck_assert_int_eq(p0->draft_weight_bytes + p0->draft_kv_bytes + p0->draft_act_bytes, 0);
+    /* what the engine opened, counted the way the plan counts */
+    pagoda_draft_model_bytes got;
+    pagoda_draft_model_bytes_of(r_on->engine->spec.draft, &got);
+    struct stat sb;
+    ck_assert_int_eq(stat(model, &sb), 0);
+    ck_assert(got.weights > 0 && got.weights < (uint64_t)sb.st_size);
+    ck_assert_uint_eq(p1->draft_weight_bytes, got.weights);
+    ck_assert_uint_eq(p1->draft_kv_bytes, got.kv);
+    ck_assert_uint_eq(p1->draft_act_bytes, got.act);
+    ck_assert_int_eq(p1->draft_seats, 3);
+    ck_assert_int_eq(got.seats, 3);
+    ck_assert_int_eq(p1->draft_seq_len, 256);
+    /* 3 seats x 256 tokens x 2 layers x K and V x the tiny shape's KV width, F32 */
+    ck_assert_uint_ge(got.kv, 3ull * 256 * 2 * 2 * 4);
+    uint64_t draft = got.weights + got.kv + got.act;
+    /* (the draft positions' logit rows make the activations larger too) */
+    ck_assert_uint_eq(p1->fixed_bytes, p1->weight_bytes + p1->act_bytes + p1->workspace_bytes +
+                                       p1->overhead_bytes + draft);
+    ck_assert_uint_ge(p1->fixed_bytes, p0->fixed_bytes + draft);
+    ck_assert_uint_eq(p1->kv_blocks, (256ull * 1048576 - p1->fixed_bytes - p1->swa_pool_bytes -
+                                      p1->kv_sink_bytes) / p1->kv_bytes_per_block);
+    ck_assert_uint_lt(p1->kv_blocks, p0->kv_blocks);
+    /* the JSON plan (/v1/inspect, pagoda plan --json) names it too */
+    char *js = pagoda_memplan_json(p1);
+    ck_assert_ptr_nonnull(strstr(js, "\"draft_model\""));
+    free(js);
+    et_close(r_off, c_off);
+    et_close(r_on, c_on);
     unlink(model);
 }
 END_TEST
@@ -731,6 +779,7 @@ static Suite *suite(void)
     tc = tcase(s, "draft");
     tcase_add_loop_test(tc, draft_model_self_identical, 0, 2);
     tcase_add_test(tc, draft_model_other_weights_identical);
+    tcase_add_test(tc, draft_model_in_memory_plan);
     tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
     tcase_add_test(tc, structured_output_identical);
