@@ -139,14 +139,6 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         p->v_head_dim = hp.v_head_dim;
         p->kv_planes = o.kv_no_latent ? 2 : 1;
         val_len = o.kv_no_latent ? p->head_dim : 0;
-        if (o.tensor_parallel > 1) {
-            snprintf(err, n, "%s: %s (multi-head latent attention) does not run tensor parallel "
-                     "yet; every rank would hold the whole latent KV (%" PRId64 " values a token "
-                     "and layer: it is shared by all heads, so it is replicated, not split) and "
-                     "its heads' share of attn_q / attn_k_b / attn_v_b / attn_output",
-                     fname, p->arch, p->head_dim);
-            return PAGODA_ERR_UNSUPPORTED;
-        }
     }
 
     /* --- tensor parallelism: the model must split N ways; the rank's
@@ -156,11 +148,14 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     if (tp > 1) {
         pagoda_tp_dims td = {.n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads, .ffn = p->ffn,
                              .n_swa_layers = p->n_swa_layers, .n_experts = hp.n_experts,
-                             .n_dense_lead = hp.n_dense_lead};
+                             .n_dense_lead = hp.n_dense_lead, .mla = p->mla};
         int st = pagoda_tp_check(f, &td, (int32_t)tp, err, n);
         if (st) return st;
     }
-    int64_t heads_r = p->n_heads / tp, kv_heads_r = p->n_kv_heads / tp, ffn_r = p->ffn / tp;
+    /* MLA: the latent row is replicated on every rank (each rank's heads
+     * read all of it), so a rank's pool holds the whole row a token */
+    int64_t heads_r = p->n_heads / tp, kv_heads_r = p->mla ? p->n_kv_heads : p->n_kv_heads / tp;
+    int64_t ffn_r = p->ffn / tp;
 
     /* --- weights: every tensor in the file, by type; the experts, the
      * active parameters and the bytes a decoded token reads */
@@ -524,6 +519,14 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
                 pagoda_dtype_name(p->kv_dtype), p->kv_block_bytes, p->kv_block_values,
                 2.0 / p->kv_value_bytes);
     fprintf(fp, "\n");
+    if (p->mla && p->tensor_parallel > 1)
+        fprintf(fp, "  with tensor_parallel = %" PRId64 ": every rank holds this whole latent row a token "
+                "(replicated: its %" PRId64 " of the %" PRId64 " heads each read all of it; attn_q_a, "
+                "attn_kv_a_mqa and their norms are whole on each rank too), and its heads' share of "
+                "attn_q / attn_k_b / attn_v_b / attn_output; plain MHA would split its KV %" PRId64
+                " ways, %" PRIu64 " bytes/token a rank\n",
+                p->tensor_parallel, p->n_heads / p->tensor_parallel, p->n_heads, p->tensor_parallel,
+                p->mha_bytes_per_token / (uint64_t)p->tensor_parallel);
     if (p->n_swa_layers > 0 && p->swa.window) {
         const pagoda_swa_geometry *g = &p->swa;
         fprintf(fp, "  sliding window: %" PRId64 " of %" PRId64 " layers read only their last %" PRId64
@@ -634,7 +637,8 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
     json_object_set_new(root, "per_rank", json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
         "weights_bytes_model", (json_int_t)p->weight_bytes_model, "kv_bytes_per_token",
-        (json_int_t)p->kv_bytes_per_token, "kv_heads", (json_int_t)(p->n_kv_heads / p->tensor_parallel),
+        (json_int_t)p->kv_bytes_per_token, "kv_heads",
+        (json_int_t)(p->mla ? p->n_kv_heads : p->n_kv_heads / p->tensor_parallel),
         "activations_bytes", (json_int_t)p->act_bytes, "kv_pool_tokens", (json_int_t)p->kv_tokens,
         "fixed_bytes", (json_int_t)p->fixed_bytes, "sequences", fit));
     json_object_set_new(root, "budget_auto", json_boolean(p->budget_auto));

@@ -86,7 +86,8 @@ static pagoda_tensor weight(const pagoda_forward *fw, const gguf_tensor *t)
         w.offset = fw->tp_offsets[t - g->tensors];
         int split = pagoda_tp_split_of(t->name.ptr, t->name.len);
         int64_t n = fw->tp.size;
-        if (split == PAGODA_TP_EXPERTS) w.rows = t->ne[1];   /* one expert (weight_experts) */
+        if (split == PAGODA_TP_EXPERTS || split == PAGODA_TP_HEADS)
+            w.rows = t->ne[1];   /* one expert or head (weight_experts) */
         else if (split == PAGODA_TP_ROWS && t->n_dims >= 2) w.rows /= n;
         else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_COLS) w.cols /= n;
     }
@@ -142,8 +143,8 @@ static int pack_shard(pagoda_forward *fw, size_t *bytes, char *err, size_t err_l
             int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
             for (int64_t y = 0; y < rows; y++)
                 memcpy(d + (size_t)y * part, src + (size_t)y * row + (size_t)r * part, part);
-        } else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_EXPERTS) {
-            /* whole rows, or whole experts: one contiguous run */
+        } else if (split == PAGODA_TP_ROWS || split == PAGODA_TP_EXPERTS || split == PAGODA_TP_HEADS) {
+            /* whole rows, whole experts or whole heads: one contiguous run */
             memcpy(d, src + (size_t)r * share, share);
         } else {
             memcpy(d, src, share);
@@ -385,18 +386,12 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     if (tp && tp->size > 1) {
         pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
                              .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers,
-                             .n_experts = m->hp.n_experts, .n_dense_lead = m->hp.n_dense_lead};
+                             .n_experts = m->hp.n_experts, .n_dense_lead = m->hp.n_dense_lead,
+                             .mla = m->hp.mla};
         if (!tp->all_reduce || tp->rank < 0 || tp->rank >= tp->size) {
             ERR("internal: tensor parallel rank %d of %d without an all-reduce", tp->rank, tp->size);
             fw->be = NULL;
             return PAGODA_ERR_INTERNAL;
-        }
-        if (m->hp.mla) {
-            ERR("%s (multi-head latent attention) does not run tensor parallel yet: its latent KV "
-                "would be replicated on every rank and attn_k_b / attn_v_b split by head; serve "
-                "it on one rank (tp = 1)", m->hp.arch);
-            fw->be = NULL;
-            return PAGODA_ERR_UNSUPPORTED;
         }
         if ((st = pagoda_tp_check(m->gguf, &td, tp->size, err, err_len))) {
             fw->be = NULL;
@@ -413,7 +408,10 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
         fw->tp = *tp;
         fw->tp_in_place = tp_in_place(tp, be);
         fw->hp.n_heads /= tp->size;
-        fw->hp.n_kv_heads /= tp->size;
+        /* MLA's one latent row is every head's: each rank keeps it whole
+         * (computed from attn_kv_a_mqa, replicated) and runs its heads
+         * over it */
+        if (!m->hp.mla) fw->hp.n_kv_heads /= tp->size;
         fw->hp.ffn /= tp->size;
         fw->hp.ffn_shexp /= tp->size;
     }

@@ -32,6 +32,13 @@ int pagoda_tp_split_of(const char *name, size_t len)
                                        ".ffn_down_shexp.weight"};
     static const char *const exps[] = {".ffn_gate_exps.weight", ".ffn_up_exps.weight",
                                        ".ffn_down_exps.weight", ".ffn_gate_up_exps.weight"};
+    /* MLA: the query (attn_q, or the LoRA's attn_q_b) by heads' rows, each
+     * head's attn_k_b / attn_v_b whole; attn_q_a, attn_kv_a_mqa and their
+     * norms make the shared latent and stay whole on every rank */
+    static const char *const heads[] = {".attn_k_b.weight", ".attn_v_b.weight"};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+        if (ends_with(name, len, heads[i])) return PAGODA_TP_HEADS;
+    if (ends_with(name, len, ".attn_q_b.weight")) return PAGODA_TP_ROWS;
     for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++)
         if (ends_with(name, len, exps[i])) return PAGODA_TP_EXPERTS;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -48,15 +55,16 @@ static bool tensor_splits(const gguf_tensor *t, int32_t n, char *why, size_t wn)
     if (split == PAGODA_TP_REPLICATED || n == 1) return true;
     int be = 1, bb = 4;
     pagoda_dtype_block(t->type, &be, &bb);
-    if (split == PAGODA_TP_EXPERTS) {
+    if (split == PAGODA_TP_EXPERTS || split == PAGODA_TP_HEADS) {
+        const char *what = split == PAGODA_TP_EXPERTS ? "expert" : "per-head";
         if (t->n_dims != 3) {
-            snprintf(why, wn, "%.*s is an expert tensor of %u dimensions, not 3", (int)t->name.len,
-                     t->name.ptr, t->n_dims);
+            snprintf(why, wn, "%.*s is a%s %s tensor of %u dimensions, not 3", (int)t->name.len,
+                     t->name.ptr, split == PAGODA_TP_EXPERTS ? "n" : "", what, t->n_dims);
             return false;
         }
         if (t->ne[2] % n == 0) return true;
-        snprintf(why, wn, "%.*s holds %lld experts, which do not divide by %d", (int)t->name.len,
-                 t->name.ptr, (long long)t->ne[2], n);
+        snprintf(why, wn, "%.*s holds %lld %s, which do not divide by %d", (int)t->name.len,
+                 t->name.ptr, (long long)t->ne[2], split == PAGODA_TP_EXPERTS ? "experts" : "heads", n);
         return false;
     }
     if (split == PAGODA_TP_ROWS) {
@@ -92,12 +100,23 @@ static bool splits(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char 
     }
     /* a MoE model without dense layers has no FFN of width ffn to cut */
     bool dense_ffn = d->n_experts <= 0 || d->n_dense_lead > 0;
-    if (dense_ffn && (d->n_heads % n || d->n_kv_heads % n || d->ffn % n)) {
+    if (d->mla) {
+        /* the latent is every head's: whole on each rank; the heads split */
+        if (d->n_heads % n || (dense_ffn && d->ffn % n)) {
+            if (d->n_heads % n)
+                snprintf(why, wn, "its %lld attention heads must divide by %d (multi-head latent "
+                         "attention: the latent is whole on every rank, the heads split)",
+                         (long long)d->n_heads, n);
+            else
+                snprintf(why, wn, "its dense FFN of %lld must divide by %d", (long long)d->ffn, n);
+            return false;
+        }
+    } else if (dense_ffn && (d->n_heads % n || d->n_kv_heads % n || d->ffn % n)) {
         snprintf(why, wn, "its %lld attention heads, %lld KV heads and FFN of %lld must each divide "
                  "by %d", (long long)d->n_heads, (long long)d->n_kv_heads, (long long)d->ffn, n);
         return false;
     }
-    if (!dense_ffn && (d->n_heads % n || d->n_kv_heads % n)) {
+    if (!d->mla && !dense_ffn && (d->n_heads % n || d->n_kv_heads % n)) {
         snprintf(why, wn, "its %lld attention heads and %lld KV heads must each divide by %d",
                  (long long)d->n_heads, (long long)d->n_kv_heads, n);
         return false;

@@ -23,6 +23,7 @@
 #ifndef PAGODA_TP_SHARD_H
 #define PAGODA_TP_SHARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,8 +33,10 @@ typedef enum pagoda_tp_split {
     PAGODA_TP_REPLICATED = 0,
     PAGODA_TP_ROWS = 1,      /* rank r holds rows [r*R/N, (r+1)*R/N) (a 1-D bias: its elements) */
     PAGODA_TP_COLS = 2,      /* rank r holds columns [r*C/N, (r+1)*C/N) of every row */
-    PAGODA_TP_EXPERTS = 3    /* a 3-D expert tensor: rank r holds experts [r*E/N, (r+1)*E/N)
+    PAGODA_TP_EXPERTS = 3,   /* a 3-D expert tensor: rank r holds experts [r*E/N, (r+1)*E/N)
                               * whole, one contiguous run (ffn_{gate,up,down}_exps) */
+    PAGODA_TP_HEADS = 4      /* a 3-D matrix a head (MLA's attn_k_b, attn_v_b): rank r holds
+                              * its heads [r*H/N, (r+1)*H/N) whole, one contiguous run */
 } pagoda_tp_split;
 
 /* The split of the tensor named name[0..len). */
@@ -46,6 +49,10 @@ typedef struct pagoda_tp_dims {
      * and how many leading layers keep a dense FFN of width ffn (with
      * n_experts > 0 and no dense layer, ffn need not divide) */
     int64_t n_experts, n_dense_lead;
+    /* multi-head latent attention: one latent "KV head" that every query
+     * head reads, replicated on every rank, not split (n_kv_heads need not
+     * divide) */
+    bool mla;
 } pagoda_tp_dims;
 
 /* Can f (with dims d) be split n ways? PAGODA_OK, or PAGODA_ERR_INVALID

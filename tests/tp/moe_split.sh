@@ -4,7 +4,9 @@
 # heads; one all-reduce after the MoE block), equals one process: the same
 # greedy text for 32 tokens and every prompt and generated token's top-5
 # logprobs within 1e-4 (F32 weights), for qwen3moe (routed experts only)
-# and qwen2moe (plus a gated shared expert, split by rows); `pagoda plan
+# and qwen2moe (plus a gated shared expert, split by rows) and deepseek2
+# (multi-head latent attention: heads split, the latent KV whole on each
+# rank; a leading dense layer, a shared expert); `pagoda plan
 # --tp 2` states each rank's experts; 3 ranks are refused with the counts
 # that work. Skips (77) while the model loader does not take these
 # architectures. Not for: the split's arithmetic (test_tp).
@@ -53,7 +55,7 @@ serve_one() {
     fi
 }
 
-for shape in qwen3moe-tiny qwen2moe-tiny; do
+for shape in qwen3moe-tiny qwen2moe-tiny deepseek2-tiny; do
     model="$tmp/$shape.gguf"
     "$PAGODA_BIN" gen-model --shape "$shape" --type F32 --out "$model" >/dev/null 2>&1 || fail "gen-model $shape"
     if ! "$PAGODA_BIN" plan --model "$model" --memory 1G --tp 2 >"$tmp/plan" 2>"$tmp/err"; then
@@ -65,6 +67,11 @@ for shape in qwen3moe-tiny qwen2moe-tiny; do
     fi
     grep -q "a rank of 2: 4 experts a layer (rank r: experts 4r..4r+3" "$tmp/plan" ||
         fail "the plan does not state each rank's experts ($shape): $(grep -n rank "$tmp/plan")"
+    if [ "$shape" = deepseek2-tiny ]; then
+        # multi-head latent attention: the latent row is whole on each rank
+        grep -q "with tensor_parallel = 2: every rank holds this whole latent row a token" "$tmp/plan" ||
+            fail "the plan does not say the latent is replicated: $(grep -n -i latent "$tmp/plan")"
+    fi
 
     serve_one "$tmp/one" one
     serve_one "$tmp/two" two
@@ -104,4 +111,9 @@ echo '{"id": "a", "prompt": "Once", "max_tokens": 2}' | timeout 60 "$MPIEXEC" -n
     fail "qwen3moe-tiny split 3 ways was accepted"
 grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads and 2 KV heads must each divide by 3; values that work: 1, 2" "$tmp/err" ||
     fail "no refusal with the numbers"
-echo "tp moe_split: 2 ranks with the experts split = one process (text and logprobs), qwen3moe and qwen2moe; 3 ranks refused"
+# nor deepseek2-tiny's 4 heads (its one latent KV head is not split, so it is not the reason)
+"$PAGODA_BIN" plan --model "$tmp/deepseek2-tiny.gguf" --memory 1G --tp 3 >"$tmp/plan" 2>"$tmp/err" &&
+    fail "deepseek2-tiny split 3 ways was planned"
+grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads must divide by 3 (multi-head latent attention" "$tmp/err" ||
+    fail "deepseek2-tiny: no refusal with the numbers: $(cat "$tmp/err")"
+echo "tp moe_split: 2 ranks with the experts split = one process (text and logprobs), qwen3moe, qwen2moe and deepseek2 (MLA: heads split, latent replicated); 3 ranks refused"

@@ -443,11 +443,19 @@ START_TEST(plan_latent)
     ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_eq(p.kv_bytes_per_token, 2ull * 61 * 576 * 2);
     ck_assert_uint_le(p.kv_tokens, tokens / 2 + 16);
-    /* tensor parallelism is refused, saying what a rank would hold */
+    /* tensor parallelism: each rank holds the whole latent row a token
+     * (replicated, not split with the heads), and a share of the weights */
     o.kv_no_latent = false;
+    uint64_t whole = p.weight_bytes_model;
     o.tensor_parallel = 2;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(p.kv_bytes_per_token, 61ull * (512 + 64) * 2);
+    ck_assert_uint_lt(p.weight_bytes, whole * 6 / 10);
+    ck_assert_uint_gt(p.weight_bytes, whole / 2);
+    /* 128 heads do not split 3 ways: refused, naming them */
+    o.tensor_parallel = 3;
     ck_assert_int_ne(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "replicated"), "%s", err);
+    ck_assert_msg(strstr(err, "128 attention heads must divide by 3"), "%s", err);
     pagoda_gguf_close(f);
     unlink(path);
     rmdir(dir);

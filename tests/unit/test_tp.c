@@ -314,6 +314,17 @@ START_TEST(expert_split_rules)
     ck_assert_int_eq(pagoda_tp_split_of("blk.1.ffn_gate_inp.weight", 25), PAGODA_TP_REPLICATED);
     ck_assert_int_eq(pagoda_tp_split_of("blk.1.ffn_gate_inp_shexp.weight", 31), PAGODA_TP_REPLICATED);
     ck_assert_int_eq(pagoda_tp_split_of("blk.1.exp_probs_b.bias", 22), PAGODA_TP_REPLICATED);
+    /* multi-head latent attention: the heads' query rows and per-head
+     * matrices split, what makes the shared latent stays whole */
+#define SPLIT(s) pagoda_tp_split_of(s, strlen(s))
+    ck_assert_int_eq(SPLIT("blk.1.attn_k_b.weight"), PAGODA_TP_HEADS);
+    ck_assert_int_eq(SPLIT("blk.1.attn_v_b.weight"), PAGODA_TP_HEADS);
+    ck_assert_int_eq(SPLIT("blk.1.attn_q_b.weight"), PAGODA_TP_ROWS);
+    ck_assert_int_eq(SPLIT("blk.1.attn_q_a.weight"), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(SPLIT("blk.1.attn_q_a_norm.weight"), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(SPLIT("blk.1.attn_kv_a_mqa.weight"), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(SPLIT("blk.1.attn_kv_a_norm.weight"), PAGODA_TP_REPLICATED);
+#undef SPLIT
     int64_t first, count;
     pagoda_tp_expert_range(8, 1, 2, &first, &count);
     ck_assert(first == 4 && count == 4);
