@@ -17,6 +17,7 @@
 #include "cpu_features.h"
 #include "kernels.h"
 #include "amx/amx.h"
+#include "amx/gemm_bf16_amx.h"
 #include "repack/repack.h"
 #include "repack/repack_matmul.h"
 #include "pagoda/backend.h"
@@ -704,6 +705,24 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                   rp ? " on weights repacked at first use (1.22-1.39 bytes a weight, beside the file's)"
                      : " (not on this level: the row kernels)",
                   amx ? "usable" : "not used", why);
+        /* which BF16 GEMM F16 / BF16 weights of many tokens take (kernels/
+         * amx/gemm_bf16_amx.h, kernels/avx512/gemm_bf16.h), and why not the
+         * tiles on an AMX level without AMX-BF16 */
+        int bp = pagoda_cpu_bf16_path();
+        bool on_bf16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, INT64_MAX / 2, 2);
+        bool on_f16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, INT64_MAX / 2, 2);
+        if (!on_bf16 && !on_f16)
+            host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls: exact F32 (%s)",
+                      bp ? "PAGODA_CPU_BF16=0" : "no AVX512-BF16 at this level");
+        else
+            host->log(host, PAGODA_LOG_INFO,
+                      "cpu backend: BF16 matmuls of >= %lld tokens, F16 %s%lld%s: BF16 GEMM on %s%s",
+                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_BF16), on_f16 ? "of >= " : "exact (",
+                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_F16),
+                      on_f16 ? " (PAGODA_CPU_BF16=2)" : " with PAGODA_CPU_BF16=2)", pagoda_cpu_bf16_path_name(bp),
+                      bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
+                          ? " (AMX granted, but CPUID has no AMX-BF16)"
+                          : "");
         char path[128];
         host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
                   pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);

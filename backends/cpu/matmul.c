@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "amx/gemm_bf16_amx.h"
 #include "avx512/gemm_bf16.h"
 #include "matmul_task.h"
 #include "quant.h"
@@ -615,7 +616,9 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
     bool done[PAGODA_CPU_MATMUL_MAX] = {false};
     const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     /* F16 / BF16 with many rows on AVX512-BF16: one packing of x for all
-     * of them (kernels/avx512/matmul_bf16.c). */
+     * of them, on the AMX-BF16 tiles at the AMX level where CPUID has
+     * AMX-BF16 (kernels/amx/amx_bf16_matmul.c), else vdpbf16ps
+     * (kernels/avx512/matmul_bf16.c). */
     pagoda_cpu_mat bw[PAGODA_CPU_MATMUL_MAX];
     int nbw = 0;
     for (int i = 0; i < n; i++)
@@ -624,7 +627,10 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
             done[i] = true;
         }
     if (nbw) {
-        int st = pagoda_cpu_bf16_matmul(ex, &pagoda_bf16_native, x, x_stride, T, K, bw, nbw);
+        int st = pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX
+                     ? pagoda_cpu_amxbf16_matmul(ex, &pagoda_bf16_native, pagoda_amxbf16_gemm_amx, x, x_stride,
+                                                 T, K, bw, nbw)
+                     : pagoda_cpu_bf16_matmul(ex, &pagoda_bf16_native, x, x_stride, T, K, bw, nbw);
         if (st) return st;
     }
     /* T >= 16 on a level with a GEMM on the row-interleaved layout: the

@@ -6,7 +6,10 @@
  * AVX2 table (PAGODA_CPU_ISA=avx2's), alternating rep by rep on the same
  * weights. Prints GFLOP/s of the best rep per side (wall and process CPU
  * time: with --threads 1 the CPU figure is the kernel's own rate whatever
- * the machine's load) and their ratio.
+ * the machine's load) and their ratio. On an AMX-BF16 host the detected
+ * level runs the tile GEMM (kernels/amx/amx_bf16_matmul.c) and a third
+ * side forces avx512 (vdpbf16ps), so the two BF16 GEMMs alternate too.
+ * F16 takes the BF16 GEMMs only with PAGODA_CPU_BF16=2 in the environment.
  *
  *   bench_cpu_bf16 [--threads N] [--reps N] [--T 16,64,512]
  */
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "amx/gemm_bf16_amx.h"
 #include "avx512/gemm_bf16.h"
 #include "cpu_features.h"
 #include "kernels.h"
@@ -44,8 +48,11 @@ int main(int argc, char **argv)
     pagoda_threadpool *pool = NULL;
     if (pagoda_threadpool_create(threads, &pool)) return 1;
     static const int64_t shapes[3][2] = {{2048, 2048}, {2048, 5632}, {5632, 2048}};
-    printf("threads %d, best of %d reps; GFLOP/s wall (cpu)\n", threads, reps);
-    printf("%-5s %-5s %-11s %-22s %-22s %s\n", "type", "T", "K x N", "bf16 gemm", "avx2 f32", "ratio (wall)");
+    int nsides = pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX ? 3 : 2;
+    printf("threads %d, best of %d reps; GFLOP/s wall (cpu); bf16 gemm: %s\n", threads, reps,
+           pagoda_cpu_bf16_path_name(pagoda_cpu_bf16_path()));
+    printf("%-5s %-5s %-11s %-22s %-22s %-12s %-22s %s\n", "type", "T", "K x N", "bf16 gemm", "avx2 f32",
+           "ratio (wall)", nsides == 3 ? "avx512 forced" : "", nsides == 3 ? "amx/avx512 (wall)" : "");
     char *save = NULL;
     for (char *tok = strtok_r(tlist, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int64_t T = atoll(tok);
@@ -60,10 +67,10 @@ int main(int argc, char **argv)
                 for (int64_t i = 0; i < T * K; i++) x[i] = (float)((i * 7) % 13) * 0.01f;
                 for (int64_t i = 0; i < N * K; i++) w[i] = dt ? 0x2c00 + (uint16_t)(i % 97) : 0x3c00 + (uint16_t)(i % 97);
                 pagoda_cpu_exec ex = {.pool = pool};
-                double best[2][2] = {{1e9, 1e9}, {1e9, 1e9}};
+                double best[3][2] = {{1e9, 1e9}, {1e9, 1e9}, {1e9, 1e9}};
                 for (int r = 0; r < reps; r++)
-                    for (int side = 0; side < 2; side++) {
-                        pagoda_cpu_force_isa(side ? PAGODA_CPU_ISA_AVX2 : -1);
+                    for (int side = 0; side < nsides; side++) {
+                        pagoda_cpu_force_isa(side == 2 ? PAGODA_CPU_ISA_AVX512 : side ? PAGODA_CPU_ISA_AVX2 : -1);
                         double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
                         pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, dtype, 2 * (size_t)K, N,
                                           NULL, out, sizeof(float) * (size_t)N);
@@ -73,12 +80,16 @@ int main(int argc, char **argv)
                     }
                 pagoda_cpu_force_isa(-1);
                 double fl = 2.0 * (double)T * (double)K * (double)N / 1e9;
-                char a[32], b[32], kn[32];
+                char a[32], b[32], c[32] = "", cr[32] = "", kn[32];
+                if (nsides == 3) {
+                    snprintf(c, sizeof c, "%.1f (%.1f)", fl / best[2][0], fl / best[2][1]);
+                    snprintf(cr, sizeof cr, "%.2fx", best[2][0] / best[0][0]);
+                }
                 snprintf(a, sizeof a, "%.1f (%.1f)", fl / best[0][0], fl / best[0][1]);
                 snprintf(b, sizeof b, "%.1f (%.1f)", fl / best[1][0], fl / best[1][1]);
                 snprintf(kn, sizeof kn, "%lldx%lld", (long long)K, (long long)N);
-                printf("%-5s %-5lld %-11s %-22s %-22s %.2fx\n", dt ? "F16" : "BF16", (long long)T, kn, a, b,
-                       best[1][0] / best[0][0]);
+                printf("%-5s %-5lld %-11s %-22s %-22s %-12.2f %-22s %s\n", dt ? "F16" : "BF16", (long long)T, kn,
+                       a, b, best[1][0] / best[0][0], c, cr);
                 pagoda_cpu_exec_release(&ex);
                 free(x); free(out); free(w);
             }

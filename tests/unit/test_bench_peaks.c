@@ -66,14 +66,16 @@ START_TEST(peaks_matching)
 {
     roofline all;
     memset(&all, 0, sizeof all);
-    const char *keys[] = {"fma256", "fma512", "maddubs256", "avxvnni256", "vnni256", "vnni512", "dpbf16", "amx_int8"};
-    for (int i = 0; i < 8; i++) add(&all, keys[i]);
+    const char *keys[] = {"fma256", "fma512", "maddubs256", "avxvnni256", "vnni256", "vnni512", "dpbf16", "amx_int8",
+                          "amx_bf16"};
+    for (int i = 0; i < 9; i++) add(&all, keys[i]);
     unsetenv("PAGODA_CPU_BF16");
     /* F16 weights stay exact unless PAGODA_CPU_BF16=2 asks for BF16 */
     ck_assert_str_eq(match(&all, NULL, "F16"), "fma256");
-    ck_assert_str_eq(match(&all, NULL, "BF16"), "dpbf16");
+    ck_assert_str_eq(match(&all, NULL, "BF16"), "amx_bf16");
     setenv("PAGODA_CPU_BF16", "2", 1);
-    ck_assert_str_eq(match(&all, NULL, "F16"), "dpbf16");
+    ck_assert_str_eq(match(&all, NULL, "F16"), "amx_bf16");
+    ck_assert_str_eq(match(&all, "avx512", "F16"), "dpbf16");
     unsetenv("PAGODA_CPU_BF16");
     ck_assert_str_eq(match(&all, NULL, "Q8_0"), "amx_int8");
     ck_assert_str_eq(match(&all, NULL, "F32"), "fma512");

@@ -13,12 +13,21 @@
  *    * sum|x*w| for F16 (two roundings), (2^-8 + 2e-5) * sum|x*w| for BF16
  *    (the weights are exact), + 1e-6.
  *  - the activation packing and the F16 -> BF16 conversion: bit for bit.
+ *  - the AMX-BF16 tile GEMM (kernels/amx/gemm_bf16_amx.h), emulated on
+ *    every AVX2 host and on the real tiles where AMX-BF16 is granted: the
+ *    same two bounds (TDPBF16PS's products are exact and its F32 sums are
+ *    within K * 2^-24 whatever order the hardware adds in); real and
+ *    emulated are not compared bit for bit (the SDM leaves the hardware's
+ *    internal rounding of the pair sum open).
  */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx/amx.h"
+#include "amx/gemm_bf16_amx.h"
+#include "amx/tile.h"
 #include "avx512/gemm_bf16.h"
 #include "cpu_features.h"
 #include "kernels.h"
@@ -262,6 +271,171 @@ START_TEST(test_bf16_matmul_dispatch)
 }
 END_TEST
 
+/* The AMX-BF16 GEMM on odd shapes: T 16..100 (token groups and pairs with
+ * a short last one), K not a multiple of 32 (padded steps) and one that
+ * is, N below, at and across 16-row groups and 32-row pairs, both weight
+ * types, bias or not, one thread or three; the emulation everywhere
+ * (faults counted: none), the real tiles where granted. */
+START_TEST(test_amxbf16_gemm_shapes)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;  /* the packing is SIMDe's on AVX2 */
+    static const int64_t Ts[] = {16, 17, 31, 33, 48, 100};
+    static const int64_t Ks[] = {2, 30, 64, 96, 130, 258};
+    static const int64_t Ns[] = {1, 15, 16, 17, 33, 64, 200};
+    bool real = pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX;
+    tu_rng r;
+    tu_rng_seed(&r, 31);
+    pagoda_threadpool *pool = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(3, &pool), PAGODA_OK);
+    for (int dt = 0; dt < 2; dt++) {
+        int dtype = dt ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
+        for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
+            for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
+                int64_t T = Ts[a], K = Ks[b], N = Ns[(a + 2 * b + dt) % (sizeof Ns / sizeof Ns[0])];
+                float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+                float *wf = xmalloc(sizeof(float) * (size_t)(N * K));
+                float *bias = xmalloc(sizeof(float) * (size_t)N);
+                int64_t ldo = N + 5;
+                float *out = xmalloc(sizeof(float) * (size_t)(T * ldo));
+                tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+                tu_fill_normal(&r, bias, (size_t)N, 1.0f);
+                uint16_t *w = make_w(&r, dtype, N, K, wf);
+                bool with_bias = (a + b) % 2;
+                pagoda_cpu_mat m = {.w = w, .dtype = dtype, .w_stride = sizeof(uint16_t) * (size_t)K, .N = N,
+                                    .bias = with_bias ? bias : NULL, .out = out,
+                                    .out_stride = sizeof(float) * (size_t)ldo};
+                for (int v = 0; v < (real ? 2 : 1); v++) {
+                    pagoda_cpu_exec ex = {.pool = (a + v) % 2 ? pool : NULL};
+                    for (int64_t i = 0; i < T * ldo; i++) out[i] = NAN;  /* every output written */
+                    (void)pagoda_tile_emu_faults();
+                    ck_assert_int_eq(pagoda_cpu_amxbf16_matmul(&ex, v ? &pagoda_bf16_native : &pagoda_bf16_simde,
+                                                               v ? pagoda_amxbf16_gemm_amx
+                                                                 : pagoda_amxbf16_gemm_amx_emu,
+                                                               x, sizeof(float) * (size_t)K, T, K, &m, 1),
+                                     PAGODA_OK);
+                    ck_assert_int_eq(pagoda_tile_emu_faults(), 0);  /* this thread's share */
+                    check_out(x, T, K, wf, dtype, N, with_bias ? bias : NULL, out, ldo,
+                              v ? "AMX-BF16" : "AMX-BF16 emulated");
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t n = N; n < ldo; n++)
+                            ck_assert_msg(isnan(out[t * ldo + n]), "wrote past N at [%lld,%lld]", (long long)t,
+                                          (long long)n);
+                    pagoda_cpu_exec_release(&ex);
+                }
+                free(x); free(wf); free(bias); free(out); free(w);
+            }
+    }
+    pagoda_threadpool_destroy(pool);
+}
+END_TEST
+
+/* Several matrices of both types share one packing, with rows strided
+ * wider than K (a view): BF16 whole tiles read in place, the rest copied. */
+START_TEST(test_amxbf16_gemm_multi)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
+    tu_rng r;
+    tu_rng_seed(&r, 32);
+    int64_t T = 40, K = 128, ws = K + 32, Nn[3] = {96, 40, 37};
+    int dts[3] = {PAGODA_DTYPE_BF16, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16};
+    bool real = pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX;
+    pagoda_threadpool *pool = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    tu_fill_normal(&r, x, (size_t)(T * K), 2.0f);
+    float *wf[3], *out[3];
+    uint16_t *w[3];
+    pagoda_cpu_mat m[3];
+    for (int i = 0; i < 3; i++) {
+        float *wk = xmalloc(sizeof(float) * (size_t)(Nn[i] * ws));
+        wf[i] = xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
+        out[i] = xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
+        w[i] = make_w(&r, dts[i], Nn[i], ws, wk);
+        for (int64_t n = 0; n < Nn[i]; n++) memcpy(wf[i] + n * K, wk + n * ws, sizeof(float) * (size_t)K);
+        free(wk);
+        m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = dts[i], .w_stride = 2 * (size_t)ws, .N = Nn[i],
+                                .out = out[i], .out_stride = sizeof(float) * (size_t)Nn[i]};
+    }
+    for (int v = 0; v < (real ? 2 : 1); v++) {
+        pagoda_cpu_exec ex = {.pool = pool};
+        ck_assert_int_eq(pagoda_cpu_amxbf16_matmul(&ex, v ? &pagoda_bf16_native : &pagoda_bf16_simde,
+                                                   v ? pagoda_amxbf16_gemm_amx : pagoda_amxbf16_gemm_amx_emu, x,
+                                                   sizeof(float) * (size_t)K, T, K, m, 3),
+                         PAGODA_OK);
+        for (int i = 0; i < 3; i++) check_out(x, T, K, wf[i], dts[i], Nn[i], NULL, out[i], Nn[i], "AMX-BF16 multi");
+        pagoda_cpu_exec_release(&ex);
+    }
+    for (int i = 0; i < 3; i++) { free(wf[i]); free(out[i]); free(w[i]); }
+    free(x);
+    pagoda_threadpool_destroy(pool);
+}
+END_TEST
+
+/* Bad input: the same refusals as the vdpbf16ps driver. */
+START_TEST(test_amxbf16_rejects_bad_input)
+{
+    pagoda_cpu_exec ex = {0};
+    uint16_t w[4] = {0};
+    float x[4] = {0}, out[4];
+    pagoda_cpu_mat m = {.w = w, .dtype = PAGODA_DTYPE_BF16, .w_stride = 6, .N = 1, .out = out, .out_stride = 4};
+    ck_assert_int_eq(pagoda_cpu_amxbf16_matmul(&ex, &pagoda_bf16_simde, pagoda_amxbf16_gemm_amx_emu, x, 12, 1, 3,
+                                               &m, 1), PAGODA_ERR_INVALID);
+    m.dtype = PAGODA_DTYPE_Q8_0;
+    ck_assert_int_eq(pagoda_cpu_amxbf16_matmul(&ex, &pagoda_bf16_simde, pagoda_amxbf16_gemm_amx_emu, x, 8, 1, 2,
+                                               &m, 1), PAGODA_ERR_INVALID);
+    ck_assert_int_eq(pagoda_cpu_amxbf16_matmul(&ex, &pagoda_bf16_simde, pagoda_amxbf16_gemm_amx_emu, x, 8, 1, 2,
+                                               &m, 0), PAGODA_ERR_INVALID);
+    pagoda_cpu_exec_release(&ex);
+}
+END_TEST
+
+/* Which BF16 GEMM each level runs: AMX tiles only at the AMX level with
+ * AMX-BF16, vdpbf16ps when avx512 is forced there, none on AVX2; and
+ * pagoda_cpu_matmul on the AMX path stays within the BF16 bound. */
+START_TEST(test_amxbf16_dispatch)
+{
+    int det = pagoda_cpu_detect_isa();
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+    ck_assert_int_eq(pagoda_cpu_bf16_path(), PAGODA_BF16_PATH_NONE);
+    ck_assert_str_eq(pagoda_cpu_bf16_path_name(pagoda_cpu_bf16_path()), "none");
+    pagoda_cpu_force_isa(-1);
+    if (det < PAGODA_CPU_ISA_AVX512 || !pagoda_cpu_has_avx512_bf16() || getenv("PAGODA_CPU_ISA")) return;
+    pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX512);
+    ck_assert_int_eq(pagoda_cpu_bf16_path(), PAGODA_BF16_PATH_AVX512);
+    ck_assert_str_eq(pagoda_cpu_bf16_path_name(PAGODA_BF16_PATH_AVX512), "AVX512-BF16");
+    pagoda_cpu_force_isa(-1);
+    bool amx = det == PAGODA_CPU_ISA_AMX && pagoda_amx_has_bf16();
+    ck_assert_int_eq(pagoda_cpu_bf16_path(), amx ? PAGODA_BF16_PATH_AMX : PAGODA_BF16_PATH_AVX512);
+    if (!amx || getenv("PAGODA_CPU_BF16") || getenv("PAGODA_CPU_BF16_MIN_T")) return;
+    ck_assert_str_eq(pagoda_cpu_bf16_path_name(PAGODA_BF16_PATH_AMX), "AMX-BF16 tiles");
+    int64_t T = 16, K = 2048, N = 48;
+    tu_rng r;
+    tu_rng_seed(&r, 33);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * K)), *wf = xmalloc(sizeof(float) * (size_t)(N * K));
+    float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+    tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+    uint16_t *w = make_w(&r, PAGODA_DTYPE_BF16, N, K, wf);
+    pagoda_cpu_exec ex = {0};
+    ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
+    ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
+                                       2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
+    /* K = 2048: the F32 sums' bound is K * 2^-24 = 1.2e-4, not 2e-5 */
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double exact = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                exact += (double)x[t * K + k] * wf[n * K + k];
+                mag += fabs((double)x[t * K + k] * wf[n * K + k]);
+            }
+            ck_assert_msg(fabs(out[t * N + n] - exact) <= (0x1p-8 + 2e-4) * mag + 1e-6,
+                          "matmul on AMX-BF16 [%lld,%lld]: %.8g vs %.8g", (long long)t, (long long)n,
+                          out[t * N + n], exact);
+        }
+    pagoda_cpu_exec_release(&ex);
+    free(x); free(wf); free(out); free(w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cpu_bf16");
@@ -272,6 +446,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_bf16_f16_conversion_every_value);
     tcase_add_test(tc, test_bf16_rejects_bad_input);
     tcase_add_test(tc, test_bf16_matmul_dispatch);
+    tcase_add_test(tc, test_amxbf16_gemm_shapes);
+    tcase_add_test(tc, test_amxbf16_gemm_multi);
+    tcase_add_test(tc, test_amxbf16_rejects_bad_input);
+    tcase_add_test(tc, test_amxbf16_dispatch);
     suite_add_tcase(s, tc);
     return s;
 }

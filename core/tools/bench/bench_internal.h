@@ -114,11 +114,11 @@ enum { SIDE_WORKLOAD = 1, SIDE_DECODE = 2, SIDE_PREFILL = 4 };
 /* One instruction's peak (bench_peaks.c), G operations/s: a
  * multiply-accumulate counts 2. */
 typedef struct bench_peak {
-    char key[16];          /* fma256, fma512, maddubs256, avxvnni256, vnni256, vnni512, dpbf16, amx_int8 */
+    char key[16];          /* fma256, fma512, maddubs256, avxvnni256, vnni256, vnni512, dpbf16, amx_int8, amx_bf16 */
     char name[48];
     double core_gops, all_gops;  /* one thread; roofline.threads at once */
 } bench_peak;
-#define BENCH_MAX_PEAKS 8
+#define BENCH_MAX_PEAKS 12
 
 typedef struct roofline {
     double bw_gbs, sgemm_gflops;

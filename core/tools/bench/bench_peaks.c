@@ -4,7 +4,7 @@
  * accumulators, so latency never binds) on one core and on every bench
  * thread at once, for each path this CPU has: FMA f32 (256 and 512 bits),
  * AVX2 vpmaddubsw int8, VNNI vpdpbusd (AVX-VNNI 256, AVX-512 256 / 512),
- * AVX512-BF16 vdpbf16ps and AMX tdpbssd (where CPUID has it and the
+ * AVX512-BF16 vdpbf16ps, AMX tdpbssd and tdpbf16ps (where CPUID has it and the
  * kernel grants the tile state). The loops are inline assembly, so this
  * file needs no ISA flags; each runs only after its CPUID check. And the
  * peak a prefill figure is matched with: the one of the path the CPU
@@ -79,6 +79,28 @@ static void loop_amx_int8(uint64_t iters)
                      : "cc", "memory");
 }
 
+static void loop_amx_bf16(uint64_t iters)
+{
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 6; i++) { c.colsb[i] = 64; c.rows[i] = 16; }
+    __asm__ volatile("ldtilecfg %1\n\t"
+                     "tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+                     "tilezero %%tmm4\n\ttilezero %%tmm5\n\t"
+                     "1:\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm1\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm2\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm3\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm1\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm2\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm3\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm1\n\t"
+                     "tdpbf16ps %%tmm5, %%tmm4, %%tmm2\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm3\n\t"
+                     "dec %0\n\tjnz 1b\n\ttilerelease\n\t"
+                     : "+r"(iters)
+                     : "m"(c)
+                     : "cc", "memory");
+}
+
 static bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit)
 {
     unsigned r[4];
@@ -122,6 +144,7 @@ static const peak_def PEAKS[] = {
     {"vnni512", "AVX-512 VNNI int8 (vpdpbusd zmm)", 128, loop_vnni512, 12},
     {"dpbf16", "AVX512-BF16 (vdpbf16ps zmm)", 64, loop_dpbf16_512, 12},
     {"amx_int8", "AMX int8 (tdpbssd, 16x16x64)", 32768, loop_amx_int8, 12},
+    {"amx_bf16", "AMX BF16 (tdpbf16ps, 16x16x32)", 16384, loop_amx_bf16, 12},
 };
 #define N_PEAKS (int)(sizeof PEAKS / sizeof PEAKS[0])
 
@@ -138,6 +161,7 @@ static bool peak_available(const char *key)
     if (!strcmp(key, "vnni256") || !strcmp(key, "vnni512")) return avx512 && cpuid_bit(7, 0, 2, 11);
     if (!strcmp(key, "dpbf16")) return avx512 && cpuid_bit(7, 1, 0, 5);
     if (!strcmp(key, "amx_int8")) return amx_granted();
+    if (!strcmp(key, "amx_bf16")) return amx_granted() && cpuid_bit(7, 0, 3, 22);
     return false;
 }
 
@@ -246,6 +270,8 @@ const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_typ
         const char *e = getenv("PAGODA_CPU_BF16");
         int mode = e && *e ? atoi(e) : 1;
         bool on = mode >= 2 || (mode == 1 && !strcmp(t, "BF16"));
+        /* the AMX level runs them on the tiles where CPUID has AMX-BF16 */
+        if (lv >= 4 && on && peak_of(rf, "amx_bf16")) return peak_of(rf, "amx_bf16");
         if (lv >= 3 && on && peak_of(rf, "dpbf16")) return peak_of(rf, "dpbf16");
         return peak_of(rf, "fma256");
     }
