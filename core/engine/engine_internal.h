@@ -101,6 +101,16 @@ typedef struct seq {
     int64_t spec_drafted, spec_accepted;
 } seq;
 
+/* A recent finished sequence's tokens, for engine_realign.c. */
+#define ENGINE_RECENT_SEQS 16   /* finished sequences kept */
+#define ENGINE_REALIGN_SPAN 64  /* tokens of one realigned stretch, each side, at most */
+#define ENGINE_REALIGN_SWAPS 16 /* realigned stretches of one prompt, at most */
+typedef struct engine_recent {
+    int32_t *tokens;             /* prompt + generated (NULL: an empty slot) */
+    int32_t n, n_prompt;
+    char *salt;                  /* its cache_salt, or NULL */
+} engine_recent;
+
 /* Speculative decoding's engine-wide part (engine_spec.c). */
 typedef struct engine_spec {
     const pagoda_drafter_ops *drafter; /* NULL: speculation is off on this engine */
@@ -217,6 +227,11 @@ struct pagoda_engine {
     uint64_t n_step_records;
     uint64_t cur_step;           /* the step being sampled, for traced events */
     int32_t cur_step_seqs, cur_step_tokens;
+
+    /* the recent finished sequences (engine_realign.c), under recent_mu */
+    pthread_mutex_t recent_mu;
+    engine_recent recent[ENGINE_RECENT_SEQS];
+    int32_t recent_next;
 };
 
 static inline double engine_now_s(void)
@@ -257,6 +272,17 @@ void engine_constraint_arrived(pagoda_engine *e, seq *q);
 void engine_constraint_release(seq *q);
 /* Stop the prefetch worker (engine free, after every sequence is gone). */
 void engine_constraint_shutdown(pagoda_engine *e);
+
+/* [any thread] The prompt p[0..n) realigned to a recent sequence's tokens
+ * where both spell the same bytes (engine_realign.c): a new malloc'd
+ * array of *n_out tokens with *n_swapped stretches exchanged, or NULL
+ * when nothing changes (or out of memory). */
+int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t *n_out,
+                        int32_t *n_swapped);
+/* [engine thread] q finished: keep its tokens among the recent ones. */
+void engine_recent_note(pagoda_engine *e, const seq *q);
+/* Free the recent sequences (engine free). */
+void engine_recent_free(pagoda_engine *e);
 
 /* [engine thread] One step: schedule, run, sample. Returns false when
  * there was nothing to do. engine_step.c */
