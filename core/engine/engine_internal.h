@@ -25,6 +25,9 @@
  *                    commit phase's, engine_step.c)
  *   engine_inspect.c inspection: the record of recent steps, and snapshots
  *                    of the whole state taken between steps
+ *   engine_realign.c the recent finished sequences' tokens, and a text
+ *                    prompt's tokens realigned to their generated ones
+ *                    where both spell the same bytes (prefix reuse)
  * Not for: anything outside core/engine*.c; the public API is engine.h.
  */
 #ifndef PAGODA_ENGINE_INTERNAL_H
