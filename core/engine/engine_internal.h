@@ -277,11 +277,12 @@ void engine_constraint_release(seq *q);
 void engine_constraint_shutdown(pagoda_engine *e);
 
 /* [any thread] The prompt p[0..n) realigned to a recent sequence's tokens
- * where both spell the same bytes (engine_realign.c): a new malloc'd
- * array of *n_out tokens with *n_swapped stretches exchanged, or NULL
- * when nothing changes (or out of memory). */
-int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t *n_out,
-                        int32_t *n_swapped);
+ * where both spell the same bytes (engine_realign.c), growing it to no
+ * more than max_n tokens: a new malloc'd array of *n_out tokens with
+ * *n_swapped stretches exchanged, or NULL when nothing changes (or out of
+ * memory). */
+int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t max_n,
+                        int32_t *n_out, int32_t *n_swapped);
 /* [engine thread] q finished: keep its tokens among the recent ones. */
 void engine_recent_note(pagoda_engine *e, const seq *q);
 /* Free the recent sequences (engine free). */

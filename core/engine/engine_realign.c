@@ -19,8 +19,9 @@
  * control, user-defined or unknown ones) are ever exchanged, a stretch is
  * at most ENGINE_REALIGN_SPAN tokens of either side and must reach into
  * the recent sequence's generated tokens (a prompt's own text keeps its
- * tokenizer's tokens), and a request that gives token ids, or scores its
- * prompt, is left as it came.
+ * tokenizer's tokens), a request that gives token ids, or scores its
+ * prompt, is left as it came, and a prompt never grows past what the
+ * request's limits take (the context less max_tokens).
  * Not for: the KV itself (the KV policy matches blocks), rendering the
  * same text again (the HTTP frontend's call memo).
  */
@@ -82,8 +83,8 @@ static bool align_at(const pagoda_tokenizer *t, const int32_t *h, int32_t nh, co
     }
 }
 
-int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t *n_out,
-                        int32_t *n_swapped)
+int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t max_n,
+                        int32_t *n_out, int32_t *n_swapped)
 {
     const pagoda_tokenizer *t = e->model->tok;
     *n_out = n;
@@ -115,6 +116,7 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
         }
         if (!h) break;
         int32_t grow = ih - ip;
+        if (nw + grow > max_n && grow > 0) break; /* a prompt the request's limits refuse */
         if (nw + grow > cap) {
             int32_t *g = realloc(w, sizeof(int32_t) * (size_t)(nw + grow + ENGINE_REALIGN_SPAN));
             if (!g) break;
@@ -163,4 +165,12 @@ void engine_recent_free(pagoda_engine *e)
         free(e->recent[r].salt);
         e->recent[r] = (engine_recent){0};
     }
+}
+
+int32_t *pagoda_engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, int32_t *n_out)
+{
+    int32_t swapped;
+    *n_out = n;
+    if (!e || n <= 0) return NULL;
+    return engine_realign(e, p, n, NULL, e->opts.max_seq_len - 1, n_out, &swapped);
 }

@@ -134,7 +134,8 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
      * for it (engine_realign.c): that reply's KV is still cached */
     if (req.prompt && n > 0 && !req.score_only && req.prompt_logprobs < 0) {
         int32_t n_re, swapped;
-        int32_t *re = engine_realign(e, q->tokens, n, req.cache_salt, &n_re, &swapped);
+        int32_t max_n = req.max_tokens > 0 ? ctx - req.max_tokens : ctx - 1;
+        int32_t *re = engine_realign(e, q->tokens, n, req.cache_salt, max_n, &n_re, &swapped);
         if (re) {
             free(q->tokens);
             q->tokens = re;

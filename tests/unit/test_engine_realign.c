@@ -3,7 +3,8 @@
  * (byte-level BPE, as SmolLM2's): a prompt's tokens take a recent
  * sequence's generated tokens where both spell the same bytes, and only
  * there: not across a salt, not inside the recent sequence's own prompt,
- * not where the bytes differ, never through a control token; a
+ * not where the bytes differ, not past the request's limit, never through
+ * a control token; a
  * conversation's second call realigns against the later sequence.
  */
 #include <check.h>
@@ -109,7 +110,7 @@ START_TEST(realigns_the_model_tokens)
     add_id(&p, get);
     add_text(&p, "_weather\"}</tool_call> and then");
     int32_t n_out = -1, swapped = -1;
-    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped);
+    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped);
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(swapped, 1);
     ck_assert_int_eq(n_out, p.n + 1);
@@ -121,26 +122,30 @@ START_TEST(realigns_the_model_tokens)
     free(b);
     free(r);
 
+    /* never past the request's limit: one token more does not fit p.n */
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, p.n, &n_out, &swapped));
+    ck_assert_int_eq(n_out, p.n);
+
     /* another salt's sequence is not used */
-    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, "tenant-b", &n_out, &swapped));
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, "tenant-b", 1000, &n_out, &swapped));
     ck_assert_int_eq(swapped, 0);
     ck_assert_int_eq(n_out, p.n);
     recent(0, &h, head.n, "tenant-b");
-    r = engine_realign(&g_e, p.v, p.n, "tenant-b", &n_out, &swapped);
+    r = engine_realign(&g_e, p.v, p.n, "tenant-b", 1000, &n_out, &swapped);
     ck_assert_ptr_nonnull(r);
     free(r);
-    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped));
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
 
     /* inside the recent sequence's prompt: its tokenizer's tokens stand */
     recent(0, &h, head.n + 2, NULL);
-    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped));
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
 
     /* other bytes: g ot is no get */
     toks h2 = head;
     add_id(&h2, g);
     add_id(&h2, one("ot"));
     recent(0, &h2, head.n, NULL);
-    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped));
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
 }
 END_TEST
 
@@ -160,7 +165,7 @@ START_TEST(never_through_a_control_token)
     p = head;
     add_text(&p, "<|endoftext|> there");
     int32_t n_out, swapped;
-    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped));
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
     ck_assert_int_eq(n_out, p.n);
 }
 END_TEST
@@ -190,7 +195,7 @@ START_TEST(second_call_from_the_later_sequence)
     add_id(&p, get);
     add_text(&p, " Rome\nQ3: warmer?");
     int32_t n_out, swapped;
-    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, &n_out, &swapped);
+    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped);
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(swapped, 2);
     ck_assert_int_eq(n_out, p.n + 2);
