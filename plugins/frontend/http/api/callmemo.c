@@ -107,3 +107,7 @@ void callmemo_clear(void)
     memo_next = 0;
     pthread_mutex_unlock(&memo_mu);
 }
+
+/* The plugin unloaded (dlclose): its memo goes with it, or the sanitizer
+ * would see the entries as lost once the array is unmapped. */
+__attribute__((destructor)) static void callmemo_unload(void) { callmemo_clear(); }
