@@ -58,10 +58,38 @@ static void h_request_defaults(const pagoda_host *h, pagoda_request *req)
     }
 }
 
+/* The tokens the engine would run the text as: tokenized, then realigned
+ * to the recent replies' own tokens (engine.h), so that counting a
+ * prompt here (count_tokens, a stream's first usage) agrees with the
+ * usage its request reports. */
 static int h_tokenize(const pagoda_host *h, const char *text, size_t len, bool add_special,
                       bool parse_special, int32_t *ids, int32_t cap, int32_t *n)
 {
-    return pagoda_tokenize(rt_of(h)->model->tok, text, len, add_special, parse_special, ids, cap, n);
+    const pagoda_tokenizer *t = rt_of(h)->model->tok;
+    pagoda_engine *e = pagoda_runtime_engine(rt_of(h));
+    int st = pagoda_tokenize(t, text, len, add_special, parse_special, ids, cap, n);
+    if (st != PAGODA_OK || !e || *n <= 0) return st;
+    int32_t full = *n, n_re;
+    int32_t *all = ids;
+    if (full > cap) {
+        all = malloc(sizeof(int32_t) * (size_t)full);
+        if (!all) return PAGODA_OK; /* the plain count then */
+        if (pagoda_tokenize(t, text, len, add_special, parse_special, all, full, n) != PAGODA_OK || *n != full) {
+            free(all);
+            *n = full;
+            return PAGODA_OK;
+        }
+    }
+    int32_t *re = pagoda_engine_realign(e, all, full, &n_re);
+    if (re) {
+        memcpy(ids, re, sizeof(int32_t) * (size_t)(n_re < cap ? n_re : cap));
+        *n = n_re;
+        free(re);
+    } else if (all != ids) {
+        memcpy(ids, all, sizeof(int32_t) * (size_t)cap);
+    }
+    if (all != ids) free(all);
+    return PAGODA_OK;
 }
 
 static char *h_detokenize(const pagoda_host *h, const int32_t *ids, int32_t n)

@@ -37,6 +37,7 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_mutex_init(&e->pm_mu, NULL);
+    pthread_mutex_init(&e->recent_mu, NULL);
     pthread_cond_init(&e->pm_cv, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
     pthread_cond_init(&e->insp_cv, NULL);
@@ -180,6 +181,8 @@ void pagoda_engine_free(pagoda_engine *e)
     free(e->score_rows); free(e->score_index); free(e->score_seq);
     free(e->cmask); free(e->eog_ids);
     engine_inspect_free(e);
+    engine_recent_free(e);
+    pthread_mutex_destroy(&e->recent_mu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->pm_mu);

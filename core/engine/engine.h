@@ -134,6 +134,12 @@ void pagoda_engine_set_check_invariants(pagoda_engine *e, bool on);
 /* Invariant violations seen so far (check_invariants). */
 int64_t pagoda_engine_invariant_failures(const pagoda_engine *e);
 const pagoda_model *pagoda_engine_model(const pagoda_engine *e);
+/* [any thread] A text prompt's tokens p[0..n) as submit would realign
+ * them to the recent replies' tokens (engine_realign.c; no cache_salt,
+ * at most max_seq_len - 1 tokens): a malloc'd array of *n_out tokens, or
+ * NULL when they stay as they are. For counting a prompt as the engine
+ * will (the host's tokenize). */
+int32_t *pagoda_engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, int32_t *n_out);
 const pagoda_engine_opts *pagoda_engine_get_opts(const pagoda_engine *e);
 /* The sliding-window layers' pool (engine_swa.h): its geometry, and how
  * much of it is in use now. Read it on the engine thread (a step hook) or

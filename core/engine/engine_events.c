@@ -66,6 +66,7 @@ static void finish(pagoda_engine *e, seq *q, int reason, const char *error)
     q->finished = true;
     if (q->s.state == PAGODA_SEQ_RUNNING) e->kv->ops.release(e->kv->ctx, q->s.id);
     engine_swa_release(e, q);
+    if (reason == PAGODA_FINISH_STOP || reason == PAGODA_FINISH_LENGTH) engine_recent_note(e, q);
     q->s.state = PAGODA_SEQ_WAITING;
     if (e->sched->ops.on_finish) e->sched->ops.on_finish(e->sched->ctx, q->s.id);
     double t = engine_now_s();

@@ -25,6 +25,9 @@
  *                    commit phase's, engine_step.c)
  *   engine_inspect.c inspection: the record of recent steps, and snapshots
  *                    of the whole state taken between steps
+ *   engine_realign.c the recent finished sequences' tokens, and a text
+ *                    prompt's tokens realigned to their generated ones
+ *                    where both spell the same bytes (prefix reuse)
  * Not for: anything outside core/engine*.c; the public API is engine.h.
  */
 #ifndef PAGODA_ENGINE_INTERNAL_H
@@ -100,6 +103,16 @@ typedef struct seq {
     int32_t spec_since_pause;    /* tokens drafted since it last sat out */
     int64_t spec_drafted, spec_accepted;
 } seq;
+
+/* A recent finished sequence's tokens, for engine_realign.c. */
+#define ENGINE_RECENT_SEQS 16   /* finished sequences kept */
+#define ENGINE_REALIGN_SPAN 64  /* tokens of one realigned stretch, each side, at most */
+#define ENGINE_REALIGN_SWAPS 16 /* realigned stretches of one prompt, at most */
+typedef struct engine_recent {
+    int32_t *tokens;             /* prompt + generated (NULL: an empty slot) */
+    int32_t n, n_prompt;
+    char *salt;                  /* its cache_salt, or NULL */
+} engine_recent;
 
 /* Speculative decoding's engine-wide part (engine_spec.c). */
 typedef struct engine_spec {
@@ -217,6 +230,11 @@ struct pagoda_engine {
     uint64_t n_step_records;
     uint64_t cur_step;           /* the step being sampled, for traced events */
     int32_t cur_step_seqs, cur_step_tokens;
+
+    /* the recent finished sequences (engine_realign.c), under recent_mu */
+    pthread_mutex_t recent_mu;
+    engine_recent recent[ENGINE_RECENT_SEQS];
+    int32_t recent_next;
 };
 
 static inline double engine_now_s(void)
@@ -257,6 +275,18 @@ void engine_constraint_arrived(pagoda_engine *e, seq *q);
 void engine_constraint_release(seq *q);
 /* Stop the prefetch worker (engine free, after every sequence is gone). */
 void engine_constraint_shutdown(pagoda_engine *e);
+
+/* [any thread] The prompt p[0..n) realigned to a recent sequence's tokens
+ * where both spell the same bytes (engine_realign.c), growing it to no
+ * more than max_n tokens: a new malloc'd array of *n_out tokens with
+ * *n_swapped stretches exchanged, or NULL when nothing changes (or out of
+ * memory). */
+int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t max_n,
+                        int32_t *n_out, int32_t *n_swapped);
+/* [engine thread] q finished: keep its tokens among the recent ones. */
+void engine_recent_note(pagoda_engine *e, const seq *q);
+/* Free the recent sequences (engine free). */
+void engine_recent_free(pagoda_engine *e);
 
 /* [engine thread] One step: schedule, run, sample. Returns false when
  * there was nothing to do. engine_step.c */

@@ -130,6 +130,18 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req_in, pagoda_
         }
         n = k;
     }
+    /* where the prompt spells a recent reply again, the model's own tokens
+     * for it (engine_realign.c): that reply's KV is still cached */
+    if (req.prompt && n > 0 && !req.score_only && req.prompt_logprobs < 0) {
+        int32_t n_re, swapped;
+        int32_t max_n = req.max_tokens > 0 ? ctx - req.max_tokens : ctx - 1;
+        int32_t *re = engine_realign(e, q->tokens, n, req.cache_salt, max_n, &n_re, &swapped);
+        if (re) {
+            free(q->tokens);
+            q->tokens = re;
+            n = n_re;
+        }
+    }
     if (n == 0) {
         int32_t bos = pagoda_tokenizer_bos(tok);
         if (bos < 0) { ERR("the prompt is empty and the model has no BOS token to start from"); st = PAGODA_ERR_INVALID; goto fail; }

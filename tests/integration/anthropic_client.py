@@ -156,9 +156,15 @@ def main():
     check(total == m4.usage.input_tokens + (m4.usage.cache_read_input_tokens or 0), f"same prompt {m4.usage} {m5.usage}")
     check((m5.usage.cache_read_input_tokens or 0) > 0, f"cache_read_input_tokens on a repeat: {m5.usage}")
 
-    # count_tokens: the prompt's length, the same as the answer's usage says
+    # count_tokens: the prompt's length, the same as the answer's usage says;
+    # the one exception, at the context's end (stories260K: 512 tokens): the
+    # request's max_tokens (6) may have cut short its realignment to the
+    # model's own tokens of the call, which count_tokens (no max_tokens)
+    # counts in full (docs/http-api.md, "The model's own call, reused")
     cnt = client.messages.count_tokens(model=model, messages=turns, tools=[WEATHER], tool_choice={"type": "none"})
-    check(isinstance(cnt, MessageTokensCount) and cnt.input_tokens == total, f"count_tokens {cnt} vs {total}")
+    at_edge = label == "stories" and total < cnt.input_tokens and cnt.input_tokens + 6 > 512
+    check(isinstance(cnt, MessageTokensCount) and (cnt.input_tokens == total or at_edge),
+          f"count_tokens {cnt} vs {total}")
 
     # errors: the SDK's classes, Anthropic's error shape
     try:

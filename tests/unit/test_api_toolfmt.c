@@ -6,9 +6,11 @@
  * tools namespace against jinja2 renders of gpt-oss's template. No model,
  * no server. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "callmemo.h"
 #include "harmony.h"
 #include "split.h"
 #include "split_testutil.h"
@@ -200,6 +202,67 @@ START_TEST(harmony_tools_reference)
 }
 END_TEST
 
+/* feeds a whole output through the Hermes reader (the memo notes its calls) */
+static void feed_hermes(const char *in)
+{
+    fmt_norm f;
+    fmt_init(&f, FMT_HERMES);
+    sbuf o = {0};
+    fmt_feed(&f, in, strlen(in), &o);
+    fmt_end(&f, &o);
+    fmt_free(&f);
+    free(o.p);
+}
+
+/* A Hermes call comes back in the history as written: the memo maps the
+ * body the prompt would write to the one the model wrote, and only that */
+START_TEST(call_memo)
+{
+    callmemo_clear();
+    char *canon = hermes_call_body("get_weather", "{\"city\":\"Paris\",\"n\":2}");
+    ck_assert_str_eq(canon, "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}}\n");
+    ck_assert_ptr_null(callmemo_written(canon));
+    /* the constraint let the model space its object its own way */
+    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n</tool_call>");
+    char *w = callmemo_written(canon);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_str_eq(w, "\n{\"name\": \"get_weather\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n");
+    free(w);
+    /* other arguments, or the arguments in another order, are another call */
+    char *other = hermes_call_body("get_weather", "{\"n\":2,\"city\":\"Paris\"}");
+    ck_assert_ptr_null(callmemo_written(other));
+    free(other);
+    other = hermes_call_body("get_weather", "{\"city\":\"Pari\",\"n\":2}");
+    ck_assert_ptr_null(callmemo_written(other));
+    free(other);
+    /* a call written canonically is not stored; text that is no call neither */
+    callmemo_clear();
+    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}}\n</tool_call>");
+    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}\n</tool_call>");
+    ck_assert_ptr_null(callmemo_written(canon));
+    /* bounded: the oldest of CALLMEMO_SIZE + 1 written calls is gone, the newest kept */
+    char in[128], args[64];
+    for (int i = 0; i <= CALLMEMO_SIZE; i++) {
+        snprintf(in, sizeof in, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": %d }}</tool_call>", i);
+        feed_hermes(in);
+    }
+    snprintf(args, sizeof args, "{\"i\":%d}", 0);
+    char *first = hermes_call_body("f", args);
+    snprintf(args, sizeof args, "{\"i\":%d}", CALLMEMO_SIZE);
+    char *last = hermes_call_body("f", args);
+    ck_assert_ptr_null(callmemo_written(first));
+    w = callmemo_written(last);
+    ck_assert_ptr_nonnull(w);
+    snprintf(in, sizeof in, "{\"name\": \"f\", \"arguments\": { \"i\": %d }}", CALLMEMO_SIZE);
+    ck_assert_str_eq(w, in);
+    free(w);
+    free(first);
+    free(last);
+    free(canon);
+    callmemo_clear();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api_toolfmt");
@@ -207,6 +270,7 @@ int main(void)
     tcase_add_test(tc, every_chunking);
     tcase_add_test(tc, bodies_and_probe);
     tcase_add_test(tc, harmony_tools_reference);
+    tcase_add_test(tc, call_memo);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -144,6 +144,13 @@ const char *pagoda_token_bytes(const pagoda_tokenizer *t, int32_t id, bool rende
     return t->dec + t->dec_off[id];
 }
 
+bool pagoda_tokenizer_is_plain(const pagoda_tokenizer *t, int32_t id)
+{
+    if (!t || id < 0 || id >= t->n_vocab) return false;
+    uint8_t ty = t->types[id];
+    return ty == TT_NORMAL || ty == TT_BYTE || ty == TT_UNDEFINED;
+}
+
 /* "<0xNN>" -> NN, or -1. */
 static int parse_byte_token(const char *s, size_t n)
 {

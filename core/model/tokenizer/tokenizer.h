@@ -63,6 +63,10 @@ int32_t pagoda_tokenizer_eos(const pagoda_tokenizer *t); /* -1 if none */
  * the vocabulary. A harmony vocabulary (gpt-oss: special <|return|> and
  * <|call|>) ends at those two and not at <|end|>, which closes a channel. */
 bool pagoda_tokenizer_is_eog(const pagoda_tokenizer *t, int32_t id);
+/* Whether id is a plain token: its bytes are text the tokenizer could
+ * give for them (normal and byte tokens; not control, user-defined,
+ * unknown or unused ones). false when out of range. */
+bool pagoda_tokenizer_is_plain(const pagoda_tokenizer *t, int32_t id);
 /* Whether add_special prepends BOS. */
 bool pagoda_tokenizer_add_bos(const pagoda_tokenizer *t);
 /* Exact token text (as stored in the vocabulary, NUL-terminated) -> id,

@@ -31,6 +31,7 @@
 #include "output.h"
 #include "reply.h"
 #include "structured.h"
+#include "api/callmemo.h"
 #include "api/harmony.h"
 #include "api/toolfmt.h"
 
@@ -565,14 +566,16 @@ static void write_call(sbuf *b, int fmt, const char *name, const char *args, int
         sb_str(b, "}");
         break;
     default: {
-        json_t *call = json_pack("{s:s,s:o}", "name", name, "arguments", json_loads(args, JSON_DECODE_ANY, NULL));
-        char *txt = call ? json_dumps(call, 0) : NULL;
-        json_decref(call);
+        /* as the model wrote this call when it did (callmemo.h): the
+         * same call, and the next turn's prefix keeps its tokens */
+        char *body = hermes_call_body(name, args);
+        char *written = body ? callmemo_written(body) : NULL;
         if (b->len) sb_str(b, "\n");
-        sb_str(b, OPEN_TAG "\n");
-        sb_str(b, txt ? txt : "{}");
-        sb_str(b, "\n" CLOSE_TAG);
-        free(txt);
+        sb_str(b, OPEN_TAG);
+        sb_str(b, written ? written : body ? body : "\n{}\n");
+        sb_str(b, CLOSE_TAG);
+        free(written);
+        free(body);
     }
     }
 }

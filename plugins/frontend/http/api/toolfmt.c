@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "callmemo.h"
 #include "split.h"
 
 #define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
@@ -278,6 +279,8 @@ static void call_out(const char *open, const char *body, size_t n, const char *c
 {
     sbuf j = {0};
     if (fmt_call_json(body, n, &j) == 0) {
+        /* a Hermes call as the model wrote it, for the next turn's prompt */
+        if (!strcmp(open, "<tool_call>")) callmemo_note(body, n);
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
