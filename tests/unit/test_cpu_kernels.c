@@ -732,6 +732,55 @@ START_TEST(test_mxfp4_kernels_every_level)
 }
 END_TEST
 
+/* The per-row dots of decode (T < 4) of Q4_K, Q5_K and Q6_K on every path
+ * this host runs (the AVX-512 ones of decode_avx512.c natively where the
+ * CPU has them, and their SIMDe copy on any AVX2 host) against the scalar
+ * reference: the same integer sums, so within float-order rounding, over
+ * 1..9 super-blocks and a long row of 43, three rows each, random blocks
+ * (every quant, scale and min). */
+START_TEST(test_dots_k_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
+    tu_rng r;
+    tu_rng_seed(&r, 57);
+    for (size_t ti = 0; ti < 3; ti++) {
+        for (int64_t nb = 1; nb <= 10; nb++) {
+            int64_t nbk = nb == 10 ? 43 : nb, K = 256 * nbk;
+            size_t ws;
+            uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
+            float *x = xmalloc(sizeof(float) * (size_t)K);
+            pagoda_q8k_block *xq = xmalloc(sizeof(pagoda_q8k_block) * (size_t)nbk);
+            tu_fill_normal(&r, x, (size_t)K, 1.0f);
+            pagoda_vecdot_scalar.quant_q8k(x, xq, K);
+            for (int ii = 0; ii < N_ISAS; ii++) {
+                const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
+                const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
+                for (int n = 0; n < 3; n++) {
+                    const uint8_t *wr = w + n * ws;
+                    float a, b;
+                    switch (types[ti]) {
+                    case PAGODA_DTYPE_Q4_K: a = s0->dot_q4_k(wr, xq, nbk); b = v->dot_q4_k(wr, xq, nbk); break;
+                    case PAGODA_DTYPE_Q5_K: a = s0->dot_q5_k(wr, xq, nbk); b = v->dot_q5_k(wr, xq, nbk); break;
+                    default: a = s0->dot_q6_k(wr, xq, nbk); b = v->dot_q6_k(wr, xq, nbk); break;
+                    }
+                    /* sum |w x| bounds the float-order differences */
+                    float *wd = xmalloc(sizeof(float) * (size_t)K);
+                    ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
+                    double mag = 0.0;
+                    for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 256].qs[k % 256] * xq[k / 256].d);
+                    free(wd);
+                    ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
+                                  pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
+                }
+            }
+            free(x);
+            free(xq);
+            free(w);
+        }
+    }
+}
+END_TEST
+
 /* The per-row dots of the 32-value types, which the matmul reaches only
  * through tables without row x token kernels: AVX2 against the scalar
  * reference (same integer sums, float order differs), odd block counts
@@ -1337,6 +1386,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_mxfp4);
     tcase_add_test(tc, test_mxfp4_kernels_every_level);
     tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
+    tcase_add_test(tc, test_dots_k_decode_every_path);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
     tcase_add_test(tc, test_dequant_avx2_matches_reference);
