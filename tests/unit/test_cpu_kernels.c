@@ -40,7 +40,7 @@
 /* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
 #define N_ISAS cpu_paths_count()
 
-/* A CPU where MXFP4 runs its AVX-512 VNNI kernels (matmul.c mxfp4_vnni). */
+/* A CPU that runs the AVX-512 VNNI level (its table holds MXFP4's VNNI pair). */
 static bool has_vnni(void)
 {
     return pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") &&
@@ -637,7 +637,8 @@ START_TEST(test_matmul_mxfp4)
 }
 END_TEST
 
-/* The MXFP4 per-row dots of every level this CPU has against the
+/* The MXFP4 per-row dots of every level this CPU has (and, on any AVX2
+ * host, the AVX-512 pair's SIMDe copy) against the
  * reference in double from the dequantized weights (every code, all 256
  * scale bytes of a sane range, odd block counts: the AVX-512 dot's
  * two-block steps and its one-block tail), and each tokens-in-lanes
@@ -648,18 +649,25 @@ START_TEST(test_mxfp4_kernels_every_level)
     typedef float (*dot_fn)(const void *, const pagoda_q8a_block *, int64_t);
     typedef void (*x8_fn)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t, float *,
                           size_t);
-    dot_fn dots[3] = {pagoda_cpu_dot_mxfp4_scalar, NULL, NULL};
-    x8_fn x8s[3] = {NULL, NULL, NULL};
-    const char *names[3] = {"scalar", "AVX2", "AVX-512 VNNI"};
+    enum { NL = 4 };
+    dot_fn dots[NL] = {pagoda_cpu_dot_mxfp4_scalar, NULL, NULL, NULL};
+    x8_fn x8s[NL] = {NULL, NULL, NULL, NULL};
+    const char *names[NL] = {"scalar", "AVX2", "AVX-512 VNNI", "AVX-512 VNNI (SIMDe)"};
     if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) {
         dots[1] = pagoda_vecdot_avx2.dot_mxfp4;
         x8s[1] = pagoda_vecdot_avx2.gemm_mxfp4_x8;
+        dots[3] = pagoda_cpu_dot_mxfp4_avx512_simde;
+        x8s[3] = pagoda_cpu_gemm_mxfp4_x8_avx512_simde;
     }
     if (has_vnni()) {
         dots[2] = pagoda_cpu_dot_mxfp4_avx512;
         x8s[2] = pagoda_cpu_gemm_mxfp4_x8_avx512;
+        /* the AVX-512 level's table holds the pair (matmul.c calls the table's) */
+        const pagoda_vecdot_table *t512 = pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX512);
+        ck_assert_ptr_eq(t512->dot_mxfp4, pagoda_cpu_dot_mxfp4_avx512);
+        ck_assert_ptr_eq(t512->gemm_mxfp4_x8, pagoda_cpu_gemm_mxfp4_x8_avx512);
     } else {
-        fprintf(stderr, "test_mxfp4_kernels_every_level: no AVX-512 VNNI here: its kernels skipped\n");
+        fprintf(stderr, "test_mxfp4_kernels_every_level: no AVX-512 VNNI here: its native kernels skipped\n");
     }
     ck_assert_ptr_eq(pagoda_vecdot_scalar.dot_mxfp4, pagoda_cpu_dot_mxfp4_scalar);
     tu_rng r;
@@ -687,7 +695,7 @@ START_TEST(test_mxfp4_kernels_every_level)
                     mag += fabs(p);
                 }
                 ref[t * NR + n] = (float)want;
-                for (int l = 0; l < 3; l++) {
+                for (int l = 0; l < NL; l++) {
                     if (!dots[l]) continue;
                     float a = dots[l](w + n * ws, xt, nb);
                     ck_assert_msg(fabs(a - want) <= 1e-5 * mag + 1e-6, "%s dot nb %lld row %lld: %.7g vs %.7g",
@@ -699,7 +707,7 @@ START_TEST(test_mxfp4_kernels_every_level)
             int nt = TT - 8 * g < 8 ? (int)(TT - 8 * g) : 8;
             pagoda_cpu_prep_x8(xq + 8 * g * nb, sizeof(pagoda_q8a_block) * (size_t)nb, nt, nb, x8 + g * nb);
         }
-        for (int l = 1; l < 3; l++) {
+        for (int l = 1; l < NL; l++) {
             if (!x8s[l]) continue;
             for (int64_t T = 1; T <= TT; T += (T < 9 ? 1 : 8)) {
                 for (int64_t nr = 1; nr <= NR; nr += 3) {
@@ -732,6 +740,10 @@ START_TEST(test_mxfp4_kernels_every_level)
 }
 END_TEST
 
+/* The per-row dots of the 32-value types, which the matmul reaches only
+ * through tables without row x token kernels: AVX2 against the scalar
+ * reference (same integer sums, float order differs), odd block counts
+ * included. */
 /* The per-row dots of decode (T < 4) of Q4_K, Q5_K and Q6_K on every path
  * this host runs (the AVX-512 ones of decode_avx512.c natively where the
  * CPU has them, and their SIMDe copy on any AVX2 host) against the scalar
@@ -781,10 +793,6 @@ START_TEST(test_dots_k_decode_every_path)
 }
 END_TEST
 
-/* The per-row dots of the 32-value types, which the matmul reaches only
- * through tables without row x token kernels: AVX2 against the scalar
- * reference (same integer sums, float order differs), odd block counts
- * included. */
 START_TEST(test_dots_q5_iq4_avx2_match_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;

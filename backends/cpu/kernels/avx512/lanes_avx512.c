@@ -1,8 +1,9 @@
 /*
  * lanes_avx512.c: the AVX-512 VNNI tokens-in-lanes kernels (lanes_vnni.h
  * at 512 bits: 16 tokens a zmm, EVEX vpdpbusd) and the table's fill
- * function: the entries kernels/avx512 has written (these and
- * decode_avx512.c's dots), put over the AVX2 table by dispatch.c.
+ * function: the entries kernels/avx512 has written (these, decode_avx512.c's
+ * dots and vecdot_mxfp4_avx512.c's pair), put over the AVX2 table by
+ * dispatch.c.
  * Compiled with -mavx512f/bw/vl/dq/vnni by folder (and a second time
  * against SIMDe on AVX2 alone, PAGODA_SIMDE, for the tests); called only
  * after the CPUID + XCR0 check. Not for: the per-row dots of decode
@@ -20,6 +21,8 @@ void PAGODA_VNNI_FN(pagoda_cpu_fill_avx512)(pagoda_vecdot_table *t)
 {
     vnni_fill_lanes(t);
     PAGODA_VNNI_FN(pagoda_cpu_fill_avx512_decode)(t);
+    t->dot_mxfp4 = PAGODA_VNNI_FN(pagoda_cpu_dot_mxfp4_avx512);
+    t->gemm_mxfp4_x8 = PAGODA_VNNI_FN(pagoda_cpu_gemm_mxfp4_x8_avx512);
 }
 #else
 /* A compiler without the flags: the AVX2 table runs at this level. */
