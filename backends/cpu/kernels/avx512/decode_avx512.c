@@ -69,17 +69,23 @@ static inline __m512i x_pair(const int8_t *qs, int s)
                               _mm256_loadu_si256((const __m256i *)(qs + 32 * s + 64)), 1);
 }
 
-/* One Q4_K (qh NULL) or Q5_K super-block: acc += d d_x sum_j sc_j (q . x)_j
- * in lanes 0..7 and -dmin d_x sum_j m_j sum(x in j) in lanes 8..15. */
-FORCE_INLINE void q45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
-                            const pagoda_q8k_block *x, const __m512i idx[2], __m256i min_idx, __m512 *acc,
-                            float d, float dmin)
+/* One Q4_K (qh NULL) or Q5_K super-block (both open with d, dmin and the
+ * 12 scale bytes: 16 bytes, one load): acc += d d_x sum_j sc_j (q . x)_j
+ * in lanes 0..7 and -dmin d_x sum_j m_j sum(x in j) in lanes 8..15. The
+ * scales unpack as pagoda_k4_unpack_scales's four words, in one register
+ * (the scalar unpack and its inserts cost as much as the block's
+ * multiplies). */
+FORCE_INLINE void q45_block(const uint8_t *blk, const uint8_t *qs, const uint8_t *qh, const pagoda_q8k_block *x,
+                            const __m512i idx[2], __m256i min_idx, __m512i f_idx, __m512 *acc)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-    uint32_t u[4];
-    pagoda_k4_unpack_scales(scales, u);
+    __m128i hdr = _mm_loadu_si128((const __m128i *)blk);                     /* d dmin | u0 | u1 | u2 */
+    __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(hdr, _MM_SHUFFLE(3, 2, 3, 1)), _mm_setr_epi32(0, 0, 0, 4));
+    __m128i b = _mm_srli_epi32(_mm_shuffle_epi32(hdr, _MM_SHUFFLE(2, 2, 1, 1)), 2); /* u0 u0 u1 u1, >> 2 */
+    __m128i raw = _mm_or_si128(_mm_and_si128(a, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+                               _mm_and_si128(b, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
     /* int16 lanes 0..7: the scales, 8..15: the mins */
-    __m256i sm = _mm256_cvtepu8_epi16(_mm_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3]));
+    __m256i sm = _mm256_cvtepu8_epi16(raw);
     __m256i pm = _mm256_madd_epi16(_mm256_permutexvar_epi16(min_idx, sm),
                                    _mm256_loadu_si256((const __m256i *)x->bsums));
     __m512i sc = _mm512_castsi256_si512(sm); /* the permutes read lanes 0..7 only */
@@ -103,9 +109,10 @@ FORCE_INLINE void q45_block(const uint8_t *scales, const uint8_t *qs, const uint
     __m512i sumi = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(a0, b0), _mm512_permutexvar_epi16(idx[0], sc));
     sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(a1, b1), _mm512_permutexvar_epi16(idx[1], sc));
     __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
-    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(s8), pm, 1);
-    __m512 f = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d * x->d), _mm512_set1_ps(-dmin * x->d));
-    *acc = vf_fma(vf_cvt(both), f, *acc);
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_sub_epi32(_mm256_setzero_si256(), pm), 1);
+    /* d, dmin as floats (lanes 0, 1), to lanes 0..7 / 8..15, times d_x */
+    __m512 f = _mm512_permutexvar_ps(f_idx, _mm512_castps128_ps512(_mm_cvtph_ps(hdr)));
+    *acc = vf_fma(vf_cvt(both), vf_mul(f, vf_set1(x->d)), *acc);
 }
 
 static float dot_q4_k_avx512(const void *wv, const pagoda_q8k_block *x, int64_t nb)
@@ -113,10 +120,11 @@ static float dot_q4_k_avx512(const void *wv, const pagoda_q8k_block *x, int64_t 
     const pagoda_block_q4_K *w = wv;
     const __m512i idx[2] = {_mm512_load_si512((const void *)k45_idx[0]), _mm512_load_si512((const void *)k45_idx[1])};
     const __m256i min_idx = _mm256_load_si256((const __m256i *)k45_min_idx);
+    const __m512i f_idx = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&w[b], sizeof w[b]);
-        q45_block(w[b].scales, w[b].qs, NULL, &x[b], idx, min_idx, &acc, f16(w[b].d), f16(w[b].dmin));
+        q45_block((const uint8_t *)&w[b], w[b].qs, NULL, &x[b], idx, min_idx, f_idx, &acc);
     }
     return hsum512(acc);
 }
@@ -126,10 +134,11 @@ static float dot_q5_k_avx512(const void *wv, const pagoda_q8k_block *x, int64_t 
     const pagoda_block_q5_K *w = wv;
     const __m512i idx[2] = {_mm512_load_si512((const void *)k45_idx[0]), _mm512_load_si512((const void *)k45_idx[1])};
     const __m256i min_idx = _mm256_load_si256((const __m256i *)k45_min_idx);
+    const __m512i f_idx = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&w[b], sizeof w[b]);
-        q45_block(w[b].scales, w[b].qs, w[b].qh, &x[b], idx, min_idx, &acc, f16(w[b].d), f16(w[b].dmin));
+        q45_block((const uint8_t *)&w[b], w[b].qs, w[b].qh, &x[b], idx, min_idx, f_idx, &acc);
     }
     return hsum512(acc);
 }
