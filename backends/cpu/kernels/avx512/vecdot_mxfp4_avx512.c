@@ -5,8 +5,9 @@
  * add, and 512-bit registers that hold two weight blocks (the dot) or two
  * groups of eight tokens (the lanes kernel).
  * Compiled with AVX-512 flags by file name (backends/cpu/CMakeLists.txt
- * narrows them to F/BW/VL/VNNI); called only where matmul.c's mxfp4_vnni()
- * saw avx512vnni, bw and vl in CPUID. Not for: the reference
+ * narrows them to F/BW/VL/VNNI; and a second time against SIMDe on AVX2,
+ * PAGODA_SIMDE, for the tests); entries of the AVX-512 level's table
+ * (lanes_avx512.c), called only after its CPUID + XCR0 check. Not for: the reference
  * (kernels/scalar/vecdot_mxfp4.c).
  */
 #include "vecdot.h"
@@ -191,7 +192,7 @@ void PAGODA_VNNI_FN(pagoda_cpu_gemm_mxfp4_x8_avx512)(const void *wv, size_t ws, 
 
 #else
 /* Built without the AVX-512 flags (another architecture): never picked
- * (mxfp4_vnni() is false there); plain C of the same results. */
+ * (the AVX-512 level never runs there); plain C of the same results. */
 #include "quant.h"
 
 float pagoda_cpu_dot_mxfp4_avx512(const void *w, const pagoda_q8a_block *x, int64_t nb)
