@@ -14,16 +14,18 @@
  * | F32           | dot; T >= 3 sgemm       | dot; T >= 3 sgemm (OpenBLAS) | = avx2           | = avx2           |
  * | F16           | dot, gemm; T>=256 sgemm | gemm (T < 4), gemm_x8        | = avx2           | = avx2           |
  * | BF16          | dot; T >= 32 sgemm      | dot; T >= 32 dequant + sgemm | = avx2           | = avx2           |
- * | Q8_0, Q4_0    | dot, gemm (per pair)    | dot, gemm tiles (T<4), lanes | lanes vnni       | dot, lanes vnni  |
+ * | Q8_0, Q4_0    | dot, gemm (per pair)    | dot, gemm tiles (T<4), lanes | lanes vnni       | = avx2 (T<4), lanes vnni |
  * | Q4_1          | dot; T >= 32 sgemm      | dot; T >= 32 dequant + sgemm | = avx2           | = avx2           |
  * | Q5_0/1 IQ4_NL | dot                     | dot, gemm (T<5), lanes       | lanes vnni       | lanes vnni       |
- * | Q2_K..Q6_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | lanes vnni       |
+ * | Q2_K, Q3_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | lanes vnni       |
+ * | Q4_K..Q6_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | dot (2), lanes vnni |
  * | IQ4_XS        | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | lanes vnni       |
- * | MXFP4         | dot (per pair)          | dot (T < 4), gemm_mxfp4_x8   | = avx2           | dot, x8 vnni (1) |
+ * | MXFP4         | dot (per pair)          | dot (T < 4), gemm_mxfp4_x8   | = avx2           | = avx2 (T<4), x8 vnni (1) |
  *
- * (1) MXFP4's AVX-512 VNNI dot and x8 kernels are
- * kernels/avx512/vecdot_mxfp4_avx512.c's, picked by matmul.c's
- * mxfp4_vnni() at the AVX-512 level on a VNNI CPU.
+ * (1) MXFP4's AVX-512 VNNI x8 kernel, kernels/avx512/vecdot_mxfp4_avx512.c's,
+ * an entry of the level's table (its VNNI dot is slower than AVX2's on the
+ * Sapphire-Rapids-class host: lanes_avx512.c).
+ * (2) kernels/avx512/decode_avx512.c's 512-bit dots (decode, T < 4).
  *
  * BF16 weights (and F16 with PAGODA_CPU_BF16=2) at the AVX-512 level on a
  * CPU with AVX512-BF16 leave this table from T >= 16 (32): the BF16 GEMM

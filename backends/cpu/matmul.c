@@ -126,22 +126,6 @@ int pagoda_cpu_weight_type_supported(int dtype)
     }
 }
 
-/* Does MXFP4 run kernels/avx512's VNNI pair here? On a CPU with AVX-512
- * VNNI (+ BW, VL) while the AVX2 table runs and no lower level is forced.
- * The one place that picks them, until kernels/avx512's table holds the
- * dot_mxfp4 / gemm_mxfp4_x8 slots itself. */
-static bool mxfp4_vnni(const pagoda_vecdot_table *vt)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    return vt == &pagoda_vecdot_avx2 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 &&
-           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-#else
-    (void)vt;
-    return false;
-#endif
-}
-
 bool pagoda_cpu_act_q8k(int dtype)
 {
     switch (dtype) {
@@ -256,7 +240,7 @@ static float dot_one(const mm_task *m, const uint8_t *wr, int64_t t)
     case PAGODA_DTYPE_Q5_0: return vt->dot_q5_0(wr, xq, m->K / 32);
     case PAGODA_DTYPE_Q5_1: return vt->dot_q5_1(wr, xq, m->K / 32);
     case PAGODA_DTYPE_IQ4_NL: return vt->dot_iq4_nl(wr, xq, m->K / 32);
-    case PAGODA_DTYPE_MXFP4: return m->dot_mxfp4(wr, xq, m->K / 32);
+    case PAGODA_DTYPE_MXFP4: return vt->dot_mxfp4(wr, xq, m->K / 32);
     default: return 0.0f;
     }
 }
@@ -489,11 +473,7 @@ void pagoda_cpu_mm_plan(mm_task *m)
                    : w_dtype == PAGODA_DTYPE_Q5_0 ? m->vt->gemm_q5_0_x8
                    : w_dtype == PAGODA_DTYPE_Q5_1 ? m->vt->gemm_q5_1_x8
                    : w_dtype == PAGODA_DTYPE_IQ4_NL ? m->vt->gemm_iq4_nl_x8 : NULL;
-    if (w_dtype == PAGODA_DTYPE_MXFP4) {
-        bool vnni = mxfp4_vnni(m->vt);
-        m->dot_mxfp4 = vnni ? pagoda_cpu_dot_mxfp4_avx512 : m->vt->dot_mxfp4;
-        if (T >= X8_MIN_T) m->gemm_x8 = vnni ? pagoda_cpu_gemm_mxfp4_x8_avx512 : m->vt->gemm_mxfp4_x8;
-    }
+    if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= X8_MIN_T) m->gemm_x8 = m->vt->gemm_mxfp4_x8;
     if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(m->vt, w_dtype);
     /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));

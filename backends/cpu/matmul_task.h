@@ -41,8 +41,6 @@ typedef struct pagoda_cpu_mm {
                         size_t);
     pagoda_q8kx8_block *kx8; /* q8k rows interleaved by eights (gemm_kx8), or NULL */
     pagoda_cpu_gemm_kx8_fn gemm_kx8;
-    /* MXFP4's per-row dot (the table's, or the AVX-512 VNNI one) */
-    float (*dot_mxfp4)(const void *, const pagoda_q8a_block *, int64_t);
     int64_t rows_per_part;
     void (*gemm)(const void *, size_t, int64_t, const void *, size_t, int64_t, int64_t, float *,
                  size_t);

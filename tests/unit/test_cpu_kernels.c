@@ -40,7 +40,7 @@
 /* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
 #define N_ISAS cpu_paths_count()
 
-/* A CPU where MXFP4 runs its AVX-512 VNNI kernels (matmul.c mxfp4_vnni). */
+/* A CPU that runs the AVX-512 VNNI level (its table holds MXFP4's VNNI lanes kernel). */
 static bool has_vnni(void)
 {
     return pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") &&
@@ -637,7 +637,8 @@ START_TEST(test_matmul_mxfp4)
 }
 END_TEST
 
-/* The MXFP4 per-row dots of every level this CPU has against the
+/* The MXFP4 per-row dots of every level this CPU has (and, on any AVX2
+ * host, the AVX-512 pair's SIMDe copy) against the
  * reference in double from the dequantized weights (every code, all 256
  * scale bytes of a sane range, odd block counts: the AVX-512 dot's
  * two-block steps and its one-block tail), and each tokens-in-lanes
@@ -648,18 +649,26 @@ START_TEST(test_mxfp4_kernels_every_level)
     typedef float (*dot_fn)(const void *, const pagoda_q8a_block *, int64_t);
     typedef void (*x8_fn)(const void *, size_t, int64_t, const pagoda_q8x8_block *, int64_t, int64_t, float *,
                           size_t);
-    dot_fn dots[3] = {pagoda_cpu_dot_mxfp4_scalar, NULL, NULL};
-    x8_fn x8s[3] = {NULL, NULL, NULL};
-    const char *names[3] = {"scalar", "AVX2", "AVX-512 VNNI"};
+    enum { NL = 4 };
+    dot_fn dots[NL] = {pagoda_cpu_dot_mxfp4_scalar, NULL, NULL, NULL};
+    x8_fn x8s[NL] = {NULL, NULL, NULL, NULL};
+    const char *names[NL] = {"scalar", "AVX2", "AVX-512 VNNI", "AVX-512 VNNI (SIMDe)"};
     if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) {
         dots[1] = pagoda_vecdot_avx2.dot_mxfp4;
         x8s[1] = pagoda_vecdot_avx2.gemm_mxfp4_x8;
+        dots[3] = pagoda_cpu_dot_mxfp4_avx512_simde;
+        x8s[3] = pagoda_cpu_gemm_mxfp4_x8_avx512_simde;
     }
     if (has_vnni()) {
         dots[2] = pagoda_cpu_dot_mxfp4_avx512;
         x8s[2] = pagoda_cpu_gemm_mxfp4_x8_avx512;
+        /* the AVX-512 level's table holds the lanes kernel (matmul.c calls the table's); its
+         * dot is AVX2's (lanes_avx512.c says why), the VNNI dot checked here directly */
+        const pagoda_vecdot_table *t512 = pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX512);
+        ck_assert_ptr_eq(t512->dot_mxfp4, pagoda_cpu_dot_mxfp4_avx2);
+        ck_assert_ptr_eq(t512->gemm_mxfp4_x8, pagoda_cpu_gemm_mxfp4_x8_avx512);
     } else {
-        fprintf(stderr, "test_mxfp4_kernels_every_level: no AVX-512 VNNI here: its kernels skipped\n");
+        fprintf(stderr, "test_mxfp4_kernels_every_level: no AVX-512 VNNI here: its native kernels skipped\n");
     }
     ck_assert_ptr_eq(pagoda_vecdot_scalar.dot_mxfp4, pagoda_cpu_dot_mxfp4_scalar);
     tu_rng r;
@@ -687,7 +696,7 @@ START_TEST(test_mxfp4_kernels_every_level)
                     mag += fabs(p);
                 }
                 ref[t * NR + n] = (float)want;
-                for (int l = 0; l < 3; l++) {
+                for (int l = 0; l < NL; l++) {
                     if (!dots[l]) continue;
                     float a = dots[l](w + n * ws, xt, nb);
                     ck_assert_msg(fabs(a - want) <= 1e-5 * mag + 1e-6, "%s dot nb %lld row %lld: %.7g vs %.7g",
@@ -699,7 +708,7 @@ START_TEST(test_mxfp4_kernels_every_level)
             int nt = TT - 8 * g < 8 ? (int)(TT - 8 * g) : 8;
             pagoda_cpu_prep_x8(xq + 8 * g * nb, sizeof(pagoda_q8a_block) * (size_t)nb, nt, nb, x8 + g * nb);
         }
-        for (int l = 1; l < 3; l++) {
+        for (int l = 1; l < NL; l++) {
             if (!x8s[l]) continue;
             for (int64_t T = 1; T <= TT; T += (T < 9 ? 1 : 8)) {
                 for (int64_t nr = 1; nr <= NR; nr += 3) {
@@ -736,6 +745,55 @@ END_TEST
  * through tables without row x token kernels: AVX2 against the scalar
  * reference (same integer sums, float order differs), odd block counts
  * included. */
+/* The per-row dots of decode (T < 4) of Q4_K, Q5_K and Q6_K on every path
+ * this host runs (the AVX-512 ones of decode_avx512.c natively where the
+ * CPU has them, and their SIMDe copy on any AVX2 host) against the scalar
+ * reference: the same integer sums, so within float-order rounding, over
+ * 1..9 super-blocks and a long row of 43, three rows each, random blocks
+ * (every quant, scale and min). */
+START_TEST(test_dots_k_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
+    tu_rng r;
+    tu_rng_seed(&r, 57);
+    for (size_t ti = 0; ti < 3; ti++) {
+        for (int64_t nb = 1; nb <= 10; nb++) {
+            int64_t nbk = nb == 10 ? 43 : nb, K = 256 * nbk;
+            size_t ws;
+            uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
+            float *x = xmalloc(sizeof(float) * (size_t)K);
+            pagoda_q8k_block *xq = xmalloc(sizeof(pagoda_q8k_block) * (size_t)nbk);
+            tu_fill_normal(&r, x, (size_t)K, 1.0f);
+            pagoda_vecdot_scalar.quant_q8k(x, xq, K);
+            for (int ii = 0; ii < N_ISAS; ii++) {
+                const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
+                const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
+                for (int n = 0; n < 3; n++) {
+                    const uint8_t *wr = w + n * ws;
+                    float a, b;
+                    switch (types[ti]) {
+                    case PAGODA_DTYPE_Q4_K: a = s0->dot_q4_k(wr, xq, nbk); b = v->dot_q4_k(wr, xq, nbk); break;
+                    case PAGODA_DTYPE_Q5_K: a = s0->dot_q5_k(wr, xq, nbk); b = v->dot_q5_k(wr, xq, nbk); break;
+                    default: a = s0->dot_q6_k(wr, xq, nbk); b = v->dot_q6_k(wr, xq, nbk); break;
+                    }
+                    /* sum |w x| bounds the float-order differences */
+                    float *wd = xmalloc(sizeof(float) * (size_t)K);
+                    ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
+                    double mag = 0.0;
+                    for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 256].qs[k % 256] * xq[k / 256].d);
+                    free(wd);
+                    ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
+                                  pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
+                }
+            }
+            free(x);
+            free(xq);
+            free(w);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_dots_q5_iq4_avx2_match_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
@@ -1337,6 +1395,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_mxfp4);
     tcase_add_test(tc, test_mxfp4_kernels_every_level);
     tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
+    tcase_add_test(tc, test_dots_k_decode_every_path);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
     tcase_add_test(tc, test_dequant_avx2_matches_reference);

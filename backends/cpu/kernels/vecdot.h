@@ -268,9 +268,8 @@ extern const pagoda_vecdot_table pagoda_vecdot_scalar;
 extern const pagoda_vecdot_table pagoda_vecdot_avx2;
 
 /* The MXFP4 kernels of each level (kernels/<level>/vecdot_mxfp4*.c), as
- * the table slots above. The AVX-512 VNNI pair has no table of its own
- * yet: matmul.c's mxfp4_kernels() picks it on a VNNI CPU where the AVX2
- * table runs (until kernels/avx512's table takes the two slots). */
+ * the table slots above (the AVX-512 VNNI pair is that level's table's
+ * entries; _simde: its test-only SIMDe copy). */
 float pagoda_cpu_dot_mxfp4_scalar(const void *w, const pagoda_q8a_block *x, int64_t nb);
 float pagoda_cpu_dot_mxfp4_avx2(const void *w, const pagoda_q8a_block *x, int64_t nb);
 void pagoda_cpu_gemm_mxfp4_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
@@ -278,6 +277,9 @@ void pagoda_cpu_gemm_mxfp4_x8_avx2(const void *w, size_t ws, int64_t nr, const p
 float pagoda_cpu_dot_mxfp4_avx512(const void *w, const pagoda_q8a_block *x, int64_t nb);
 void pagoda_cpu_gemm_mxfp4_x8_avx512(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                      int64_t T, int64_t nb, float *out, size_t os);
+float pagoda_cpu_dot_mxfp4_avx512_simde(const void *w, const pagoda_q8a_block *x, int64_t nb);
+void pagoda_cpu_gemm_mxfp4_x8_avx512_simde(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                                           int64_t T, int64_t nb, float *out, size_t os);
 /* The AVX-512 VNNI (kernels/avx512) and AVX-VNNI (kernels/avxvnni) tables
  * are the AVX2 one with the entries those folders have written put over
  * it: each fill function writes only its own entries, so every type runs

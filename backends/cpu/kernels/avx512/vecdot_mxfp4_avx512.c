@@ -5,23 +5,22 @@
  * add, and 512-bit registers that hold two weight blocks (the dot) or two
  * groups of eight tokens (the lanes kernel).
  * Compiled with AVX-512 flags by file name (backends/cpu/CMakeLists.txt
- * narrows them to F/BW/VL/VNNI); called only where matmul.c's mxfp4_vnni()
- * saw avx512vnni, bw and vl in CPUID. Not for: the reference
+ * narrows them to F/BW/VL/VNNI; and a second time against SIMDe on AVX2,
+ * PAGODA_SIMDE, for the tests); entries of the AVX-512 level's table
+ * (lanes_avx512.c), called only after its CPUID + XCR0 check. Not for: the reference
  * (kernels/scalar/vecdot_mxfp4.c).
  */
 #include "vecdot.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
-#include <immintrin.h>
-#include <string.h>
+#if (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)) || \
+    (defined(PAGODA_SIMDE) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define PAGODA_VNNI_W 512
+#include "vnni.h"
 
 #include "quant.h"
 
-#define PRAGMA_(x) _Pragma(#x)
-#define UNROLL(n) PRAGMA_(GCC unroll n)
 #define MXFP4_BYTES 17
 #define PREFETCH_AHEAD 4096
-#define FORCE_INLINE static inline __attribute__((always_inline))
 
 /* The 16-entry table plus `offset`, in all four 128-bit lanes (pshufb
  * looks up within each lane). */
@@ -51,19 +50,15 @@ static inline __m256i codes1(const uint8_t *qs)
 
 static inline float hsum512(__m512 v)
 {
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+    return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
 /* Per row: two blocks per register. |value| (the table's magnitudes) is
  * the unsigned operand, x takes the value's sign (negated where the code's
  * sign bit is set; code 8 is 0, so its sign does not matter): exact
  * integer sums, as the scalar reference's. */
-float pagoda_cpu_dot_mxfp4_avx512(const void *wv, const pagoda_q8a_block *x, int64_t nb)
+float PAGODA_VNNI_FN(pagoda_cpu_dot_mxfp4_avx512)(const void *wv, const pagoda_q8a_block *x, int64_t nb)
 {
     const pagoda_block_mxfp4 *w = wv;
     const __m512i mag = _mm512_abs_epi8(mx_table512(0)), eight = _mm512_set1_epi8(8);
@@ -80,15 +75,16 @@ float pagoda_cpu_dot_mxfp4_avx512(const void *wv, const pagoda_q8a_block *x, int
         __m512i p = _mm512_dpbusd_epi32(zero, _mm512_shuffle_epi8(mag, c), xv);
         __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(pagoda_e8m0_to_fp32_half(w[b].e) * x[b].d),
                                         _mm512_set1_ps(pagoda_e8m0_to_fp32_half(w[b + 1].e) * x[b + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+        acc = _mm512_fmadd_ps(d, vf_cvt(p), acc);
     }
     float s = hsum512(acc);
     if (b < nb) {
         const __m256i mag1 = _mm512_castsi512_si256(mag);
         __m256i c = codes1(w[b].qs);
         __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        __mmask32 neg = _mm256_test_epi8_mask(c, _mm256_set1_epi8(8));
-        xv = _mm256_mask_sub_epi8(xv, neg, _mm256_setzero_si256(), xv);
+        const __m256i e8 = _mm256_set1_epi8(8);
+        __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(c, e8), e8);
+        xv = _mm256_blendv_epi8(xv, _mm256_sub_epi8(_mm256_setzero_si256(), xv), neg);
         __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi8(mag1, c), xv);
         __m256 v = _mm256_mul_ps(_mm256_set1_ps(pagoda_e8m0_to_fp32_half(w[b].e) * x[b].d), _mm256_cvtepi32_ps(p));
         __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -150,12 +146,14 @@ FORCE_INLINE void tile_mx_x16(const uint8_t *w, size_t ws, int RB, const pagoda_
         }
         __m512i s8 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)x0[b].s8)),
                                         _mm256_load_si256((const __m256i *)x1[b].s8), 1);
-        __m512i c12 = _mm512_add_epi32(s8, _mm512_srai_epi32(s8, 1));
+        /* s8 >> 1, arithmetic, as logical | the sign bit (SIMDe 0.7.4 has no 512-bit srai_epi32); 0xF8: a | (b & c) */
+        __m512i half = _mm512_ternarylogic_epi32(_mm512_srli_epi32(s8, 1), s8, _mm512_set1_epi32(INT32_MIN), 0xF8);
+        __m512i c12 = _mm512_add_epi32(s8, half);
         __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_load_ps(x0[b].d))),
                                                         _mm256_castps_pd(_mm256_load_ps(x1[b].d)), 1));
         UNROLL(8) for (int r = 0; r < RB; r++) {
             __m512 dw = _mm512_set1_ps(pagoda_e8m0_to_fp32_half(w[r * ws + b * MXFP4_BYTES]));
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(ia[r], c12)), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), vf_cvt(_mm512_sub_epi32(ia[r], c12)), acc[r]);
         }
     }
     UNROLL(8) for (int r = 0; r < RB; r++) {
@@ -168,8 +166,9 @@ FORCE_INLINE void tile_mx_x16(const uint8_t *w, size_t ws, int RB, const pagoda_
 
 /* Rows in tiles of 8, 4, then 1 x tokens sixteen at a time (the last
  * group of eight alone: its upper lanes are not stored). */
-void pagoda_cpu_gemm_mxfp4_x8_avx512(const void *wv, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
-                                     int64_t T, int64_t nb, float *out, size_t os)
+void PAGODA_VNNI_FN(pagoda_cpu_gemm_mxfp4_x8_avx512)(const void *wv, size_t ws, int64_t nr,
+                                                    const pagoda_q8x8_block *x, int64_t T, int64_t nb,
+                                                    float *out, size_t os)
 {
     const uint8_t *w = wv;
     for (int64_t r = 0; r < nr;) {
@@ -193,7 +192,7 @@ void pagoda_cpu_gemm_mxfp4_x8_avx512(const void *wv, size_t ws, int64_t nr, cons
 
 #else
 /* Built without the AVX-512 flags (another architecture): never picked
- * (mxfp4_vnni() is false there); plain C of the same results. */
+ * (the AVX-512 level never runs there); plain C of the same results. */
 #include "quant.h"
 
 float pagoda_cpu_dot_mxfp4_avx512(const void *w, const pagoda_q8a_block *x, int64_t nb)

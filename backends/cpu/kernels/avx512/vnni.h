@@ -116,6 +116,11 @@ static inline void vf_store(float *p, vf_t v) { _mm256_storeu_ps(p, v); }
 #error "PAGODA_VNNI_W must be 512 or 256"
 #endif
 
+#if PAGODA_VNNI_W == 512
+/* kernels/avx512's per-row decode dots (decode_avx512.c) into t. */
+void PAGODA_VNNI_FN(pagoda_cpu_fill_avx512_decode)(pagoda_vecdot_table *t);
+#endif
+
 /* Lane t of v to out[t][0] for the nt real tokens. */
 static inline void vf_store_tokens(vf_t v, int nt, float *out, size_t os)
 {
