@@ -6,11 +6,15 @@
 # (docs/benchmarks.md, "Issue 27").
 #
 #   docs/examples/peer_isa.sh [--rounds 2] [--threads 2] [--types "Q8_0 Q4_0 Q4_K_M F16 BF16"]
-#       [--levels "avx2 avx512"] [--llama-bin DIR] [--pagoda PATH] [--out DIR] [--keep]
+#       [--levels "avx2 avx512"] [--llama-bin [NAME=]DIR]... [--pagoda PATH] [--out DIR] [--keep]
 #       [--shape tinyllama-1.1B]
 #
 # Defaults: build/core/pagoda, /work/llama.cpp/build/bin, the levels read
-# from /proc/cpuinfo. Builds nothing. Steps:
+# from /proc/cpuinfo. --llama-bin may be given more than once (e.g.
+# amx=/work/llama.cpp-build-native/bin avx512=/work/llama.cpp-build-avx512/bin):
+# each build gets its own column, run one after the other, and the ratio
+# is pagoda's best over the best of them; a build that gives no figure
+# (SIGILL) shows "-" and its log says why. Builds nothing. Steps:
 #  1. `pagoda gen-model --shape tinyllama-1.1B` in each type into DIR
 #     (Q4_K_M: llama-quantize's mix of the F16 file, as llama.cpp makes it;
 #     without llama-quantize, gen-model's Q4_K), and the llama-110M Q8_0;
@@ -31,7 +35,7 @@ threads=2
 shape=tinyllama-1.1B
 types="Q8_0 Q4_0 Q4_K_M F16 BF16"
 levels=""
-llama_bin=/work/llama.cpp/build/bin
+llama_bins=()
 here=$(cd "$(dirname "$0")/../.." && pwd)
 pagoda="$here/build/core/pagoda"
 out=""
@@ -42,19 +46,31 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --types) types="$2"; shift 2 ;;
     --levels) levels="$2"; shift 2 ;;
-    --llama-bin) llama_bin="$2"; shift 2 ;;
+    --llama-bin) llama_bins+=("$2"); shift 2 ;;
     --pagoda) pagoda="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
     --shape) shape="$2"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "peer_isa.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
     esac
 done
 [ -x "$pagoda" ] || { echo "peer_isa.sh: no pagoda binary at $pagoda (build it, or --pagoda)" >&2; exit 2; }
-for b in llama-bench llama-batched-bench; do
-    [ -x "$llama_bin/$b" ] || { echo "peer_isa.sh: no $llama_bin/$b (--llama-bin DIR)" >&2; exit 2; }
+[ ${#llama_bins[@]} -gt 0 ] || llama_bins=(/work/llama.cpp/build/bin)
+# NAME=DIR pairs: the column is "llama.cpp NAME" ("llama.cpp" for one unnamed build)
+lnames=(); ldirs=()
+for lb in "${llama_bins[@]}"; do
+    case "$lb" in
+    *=*) lnames+=("llama.cpp ${lb%%=*}"); ldirs+=("${lb#*=}") ;;
+    *) lnames+=("llama.cpp${ldirs[0]:+ ${#ldirs[@]}}"); ldirs+=("$lb") ;;
+    esac
 done
+for d in "${ldirs[@]}"; do
+    for b in llama-bench llama-batched-bench; do
+        [ -x "$d/$b" ] || { echo "peer_isa.sh: no $d/$b (--llama-bin DIR)" >&2; exit 2; }
+    done
+done
+llama_bin=${ldirs[0]}  # llama-quantize's
 if [ -z "$levels" ]; then
     flags=$(grep -m1 '^flags' /proc/cpuinfo)
     has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -119,18 +135,20 @@ run_pagoda() { # model level round
     ' "$log" >> "$raw"
     grep -q "(512-token prompt)" "$log" || echo "peer_isa.sh: pagoda gave no 512-token prefill, see $log" >&2
 }
-run_llama() { # model round
-    local m="$1" r="$2" name log ld
+run_llama() { # model round index
+    local m="$1" r="$2" li="$3" name log ld rc
     name=$(basename "$m" .gguf)
-    log="$out/llama-$name-r$r.log"
+    log="$out/llama$li-$name-r$r.log"
     ld=$(load1)
-    "$llama_bin/llama-bench" -m "$m" -p 512 -n 32 -t "$threads" -r 1 -o csv > "$log" 2> "$log.err"
-    awk -F, -v n="$name" -v r="$r" -v ld="$ld" '
+    "${ldirs[$li]}/llama-bench" -m "$m" -p 512 -n 32 -t "$threads" -r 1 -o csv > "$log" 2> "$log.err"
+    rc=$?
+    [ $rc = 0 ] || echo "peer_isa.sh: ${lnames[$li]} llama-bench exit status $rc on $name, see $log.err" >&2
+    awk -F, -v n="$name" -v r="$r" -v ld="$ld" -v tool="${lnames[$li]}" '
         { for (i = 1; i <= NF; i++) gsub(/"/, "", $i) }
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
         col["avg_ts"] {
             test = $col["n_prompt"] > 0 ? "prefill" : "decode"
-            print "llama.cpp\t" n "\t" r "\t" test "\t" $col["avg_ts"] "\t" ld "\t-"
+            print tool "\t" n "\t" r "\t" test "\t" $col["avg_ts"] "\t" ld "\t-"
         }
     ' "$log" >> "$raw"
     [ -s "$log" ] || echo "peer_isa.sh: llama-bench gave no figures, see $log.err" >&2
@@ -139,7 +157,7 @@ for r in $(seq 1 "$rounds"); do
     for m in "${models[@]}"; do
         echo "round $r: $(basename "$m") (load $(load1))" >&2
         for lv in $levels; do run_pagoda "$m" "$lv" "$r"; done
-        run_llama "$m" "$r"
+        for li in "${!ldirs[@]}"; do run_llama "$m" "$r" "$li"; done
     done
 done
 
@@ -155,13 +173,15 @@ if [ -n "$small" ]; then
                 print "pagoda-" lv "\tbatch-110M\t" r "\tseq16\t" $9 "\t" ld "\t-"
                 print "pagoda-" lv "\tbatch-110M\t" r "\tseq1\t" $11 "\t" ld "\t-" }' "$log" >> "$raw"
         done
-        log="$out/llama-batch-r$r.log"; ld=$(load1)
-        "$llama_bin/llama-batched-bench" -m "$small" -c 2048 -npp 16 -ntg 64 -npl 1,16 -t "$threads" \
-            > "$log" 2>&1
-        # the table rows: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
-        awk -F'|' -v r="$r" -v ld="$ld" '$2 ~ /^ *16 *$/ && $3 ~ /^ *64 *$/ {
-            b = $4 + 0; s = $9 + 0
-            print "llama.cpp\tbatch-110M\t" r "\t" (b == 16 ? "seq16" : "seq1") "\t" s "\t" ld "\t-" }' "$log" >> "$raw"
+        for li in "${!ldirs[@]}"; do
+            log="$out/llama$li-batch-r$r.log"; ld=$(load1)
+            "${ldirs[$li]}/llama-batched-bench" -m "$small" -c 2048 -npp 16 -ntg 64 -npl 1,16 -t "$threads" \
+                > "$log" 2>&1
+            # the table rows: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
+            awk -F'|' -v r="$r" -v ld="$ld" -v tool="${lnames[$li]}" '$2 ~ /^ *16 *$/ && $3 ~ /^ *64 *$/ {
+                b = $4 + 0; s = $9 + 0
+                print tool "\tbatch-110M\t" r "\t" (b == 16 ? "seq16" : "seq1") "\t" s "\t" ld "\t-" }' "$log" >> "$raw"
+        done
     done
 fi
 
@@ -169,8 +189,9 @@ fi
 echo
 echo "$(date -u +%FT%TZ), $threads threads, levels: $levels, rounds $rounds; tok/s, best of the rounds (load before it)"
 echo
-awk -F'\t' -v levels="$levels" '
-    BEGIN { nl = split(levels, L, " ") }
+lnamelist=$(printf '%s|' "${lnames[@]}")
+awk -F'\t' -v levels="$levels" -v lnamelist="${lnamelist%|}" '
+    BEGIN { nl = split(levels, L, " "); nc = split(lnamelist, C, "|") }
     {
         k = $2 SUBSEP $4; if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
         if (!(($1, k) in best) || $5 + 0 > best[$1, k] + 0) { best[$1, k] = $5; bl[$1, k] = $6; fr[$1, k] = $7 }
@@ -180,7 +201,8 @@ awk -F'\t' -v levels="$levels" '
     END {
         h = "| model | test |"; s = "|---|---|"
         for (i = 1; i <= nl; i++) { h = h " pagoda " L[i] " |"; s = s "---|" }
-        h = h " llama.cpp | best pagoda / llama.cpp |"; s = s "---|---|"
+        for (i = 1; i <= nc; i++) { h = h " " C[i] " |"; s = s "---|" }
+        h = h " best pagoda / best llama.cpp |"; s = s "---|"
         if (nl > 1) { h = h " " L[nl] " / " L[1] " |"; s = s "---|" }
         h = h " pagoda vs its bound (" L[nl] ") | load range |"; s = s "---|---|"
         print h; print s
@@ -192,8 +214,12 @@ awk -F'\t' -v levels="$levels" '
                 line = line (v != "" ? sprintf(" %.1f (%s) |", v, bl["pagoda-" L[i], k]) : " - |")
                 if (v + 0 > bp) bp = v + 0
             }
-            c = best["llama.cpp", k]
-            line = line (c != "" ? sprintf(" %.1f (%s) |", c, bl["llama.cpp", k]) : " - |")
+            c = 0
+            for (i = 1; i <= nc; i++) {
+                v = best[C[i], k]
+                line = line (v != "" ? sprintf(" %.1f (%s) |", v, bl[C[i], k]) : " - |")
+                if (v + 0 > c) c = v + 0
+            }
             line = line (c + 0 > 0 && bp > 0 ? sprintf(" %.2fx |", bp / c) : " - |")
             if (nl > 1) {
                 a = best["pagoda-" L[1], k]; z = best["pagoda-" L[nl], k]
