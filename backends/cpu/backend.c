@@ -700,8 +700,12 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         bool amx = pagoda_amx_usable(why, sizeof why);
         int rp = pagoda_rp_path();
         host->log(host, PAGODA_LOG_INFO,
-                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s; AMX tiles %s: %s",
+                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s%s; AMX tiles %s: %s",
                   (long long)pagoda_rp_min_t(), pagoda_rp_path_name(rp),
+                  rp == PAGODA_RP_PATH_AMX && pagoda_rp_path_for(rp, PAGODA_DTYPE_Q4_0, 1 << 20) != rp
+                      ? " for Q8_0 of >= " PAGODA_RP_AMX_MIN_T_STR " tokens, AVX-512 VNNI for the rest "
+                        "(PAGODA_CPU_AMX_ALL=1: tiles for all)"
+                      : "",
                   rp ? " on weights repacked at first use (1.22-1.39 bytes a weight, beside the file's)"
                      : " (not on this level: the row kernels)",
                   amx ? "usable" : "not used", why);

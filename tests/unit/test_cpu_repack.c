@@ -485,6 +485,27 @@ END_TEST
 
 /* matmul through the hook (cache, regions, bias, the pool) on every path
  * this host has, against the scalar row kernels. */
+/* At the AMX level only Q8_0 of >= PAGODA_RP_AMX_MIN_T tokens takes the
+ * tiles (the measured rule, repack_matmul.h), the rest the VNNI GEMM;
+ * PAGODA_CPU_AMX_ALL=1 sends all to the tiles; other paths are kept. */
+START_TEST(test_amx_type_rule)
+{
+    int amx = PAGODA_RP_PATH_AMX, vnni = PAGODA_RP_PATH_VNNI, emu = PAGODA_RP_PATH_AMX_EMU;
+    unsetenv("PAGODA_CPU_AMX_ALL");
+    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, 512), amx);
+    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T), amx);
+    int below = pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T - 1);
+    ck_assert(below == vnni || below == PAGODA_RP_PATH_NONE);
+    static const int others[] = {PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(pagoda_rp_path_for(amx, others[i], 512), below);
+    ck_assert_int_eq(pagoda_rp_path_for(vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
+    ck_assert_int_eq(pagoda_rp_path_for(emu, PAGODA_DTYPE_Q4_0, 512), emu);
+    setenv("PAGODA_CPU_AMX_ALL", "1", 1);
+    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q4_K, 16), amx);
+    unsetenv("PAGODA_CPU_AMX_ALL");
+}
+END_TEST
+
 START_TEST(test_matmul_hook)
 {
     tu_rng r;
@@ -527,6 +548,7 @@ START_TEST(test_matmul_hook)
                          PAGODA_OK);
     pagoda_cpu_force_isa(-1);
     int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
+    setenv("PAGODA_CPU_AMX_ALL", "1", 1);   /* the real tiles for every type, where granted */
     for (int p = 0; p < 2; p++) {
         if (p == 1 && paths[1] == PAGODA_RP_PATH_NONE) break;  /* an AVX2 host: nothing native */
         pagoda_rp_force_amx_emulation(p == 0);
@@ -553,6 +575,7 @@ START_TEST(test_matmul_hook)
         }
     }
     pagoda_rp_force_amx_emulation(false);
+    unsetenv("PAGODA_CPU_AMX_ALL");
     /* fewer tokens than the threshold, and weights outside every region:
      * the row kernels (nothing new in the cache) */
     pagoda_rp_cache_invalidate(ex.repack, m[0].w, 1);
@@ -616,6 +639,7 @@ START_TEST(test_matmul_hook_kinds)
                          PAGODA_OK);
     pagoda_cpu_force_isa(-1);
     int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
+    setenv("PAGODA_CPU_AMX_ALL", "1", 1);   /* the real tiles for every type, where granted */
     for (int p = 0; p < 2; p++) {
         if (p == 1 && paths[1] == PAGODA_RP_PATH_NONE) break;
         pagoda_rp_force_amx_emulation(p == 0);
@@ -648,6 +672,7 @@ START_TEST(test_matmul_hook_kinds)
         ck_assert_int_eq(count, 4);
     }
     pagoda_rp_force_amx_emulation(false);
+    unsetenv("PAGODA_CPU_AMX_ALL");
     for (int i = 0; i < 5; i++) {
         free(want[i]);
         free(got[i]);
@@ -706,6 +731,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_repacked_gemms);
     tcase_add_test(tc, test_repacked_gemms_k);
     tcase_add_test(tc, test_repacked_gemms_q6);
+    tcase_add_test(tc, test_amx_type_rule);
     tcase_add_test(tc, test_matmul_hook);
     tcase_add_test(tc, test_matmul_hook_kinds);
     tcase_add_test(tc, test_amx_fallback);

@@ -48,6 +48,15 @@ int pagoda_rp_path(void)
     return PAGODA_RP_PATH_NONE;
 }
 
+int pagoda_rp_path_for(int path, int dtype, int64_t T)
+{
+    if (path != PAGODA_RP_PATH_AMX) return path;
+    const char *e = getenv("PAGODA_CPU_AMX_ALL");   /* once a call: calls are large */
+    bool all = e && !strcmp(e, "1");
+    if (all || (dtype == PAGODA_DTYPE_Q8_0 && T >= PAGODA_RP_AMX_MIN_T)) return path;
+    return cpu_has_vnni512() ? PAGODA_RP_PATH_VNNI : PAGODA_RP_PATH_NONE;
+}
+
 const char *pagoda_rp_path_name(int path)
 {
     switch (path) {
@@ -159,6 +168,7 @@ int pagoda_cpu_rp_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, i
         const pagoda_rp_matrix *m =
             pagoda_rp_cache_get(ex->repack, ex->pool, w[i].w, w[i].dtype, w[i].w_stride, w[i].N, K);
         if (!m) continue;  /* not a registered weight, or no memory: matmul.c's kernels */
+        if (!j.n) j.path = path = pagoda_rp_path_for(path, w[i].dtype, T);
         kind = k;
         j.m[j.n] = m;
         j.w[j.n] = &w[i];

@@ -29,6 +29,16 @@ int64_t pagoda_rp_min_t(void);
  * AMX and pagoda_amx_usable(), else VNNI where the level is AVX-512 and
  * the CPU has AVX-512 VNNI, else none. */
 int pagoda_rp_path(void);
+/* The path a call of T tokens on weights of dtype takes at level path: at
+ * the AMX level the tiles take only what measured faster there than the
+ * AVX-512 VNNI GEMM on the first AMX host (docs/benchmarks.md, "Issue 27 on
+ * the AMX host"): Q8_0 from PAGODA_RP_AMX_MIN_T tokens (96.7 against 68.9
+ * tok/s at 512; Q4_0 53.6 against 74.8, Q4_K_M 76.6 against 99.3, 16
+ * sequences of the 110M Q8_0 shape 198 against 308); the rest VNNI.
+ * PAGODA_CPU_AMX_ALL=1 sends every type and size to the tiles. */
+#define PAGODA_RP_AMX_MIN_T 64
+#define PAGODA_RP_AMX_MIN_T_STR "64"
+int pagoda_rp_path_for(int path, int dtype, int64_t T);
 const char *pagoda_rp_path_name(int path);
 
 /* [main thread] Tests only: run the emulated AMX path whatever the host
