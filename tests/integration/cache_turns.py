@@ -11,6 +11,7 @@ import json
 import sys
 import urllib.request
 
+from integ_check import append_reply
 from integ_http import wait_health
 
 URL = sys.argv[1]
@@ -50,12 +51,7 @@ def main():
             print(f"FAIL: turn {turn} reuses {100 * share:.1f}% of turn {turn - 1}'s prompt")
             bad += 1
         m = r["choices"][0]["message"]
-        if m.get("tool_calls"):
-            msgs.append({"role": "assistant", "content": m.get("content"), "tool_calls": m["tool_calls"]})
-            for c in m["tool_calls"]:
-                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": "sunny, 22C"})
-        else:
-            msgs.append({"role": "assistant", "content": m.get("content") or ""})
+        append_reply(msgs, m)
         prev = pt
     return 1 if bad else 0
 

@@ -8,9 +8,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
-smol="$PAGODA_SOURCE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ ! -f "$smol" ]; then echo "SKIP: no $smol (models/get-model)"; exit 77; fi
-if [ -n "${PAGODA_SANITIZER:-}" ]; then echo "SKIP: SmolLM2 under $PAGODA_SANITIZER is too slow"; exit 77; fi
+integ_need_smollm2
 integ_tmp cache_turns
 start_server "$tmp/server.log" "$tmp/port" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" \
     --set engine.model="$smol" --set engine.kvcache=prefix --set engine.max_seq_len=2048 \

@@ -22,7 +22,7 @@ import json
 import sys
 import urllib.request
 
-from integ_check import check, failures
+from integ_check import append_reply, check, failures
 from integ_http import wait_health
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
@@ -70,12 +70,7 @@ def chat(url):
         lp = (r["choices"][0].get("logprobs") or {}).get("content") or []
         out.append((u["prompt_tokens"], u.get("prompt_tokens_details", {}).get("cached_tokens", 0),
                     u["completion_tokens"], m, lp))
-        if m.get("tool_calls"):
-            msgs.append({"role": "assistant", "content": m.get("content"), "tool_calls": m["tool_calls"]})
-            for c in m["tool_calls"]:
-                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": "sunny, 22C"})
-        else:
-            msgs.append({"role": "assistant", "content": m.get("content") or ""})
+        append_reply(msgs, m)
     return out
 
 

@@ -9,9 +9,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
-smol="$PAGODA_SOURCE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ ! -f "$smol" ]; then echo "SKIP: no $smol (models/get-model)"; exit 77; fi
-if [ -n "${PAGODA_SANITIZER:-}" ]; then echo "SKIP: SmolLM2 under $PAGODA_SANITIZER is too slow"; exit 77; fi
+integ_need_smollm2
 integ_tmp call_reuse
 common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set engine.model="$smol" --set backend.cpu.threads=1
         --set engine.max_seq_len=2048 --set engine.memory_budget=1G --set engine.kv_cache_tokens=8192)

@@ -13,6 +13,13 @@ fails=0
 
 # integ_tmp NAME: makes $tmp (/tmp/pagoda-NAME-XXXXXX); on exit the server
 # ($pid) is killed if it still runs and $tmp removed.
+# $smol, SmolLM2-135M-Instruct's file, or exit 77 (skipped) without it or
+# under a sanitizer build (135M parameters there outlast the timeouts)
+integ_need_smollm2() {
+    smol="$PAGODA_SOURCE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    if [ ! -f "$smol" ]; then echo "SKIP: no $smol (models/get-model)"; exit 77; fi
+    if [ -n "${PAGODA_SANITIZER:-}" ]; then echo "SKIP: SmolLM2 under $PAGODA_SANITIZER is too slow"; exit 77; fi
+}
 integ_tmp() {
     tmp=$(mktemp -d "/tmp/pagoda-$1-XXXXXX")
     trap integ_cleanup EXIT
