@@ -336,6 +336,9 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= addu(&p->fixed_bytes, p->draft_weight_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_kv_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_act_bytes);
+    p->repacked_bytes = o.repacked_bytes;
+    p->repacked_weight_values = o.repacked_weight_values;
+    ok &= addu(&p->fixed_bytes, p->repacked_bytes);
     if (!ok || kv == 0) {
         snprintf(err, n, "%s: model dimensions overflow the memory plan", fname);
         return PAGODA_ERR_INVALID;
@@ -476,6 +479,11 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
             human(p->workspace_bytes, a, sizeof a));
     fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "runtime overhead", p->overhead_bytes,
             human(p->overhead_bytes, a, sizeof a));
+    if (p->repacked_bytes)
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%.2f bytes a weight, held after the first batch of >= 16"
+                    " tokens; set PAGODA_CPU_REPACK_MIN_T=0 to not hold it)\n",
+                "repacked weights (backend)", p->repacked_bytes, human(p->repacked_bytes, a, sizeof a),
+                p->repacked_weight_values ? (double)p->repacked_bytes / (double)p->repacked_weight_values : 0.0);
     if (p->draft_weight_bytes) {
         fprintf(fp, "  %-28s %16" PRIu64 " %14s   (speculative = draft)\n", "draft model weights",
                 p->draft_weight_bytes, human(p->draft_weight_bytes, a, sizeof a));
@@ -606,6 +614,7 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         "workspace", (json_int_t)p->workspace_bytes, "quant_scratch", (json_int_t)p->qscratch_bytes,
         "attention_scratch", (json_int_t)p->att_scratch_bytes, "overhead", (json_int_t)p->overhead_bytes,
         "fixed", (json_int_t)p->fixed_bytes, "budget", (json_int_t)p->budget_bytes));
+    json_object_set_new(json_object_get(root, "bytes"), "repacked", json_integer((json_int_t)p->repacked_bytes));
     if (p->draft_weight_bytes)
         json_object_set_new(json_object_get(root, "bytes"), "draft_model", json_pack(
             "{s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",

@@ -41,6 +41,11 @@ typedef struct pagoda_memplan_opts {
      * budget before the main pool; 0 without one */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;   /* its pool: seats of seq_len tokens (F32) */
+    /* what the backend holds beside the matmul weights (ABI 1.15
+     * weight_extra_bytes summed: the CPU backend's repacked int8 copies,
+     * made on the first batch of >= PAGODA_CPU_REPACK_MIN_T tokens); 0: none */
+    uint64_t repacked_bytes;
+    uint64_t repacked_weight_values;      /* the values of the weights it covers */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -150,8 +155,10 @@ typedef struct pagoda_memplan {
     /* The draft model of speculative = draft (the opts' figures; 0: none). */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;
+    /* The backend's copies beside the weights (the opts' figures). */
+    uint64_t repacked_bytes, repacked_weight_values;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
-                                                     * + the draft model */
+                                                     * + the draft model + repacked */
     /* The budget and what it leaves for the KV pool. */
     bool budget_auto;
     uint64_t mem_available;                         /* MemAvailable when auto, else 0 */

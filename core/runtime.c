@@ -91,6 +91,9 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
         {"pagoda_memory_draft_model_bytes",
          "Bytes of speculative decoding's draft model: weights, its KV pool, activations",
          (double)(p->draft_weight_bytes + p->draft_kv_bytes + p->draft_act_bytes)},
+        {"pagoda_memory_repacked_bytes",
+         "Bytes the backend holds beside the weights (the CPU backend's repacked copies), as planned",
+         (double)p->repacked_bytes},
         {"pagoda_kv_bytes_per_token", "KV cache pool bytes per token", (double)p->kv_bytes_per_token},
         {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},
     };
@@ -276,6 +279,34 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
                                  .spec_max_seqs = rt->ec.spec_max_seqs};
         snprintf(so.speculative, sizeof so.speculative, "%s", rt->ec.speculative);
         po.spec_logit_rows = pagoda_engine_spec_rows(&so, max_seqs, max_tokens);
+    }
+    if (rt->backend.ops.weight_extra_bytes) {
+        /* ABI 1.15: what the backend holds beside each dense matmul weight
+         * (the CPU backend's repacked copies). The 2-D tensors but the
+         * token embedding, which is only a matmul weight when it is also
+         * the output head; 3-D routed experts are not repacked. Whole
+         * tensors: under tensor parallelism an upper bound for a rank. */
+        const gguf_file *g = rt->model->gguf;
+        bool has_output = false;
+        for (uint64_t i = 0; i < g->n_tensors; i++)
+            if (g->tensors[i].name.len == 13 && !memcmp(g->tensors[i].name.ptr, "output.weight", 13))
+                has_output = true;
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor *t = &g->tensors[i];
+            if (t->n_dims != 2) continue;
+            if (has_output && t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) continue;
+            uint64_t x = 0;
+            st = rt->backend.ops.weight_extra_bytes(rt->backend.ctx, t->type, t->ne[1], t->ne[0], &x);
+            if (st) {
+                snprintf(err, err_len, "backend weight_extra_bytes failed for %.*s", (int)t->name.len,
+                         t->name.ptr);
+                goto fail;
+            }
+            if (x) {
+                po.repacked_bytes += x;
+                po.repacked_weight_values += (uint64_t)t->ne[0] * (uint64_t)t->ne[1];
+            }
+        }
     }
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
     if (st) goto fail;

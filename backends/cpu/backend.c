@@ -235,6 +235,30 @@ static int cpu_buffer_address(void *ctx, const pagoda_buffer *buf, size_t offset
     return PAGODA_OK;
 }
 
+/* ABI 1.15: the repacked copy repack_matmul.c will make of this weight on
+ * its first call of >= pagoda_rp_min_t() tokens (the same conditions:
+ * a GEMM on the layout at this ISA level, a repackable type, K whole
+ * blocks), so the memory plan counts it before loading. */
+static int cpu_weight_extra_bytes(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out)
+{
+    cpu_ctx *c = ctx;
+    if (!out || N < 0 || K < 0) return ERR(c, PAGODA_ERR_INVALID, "weight_extra_bytes: NULL output or negative shape");
+    *out = 0;
+    if (!c->ex.repack || pagoda_rp_min_t() == 0 || pagoda_rp_path() == PAGODA_RP_PATH_NONE) return PAGODA_OK;
+    if (!pagoda_rp_type_supported(dtype) || N == 0 || K == 0) return PAGODA_OK;
+    if (K % (pagoda_rp_type_kquant(dtype) ? 256 : PAGODA_RP_QK)) return PAGODA_OK;
+    *out = (uint64_t)pagoda_rp_bytes(dtype, N, K);
+    return PAGODA_OK;
+}
+
+static int cpu_weight_extra_held(void *ctx, uint64_t *out)
+{
+    cpu_ctx *c = ctx;
+    if (!out) return ERR(c, PAGODA_ERR_INVALID, "weight_extra_held: NULL output");
+    *out = c->ex.repack ? (uint64_t)pagoda_rp_cache_bytes(c->ex.repack, NULL) : 0;
+    return PAGODA_OK;
+}
+
 static int cpu_weights_from_host(void *ctx, const void *host, size_t size, pagoda_buffer **out)
 {
     cpu_ctx *c = ctx;
@@ -770,6 +794,8 @@ static const pagoda_backend_ops cpu_ops = {
     .matmul_experts = cpu_matmul_experts,
     .moe_combine = cpu_moe_combine,
     .buffer_address = cpu_buffer_address,
+    .weight_extra_bytes = cpu_weight_extra_bytes,
+    .weight_extra_held = cpu_weight_extra_held,
 };
 
 static const pagoda_config_key cpu_keys[] = {

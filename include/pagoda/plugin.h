@@ -55,8 +55,11 @@ extern "C" {
  * policies' optional shrink op (blocks grown for rejected draft tokens go
  * back to the pool); 1.14 the KV policy's optional prefetch op (read a
  * waiting request's prefix back from a slower tier ahead of its admit) and
- * the read-ahead counters in pagoda_kv_stats and pagoda_engine_stats. */
-#define PAGODA_ABI_MINOR 14
+ * the read-ahead counters in pagoda_kv_stats and pagoda_engine_stats;
+ * 1.15 (repackplan block) the optional backend ops weight_extra_bytes and
+ * weight_extra_held (what a backend holds beside a weight, e.g. the CPU
+ * backend's repacked copy, counted in the memory plan). */
+#define PAGODA_ABI_MINOR 15
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -93,6 +93,42 @@ START_TEST(stories_plan)
 }
 END_TEST
 
+/* The backend's repacked copies (ABI 1.15 weight_extra_bytes, summed by the
+ * runtime) go into the fixed total, the printed table and the JSON. */
+START_TEST(repacked_counted)
+{
+    gguf_file *f = open_stories();
+    pagoda_memplan_opts o;
+    pagoda_memplan_opts_default(&o);
+    o.memory_budget = 1ull << 30;
+    pagoda_memplan p0, p;
+    char err[256];
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p0, err, sizeof err), 0);
+    ck_assert_uint_eq(p0.repacked_bytes, 0);
+    o.repacked_bytes = 12345;
+    o.repacked_weight_values = 10000;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_uint_eq(p.repacked_bytes, 12345);
+    ck_assert_uint_eq(p.fixed_bytes, p0.fixed_bytes + 12345);
+    ck_assert_uint_eq(p.kv_pool_bytes <= p0.kv_pool_bytes, 1);
+    char *js = pagoda_memplan_json(&p);
+    ck_assert_ptr_nonnull(js);
+    json_t *root = json_loads(js, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "bytes"), "repacked")), 12345);
+    json_decref(root);
+    free(js);
+    char buf[8192] = {0};
+    FILE *fp = fmemopen(buf, sizeof buf - 1, "w");
+    pagoda_memplan_print(&p, fp);
+    fclose(fp);
+    ck_assert_ptr_nonnull(strstr(buf, "repacked weights (backend)"));
+    ck_assert_ptr_nonnull(strstr(buf, "1.23 bytes a weight"));
+    ck_assert_ptr_nonnull(strstr(buf, "PAGODA_CPU_REPACK_MIN_T=0"));
+    pagoda_gguf_close(f);
+}
+END_TEST
+
 START_TEST(too_small)
 {
     gguf_file *f = open_stories();
@@ -989,6 +1025,7 @@ static Suite *suite(void)
     tcase_add_test(tc, moe_tiny_plans);
     tcase_add_test(tc, mxfp4_experts_plan);
     tcase_add_test(tc, moe_bad_input);
+    tcase_add_test(tc, repacked_counted);
     suite_add_tcase(s, tc);
     return s;
 }
