@@ -243,11 +243,7 @@ static int cpu_weight_extra_bytes(void *ctx, int dtype, int64_t N, int64_t K, ui
 {
     cpu_ctx *c = ctx;
     if (!out || N < 0 || K < 0) return ERR(c, PAGODA_ERR_INVALID, "weight_extra_bytes: NULL output or negative shape");
-    *out = 0;
-    if (!c->ex.repack || pagoda_rp_min_t() == 0 || pagoda_rp_path() == PAGODA_RP_PATH_NONE) return PAGODA_OK;
-    if (!pagoda_rp_type_supported(dtype) || N == 0 || K == 0) return PAGODA_OK;
-    if (K % (pagoda_rp_type_kquant(dtype) ? 256 : PAGODA_RP_QK)) return PAGODA_OK;
-    *out = (uint64_t)pagoda_rp_bytes(dtype, N, K);
+    *out = c->ex.repack ? pagoda_rp_planned_bytes(dtype, N, K) : 0;
     return PAGODA_OK;
 }
 

@@ -540,6 +540,8 @@ START_TEST(test_matmul_hook)
                          PAGODA_OK);
     int count;
     ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), 0);  /* the scalar level repacks nothing */
+    for (int i = 0; i < 2; i++)  /* and the memory plan counts nothing for it */
+        ck_assert_uint_eq(pagoda_rp_planned_bytes(types[i], Ns[i], K), 0);
     bool avx2 = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2;
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
     for (int i = 0; i < 2 && avx2; i++)
@@ -565,6 +567,9 @@ START_TEST(test_matmul_hook)
             ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), pagoda_rp_bytes(PAGODA_DTYPE_Q8_0, 70, K) +
                                                                        pagoda_rp_bytes(PAGODA_DTYPE_Q4_0, 16, K));
             ck_assert_int_eq(count, 2);  /* made once, found the second time */
+            /* what the memory plan counted for them (ABI 1.15 weight_extra_bytes) is what is held */
+            ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count),
+                              pagoda_rp_planned_bytes(types[0], Ns[0], K) + pagoda_rp_planned_bytes(types[1], Ns[1], K));
             for (int i = 0; i < 2; i++)
                 for (int64_t j = 0; j < T * Ns[i]; j++)
                     ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),

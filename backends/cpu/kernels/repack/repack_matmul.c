@@ -78,6 +78,14 @@ int64_t pagoda_rp_min_t(void)
     return v;
 }
 
+uint64_t pagoda_rp_planned_bytes(int dtype, int64_t N, int64_t K)
+{
+    if (pagoda_rp_min_t() == 0 || pagoda_rp_path() == PAGODA_RP_PATH_NONE) return 0;
+    if (!pagoda_rp_type_supported(dtype) || N <= 0 || K <= 0) return 0;
+    if (K % (pagoda_rp_type_kquant(dtype) ? 256 : PAGODA_RP_QK)) return 0;
+    return (uint64_t)pagoda_rp_bytes(dtype, N, K);
+}
+
 /* One call's repacked matrices and the row groups of each part. */
 typedef struct rp_job {
     int path;

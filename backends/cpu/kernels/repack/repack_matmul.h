@@ -24,6 +24,12 @@ enum {
  * the environment overrides it (read once); 0 turns them off. */
 #define PAGODA_RP_MIN_T 16
 int64_t pagoda_rp_min_t(void);
+/* [any thread] The bytes of the repacked copy the GEMMs will make of a
+ * dtype weight of N rows of K values at the active level (its first call
+ * of >= pagoda_rp_min_t() tokens): pagoda_rp_bytes() where the level has a
+ * path, repacking is on and the type and K fit the layout, else 0. The
+ * memory plan counts it (ABI 1.15 weight_extra_bytes). */
+uint64_t pagoda_rp_planned_bytes(int dtype, int64_t N, int64_t K);
 
 /* [any thread] The path for the active ISA level: AMX where the level is
  * AMX and pagoda_amx_usable(), else VNNI where the level is AVX-512 and
