@@ -433,6 +433,7 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         .max_seq_len = (int32_t)rt->plan.max_seq_len, .n_blocks = (int32_t)rt->plan.kv_blocks,
         .block_size = rt->ec.block_size, .kv_dtype = rt->ec.kv_dtype,
         .swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW,
+        .no_realign = rt->ec.realign_off,
         .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,

@@ -74,6 +74,9 @@ static const engine_key engine_keys[] = {
     EK("block_size", PAGODA_KEY_INT, "16", 1, 1024, "tokens per KV block"),
     { { "swa_kv", PAGODA_KEY_STRING, "window", 0, 0, "sliding-window layers keep only their window's KV, or every position" },
       "window|full", false },
+    { { "realign", PAGODA_KEY_STRING, "on", 0, 0,
+        "a prompt that spells a recent reply again gets the model's own tokens for it, so that reply's KV is reused (docs/http-api.md); off: the prompt's tokens as tokenized" },
+      "on|off", false },
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
       "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|glm4|deepseek3|deepseek-r1|kimi-k2|harmony", false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
@@ -606,6 +609,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
                   : strcmp(STR("kv_dtype"), "q8_0") == 0 ? PAGODA_DTYPE_Q8_0
                                                          : PAGODA_DTYPE_F16;
     out->swa_kv_full = strcmp(STR("swa_kv"), "full") == 0;
+    out->realign_off = strcmp(STR("realign"), "off") == 0;
     int lvl = PAGODA_LOG_INFO;
     pagoda_log_level_parse(STR("log_level"), &lvl);
     out->log_level = lvl;

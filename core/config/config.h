@@ -38,6 +38,7 @@ typedef struct pagoda_engine_config {
     int64_t kv_cache_tokens;   /* 0: from the memory plan */
     int32_t block_size;        /* 16 */
     bool swa_kv_full;          /* swa_kv = full (default window: local layers keep their window) */
+    bool realign_off;          /* realign = off (default on: engine_realign.c) */
     char chat_template[16];    /* auto|chatml|llama2|llama3|mistral|zephyr|gemma */
     int32_t default_max_tokens;/* 256; 0: up to the context */
     float temperature;         /* 1.0 */

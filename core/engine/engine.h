@@ -46,6 +46,8 @@ typedef struct pagoda_engine_opts {
     float temperature, top_p, min_p;
     int32_t top_k;
     bool check_invariants;      /* verify KV accounting after every step */
+    bool no_realign;            /* engine.realign = off: prompts keep their own tokens
+                                 * (engine_realign.c does nothing) */
     int32_t swa_kv;             /* pagoda_swa_kv: a sliding-window model's local layers keep
                                  * only their window (0, the default) or every position */
     /* speculative decoding (docs/speculation.md): the drafter ("" or "off":

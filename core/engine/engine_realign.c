@@ -89,6 +89,7 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
     const pagoda_tokenizer *t = e->model->tok;
     *n_out = n;
     *n_swapped = 0;
+    if (e->opts.no_realign) return NULL;  /* engine.realign = off */
     int32_t cap = n, nw = n;
     int32_t *w = malloc(sizeof(int32_t) * (size_t)cap);
     if (!w) return NULL;

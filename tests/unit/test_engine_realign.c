@@ -4,7 +4,7 @@
  * sequence's generated tokens where both spell the same bytes, and only
  * there: not across a salt, not inside the recent sequence's own prompt,
  * not where the bytes differ, not past the request's limit, never through
- * a control token; a
+ * a control token, nothing with engine.realign = off; a
  * conversation's second call realigns against the later sequence.
  */
 #include <check.h>
@@ -120,6 +120,19 @@ START_TEST(realigns_the_model_tokens)
     ck_assert_str_eq(a, b); /* the same text */
     free(a);
     free(b);
+    free(r);
+
+    /* engine.realign = off: the prompt keeps its own tokens */
+    g_e.opts.no_realign = true;
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
+    ck_assert_int_eq(n_out, p.n);
+    ck_assert_int_eq(swapped, 0);
+    ck_assert_ptr_null(pagoda_engine_realign(&g_e, p.v, p.n, &n_out));
+    g_e.opts.no_realign = false;
+    g_e.opts.max_seq_len = 1000;  /* and on again, through the /tokenize entry too */
+    r = pagoda_engine_realign(&g_e, p.v, p.n, &n_out);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(n_out, p.n + 1);
     free(r);
 
     /* never past the request's limit: one token more does not fit p.n */
