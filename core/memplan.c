@@ -159,7 +159,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
 
     /* --- weights: every tensor in the file, by type; the experts, the
      * active parameters and the bytes a decoded token reads */
-    int wst = pagoda_memplan_weights(f, tp, p, err, n);
+    int wst = pagoda_memplan_weights(f, &o, tp, p, err, n);
     if (wst) return wst;
 
     /* --- options */
@@ -336,9 +336,7 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= addu(&p->fixed_bytes, p->draft_weight_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_kv_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_act_bytes);
-    p->repacked_bytes = o.repacked_bytes;
-    p->repacked_weight_values = o.repacked_weight_values;
-    ok &= addu(&p->fixed_bytes, p->repacked_bytes);
+    ok &= addu(&p->fixed_bytes, p->repacked_bytes);   /* from the weights walk */
     if (!ok || kv == 0) {
         snprintf(err, n, "%s: model dimensions overflow the memory plan", fname);
         return PAGODA_ERR_INVALID;

@@ -41,11 +41,14 @@ typedef struct pagoda_memplan_opts {
      * budget before the main pool; 0 without one */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;   /* its pool: seats of seq_len tokens (F32) */
-    /* what the backend holds beside the matmul weights (ABI 1.15
-     * weight_extra_bytes summed: the CPU backend's repacked int8 copies,
-     * made on the first batch of >= PAGODA_CPU_REPACK_MIN_T tokens); 0: none */
-    uint64_t repacked_bytes;
-    uint64_t repacked_weight_values;      /* the values of the weights it covers */
+    /* What the backend holds beside a dense matmul weight of dtype with N
+     * rows of K values (ABI 1.15 weight_extra_bytes: the CPU backend's
+     * repacked int8 copies); NULL: nothing. Asked in the weights walk
+     * (memplan_weights.c) for each 2-D matmul weight with the shape one
+     * rank holds; the sum is the plan's repacked_bytes. A nonzero status
+     * fails the plan with a line naming the tensor. */
+    int (*weight_extra)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out);
+    void *weight_extra_ctx;
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -155,7 +158,9 @@ typedef struct pagoda_memplan {
     /* The draft model of speculative = draft (the opts' figures; 0: none). */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;
-    /* The backend's copies beside the weights (the opts' figures). */
+    /* The backend's copies beside the weights (opts.weight_extra summed,
+     * one rank's with tensor_parallel > 1), and the values of the weights
+     * they are of. */
     uint64_t repacked_bytes, repacked_weight_values;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
                                                      * + the draft model + repacked */

@@ -5,6 +5,8 @@
  * nbytes / experts bytes, so "k of E experts" is exactly k / E of its
  * bytes and parameters. Shared experts, routers, dense leading layers and
  * attention are read by every token and count whole.
+ * The walk also asks the backend what it holds beside each dense matmul
+ * weight (opts.weight_extra), with the shape a rank holds.
  * Not for: deciding which experts a token picks (moe_route.c).
  */
 #include "memplan_weights.h"
@@ -34,10 +36,39 @@ static bool name_ends(const gguf_tensor *t, const char *suf)
     return t->name.len >= l && memcmp(t->name.ptr + t->name.len - l, suf, l) == 0;
 }
 
-int pagoda_memplan_weights(const gguf_file *f, int64_t tp, pagoda_memplan *p, char *err, size_t n)
+/* What the backend holds beside the 2-D matmul weight t (ABI 1.15
+ * weight_extra_bytes), asked with the shape one rank of tp holds: N / tp
+ * rows of a row split, K / tp values of a column split (whole heads, rows
+ * and blocks: pagoda_tp_check), the tensor whole where it is replicated. */
+static int weight_extra(const pagoda_memplan_opts *o, const gguf_tensor *t, int64_t tp,
+                        pagoda_memplan *p, const char *fname, char *err, size_t n)
+{
+    int64_t K = t->ne[0], N = t->ne[1];
+    int split = pagoda_tp_split_of(t->name.ptr, t->name.len);
+    if (tp > 1 && split == PAGODA_TP_ROWS) N /= tp;
+    if (tp > 1 && split == PAGODA_TP_COLS) K /= tp;
+    uint64_t x = 0;
+    int st = o->weight_extra(o->weight_extra_ctx, t->type, N, K, &x);
+    if (st) {
+        snprintf(err, n, "%s: the backend's weight_extra_bytes failed for tensor %.*s (%s, %" PRId64
+                 " rows of %" PRId64 "): %s", fname, (int)t->name.len, t->name.ptr,
+                 pagoda_dtype_name(t->type), N, K, pagoda_status_str(st));
+        return st;
+    }
+    if (x) {
+        p->repacked_bytes += x;
+        p->repacked_weight_values += (uint64_t)N * (uint64_t)K;
+    }
+    return PAGODA_OK;
+}
+
+int pagoda_memplan_weights(const gguf_file *f, const pagoda_memplan_opts *o, int64_t tp,
+                           pagoda_memplan *p, char *err, size_t n)
 {
     const char *fname = f->path ? f->path : "model";
     const gguf_tensor *emb = NULL, *head = NULL, *first_exp = NULL;
+    /* the token embedding is a matmul weight only when it is also the head */
+    bool has_head = pagoda_gguf_tensor(f, "output.weight") != NULL;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         uint64_t ne = 1;
@@ -51,6 +82,11 @@ int pagoda_memplan_weights(const gguf_file *f, int64_t tp, pagoda_memplan *p, ch
         }
         if (name_is(t, "token_embd.weight")) emb = t;
         if (name_is(t, "output.weight")) head = t;
+        /* 3-D (routed experts, MLA's per-head matrices) are not asked */
+        if (o && o->weight_extra && t->n_dims == 2 && !(has_head && name_is(t, "token_embd.weight"))) {
+            int st = weight_extra(o, t, tp, p, fname, err, n);
+            if (st) return st;
+        }
         if (pagoda_tp_split_of(t->name.ptr, t->name.len) != PAGODA_TP_EXPERTS) continue;
         if (t->n_dims != 3 || t->ne[2] < 1) {
             snprintf(err, n, "%s: tensor %.*s has %u dimensions; an expert tensor has 3 [cols, rows, "

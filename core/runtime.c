@@ -280,36 +280,21 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
         snprintf(so.speculative, sizeof so.speculative, "%s", rt->ec.speculative);
         po.spec_logit_rows = pagoda_engine_spec_rows(&so, max_seqs, max_tokens);
     }
-    if (rt->backend.ops.weight_extra_bytes) {
-        /* ABI 1.15: what the backend holds beside each dense matmul weight
-         * (the CPU backend's repacked copies). The 2-D tensors but the
-         * token embedding, which is only a matmul weight when it is also
-         * the output head; 3-D routed experts are not repacked. Whole
-         * tensors: under tensor parallelism an upper bound for a rank. */
-        const gguf_file *g = rt->model->gguf;
-        bool has_output = false;
-        for (uint64_t i = 0; i < g->n_tensors; i++)
-            if (g->tensors[i].name.len == 13 && !memcmp(g->tensors[i].name.ptr, "output.weight", 13))
-                has_output = true;
-        for (uint64_t i = 0; i < g->n_tensors; i++) {
-            const gguf_tensor *t = &g->tensors[i];
-            if (t->n_dims != 2) continue;
-            if (has_output && t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) continue;
-            uint64_t x = 0;
-            st = rt->backend.ops.weight_extra_bytes(rt->backend.ctx, t->type, t->ne[1], t->ne[0], &x);
-            if (st) {
-                snprintf(err, err_len, "backend weight_extra_bytes failed for %.*s", (int)t->name.len,
-                         t->name.ptr);
-                goto fail;
-            }
-            if (x) {
-                po.repacked_bytes += x;
-                po.repacked_weight_values += (uint64_t)t->ne[0] * (uint64_t)t->ne[1];
-            }
-        }
-    }
+    /* ABI 1.15: what the backend holds beside each dense matmul weight
+     * (the CPU backend's repacked copies), asked in the plan's weights
+     * walk with the shape one rank holds; NULL: nothing */
+    po.weight_extra = rt->backend.ops.weight_extra_bytes;
+    po.weight_extra_ctx = rt->backend.ctx;
     st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
-    if (st) goto fail;
+    if (st) {
+        /* the backend's own word on a weight_extra_bytes refusal */
+        const char *why = strstr(err, "weight_extra_bytes failed")
+                              ? pagoda_host_last_error(rt->h_backend) : NULL;
+        size_t used = strlen(err);
+        if (why && *why)
+            snprintf(err + used, err_len - used, " (backend %s: %s)", rt->backend.info.name, why);
+        goto fail;
+    }
     if (!strcmp(rt->ec.speculative, "draft") && rt->ec.spec_draft_model[0]) {
         /* the draft model's weights, pool and activations come out of the
          * same budget: plan them before the main pool takes the rest */

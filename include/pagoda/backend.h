@@ -389,9 +389,10 @@ typedef struct pagoda_backend_ops {
      * the weight itself, for a dense matmul weight of dtype with N rows of
      * K values (e.g. the CPU backend's repacked int8 copy), under its
      * options as they are now (ISA level, PAGODA_CPU_REPACK_MIN_T). The
-     * memory plan sums it over the model's 2-D matmul weights (the routed
-     * experts' 3-D weights are not asked). NULL: the backend holds nothing
-     * beside its weights (the plan counts 0). */
+     * memory plan sums it over the model's 2-D matmul weights, each asked
+     * with the shape one rank holds under tensor parallelism (the routed
+     * experts' 3-D weights are not asked). NULL: the backend holds
+     * nothing beside its weights (the plan counts 0). */
     int (*weight_extra_bytes)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out);
     /* optional, ABI 1.15. *out = the bytes such copies take now (made so
      * far), for tests and /metrics. NULL: 0. */

@@ -7,7 +7,8 @@
  * a runtime allocates; mixture-of-experts models (Qwen3-30B-A3B's and
  * Qwen1.5-MoE's real shapes as sparse headers, the tiny families): total
  * and active parameters, the bytes a decoded token reads, the experts by
- * type, each rank's share, and bad expert keys. */
+ * type, each rank's share, and bad expert keys; the backend's copies
+ * beside the weights (ABI 1.15 weight_extra_bytes), whole and a rank's. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -30,6 +31,16 @@ static gguf_file *open_stories(void)
     gguf_file *f = pagoda_gguf_open(tu_src("models/stories260K.gguf"), err, sizeof err);
     ck_assert_msg(f, "%s", err);
     return f;
+}
+
+static char *plan_text(const pagoda_memplan *p)
+{
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    pagoda_memplan_print(p, mf);
+    fclose(mf);
+    return txt;
 }
 
 START_TEST(stories_plan)
@@ -93,8 +104,31 @@ START_TEST(stories_plan)
 }
 END_TEST
 
-/* The backend's repacked copies (ABI 1.15 weight_extra_bytes, summed by the
- * runtime) go into the fixed total, the printed table and the JSON. */
+/* A backend's weight_extra_bytes (ABI 1.15) as the plan's weights walk
+ * asks it: N x K + N bytes for a weight of `dtype` (a per-row term, so a
+ * row split and a column split of the same tensor give different sums),
+ * 0 for another type; it counts the calls, those of the output head's
+ * shape (N = vocab), and fails when asked to. */
+typedef struct fake_extra {
+    int dtype, fail;
+    int64_t vocab;
+    int calls, head_calls;
+} fake_extra;
+
+static int fake_extra_bytes(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out)
+{
+    fake_extra *x = ctx;
+    x->calls++;
+    x->head_calls += N == x->vocab;
+    if (x->fail) return PAGODA_ERR_UNSUPPORTED;
+    *out = dtype == x->dtype ? (uint64_t)N * (uint64_t)K + (uint64_t)N : 0;
+    return PAGODA_OK;
+}
+
+/* The backend's copies beside the weights (ABI 1.15 weight_extra_bytes,
+ * asked in the weights walk) go into the fixed total, the printed table
+ * and the JSON; every 2-D tensor is asked, the token embedding only where
+ * it is also the head; a refusal fails the plan naming the tensor. */
 START_TEST(repacked_counted)
 {
     gguf_file *f = open_stories();
@@ -105,26 +139,61 @@ START_TEST(repacked_counted)
     char err[256];
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p0, err, sizeof err), 0);
     ck_assert_uint_eq(p0.repacked_bytes, 0);
-    o.repacked_bytes = 12345;
-    o.repacked_weight_values = 10000;
+    fake_extra fx = {.dtype = PAGODA_DTYPE_F32, .vocab = p0.vocab};
+    o.weight_extra = fake_extra_bytes;
+    o.weight_extra_ctx = &fx;
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
-    ck_assert_uint_eq(p.repacked_bytes, 12345);
-    ck_assert_uint_eq(p.fixed_bytes, p0.fixed_bytes + 12345);
+    /* what the fake says for each tensor the rule asks about */
+    bool has_head = pagoda_gguf_tensor(f, "output.weight") != NULL;
+    uint64_t want = 0, values = 0;
+    int asked = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        bool emb = t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17);
+        if (t->n_dims != 2 || (has_head && emb)) continue;
+        asked++;
+        if (t->type != PAGODA_DTYPE_F32) continue;
+        want += (uint64_t)t->ne[1] * (uint64_t)t->ne[0] + (uint64_t)t->ne[1];
+        values += (uint64_t)t->ne[1] * (uint64_t)t->ne[0];
+    }
+    ck_assert_int_gt(asked, 4);
+    ck_assert_int_eq(fx.calls, asked);
+    ck_assert_int_eq(fx.head_calls, 1);   /* the head, or the tied embedding, once */
+    ck_assert_uint_gt(want, 0);
+    ck_assert_uint_eq(p.repacked_bytes, want);
+    ck_assert_uint_eq(p.repacked_weight_values, values);
+    ck_assert_uint_eq(p.fixed_bytes, p0.fixed_bytes + want);
     ck_assert_uint_eq(p.kv_pool_bytes <= p0.kv_pool_bytes, 1);
     char *js = pagoda_memplan_json(&p);
     ck_assert_ptr_nonnull(js);
     json_t *root = json_loads(js, 0, NULL);
     ck_assert_ptr_nonnull(root);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "bytes"), "repacked")), 12345);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "bytes"), "repacked")),
+                     (json_int_t)want);
     json_decref(root);
     free(js);
-    char buf[8192] = {0};
-    FILE *fp = fmemopen(buf, sizeof buf - 1, "w");
-    pagoda_memplan_print(&p, fp);
-    fclose(fp);
-    ck_assert_ptr_nonnull(strstr(buf, "repacked weights (backend)"));
-    ck_assert_ptr_nonnull(strstr(buf, "1.23 bytes a weight"));
-    ck_assert_ptr_nonnull(strstr(buf, "PAGODA_CPU_REPACK_MIN_T=0"));
+    char *txt = plan_text(&p);
+    char line[64];
+    snprintf(line, sizeof line, "%.2f bytes a weight", (double)want / (double)values);
+    ck_assert_msg(strstr(txt, "repacked weights (backend)"), "%s", txt);
+    ck_assert_msg(strstr(txt, line), "wanted '%s' in %s", line, txt);
+    ck_assert_msg(strstr(txt, "PAGODA_CPU_REPACK_MIN_T=0"), "%s", txt);
+    free(txt);
+    /* a type the backend keeps nothing beside: asked, 0 */
+    fx = (fake_extra){.dtype = PAGODA_DTYPE_Q8_0, .vocab = p0.vocab};
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert_int_eq(fx.calls, asked);
+    ck_assert_uint_eq(p.repacked_bytes, 0);
+    ck_assert_uint_eq(p.fixed_bytes, p0.fixed_bytes);
+    txt = plan_text(&p);
+    ck_assert_msg(!strstr(txt, "repacked weights"), "%s", txt);
+    free(txt);
+    /* the backend refuses: the plan fails, naming the tensor and the status */
+    fx = (fake_extra){.dtype = PAGODA_DTYPE_F32, .vocab = p0.vocab, .fail = 1};
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), PAGODA_ERR_UNSUPPORTED);
+    ck_assert_int_eq(fx.calls, 1);
+    ck_assert_msg(strstr(err, "weight_extra_bytes failed for tensor ") && strstr(err, ".weight (F32, "),
+                  "%s", err);
     pagoda_gguf_close(f);
 }
 END_TEST
@@ -263,16 +332,6 @@ END_TEST
 
 /* The text plan (caller frees) and the JSON plan's weights_by_type bytes
  * of one type. */
-static char *plan_text(const pagoda_memplan *p)
-{
-    char *txt = NULL;
-    size_t len = 0;
-    FILE *mf = open_memstream(&txt, &len);
-    pagoda_memplan_print(p, mf);
-    fclose(mf);
-    return txt;
-}
-
 static json_int_t plan_json_type_bytes(const pagoda_memplan *p, const char *type)
 {
     char *js = pagoda_memplan_json(p);
@@ -730,6 +789,23 @@ START_TEST(qwen3_30b_a3b_plan)
     ck_assert_msg(strstr(txt, "experts Q8_0 (28.99B params)"), "%s", txt);
     ck_assert_msg(strstr(txt, "decode: 3.05 GiB read a token"), "%s", txt);
     free(txt);
+    /* the backend's copies (weight_extra_bytes, fake_extra: N x K + N for
+     * Q8_0): attention q [2048 -> 4096], k, v [2048 -> 512], o [4096 ->
+     * 2048] and the head; the F32 router asked (0), the 3-D experts and
+     * the token embedding (there is a head) not */
+    fake_extra fx = {.dtype = PAGODA_DTYPE_Q8_0, .vocab = p.vocab};
+    o.weight_extra = fake_extra_bytes;
+    o.weight_extra_ctx = &fx;
+    uint64_t fixed1 = p.fixed_bytes;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    const uint64_t head_x = 151936ull * 2048 + 151936;
+    ck_assert_int_eq(fx.calls, 48 * 5 + 1);
+    ck_assert_int_eq(fx.head_calls, 1);
+    ck_assert_uint_eq(p.repacked_bytes, 48 * (attn + 4096 + 512 + 512 + 2048) + head_x);
+    ck_assert_uint_eq(p.repacked_weight_values, 48 * attn + 151936ull * 2048);
+    ck_assert_uint_eq(p.fixed_bytes, fixed1 + p.repacked_bytes);
+    uint64_t repacked1 = p.repacked_bytes;
+    o.weight_extra = NULL;
     char *js = pagoda_memplan_json(&p);
     json_t *root = json_loads(js, 0, NULL);
     ck_assert_ptr_nonnull(root);
@@ -764,6 +840,18 @@ START_TEST(qwen3_30b_a3b_plan)
     ck_assert_msg(strstr(txt, "a rank of 2: 64 experts a layer (rank r: experts 64r..64r+63, 14.34 GiB)"),
                   "%s", txt);
     free(txt);
+    /* a rank's copies are of its shard: q, k, v by half their rows, o by
+     * half its columns (its 2048 rows whole), the head whole */
+    uint64_t fixed2 = p.fixed_bytes;
+    fx = (fake_extra){.dtype = PAGODA_DTYPE_Q8_0, .vocab = p.vocab};
+    o.weight_extra = fake_extra_bytes;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &p, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(fx.calls, 48 * 5 + 1);
+    ck_assert_uint_eq(p.repacked_bytes, 48 * (attn / 2 + 2048 + 256 + 256 + 2048) + head_x);
+    ck_assert_uint_eq(p.repacked_weight_values, 48 * attn / 2 + 151936ull * 2048);
+    ck_assert_uint_lt(p.repacked_bytes, repacked1);
+    ck_assert_uint_eq(p.fixed_bytes, fixed2 + p.repacked_bytes);
+    o.weight_extra = NULL;
     js = pagoda_memplan_json(&p);
     root = json_loads(js, 0, NULL);
     json_t *rank = json_object_get(root, "per_rank");
