@@ -478,8 +478,8 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
     fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "runtime overhead", p->overhead_bytes,
             human(p->overhead_bytes, a, sizeof a));
     if (p->repacked_bytes)
-        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%.2f bytes a weight; at most: each copy is made when its weight"
-                    " first meets a batch of >= 16 tokens; set PAGODA_CPU_REPACK_MIN_T=0 to not hold it)\n",
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (%.2f bytes a weight; upper bound; the backend's start-up"
+                    " line says when copies are made)\n",
                 "repacked weights (backend)", p->repacked_bytes, human(p->repacked_bytes, a, sizeof a),
                 p->repacked_weight_values ? (double)p->repacked_bytes / (double)p->repacked_weight_values : 0.0);
     if (p->draft_weight_bytes) {

@@ -255,6 +255,43 @@ static int cpu_weight_extra_held(void *ctx, uint64_t *out)
     return PAGODA_OK;
 }
 
+/* The start-up line on the repacked GEMMs: which path takes matmuls of
+ * many tokens, and when the copies the memory plan counts as an upper
+ * bound (cpu_weight_extra_bytes) are made, or that none are. */
+static void log_repack(const pagoda_host *host)
+{
+    char why[128];
+    bool amx = pagoda_amx_usable(why, sizeof why);
+    int rp = pagoda_rp_path();
+    long long min_t = (long long)pagoda_rp_min_t();
+    if (!min_t) {
+        host->log(host, PAGODA_LOG_INFO,
+                  "cpu backend: repacked GEMMs off (PAGODA_CPU_REPACK_MIN_T=0): no copies beside the "
+                  "weights, Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls on the row kernels; AMX tiles %s: %s",
+                  amx ? "usable" : "not used", why);
+        return;
+    }
+    if (!rp) {
+        host->log(host, PAGODA_LOG_INFO,
+                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s (not on this "
+                  "level: the row kernels, no copies beside the weights); AMX tiles %s: %s",
+                  min_t, pagoda_rp_path_name(rp), amx ? "usable" : "not used", why);
+        return;
+    }
+    host->log(host, PAGODA_LOG_INFO,
+              "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s on weights repacked "
+              "at first use: a weight's copy (1.22-1.39 bytes a weight, beside the file's) is made when "
+              "it first meets a batch of >= %lld tokens, the output head's when %lld rows of logits are "
+              "computed in one call (the memory plan counts every copy); PAGODA_CPU_REPACK_MIN_T=0 "
+              "holds none; AMX tiles %s: %s",
+              min_t, pagoda_rp_path_name(rp),
+              rp == PAGODA_RP_PATH_AMX && pagoda_rp_path_for(rp, PAGODA_DTYPE_Q4_0, 1 << 20) != rp
+                  ? " for Q8_0 of >= " PAGODA_RP_AMX_MIN_T_STR " tokens, AVX-512 VNNI for the rest "
+                    "(PAGODA_CPU_AMX_ALL=1: tiles for all)"
+                  : "",
+              min_t, min_t, amx ? "usable" : "not used", why);
+}
+
 static int cpu_weights_from_host(void *ctx, const void *host, size_t size, pagoda_buffer **out)
 {
     cpu_ctx *c = ctx;
@@ -716,19 +753,7 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
             host->log(host, PAGODA_LOG_WARN, "%.*s", len, notes);
             notes += len + (eol ? 1 : 0);
         }
-        char why[128];
-        bool amx = pagoda_amx_usable(why, sizeof why);
-        int rp = pagoda_rp_path();
-        host->log(host, PAGODA_LOG_INFO,
-                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s%s; AMX tiles %s: %s",
-                  (long long)pagoda_rp_min_t(), pagoda_rp_path_name(rp),
-                  rp == PAGODA_RP_PATH_AMX && pagoda_rp_path_for(rp, PAGODA_DTYPE_Q4_0, 1 << 20) != rp
-                      ? " for Q8_0 of >= " PAGODA_RP_AMX_MIN_T_STR " tokens, AVX-512 VNNI for the rest "
-                        "(PAGODA_CPU_AMX_ALL=1: tiles for all)"
-                      : "",
-                  rp ? " on weights repacked at first use (1.22-1.39 bytes a weight, beside the file's)"
-                     : " (not on this level: the row kernels)",
-                  amx ? "usable" : "not used", why);
+        log_repack(host);
         /* which BF16 GEMM F16 / BF16 weights of many tokens take (kernels/
          * amx/gemm_bf16_amx.h, kernels/avx512/gemm_bf16.h), and why not the
          * tiles on an AMX level without AMX-BF16 */

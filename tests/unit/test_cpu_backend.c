@@ -26,6 +26,7 @@ static int n_errors;
 static int64_t cfg_threads = 2;
 
 static char last_log[1024];
+static char all_log[16384];   /* every line since the last load_backend */
 
 static void fake_log(const pagoda_host *h, int level, const char *fmt, ...)
 {
@@ -33,6 +34,8 @@ static void fake_log(const pagoda_host *h, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_log, sizeof last_log, fmt, ap);
     va_end(ap);
+    size_t used = strlen(all_log);
+    snprintf(all_log + used, sizeof all_log - used, "%s\n", last_log);
     fprintf(stderr, "[cpu test log %d] %s\n", level, last_log);
 }
 
@@ -91,6 +94,7 @@ static loaded load_backend(void)
     L.desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
     ck_assert_ptr_nonnull(L.desc);
     L.ops = L.desc->ops;
+    all_log[0] = 0;
     char err[256] = "";
     ck_assert_int_eq(L.desc->create(&fake_host, &L.ctx, err, sizeof err), PAGODA_OK);
     ck_assert_ptr_nonnull(L.ctx);
@@ -425,6 +429,35 @@ START_TEST(test_kernel_path_named_alike)
 }
 END_TEST
 
+/* The start-up line says when the repacked copies the memory plan counts
+ * (weight_extra_bytes, an upper bound there) are made, and how to hold
+ * none; with PAGODA_CPU_REPACK_MIN_T=0 (read once a load) that there are
+ * none, and the plan's op agrees. */
+START_TEST(test_repack_startup_line)
+{
+    unsetenv("PAGODA_CPU_REPACK_MIN_T");
+    loaded L = load_backend();
+    ck_assert_ptr_nonnull(L.ops->weight_extra_bytes);
+    uint64_t planned = 1;
+    ck_assert_int_eq(L.ops->weight_extra_bytes(L.ctx, PAGODA_DTYPE_Q8_0, 64, 256, &planned), PAGODA_OK);
+    if (planned)   /* a level with a GEMM on the layout (AVX-512 VNNI, AMX) */
+        ck_assert_msg(strstr(all_log, "is made when it first meets a batch of >= 16 tokens") &&
+                      strstr(all_log, "PAGODA_CPU_REPACK_MIN_T=0 holds none"), "%s", all_log);
+    else
+        ck_assert_msg(strstr(all_log, "(not on this level: the row kernels, no copies beside the weights)"),
+                      "%s", all_log);
+    unload(&L);
+    setenv("PAGODA_CPU_REPACK_MIN_T", "0", 1);
+    L = load_backend();
+    ck_assert_int_eq(L.ops->weight_extra_bytes(L.ctx, PAGODA_DTYPE_Q8_0, 64, 256, &planned), PAGODA_OK);
+    ck_assert_uint_eq(planned, 0);
+    ck_assert_msg(strstr(all_log, "cpu backend: repacked GEMMs off (PAGODA_CPU_REPACK_MIN_T=0): no copies "
+                                  "beside the weights"), "%s", all_log);
+    unload(&L);
+    unsetenv("PAGODA_CPU_REPACK_MIN_T");
+}
+END_TEST
+
 START_TEST(test_threads_default_is_cpu_count)
 {
     cfg_threads = 0;
@@ -450,6 +483,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_end_to_end);
     tcase_add_test(tc, test_moe_slots);
     tcase_add_test(tc, test_attention_end_to_end);
+    tcase_add_test(tc, test_repack_startup_line);
     tcase_add_test(tc, test_threads_default_is_cpu_count);
     tcase_add_test(tc, test_kernel_path_named_alike);
     suite_add_tcase(s, tc);
