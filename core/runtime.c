@@ -79,6 +79,7 @@ pagoda_constraint *pagoda_runtime_constraint(pagoda_runtime *rt)
 int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g, int cap)
 {
     const pagoda_memplan *p = &rt->plan;
+    pagoda_engine *e = pagoda_runtime_engine(rt);
     pagoda_metric_gauge all[] = {
         {"pagoda_memory_weights_bytes", "Bytes of model weights", (double)p->weight_bytes},
         {"pagoda_memory_kv_pool_bytes", "Bytes of the KV cache pool", (double)p->kv_pool_bytes},
@@ -94,6 +95,10 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
         {"pagoda_memory_repacked_bytes",
          "Bytes the backend holds beside the weights (the CPU backend's repacked copies), as planned",
          (double)p->repacked_bytes},
+        {"pagoda_memory_repacked_held_bytes",
+         "Bytes the backend holds beside the weights now (the CPU backend's repacked copies made so far; "
+         "at most pagoda_memory_repacked_bytes)",
+         e ? (double)pagoda_engine_extra_held_bytes(e) : 0.0},
         {"pagoda_kv_bytes_per_token", "KV cache pool bytes per token", (double)p->kv_bytes_per_token},
         {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},
     };

@@ -288,6 +288,14 @@ void pagoda_engine_wait_idle(pagoda_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+uint64_t pagoda_engine_extra_held_bytes(pagoda_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t b = e->extra_held_pub;
+    pthread_mutex_unlock(&e->mu);
+    return b;
+}
+
 int pagoda_engine_kv_stats(pagoda_engine *e, pagoda_kv_stats *st)
 {
     memset(st, 0, sizeof *st);

@@ -121,6 +121,12 @@ int pagoda_engine_submit(pagoda_engine *e, const pagoda_request *req, pagoda_eve
 int pagoda_engine_cancel(pagoda_engine *e, uint64_t id);
 void pagoda_engine_request_defaults(const pagoda_engine *e, pagoda_request *req);
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_engine_stats *st);
+/* [any thread] What the backend held beside the weights after the last
+ * forward pass (ABI 1.15 weight_extra_held, read on the engine thread and
+ * published under the engine's lock before the step's events); 0 before
+ * the first pass or without the op. /metrics'
+ * pagoda_memory_repacked_held_bytes. */
+uint64_t pagoda_engine_extra_held_bytes(pagoda_engine *e);
 /* Wait until no request is queued or running (for tests and the bench). */
 void pagoda_engine_wait_idle(pagoda_engine *e);
 /* The KV policy's stats, read directly: call it on the engine thread (a step

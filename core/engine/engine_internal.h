@@ -176,8 +176,11 @@ struct pagoda_engine {
     int32_t n_waiting_pub, n_running_pub;
     uint64_t steps_pub;          /* step_no when the counts above were published */
     pagoda_kv_stats kv_pub;      /* the KV policy's stats as of the last step */
+    uint64_t extra_held_pub;     /* the backend's weight_extra_held (ABI 1.15) after the
+                                  * last forward pass; 0 without the op */
 
     /* engine thread only */
+    uint64_t extra_held_last;    /* extra_held_pub as last published */
     seq **seqs;                  /* live sequences, arrival order */
     int32_t n_seqs, cap_seqs;
     seq **running;               /* admission order */

@@ -378,6 +378,23 @@ static void plan_batch(pagoda_engine *e, step_state *ss)
 
 /* ================================================================== run */
 
+/* What the backend holds beside the weights after a pass (ABI 1.15
+ * weight_extra_held: the CPU backend's repacked copies, made in the pass),
+ * published before the step's events, so a request's FINAL finds it in
+ * /metrics. Asked here only: on the engine thread, between passes, where
+ * the backend's cache is not changing. */
+static void publish_extra_held(pagoda_engine *e)
+{
+    uint64_t b = 0;
+    if (!e->be->ops.weight_extra_held || e->be->ops.weight_extra_held(e->be->ctx, &b) != PAGODA_OK)
+        return;
+    if (b == e->extra_held_last) return;
+    e->extra_held_last = b;
+    pthread_mutex_lock(&e->mu);
+    e->extra_held_pub = b;
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* The forward pass over the step's batch: the sampled rows' logits land in
  * e->logits, the scored rows go to consume_scores as they are made. */
 static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t err_len)
@@ -399,6 +416,7 @@ static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t er
         st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
                                      ss->n_logits, e->logits, ss->n_score ? &scan : NULL, err,
                                      err_len);
+    publish_extra_held(e);
     return st;
 }
 

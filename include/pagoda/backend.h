@@ -394,8 +394,10 @@ typedef struct pagoda_backend_ops {
      * experts' 3-D weights are not asked). NULL: the backend holds
      * nothing beside its weights (the plan counts 0). */
     int (*weight_extra_bytes)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out);
-    /* optional, ABI 1.15. *out = the bytes such copies take now (made so
-     * far), for tests and /metrics. NULL: 0. */
+    /* optional, ABI 1.15. [engine thread] *out = the bytes such copies
+     * take now (made so far). The engine asks it after each forward pass
+     * and publishes it for /metrics (pagoda_memory_repacked_held_bytes).
+     * NULL: 0. */
     int (*weight_extra_held)(void *ctx, uint64_t *out);
 } pagoda_backend_ops;
 

@@ -8,7 +8,8 @@
  * Qwen1.5-MoE's real shapes as sparse headers, the tiny families): total
  * and active parameters, the bytes a decoded token reads, the experts by
  * type, each rank's share, and bad expert keys; the backend's copies
- * beside the weights (ABI 1.15 weight_extra_bytes), whole and a rank's. */
+ * beside the weights (ABI 1.15 weight_extra_bytes), whole and a rank's,
+ * and the gauge of what it holds after a request. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "forward.h"
 #include "memplan.h"
 #include "model.h"
+#include "engine_testutil.h"
 #include "runtime.h"
 #include "testutil.h"
 
@@ -197,6 +199,78 @@ START_TEST(repacked_counted)
     ck_assert_msg(strstr(err, "weight_extra_bytes failed for tensor ") && strstr(err, ".weight (F32, "),
                   "%s", err);
     pagoda_gguf_close(f);
+}
+END_TEST
+
+/* The gauge of what the backend holds beside the weights now (ABI 1.15
+ * weight_extra_held, pagoda_memory_repacked_held_bytes) after a prompt of
+ * >= 16 tokens on a Q8_0 model: where this host's level makes copies,
+ * > 0 and at most the planned figure (the output head's copy waits for 16
+ * rows of logits, so less here); where it makes none, 0 and 0 planned.
+ * _i 1 and 2: PAGODA_CPU_ISA=scalar and PAGODA_CPU_REPACK_MIN_T=0, each in
+ * its own fork (the backend reads them once a load): 0 and 0 planned. */
+START_TEST(repacked_held_gauge)
+{
+    static const char *const envs[][2] = {{NULL, NULL}, {"PAGODA_CPU_ISA", "scalar"},
+                                          {"PAGODA_CPU_REPACK_MIN_T", "0"}};
+    if (envs[_i][0]) setenv(envs[_i][0], envs[_i][1], 1);
+    char path[] = "/tmp/pagoda_memplan_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512];
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_Q8_0, .out = path, .seed = 3,
+                              .vocab = tu_src("models/stories260K.gguf")};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    const char *settings[] = {"engine.kv_cache_tokens=256", "engine.max_seq_len=128", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, path, settings);
+    if (_i == 1 && !strstr(rt->backend.info.name, "scalar")) {
+        printf("repacked_held_gauge: PAGODA_CPU_ISA=scalar did not reach the backend (CK_FORK=no: "
+               "it was loaded already): '%s': skipped\n", rt->backend.info.name);
+        goto out;
+    }
+    pagoda_metric_gauge gs[32];
+    int ng = pagoda_runtime_plan_gauges(rt, gs, 32);
+    double held = -1, planned = -1;
+    for (int i = 0; i < ng; i++) {
+        if (!strcmp(gs[i].name, "pagoda_memory_repacked_held_bytes")) held = gs[i].value;
+        if (!strcmp(gs[i].name, "pagoda_memory_repacked_bytes")) planned = gs[i].value;
+    }
+    ck_assert(held == 0);   /* listed, and nothing before the first pass */
+    ck_assert(planned == (double)rt->plan.repacked_bytes);
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    et_result r;
+    et_result_init(&r);
+    et_submit(rt, "Once upon a time, there was a little girl named Lily. She loved to play outside "
+              "in the sunshine with her big red ball.", 2, &r, 0.0f);
+    pagoda_engine_wait_idle(rt->engine);
+    ck_assert_int_eq(r.n_final, 1);
+    ck_assert_int_ge(r.usage.prompt_tokens, 16);
+    ng = pagoda_runtime_plan_gauges(rt, gs, 32);
+    held = -1;
+    for (int i = 0; i < ng; i++)
+        if (!strcmp(gs[i].name, "pagoda_memory_repacked_held_bytes")) held = gs[i].value;
+    printf("repacked_held_gauge %s%s%s: %.0f bytes held of %.0f planned (%s)\n", envs[_i][0] ? envs[_i][0] : "default",
+           envs[_i][0] ? "=" : "", envs[_i][0] ? envs[_i][1] : "", held, planned, rt->backend.info.name);
+    if (_i == 0 && planned > 0) {
+        ck_assert_msg(held > 0 && held <= planned, "held %.0f, planned %.0f", held, planned);
+        /* one sequence computes one row of logits a step: every copy but the head's */
+        const gguf_tensor *head = pagoda_gguf_tensor(rt->model->gguf, "output.weight");
+        ck_assert_ptr_nonnull(head);
+        uint64_t head_x = 0;
+        ck_assert_int_eq(rt->backend.ops.weight_extra_bytes(rt->backend.ctx, head->type, head->ne[1],
+                                                            head->ne[0], &head_x), 0);
+        ck_assert_uint_gt(head_x, 0);
+        ck_assert(held == planned - (double)head_x);
+    } else {
+        ck_assert(planned == 0);
+        ck_assert(held == 0);
+    }
+out:
+    et_close(rt, cfg);
+    unlink(path);
+    if (envs[_i][0]) unsetenv(envs[_i][0]);
 }
 END_TEST
 
@@ -1116,6 +1190,7 @@ static Suite *suite(void)
     tcase_add_test(tc, mxfp4_experts_plan);
     tcase_add_test(tc, moe_bad_input);
     tcase_add_test(tc, repacked_counted);
+    tcase_add_loop_test(tc, repacked_held_gauge, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
