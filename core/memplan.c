@@ -370,9 +370,12 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     }
     if (p->fixed_bytes > p->budget_bytes) {
         p->shortfall_bytes = p->fixed_bytes - p->budget_bytes + need_one;
+        char rp[64] = "";
+        if (p->repacked_bytes)
+            snprintf(rp, sizeof rp, " + repacked weights (%" PRIu64 " bytes)", p->repacked_bytes);
         snprintf(p->reason, sizeof p->reason,
-                 "weights + activations + workspace + overhead%s need %" PRIu64 " bytes, the budget is %" PRIu64,
-                 p->draft_weight_bytes ? " + the draft model" : "", p->fixed_bytes, p->budget_bytes);
+                 "weights + activations + workspace + overhead%s%s need %" PRIu64 " bytes, the budget is %" PRIu64,
+                 p->draft_weight_bytes ? " + the draft model" : "", rp, p->fixed_bytes, p->budget_bytes);
     } else {
         uint64_t avail = p->budget_bytes - p->fixed_bytes;
         pagoda_memplan_set_pool(p, avail > kv_fixed ? (avail - kv_fixed) / kvb : 0);
@@ -401,10 +404,14 @@ void pagoda_memplan_set_pool(pagoda_memplan *p, uint64_t blocks)
     p->shortfall_bytes = 0;
     if (p->budget_bytes && need > p->budget_bytes) {
         p->shortfall_bytes = need - p->budget_bytes;
+        char rp[64] = "";
+        if (p->repacked_bytes)
+            snprintf(rp, sizeof rp, ", of which repacked weights %.1f MiB",
+                     (double)p->repacked_bytes / 1048576.0);
         snprintf(p->reason, sizeof p->reason,
-                 "weights, activations, workspace and overhead (%.1f MiB) plus the KV pool of "
+                 "weights, activations, workspace and overhead (%.1f MiB%s) plus the KV pool of "
                  "%" PRIu64 " tokens (%.1f MiB) need %.1f MiB, the budget is %.1f MiB",
-                 (double)p->fixed_bytes / 1048576.0, p->kv_tokens,
+                 (double)p->fixed_bytes / 1048576.0, rp, p->kv_tokens,
                  (double)p->kv_total_bytes / 1048576.0, (double)need / 1048576.0,
                  (double)p->budget_bytes / 1048576.0);
     } else {

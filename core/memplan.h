@@ -170,7 +170,8 @@ typedef struct pagoda_memplan {
     uint64_t budget_bytes;
     bool fits;                                      /* fixed fits and one max_seq_len sequence fits */
     uint64_t shortfall_bytes;                       /* how much more memory fitting needs */
-    char reason[200];                               /* why it does not fit; "" when it does */
+    char reason[320];                               /* why it does not fit; "" when it does
+                                                     * (naming the repacked bytes if any) */
     uint64_t kv_pool_bytes;                         /* kv_blocks x kv_bytes_per_block */
     uint64_t kv_blocks, kv_tokens;                  /* the KV policy's blocks */
     uint64_t kv_total_bytes;                        /* every KV byte allocated: the pool,

@@ -288,6 +288,7 @@ START_TEST(too_small)
     ck_assert_uint_eq(p.fit[0].seqs, 0);
     ck_assert_uint_ge(p.shortfall_bytes, p.fixed_bytes - o.memory_budget);
     ck_assert_msg(strstr(p.reason, "budget"), "%s", p.reason);
+    ck_assert_msg(!strstr(p.reason, "repacked"), "%s", p.reason);   /* none planned, none named */
     char *buf = NULL;
     size_t len = 0;
     FILE *fp = open_memstream(&buf, &len);
@@ -306,6 +307,32 @@ START_TEST(too_small)
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
     ck_assert(p.fits);
     ck_assert_uint_eq(p.fit[0].seqs, 1);
+    /* the backend's copies are named among what the budget must hold: the
+     * fixed part alone, and the fixed part with a pool fixed too large */
+    fake_extra fx = {.dtype = PAGODA_DTYPE_F32, .vocab = p.vocab};
+    o.weight_extra = fake_extra_bytes;
+    o.weight_extra_ctx = &fx;
+    o.memory_budget = 32ull << 20;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(!p.fits);
+    ck_assert_uint_gt(p.repacked_bytes, 0);
+    char want[96];
+    snprintf(want, sizeof want, " + overhead + repacked weights (%llu bytes) need ",
+             (unsigned long long)p.repacked_bytes);
+    ck_assert_msg(strstr(p.reason, want), "wanted '%s' in: %s", want, p.reason);
+    o.memory_budget = 1ull << 30;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    ck_assert(p.fits);
+    ck_assert_str_eq(p.reason, "");
+    pagoda_memplan_set_pool(&p, (1ull << 30) / p.kv_bytes_per_block);
+    ck_assert(!p.fits);
+    snprintf(want, sizeof want, ", of which repacked weights %.1f MiB) plus the KV pool of ",
+             (double)p.repacked_bytes / 1048576.0);
+    ck_assert_msg(strstr(p.reason, want), "wanted '%s' in: %s", want, p.reason);
+    o.weight_extra = NULL;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &p, err, sizeof err), 0);
+    pagoda_memplan_set_pool(&p, (1ull << 30) / p.kv_bytes_per_block);
+    ck_assert_msg(strstr(p.reason, "overhead (") && !strstr(p.reason, "repacked"), "%s", p.reason);
     pagoda_gguf_close(f);
 }
 END_TEST
