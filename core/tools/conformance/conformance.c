@@ -558,6 +558,7 @@ int main(int argc, char **argv)
         if ((c.info.kv_types >> t) & 1) printf(" %s", pagoda_dtype_name(t));
     printf("; alignment %u\n\n", c.info.alignment);
 
+    cf_run_extra_ops(&c);   /* first: nothing has met a matmul yet */
     cf_run_all_ops(&c);
     /* The op instance goes before the engine makes its own. */
     pagoda_plugin_destroy(p, be);

@@ -3,7 +3,7 @@
  * files: one backend instance under test, a seeded RNG, helpers that move
  * tensors in and out of the backend's buffers, and the list of results
  * (one per op case: op, shapes, largest error, tolerance, verdict).
- * Not for: the op cases themselves (cases.c, cases_kv.c, cases_moe.c) or the command line and the
+ * Not for: the op cases themselves (cases.c, cases_kv.c, cases_moe.c, cases_extra.c) or the command line and the
  * end-to-end model run (conformance.c).
  */
 #ifndef PAGODA_CONFORMANCE_H
@@ -76,6 +76,10 @@ double cf_matmul_tol(int dt);
 int cf_make_weights(cf *c, int dt, int64_t rows, int64_t cols, uint8_t **bytes, float **vals);
 
 void cf_run_all_ops(cf *c);
+/* weight_extra_bytes and weight_extra_held (ABI 1.15, cases_extra.c): run
+ * before any other case (held starts at 0); a line where the slots are
+ * NULL. */
+void cf_run_extra_ops(cf *c);
 /* matmul_experts and moe_combine (ABI 1.5, cases_moe.c; cf_run_all_ops
  * calls it): skipped with a line where the slots are NULL. */
 void cf_run_moe_ops(cf *c);
