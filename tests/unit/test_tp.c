@@ -324,6 +324,15 @@ START_TEST(expert_split_rules)
     ck_assert_int_eq(SPLIT("blk.1.attn_q_a_norm.weight"), PAGODA_TP_REPLICATED);
     ck_assert_int_eq(SPLIT("blk.1.attn_kv_a_mqa.weight"), PAGODA_TP_REPLICATED);
     ck_assert_int_eq(SPLIT("blk.1.attn_kv_a_norm.weight"), PAGODA_TP_REPLICATED);
+    /* gpt-oss: the sinks split with the heads, the experts' biases with
+     * the experts (their rows), the router's bias and the output
+     * projection's bias whole (rank 0 adds the latter once) */
+    ck_assert_int_eq(SPLIT("blk.0.attn_sinks.weight"), PAGODA_TP_ROWS);
+    ck_assert_int_eq(SPLIT("blk.0.ffn_gate_exps.bias"), PAGODA_TP_ROWS);
+    ck_assert_int_eq(SPLIT("blk.0.ffn_up_exps.bias"), PAGODA_TP_ROWS);
+    ck_assert_int_eq(SPLIT("blk.0.ffn_down_exps.bias"), PAGODA_TP_ROWS);
+    ck_assert_int_eq(SPLIT("blk.0.ffn_gate_inp.bias"), PAGODA_TP_REPLICATED);
+    ck_assert_int_eq(SPLIT("blk.0.attn_output.bias"), PAGODA_TP_REPLICATED);
 #undef SPLIT
     int64_t first, count;
     pagoda_tp_expert_range(8, 1, 2, &first, &count);
@@ -418,6 +427,15 @@ START_TEST(split_moe_glm4_2)
 }
 END_TEST
 
+/* gpt-oss: attention sinks split with the heads, the experts' biases with
+ * the experts, attn_output's bias added by rank 0 alone, the window layers
+ * (window 8 < the 16 tokens) on each rank's KV heads */
+START_TEST(split_gptoss_2)
+{
+    if (moe_opens("gpt-oss-tiny", "F32", "gpt-oss")) check_split("gpt-oss-tiny", "F32", "gpt-oss", 2, 1e-5);
+}
+END_TEST
+
 static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(g_dir)); }
 static void teardown(void)
 {
@@ -435,6 +453,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, split_rules);
     tcase_add_test(tc, split_f32_2);
+    tcase_add_test(tc, split_gptoss_2);
     tcase_add_test(tc, split_f32_3);
     tcase_add_test(tc, split_q8_3);
     tcase_add_test(tc, split_qwen2_bias_2);
