@@ -661,9 +661,11 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
      * whole) */
     json_object_set_new(root, "tensor_parallel", json_integer((json_int_t)p->tensor_parallel));
     json_object_set_new(root, "per_rank", json_pack(
-        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
         "weights_bytes_model", (json_int_t)p->weight_bytes_model, "kv_bytes_per_token",
-        (json_int_t)p->kv_bytes_per_token, "kv_heads",
+        (json_int_t)p->kv_bytes_per_token, "heads", (json_int_t)(p->n_heads / p->tensor_parallel),
+        /* gpt-oss: its heads' sinks a layer (0: the model has none) */
+        "attn_sinks", (json_int_t)(p->attn_sinks ? p->n_heads / p->tensor_parallel : 0), "kv_heads",
         (json_int_t)(p->mla ? p->n_kv_heads : p->n_kv_heads / p->tensor_parallel),
         "activations_bytes", (json_int_t)p->act_bytes, "kv_pool_tokens", (json_int_t)p->kv_tokens,
         "fixed_bytes", (json_int_t)p->fixed_bytes, "sequences", fit));

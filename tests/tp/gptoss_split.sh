@@ -65,6 +65,14 @@ grep -q "tensor parallel: 2 ranks; each holds 4 heads, 1 KV heads and 4 of the 8
 grep -q "a rank of 2 also holds: the attention sinks of its heads (one a head); its experts' gate/up/down biases (the router's bias whole); attn_output.bias whole (rank 0 adds it once, before the all-reduce); its KV heads of the sliding-window layers, in a window pool of its own" "$tmp/plan" ||
     fail "the plan does not say what else a rank holds: $(grep -n "also holds" "$tmp/plan")"
 
+"$PAGODA_BIN" plan --model "$model" --memory 1G --max-seq-len 512 --tp 2 --json >"$tmp/plan.json" 2>"$tmp/err" ||
+    fail "pagoda plan --tp 2 --json: $(cat "$tmp/err")"
+python3 - "$tmp/plan.json" <<'PY' || fail "the JSON plan's per_rank"
+import json, sys
+r = json.load(open(sys.argv[1]))["per_rank"]
+assert (r["heads"], r["attn_sinks"], r["kv_heads"]) == (4, 4, 1), r
+PY
+
 for what in window full; do
     swa=(--set engine.swa_kv="$what" --set engine.max_seq_len=512)
     serve_one "$tmp/one-$what" one
