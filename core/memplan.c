@@ -128,6 +128,9 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
         if (st) return st;
         p->n_swa_layers = hp.n_swa_layers;
         p->swa_window = hp.swa_window;
+        p->attn_sinks = hp.attn_sinks;
+        p->attn_out_bias = hp.attn_out_bias;
+        p->exp_bias = hp.exp_bias;
     }
     p->kv_planes = 2;
     if (hp.mla) {
@@ -457,6 +460,20 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
                 " KV heads and %" PRId64 " FFN rows a layer: every figure below is one rank's\n",
                 p->tensor_parallel, p->n_heads / p->tensor_parallel,
                 p->n_kv_heads / p->tensor_parallel, p->ffn / p->tensor_parallel);
+    if (p->tensor_parallel > 1 && (p->attn_sinks || p->attn_out_bias || p->exp_bias || p->n_swa_layers)) {
+        /* gpt-oss's extras and the window pool (tp_shard.h) */
+        const char *part[4] = {
+            p->attn_sinks ? "the attention sinks of its heads (one a head)" : NULL,
+            p->exp_bias ? "its experts' gate/up/down biases (the router's bias whole)" : NULL,
+            p->attn_out_bias ? "attn_output.bias whole (rank 0 adds it once, before the all-reduce)" : NULL,
+            !p->n_swa_layers ? NULL
+            : p->swa.window ? "its KV heads of the sliding-window layers, in a window pool of its own"
+                            : "its KV heads of the sliding-window layers, in the main pool"};
+        fprintf(fp, "  a rank of %" PRId64 " also holds", p->tensor_parallel);
+        for (int i = 0, k = 0; i < 4; i++)
+            if (part[i]) fprintf(fp, "%s%s", k++ ? "; " : ": ", part[i]);
+        fprintf(fp, "\n");
+    }
     fprintf(fp, "limits: max_seq_len %" PRId64 ", max_batched_tokens %" PRId64 ", max_num_seqs %" PRId64
             ", block_size %" PRId64 ", KV %s\n\n",
             p->max_seq_len, p->max_batched_tokens, p->max_num_seqs, p->block_size,
@@ -649,9 +666,11 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
      * whole) */
     json_object_set_new(root, "tensor_parallel", json_integer((json_int_t)p->tensor_parallel));
     json_object_set_new(root, "per_rank", json_pack(
-        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O}", "weights_bytes", (json_int_t)p->weight_bytes,
         "weights_bytes_model", (json_int_t)p->weight_bytes_model, "kv_bytes_per_token",
-        (json_int_t)p->kv_bytes_per_token, "kv_heads",
+        (json_int_t)p->kv_bytes_per_token, "heads", (json_int_t)(p->n_heads / p->tensor_parallel),
+        /* gpt-oss: its heads' sinks a layer (0: the model has none) */
+        "attn_sinks", (json_int_t)(p->attn_sinks ? p->n_heads / p->tensor_parallel : 0), "kv_heads",
         (json_int_t)(p->mla ? p->n_kv_heads : p->n_kv_heads / p->tensor_parallel),
         "activations_bytes", (json_int_t)p->act_bytes, "kv_pool_tokens", (json_int_t)p->kv_tokens,
         "fixed_bytes", (json_int_t)p->fixed_bytes, "sequences", fit));

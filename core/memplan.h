@@ -132,6 +132,10 @@ typedef struct pagoda_memplan {
      * says (swa: its geometry, swa.window true), and the main pool gets
      * swa.sink_blocks more blocks for prefix hits; both are fixed. */
     int64_t n_swa_layers, swa_window;
+    /* gpt-oss's extras (hparams): a sink a head, attn_output's bias, the
+     * experts' biases; under tensor parallelism the plan says which a
+     * rank holds (tp_shard.h) */
+    bool attn_sinks, attn_out_bias, exp_bias;
     uint64_t kv_swa_bytes_per_token;
     pagoda_swa_geometry swa;
     uint64_t swa_block_bytes;                       /* a window-pool block (its layers) */

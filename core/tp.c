@@ -5,6 +5,9 @@
  *   per sequence: q_start n_q ctx_len n_blocks      [S x 4]
  *   the sequences' block tables, concatenated       [sum n_blocks]
  *   KV copies: src[C] dst[C]
+ *   a sliding-window model's window pool (header.local): its slots[T],
+ *   per sequence q_start n_q ctx_len n_blocks [S x 4], its block tables
+ *   (the same tokens and sequences as the main batch; engine_swa.c)
  * Not for: what a worker computes (the engine's forward pass).
  */
 #include "tp.h"
@@ -22,6 +25,8 @@ enum { MSG_STEP = 1, MSG_STOP = 2 };
 typedef struct step_header {
     int32_t kind;
     int32_t n_tokens, n_seqs, n_table, n_copies;
+    int32_t local;          /* 1: the window pool's batch follows the copies */
+    int32_t n_ltable;       /* its block tables' total */
     int32_t pad;
     uint64_t seq_no;
     uint64_t n_ints;        /* the array that follows */
@@ -136,19 +141,11 @@ static int reserve(pagoda_tp *tp, size_t n)
     return PAGODA_OK;
 }
 
-int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, char *err, size_t err_len)
+/* The per-sequence views and their tables of b at sv (4 ints a
+ * sequence, then the tables); the end of what was written. */
+static int32_t *pack_views(const pagoda_batch *b, int32_t *sv)
 {
-    step_header h = {.kind = MSG_STEP, .n_tokens = b->n_tokens, .n_seqs = b->n_seqs,
-                     .n_copies = tp->n_copies, .seq_no = b->seq_no};
-    for (int32_t i = 0; i < b->n_seqs; i++) h.n_table += b->seqs[i].n_blocks;
-    h.n_ints = 3 * (uint64_t)h.n_tokens + 4 * (uint64_t)h.n_seqs + (uint64_t)h.n_table +
-               2 * (uint64_t)h.n_copies;
-    if (reserve(tp, h.n_ints)) { ERR("out of memory for the step message"); return PAGODA_ERR_NOMEM; }
-    int32_t *m = tp->msg, T = b->n_tokens;
-    memcpy(m, b->tokens, sizeof *m * (size_t)T);
-    memcpy(m + T, b->positions, sizeof *m * (size_t)T);
-    memcpy(m + 2 * T, b->slots, sizeof *m * (size_t)T);
-    int32_t *sv = m + 3 * T, *tab = sv + 4 * b->n_seqs;
+    int32_t *tab = sv + 4 * b->n_seqs;
     for (int32_t i = 0; i < b->n_seqs; i++) {
         const pagoda_seq_view *s = &b->seqs[i];
         sv[4 * i] = s->q_start;
@@ -158,9 +155,45 @@ int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, char *err, size_t 
         memcpy(tab, s->block_table, sizeof *tab * (size_t)s->n_blocks);
         tab += s->n_blocks;
     }
+    return tab;
+}
+
+/* The ints a step of this header carries. */
+static uint64_t step_ints(const step_header *h)
+{
+    uint64_t n = 3 * (uint64_t)h->n_tokens + 4 * (uint64_t)h->n_seqs + (uint64_t)h->n_table +
+                 2 * (uint64_t)h->n_copies;
+    if (h->local) n += (uint64_t)h->n_tokens + 4 * (uint64_t)h->n_seqs + (uint64_t)h->n_ltable;
+    return n;
+}
+
+int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, const pagoda_batch *local, char *err,
+                        size_t err_len)
+{
+    if (local && (local->n_tokens != b->n_tokens || local->n_seqs != b->n_seqs)) {
+        ERR("internal: the window pool's batch (%d tokens, %d sequences) is not the step's (%d, %d)",
+            local->n_tokens, local->n_seqs, b->n_tokens, b->n_seqs);
+        return PAGODA_ERR_INTERNAL;
+    }
+    step_header h = {.kind = MSG_STEP, .n_tokens = b->n_tokens, .n_seqs = b->n_seqs,
+                     .n_copies = tp->n_copies, .local = local != NULL, .seq_no = b->seq_no};
+    for (int32_t i = 0; i < b->n_seqs; i++) h.n_table += b->seqs[i].n_blocks;
+    for (int32_t i = 0; local && i < local->n_seqs; i++) h.n_ltable += local->seqs[i].n_blocks;
+    h.n_ints = step_ints(&h);
+    if (reserve(tp, h.n_ints)) { ERR("out of memory for the step message"); return PAGODA_ERR_NOMEM; }
+    int32_t *m = tp->msg, T = b->n_tokens;
+    memcpy(m, b->tokens, sizeof *m * (size_t)T);
+    memcpy(m + T, b->positions, sizeof *m * (size_t)T);
+    memcpy(m + 2 * T, b->slots, sizeof *m * (size_t)T);
+    int32_t *tab = pack_views(b, m + 3 * T);
     if (tp->n_copies) {   /* the lists are NULL until a first copy */
         memcpy(tab, tp->copy_src, sizeof *tab * (size_t)tp->n_copies);
         memcpy(tab + tp->n_copies, tp->copy_dst, sizeof *tab * (size_t)tp->n_copies);
+    }
+    tab += 2 * tp->n_copies;
+    if (local) {
+        memcpy(tab, local->slots, sizeof *tab * (size_t)T);
+        pack_views(local, tab + T);
     }
     int st = pagoda_comm_broadcast(tp->comm, &h, sizeof h, 0, err, err_len);
     if (!st) st = pagoda_comm_broadcast(tp->comm, m, sizeof *m * h.n_ints, 0, err, err_len);
@@ -177,6 +210,22 @@ int pagoda_tp_send_stop(pagoda_tp *tp, char *err, size_t err_len)
     return pagoda_comm_broadcast(tp->comm, &h, sizeof h, 0, err, err_len);
 }
 
+/* Views of n sequences packed at sv (pack_views) into views; the end of
+ * the tables, or NULL when a table runs past end. */
+static const int32_t *unpack_views(const int32_t *sv, int32_t n, const int32_t *end,
+                                   pagoda_seq_view *views)
+{
+    const int32_t *tab = sv + 4 * n;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t nb = sv[4 * i + 3];
+        if (nb < 0 || nb > end - tab) return NULL;
+        views[i] = (pagoda_seq_view){.q_start = sv[4 * i], .n_q = sv[4 * i + 1],
+                                     .ctx_len = sv[4 * i + 2], .n_blocks = nb, .block_table = tab};
+        tab += nb;
+    }
+    return tab;
+}
+
 int pagoda_tp_worker_run(pagoda_tp *tp, const pagoda_tp_worker *w, char *err, size_t err_len)
 {
     pagoda_seq_view *views = NULL;
@@ -186,10 +235,9 @@ int pagoda_tp_worker_run(pagoda_tp *tp, const pagoda_tp_worker *w, char *err, si
         step_header h;
         if ((st = pagoda_comm_broadcast(tp->comm, &h, sizeof h, 0, err, err_len))) break;
         if (h.kind == MSG_STOP) break;
-        uint64_t want = 3 * (uint64_t)h.n_tokens + 4 * (uint64_t)h.n_seqs + (uint64_t)h.n_table +
-                        2 * (uint64_t)h.n_copies;
         if (h.kind != MSG_STEP || h.n_tokens < 0 || h.n_seqs < 0 || h.n_table < 0 ||
-            h.n_copies < 0 || h.n_ints != want) {
+            h.n_copies < 0 || h.n_ltable < 0 || (h.local != 0 && h.local != 1) ||
+            h.n_ints != step_ints(&h)) {
             ERR("tensor parallel: rank %d got a malformed step (kind %d, %d tokens): ranks out "
                 "of step", tp->rank, h.kind, h.n_tokens);
             st = PAGODA_ERR_INTERNAL;
@@ -199,19 +247,25 @@ int pagoda_tp_worker_run(pagoda_tp *tp, const pagoda_tp_worker *w, char *err, si
         if ((st = pagoda_comm_broadcast(tp->comm, tp->msg, sizeof(int32_t) * h.n_ints, 0, err,
                                         err_len)))
             break;
-        if (h.n_seqs > cap_views) {
-            pagoda_seq_view *v = realloc(views, sizeof *v * (size_t)h.n_seqs);
+        /* the main views, then the window pool's */
+        int32_t nv = h.n_seqs * (h.local ? 2 : 1);
+        if (nv > cap_views) {
+            pagoda_seq_view *v = realloc(views, sizeof *v * (size_t)nv);
             if (!v) { ERR("out of memory"); st = PAGODA_ERR_NOMEM; break; }
             views = v;
-            cap_views = h.n_seqs;
+            cap_views = nv;
         }
         int32_t *m = tp->msg, T = h.n_tokens;
-        const int32_t *sv = m + 3 * T, *tab = sv + 4 * h.n_seqs;
-        for (int32_t i = 0; i < h.n_seqs; i++) {
-            views[i] = (pagoda_seq_view){.q_start = sv[4 * i], .n_q = sv[4 * i + 1],
-                                         .ctx_len = sv[4 * i + 2], .n_blocks = sv[4 * i + 3],
-                                         .block_table = tab};
-            tab += sv[4 * i + 3];
+        const int32_t *end = m + h.n_ints;
+        const int32_t *tab = unpack_views(m + 3 * T, h.n_seqs, end, views);
+        if (tab != m + 3 * T + 4 * h.n_seqs + h.n_table) tab = NULL;
+        const int32_t *lt = tab ? tab + 2 * h.n_copies : NULL;
+        if (lt && h.local && unpack_views(lt + T, h.n_seqs, end, views + h.n_seqs) != end) lt = NULL;
+        if (!tab || !lt) {
+            ERR("tensor parallel: rank %d got block tables longer than the step: ranks out of step",
+                tp->rank);
+            st = PAGODA_ERR_INTERNAL;
+            break;
         }
         if (h.n_copies && (st = w->copy_blocks(w->user, tab, tab + h.n_copies, h.n_copies))) {
             ERR("tensor parallel: rank %d could not replay %d KV block copies (%s)", tp->rank,
@@ -220,7 +274,11 @@ int pagoda_tp_worker_run(pagoda_tp *tp, const pagoda_tp_worker *w, char *err, si
         }
         pagoda_batch b = {.seq_no = h.seq_no, .n_tokens = T, .tokens = m, .positions = m + T,
                           .slots = m + 2 * T, .n_seqs = h.n_seqs, .seqs = views};
-        if ((st = w->forward(w->user, &b, err, err_len))) break;
+        /* the engine's own seq_no for the window pool's view (engine_step.c) */
+        pagoda_batch lb = {.seq_no = h.seq_no | (1ull << 63), .n_tokens = T, .tokens = m,
+                           .positions = m + T, .slots = tab + 2 * h.n_copies, .n_seqs = h.n_seqs,
+                           .seqs = views + h.n_seqs};
+        if ((st = w->forward(w->user, &b, h.local ? &lb : NULL, err, err_len))) break;
         tp->steps++;
     }
     free(views);

@@ -2,8 +2,9 @@
  * tp.h: tensor parallelism's wire between rank 0 and the other ranks.
  * Rank 0 runs the frontend, scheduler and KV policy; before each forward
  * pass it broadcasts the step (the flattened batch: tokens, positions, KV
- * slots, sequence views with their block tables, and the KV block copies
- * its KV policy made since the last step); every other rank runs a worker
+ * slots, sequence views with their block tables, the KV block copies
+ * its KV policy made since the last step, and a sliding-window model's
+ * window-pool slots and tables); every other rank runs a worker
  * loop that takes the step and runs the same forward pass on its shard.
  * Also: the start-up agreement (every rank's status and a fingerprint of
  * its config and model file, compared so ranks that disagree refuse
@@ -48,8 +49,11 @@ int pagoda_tp_agree(pagoda_tp *tp, const char *phase, int status, uint64_t finge
 /* [rank 0, engine thread] KV blocks copied src[i] -> dst[i] (already done
  * on rank 0): the workers replay them before the next step. */
 int pagoda_tp_record_copies(pagoda_tp *tp, const int32_t *src, const int32_t *dst, int32_t n);
-/* [rank 0, engine thread] Broadcast the step b. */
-int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, char *err, size_t err_len);
+/* [rank 0, engine thread] Broadcast the step b, and local: the same step's
+ * view of a sliding-window model's window pool (its slots and block
+ * tables; NULL: none, every layer in the main pool). */
+int pagoda_tp_send_step(pagoda_tp *tp, const pagoda_batch *b, const pagoda_batch *local, char *err,
+                        size_t err_len);
 /* [rank 0] Tell the workers to leave their loop. */
 int pagoda_tp_send_stop(pagoda_tp *tp, char *err, size_t err_len);
 
@@ -57,7 +61,9 @@ int pagoda_tp_send_stop(pagoda_tp *tp, char *err, size_t err_len);
 typedef struct pagoda_tp_worker {
     void *user;
     int (*copy_blocks)(void *user, const int32_t *src, const int32_t *dst, int32_t n);
-    int (*forward)(void *user, const pagoda_batch *b, char *err, size_t err_len);
+    /* local: the window pool's view of the step, as send_step's (NULL: none) */
+    int (*forward)(void *user, const pagoda_batch *b, const pagoda_batch *local, char *err,
+                   size_t err_len);
 } pagoda_tp_worker;
 /* [other ranks] Take steps until rank 0 says stop (PAGODA_OK) or a
  * collective or forward pass fails (the error). */

@@ -143,7 +143,8 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
                                const float *sinks, float *out, size_t out_stride);
 
 /* out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate,
- * limit) (gpt-oss's experts); out may alias either. */
+ * limit) (gpt-oss's experts), through the active table's swiglu_oai (the
+ * SIMD levels within ~2 ulp of the scalar reference); out may alias either. */
 void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, size_t u_stride,
                            float alpha, float limit, float *out, size_t out_stride, int64_t rows,
                            int64_t cols);

@@ -3,8 +3,9 @@
  * SwiGLU, GeGLU, scale, add, KV store and KV block copy. They move a few KB per token,
  * next to megabytes of weights in matmul, so they stay plain C (which gcc
  * vectorizes) and single-threaded here (ops_pool.c spreads a prefill's
- * rows over the pool); the F16 and Q8_0 KV stores, which gcc does not
- * vectorize, convert through the vecdot table (F16C, AVX2).
+ * rows over the pool); the gated activations (their exp) and the F16 and
+ * Q8_0 KV stores, which gcc does not vectorize, go through the vecdot
+ * table (AVX2, AVX-512).
  * Not for: matmul (matmul.c) or attention (attention.c).
  */
 #include "kernels.h"
@@ -84,16 +85,11 @@ void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, 
                            float alpha, float limit, float *out, size_t out_stride, int64_t rows,
                            int64_t cols)
 {
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
     for (int64_t r = 0; r < rows; r++) {
         const float *g = CROW(gate, g_stride, r), *u = CROW(up, u_stride, r);
         float *o = ROW(out, out_stride, r);
-        for (int64_t c = 0; c < cols; c++) {
-            float x = g[c] < limit ? g[c] : limit;   /* min(gate, limit); a NaN stays NaN */
-            float y = u[c] < -limit ? -limit : u[c] > limit ? limit : u[c];
-            /* x * sigmoid(alpha x) = x / (1 + e^(-alpha x)): no overflow for
-             * the negative x left unclamped below (e^(+big) = inf gives 0) */
-            o[c] = (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
-        }
+        vt->swiglu_oai(g, u, alpha, limit, o, cols);
     }
 }
 

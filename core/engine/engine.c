@@ -370,7 +370,8 @@ static int worker_copy(void *user, const int32_t *src, const int32_t *dst, int32
     return copy_blocks_here(user, src, dst, n);
 }
 
-static int worker_forward(void *user, const pagoda_batch *b, char *err, size_t err_len)
+static int worker_forward(void *user, const pagoda_batch *b, const pagoda_batch *local, char *err,
+                          size_t err_len)
 {
     pagoda_engine *e = user;
     if (b->n_tokens > e->fw.max_tokens) {
@@ -379,7 +380,7 @@ static int worker_forward(void *user, const pagoda_batch *b, char *err, size_t e
         return PAGODA_ERR_INVALID;
     }
     /* the logits are rank 0's (the output head is replicated): none here */
-    return pagoda_forward_run_scan(&e->fw, b, NULL, NULL, 0, NULL, NULL, err, err_len);
+    return pagoda_forward_run_scan(&e->fw, b, local, NULL, 0, NULL, NULL, err, err_len);
 }
 
 int pagoda_engine_tp_worker(pagoda_engine *e, struct pagoda_tp *tp, char *err, size_t err_len)

@@ -411,9 +411,10 @@ static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t er
     pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = ss->n_score,
                               .consume = consume_scores, .user = e};
     /* tensor parallelism: the other ranks run the same step on their shards */
-    int st = e->tp ? pagoda_tp_send_step(e->tp, &batch, err, err_len) : PAGODA_OK;
+    const pagoda_batch *lb = e->swa.g.window ? &local : NULL;
+    int st = e->tp ? pagoda_tp_send_step(e->tp, &batch, lb, err, err_len) : PAGODA_OK;
     if (!st)
-        st = pagoda_forward_run_scan(&e->fw, &batch, e->swa.g.window ? &local : NULL, e->logit_rows,
+        st = pagoda_forward_run_scan(&e->fw, &batch, lb, e->logit_rows,
                                      ss->n_logits, e->logits, ss->n_score ? &scan : NULL, err,
                                      err_len);
     publish_extra_held(e);

@@ -374,15 +374,6 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
     fw->max_logits = max_logits;
     fw->hp = m->hp;
     fw->tp.size = 1;
-    if (tp && tp->size > 1 && (m->hp.attn_sinks || m->hp.attn_out_bias || m->hp.exp_bias)) {
-        /* a rank would add the whole output bias to its partial sum, and
-         * the sinks and expert biases are not split with the heads and
-         * experts yet */
-        ERR("tensor parallelism (%d ranks) does not run %s models yet (attention sinks, the output "
-            "projection's bias and expert biases are not split across ranks): serve it on one rank",
-            tp->size, m->hp.arch);
-        return PAGODA_ERR_UNSUPPORTED;
-    }
     if (tp && tp->size > 1) {
         pagoda_tp_dims td = {.n_heads = m->hp.n_heads, .n_kv_heads = m->hp.n_kv_heads,
                              .ffn = m->hp.ffn, .n_swa_layers = m->hp.n_swa_layers,
@@ -483,7 +474,9 @@ int pagoda_forward_init_tp(pagoda_forward *fw, const pagoda_model *m, pagoda_bac
             F->wv_b = weight_experts(fw, L->wv_b, &F->wv_b_stride);
         }
         F->sinks = weight(fw, L->attn_sinks);   /* [n_heads] as [1 x n_heads] */
-        F->has_bo = L->bo != NULL;
+        /* attn_output is split by columns and its partial sums summed over
+         * the ranks: its bias is added once, by rank 0 */
+        F->has_bo = L->bo != NULL && fw->tp.rank == 0;
         F->bo = weight(fw, L->bo);
         F->window = pagoda_hparams_is_swa(hp, l) ? hp->swa_window : 0;
         F->moe = L->ffn_gate_exps != NULL;

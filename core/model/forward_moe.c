@@ -79,7 +79,8 @@ int pagoda_forward_glu(pagoda_forward *fw, const pagoda_tensor *gate, const pago
 
 /* y[r] += b[ids[r]] for the n pair rows of y: expert biases (gpt-oss), the
  * table b [E x y.cols] F32; its rows gathered into fw->eb with get_rows,
- * then added. ids are global expert numbers. */
+ * then added. ids are this rank's expert numbers (the pairs' pair_e), the
+ * rows of its share of b (tensor parallelism: its experts' rows). */
 static int add_expert_bias(pagoda_forward *fw, const pagoda_tensor *b, const int32_t *ids, int32_t n,
                            const pagoda_tensor *y)
 {

@@ -24,10 +24,15 @@ static bool ends_with(const char *s, size_t len, const char *suf)
 int pagoda_tp_split_of(const char *name, size_t len)
 {
     if (len < 4 || memcmp(name, "blk.", 4) != 0) return PAGODA_TP_REPLICATED;
+    /* gpt-oss: a sink a head (split with the heads) and the experts'
+     * biases [E x width], whose rows are the experts (split with them:
+     * rank r's rows are its experts' run, pagoda_tp_expert_range) */
     static const char *const rows[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                        ".attn_q.bias", ".attn_k.bias", ".attn_v.bias",
                                        ".ffn_gate.weight", ".ffn_up.weight",
-                                       ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight"};
+                                       ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight",
+                                       ".attn_sinks.weight", ".ffn_gate_exps.bias",
+                                       ".ffn_up_exps.bias", ".ffn_down_exps.bias"};
     static const char *const cols[] = {".attn_output.weight", ".ffn_down.weight",
                                        ".ffn_down_shexp.weight"};
     static const char *const exps[] = {".ffn_gate_exps.weight", ".ffn_up_exps.weight",
@@ -94,10 +99,6 @@ static bool splits(const gguf_file *f, const pagoda_tp_dims *d, int32_t n, char 
         return false;
     }
     if (n == 1) return true;
-    if (d->n_swa_layers > 0) {
-        snprintf(why, wn, "models with sliding-window layers are not split yet");
-        return false;
-    }
     /* a MoE model without dense layers has no FFN of width ffn to cut */
     bool dense_ffn = d->n_experts <= 0 || d->n_dense_lead > 0;
     if (d->mla) {

@@ -6,7 +6,11 @@
  * and the forward pass (which packs each rank's shard).
  *
  *   attn_q/k/v (weights and biases), ffn_gate, ffn_up,
- *   ffn_gate_shexp, ffn_up_shexp: split by output rows
+ *   ffn_gate_shexp, ffn_up_shexp, attn_sinks (one a head):
+ *                          split by output rows
+ *   ffn_{gate,up,down}_exps.bias ([width, n_experts], gpt-oss): split
+ *                          by rows, which are the experts: rank r holds
+ *                          its own experts' biases
  *   attn_output, ffn_down, ffn_down_shexp: split by input columns (the
  *                          partial sums are all-reduced)
  *   ffn_{gate,up,down}_exps (3-D, [cols, rows, n_experts]): split by
@@ -15,8 +19,11 @@
  *                          tensor (the routed sum is all-reduced once
  *                          after the MoE block, with the shared expert's)
  *   everything else (embeddings, norms, output head, the router
- *   ffn_gate_inp, its bias exp_probs_b, the shared expert's gate
- *   ffn_gate_inp_shexp): replicated
+ *   ffn_gate_inp and its biases ffn_gate_inp.bias / exp_probs_b, the
+ *   shared expert's gate ffn_gate_inp_shexp, attn_output.bias): replicated
+ *   (attn_output.bias is added by rank 0 alone, before the all-reduce)
+ * A sliding-window model's window pool splits with the KV heads, as the
+ * main pool does (each rank's pools hold its own KV heads).
  *
  * Not for: moving data (comm.h) or running the split (forward.c, tp.c).
  */
@@ -44,7 +51,7 @@ int pagoda_tp_split_of(const char *name, size_t len);
 
 /* The shape tensor parallelism needs. */
 typedef struct pagoda_tp_dims {
-    int64_t n_heads, n_kv_heads, ffn, n_swa_layers;
+    int64_t n_heads, n_kv_heads, ffn, n_swa_layers;   /* n_swa_layers: no constraint */
     /* mixture of experts (0: a dense model): the experts a MoE layer holds,
      * and how many leading layers keep a dense FFN of width ffn (with
      * n_experts > 0 and no dense layer, ffn need not divide) */

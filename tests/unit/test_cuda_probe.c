@@ -21,6 +21,7 @@
 #include "plugin_testhost.h"
 #include "quant.h"
 #include "testutil.h"
+#include "vecdot.h"
 
 static void *g_dl;
 static const pagoda_plugin_desc *g_desc;
@@ -321,14 +322,11 @@ START_TEST(test_gemv_formula)
 }
 END_TEST
 
-/* The CPU backend's scalar clamped SwiGLU (backends/cpu/ops.c). */
-void pagoda_cpu_swiglu_oai(const float *gate, size_t g_stride, const float *up, size_t u_stride,
-                           float alpha, float limit, float *out, size_t out_stride, int64_t rows,
-                           int64_t cols);
-
 /* kv_write's Q8_0 block (decode.h pcu_q8_0_quant, then the f16 of d) is
  * pagoda_quantize_row's to the bit, geglu's formula is GELU-tanh, and
- * swiglu_oai's is the CPU backend's to the bit (NaN and clamps included). */
+ * swiglu_oai's is the CPU backend's scalar reference to the bit (NaN and
+ * clamps included: the table's scalar entry, which its AVX2 / AVX-512
+ * entries match within a tolerance, test_cpu_kernels). */
 START_TEST(test_kv_and_glu_formulas)
 {
     enum { N = 64 * 32 };
@@ -365,7 +363,7 @@ START_TEST(test_kv_and_glu_formulas)
     up[1] = NAN;
     gate[2] = INFINITY;
     up[3] = -INFINITY;
-    pagoda_cpu_swiglu_oai(gate, sizeof gate, up, sizeof up, 1.702f, 7.0f, oai, sizeof oai, 1, N);
+    pagoda_vecdot_scalar.swiglu_oai(gate, up, 1.702f, 7.0f, oai, N);
     for (int i = 0; i < N; i++) {
         float got = pcu_swiglu_oai(gate[i], up[i], 1.702f, 7.0f);
         ck_assert_msg(memcmp(&got, &oai[i], 4) == 0 || (isnan(got) && isnan(oai[i])),

@@ -23,7 +23,9 @@
  *   - hparams: what model.c read and bound (alternating windows, SWA RoPE
  *     = global RoPE, routing, clamp constants, every bias and sink);
  *   - refusals: a backend without sinks (info.attn_sinks, ABI 1.8) or
- *     attention_ext, and tensor parallelism, each refused with one line;
+ *     attention_ext, each refused with one line; under tensor
+ *     parallelism a rank's sinks are its heads', rank 0 alone adds
+ *     attn_output.bias;
  *   - bad_input: a sink tensor of the wrong length, a missing sink or
  *     expert bias, an expert bias of the wrong shape, no sliding_window:
  *     one line naming the tensor or key. */
@@ -292,6 +294,14 @@ START_TEST(window_pool)
 }
 END_TEST
 
+/* An all-reduce that is never called (init only). */
+static int no_reduce(void *user, float *buf, size_t count, char *err, size_t err_len)
+{
+    (void)user, (void)buf, (void)count;
+    snprintf(err, err_len, "not reached");
+    return PAGODA_ERR_INTERNAL;
+}
+
 /* The long prompt's logits (every row) with backend be. */
 static void long_logits(pagoda_runtime *rt, pagoda_backend *be, json_t *pr, float *out, int32_t *n)
 {
@@ -403,13 +413,22 @@ START_TEST(refusals)
     hp.n_swa_layers = 0;
     ck_assert_int_eq(pagoda_forward_check_backend(&hp, &be, err, sizeof err), PAGODA_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err, "for its attention sinks"), "%s", err);
-    /* tensor parallelism */
+    /* tensor parallelism is no longer refused: each rank's sinks are its
+     * heads' share, and only rank 0 adds attn_output.bias (the logits of
+     * a split: test_tp's split_gptoss_2 and tests/tp/gptoss_split.sh) */
     pagoda_forward_kv kv = {.n_blocks = 4, .block_size = 16, .dtype = PAGODA_DTYPE_F32};
-    pagoda_forward_tp tp = {.rank = 0, .size = 2};
-    ck_assert_int_eq(pagoda_forward_init_tp(&fw, rt->model, &rt->backend, 8, 8, &kv, &tp, err,
-                                            sizeof err), PAGODA_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err, "tensor parallelism (2 ranks) does not run gpt-oss models yet"), "%s", err);
-    pagoda_forward_free(&fw);
+    const pagoda_hparams *mh = &rt->model->hp;
+    for (int r = 0; r < 2; r++) {
+        pagoda_forward_tp tp = {.rank = r, .size = 2, .all_reduce = no_reduce};
+        ck_assert_msg(pagoda_forward_init_tp(&fw, rt->model, &rt->backend, 8, 8, &kv, &tp, err,
+                                             sizeof err) == PAGODA_OK, "rank %d: %s", r, err);
+        for (int l = 0; l < mh->n_layers; l++) {
+            ck_assert_int_eq(fw.layers[l].sinks.cols, mh->n_heads / 2);
+            ck_assert_int_eq(fw.layers[l].has_bo, r == 0);
+            ck_assert_int_eq(fw.layers[l].gate_exps_b.rows, mh->n_experts / 2);
+        }
+        pagoda_forward_free(&fw);
+    }
     et_close(rt, cfg);
 }
 END_TEST

@@ -251,6 +251,15 @@ typedef struct pagoda_vecdot_table {
     float (*dot_mxfp4)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     void (*gemm_mxfp4_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                           int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* gpt-oss's clamped SwiGLU: out[i] = (clamp(u, -limit, limit) + 1) *
+     * x / (1 + exp(-alpha x)), x = min(g, limit) (pagoda_swiglu_oai1 per
+     * value: a NaN gate gives limit, a NaN up stays NaN). The scalar entry
+     * is the reference (the CUDA kernel's formula to the bit,
+     * test_cuda_probe); the AVX2 and AVX-512 ones use swiglu's exp
+     * polynomial (within ~2 ulp of expf's; their tails are the scalar
+     * formula). out may alias g or u. */
+    void (*swiglu_oai)(const float *g, const float *u, float alpha, float limit, float *out,
+                       int64_t n);
 } pagoda_vecdot_table;
 
 /* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */
@@ -262,6 +271,17 @@ typedef struct pagoda_vecdot_table {
 static inline float pagoda_gelu_tanh(float x)
 {
     return x / (1.0f + expf(-2.0f * PAGODA_GELU_K * (x + PAGODA_GELU_C * x * x * x)));
+}
+
+/* swiglu_oai of one value (the scalar reference and the SIMD tails):
+ * x * sigmoid(alpha x) as x / (1 + e^(-alpha x)), which does not overflow
+ * for the large negative x the one-sided clamp leaves (e^(+big) = inf
+ * gives -0). */
+static inline float pagoda_swiglu_oai1(float g, float u, float alpha, float limit)
+{
+    float x = g < limit ? g : limit;   /* min(gate, limit); a NaN gate gives limit */
+    float y = u < -limit ? -limit : u > limit ? limit : u;   /* a NaN up stays NaN */
+    return (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
 }
 
 extern const pagoda_vecdot_table pagoda_vecdot_scalar;
@@ -287,6 +307,10 @@ void pagoda_cpu_gemm_mxfp4_x8_avx512_simde(const void *w, size_t ws, int64_t nr,
  * of the same sources (libpagoda_cpu_kernels_simde) are the same functions
  * with _simde appended. */
 void pagoda_cpu_fill_avx512(pagoda_vecdot_table *t);
+/* kernels/avx512/act_avx512.c's entries (swiglu_oai), which
+ * pagoda_cpu_fill_avx512 puts in; _simde: the test-only SIMDe copy. */
+void pagoda_cpu_fill_avx512_act(pagoda_vecdot_table *t);
+void pagoda_cpu_fill_avx512_act_simde(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avxvnni(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avx512_simde(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avxvnni_simde(pagoda_vecdot_table *t);

@@ -142,6 +142,8 @@ void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const voi
  * swiglu / geglu. */
 void pagoda_cpu_swiglu_avx2(const float *g, const float *u, float *out, int64_t n);
 void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n);
+void pagoda_cpu_swiglu_oai_avx2(const float *g, const float *u, float alpha, float limit, float *out,
+                               int64_t n);
 
 /* The Q8_0 KV cache (vecdot_kv_avx2.c), signatures as vecdot.h's
  * quant_kv_q8_0 / scores_q8_0 / accum_q8_0. */

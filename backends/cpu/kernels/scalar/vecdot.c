@@ -321,6 +321,12 @@ static void geglu_scalar(const float *g, const float *u, float *out, int64_t n)
     for (int64_t i = 0; i < n; i++) out[i] = pagoda_gelu_tanh(g[i]) * u[i];
 }
 
+static void swiglu_oai_scalar(const float *g, const float *u, float alpha, float limit, float *out,
+                              int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = pagoda_swiglu_oai1(g[i], u[i], alpha, limit);
+}
+
 static void to_f16_scalar(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = pagoda_fp32_to_fp16(x[i]);
@@ -337,6 +343,7 @@ const pagoda_vecdot_table pagoda_vecdot_scalar = {
     .to_f16 = to_f16_scalar,
     .swiglu = swiglu_scalar,
     .geglu = geglu_scalar,
+    .swiglu_oai = swiglu_oai_scalar,
     .dequant = dequant_scalar,
     .quant_q8a = quant_q8a_scalar,
     .quant_q8k = quant_q8k_scalar,
