@@ -439,6 +439,71 @@ START_TEST(test_family_history)
 }
 END_TEST
 
+/* The memo end to end (api/callmemo.h), per family: the fake "model"
+ * echoes a call the user wrote in the family's syntax, not as the prompt
+ * would render it; a history that sends that call back renders the
+ * assistant turn with the model's own text; a call it did not write (other
+ * arguments) renders canonically. */
+START_TEST(test_family_call_memo)
+{
+#define DS_OPEN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C><\xEF\xBD\x9Ctool" \
+                "\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CLOSE "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C><\xEF\xBD\x9Ctool\xE2\x96\x81" \
+                 "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP_ "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
+#define KIMI_OPEN "<|tool_calls_section_begin|><|tool_call_begin|>"
+#define KIMI_CLOSE "<|tool_call_end|><|tool_calls_section_end|>"
+    static const struct {
+        const char *gen, *said, *history, *canonical;
+    } fam[] = {
+        {"<|assistant|>", "<tool_call>{\\\"name\\\":\\\"f\\\",\\\"arguments\\\":{\\\"x\\\":1}}</tool_call>",
+         "<|assistant|><tool_call>{\"name\":\"f\",\"arguments\":{\"x\":1}}</tool_call>\n",
+         "<|assistant|><tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 2}}\n</tool_call>\n"},
+        /* DeepSeek V3.1's form, rendered back as written rather than V3's */
+        {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", DS_OPEN "f" DS_SEP_ "{\\\"x\\\":1}" DS_CLOSE,
+         "<|assistant|>" DS_OPEN "f" DS_SEP_ "{\"x\":1}" DS_CLOSE "\n",
+         "<|assistant|>" DS_OPEN "function" DS_SEP_ "f\n```json\n{\"x\": 2}\n```" DS_CLOSE "\n"},
+        {"<|im_assistant|>assistant<|im_middle|>",
+         KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\\\"x\\\":1}" KIMI_CLOSE,
+         "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\":1}" KIMI_CLOSE "\n",
+         "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\": 2}" KIMI_CLOSE "\n"},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        g_gen_prompt = fam[i].gen;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        char body[2048];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"ok %s done\"}]," TOOLS
+                 ",\"max_tokens\":90}", fam[i].said);
+        json_t *j = post_expect("/v1/chat/completions", body, 200);
+        /* the call the user wrote (the echoed tools example, its newlines
+         * turned to spaces, may read as a call of its own before it) */
+        json_t *calls = jget(j, "choices.0.message.tool_calls"), *c = NULL;
+        for (size_t k = 0; k < json_array_size(calls) && !c; k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            if (!strcmp(json_string_value(json_object_get(fn, "name")), "f")) c = fn;
+        }
+        ck_assert_msg(c && !strcmp(json_string_value(json_object_get(c, "arguments")), "{\"x\":1}"), "%s: no call",
+                      fam[i].gen);
+        json_decref(j);
+        for (int x = 1; x <= 2; x++) {
+            snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
+                     "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
+                     "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
+            json_decref(post_expect("/v1/chat/completions", body, 200));
+            const char *p = last_logged()->prompt, *want = x == 1 ? fam[i].history : fam[i].canonical;
+            ck_assert_msg(strstr(p, want), "%s: no '%s' in %s", fam[i].gen, want, p);
+        }
+        srv_stop(&S);
+    }
+#undef DS_OPEN
+#undef DS_CLOSE
+#undef DS_SEP_
+#undef KIMI_OPEN
+#undef KIMI_CLOSE
+}
+END_TEST
+
 /* The grammar engine itself (constraint-grammar.so) on single-byte
  * tokens: does the grammar text accept exactly these bytes? */
 static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *comp, const char *s)
@@ -625,6 +690,7 @@ static Suite *suite(void)
     TCase *fm = tcase_create("families");
     tcase_set_timeout(fm, 60);
     tcase_add_test(fm, test_family_history);
+    tcase_add_test(fm, test_family_call_memo);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
     suite_add_tcase(s, fm);

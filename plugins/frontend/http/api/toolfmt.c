@@ -275,12 +275,11 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
 }
 
 /* a call block out: canonical when it parses, else the text it was */
-static void call_out(const char *open, const char *body, size_t n, const char *close, sbuf *out)
+static void call_out(int fmt, const char *open, const char *body, size_t n, const char *close, sbuf *out)
 {
     sbuf j = {0};
     if (fmt_call_json(body, n, &j) == 0) {
-        /* a Hermes call as the model wrote it, for the next turn's prompt */
-        if (!strcmp(open, "<tool_call>")) callmemo_note(body, n);
+        callmemo_note(fmt, NULL, body, n); /* as the model wrote it, for the next turn's prompt */
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -309,7 +308,7 @@ static void feed_marks(fmt_norm *f, sbuf *out, bool end)
                 split_drop(&f->held, len);
                 return;
             }
-            call_out(m->open, h, at, m->close, out);
+            call_out(f->fmt, m->open, h, at, m->close, out);
             split_drop(&f->held, at + strlen(m->close));
             f->state = S_TEXT;
             continue;
@@ -366,6 +365,10 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
     const char *b = t == (size_t)-1 ? h : h + t + strlen(PY_TAG);
     sbuf j = {0};
     if (fmt_call_json(b, (size_t)(h + len - b), &j) == 0) {
+        const char *e = h + len;
+        while (b < e && isspace((unsigned char)*b)) b++;
+        while (e > b && isspace((unsigned char)e[-1])) e--;
+        callmemo_note(FMT_LLAMA3, NULL, b, (size_t)(e - b));
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -437,6 +440,7 @@ static void body_end(fmt_norm *f, const char *p, size_t n, sbuf *out)
 {
     sbuf j = {0};
     if (f->chan == CH_CALL && put_call(f->hdr.p, f->hdr.len, args_of(p, n), &j) == 0) {
+        callmemo_note(FMT_HARMONY, f->hdr.p, p, n);
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
