@@ -57,6 +57,21 @@ static const fcase CASES[] = {
                "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>"
                "functions.time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
      "Let me check.", "", "get({\"city\":\"Oslo\"})time({})"},
+    /* Mistral: a JSON list (v3, Nemo: an "id" beside), or v11's N[ARGS]{...}, each after [TOOL_CALLS] */
+    {FMT_MISTRAL, "Sure.[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"},"
+                  " {\"name\": \"now\", \"arguments\": {}}]", "Sure.", "", "get({\"city\":\"Paris\"})now({})"},
+    {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": \"{\\\"n\\\": 1}\"}] done", " done", "",
+     "get({\"n\":1})"},
+    {FMT_MISTRAL, "[TOOL_CALLS]get[ARGS]{\"city\": \"Rome\"}[TOOL_CALLS]now[CALL_ID]x9y8z7w6v[ARGS]{}", "", "",
+     "get({\"city\":\"Rome\"})now({})"},
+    /* malformed: the text it was, a good call beside a bad one still read */
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\"", "[TOOL_CALLS][{\"name\": \"get\"", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"arguments\": {}}]", "[TOOL_CALLS][{\"arguments\": {}}]", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, 7]", "[TOOL_CALLS][{\"name\": \"f\", "
+                  "\"arguments\": {}}, 7]", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS]get[ARGS]not json", "[TOOL_CALLS]get[ARGS]not json", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS]no args here[TOOL_CALLS]f[ARGS]{}", "[TOOL_CALLS]no args here", "", "f({})"},
+    {FMT_MISTRAL, "a [TOOL_CALL] b [TOOL_CALLS", "a [TOOL_CALL] b [TOOL_CALLS", "", ""},
     /* harmony: analysis is reasoning, final the answer, commentary to=functions.N a call */
     {FMT_HARMONY, "<|channel|>analysis<|message|>User says hi.<|end|><|start|>assistant<|channel|>final"
                   "<|message|>Hello!", "Hello!", "User says hi.", ""},
@@ -158,7 +173,27 @@ START_TEST(bodies_and_probe)
                      FMT_DEEPSEEK);
     ck_assert_int_eq(fmt_from_probe("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"), FMT_LLAMA3);
     ck_assert_int_eq(fmt_from_probe("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), FMT_HERMES);
+    ck_assert_int_eq(fmt_from_probe("<s>[INST] s\n\nhi [/INST]"), FMT_MISTRAL);
+    ck_assert_int_eq(fmt_from_probe("<s>[INST] <<SYS>>\ns\n<</SYS>>\n\nhi [/INST]"), FMT_HERMES);
     ck_assert_int_eq(fmt_from_probe(NULL), FMT_HERMES);
+    /* Mistral's bodies: a list of one call, v11's N[ARGS]{...}; a name
+     * that is no name, a list of two, arguments that are no object: none */
+    static const char *const mi[][2] = {
+        {"[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", "{\"name\":\"f\",\"arguments\":{\"a\":1}}"},
+        {"f[CALL_ID]abc[ARGS]{\"a\": 1}", "{\"name\":\"f\",\"arguments\":{\"a\":1}}"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        o = (sbuf){0};
+        ck_assert_int_eq(fmt_call_json(mi[i][0], strlen(mi[i][0]), &o), 0);
+        ck_assert_str_eq(o.p, mi[i][1]);
+        free(o.p);
+    }
+    static const char *const mi_bad[] = {"a b[ARGS]{}", "[{\"name\": \"f\"}, {\"name\": \"g\"}]", "f[ARGS][1]", "[]"};
+    o = (sbuf){0};
+    for (size_t i = 0; i < sizeof mi_bad / sizeof mi_bad[0]; i++)
+        ck_assert_msg(fmt_call_json(mi_bad[i], strlen(mi_bad[i]), &o) == -1, "'%s'", mi_bad[i]);
+    ck_assert_uint_eq(o.len, 0);
+    free(o.p);
 }
 END_TEST
 
@@ -263,6 +298,11 @@ START_TEST(call_memo_families)
          "get", "{\"city\": \"Paris\"}", 1, "functions.get:1<|tool_call_argument_begin|>{\"city\":\"Paris\"}"},
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
          "get", "{\"city\": \"Paris\"}", 0, "{\"city\":\"Paris\"}"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]", "get",
+         "{\"city\": \"Paris\"}", 0, "[{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
+        /* v11's form stands in for the list the prompt would write */
+        {FMT_MISTRAL, "OK.[TOOL_CALLS]get[ARGS]{\"city\": \"Paris\"}", "get", "{\"city\": \"Paris\"}", 0,
+         "get[ARGS]{\"city\": \"Paris\"}"},
     };
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
         callmemo_clear();
@@ -297,6 +337,11 @@ START_TEST(call_memo_families)
         {FMT_KIMI, "<|tool_call_begin|>functions.get<|tool_call_argument_begin|>{\"city\":\"Paris\"}<|tool_call_end|>"},
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"},
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>[1]<|call|>"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        /* two calls in one list, or an id beside: not the one call the prompt writes */
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}},"
+                      "{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"},\"id\":\"a1b2c3d4e\"}]"},
     };
     callmemo_clear();
     for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) feed_fmt(N[i].fmt, N[i].out);

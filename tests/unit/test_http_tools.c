@@ -421,6 +421,8 @@ START_TEST(test_family_history)
          "\n```json\n{\"x\": 1}\n```",
          "<|tool|>5\n", "function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C><function-name>"},
         /* harmony: the tools as gpt-oss's TypeScript namespace, a message of its own */
+        {"[INST]", "<|assistant|>[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}]\n",
+         "<|tool|><tool_response>\n5\n</tool_response>\n", "[TOOL_CALLS][{\"name\": <function-name>"},
         {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
          "<|tools|>## functions\n\nnamespace functions {\n\ntype f = (_: {\nx?: number,\n}) => any;\n\n"
          "} // namespace functions\n"},
@@ -467,6 +469,9 @@ START_TEST(test_family_call_memo)
          KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\\\"x\\\":1}" KIMI_CLOSE,
          "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\":1}" KIMI_CLOSE "\n",
          "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\": 2}" KIMI_CLOSE "\n"},
+        /* Mistral v11's form, rendered back as written rather than the list */
+        {"[INST]", "[TOOL_CALLS]f[ARGS]{\\\"x\\\":1}", "<|assistant|>[TOOL_CALLS]f[ARGS]{\"x\":1}\n",
+         "<|assistant|>[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 2}}]\n"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
@@ -553,6 +558,11 @@ START_TEST(test_family_auto)
         {"<|start_header_id|>assistant<|end_header_id|>\n\n", "Paris. {\"name\": \"f\"} <|python_tag|> <tool_call>x",
          "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 5}}",
          {"{\"city\": \"Paris\"}", "\n <|python_tag|>print(1)", "{\"name\": \"g\", \"parameters\": {}}"}},
+        /* Mistral: [TOOL_CALLS] and a list of one call */
+        {"[INST]", "Sure. [TOOL_CALL] [TOOL_CALLS <tool_call>x",
+         "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}] done",
+         {"[TOOL_CALLS]hello", "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
+          "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}, {\"name\": \"f\", \"arguments\": {}}]"}},
     };
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
                                "\"parallel_tool_calls\":false}";

@@ -310,6 +310,8 @@ static const struct call_syntax {
                   "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", "<|tool_calls_section_begin|>", false},
     [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
                      "<|channel|>commentary to=functions.", true},
+    [FMT_MISTRAL] = {"", "", "", "[TOOL_CALLS][", "]", "{\"name\": \"", "\", \"arguments\": ", "}", "[TOOL_CALLS]",
+                     true},
 };
 
 #define PY_TAG "<|python_tag|>"
@@ -556,6 +558,10 @@ static void write_call(sbuf *b, int fmt, const char *name, const char *args, int
         break;
     case FMT_LLAMA3:
         if (k) sb_str(b, "\n");
+        sb_str(b, s);
+        break;
+    case FMT_MISTRAL:
+        sb_str(b, "[TOOL_CALLS]");
         sb_str(b, s);
         break;
     default:
@@ -870,6 +876,9 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
         break;
     case FMT_LLAMA3:
         sb_str(&b, "{\"name\": <function-name>, \"parameters\": <args-json-object>}\nas the whole reply.");
+        break;
+    case FMT_MISTRAL:
+        sb_str(&b, "[TOOL_CALLS][{\"name\": <function-name>, \"arguments\": <args-json-object>}]");
         break;
     default:
         sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");

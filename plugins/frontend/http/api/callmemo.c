@@ -56,6 +56,7 @@ char *callmemo_render(int fmt, const char *name, const char *args, int index)
     case FMT_DEEPSEEK: r = asprintf(&s, "function" DS_SEP "%s\n```json\n%s\n```", name, args); break;
     case FMT_KIMI: r = asprintf(&s, "functions.%s:%d" KIMI_ARG "%s", name, index, args); break;
     case FMT_HARMONY: s = strdup(args); break;
+    case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": \"%s\", \"arguments\": %s}]", name, args); break;
     default: return hermes_body(name, args);
     }
     return r < 0 ? NULL : s;
@@ -113,6 +114,20 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
         return true;
     }
     case FMT_LLAMA3: return tn && *t == '{' && json_call(s, n, "parameters", name, args);
+    case FMT_MISTRAL: {
+        /* a list of one call; the v11 form N[ARGS]{...} is read by toolfmt.c
+         * and remembered as its list rendering's replacement too */
+        if (tn && *t == '[') {
+            json_t *v = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
+            bool one = json_is_array(v) && json_array_size(v) == 1;
+            char *txt = one ? json_dumps(json_array_get(v, 0), 0) : NULL;
+            json_decref(v);
+            bool ok = txt && json_call(txt, strlen(txt), "arguments", name, args);
+            free(txt);
+            return ok;
+        }
+        break;
+    }
     case FMT_HERMES:
         if (tn && *t == '{') return json_call(s, n, "arguments", name, args);
         break;

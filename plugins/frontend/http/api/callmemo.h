@@ -43,6 +43,7 @@
  *   kimi      between the call markers: functions.N:INDEX
  *             <|tool_call_argument_begin|>A
  *   harmony   the call message's content: A (N is in its header)
+ *   mistral   after [TOOL_CALLS]: [{"name": "N", "arguments": A}]
  * malloc'd; NULL when out of memory. */
 char *callmemo_render(int fmt, const char *name, const char *args, int index);
 
