@@ -30,6 +30,9 @@ typedef struct memo_entry {
 static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static memo_entry memo[CALLMEMO_SIZE];
 static size_t memo_next; /* the slot replaced next */
+static _Atomic bool memo_on = true;
+
+void callmemo_set_enabled(bool on) { memo_on = on; }
 
 /* "\n" {"name": N, "arguments": A} "\n", A parsed and written again */
 static char *hermes_body(const char *name, const char *args)
@@ -149,7 +152,7 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
 
 void callmemo_note(int fmt, const char *hname, const char *span, size_t n)
 {
-    if (!span || n == 0 || n > CALLMEMO_MAX_BODY || fmt < 0 || fmt >= FMT_COUNT) return;
+    if (!memo_on || !span || n == 0 || n > CALLMEMO_MAX_BODY || fmt < 0 || fmt >= FMT_COUNT) return;
     if (memchr(span, 0, n)) return; /* a NUL inside: not a span to write back */
     char *name = NULL, *atxt = NULL, *rendered = NULL, *written = NULL;
     json_t *args = NULL;
@@ -188,7 +191,7 @@ out:
 char *callmemo_written(int fmt, const char *name, const char *rendered)
 {
     char *out = NULL;
-    if (!name || !rendered) return NULL;
+    if (!memo_on || !name || !rendered) return NULL;
     pthread_mutex_lock(&memo_mu);
     for (size_t i = 0; i < CALLMEMO_SIZE && !out; i++)
         if (memo[i].rendered && memo[i].fmt == fmt && !strcmp(memo[i].name, name) &&

@@ -26,6 +26,7 @@
 #ifndef PAGODA_HTTP_API_CALLMEMO_H
 #define PAGODA_HTTP_API_CALLMEMO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define CALLMEMO_SIZE 256       /* calls remembered */
@@ -56,6 +57,10 @@ void callmemo_note(int fmt, const char *name, const char *span, size_t n);
 /* The span the model wrote for the call of family fmt named name whose
  * rendering is rendered (malloc'd), or NULL when none is remembered. */
 char *callmemo_written(int fmt, const char *name, const char *rendered);
+
+/* [http] call_memo: off, nothing is remembered and every lookup misses
+ * (the process's one HTTP frontend sets it at create). */
+void callmemo_set_enabled(bool on);
 
 /* Forget every call (tests). */
 void callmemo_clear(void);
