@@ -10,7 +10,9 @@ line "FAMILY owed O missed M calls C" summed over the N conversations.
 Checks (exit 1) only what holds for any trajectory: every turn 1 made one
 call, and turn 2 found at least something cached. family_reuse.sh runs it
 with the memo on and off ([http] call_memo) for the table in
-docs/http-api.md."""
+docs/http-api.md. Turn 1's max_tokens leaves room for DeepSeek's markers,
+many tokens each in the GPT-2 vocabulary (a call cut short leaves its
+rest in content, which the history writes before the call)."""
 import json
 import sys
 import urllib.request
@@ -37,7 +39,7 @@ def main():
     for i in range(N):
         msgs = [{"role": "user", "content": f"Look up item {i}."}]
         r = post({"messages": msgs, "tools": TOOLS, "tool_choice": "required", "temperature": 1,
-                  "seed": 7000 + i, "max_tokens": 120, "parallel_tool_calls": False})
+                  "seed": 7000 + i, "max_tokens": 200, "parallel_tool_calls": False})
         m = r["choices"][0]["message"]
         if len(m.get("tool_calls") or []) != 1:
             print(f"FAIL: {FAMILY} conversation {i}: turn 1 made no call: {m}")

@@ -3,15 +3,17 @@
 # 28): a random-weight tiny llama with the committed GPT-2 vocabulary
 # (pagoda gen-model, as family_calls.sh), the prefix cache, the chat
 # template forced to each family in turn, with [http] call_memo on and
-# off; family_reuse.py runs N (default 8) two-turn conversations on each
-# and prints the turn-2 tokens owed and missed. A measurement for
-# docs/http-api.md, not in the suite (it asserts only that calls are
-# made and something is cached).
+# off; family_reuse.py runs N (default 8; 2 under a sanitizer build)
+# two-turn conversations on each and prints the turn-2 tokens owed and
+# missed: the table in docs/http-api.md. In the suite it checks only what
+# holds for any trajectory (every turn 1 makes its call, every turn 2
+# finds something cached); the figures are for reading.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
 integ_tmp family_reuse
 n=${1:-8}
+[ -n "${PAGODA_SANITIZER:-}" ] && [ -z "${1:-}" ] && n=2
 model=$tmp/tiny-gpt2.gguf
 "$PAGODA_BIN" gen-model --shape tiny --type F32 --vocab "$PAGODA_SOURCE_DIR/tests/data/vocab/ggml-vocab-gpt-2.gguf" \
     --out "$model" >"$tmp/gen.log" 2>&1 || { echo "FAIL: gen-model"; cat "$tmp/gen.log"; exit 1; }
