@@ -300,6 +300,8 @@ START_TEST(call_memo_families)
          "get", "{\"city\": \"Paris\"}", 0, "{\"city\":\"Paris\"}"},
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]", "get",
          "{\"city\": \"Paris\"}", 0, "[{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
+        {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}] ok", "get",
+         "{\"city\": \"Paris\"}", 0, " [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
         /* v11's form stands in for the list the prompt would write */
         {FMT_MISTRAL, "OK.[TOOL_CALLS]get[ARGS]{\"city\": \"Paris\"}", "get", "{\"city\": \"Paris\"}", 0,
          "get[ARGS]{\"city\": \"Paris\"}"},

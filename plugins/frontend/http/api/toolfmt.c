@@ -564,8 +564,8 @@ static size_t mistral_calls(const char *s, size_t n, sbuf *out)
         json_decref(v);
         if (ok && j.p) {
             sb_put(out, j.p, j.len);
-            /* one call: as the model wrote it, for the next turn's prompt */
-            if (k == 1) callmemo_note(FMT_MISTRAL, NULL, s + lead, used);
+            /* one call: as the model wrote it (its leading space too), for the next turn's prompt */
+            if (k == 1) callmemo_note(FMT_MISTRAL, NULL, s, lead + used);
         }
         free(j.p);
         return ok ? lead + used : 0;
@@ -582,7 +582,7 @@ static size_t mistral_calls(const char *s, size_t n, sbuf *out)
         free(j.p);
         return 0;
     }
-    callmemo_note(FMT_MISTRAL, NULL, s + lead, end - lead);
+    callmemo_note(FMT_MISTRAL, NULL, s, end); /* its leading space too: the prompt writes it after [TOOL_CALLS] */
     sb_str(out, "<tool_call>\n");
     sb_put(out, j.p, j.len);
     sb_str(out, "\n</tool_call>");
