@@ -3,8 +3,10 @@
  * the family's output is normalized, then split (split.c) into text,
  * reasoning and calls; every cut into two pieces, byte by byte, and 300
  * random chunkings give the same parts as the whole. Also harmony.c's
- * tools namespace against jinja2 renders of gpt-oss's template. No model,
- * no server. */
+ * tools namespace against jinja2 renders of gpt-oss's template, and the
+ * call memo (callmemo.c) per family: what each reader remembers, found by
+ * the prompt's rendering of the same call, and nothing else. No model, no
+ * server. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

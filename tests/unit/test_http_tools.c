@@ -4,7 +4,9 @@
  * each field becomes in the submitted request (constraint type and text,
  * the prompt with tools, tool calls and tool results rendered Hermes-style),
  * the 400s of bad fields, and <tool_call> blocks in the output read back as
- * tool_calls, whole and streamed. The real engine's side is
+ * tool_calls, whole and streamed; per family, the history's calls and
+ * results, the "auto" grammar, and a call the model wrote coming back in
+ * the history as written (the call memo). The real engine's side is
  * tests/integration/http_structured.c. */
 #include "http_testutil.h"
 #include "plugin_loader.h"
