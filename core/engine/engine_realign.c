@@ -18,8 +18,10 @@
  * blocks whose token ids equal the prompt's own; only plain tokens (no
  * control, user-defined or unknown ones) are ever exchanged, a stretch is
  * at most ENGINE_REALIGN_SPAN tokens of either side and must reach into
- * the recent sequence's generated tokens (a prompt's own text keeps its
- * tokenizer's tokens), a request that gives token ids, or scores its
+ * the recent sequence's generated tokens, or be its prompt's last token
+ * alone with the prompt going on as the reply did (the generation
+ * prompt's last token, merged in the next prompt's text with the reply's
+ * first bytes); a prompt's own text elsewhere keeps its tokenizer's tokens, a request that gives token ids, or scores its
  * prompt, is left as it came, and a prompt never grows past what the
  * request's limits take (the context less max_tokens).
  * Not for: the KV itself (the KV policy matches blocks), rendering the
@@ -58,15 +60,15 @@ static bool put_plain(const pagoda_tokenizer *t, int32_t id, char *buf, size_t *
     return true;
 }
 
-/* From index d, where h and p part: the ends ih, ip of the shortest
- * stretches h[d..ih) and p[d..ip) that spell the same bytes; false when
- * none does within the bounds. */
-static bool align_at(const pagoda_tokenizer *t, const int32_t *h, int32_t nh, const int32_t *p, int32_t np,
-                     int32_t d, int32_t *ih, int32_t *ip)
+/* From h[dh] and p[dp], where h and p part: the ends ih, ip of the
+ * shortest stretches h[dh..ih) and p[dp..ip) that spell the same bytes;
+ * false when none does within the bounds. */
+static bool align_from(const pagoda_tokenizer *t, const int32_t *h, int32_t nh, const int32_t *p, int32_t np,
+                       int32_t dh, int32_t dp, int32_t *ih, int32_t *ip)
 {
     char bh[REALIGN_MAX_BYTES], bp[REALIGN_MAX_BYTES];
     size_t lh = 0, lp = 0;
-    int32_t i = d, k = d;
+    int32_t i = dh, k = dp, d = dh;
     for (;;) {
         if (lh == lp && lh > 0) {
             *ih = i;
@@ -76,11 +78,29 @@ static bool align_at(const pagoda_tokenizer *t, const int32_t *h, int32_t nh, co
         if (lh <= lp) {
             if (i >= nh || i - d >= ENGINE_REALIGN_SPAN || !put_plain(t, h[i++], bh, &lh)) return false;
         } else {
-            if (k >= np || k - d >= ENGINE_REALIGN_SPAN || !put_plain(t, p[k++], bp, &lp)) return false;
+            if (k >= np || k - dp >= ENGINE_REALIGN_SPAN || !put_plain(t, p[k++], bp, &lp)) return false;
         }
         size_t m = lh < lp ? lh : lp;
         if (memcmp(bh, bp, m)) return false;
     }
+}
+
+/* The stretch c->tokens[d..ch) = p[d..cp) reaches the recent sequence's
+ * reply: it ends inside the reply, or it is the prompt's last token alone
+ * (the generation prompt's, which the next prompt's text merges with the
+ * reply's first bytes: Llama 3's "\n\n" before a "{") with the prompt
+ * going on as the reply did, token for token or by another stretch.
+ * Anything else inside the recent sequence's prompt is not taken. */
+static bool reaches_reply(const pagoda_tokenizer *t, const engine_recent *c, const int32_t *p, int32_t np, int32_t d,
+                          int32_t ch, int32_t cp)
+{
+    if (ch > c->n_prompt) return true;
+    if (ch < c->n_prompt || ch >= c->n || d != c->n_prompt - 1) return false;
+    int32_t j = 0;
+    while (ch + j < c->n && cp + j < np && c->tokens[ch + j] == p[cp + j]) j++;
+    if (j) return true;
+    int32_t a, b;
+    return align_from(t, c->tokens, c->n, p, np, ch, cp, &a, &b);
 }
 
 int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const char *salt, int32_t max_n,
@@ -109,7 +129,8 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
             if (!c->tokens || !same_salt(c->salt, salt)) continue;
             int32_t cd = common_prefix(c->tokens, c->n, w, nw, 0), ch, cp;
             if (cd >= nw || cd >= c->n || cd < d || (cd == d && h && c->n <= h->n)) continue;
-            if (!align_at(t, c->tokens, c->n, w, nw, cd, &ch, &cp) || ch <= c->n_prompt) continue;
+            if (!align_from(t, c->tokens, c->n, w, nw, cd, cd, &ch, &cp) || !reaches_reply(t, c, w, nw, cd, ch, cp))
+                continue;
             h = c;
             d = cd;
             ih = ch;

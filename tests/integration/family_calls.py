@@ -23,7 +23,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
     {"type": "function", "function": {"name": "g", "parameters": {
         "type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"],
         "additionalProperties": False}}}]
-MARKUP = ["<|", "<\uff5c", "<tool_call>", "functions."]
+MARKUP = ["<|", "<\uff5c", "<tool_call>", "functions.", "[TOOL_CALLS]"]
 
 
 def post(body):

@@ -3,8 +3,10 @@
  * the family's output is normalized, then split (split.c) into text,
  * reasoning and calls; every cut into two pieces, byte by byte, and 300
  * random chunkings give the same parts as the whole. Also harmony.c's
- * tools namespace against jinja2 renders of gpt-oss's template. No model,
- * no server. */
+ * tools namespace against jinja2 renders of gpt-oss's template, and the
+ * call memo (callmemo.c) per family: what each reader remembers, found by
+ * the prompt's rendering of the same call, and nothing else. No model, no
+ * server. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,21 @@ static const fcase CASES[] = {
                "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>"
                "functions.time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
      "Let me check.", "", "get({\"city\":\"Oslo\"})time({})"},
+    /* Mistral: a JSON list (v3, Nemo: an "id" beside), or v11's N[ARGS]{...}, each after [TOOL_CALLS] */
+    {FMT_MISTRAL, "Sure.[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"},"
+                  " {\"name\": \"now\", \"arguments\": {}}]", "Sure.", "", "get({\"city\":\"Paris\"})now({})"},
+    {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": \"{\\\"n\\\": 1}\"}] done", " done", "",
+     "get({\"n\":1})"},
+    {FMT_MISTRAL, "[TOOL_CALLS]get[ARGS]{\"city\": \"Rome\"}[TOOL_CALLS]now[CALL_ID]x9y8z7w6v[ARGS]{}", "", "",
+     "get({\"city\":\"Rome\"})now({})"},
+    /* malformed: the text it was, a good call beside a bad one still read */
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\"", "[TOOL_CALLS][{\"name\": \"get\"", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"arguments\": {}}]", "[TOOL_CALLS][{\"arguments\": {}}]", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, 7]", "[TOOL_CALLS][{\"name\": \"f\", "
+                  "\"arguments\": {}}, 7]", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS]get[ARGS]not json", "[TOOL_CALLS]get[ARGS]not json", "", ""},
+    {FMT_MISTRAL, "[TOOL_CALLS]no args here[TOOL_CALLS]f[ARGS]{}", "[TOOL_CALLS]no args here", "", "f({})"},
+    {FMT_MISTRAL, "a [TOOL_CALL] b [TOOL_CALLS", "a [TOOL_CALL] b [TOOL_CALLS", "", ""},
     /* harmony: analysis is reasoning, final the answer, commentary to=functions.N a call */
     {FMT_HARMONY, "<|channel|>analysis<|message|>User says hi.<|end|><|start|>assistant<|channel|>final"
                   "<|message|>Hello!", "Hello!", "User says hi.", ""},
@@ -158,7 +175,27 @@ START_TEST(bodies_and_probe)
                      FMT_DEEPSEEK);
     ck_assert_int_eq(fmt_from_probe("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"), FMT_LLAMA3);
     ck_assert_int_eq(fmt_from_probe("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), FMT_HERMES);
+    ck_assert_int_eq(fmt_from_probe("<s>[INST] s\n\nhi [/INST]"), FMT_MISTRAL);
+    ck_assert_int_eq(fmt_from_probe("<s>[INST] <<SYS>>\ns\n<</SYS>>\n\nhi [/INST]"), FMT_HERMES);
     ck_assert_int_eq(fmt_from_probe(NULL), FMT_HERMES);
+    /* Mistral's bodies: a list of one call, v11's N[ARGS]{...}; a name
+     * that is no name, a list of two, arguments that are no object: none */
+    static const char *const mi[][2] = {
+        {"[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", "{\"name\":\"f\",\"arguments\":{\"a\":1}}"},
+        {"f[CALL_ID]abc[ARGS]{\"a\": 1}", "{\"name\":\"f\",\"arguments\":{\"a\":1}}"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        o = (sbuf){0};
+        ck_assert_int_eq(fmt_call_json(mi[i][0], strlen(mi[i][0]), &o), 0);
+        ck_assert_str_eq(o.p, mi[i][1]);
+        free(o.p);
+    }
+    static const char *const mi_bad[] = {"a b[ARGS]{}", "[{\"name\": \"f\"}, {\"name\": \"g\"}]", "f[ARGS][1]", "[]"};
+    o = (sbuf){0};
+    for (size_t i = 0; i < sizeof mi_bad / sizeof mi_bad[0]; i++)
+        ck_assert_msg(fmt_call_json(mi_bad[i], strlen(mi_bad[i]), &o) == -1, "'%s'", mi_bad[i]);
+    ck_assert_uint_eq(o.len, 0);
+    free(o.p);
 }
 END_TEST
 
@@ -202,11 +239,11 @@ START_TEST(harmony_tools_reference)
 }
 END_TEST
 
-/* feeds a whole output through the Hermes reader (the memo notes its calls) */
-static void feed_hermes(const char *in)
+/* feeds a whole output through a family's reader (the memo notes its calls) */
+static void feed_fmt(int fmt, const char *in)
 {
     fmt_norm f;
-    fmt_init(&f, FMT_HERMES);
+    fmt_init(&f, fmt);
     sbuf o = {0};
     fmt_feed(&f, in, strlen(in), &o);
     fmt_end(&f, &o);
@@ -214,51 +251,143 @@ static void feed_hermes(const char *in)
     free(o.p);
 }
 
-/* A Hermes call comes back in the history as written: the memo maps the
- * body the prompt would write to the one the model wrote, and only that */
-START_TEST(call_memo)
+/* the span the memo holds for (fmt, name, the prompt's rendering of args
+ * at index), or NULL */
+static char *memo_for(int fmt, const char *name, const char *args, int index)
+{
+    char *r = callmemo_render(fmt, name, args, index);
+    ck_assert_ptr_nonnull(r);
+    char *w = callmemo_written(fmt, name, r);
+    free(r);
+    return w;
+}
+
+/* Each family's call comes back in the history as the model wrote it: the
+ * model's output goes through its family's reader, and the span the prompt
+ * renders for the same call (callmemo_render, what ../structured.c
+ * writes) finds the written span; a call the model did not emit (other
+ * arguments, another name, another index, another family) is a miss. */
+START_TEST(call_memo_families)
+{
+    static const struct {
+        int fmt;
+        const char *out;     /* the model's output */
+        const char *name, *args; /* the call as the client sends it back (json_dumps) */
+        int index;
+        const char *written; /* the span the memo gives the prompt */
+    } F[] = {
+        /* the constraint let the model space its object its own way */
+        {FMT_HERMES, "<tool_call>\n{\"name\": \"get\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n</tool_call>",
+         "get", "{\"city\": \"Paris\", \"n\": 2}", 0,
+         "\n{\"name\": \"get\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n"},
+        /* Qwen3-Coder's and GLM-4.5's forms inside the Hermes tags */
+        {FMT_HERMES, "<tool_call>\n<function=get>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+         "get", "{\"city\": \"Paris\"}", 0, "\n<function=get>\n<parameter=city>\nParis\n</parameter>\n</function>\n"},
+        {FMT_HERMES, "<tool_call>get\n<arg_key>n</arg_key>\n<arg_value>[1, 2]</arg_value>\n</tool_call>", "get",
+         "{\"n\": [1, 2]}", 0, "get\n<arg_key>n</arg_key>\n<arg_value>[1, 2]</arg_value>\n"},
+        {FMT_LLAMA3, " {\"name\": \"get\", \"parameters\": {\"city\":\"Paris\"}}\n", "get", "{\"city\": \"Paris\"}", 0,
+         "{\"name\": \"get\", \"parameters\": {\"city\":\"Paris\"}}"},
+        {FMT_LLAMA3, "<|python_tag|>{\"parameters\": {\"n\": 1}, \"name\": \"get\"}", "get", "{\"n\": 1}", 0,
+         "{\"parameters\": {\"n\": 1}, \"name\": \"get\"}"},
+        {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "get\n```json\n{\"city\":\"Paris\"}\n```"
+                       DS_CALL_END DS_CALLS_END,
+         "get", "{\"city\": \"Paris\"}", 0, "function" DS_SEP "get\n```json\n{\"city\":\"Paris\"}\n```"},
+        /* V3.1's form, read by the same reader */
+        {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "get" DS_SEP "{\"n\": 3}" DS_CALL_END DS_CALLS_END, "get",
+         "{\"n\": 3}", 0, "get" DS_SEP "{\"n\": 3}"},
+        {FMT_KIMI, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get:1<|tool_call_argument_begin|>"
+                   "{\"city\":\"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
+         "get", "{\"city\": \"Paris\"}", 1, "functions.get:1<|tool_call_argument_begin|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+         "get", "{\"city\": \"Paris\"}", 0, "{\"city\":\"Paris\"}"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]", "get",
+         "{\"city\": \"Paris\"}", 0, "[{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
+        {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}] ok", "get",
+         "{\"city\": \"Paris\"}", 0, " [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        /* v11's form stands in for the list the prompt would write */
+        {FMT_MISTRAL, "OK.[TOOL_CALLS]get[ARGS]{\"city\": \"Paris\"}", "get", "{\"city\": \"Paris\"}", 0,
+         "get[ARGS]{\"city\": \"Paris\"}"},
+    };
+    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
+        callmemo_clear();
+        ck_assert_ptr_null(memo_for(F[i].fmt, F[i].name, F[i].args, F[i].index));
+        feed_fmt(F[i].fmt, F[i].out);
+        char *w = memo_for(F[i].fmt, F[i].name, F[i].args, F[i].index);
+        ck_assert_msg(w && !strcmp(w, F[i].written), "%s case %zu: %s", fmt_name(F[i].fmt), i, w ? w : "(miss)");
+        free(w);
+        /* not emitted: other arguments, their keys in another order, another
+         * name, another index (Kimi's is part of the call), another family */
+        ck_assert_ptr_null(memo_for(F[i].fmt, F[i].name, "{\"city\": \"Pari\"}", F[i].index));
+        ck_assert_ptr_null(memo_for(F[i].fmt, F[i].name, "{\"n\": 2, \"city\": \"Paris\"}", F[i].index));
+        ck_assert_ptr_null(memo_for(F[i].fmt, "put", F[i].args, F[i].index));
+        if (F[i].fmt == FMT_KIMI) ck_assert_ptr_null(memo_for(F[i].fmt, F[i].name, F[i].args, 0));
+        int other = F[i].fmt == FMT_HERMES ? FMT_KIMI : FMT_HERMES;
+        ck_assert_ptr_null(memo_for(other, F[i].name, F[i].args, F[i].index));
+    }
+    /* written as the prompt renders it: nothing to remember (the prompt's
+     * text already); text that is no call, or a call cut short, neither */
+    static const struct {
+        int fmt;
+        const char *out;
+    } N[] = {
+        {FMT_HERMES, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+        {FMT_HERMES, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":\"Paris\"}\n</tool_call>"},
+        {FMT_HERMES, "<tool_call>{\"name\": \"get\", \"arguments\": {\"city\":\"Paris\"}, \"id\": 1}</tool_call>"},
+        {FMT_HERMES, "<tool_call>{\"name\": \"get\", \"arguments\": {\"city\":\"Paris\",\"city\":\"Rome\"}}</tool_call>"},
+        {FMT_LLAMA3, "{\"name\": \"get\", \"parameters\": {\"city\": \"Paris\"}}"},
+        {FMT_DEEPSEEK, DS_CALL_BEGIN "function" DS_SEP "get\n```json\n{\"city\": \"Paris\"}\n```" DS_CALL_END},
+        {FMT_KIMI, "<|tool_call_begin|>functions.get:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
+                   "<|tool_call_end|>"},
+        {FMT_KIMI, "<|tool_call_begin|>functions.get<|tool_call_argument_begin|>{\"city\":\"Paris\"}<|tool_call_end|>"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>[1]<|call|>"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        /* two calls in one list, or an id beside: not the one call the prompt writes */
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}},"
+                      "{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
+        {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"},\"id\":\"a1b2c3d4e\"}]"},
+    };
+    callmemo_clear();
+    for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) feed_fmt(N[i].fmt, N[i].out);
+    for (int fmt = 0; fmt < FMT_COUNT; fmt++)
+        for (int idx = 0; idx < 2; idx++) {
+            char *w = memo_for(fmt, "get", "{\"city\": \"Paris\"}", idx);
+            ck_assert_msg(!w, "%s: remembered %s", fmt_name(fmt), w);
+        }
+    callmemo_clear();
+}
+END_TEST
+
+/* The Hermes rendering, and the memo's bounds: the latest writing of a
+ * call wins, the oldest of CALLMEMO_SIZE + 1 written calls is gone, the
+ * newest kept. */
+START_TEST(call_memo_bounds)
 {
     callmemo_clear();
-    char *canon = hermes_call_body("get_weather", "{\"city\":\"Paris\",\"n\":2}");
+    char *canon = callmemo_render(FMT_HERMES, "get_weather", "{\"city\":\"Paris\",\"n\":2}", 0);
     ck_assert_str_eq(canon, "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}}\n");
-    ck_assert_ptr_null(callmemo_written(canon));
-    /* the constraint let the model space its object its own way */
-    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n</tool_call>");
-    char *w = callmemo_written(canon);
-    ck_assert_ptr_nonnull(w);
-    ck_assert_str_eq(w, "\n{\"name\": \"get_weather\", \"arguments\": { \"city\": \"Paris\" , \"n\": 2 }}\n");
+    free(canon);
+    canon = callmemo_render(FMT_HERMES, "f", "not json", 0);
+    ck_assert_str_eq(canon, "\n{}\n");
+    free(canon);
+    feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"i\":1}}</tool_call>");
+    feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": 1 }}</tool_call>");
+    char *w = memo_for(FMT_HERMES, "f", "{\"i\": 1}", 0);
+    ck_assert_str_eq(w, "{\"name\": \"f\", \"arguments\": { \"i\": 1 }}");
     free(w);
-    /* other arguments, or the arguments in another order, are another call */
-    char *other = hermes_call_body("get_weather", "{\"n\":2,\"city\":\"Paris\"}");
-    ck_assert_ptr_null(callmemo_written(other));
-    free(other);
-    other = hermes_call_body("get_weather", "{\"city\":\"Pari\",\"n\":2}");
-    ck_assert_ptr_null(callmemo_written(other));
-    free(other);
-    /* a call written canonically is not stored; text that is no call neither */
-    callmemo_clear();
-    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}}\n</tool_call>");
-    feed_hermes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}\n</tool_call>");
-    ck_assert_ptr_null(callmemo_written(canon));
-    /* bounded: the oldest of CALLMEMO_SIZE + 1 written calls is gone, the newest kept */
     char in[128], args[64];
     for (int i = 0; i <= CALLMEMO_SIZE; i++) {
-        snprintf(in, sizeof in, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": %d }}</tool_call>", i);
-        feed_hermes(in);
+        snprintf(in, sizeof in, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": %d }}</tool_call>", i + 2);
+        feed_fmt(FMT_HERMES, in);
     }
-    snprintf(args, sizeof args, "{\"i\":%d}", 0);
-    char *first = hermes_call_body("f", args);
-    snprintf(args, sizeof args, "{\"i\":%d}", CALLMEMO_SIZE);
-    char *last = hermes_call_body("f", args);
-    ck_assert_ptr_null(callmemo_written(first));
-    w = callmemo_written(last);
+    ck_assert_ptr_null(memo_for(FMT_HERMES, "f", "{\"i\": 1}", 0));
+    ck_assert_ptr_null(memo_for(FMT_HERMES, "f", "{\"i\": 2}", 0));
+    snprintf(args, sizeof args, "{\"i\": %d}", CALLMEMO_SIZE + 2);
+    w = memo_for(FMT_HERMES, "f", args, 0);
     ck_assert_ptr_nonnull(w);
-    snprintf(in, sizeof in, "{\"name\": \"f\", \"arguments\": { \"i\": %d }}", CALLMEMO_SIZE);
+    snprintf(in, sizeof in, "{\"name\": \"f\", \"arguments\": { \"i\": %d }}", CALLMEMO_SIZE + 2);
     ck_assert_str_eq(w, in);
     free(w);
-    free(first);
-    free(last);
-    free(canon);
     callmemo_clear();
 }
 END_TEST
@@ -270,7 +399,8 @@ int main(void)
     tcase_add_test(tc, every_chunking);
     tcase_add_test(tc, bodies_and_probe);
     tcase_add_test(tc, harmony_tools_reference);
-    tcase_add_test(tc, call_memo);
+    tcase_add_test(tc, call_memo_families);
+    tcase_add_test(tc, call_memo_bounds);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -2,7 +2,9 @@
  * test_engine_realign.c: engine_realign.c alone, on the GPT-2 vocabulary
  * (byte-level BPE, as SmolLM2's): a prompt's tokens take a recent
  * sequence's generated tokens where both spell the same bytes, and only
- * there: not across a salt, not inside the recent sequence's own prompt,
+ * there: not across a salt, not inside the recent sequence's own prompt
+ * (but its last token, which the next prompt's text merges with the
+ * reply),
  * not where the bytes differ, not past the request's limit, never through
  * a control token, nothing with engine.realign = off; a
  * conversation's second call realigns against the later sequence.
@@ -217,6 +219,54 @@ START_TEST(second_call_from_the_later_sequence)
 }
 END_TEST
 
+/* The generation prompt's last token merged, in the next prompt's text,
+ * with the reply's first bytes (GPT-2 splits "\n\n{" as "\n" "\n" "{",
+ * while the generation prompt alone ends in one "\n\n"): the stretch ends
+ * at the reply's start, and is taken when the prompt goes on as the reply
+ * did (token for token, or by a stretch of its own); not without a reply
+ * after it, nor when the prompt goes on otherwise. */
+START_TEST(the_generation_prompt_boundary)
+{
+    int32_t nn = one("\n\n"), n1 = one("\n"), g = one("g"), et = one("et");
+    toks head = {0}, h, p;
+    add_text(&head, "assistant:");
+    /* the recent sequence: the generation prompt's "\n\n", then the reply {"g" "et"} */
+    h = head;
+    add_id(&h, nn);
+    int32_t np = h.n;
+    add_text(&h, "{\"");
+    add_id(&h, g);
+    add_id(&h, et);
+    add_text(&h, "\": 1}");
+    recent(0, &h, np, NULL);
+    /* the next prompt: the same text, tokenized again ("\n" "\n" "{" ... "get") */
+    p = head;
+    add_text(&p, "\n\n{\"get\": 1} and then");
+    ck_assert_int_eq(p.v[head.n], n1);
+    ck_assert_int_eq(p.v[head.n + 1], n1);
+    int32_t n_out = -1, swapped = -1;
+    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(swapped, 2); /* the boundary, then g et */
+    ck_assert_mem_eq(r, h.v, sizeof(int32_t) * (size_t)h.n);
+    char *a = text_of(r, n_out), *b = text_of(p.v, p.n);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    free(r);
+    /* no reply after the stretch: the prompt's own tokens stand */
+    toks h2 = head;
+    add_id(&h2, nn);
+    recent(0, &h2, h2.n, NULL);
+    ck_assert_ptr_null(engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped));
+    /* the prompt goes on other than the reply: nor then */
+    recent(0, &h, np, NULL);
+    toks p2 = head;
+    add_text(&p2, "\n\nhello there");
+    ck_assert_ptr_null(engine_realign(&g_e, p2.v, p2.n, NULL, 1000, &n_out, &swapped));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine_realign");
@@ -225,6 +275,7 @@ int main(void)
     tcase_add_test(tc, realigns_the_model_tokens);
     tcase_add_test(tc, never_through_a_control_token);
     tcase_add_test(tc, second_call_from_the_later_sequence);
+    tcase_add_test(tc, the_generation_prompt_boundary);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -4,7 +4,9 @@
  * each field becomes in the submitted request (constraint type and text,
  * the prompt with tools, tool calls and tool results rendered Hermes-style),
  * the 400s of bad fields, and <tool_call> blocks in the output read back as
- * tool_calls, whole and streamed. The real engine's side is
+ * tool_calls, whole and streamed; per family, the history's calls and
+ * results, the "auto" grammar, and a call the model wrote coming back in
+ * the history as written (the call memo). The real engine's side is
  * tests/integration/http_structured.c. */
 #include "http_testutil.h"
 #include "plugin_loader.h"
@@ -421,6 +423,8 @@ START_TEST(test_family_history)
          "\n```json\n{\"x\": 1}\n```",
          "<|tool|>5\n", "function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C><function-name>"},
         /* harmony: the tools as gpt-oss's TypeScript namespace, a message of its own */
+        {"[INST]", "<|assistant|>[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}]\n",
+         "<|tool|><tool_response>\n5\n</tool_response>\n", "[TOOL_CALLS][{\"name\": <function-name>"},
         {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
          "<|tools|>## functions\n\nnamespace functions {\n\ntype f = (_: {\nx?: number,\n}) => any;\n\n"
          "} // namespace functions\n"},
@@ -436,6 +440,74 @@ START_TEST(test_family_history)
         ck_assert_msg(!strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
         srv_stop(&S);
     }
+}
+END_TEST
+
+/* The memo end to end (api/callmemo.h), per family: the fake "model"
+ * echoes a call the user wrote in the family's syntax, not as the prompt
+ * would render it; a history that sends that call back renders the
+ * assistant turn with the model's own text; a call it did not write (other
+ * arguments) renders canonically. */
+START_TEST(test_family_call_memo)
+{
+#define DS_OPEN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C><\xEF\xBD\x9Ctool" \
+                "\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+#define DS_CLOSE "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C><\xEF\xBD\x9Ctool\xE2\x96\x81" \
+                 "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_SEP_ "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
+#define KIMI_OPEN "<|tool_calls_section_begin|><|tool_call_begin|>"
+#define KIMI_CLOSE "<|tool_call_end|><|tool_calls_section_end|>"
+    static const struct {
+        const char *gen, *said, *history, *canonical;
+    } fam[] = {
+        {"<|assistant|>", "<tool_call>{\\\"name\\\":\\\"f\\\",\\\"arguments\\\":{\\\"x\\\":1}}</tool_call>",
+         "<|assistant|><tool_call>{\"name\":\"f\",\"arguments\":{\"x\":1}}</tool_call>\n",
+         "<|assistant|><tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 2}}\n</tool_call>\n"},
+        /* DeepSeek V3.1's form, rendered back as written rather than V3's */
+        {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", DS_OPEN "f" DS_SEP_ "{\\\"x\\\":1}" DS_CLOSE,
+         "<|assistant|>" DS_OPEN "f" DS_SEP_ "{\"x\":1}" DS_CLOSE "\n",
+         "<|assistant|>" DS_OPEN "function" DS_SEP_ "f\n```json\n{\"x\": 2}\n```" DS_CLOSE "\n"},
+        {"<|im_assistant|>assistant<|im_middle|>",
+         KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\\\"x\\\":1}" KIMI_CLOSE,
+         "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\":1}" KIMI_CLOSE "\n",
+         "<|assistant|>" KIMI_OPEN "functions.f:0<|tool_call_argument_begin|>{\"x\": 2}" KIMI_CLOSE "\n"},
+        /* Mistral v11's form, rendered back as written rather than the list */
+        {"[INST]", "[TOOL_CALLS]f[ARGS]{\\\"x\\\":1}", "<|assistant|>[TOOL_CALLS]f[ARGS]{\"x\":1}\n",
+         "<|assistant|>[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 2}}]\n"},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        g_gen_prompt = fam[i].gen;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        char body[2048];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"ok %s done\"}]," TOOLS
+                 ",\"max_tokens\":90}", fam[i].said);
+        json_t *j = post_expect("/v1/chat/completions", body, 200);
+        /* the call the user wrote (the echoed tools example, its newlines
+         * turned to spaces, may read as a call of its own before it) */
+        json_t *calls = jget(j, "choices.0.message.tool_calls"), *c = NULL;
+        for (size_t k = 0; k < json_array_size(calls) && !c; k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            if (!strcmp(json_string_value(json_object_get(fn, "name")), "f")) c = fn;
+        }
+        ck_assert_msg(c && !strcmp(json_string_value(json_object_get(c, "arguments")), "{\"x\":1}"), "%s: no call",
+                      fam[i].gen);
+        json_decref(j);
+        for (int x = 1; x <= 2; x++) {
+            snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
+                     "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
+                     "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
+            json_decref(post_expect("/v1/chat/completions", body, 200));
+            const char *p = last_logged()->prompt, *want = x == 1 ? fam[i].history : fam[i].canonical;
+            ck_assert_msg(strstr(p, want), "%s: no '%s' in %s", fam[i].gen, want, p);
+        }
+        srv_stop(&S);
+    }
+#undef DS_OPEN
+#undef DS_CLOSE
+#undef DS_SEP_
+#undef KIMI_OPEN
+#undef KIMI_CLOSE
 }
 END_TEST
 
@@ -488,6 +560,11 @@ START_TEST(test_family_auto)
         {"<|start_header_id|>assistant<|end_header_id|>\n\n", "Paris. {\"name\": \"f\"} <|python_tag|> <tool_call>x",
          "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 5}}",
          {"{\"city\": \"Paris\"}", "\n <|python_tag|>print(1)", "{\"name\": \"g\", \"parameters\": {}}"}},
+        /* Mistral: [TOOL_CALLS] and a list of one call */
+        {"[INST]", "Sure. [TOOL_CALL] [TOOL_CALLS <tool_call>x",
+         "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}] done",
+         {"[TOOL_CALLS]hello", "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
+          "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}, {\"name\": \"f\", \"arguments\": {}}]"}},
     };
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
                                "\"parallel_tool_calls\":false}";
@@ -625,6 +702,7 @@ static Suite *suite(void)
     TCase *fm = tcase_create("families");
     tcase_set_timeout(fm, 60);
     tcase_add_test(fm, test_family_history);
+    tcase_add_test(fm, test_family_call_memo);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
     suite_add_tcase(s, fm);

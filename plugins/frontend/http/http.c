@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/callmemo.h"
 #include "pagoda/pagoda.h"
 #include "api/store.h"
 #include "dispatch.h"
@@ -237,6 +238,7 @@ static int http_create(const pagoda_host *h, void **ctx, char *err, size_t err_l
     fe->max_waiting = (int)h->config_int(h, "max_waiting_connections", 4096);
     snprintf(fe->port_file, sizeof fe->port_file, "%s", h->config_str(h, "port_file", ""));
     fe->strict_model = h->config_bool(h, "strict_model", false);
+    callmemo_set_enabled(h->config_bool(h, "call_memo", true));
     fe->grace_s = (int)h->config_int(h, "shutdown_grace_s", 10);
     const char *name = h->config_str(h, "served_model_name", "");
     if (name && name[0]) {
@@ -295,6 +297,7 @@ static const pagoda_config_key http_keys[] = {
     {"served_model_name", PAGODA_KEY_STRING, "", 0, 0, "model id in /v1/models and responses (default: the model's name)"},
     {"inspect_interval_ms", PAGODA_KEY_INT, "200", 10, 60000, "GET /v1/inspect/stream sends at most one snapshot this often"},
     {"shutdown_grace_s", PAGODA_KEY_INT, "10", 0, 3600, "at stop, after every request's final event, seconds given to answers still being sent; then they are cut (and logged)"},
+    {"call_memo", PAGODA_KEY_BOOL, "true", 0, 0, "write a recent tool call back into the history as the model wrote it, so the next turn reuses its KV (off: as the prompt renders it)"},
     {"strict_model", PAGODA_KEY_BOOL, "false", 0, 0, "a request whose 'model' is not served_model_name gets 404 model_not_found (default: served anyway, logged once per name)"},
     {NULL, 0, NULL, 0, 0, NULL},
 };

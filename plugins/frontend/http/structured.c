@@ -310,6 +310,8 @@ static const struct call_syntax {
                   "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", "<|tool_calls_section_begin|>", false},
     [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
                      "<|channel|>commentary to=functions.", true},
+    [FMT_MISTRAL] = {"", "", "", "[TOOL_CALLS][", "]", "{\"name\": \"", "\", \"arguments\": ", "}", "[TOOL_CALLS]",
+                     true},
 };
 
 #define PY_TAG "<|python_tag|>"
@@ -534,50 +536,42 @@ typedef struct past_call {
 } past_call;
 
 /* A call written into an assistant turn in the family's own syntax (the
- * arguments as the model would have written them: the object itself). */
+ * arguments as the model would have written them: the object itself), or
+ * as the model wrote this very call when it did (callmemo.h): the same
+ * call, and the next turn's prefix keeps its tokens. */
 static void write_call(sbuf *b, int fmt, const char *name, const char *args, int k)
 {
+    char *span = callmemo_render(fmt, name, args, k);
+    char *written = span ? callmemo_written(fmt, name, span) : NULL;
+    const char *s = written ? written : span ? span : "";
     switch (fmt) {
     case FMT_DEEPSEEK:
         if (k) sb_str(b, "\n");
-        sb_str(b, DS_CALL_BEGIN "function" DS_SEP);
-        sb_str(b, name);
-        sb_str(b, "\n```json\n");
-        sb_str(b, args);
-        sb_str(b, "\n```" DS_CALL_END);
+        sb_str(b, DS_CALL_BEGIN);
+        sb_str(b, s);
+        sb_str(b, DS_CALL_END);
         break;
-    case FMT_KIMI: {
-        char idx[16];
-        snprintf(idx, sizeof idx, ":%d", k);
-        sb_str(b, "<|tool_call_begin|>functions.");
-        sb_str(b, name);
-        sb_str(b, idx);
-        sb_str(b, "<|tool_call_argument_begin|>");
-        sb_str(b, args);
+    case FMT_KIMI:
+        sb_str(b, "<|tool_call_begin|>");
+        sb_str(b, s);
         sb_str(b, "<|tool_call_end|>");
         break;
-    }
     case FMT_LLAMA3:
         if (k) sb_str(b, "\n");
-        sb_str(b, "{\"name\": \"");
-        sb_str(b, name);
-        sb_str(b, "\", \"parameters\": ");
-        sb_str(b, args);
-        sb_str(b, "}");
+        sb_str(b, s);
         break;
-    default: {
-        /* as the model wrote this call when it did (callmemo.h): the
-         * same call, and the next turn's prefix keeps its tokens */
-        char *body = hermes_call_body(name, args);
-        char *written = body ? callmemo_written(body) : NULL;
+    case FMT_MISTRAL:
+        sb_str(b, "[TOOL_CALLS]");
+        sb_str(b, s);
+        break;
+    default:
         if (b->len) sb_str(b, "\n");
         sb_str(b, OPEN_TAG);
-        sb_str(b, written ? written : body ? body : "\n{}\n");
+        sb_str(b, s);
         sb_str(b, CLOSE_TAG);
-        free(written);
-        free(body);
     }
-    }
+    free(written);
+    free(span);
 }
 
 /* role and content in one allocation (owned), for roles built here */
@@ -715,10 +709,13 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 json_t *name, *args;
                 if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
                 char *at = call_args(args);
+                /* the arguments as the model wrote them when it did (callmemo.h) */
+                char *wr = at ? callmemo_written(FMT_HARMONY, json_string_value(name), at) : NULL;
                 sbuf r = {0};
                 sb_str(&r, "assistant to=functions.");
                 sb_str(&r, json_string_value(name));
-                no[k] = at && r.p ? role_content(&nm[k], r.p, r.len, at) : NULL;
+                no[k] = at && r.p ? role_content(&nm[k], r.p, r.len, wr ? wr : at) : NULL;
+                free(wr);
                 free(at);
                 free(r.p);
                 if (!no[k++]) {
@@ -879,6 +876,9 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
         break;
     case FMT_LLAMA3:
         sb_str(&b, "{\"name\": <function-name>, \"parameters\": <args-json-object>}\nas the whole reply.");
+        break;
+    case FMT_MISTRAL:
+        sb_str(&b, "[TOOL_CALLS][{\"name\": <function-name>, \"arguments\": <args-json-object>}]");
         break;
     default:
         sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");

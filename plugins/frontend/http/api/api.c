@@ -123,6 +123,16 @@ int api_template_fmt(http_fe *fe)
     char *r = NULL;
     int32_t ids[16], n = 0;
     if (h->chat_render(h, &m, 1, true, &r, ids, 16, &n) != PAGODA_OK || !r) return FMT_HERMES;
+    if (strstr(r, "[INST]")) {
+        /* Mistral or Llama 2: one user turn renders alike; a system turn
+         * shows Llama 2's <<SYS>> */
+        pagoda_chat_message two[2] = {{.role = "system", .content = "s"}, {.role = "user", .content = "hi"}};
+        char *r2 = NULL;
+        if (h->chat_render(h, two, 2, true, &r2, ids, 16, &n) == PAGODA_OK && r2) {
+            h->free(h, r);
+            r = r2;
+        }
+    }
     int fmt = fmt_from_probe(r);
     h->free(h, r);
     atomic_store(&fe->template_fmt, fmt + 1);

@@ -1,97 +1,202 @@
 /*
- * callmemo.c: the recent Hermes calls as the model wrote them
- * (callmemo.h): a fixed ring of canonical -> written bodies under one
- * mutex, searched linearly (256 short strings, once per call in a
- * prompt's history).
- * Not for: parsing calls out of a stream (split.c, ../structured.c).
+ * callmemo.c: the recent calls as the model wrote them (callmemo.h): each
+ * family's rendering of one call, the parse of a written span back into
+ * (name, arguments, index), and a fixed ring of (family, name, rendered)
+ * -> written under one mutex, searched linearly (256 short strings, once
+ * per call in a prompt's history).
+ * Not for: parsing calls out of a stream (toolfmt.c, split.c,
+ * ../structured.c).
  */
+#define _GNU_SOURCE
+#include <ctype.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "callmemo.h"
+#include "toolfmt.h"
+
+#define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
+#define KIMI_ARG "<|tool_call_argument_begin|>"
 
 typedef struct memo_entry {
-    char *canonical, *written;
+    int fmt;
+    char *name, *rendered, *written;
 } memo_entry;
 
 static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static memo_entry memo[CALLMEMO_SIZE];
 static size_t memo_next; /* the slot replaced next */
+static _Atomic bool memo_on = true;
 
-char *hermes_call_body(const char *name, const char *args)
+void callmemo_set_enabled(bool on) { memo_on = on; }
+
+/* "\n" {"name": N, "arguments": A} "\n", A parsed and written again */
+static char *hermes_body(const char *name, const char *args)
 {
     json_t *av = args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
     json_t *call = av ? json_pack("{s:s,s:o}", "name", name ? name : "", "arguments", av) : NULL;
     char *txt = call ? json_dumps(call, 0) : strdup("{}");
     json_decref(call);
     if (!txt) return NULL;
-    size_t l = strlen(txt);
-    char *b = malloc(l + 3);
-    if (b) {
-        b[0] = '\n';
-        memcpy(b + 1, txt, l);
-        b[l + 1] = '\n';
-        b[l + 2] = 0;
-    }
+    char *b = NULL;
+    if (asprintf(&b, "\n%s\n", txt) < 0) b = NULL;
     free(txt);
     return b;
 }
 
-/* the canonical body of a written one, or NULL when it is no call */
-static char *canonical_of(const char *body, size_t n)
+char *callmemo_render(int fmt, const char *name, const char *args, int index)
 {
-    json_t *v = json_loadb(body, n, 0, NULL);
-    json_t *nm = json_is_object(v) ? json_object_get(v, "name") : NULL;
-    json_t *a = json_is_object(v) ? json_object_get(v, "arguments") : NULL;
-    char *out = NULL;
-    /* only the shape the prompt writes back: a name and an arguments object */
-    if (json_is_string(nm) && json_is_object(a) && json_object_size(v) == 2) {
-        char *args = json_dumps(a, JSON_COMPACT);
-        if (args) out = hermes_call_body(json_string_value(nm), args);
-        free(args);
+    char *s = NULL;
+    int r = 0;
+    if (!name) name = "";
+    if (!args) args = "{}";
+    switch (fmt) {
+    case FMT_LLAMA3: r = asprintf(&s, "{\"name\": \"%s\", \"parameters\": %s}", name, args); break;
+    case FMT_DEEPSEEK: r = asprintf(&s, "function" DS_SEP "%s\n```json\n%s\n```", name, args); break;
+    case FMT_KIMI: r = asprintf(&s, "functions.%s:%d" KIMI_ARG "%s", name, index, args); break;
+    case FMT_HARMONY: s = strdup(args); break;
+    case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": \"%s\", \"arguments\": %s}]", name, args); break;
+    default: return hermes_body(name, args);
     }
-    json_decref(v);
-    return out;
+    return r < 0 ? NULL : s;
 }
 
-void callmemo_note(const char *body, size_t n)
+/* JSON text v holds a call in the one shape the prompt writes for it: an
+ * object of exactly a string "name" and an object under key (no other
+ * keys, no key twice) */
+static bool json_call(const char *s, size_t n, const char *key, char **name, json_t **args)
 {
-    if (!body || n == 0 || n > CALLMEMO_MAX_BODY) return;
-    char *canon = canonical_of(body, n);
-    if (!canon) return;
-    if (strlen(canon) == n && !memcmp(canon, body, n)) {
-        free(canon); /* written canonically: the prompt's own text already */
-        return;
+    json_t *v = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
+    json_t *nm = json_object_get(v, "name"), *a = json_object_get(v, key);
+    bool ok = json_is_string(nm) && json_is_object(a) && json_object_size(v) == 2;
+    if (ok) {
+        *name = strdup(json_string_value(nm));
+        *args = json_incref(a);
+        ok = *name != NULL;
     }
-    char *written = strndup(body, n);
-    if (!written || strlen(written) != n) { /* a NUL inside: not a body to write back */
-        free(canon);
-        free(written);
-        return;
+    json_decref(v);
+    return ok;
+}
+
+/* Kimi's index: functions.N:IDX before the argument marker */
+static bool kimi_index(const char *s, size_t n, int *index)
+{
+    const char *arg = memmem(s, n, KIMI_ARG, strlen(KIMI_ARG));
+    const char *colon = arg ? memrchr(s, ':', (size_t)(arg - s)) : NULL;
+    if (!colon || colon + 1 == arg) return false;
+    int v = 0;
+    for (const char *p = colon + 1; p < arg; p++) {
+        if (!isdigit((unsigned char)*p) || v > 99999) return false;
+        v = v * 10 + (*p - '0');
     }
+    *index = v;
+    return true;
+}
+
+/* The one call a written span holds (callmemo_render's spans, in any form
+ * the family's reader takes): its name, arguments object and index */
+static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char **name, json_t **args, int *index)
+{
+    *index = 0;
+    const char *t = s;
+    size_t tn = n;
+    while (tn && isspace((unsigned char)*t)) t++, tn--;
+    switch (fmt) {
+    case FMT_HARMONY: {
+        if (!hname || !*hname) return false;
+        json_t *v = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(v) || !(*name = strdup(hname))) {
+            json_decref(v);
+            return false;
+        }
+        *args = v;
+        return true;
+    }
+    case FMT_LLAMA3: return tn && *t == '{' && json_call(s, n, "parameters", name, args);
+    case FMT_MISTRAL: {
+        /* a list of one call; the v11 form N[ARGS]{...} is read by toolfmt.c
+         * and remembered as its list rendering's replacement too */
+        if (tn && *t == '[') {
+            json_t *v = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
+            bool one = json_is_array(v) && json_array_size(v) == 1;
+            char *txt = one ? json_dumps(json_array_get(v, 0), 0) : NULL;
+            json_decref(v);
+            bool ok = txt && json_call(txt, strlen(txt), "arguments", name, args);
+            free(txt);
+            return ok;
+        }
+        break;
+    }
+    case FMT_HERMES:
+        if (tn && *t == '{') return json_call(s, n, "arguments", name, args);
+        break;
+    case FMT_KIMI:
+        if (!kimi_index(s, n, index)) return false;
+        break;
+    default: break;
+    }
+    /* the other forms: what the family's reader makes of them */
+    sbuf j = {0};
+    if (fmt_call_json(s, n, &j) < 0) {
+        free(j.p);
+        return false;
+    }
+    bool ok = json_call(j.p, j.len, "arguments", name, args);
+    free(j.p);
+    return ok;
+}
+
+void callmemo_note(int fmt, const char *hname, const char *span, size_t n)
+{
+    if (!memo_on || !span || n == 0 || n > CALLMEMO_MAX_BODY || fmt < 0 || fmt >= FMT_COUNT) return;
+    if (memchr(span, 0, n)) return; /* a NUL inside: not a span to write back */
+    char *name = NULL, *atxt = NULL, *rendered = NULL, *written = NULL;
+    json_t *args = NULL;
+    int index;
+    if (!parse_span(fmt, hname, span, n, &name, &args, &index)) goto out;
+    atxt = json_dumps(args, JSON_ENCODE_ANY); /* as the prompt writes a client's arguments */
+    rendered = atxt ? callmemo_render(fmt, name, atxt, index) : NULL;
+    if (!rendered || (strlen(rendered) == n && !memcmp(rendered, span, n)))
+        goto out; /* written as rendered: the prompt's own text already */
+    written = strndup(span, n);
+    if (!written) goto out;
     pthread_mutex_lock(&memo_mu);
     size_t at = CALLMEMO_SIZE;
     for (size_t i = 0; i < CALLMEMO_SIZE && at == CALLMEMO_SIZE; i++)
-        if (memo[i].canonical && !strcmp(memo[i].canonical, canon)) at = i; /* the latest writing wins */
+        if (memo[i].rendered && memo[i].fmt == fmt && !strcmp(memo[i].name, name) &&
+            !strcmp(memo[i].rendered, rendered))
+            at = i; /* the latest writing wins */
     if (at == CALLMEMO_SIZE) {
         at = memo_next;
         memo_next = (memo_next + 1) % CALLMEMO_SIZE;
     }
-    free(memo[at].canonical);
+    free(memo[at].name);
+    free(memo[at].rendered);
     free(memo[at].written);
-    memo[at] = (memo_entry){canon, written};
+    memo[at] = (memo_entry){fmt, name, rendered, written};
     pthread_mutex_unlock(&memo_mu);
+    name = rendered = written = NULL;
+out:
+    json_decref(args);
+    free(name);
+    free(atxt);
+    free(rendered);
+    free(written);
 }
 
-char *callmemo_written(const char *canonical)
+char *callmemo_written(int fmt, const char *name, const char *rendered)
 {
     char *out = NULL;
-    if (!canonical) return NULL;
+    if (!memo_on || !name || !rendered) return NULL;
     pthread_mutex_lock(&memo_mu);
     for (size_t i = 0; i < CALLMEMO_SIZE && !out; i++)
-        if (memo[i].canonical && !strcmp(memo[i].canonical, canonical)) out = strdup(memo[i].written);
+        if (memo[i].rendered && memo[i].fmt == fmt && !strcmp(memo[i].name, name) &&
+            !strcmp(memo[i].rendered, rendered))
+            out = strdup(memo[i].written);
     pthread_mutex_unlock(&memo_mu);
     return out;
 }
@@ -100,9 +205,10 @@ void callmemo_clear(void)
 {
     pthread_mutex_lock(&memo_mu);
     for (size_t i = 0; i < CALLMEMO_SIZE; i++) {
-        free(memo[i].canonical);
+        free(memo[i].name);
+        free(memo[i].rendered);
         free(memo[i].written);
-        memo[i] = (memo_entry){NULL, NULL};
+        memo[i] = (memo_entry){0, NULL, NULL, NULL};
     }
     memo_next = 0;
     pthread_mutex_unlock(&memo_mu);

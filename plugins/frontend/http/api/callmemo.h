@@ -1,43 +1,66 @@
 /*
- * callmemo.h: the text the model wrote for its recent Hermes tool calls,
- * so that the next turn's prompt shows each call exactly as it was
- * generated and its KV (still in the prefix cache) is reused.
+ * callmemo.h: the text the model wrote for its recent tool calls, in every
+ * family's syntax (toolfmt.h), so that the next turn's prompt shows each
+ * call exactly as it was generated and its KV (still in the prefix cache)
+ * is reused.
  *
  * A call goes out to the client as a name and an arguments JSON, and
  * comes back in the history as JSON the client serialized again: the
- * prompt writes it the canonical way (hermes_call_body, json_dumps with
- * ", " and ": ", keys in their order), while the model, held by the
- * constraint, may have written other spacing ({ "city": "Paris" }). The
- * memo maps the canonical body of a call to the body the model wrote; the
- * two parse to the same call (the key is made from the written one), so
- * the substitution never changes what the prompt says, only its spacing.
+ * prompt writes it the canonical way (callmemo_render: the family's
+ * markup, the arguments as json_dumps writes them, ", " and ": ", keys in
+ * their order), while the model, held by the constraint, may have written
+ * other spacing ({ "city": "Paris" }), or free (no constraint engine)
+ * another of the forms its family's reader takes (Qwen3-Coder's
+ * <function=> inside Hermes tags, DeepSeek V3.1's name<sep>args). The
+ * memo maps (family, name, the call as the prompt renders it) to the text
+ * the model wrote for it; the key is made from the written text's own
+ * parse, so the two are the same call (name, arguments and Kimi's index)
+ * and the substitution never changes what the prompt says, only how.
  * Bounded: CALLMEMO_SIZE entries, the oldest replaced first; a call that
- * was written canonically is not stored. [any thread] (one mutex).
- * Not for: other families' syntax (their calls are rendered as before),
- * the token ids (the engine realigns them, core/engine/engine_realign.c).
+ * was written as the prompt renders it is not stored. [any thread] (one
+ * mutex).
+ * Not for: the markup around a call (the section markers, harmony's
+ * header: the prompt writes them as its template does), the token ids
+ * (the engine realigns them, core/engine/engine_realign.c).
  */
 #ifndef PAGODA_HTTP_API_CALLMEMO_H
 #define PAGODA_HTTP_API_CALLMEMO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define CALLMEMO_SIZE 256       /* calls remembered */
 #define CALLMEMO_MAX_BODY 4096  /* a longer call is not remembered */
 
-/* The body a Hermes call is written with between <tool_call> and
- * </tool_call> in a prompt: "\n" {"name": N, "arguments": A} "\n", A the
- * arguments JSON text (text that is no JSON: the body "\n{}\n").
+/* The span of one call that a prompt writes, and the memo may replace,
+ * for family fmt (FMT_*): args is the arguments JSON text as the prompt
+ * writes it (json_dumps with its default separators), index the call's
+ * place in its assistant message.
+ *   hermes    between <tool_call> and </tool_call>:
+ *             "\n" {"name": N, "arguments": A} "\n" (args that are no
+ *             JSON: "\n{}\n")
+ *   llama3    the whole reply: {"name": "N", "parameters": A}
+ *   deepseek  between the call markers: function<sep>N\n```json\nA\n```
+ *   kimi      between the call markers: functions.N:INDEX
+ *             <|tool_call_argument_begin|>A
+ *   harmony   the call message's content: A (N is in its header)
+ *   mistral   after [TOOL_CALLS]: [{"name": "N", "arguments": A}]
  * malloc'd; NULL when out of memory. */
-char *hermes_call_body(const char *name, const char *args);
+char *callmemo_render(int fmt, const char *name, const char *args, int index);
 
-/* A call block's body as the model wrote it (the n bytes between the
- * tags); remembered when it parses as a call and differs from its
- * canonical body. */
-void callmemo_note(const char *body, size_t n);
+/* A call's span as the model wrote it (n bytes; the same span as above;
+ * name: harmony's, from the message header, NULL for the others, whose
+ * span holds it). Remembered when it parses as one call of the family
+ * and differs from its rendering. */
+void callmemo_note(int fmt, const char *name, const char *span, size_t n);
 
-/* The body the model wrote for the call whose canonical body is
- * canonical (malloc'd), or NULL when none is remembered. */
-char *callmemo_written(const char *canonical);
+/* The span the model wrote for the call of family fmt named name whose
+ * rendering is rendered (malloc'd), or NULL when none is remembered. */
+char *callmemo_written(int fmt, const char *name, const char *rendered);
+
+/* [http] call_memo: off, nothing is remembered and every lookup misses
+ * (the process's one HTTP frontend sets it at create). */
+void callmemo_set_enabled(bool on);
 
 /* Forget every call (tests). */
 void callmemo_clear(void);

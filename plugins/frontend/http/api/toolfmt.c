@@ -3,7 +3,8 @@
  * canonical <think> / <tool_call> form as it streams (toolfmt.h): one
  * scanner for the families that mark calls with an open and a close
  * marker (hermes, deepseek, kimi), one for Llama 3's whole-reply JSON,
- * one for harmony's channels, and the call-body readers they share.
+ * one for harmony's channels, one for Mistral's [TOOL_CALLS] (no close
+ * marker: the calls run to the end), and the call-body readers they share.
  * Not for: where the canonical text goes (split.c, ../structured.c).
  */
 #define _GNU_SOURCE
@@ -26,6 +27,9 @@
 #define DS_ASSISTANT "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"
 #define KIMI_ARG "<|tool_call_argument_begin|>"
 #define PY_TAG "<|python_tag|>"
+#define MI_CALLS "[TOOL_CALLS]"
+#define MI_ARGS "[ARGS]"
+#define MI_ID "[CALL_ID]"
 
 enum { S_TEXT = 0, S_CALL, S_START, S_WHOLE, S_PASS, S_HDR, S_BODY };
 enum { CH_NONE = 0, CH_ANALYSIS, CH_COMMENTARY, CH_FINAL, CH_CALL };
@@ -57,12 +61,13 @@ int fmt_from_probe(const char *r)
     if (strstr(r, "<|im_assistant|>")) return FMT_KIMI;
     if (strstr(r, DS_ASSISTANT)) return FMT_DEEPSEEK;
     if (strstr(r, "<|start_header_id|>")) return FMT_LLAMA3;
+    if (strstr(r, "[INST]") && !strstr(r, "<<SYS>>")) return FMT_MISTRAL;
     return FMT_HERMES;
 }
 
 const char *fmt_name(int fmt)
 {
-    static const char *const names[FMT_COUNT] = {"hermes", "llama3", "deepseek", "kimi", "harmony"};
+    static const char *const names[FMT_COUNT] = {"hermes", "llama3", "deepseek", "kimi", "harmony", "mistral"};
     return fmt >= 0 && fmt < FMT_COUNT ? names[fmt] : "hermes";
 }
 
@@ -234,6 +239,17 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         json_decref(v);
         return r;
     }
+    if (n && *s == '[') { /* Mistral: a list of one call */
+        json_t *v = json_loadb(s, n, 0, NULL);
+        int r = -1;
+        if (json_is_array(v) && json_array_size(v) == 1) {
+            char *one = json_dumps(json_array_get(v, 0), 0);
+            r = one && *one == '{' ? fmt_call_json(one, strlen(one), out) : -1;
+            free(one);
+        }
+        json_decref(v);
+        return r;
+    }
     if (n > 10 && !memcmp(s, "<function=", 10)) return coder_call(s, e, out);
     if (split_find(s, n, "<arg_key>") != (size_t)-1) return glm_call(s, e, out);
     size_t sep = split_find(s, n, DS_SEP);
@@ -271,16 +287,26 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         const char *a = s + ka + strlen(KIMI_ARG);
         return put_call(id, in, args_of(a, (size_t)(e - a)), out);
     }
+    size_t ma = split_find(s, n, MI_ARGS);
+    if (ma != (size_t)-1) { /* Mistral v11: N[ARGS]{...}, [CALL_ID]ID before [ARGS] */
+        size_t nn = ma, id = split_find(s, ma, MI_ID);
+        if (id != (size_t)-1) nn = id;
+        const char *name = s;
+        trim(&name, &nn);
+        for (size_t i = 0; i < nn; i++)
+            if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-' && name[i] != '.') return -1;
+        const char *a = s + ma + strlen(MI_ARGS);
+        return put_call(name, nn, args_of(a, (size_t)(e - a)), out);
+    }
     return -1;
 }
 
 /* a call block out: canonical when it parses, else the text it was */
-static void call_out(const char *open, const char *body, size_t n, const char *close, sbuf *out)
+static void call_out(int fmt, const char *open, const char *body, size_t n, const char *close, sbuf *out)
 {
     sbuf j = {0};
     if (fmt_call_json(body, n, &j) == 0) {
-        /* a Hermes call as the model wrote it, for the next turn's prompt */
-        if (!strcmp(open, "<tool_call>")) callmemo_note(body, n);
+        callmemo_note(fmt, NULL, body, n); /* as the model wrote it, for the next turn's prompt */
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -309,7 +335,7 @@ static void feed_marks(fmt_norm *f, sbuf *out, bool end)
                 split_drop(&f->held, len);
                 return;
             }
-            call_out(m->open, h, at, m->close, out);
+            call_out(f->fmt, m->open, h, at, m->close, out);
             split_drop(&f->held, at + strlen(m->close));
             f->state = S_TEXT;
             continue;
@@ -366,6 +392,10 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
     const char *b = t == (size_t)-1 ? h : h + t + strlen(PY_TAG);
     sbuf j = {0};
     if (fmt_call_json(b, (size_t)(h + len - b), &j) == 0) {
+        const char *e = h + len;
+        while (b < e && isspace((unsigned char)*b)) b++;
+        while (e > b && isspace((unsigned char)e[-1])) e--;
+        callmemo_note(FMT_LLAMA3, NULL, b, (size_t)(e - b));
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -437,6 +467,7 @@ static void body_end(fmt_norm *f, const char *p, size_t n, sbuf *out)
 {
     sbuf j = {0};
     if (f->chan == CH_CALL && put_call(f->hdr.p, f->hdr.len, args_of(p, n), &j) == 0) {
+        callmemo_note(FMT_HARMONY, f->hdr.p, p, n);
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -506,12 +537,106 @@ static void feed_harmony(fmt_norm *f, sbuf *out, bool end)
     }
 }
 
+/* -------------------------------------------------------- Mistral */
+
+/* The length of the one call (or list of calls) at the start of s (the
+ * text after a [TOOL_CALLS]): a JSON list of calls, or N[ARGS]{...}; 0
+ * when none starts there. The calls go to out canonically. */
+static size_t mistral_calls(const char *s, size_t n, sbuf *out)
+{
+    size_t lead = 0;
+    while (lead < n && isspace((unsigned char)s[lead])) lead++;
+    json_error_t err;
+    if (lead < n && s[lead] == '[') {
+        json_t *v = json_loadb(s + lead, n - lead, JSON_DISABLE_EOF_CHECK, &err);
+        size_t used = v ? err.position : 0;
+        sbuf j = {0};
+        size_t k;
+        json_t *c;
+        bool ok = json_is_array(v) && json_array_size(v) > 0;
+        json_array_foreach(v, k, c) {
+            char *one = json_is_object(c) ? json_dumps(c, 0) : NULL;
+            sb_str(&j, "<tool_call>\n");
+            ok = ok && one && fmt_call_json(one, strlen(one), &j) == 0;
+            sb_str(&j, "\n</tool_call>");
+            free(one);
+        }
+        json_decref(v);
+        if (ok && j.p) {
+            sb_put(out, j.p, j.len);
+            /* one call: as the model wrote it (its leading space too), for the next turn's prompt */
+            if (k == 1) callmemo_note(FMT_MISTRAL, NULL, s, lead + used);
+        }
+        free(j.p);
+        return ok ? lead + used : 0;
+    }
+    size_t ma = split_find(s, n, MI_ARGS);
+    if (ma == (size_t)-1) return 0;
+    size_t a = ma + strlen(MI_ARGS);
+    while (a < n && isspace((unsigned char)s[a])) a++;
+    json_t *v = a < n && s[a] == '{' ? json_loadb(s + a, n - a, JSON_DISABLE_EOF_CHECK, &err) : NULL;
+    size_t end = v ? a + err.position : 0;
+    json_decref(v);
+    sbuf j = {0};
+    if (!end || fmt_call_json(s + lead, end - lead, &j) < 0) {
+        free(j.p);
+        return 0;
+    }
+    callmemo_note(FMT_MISTRAL, NULL, s, end); /* its leading space too: the prompt writes it after [TOOL_CALLS] */
+    sb_str(out, "<tool_call>\n");
+    sb_put(out, j.p, j.len);
+    sb_str(out, "\n</tool_call>");
+    free(j.p);
+    return end;
+}
+
+/* Text streams until [TOOL_CALLS]; from there the rest of the reply is
+ * held (a call has no close marker) and read at the end: each
+ * [TOOL_CALLS] followed by its calls, the text after them passed on; one
+ * that holds no call is passed on as the text it was. */
+static void feed_mistral(fmt_norm *f, sbuf *out, bool end)
+{
+    const char *h = f->held.p;
+    size_t len = f->held.len;
+    if (f->state == S_TEXT) {
+        size_t at = split_find(h, len, MI_CALLS);
+        if (at == (size_t)-1) {
+            size_t keep = end ? 0 : split_partial(h, len, MI_CALLS);
+            sb_put(out, h, len - keep);
+            split_drop(&f->held, len - keep);
+            return;
+        }
+        sb_put(out, h, at);
+        split_drop(&f->held, at);
+        f->state = S_CALL;
+        h = f->held.p;
+        len = f->held.len;
+    }
+    if (!end) return; /* the calls run to the end of the reply */
+    size_t i = 0, ml = strlen(MI_CALLS);
+    while (i < len) {
+        size_t at = split_find(h + i, len - i, MI_CALLS);
+        if (at == (size_t)-1) {
+            sb_put(out, h + i, len - i);
+            break;
+        }
+        sb_put(out, h + i, at);
+        i += at + ml;
+        size_t used = mistral_calls(h + i, len - i, out);
+        if (!used) sb_str(out, MI_CALLS); /* no call: the text it was */
+        i += used;
+    }
+    split_drop(&f->held, len);
+    f->state = S_TEXT;
+}
+
 /* ------------------------------------------------------------ entry */
 
 static void run(fmt_norm *f, sbuf *out, bool end)
 {
     if (f->fmt == FMT_HARMONY) feed_harmony(f, out, end);
     else if (f->fmt == FMT_LLAMA3) feed_llama3(f, out, end);
+    else if (f->fmt == FMT_MISTRAL) feed_mistral(f, out, end);
     else feed_marks(f, out, end);
 }
 

@@ -24,6 +24,11 @@
  *             reasoning, <|channel|>final<|message|>A is the answer,
  *             to=functions.N ... <|channel|>commentary ...<|message|>{...}
  *             <|call|> a call; the header markup never reaches content
+ *   mistral   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] (v3, Nemo,
+ *             Small: a JSON list, an "id" allowed) or
+ *             [TOOL_CALLS]N[ARGS]{...} (v11+, [CALL_ID]ID before [ARGS]
+ *             allowed), each [TOOL_CALLS] one list or call; text may
+ *             come before and after
  *
  * A suffix that may begin a marker is held back until it can be told
  * apart; a block that does not parse as a call is passed on as the text
@@ -39,7 +44,7 @@
 
 #include "request_fields.h"
 
-enum { FMT_HERMES = 0, FMT_LLAMA3, FMT_DEEPSEEK, FMT_KIMI, FMT_HARMONY, FMT_COUNT };
+enum { FMT_HERMES = 0, FMT_LLAMA3, FMT_DEEPSEEK, FMT_KIMI, FMT_HARMONY, FMT_MISTRAL, FMT_COUNT };
 
 typedef struct fmt_norm {
     int fmt;                 /* FMT_* */
@@ -50,7 +55,9 @@ typedef struct fmt_norm {
 } fmt_norm;
 
 /* The family a rendered probe conversation (one user turn "hi" with the
- * generation prompt) shows: its generation prompt's markup. */
+ * generation prompt) shows: its generation prompt's markup. [INST] is
+ * Mistral's unless <<SYS>> says Llama 2 (whose one-turn rendering is
+ * Mistral's: api.c probes an [INST] template again with a system turn). */
 int fmt_from_probe(const char *rendered);
 const char *fmt_name(int fmt);
 

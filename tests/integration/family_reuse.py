@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""family_reuse.py URL FAMILY N: the call memo's reuse per template family
+(issue 28), stdlib only. N two-turn conversations on a server with the
+prefix cache (a random-weight model, the chat template forced to FAMILY):
+turn 1 asks for a call (tool_choice "required", temperature 1, a seed per
+conversation, so the model spaces its call's JSON its own way), turn 2
+sends the call and its result back. Prints, for turn 2, the tokens owed
+(turn 1's prompt and reply) and how many of them the cache missed: one
+line "FAMILY owed O missed M calls C" summed over the N conversations.
+Checks (exit 1) only what holds for any trajectory: every turn 1 made one
+call, and turn 2 found at least something cached. family_reuse.sh runs it
+with the memo on and off ([http] call_memo) for the table in
+docs/http-api.md. Turn 1's max_tokens leaves room for DeepSeek's markers,
+many tokens each in the GPT-2 vocabulary (a call cut short leaves its
+rest in content, which the history writes before the call)."""
+import json
+import sys
+import urllib.request
+
+from integ_http import wait_health
+
+URL, FAMILY, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"k": {"enum": ["x", "y"]}, "n": {"type": "integer", "maximum": 99}},
+    "required": ["k", "n"], "additionalProperties": False}}}]
+
+
+def post(body):
+    req = urllib.request.Request(URL + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)
+
+
+def main():
+    wait_health(URL)
+    owed = missed = calls = 0
+    bad = 0
+    for i in range(N):
+        msgs = [{"role": "user", "content": f"Look up item {i}."}]
+        r = post({"messages": msgs, "tools": TOOLS, "tool_choice": "required", "temperature": 1,
+                  "seed": 7000 + i, "max_tokens": 200, "parallel_tool_calls": False})
+        m = r["choices"][0]["message"]
+        if len(m.get("tool_calls") or []) != 1:
+            print(f"FAIL: {FAMILY} conversation {i}: turn 1 made no call: {m}")
+            bad += 1
+            continue
+        calls += 1
+        o = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+        msgs.append({"role": "assistant", "content": m.get("content"), "tool_calls": m["tool_calls"]})
+        msgs.append({"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "42"})
+        r2 = post({"messages": msgs, "tools": TOOLS, "tool_choice": "none", "temperature": 0, "max_tokens": 1})
+        c = r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+        if c == 0:
+            print(f"FAIL: {FAMILY} conversation {i}: turn 2 found nothing cached")
+            bad += 1
+        owed += o
+        missed += max(o - c, 0)
+    print(f"{FAMILY} owed {owed} missed {missed} calls {calls}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
