@@ -28,6 +28,15 @@ typedef struct pagoda_drafter_config {
     struct pagoda_draft_model *draft_model; /* draft: the opened spec_draft_model */
 } pagoda_drafter_config;
 
+/* One sequence's part of a propose_batch call. */
+typedef struct pagoda_draft_req {
+    void *state;
+    const int32_t *tokens;
+    int32_t n, max;
+    int32_t *out;                /* [max] */
+    int32_t k;                   /* out: tokens proposed */
+} pagoda_draft_req;
+
 typedef struct pagoda_drafter_ops {
     size_t struct_size;
     const char *name;            /* "ngram": the INI's and the metrics' name */
@@ -42,6 +51,12 @@ typedef struct pagoda_drafter_ops {
      * between calls) into out[max]; returns how many (0: nothing to
      * propose). */
     int32_t (*propose)(void *state, const int32_t *tokens, int32_t n, int32_t max, int32_t *out);
+    /* [engine thread] Optional (NULL: the engine calls propose for each).
+     * What propose does, for reqs[0 .. count) at once (distinct states):
+     * reqs[i].k = what propose(state, tokens, n, max, out) would return, and
+     * the same tokens (a model drafter runs one forward pass per draft
+     * position for all of them instead of one per sequence). */
+    void (*propose_batch)(struct pagoda_draft_req *reqs, int32_t count);
 } pagoda_drafter_ops;
 
 /* The drafter of this name, or NULL ("ngram", "draft"; "off" is not a
@@ -72,6 +87,14 @@ int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_l
                             pagoda_draft_model_bytes *out, char *err, size_t err_len);
 /* The bytes an opened draft model holds, counted the same way. */
 void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_model_bytes *out);
+/* Forward passes the draft model has run, ever, and the rows they held
+ * (tests, the bench: batching shows as fewer passes for the same rows). */
+void pagoda_draft_model_passes(const pagoda_draft_model *dm, uint64_t *passes, uint64_t *rows);
+/* The margin of each draft of state's latest proposal: its logit minus the
+ * runner-up's (>= 0; [k], valid until the next proposal). Two runs whose
+ * matmuls group rows differently may round a near tie either way; a test
+ * comparing them reads this to tell a tie from a wrong token. */
+const float *pagoda_drafter_model_margins(const void *state);
 /* One line for the start-up log: its shape, weight and KV pool bytes. */
 void pagoda_draft_model_describe(const pagoda_draft_model *dm, char *out, size_t len);
 extern const pagoda_drafter_ops pagoda_drafter_model_ops;
