@@ -819,6 +819,14 @@ START_TEST(smollm2_greedy_identical)
 }
 END_TEST
 
+/* SmolLM2 drafting for itself, batched against alone (Q4_1: below 32 rows
+ * a pass runs one dot per row, so the rows should not even round apart) */
+START_TEST(smollm2_draft_batched_matches_alone)
+{
+    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2");
+}
+END_TEST
+
 /* ------------------------------------------------------ seeing it, bad input */
 
 START_TEST(metrics_and_steps_show_drafts)
@@ -963,9 +971,12 @@ static Suite *suite(void)
     FILE *f = fopen(tu_src(SMOLLM2_REL), "rb");
     if (f) {
         fclose(f);
-        tcase_add_loop_test(tcase(s, "smollm2"), smollm2_greedy_identical, 0, 2);
+        TCase *ts = tcase(s, "smollm2");
+        tcase_add_loop_test(ts, smollm2_greedy_identical, 0, 2);
+        tcase_add_test(ts, smollm2_draft_batched_matches_alone);
     } else {
-        printf("test_spec: %s not present: smollm2_greedy_identical not run\n", SMOLLM2_REL);
+        printf("test_spec: %s not present: smollm2_greedy_identical and "
+               "smollm2_draft_batched_matches_alone not run\n", SMOLLM2_REL);
     }
     return s;
 }
