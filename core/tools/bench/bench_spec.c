@@ -269,7 +269,7 @@ int bench_do_spec(const bench_opts *o)
     if (!st && db) {
         printf("\nthe draft drafter one sequence at a time vs batched, %s, greedy, best of %d "
                "alternating rounds\n", model, rounds);
-        printf("%-8s %8s %16s %14s %8s %10s %18s %18s %s\n", "workload", "streams", "one-at-a-time tok/s",
+        printf("%-8s %8s %19s %14s %8s %10s %18s %18s %s\n", "workload", "streams", "one-at-a-time tok/s",
                "batched tok/s", "ratio", "tokens", "drafted/accepted 1", "drafted/accepted b",
                "same output");
         char da[2][48];
@@ -280,7 +280,7 @@ int bench_do_spec(const bench_opts *o)
          * its batches; 4 streams submitted to a running engine meet in
          * batches of other shapes from run to run, whose rows a quantized
          * model rounds otherwise: a difference is reported, not fatal */
-        printf("%-8s %8d %16.1f %14.1f %7.2fx %10lld %18s %18s %s\n", wl[0].name, wl[0].n,
+        printf("%-8s %8d %19.1f %14.1f %7.2fx %10lld %18s %18s %s\n", wl[0].name, wl[0].n,
                best[0][0].tps, best[0][1].tps, bench_ratio(best[0][1].tps, best[0][0].tps),
                (long long)best[0][1].tokens, da[0], da[1], same[0] ? "yes" : "no (batch timing)");
     } else if (!st) {
