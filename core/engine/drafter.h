@@ -77,8 +77,9 @@ void pagoda_draft_model_free(pagoda_draft_model *dm);
 /* What open will allocate for these arguments, read from the file's header
  * before anything is (the memory plan's draft lines): its weights (the
  * file's data section), its KV pool (n_seats seats of min(max_seq_len, its
- * context) tokens in F32) and its activations. A file that does not open
- * is refused, naming spec_draft_model, as open would. */
+ * context) tokens in F32) and its activations (the forward pass's, and
+ * the host rows its logits land in, one a seat). A file that does not
+ * open is refused, naming spec_draft_model, as open would. */
 typedef struct pagoda_draft_model_bytes {
     uint64_t weights, kv, act;
     int32_t seats, seq_len;

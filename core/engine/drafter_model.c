@@ -212,7 +212,9 @@ int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_l
     pagoda_kv_layout main_l, local_l;
     pagoda_forward_kv_layouts(&m->hp, &kv, &main_l, &local_l);
     out->kv = pagoda_kv_pool_bytes(&main_l) + pagoda_kv_pool_bytes(&local_l);
-    out->act = pagoda_forward_act_bytes(&m->hp, pass_rows(out->seats), out->seats);
+    /* the forward's buffers, and the host rows its logits land in */
+    out->act = pagoda_forward_act_bytes(&m->hp, pass_rows(out->seats), out->seats) +
+               sizeof(float) * (uint64_t)m->hp.n_vocab * (uint64_t)out->seats;
     out->weights = m->gguf->size - m->gguf->data_offset;
     pagoda_model_free(m);
     return PAGODA_OK;
@@ -222,7 +224,7 @@ void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_mode
 {
     out->weights = dm->m->gguf->size - dm->m->gguf->data_offset;
     out->kv = dm->kv_bytes;
-    out->act = dm->fw.act_bytes;
+    out->act = dm->fw.act_bytes + sizeof(float) * (uint64_t)dm->n_vocab * (uint64_t)dm->n_seats;
     out->seats = dm->n_seats;
     out->seq_len = dm->max_seq_len;
 }
