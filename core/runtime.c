@@ -429,6 +429,7 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,
         .spec_max_draft = rt->ec.spec_max_draft, .spec_ngram = rt->ec.spec_ngram,
         .spec_max_seqs = rt->ec.spec_max_seqs, .spec_draft_model = rt->ec.spec_draft_model,
+        .spec_draft_unbatched = rt->ec.spec_draft_batch_off,
     };
     snprintf(eo.speculative, sizeof eo.speculative, "%s", rt->ec.speculative);
     /* read the weights in now, under a progress bar, rather than as page

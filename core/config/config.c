@@ -95,6 +95,9 @@ static const engine_key engine_keys[] = {
         "spec_draft_model); off: none" }, "off|ngram|draft", false },
     EK("spec_draft_model", PAGODA_KEY_STRING, "", 0, 0,
        "the draft drafter's GGUF file, of the model's vocabulary (relative to the config file's folder)"),
+    { { "spec_draft_batch", PAGODA_KEY_STRING, "on", 0, 0,
+        "the draft drafter runs one forward pass per draft position for every drafting sequence; "
+        "off: one sequence at a time (a measurement's other side)" }, "on|off", false },
     EK("spec_max_draft", PAGODA_KEY_INT, "8", 1, 256,
        "draft tokens a sequence verifies in one step at most (below max_seq_len)"),
     EK("spec_ngram", PAGODA_KEY_INT, "3", 1, 8, "tokens of the suffix the ngram drafter looks up"),
@@ -610,6 +613,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
                                                          : PAGODA_DTYPE_F16;
     out->swa_kv_full = strcmp(STR("swa_kv"), "full") == 0;
     out->realign_off = strcmp(STR("realign"), "off") == 0;
+    out->spec_draft_batch_off = strcmp(STR("spec_draft_batch"), "off") == 0;
     int lvl = PAGODA_LOG_INFO;
     pagoda_log_level_parse(STR("log_level"), &lvl);
     out->log_level = lvl;

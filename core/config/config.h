@@ -54,6 +54,7 @@ typedef struct pagoda_engine_config {
     int32_t spec_ngram;        /* 3: the suffix length ngram matches */
     int32_t spec_max_seqs;     /* 4: decoding sequences above which a step drafts nothing */
     char spec_draft_model[4096]; /* the draft drafter's GGUF, resolved ("" when not set) */
+    bool spec_draft_batch_off; /* spec_draft_batch = off (default on: one draft pass for all) */
 } pagoda_engine_config;
 
 /* Load and check an INI file: syntax, duplicate keys, section names

@@ -28,6 +28,15 @@ typedef struct pagoda_drafter_config {
     struct pagoda_draft_model *draft_model; /* draft: the opened spec_draft_model */
 } pagoda_drafter_config;
 
+/* One sequence's part of a propose_batch call. */
+typedef struct pagoda_draft_req {
+    void *state;
+    const int32_t *tokens;
+    int32_t n, max;
+    int32_t *out;                /* [max] */
+    int32_t k;                   /* out: tokens proposed */
+} pagoda_draft_req;
+
 typedef struct pagoda_drafter_ops {
     size_t struct_size;
     const char *name;            /* "ngram": the INI's and the metrics' name */
@@ -42,6 +51,12 @@ typedef struct pagoda_drafter_ops {
      * between calls) into out[max]; returns how many (0: nothing to
      * propose). */
     int32_t (*propose)(void *state, const int32_t *tokens, int32_t n, int32_t max, int32_t *out);
+    /* [engine thread] Optional (NULL: the engine calls propose for each).
+     * What propose does, for reqs[0 .. count) at once (distinct states):
+     * reqs[i].k = what propose(state, tokens, n, max, out) would return, and
+     * the same tokens (a model drafter runs one forward pass per draft
+     * position for all of them instead of one per sequence). */
+    void (*propose_batch)(struct pagoda_draft_req *reqs, int32_t count);
 } pagoda_drafter_ops;
 
 /* The drafter of this name, or NULL ("ngram", "draft"; "off" is not a
@@ -62,8 +77,9 @@ void pagoda_draft_model_free(pagoda_draft_model *dm);
 /* What open will allocate for these arguments, read from the file's header
  * before anything is (the memory plan's draft lines): its weights (the
  * file's data section), its KV pool (n_seats seats of min(max_seq_len, its
- * context) tokens in F32) and its activations. A file that does not open
- * is refused, naming spec_draft_model, as open would. */
+ * context) tokens in F32) and its activations (the forward pass's, and
+ * the host rows its logits land in, one a seat). A file that does not
+ * open is refused, naming spec_draft_model, as open would. */
 typedef struct pagoda_draft_model_bytes {
     uint64_t weights, kv, act;
     int32_t seats, seq_len;
@@ -72,6 +88,14 @@ int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_l
                             pagoda_draft_model_bytes *out, char *err, size_t err_len);
 /* The bytes an opened draft model holds, counted the same way. */
 void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_model_bytes *out);
+/* Forward passes the draft model has run, ever, and the rows they held
+ * (tests, the bench: batching shows as fewer passes for the same rows). */
+void pagoda_draft_model_passes(const pagoda_draft_model *dm, uint64_t *passes, uint64_t *rows);
+/* The margin of each draft of state's latest proposal: its logit minus the
+ * runner-up's (>= 0; [k], valid until the next proposal). Two runs whose
+ * matmuls group rows differently may round a near tie either way; a test
+ * comparing them reads this to tell a tie from a wrong token. */
+const float *pagoda_drafter_model_margins(const void *state);
 /* One line for the start-up log: its shape, weight and KV pool bytes. */
 void pagoda_draft_model_describe(const pagoda_draft_model *dm, char *out, size_t len);
 extern const pagoda_drafter_ops pagoda_drafter_model_ops;

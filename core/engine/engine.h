@@ -61,6 +61,8 @@ typedef struct pagoda_engine_opts {
     int32_t spec_max_seqs;
     const char *spec_draft_model; /* speculative = draft: its GGUF (NULL or ""); must outlive
                                   * the engine's create */
+    bool spec_draft_unbatched;  /* spec_draft_batch = off: the draft model drafts one sequence
+                                 * at a time (the side-by-side measurement's other side) */
     const pagoda_forward_tp *tp; /* tensor parallelism: this rank's share (NULL: the whole
                                  * model); must outlive the engine */
 } pagoda_engine_opts;

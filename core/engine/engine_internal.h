@@ -123,6 +123,8 @@ typedef struct engine_spec {
     int32_t max_seqs;            /* decoding sequences above which a step drafts nothing */
     int32_t rows;                /* logit rows reserved for draft positions */
     int32_t *plan_draft;         /* [max_num_seqs] draft tokens of plan entry i this step */
+    pagoda_draft_req *reqs;      /* [max_num_seqs] a batched proposal's requests */
+    int32_t *req_plan;           /* [max_num_seqs] the plan entry of each */
     int32_t step_drafted, step_accepted; /* this step's, for its record */
     int64_t shrunk_blocks;       /* blocks given back after rejected drafts, ever (tests) */
     /* under e->mu */

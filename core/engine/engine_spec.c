@@ -8,11 +8,13 @@
  * in docs/speculation.md). Here: the budgets drafts are planned within
  * (tokens, logit rows, KV blocks, the batch size above which a step drafts
  * nothing), each sequence's adaptive draft length and its break-even
- * pause, and the counters.
+ * pause, and the counters. A drafter with propose_batch gets every
+ * drafting sequence of the step in one call.
  * Not for: proposing tokens (the drafters), sampling (engine_step.c).
  */
 #include "engine_internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,7 +94,9 @@ int engine_spec_create(pagoda_engine *e, char *err, size_t err_len)
     }
     sp->rows = pagoda_engine_spec_rows(o, e->max_num_seqs, e->max_batched_tokens);
     sp->plan_draft = calloc((size_t)e->max_num_seqs, sizeof(int32_t));
-    if (!sp->plan_draft) {
+    sp->reqs = calloc((size_t)e->max_num_seqs, sizeof(pagoda_draft_req));
+    sp->req_plan = calloc((size_t)e->max_num_seqs, sizeof(int32_t));
+    if (!sp->plan_draft || !sp->reqs || !sp->req_plan) {
         ERR("out of memory for speculative decoding's buffers");
         return PAGODA_ERR_NOMEM;
     }
@@ -103,6 +107,10 @@ void engine_spec_destroy(pagoda_engine *e)
 {
     free(e->spec.plan_draft);
     e->spec.plan_draft = NULL;
+    free(e->spec.reqs);
+    e->spec.reqs = NULL;
+    free(e->spec.req_plan);
+    e->spec.req_plan = NULL;
     pagoda_draft_model_free(e->spec.draft);
     e->spec.draft = NULL;
 }
@@ -158,6 +166,27 @@ static bool decoding(const pagoda_engine *e, const seq *q, int32_t i)
            q->s.n_tokens > q->s.n_prompt && !q->cancelled;
 }
 
+/* Plan entry i takes the k drafts proposed into its token array, with KV
+ * for them only from blocks nobody else will need this step (a draft never
+ * makes the scheduler preempt a sequence); returns k, or 0 when it drafts
+ * nothing after all. */
+static int32_t take_drafts(pagoda_engine *e, int32_t i, int32_t k, int64_t *free_blocks)
+{
+    if (k <= 0) return 0;
+    seq *q = e->plan_seq[i];
+    int32_t n = q->s.n_tokens, bs = e->opts.block_size;
+    const int32_t *table = NULL;
+    int32_t nb = 0;
+    e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb);
+    int32_t need = (n + k + bs - 1) / bs - nb;
+    if (need > 0 && *free_blocks - need < e->n_running) return 0;
+    if (e->kv->ops.grow(e->kv->ctx, q->s.id, n + k) != PAGODA_OK) return 0;
+    if (need > 0) *free_blocks -= need;
+    e->plan_n[i] += k;
+    e->spec.plan_draft[i] = k;
+    return k;
+}
+
 void engine_spec_plan(pagoda_engine *e)
 {
     engine_spec *sp = &e->spec;
@@ -171,7 +200,14 @@ void engine_spec_plan(pagoda_engine *e)
     /* many sequences decoding: the step is compute-bound already, and draft
      * rows would cost as much as real ones */
     if (n_dec == 0 || n_dec > (sp->max_seqs > 1 ? sp->max_seqs : 1)) return;
-    int32_t rows_left = sp->rows, bs = e->opts.block_size;
+    /* batched (a drafter with propose_batch, spec_draft_batch on): every
+     * drafting sequence's request first, each within the budgets as if
+     * it drafted all it asks for, then one call for all of them */
+    const pagoda_drafter_ops *d = sp->drafter;
+    bool batch = !e->opts.spec_draft_unbatched &&
+                 d->struct_size >= offsetof(pagoda_drafter_ops, propose_batch) + sizeof d->propose_batch &&
+                 d->propose_batch;
+    int32_t rows_left = sp->rows, n_req = 0;
     pagoda_kv_stats ks = {.struct_size = sizeof ks};
     e->kv->ops.stats(e->kv->ctx, &ks);
     int64_t free_blocks = ks.free_blocks + ks.cached_blocks;
@@ -193,22 +229,22 @@ void engine_spec_plan(pagoda_engine *e)
         if (k <= 0) continue;
         /* proposed straight into the token array (cap = max_total + 1 > n
          * + k): the batch reads them there, the commit overwrites them */
-        k = q->spec_drafter->propose(q->spec_state, q->tokens, n, k, q->tokens + n);
-        if (k <= 0) continue;
-        /* KV for the drafts, only from blocks nobody else will need this
-         * step: a draft never makes the scheduler preempt a sequence */
-        const int32_t *table = NULL;
-        int32_t nb = 0;
-        e->kv->ops.block_table(e->kv->ctx, q->s.id, &table, &nb);
-        int32_t need = (n + k + bs - 1) / bs - nb;
-        if (need > 0 && free_blocks - need < e->n_running) continue;
-        if (e->kv->ops.grow(e->kv->ctx, q->s.id, n + k) != PAGODA_OK) continue;
-        if (need > 0) free_blocks -= need;
-        e->plan_n[i] += k;
-        sp->plan_draft[i] = k;
+        if (batch) {
+            sp->reqs[n_req] = (pagoda_draft_req){.state = q->spec_state, .tokens = q->tokens,
+                                                 .n = n, .max = k, .out = q->tokens + n};
+            sp->req_plan[n_req++] = i;
+            tokens += k;
+            rows_left -= k;
+            continue;
+        }
+        k = take_drafts(e, i, q->spec_drafter->propose(q->spec_state, q->tokens, n, k, q->tokens + n),
+                        &free_blocks);
         tokens += k;
         rows_left -= k;
     }
+    if (n_req == 0) return;
+    d->propose_batch(sp->reqs, n_req);
+    for (int32_t r = 0; r < n_req; r++) take_drafts(e, sp->req_plan[r], sp->reqs[r].k, &free_blocks);
 }
 
 void engine_spec_shrink(pagoda_engine *e, seq *q)

@@ -115,6 +115,7 @@ START_TEST(test_engine_defaults)
     ck_assert_int_eq(ec.max_seq_len, 0);
     ck_assert_int_eq(ec.kv_dtype, PAGODA_DTYPE_F16);
     ck_assert(!ec.realign_off);
+    ck_assert(!ec.spec_draft_batch_off);
     ck_assert_uint_eq(ec.memory_budget, 0);
     ck_assert_double_eq_tol(ec.gpu_memory_utilization, 0.9, 1e-9);
     ck_assert_uint_eq(ec.seed, 0);
@@ -156,10 +157,12 @@ START_TEST(test_engine_values)
                                "max_seq_len = 512\n"
                                "default_max_tokens = 0\n"
                                "realign = off\n"
+                               "spec_draft_batch = off\n"
                                "scheduler = static\n");
     pagoda_engine_config ec;
     ck_assert_int_eq(pagoda_config_engine(c, &ec, g_err, sizeof g_err), PAGODA_OK);
     ck_assert(ec.realign_off);
+    ck_assert(ec.spec_draft_batch_off);
     char want[1024];
     snprintf(want, sizeof want, "%s/sub/../models/m.gguf", g_dir);
     ck_assert_str_eq(ec.model, want);
@@ -263,6 +266,8 @@ START_TEST(test_bad_engine_values)
               "512M, 8G or 1.5G, or auto");
     assert_at(load_err("[engine]\nrealign = maybe\n"), 2,
               "bad value for engine.realign: 'maybe'; expected one of on|off");
+    assert_at(load_err("[engine]\nspec_draft_batch = 2\n"), 2,
+              "bad value for engine.spec_draft_batch: '2'; expected one of on|off");
     assert_at(load_err("[engine]\nkv_dtype = f8\n"), 2,
               "bad value for engine.kv_dtype: 'f8'; expected one of f16|q8_0|f32");
     assert_at(load_err("[engine]\nchat_template = vicuna\n"), 2,

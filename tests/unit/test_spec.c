@@ -15,6 +15,7 @@
 #include "genmodel.h"
 #include "engine_internal.h" /* kv_watch reads the running sequences' block tables */
 #include "metrics.h"
+#include "tokenizer.h"
 
 /* ------------------------------------------------------------- the drafter */
 
@@ -113,6 +114,7 @@ typedef struct run_out {
     pagoda_engine_stats st;
     int32_t step_drafted, step_accepted; /* over the inspected steps */
     int64_t shrunk_blocks;               /* blocks the engine gave back after rejected drafts */
+    uint64_t draft_passes, draft_rows;   /* the draft model's forward passes and their rows */
 } run_out;
 
 /* extra2 (NULL or up to two settings more, e.g. another drafter) */
@@ -152,6 +154,9 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
     ck_assert_int_eq(ks.free_blocks + ks.cached_blocks, ks.total_blocks);
     pagoda_engine_get_stats(rt->engine, &out->st);
     out->shrunk_blocks = rt->engine->spec.shrunk_blocks;
+    out->draft_passes = out->draft_rows = 0;
+    if (rt->engine->spec.draft)
+        pagoda_draft_model_passes(rt->engine->spec.draft, &out->draft_passes, &out->draft_rows);
     pagoda_engine_snapshot *snap = NULL;
     ck_assert_int_eq(pagoda_engine_snapshot_take(rt->engine, &snap), 0);
     out->step_drafted = out->step_accepted = 0;
@@ -321,6 +326,175 @@ START_TEST(draft_model_other_weights_identical)
     free(off);
     free(on);
     unlink(model);
+}
+END_TEST
+
+/* Several sequences drafted in one propose_batch call get the tokens each
+ * gets drafted alone (propose), round after round of a simulated
+ * verification (some drafts accepted, then another token), through a
+ * sequence ending and a new one of a long prompt taking its seat. The
+ * draft passes group rows differently (one row of each sequence a pass
+ * against one row a pass), so a matmul may round a near tie either way: a
+ * difference is allowed only where the alone run's best draft beat its
+ * runner-up by less than DB_TIE, at most twice, and ends that sequence's
+ * comparison for the round. When nothing differed, both sides computed
+ * the same rows, the batched side in fewer passes. */
+#define DB_SEQS 4
+#define DB_ROUNDS 14
+#define DB_CAP 600
+#define DB_TIE 1e-3f
+
+typedef struct db_hist {
+    int32_t tok[DB_CAP + 1];
+    int32_t n;
+} db_hist;
+
+static void db_prompt(const pagoda_tokenizer *t, const char *text, int reps, db_hist *h)
+{
+    char buf[1024] = "";
+    for (int r = 0; r < reps; r++) strncat(buf, text, sizeof buf - strlen(buf) - 1);
+    int32_t n = 0;
+    ck_assert_int_eq(pagoda_tokenize(t, buf, strlen(buf), true, false, h->tok, DB_CAP, &n), 0);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_le(n, DB_CAP / 2);
+    h->n = n;
+}
+
+static void draft_batched_vs_alone(const char *model, const char *what)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
+    const char *settings[] = {"engine.speculative=draft", path, "engine.spec_max_seqs=8",
+                              "engine.max_seq_len=512", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, model, settings);
+    pagoda_engine *e = rt->engine; /* not started: the drafter is this thread's */
+    const pagoda_drafter_ops *d = e->spec.drafter;
+    ck_assert_ptr_eq(d, &pagoda_drafter_model_ops);
+    ck_assert_ptr_nonnull(d->propose_batch);
+    pagoda_draft_model_bytes b;
+    pagoda_draft_model_bytes_of(e->spec.draft, &b);
+    ck_assert_int_ge(b.seats, 2 * DB_SEQS); /* both sides' sequences hold a seat */
+    const pagoda_tokenizer *t = e->model->tok;
+    int32_t V = e->model->hp.n_vocab;
+    static db_hist h[DB_SEQS];
+    void *alone[DB_SEQS], *batched[DB_SEQS];
+    for (int i = 0; i < DB_SEQS; i++) {
+        db_prompt(t, prompts[i], 1, &h[i]);
+        alone[i] = d->seq_new(&e->spec.cfg, DB_CAP);
+        batched[i] = d->seq_new(&e->spec.cfg, DB_CAP);
+        ck_assert(alone[i] && batched[i]);
+    }
+    int32_t out_a[DB_SEQS][16], out_b[DB_SEQS][16];
+    float margin[16];
+    int compared = 0, ties = 0;
+    uint64_t pa = 0, ra = 0, pb = 0, rb = 0, p0, r0, p1, r1;
+    for (int round = 0; round < DB_ROUNDS; round++) {
+        if (round == DB_ROUNDS / 2) {
+            /* the last sequence ends; a new one of a long prompt (a catch-up
+             * of several passes) takes its seat on both sides */
+            d->seq_free(alone[DB_SEQS - 1]);
+            d->seq_free(batched[DB_SEQS - 1]);
+            db_prompt(t, prompts[3], 4, &h[DB_SEQS - 1]);
+            ck_assert_int_gt(h[DB_SEQS - 1].n, 64);
+            alone[DB_SEQS - 1] = d->seq_new(&e->spec.cfg, DB_CAP);
+            batched[DB_SEQS - 1] = d->seq_new(&e->spec.cfg, DB_CAP);
+            ck_assert(alone[DB_SEQS - 1] && batched[DB_SEQS - 1]);
+        }
+        int32_t max[DB_SEQS], k_a[DB_SEQS];
+        pagoda_draft_req req[DB_SEQS];
+        for (int i = 0; i < DB_SEQS; i++) max[i] = 1 + (round * 3 + i * 5) % 8;
+        pagoda_draft_model_passes(e->spec.draft, &p0, &r0);
+        for (int i = 0; i < DB_SEQS; i++)
+            k_a[i] = d->propose(alone[i], h[i].tok, h[i].n, max[i], out_a[i]);
+        pagoda_draft_model_passes(e->spec.draft, &p1, &r1);
+        pa += p1 - p0;
+        ra += r1 - r0;
+        for (int i = 0; i < DB_SEQS; i++)
+            req[i] = (pagoda_draft_req){.state = batched[i], .tokens = h[i].tok, .n = h[i].n,
+                                        .max = max[i], .out = out_b[i], .k = -1};
+        d->propose_batch(req, DB_SEQS);
+        pagoda_draft_model_passes(e->spec.draft, &p0, &r0);
+        pb += p0 - p1;
+        rb += r0 - r1;
+        for (int i = 0; i < DB_SEQS; i++) {
+            ck_assert_int_eq(k_a[i], max[i]); /* a seat each, room enough: every draft made */
+            ck_assert_int_eq(req[i].k, k_a[i]);
+            memcpy(margin, pagoda_drafter_model_margins(alone[i]), sizeof(float) * (size_t)k_a[i]);
+            for (int j = 0; j < k_a[i]; j++) {
+                ck_assert(margin[j] >= 0.0f);
+                if (out_a[i][j] == out_b[i][j]) {
+                    compared++;
+                    continue;
+                }
+                ck_assert_msg(margin[j] < DB_TIE, "%s: round %d sequence %d draft %d: %d batched, "
+                              "%d alone (ahead by %g, no tie)", what, round, i, j, out_b[i][j],
+                              out_a[i][j], (double)margin[j]);
+                ties++;
+                break;
+            }
+            /* verified: the first a drafts agree, then another token */
+            int32_t a = (round + i) % (k_a[i] + 1);
+            memcpy(h[i].tok + h[i].n, out_a[i], sizeof(int32_t) * (size_t)a);
+            h[i].n += a;
+            h[i].tok[h[i].n] = a < k_a[i] ? (out_a[i][a] + 1) % V : h[i].tok[round % 4];
+            h[i].n++;
+            ck_assert_int_lt(h[i].n, DB_CAP - 16);
+        }
+    }
+    fprintf(stderr, "draft_batched_vs_alone %s: %d drafts the same, %d near ties; alone %llu "
+            "passes of %llu rows, batched %llu passes of %llu rows\n", what, compared, ties,
+            (unsigned long long)pa, (unsigned long long)ra, (unsigned long long)pb,
+            (unsigned long long)rb);
+    ck_assert_int_le(ties, 2);
+    ck_assert_int_ge(compared, 150);
+    if (ties == 0) ck_assert_uint_eq(rb, ra);
+    ck_assert_uint_lt(pb * 2, pa); /* 4 sequences: well under half the passes */
+    for (int i = 0; i < DB_SEQS; i++) {
+        d->seq_free(alone[i]);
+        d->seq_free(batched[i]);
+    }
+    et_close(rt, cfg);
+}
+
+START_TEST(draft_batched_matches_alone)
+{
+    draft_batched_vs_alone(tu_src("models/stories260K.gguf"), "stories260K");
+}
+END_TEST
+
+/* The engine with the draft model batched and with spec_draft_batch = off:
+ * the same output as without speculation, drafts made, and the batched
+ * side in fewer draft passes. */
+START_TEST(draft_model_batched_identical)
+{
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on), *one = calloc(1, sizeof *one);
+    char path[4200];
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", tu_src("models/stories260K.gguf"));
+    const char *draft[] = {"engine.speculative=draft", path};
+    run("continuous", "paged", false, NULL, off);
+    run_watched("continuous", "paged", true, NULL, draft, NULL, on);
+    run_watched("continuous", "paged", true, "engine.spec_draft_batch=off", draft, NULL, one);
+    assert_same(off, on, "draft batched vs off");
+    assert_same(off, one, "draft one sequence at a time vs off");
+    fprintf(stderr, "draft_model_batched_identical: batched %lld drafted, %lld accepted, %llu "
+            "passes of %llu rows; one at a time %lld drafted, %lld accepted, %llu passes of %llu "
+            "rows\n", (long long)on->st.spec_drafted_total, (long long)on->st.spec_accepted_total,
+            (unsigned long long)on->draft_passes, (unsigned long long)on->draft_rows,
+            (long long)one->st.spec_drafted_total, (long long)one->st.spec_accepted_total,
+            (unsigned long long)one->draft_passes, (unsigned long long)one->draft_rows);
+    ck_assert_int_gt(on->st.spec_drafted_total, 200);
+    ck_assert_int_gt(one->st.spec_drafted_total, 200);
+    ck_assert_uint_gt(on->draft_rows, 0);
+    /* drafting itself, batched or not, the drafts are the model's own
+     * (draft_model_self_identical's bound: a near tie may round apart) */
+    ck_assert_int_ge(on->st.spec_accepted_total * 100, on->st.spec_drafted_total * 95);
+    ck_assert_int_ge(one->st.spec_accepted_total * 100, one->st.spec_drafted_total * 95);
+    /* 12 requests, several decoding at once: far fewer passes batched */
+    ck_assert_uint_lt(on->draft_passes * 2, one->draft_passes);
+    free(off);
+    free(on);
+    free(one);
 }
 END_TEST
 
@@ -649,6 +823,14 @@ START_TEST(smollm2_greedy_identical)
 }
 END_TEST
 
+/* SmolLM2 drafting for itself, batched against alone (Q4_1: below 32 rows
+ * a pass runs one dot per row, so the rows should not even round apart) */
+START_TEST(smollm2_draft_batched_matches_alone)
+{
+    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2");
+}
+END_TEST
+
 /* ------------------------------------------------------ seeing it, bad input */
 
 START_TEST(metrics_and_steps_show_drafts)
@@ -780,6 +962,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, draft_model_self_identical, 0, 2);
     tcase_add_test(tc, draft_model_other_weights_identical);
     tcase_add_test(tc, draft_model_in_memory_plan);
+    tcase_add_test(tc, draft_batched_matches_alone);
+    tcase_add_test(tc, draft_model_batched_identical);
     tc = tcase(s, "sampled");
     tcase_add_test(tc, seeded_sampling_identical);
     tcase_add_test(tc, structured_output_identical);
@@ -791,9 +975,12 @@ static Suite *suite(void)
     FILE *f = fopen(tu_src(SMOLLM2_REL), "rb");
     if (f) {
         fclose(f);
-        tcase_add_loop_test(tcase(s, "smollm2"), smollm2_greedy_identical, 0, 2);
+        TCase *ts = tcase(s, "smollm2");
+        tcase_add_loop_test(ts, smollm2_greedy_identical, 0, 2);
+        tcase_add_test(ts, smollm2_draft_batched_matches_alone);
     } else {
-        printf("test_spec: %s not present: smollm2_greedy_identical not run\n", SMOLLM2_REL);
+        printf("test_spec: %s not present: smollm2_greedy_identical and "
+               "smollm2_draft_batched_matches_alone not run\n", SMOLLM2_REL);
     }
     return s;
 }

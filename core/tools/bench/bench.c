@@ -80,6 +80,10 @@ static void bench_usage(FILE *f)
 "                                  16 at once (--repeat rounds, default 3; needs --model;\n"
 "                                  --set engine.speculative=draft --set\n"
 "                                  engine.spec_draft_model=F: the draft drafter instead)\n"
+"                          draftbatch  the draft drafter one sequence at a time\n"
+"                                  (spec_draft_batch = off) vs batched: 4 streams at once, edit\n"
+"                                  and chat mixed (--repeat; needs --model and --set\n"
+"                                  engine.spec_draft_model=F)\n"
 "                        workload flags given override the comparison's defaults\n"
 "  --repeat N            sched/kv/prefix/batch/kvdtype/spec: run the two sides alternately N times and\n"
 "                        keep each side's fastest run (other load only slows a run down)\n"
@@ -204,7 +208,7 @@ int pagoda_cmd_bench(int argc, char **argv)
     }
     if (o.compare && bench_compare_defaults(o.compare, &o)) {
         fprintf(stderr, "pagoda bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, "
-                "structured, kvdtype, spec)\n", o.compare);
+                "structured, kvdtype, spec, draftbatch)\n", o.compare);
         return EXIT_USAGE;
     }
     for (int i = 1; i < argc; i++) {

@@ -50,7 +50,7 @@ int bench_compare_defaults(const char *name, bench_opts *o)
         w->output_len = (pagoda_bench_dist){PAGODA_BENCH_FIXED, 64, 64};
         w->concurrency = 1;
         if (!o->context) o->context = 4096;
-    } else if (strcmp(name, "spec") == 0) {
+    } else if (strcmp(name, "spec") == 0 || strcmp(name, "draftbatch") == 0) {
         /* its own workloads of text (bench_spec.c); --repeat rounds */
         o->repeat = 3;
     } else if (strcmp(name, "quant") == 0 || strcmp(name, "batch") == 0) {
@@ -109,7 +109,8 @@ static int run_pair(const bench_opts *oa, const char *la, const char *const *sa,
 int bench_do_compare(const bench_opts *o, roofline *rf)
 {
     if (strcmp(o->compare, "structured") == 0) return bench_do_structured(o);
-    if (strcmp(o->compare, "spec") == 0) return bench_do_spec(o);
+    if (strcmp(o->compare, "spec") == 0 || strcmp(o->compare, "draftbatch") == 0)
+        return bench_do_spec(o);
     char err[2048] = "", model[4096];
     bench_result r[3];
     memset(r, 0, sizeof r);
@@ -262,7 +263,7 @@ int bench_do_compare(const bench_opts *o, roofline *rf)
         json_object_set_new(head, "batch_ratio", json_real(br));
         json_object_set_new(head, "batch_ratio_end_to_end", json_real(er));
     } else {
-        fprintf(stderr, "bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, kvdtype, spec)\n", name);
+        fprintf(stderr, "bench: unknown comparison '%s' (sched, kv, prefix, quant, batch, kvdtype, spec, draftbatch)\n", name);
         st = PAGODA_ERR_INVALID;
         goto out;
     }
