@@ -46,6 +46,8 @@ typedef struct pagoda_memplan_opts {
      * made on the first batch of >= PAGODA_CPU_REPACK_MIN_T tokens); 0: none */
     uint64_t repacked_bytes;
     uint64_t repacked_weight_values;      /* the values of the weights it covers */
+    int32_t mla_decompress_min;           /* engine.mla_decompress_min (0: off; the
+                                           * default opts have 0) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -157,8 +159,15 @@ typedef struct pagoda_memplan {
     int32_t draft_seats, draft_seq_len;
     /* The backend's copies beside the weights (the opts' figures). */
     uint64_t repacked_bytes, repacked_weight_values;
+    /* MLA's decompressed prefill (forward.h pagoda_mla_decompress_on; all
+     * 0 when off): the threshold, the transposed attn_k_b copies (every
+     * layer, the rank's heads, F32 for an F32 source, else F16) and the
+     * scratch K and V pool for max_batched_tokens tokens (F32) */
+    int32_t mla_decompress_min;
+    uint64_t mla_kbt_bytes, mla_scratch_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
-                                                     * + the draft model + repacked */
+                                                     * + the draft model + repacked
+                                                     * + MLA decompression's */
     /* The budget and what it leaves for the KV pool. */
     bool budget_auto;
     uint64_t mem_available;                         /* MemAvailable when auto, else 0 */
