@@ -350,9 +350,11 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
                 char name[64];
                 snprintf(name, sizeof name, "blk.%" PRId64 ".attn_k_b.weight", l);
                 const gguf_tensor *t = pagoda_gguf_tensor(f, name);
-                if (t) p->mla_kbt_bytes += (pagoda_mla_kbt_layer_bytes(&hr, t->type) + 63) / 64 * 64;
+                if (!t) continue;
+                if (l == 0) p->mla_kbt_dtype = pagoda_mla_kbt_dtype(t->type);
+                p->mla_kbt_bytes += (pagoda_mla_kbt_layer_bytes(&hr, t->type) + 63) / 64 * 64;
             }
-            p->mla_scratch_bytes = pagoda_mla_scratch_bytes(&hr, (int32_t)p->max_batched_tokens);
+            p->mla_scratch_bytes = pagoda_mla_scratch_bytes(&hr, (int32_t)p->max_batched_tokens, o.kv_dtype);
             ok &= addu(&p->fixed_bytes, p->mla_kbt_bytes);
             ok &= addu(&p->fixed_bytes, p->mla_scratch_bytes);
         }
@@ -506,9 +508,9 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
         fprintf(fp, "  %-28s %16" PRIu64 " %14s   (decompressed prefill from %d tokens: every "
                     "layer's attn_k_b transposed, %s)\n", "MLA attn_k_b transposed", p->mla_kbt_bytes,
                 human(p->mla_kbt_bytes, a, sizeof a), p->mla_decompress_min,
-                "F32 for an F32 source, else F16");
+                pagoda_dtype_name(p->mla_kbt_dtype));
         fprintf(fp, "  %-28s %16" PRIu64 " %14s   (K and V of %" PRId64 " tokens x %" PRId64
-                    " heads x %" PRId64 " values, F32)\n", "MLA decompression scratch",
+                    " heads x %" PRId64 " values in the KV type)\n", "MLA decompression scratch",
                 p->mla_scratch_bytes, human(p->mla_scratch_bytes, a, sizeof a),
                 (p->max_batched_tokens + 15) / 16 * 16, p->n_heads / p->tensor_parallel,
                 p->qk_nope + p->qk_rope);

@@ -164,6 +164,7 @@ typedef struct pagoda_memplan {
      * layer, the rank's heads, F32 for an F32 source, else F16) and the
      * scratch K and V pool for max_batched_tokens tokens (F32) */
     int32_t mla_decompress_min;
+    int32_t mla_kbt_dtype;                          /* the copies' type (layer 0's) */
     uint64_t mla_kbt_bytes, mla_scratch_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
                                                      * + the draft model + repacked

@@ -151,13 +151,15 @@ typedef struct pagoda_forward {
         int32_t *rows;       /* [T H] 0, 1, 2, ... */
         /* decompressed prefill (forward_mla.c; decompress_min 0: off): a
          * from-scratch chunk of >= decompress_min tokens gets K and V per
-         * head in `scratch`, an F32 K-and-V pool of one layer (layout
-         * scratch_kv: max_tokens slots of heads x (nope + rope) values, V
-         * zero-padded from v_head_dim), and attention over it */
+         * head in `scratch`, a K-and-V pool of one layer in the cache's
+         * type (layout scratch_kv: max_tokens slots of heads x (nope +
+         * rope) values, V zero-padded from v_head_dim; then one F32 row of
+         * zeros), and attention over it */
         int32_t decompress_min;
         int32_t *tok;        /* [T H] each (token, head) row's token: 0, .., 0, 1, .. */
         int32_t *scratch_table;          /* [scratch_kv.n_blocks] 0, 1, 2, ... */
         pagoda_seq_view *sub;            /* [T] a run of absorbed sequences, rebased */
+        int32_t *zeros;                  /* [T H] all 0: V's padding from the zero row */
         pagoda_kv_layout scratch_kv;
         pagoda_buffer *scratch;          /* the pool, 2 x scratch_kv's bytes */
         pagoda_buffer *kbt;              /* every layer's attn_k_b transposed */
@@ -252,7 +254,8 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
  * Is it on for hp (a rank's heads) with max_tokens rows a step and a
  * threshold of min_tokens (0: off)? It also needs the values no wider than
  * a key head (nope + rope; they are zero-padded to it) and nope <=
- * kv_lora; a threshold above max_tokens never fires, so nothing is made. */
+ * kv_lora (a key head fits the rows where K and V are made); a
+ * threshold above max_tokens never fires, so nothing is made. */
 bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int32_t min_tokens);
 /* The type of the transposed attn_k_b copy for a source of type src: F32
  * for F32 (exact), else F16 (exact for F16; for a quantized or BF16
@@ -260,9 +263,10 @@ bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int3
 int pagoda_mla_kbt_dtype(int src_dtype);
 /* Bytes of one layer's copy (hp->n_heads heads of [nope x kv_lora]). */
 uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype);
-/* Bytes of the scratch pool for max_tokens tokens: K and V, F32, every
- * head's nope + rope values a token (rounded up to 16 tokens). */
-uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens);
+/* Bytes of the scratch pool for max_tokens tokens: K and V in kv_dtype
+ * (the cache's; F16 where its blocks do not tile a key head), every head's
+ * nope + rope values a token (rounded up to 16 tokens), and a zero row. */
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype);
 
 /* Turn the decompressed prefill on for fw (after pagoda_forward_init*):
  * a sequence's chunk that starts at position 0 and holds >= min_tokens

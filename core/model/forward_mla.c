@@ -83,8 +83,8 @@ static int per_head(pagoda_forward *fw, const pagoda_tensor *x, const pagoda_ten
 
 bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int32_t min_tokens)
 {
-    /* V fits a key head (zero-padded) and a key head fits the absorbed
-     * read-out row that attention writes into */
+    /* V fits a key head (zero-padded), and a key head fits a row of the
+     * absorbed queries and of att, where a token's K and V are made */
     return hp->mla && min_tokens > 0 && min_tokens <= max_tokens &&
            hp->v_head_dim <= hp->qk_nope + hp->rope_dims && hp->qk_nope <= hp->kv_lora_rank;
 }
@@ -101,18 +101,27 @@ uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype)
 }
 
 /* The scratch pool: one layer, blocks of 16 slots, every head's key of
- * nope + rope values a slot, F32, K and V. */
-static pagoda_kv_layout scratch_layout(const pagoda_hparams *hp, int32_t max_tokens)
+ * nope + rope values a slot, K and V, in the cache's KV type (F16 where
+ * that type's blocks do not tile a key head). */
+static pagoda_kv_layout scratch_layout(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
 {
-    return (pagoda_kv_layout){.n_layers = 1, .n_blocks = (max_tokens + 15) / 16, .block_size = 16,
-                              .n_kv_heads = hp->n_heads, .head_dim = hp->qk_nope + hp->rope_dims,
-                              .dtype = PAGODA_DTYPE_F32, .kind = PAGODA_KV_SEPARATE};
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = (max_tokens + 15) / 16, .block_size = 16,
+                          .n_kv_heads = hp->n_heads, .head_dim = hp->qk_nope + hp->rope_dims,
+                          .dtype = kv_dtype, .kind = PAGODA_KV_SEPARATE};
+    if (!pagoda_kv_head_bytes(&L)) L.dtype = PAGODA_DTYPE_F16;
+    return L;
 }
 
-uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens)
+/* One row of zeros after the pool: V's padding is copied from it. */
+static size_t zero_row_bytes(const pagoda_hparams *hp)
 {
-    pagoda_kv_layout L = scratch_layout(hp, max_tokens);
-    return pagoda_kv_pool_bytes(&L);
+    return ((size_t)(hp->qk_nope + hp->rope_dims) * 4 + 63) / 64 * 64;
+}
+
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
+{
+    pagoda_kv_layout L = scratch_layout(hp, max_tokens, kv_dtype);
+    return (pagoda_kv_pool_bytes(&L) + 63) / 64 * 64 + zero_row_bytes(hp);
 }
 
 /* ------------------------------------------------------------ set-up */
@@ -199,9 +208,9 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
         goto out;
     }
     for (int l = 0; l < hp->n_layers; l++) fw->layers[l].wk_bt.buf = fw->mla.kbt;
-    /* the scratch pool, zeroed once: V's padding is never written */
-    fw->mla.scratch_kv = scratch_layout(hp, fw->max_tokens);
-    fw->mla.scratch_bytes = pagoda_kv_pool_bytes(&fw->mla.scratch_kv);
+    /* the scratch pool and its zero row, zeroed once */
+    fw->mla.scratch_kv = scratch_layout(hp, fw->max_tokens, fw->kv_layout.dtype);
+    fw->mla.scratch_bytes = pagoda_mla_scratch_bytes(hp, fw->max_tokens, fw->kv_layout.dtype);
     st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_ACTIVATIONS, fw->mla.scratch_bytes, &fw->mla.scratch);
     if (!st) {
         size_t chunk = fw->mla.scratch_bytes < (1u << 20) ? fw->mla.scratch_bytes : (1u << 20);
@@ -221,7 +230,8 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
     fw->mla.tok = malloc(sizeof(int32_t) * (size_t)P);
     fw->mla.scratch_table = malloc(sizeof(int32_t) * (size_t)fw->mla.scratch_kv.n_blocks);
     fw->mla.sub = malloc(sizeof(pagoda_seq_view) * (size_t)fw->max_tokens);
-    if (!fw->mla.tok || !fw->mla.scratch_table || !fw->mla.sub) {
+    fw->mla.zeros = calloc((size_t)P, sizeof(int32_t));
+    if (!fw->mla.tok || !fw->mla.scratch_table || !fw->mla.sub || !fw->mla.zeros) {
         snprintf(err, err_len, "out of memory for the decompressed prefill of %d tokens", fw->max_tokens);
         st = PAGODA_ERR_NOMEM;
         goto out;
@@ -246,6 +256,8 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
     free(fw->mla.tok);
     free(fw->mla.scratch_table);
     free(fw->mla.sub);
+    free(fw->mla.zeros);
+    fw->mla.zeros = NULL;
     fw->mla.kbt = fw->mla.scratch = NULL;
     fw->mla.kbt_host = NULL;
     fw->mla.tok = fw->mla.scratch_table = NULL;
@@ -348,26 +360,41 @@ static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L
     cl.rows = n;
     cr.offset += (size_t)r0 * kpe->row_stride;
     cr.rows = n;
-    /* the scratch K and V planes [n x H D]; a slot is a position */
-    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
-    pagoda_tensor kp = {.buf = fw->mla.scratch, .offset = pagoda_kv_offset(SL, 0, 0, 0),
-                        .dtype = PAGODA_DTYPE_F32, .rows = n, .cols = H * D,
-                        .row_stride = (size_t)(H * D) * 4};
-    pagoda_tensor vp = kp;
-    vp.offset = pagoda_kv_offset(SL, 0, 1, 0);
+    /* the chunk's K and V, F32 [n x H D] each, made in its own rows of the
+     * absorbed queries and of att (it uses neither yet; an absorbed run
+     * uses only its own rows), then stored into the scratch pool (slot =
+     * position) */
+    pagoda_tensor kt = fw->mla.qabs;
+    kt.offset += (size_t)r0 * (size_t)(H * d->KH) * 4;
+    kt.rows = n;
+    kt.cols = H * D;
+    kt.row_stride = (size_t)kt.cols * 4;
+    pagoda_tensor vt = kt;
+    vt.buf = fw->att.buf;
+    vt.offset = fw->att.offset + (size_t)r0 * (size_t)(H * d->KH) * 4;
     for (int64_t h = 0; h < H; h++) {
         /* K_h's nope part = c W_kb_h^T, V_h = c W_vb_h^T (heads side by side) */
         pagoda_tensor wk = L->wk_bt, wv = L->wv_b;
         wk.offset += (size_t)h * L->wk_bt_stride;
         wv.offset += (size_t)h * L->wv_b_stride;
-        pagoda_tensor kh = strided(kp, n, d->N, kp.row_stride, h * D);
-        pagoda_tensor vh = strided(vp, n, d->V, vp.row_stride, h * D);
+        pagoda_tensor kh = strided(kt, n, d->N, kt.row_stride, h * D);
+        pagoda_tensor vh = strided(vt, n, d->V, vt.row_stride, h * D);
         MCALL("matmul(attn_k_b^T)", o->matmul(c, &cl, &wk, NULL, &kh));
         MCALL("matmul(attn_v_b)", o->matmul(c, &cl, &wv, NULL, &vh));
     }
     /* every head's RoPE part is the token's one k_pe */
-    pagoda_tensor kr = strided(kp, (int64_t)n * H, d->R, (size_t)D * 4, d->N);
+    pagoda_tensor kr = strided(kt, (int64_t)n * H, d->R, (size_t)D * 4, d->N);
     MCALL("get_rows(k_pe)", o->get_rows(c, &cr, fw->mla.tok, n * d->H, &kr));
+    /* V's padding to D: zeros (its outputs are dropped; zeros keep them finite) */
+    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
+    if (D > d->V) {
+        pagoda_tensor z = {.buf = fw->mla.scratch, .offset = fw->mla.scratch_bytes - zero_row_bytes(&fw->hp),
+                           .dtype = PAGODA_DTYPE_F32, .rows = 1, .cols = D - d->V,
+                           .row_stride = (size_t)(D - d->V) * 4};
+        pagoda_tensor vpad = strided(vt, (int64_t)n * H, D - d->V, (size_t)D * 4, d->V);
+        MCALL("get_rows(v padding)", o->get_rows(c, &z, fw->mla.zeros, n * d->H, &vpad));
+    }
+    MCALL("kv_write(decompressed)", o->kv_write(c, fw->mla.scratch, SL, 0, &kt, &vt, fw->mla.rows, n));
     /* the queries are q as it stands: each head [q_nope | q_pe], D values */
     pagoda_tensor q = fw->q;
     q.cols = H * D;
@@ -447,8 +474,11 @@ int pagoda_forward_mla(pagoda_forward *fw, const pagoda_forward_layer *L, const 
     MCALL("rope(q_pe)", o->rope(c, &qpe, 1, (int32_t)R, fw->mla.pos, rp));
     /* the latent row into the KV pool (as K and V in a K-and-V layout) */
     MCALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, L->kv_layer, &kr, &kr, b->slots, T));
+    /* (a batch of more sequences than rows, which the engine never makes,
+     * would not fit mla.sub: it runs absorbed) */
     bool any = false;
-    for (int32_t s = 0; s < b->n_seqs && !any; s++) any = decompresses(fw, &b->seqs[s]);
+    for (int32_t s = 0; s < b->n_seqs && b->n_seqs <= fw->max_tokens && !any; s++)
+        any = decompresses(fw, &b->seqs[s]);
     if (!any) {
         /* every sequence absorbed: one call over the batch */
         if ((st = absorbed_attend(fw, L, b, 0, T, &d, what))) return st;

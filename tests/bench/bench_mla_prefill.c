@@ -10,7 +10,7 @@
  * row's max |logit difference| as a check that both computed the same.
  *
  *   bench_mla_prefill --model FILE [--threads 2] [--lens 512,2048] [--reps 5]
- *                     [--min 320]
+ *                     [--min 320] [--kv f16|f32|q8_0]
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,16 +52,21 @@ static double prefill(pagoda_forward *fw, const int32_t *tok, int32_t T, int32_t
 int main(int argc, char **argv)
 {
     const char *model = NULL, *lens_s = "512,2048";
-    int threads = 2, reps = 5, min_tok = 320;
+    int threads = 2, reps = 5, min_tok = 320, kv_dtype = PAGODA_DTYPE_F16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lens") && i + 1 < argc) lens_s = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) min_tok = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc) {
+            const char *k = argv[++i];
+            kv_dtype = !strcmp(k, "f32") ? PAGODA_DTYPE_F32 : !strcmp(k, "q8_0") ? PAGODA_DTYPE_Q8_0
+                                                                                 : PAGODA_DTYPE_F16;
+        }
         else {
             fprintf(stderr, "usage: bench_mla_prefill --model FILE [--threads N] [--lens 512,2048] "
-                            "[--reps N] [--min N]\n");
+                            "[--reps N] [--min N] [--kv f16|f32|q8_0]\n");
             return 2;
         }
     }
@@ -90,10 +95,11 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("MLA prefill, %s: %d layers, %d heads, kv_lora %d, nope %d, rope %d, v %d; "
-           "%d threads, %d reps a side, alternating; F16 KV\n", model, hp->n_layers, hp->n_heads,
-           hp->kv_lora_rank, hp->qk_nope, hp->rope_dims, hp->v_head_dim, threads, reps);
-    printf("%6s %14s %14s %14s %14s %8s %8s %10s\n", "tokens", "absorbed best", "(median)",
-           "decomp. best", "(median)", "best x", "median x", "max |dl|");
+           "%d threads, %d reps a side, alternating; %s KV\n", model, hp->n_layers, hp->n_heads,
+           hp->kv_lora_rank, hp->qk_nope, hp->rope_dims, hp->v_head_dim, threads, reps,
+           pagoda_dtype_name(kv_dtype));
+    printf("%6s %14s %14s %14s %14s %8s %8s %10s %10s\n", "tokens", "absorbed best", "(median)",
+           "decomp. best", "(median)", "best x", "median x", "max |dl|", "max |l|");
     uint64_t seq_no = 1;
     for (const char *p = lens_s; p && *p;) {
         int32_t T = atoi(p);
@@ -103,7 +109,7 @@ int main(int argc, char **argv)
         pagoda_forward fw[2];
         for (int s = 0; s < 2; s++) {
             if (pagoda_forward_init(&fw[s], rt->model, &rt->backend, T, 1, (T + 15) / 16, 16,
-                                    PAGODA_DTYPE_F16, err, sizeof err) ||
+                                    kv_dtype, err, sizeof err) ||
                 (s == 1 && pagoda_forward_mla_decompress(&fw[s], min_tok, err, sizeof err))) {
                 fprintf(stderr, "bench_mla_prefill: %s\n", err);
                 return 1;
@@ -121,16 +127,19 @@ int main(int argc, char **argv)
                 int s = (r + k) % 2;
                 t[s][r] = prefill(&fw[s], tok, T, pos, slots, table, lg[s], seq_no++);
             }
-        double dl = 0;
-        for (int32_t v = 0; v < hp->n_vocab; v++) dl = fmax(dl, fabs((double)lg[0][v] - lg[1][v]));
+        double dl = 0, lmax = 0;
+        for (int32_t v = 0; v < hp->n_vocab; v++) {
+            dl = fmax(dl, fabs((double)lg[0][v] - lg[1][v]));
+            lmax = fmax(lmax, fabs((double)lg[0][v]));
+        }
         double best[2], med[2];
         for (int s = 0; s < 2; s++) {
             qsort(t[s], (size_t)reps, sizeof(double), cmp_d);
             best[s] = T / t[s][0];
             med[s] = T / t[s][reps / 2];
         }
-        printf("%6d %10.1f t/s %10.1f t/s %10.1f t/s %10.1f t/s %7.2fx %7.2fx %10.3g%s\n", T, best[0],
-               med[0], best[1], med[1], best[1] / best[0], med[1] / med[0], dl,
+        printf("%6d %10.1f t/s %10.1f t/s %10.1f t/s %10.1f t/s %7.2fx %7.2fx %10.3g %10.3g%s\n", T,
+               best[0], med[0], best[1], med[1], best[1] / best[0], med[1] / med[0], dl, lmax,
                fw[1].mla.decompressed_tokens ? "" : " (below --min: not decompressed)");
         for (int s = 0; s < 2; s++) {
             pagoda_forward_free(&fw[s]);

@@ -14,6 +14,8 @@
  *    (chunked prefill: it starts past position 0) stay absorbed; a mixed
  *    batch (a decode, a from-scratch chunk, a short one) decompresses only
  *    the from-scratch chunk and matches off row for row.
+ *    (The scratch takes the cache's type, so with F16 or Q8_0 the two
+ *    forms round differently: not compared here.)
  *  - plan_counts_it: the memory plan's transposed copy and scratch equal
  *    what the forward pass allocated, are in the fixed total and printed
  *    when on, absent when off (threshold 0, or above max_batched_tokens),
@@ -303,6 +305,7 @@ START_TEST(plan_counts_it)
     pagoda_memplan_opts_default(&o);
     o.memory_budget = 1ull << 40;
     o.max_batched_tokens = CAP;
+    o.kv_dtype = PAGODA_DTYPE_F32;   /* as init_fw's cache: the scratch takes its type */
     pagoda_memplan off, on;
     fixture fx;
     if (fixture_open(&fx, "deepseek2-lite")) {
@@ -319,10 +322,13 @@ START_TEST(plan_counts_it)
         /* F32 source: F32 copies, [nope x kv_lora] a head (each layer 64-byte aligned) */
         uint64_t layer = (uint64_t)hp->n_heads * hp->qk_nope * hp->kv_lora_rank * 4;
         ck_assert_uint_eq(on.mla_kbt_bytes, (uint64_t)hp->n_layers * ((layer + 63) / 64 * 64));
+        /* K and V of CAP tokens in F32, and one zero row of a key head (64-byte aligned) */
+        uint64_t D = (uint64_t)(hp->qk_nope + hp->rope_dims);
         ck_assert_uint_eq(on.mla_scratch_bytes,
-                          2ull * CAP * hp->n_heads * (hp->qk_nope + hp->rope_dims) * 4);
+                          (2ull * CAP * hp->n_heads * D * 4 + 63) / 64 * 64 + (D * 4 + 63) / 64 * 64);
         ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes + on.mla_kbt_bytes + on.mla_scratch_bytes);
         ck_assert_uint_eq(off.mla_kbt_bytes, 0);
+        ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F32);
         char *t_on = plan_text(&on), *t_off = plan_text(&off);
         ck_assert_msg(strstr(t_on, "MLA attn_k_b transposed"), "%s", t_on);
         ck_assert_msg(strstr(t_on, "MLA decompression scratch"), "%s", t_on);
@@ -355,10 +361,12 @@ START_TEST(plan_counts_it)
     ck_assert_msg(g != NULL, "%s", err);
     o.max_batched_tokens = 512;
     o.mla_decompress_min = 320;
+    o.kv_dtype = PAGODA_DTYPE_F16;
     ck_assert_msg(pagoda_memplan_compute(g, &o, &on, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_eq(on.mla_kbt_bytes, 27ull * 16 * 128 * 512 * 2);
     ck_assert_uint_eq(on.mla_kbt_bytes, 54ull << 20);
-    ck_assert_uint_eq(on.mla_scratch_bytes, 2ull * 512 * 16 * 192 * 4);
+    ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F16);
+    ck_assert_uint_eq(on.mla_scratch_bytes, 2ull * 512 * 16 * 192 * 2 + 192 * 4);
     printf("deepseek-v2-lite F16: transposed attn_k_b %.1f MiB, scratch %.1f MiB at 512 tokens\n",
            (double)on.mla_kbt_bytes / 1048576.0, (double)on.mla_scratch_bytes / 1048576.0);
     /* tensor parallelism: a rank's heads */
