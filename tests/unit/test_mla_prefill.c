@@ -14,8 +14,12 @@
  *    (chunked prefill: it starts past position 0) stay absorbed; a mixed
  *    batch (a decode, a from-scratch chunk, a short one) decompresses only
  *    the from-scratch chunk and matches off row for row.
- *    (The scratch takes the cache's type, so with F16 or Q8_0 the two
- *    forms round differently: not compared here.)
+ *  - rounded_caches: with an F16 or a Q8_0 cache the scratch takes that
+ *    type, so the two forms round at different places (K and V per head
+ *    against the latents): on and off within 0.05 / 0.5 (test_mla_ref's
+ *    bounds for those caches' own rounding), the same top token wherever
+ *    off's top-2 gap exceeds twice that, and the scratch in the cache's
+ *    type.
  *  - plan_counts_it: the memory plan's transposed copy and scratch equal
  *    what the forward pass allocated, are in the fixed total and printed
  *    when on, absent when off (threshold 0, or above max_batched_tokens),
@@ -90,13 +94,13 @@ static int32_t prompt_ids(const fixture *fx, size_t p, int32_t *tok)
     return n;
 }
 
-/* A forward pass over NB blocks of BS, F32 KV; decompressing from MIN_TOK
- * tokens or not. */
-static void init_fw(pagoda_forward *fw, fixture *fx, bool on)
+/* A forward pass over NB blocks of BS in kv_dtype; decompressing from
+ * MIN_TOK tokens or not. */
+static void init_fw(pagoda_forward *fw, fixture *fx, bool on, int32_t kv_dtype)
 {
     char err[1024] = "";
     ck_assert_msg(pagoda_forward_init(fw, fx->rt->model, &fx->rt->backend, CAP, CAP, NB, BS,
-                                      PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
+                                      kv_dtype, err, sizeof err) == 0, "%s", err);
     if (on) {
         ck_assert_msg(pagoda_forward_mla_decompress(fw, MIN_TOK, err, sizeof err) == 0, "%s", err);
         ck_assert_int_eq(fw->mla.decompress_min, MIN_TOK);
@@ -170,8 +174,8 @@ static bool check_same(const char *name)
         int32_t n = prompt_ids(&fx, p, tok);
         ck_assert_int_ge(n, MIN_TOK);
         pagoda_forward off, on;
-        init_fw(&off, &fx, false);
-        init_fw(&on, &fx, true);
+        init_fw(&off, &fx, false, PAGODA_DTYPE_F32);
+        init_fw(&on, &fx, true, PAGODA_DTYPE_F32);
         seq_part whole = {.tok = tok, .at = 0, .n = n, .table = g_table};
         run(&off, &whole, 1, a);
         run(&on, &whole, 1, b);
@@ -253,8 +257,8 @@ START_TEST(what_stays_absorbed)
     int32_t n = prompt_ids(&fx, 2, tok);   /* 40 tokens */
     static const int32_t t1[3] = {8, 9, 10}, t2[3] = {11, 12, 13}, t3[3] = {14, 15, 10};
     pagoda_forward off, on;
-    init_fw(&off, &fx, false);
-    init_fw(&on, &fx, true);
+    init_fw(&off, &fx, false, PAGODA_DTYPE_F32);
+    init_fw(&on, &fx, true, PAGODA_DTYPE_F32);
     /* below the threshold: absorbed */
     seq_part shortp = {.tok = tok, .at = 0, .n = MIN_TOK - 1, .table = g_table};
     ck_assert_int_eq(both(&off, &on, &shortp, 1, a, b, V, "7-token prompt"), 0);
@@ -280,6 +284,53 @@ START_TEST(what_stays_absorbed)
     ck_assert_int_eq(both(&off, &on, mixed2, 3, a, b, V, "mixed batch (12 new, decode, 3 new)"), 12);
     pagoda_forward_free(&off);
     pagoda_forward_free(&on);
+    free(a);
+    free(b);
+    fixture_close(&fx);
+}
+END_TEST
+
+START_TEST(rounded_caches)
+{
+    fixture fx;
+    if (!fixture_open(&fx, "deepseek3-yarn")) return;
+    const int32_t V = fx.V;
+    float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
+    int32_t tok[CAP];
+    int32_t n = prompt_ids(&fx, 2, tok);
+    static const int32_t types[] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_Q8_0};
+    static const double tol[] = {0.05, 0.5};
+    for (int ti = 0; ti < 2; ti++) {
+        pagoda_forward off, on;
+        init_fw(&off, &fx, false, types[ti]);
+        init_fw(&on, &fx, true, types[ti]);
+        int32_t want = types[ti];
+        /* Q8_0's blocks of 32 must tile a key head (nope + rope), else F16 */
+        if (want == PAGODA_DTYPE_Q8_0 && (fx.rt->model->hp.qk_nope + fx.rt->model->hp.rope_dims) % 32)
+            want = PAGODA_DTYPE_F16;
+        ck_assert_int_eq(on.mla.scratch_kv.dtype, want);
+        seq_part whole = {.tok = tok, .at = 0, .n = n, .table = g_table};
+        run(&off, &whole, 1, a);
+        run(&on, &whole, 1, b);
+        ck_assert_int_eq(on.mla.decompressed_tokens, n);
+        double amax = 0, d = max_diff(a, b, (size_t)n * V, &amax);
+        int32_t clear = 0, same = 0;
+        for (int32_t r = 0; r < n; r++) {
+            const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
+            if (top2_gap(x, V) > 2 * tol[ti]) {
+                clear++;
+                same += ref_argmax(x, V) == ref_argmax(y, V);
+            }
+        }
+        printf("KV %s (scratch %s): decompressed vs absorbed max |diff| %.3g (allowed %g); top token "
+               "the same at %d of %d clear positions\n", pagoda_dtype_name(types[ti]),
+               pagoda_dtype_name(on.mla.scratch_kv.dtype), d, tol[ti], same, clear);
+        ck_assert_msg(d <= tol[ti], "KV %s: differs by %g", pagoda_dtype_name(types[ti]), d);
+        ck_assert_int_eq(same, clear);
+        ck_assert_int_gt(clear, 0);
+        pagoda_forward_free(&off);
+        pagoda_forward_free(&on);
+    }
     free(a);
     free(b);
     fixture_close(&fx);
@@ -314,7 +365,7 @@ START_TEST(plan_counts_it)
         o.mla_decompress_min = MIN_TOK;
         ck_assert_msg(pagoda_memplan_compute(f, &o, &on, err, sizeof err) == 0, "%s", err);
         pagoda_forward fw;
-        init_fw(&fw, &fx, true);
+        init_fw(&fw, &fx, true, PAGODA_DTYPE_F32);
         /* the plan's bytes are what the pass holds */
         ck_assert_uint_eq(on.mla_kbt_bytes, fw.mla.kbt_bytes);
         ck_assert_uint_eq(on.mla_scratch_bytes, fw.mla.scratch_bytes);
@@ -407,6 +458,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, same_logits);
     tcase_add_test(tc, what_stays_absorbed);
+    tcase_add_test(tc, rounded_caches);
     tcase_add_test(tc, plan_counts_it);
     tcase_add_test(tc, config_knob);
     suite_add_tcase(s, tc);
