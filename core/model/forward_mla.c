@@ -158,8 +158,17 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
     float *row = NULL, *mat = NULL;
     /* the transposed copies, each layer's heads one run, 64-byte aligned */
     size_t total = 0;
-    for (int l = 0; l < hp->n_layers; l++)
+    for (int l = 0; l < hp->n_layers; l++) {
+        int dt = pagoda_mla_kbt_dtype(fw->model->layers[l].wk_b->type);
+        if (!((be->info.weight_types >> dt) & 1)) {
+            snprintf(err, err_len, "backend %s cannot multiply %s weights, which the decompressed "
+                     "MLA prefill's transposed attn_k_b copies are: set [engine] "
+                     "mla_decompress_min = 0", be->info.name[0] ? be->info.name : "?",
+                     pagoda_dtype_name(dt));
+            return PAGODA_ERR_UNSUPPORTED;
+        }
         total += (pagoda_mla_kbt_layer_bytes(hp, fw->model->layers[l].wk_b->type) + 63) / 64 * 64;
+    }
     if (posix_memalign(&fw->mla.kbt_host, 64, total ? total : 64)) {
         fw->mla.kbt_host = NULL;
         snprintf(err, err_len, "out of memory for the transposed attn_k_b copies (%zu bytes)", total);

@@ -397,6 +397,15 @@ START_TEST(plan_counts_it)
         ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, CAP + 1, err, sizeof err), 0);
         ck_assert_int_eq(fw.mla.decompress_min, 0);
         ck_assert_uint_eq(fw.mla.kbt_bytes, 0);
+        /* a backend that cannot multiply the copies' type: refused, naming the fix, and off */
+        uint64_t types = fx.rt->backend.info.weight_types;
+        fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F32);
+        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, MIN_TOK, err, sizeof err),
+                         PAGODA_ERR_UNSUPPORTED);
+        fx.rt->backend.info.weight_types = types;
+        ck_assert_msg(strstr(err, "mla_decompress_min = 0") && strstr(err, "F32"), "%s", err);
+        ck_assert_int_eq(fw.mla.decompress_min, 0);
+        ck_assert_ptr_null(fw.mla.kbt);
         pagoda_forward_free(&fw);
         fixture_close(&fx);
     }
