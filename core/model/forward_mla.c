@@ -22,13 +22,14 @@
  * from scratch: every key it reads is its own) may instead run the
  * decompressed form (pagoda_forward_mla_decompress turns it on): each
  * head's K = [c W_kb_h^T | k_r] and V = c W_vb_h^T for the chunk's tokens
- * into a scratch F32 pool of one layer (heads x (nope + rope) values, V
- * zero-padded), and the backend's ordinary causal attention over it with
- * the same scale. Its FLOPs are fewer from about 2(N+V)C / (2(C+R) -
- * (N+R+V)) tokens on (~315 for V2-Lite and V3: docs/models.md). The
- * latent rows are written to the cache as always, so what reads them
- * later (decode, the next chunk, a prefix hit) is unchanged; chunks that
- * start later stay absorbed.
+ * into a scratch pool of one layer in the cache's KV type (heads x (nope +
+ * rope) values, V zero-padded), and the backend's ordinary causal
+ * attention over it with the same scale. A (query, key) pair then costs
+ * H (N + R + V) multiply-adds against H 2 (C + R), and the per-token
+ * matrices cost the same in both forms (docs/models.md: 1.3x at 2048
+ * tokens on a CPU). The latent rows are written to the cache as always,
+ * so what reads them later (decode, the next chunk, a prefix hit) is
+ * unchanged; chunks that start later stay absorbed.
  *
  * Not for: the MoE FFN (forward_moe.c) or the KV layouts (forward.c).
  */
@@ -294,10 +295,10 @@ typedef struct mla_dims {
     int64_t R, N, C, V, QH, KH;   /* QH: a query head (= a decompressed key head); KH: a cached row */
 } mla_dims;
 
-/* The absorbed attention of sequences [s0, s1) of b (rows [r0, r0 + n)):
- * their absorbed queries, attention over the latent rows into att's rows.
- * sub: b itself (every sequence) or a batch of just these sequences
- * (rebased to row 0). */
+/* The absorbed attention of a run of sequences (rows [r0, r0 + n)): their
+ * absorbed queries, attention over the latent rows into att's rows. sub:
+ * the step's batch itself (every sequence) or a batch of just the run's
+ * sequences (rebased to row 0). */
 static int absorbed_attend(pagoda_forward *fw, const pagoda_forward_layer *L, const pagoda_batch *sub,
                            int32_t r0, int32_t n, const mla_dims *d, const char **what)
 {
@@ -348,11 +349,9 @@ static int absorbed_values(pagoda_forward *fw, const pagoda_forward_layer *L, in
     return per_head(fw, &al, &L->wv_b, L->wv_b_stride, &av);
 }
 
-/* The decompressed attention of one from-scratch sequence, rows [r0, r0 +
- * n): K and V of every head into the scratch pool, causal attention over
- * it into att's rows (packed: n rows of H (nope + rope) values), and the
- * values' first v of each head into q as [n H x v] from row r0 H. Runs
- * after every sequence's attention has read q. */
+/* The decompressed attention of from-scratch sequence s (rows [r0, r0 +
+ * n)): K and V of every head into the scratch pool, then causal attention
+ * over it into att's rows (packed: n rows of H (nope + rope) values). */
 static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L,
                                const pagoda_batch *b, int32_t s, const pagoda_tensor *lat,
                                const pagoda_tensor *kpe, const mla_dims *d, const char **what)
