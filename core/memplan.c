@@ -16,6 +16,7 @@
 
 #include "config.h" /* pagoda_parse_size */
 #include "memplan_weights.h" /* weights by type, experts, active parameters, decode bytes */
+#include "forward.h" /* the MLA decompressed prefill's sizes */
 #include "model.h"  /* pagoda_hparams_read: which layers slide */
 #include "runtime.h" /* pagoda_runtime_plan: `pagoda plan` plans as the server does */
 #include "tp_shard.h" /* what tensor parallelism splits */
@@ -340,6 +341,25 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     ok &= addu(&p->fixed_bytes, p->draft_kv_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_act_bytes);
     ok &= addu(&p->fixed_bytes, p->repacked_bytes);   /* from the weights walk */
+    if (p->mla) {
+        /* what pagoda_forward_mla_decompress makes (the same functions) */
+        pagoda_hparams hr = hp;
+        hr.n_heads = (int32_t)heads_r;
+        if (pagoda_mla_decompress_on(&hr, (int32_t)p->max_batched_tokens, o.mla_decompress_min)) {
+            p->mla_decompress_min = o.mla_decompress_min;
+            for (int64_t l = 0; l < p->n_layers; l++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%" PRId64 ".attn_k_b.weight", l);
+                const gguf_tensor *t = pagoda_gguf_tensor(f, name);
+                if (!t) continue;
+                if (l == 0) p->mla_kbt_dtype = pagoda_mla_kbt_dtype(t->type);
+                p->mla_kbt_bytes += (pagoda_mla_kbt_layer_bytes(&hr, t->type) + 63) / 64 * 64;
+            }
+            p->mla_scratch_bytes = pagoda_mla_scratch_bytes(&hr, (int32_t)p->max_batched_tokens, o.kv_dtype);
+            ok &= addu(&p->fixed_bytes, p->mla_kbt_bytes);
+            ok &= addu(&p->fixed_bytes, p->mla_scratch_bytes);
+        }
+    }
     if (!ok || kv == 0) {
         snprintf(err, n, "%s: model dimensions overflow the memory plan", fname);
         return PAGODA_ERR_INVALID;
@@ -506,6 +526,17 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
                     " line says when copies are made)\n",
                 "repacked weights (backend)", p->repacked_bytes, human(p->repacked_bytes, a, sizeof a),
                 p->repacked_weight_values ? (double)p->repacked_bytes / (double)p->repacked_weight_values : 0.0);
+    if (p->mla_decompress_min) {
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (decompressed prefill from %d tokens: every "
+                    "layer's attn_k_b transposed, %s)\n", "MLA attn_k_b transposed", p->mla_kbt_bytes,
+                human(p->mla_kbt_bytes, a, sizeof a), p->mla_decompress_min,
+                pagoda_dtype_name(p->mla_kbt_dtype));
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (K and V of %" PRId64 " tokens x %" PRId64
+                    " heads x %" PRId64 " values in the KV type)\n", "MLA decompression scratch",
+                p->mla_scratch_bytes, human(p->mla_scratch_bytes, a, sizeof a),
+                (p->max_batched_tokens + 15) / 16 * 16, p->n_heads / p->tensor_parallel,
+                p->qk_nope + p->qk_rope);
+    }
     if (p->draft_weight_bytes) {
         fprintf(fp, "  %-28s %16" PRIu64 " %14s   (speculative = draft)\n", "draft model weights",
                 p->draft_weight_bytes, human(p->draft_weight_bytes, a, sizeof a));
@@ -637,6 +668,10 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
         "attention_scratch", (json_int_t)p->att_scratch_bytes, "overhead", (json_int_t)p->overhead_bytes,
         "fixed", (json_int_t)p->fixed_bytes, "budget", (json_int_t)p->budget_bytes));
     json_object_set_new(json_object_get(root, "bytes"), "repacked", json_integer((json_int_t)p->repacked_bytes));
+    if (p->mla_decompress_min)
+        json_object_set_new(json_object_get(root, "bytes"), "mla_decompress", json_pack(
+            "{s:i,s:I,s:I}", "min_tokens", p->mla_decompress_min, "kb_transposed",
+            (json_int_t)p->mla_kbt_bytes, "scratch", (json_int_t)p->mla_scratch_bytes));
     if (p->draft_weight_bytes)
         json_object_set_new(json_object_get(root, "bytes"), "draft_model", json_pack(
             "{s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",

@@ -49,6 +49,8 @@ typedef struct pagoda_memplan_opts {
      * fails the plan with a line naming the tensor. */
     int (*weight_extra)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out);
     void *weight_extra_ctx;
+    int32_t mla_decompress_min;           /* engine.mla_decompress_min (0: off; the
+                                           * default opts have 0) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -166,8 +168,16 @@ typedef struct pagoda_memplan {
      * one rank's with tensor_parallel > 1), and the values of the weights
      * they are of. */
     uint64_t repacked_bytes, repacked_weight_values;
+    /* MLA's decompressed prefill (forward.h pagoda_mla_decompress_on; all
+     * 0 when off): the threshold, the transposed attn_k_b copies (every
+     * layer, the rank's heads, F32 for an F32 source, else F16) and the
+     * scratch K and V pool for max_batched_tokens tokens (F32) */
+    int32_t mla_decompress_min;
+    int32_t mla_kbt_dtype;                          /* the copies' type (layer 0's) */
+    uint64_t mla_kbt_bytes, mla_scratch_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead
-                                                     * + the draft model + repacked */
+                                                     * + the draft model + repacked
+                                                     * + MLA decompression's */
     /* The budget and what it leaves for the KV pool. */
     bool budget_auto;
     uint64_t mem_available;                         /* MemAvailable when auto, else 0 */

@@ -75,6 +75,10 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     st = pagoda_forward_init_tp(&e->fw, m, be, e->max_batched_tokens, e->max_num_seqs + e->spec.rows,
                                 &fkv, opts->tp, err, err_len);
     if (st) goto fail;
+    if (m->hp.mla && e->opts.mla_decompress_min > 0) {
+        st = pagoda_forward_mla_decompress(&e->fw, e->opts.mla_decompress_min, err, err_len);
+        if (st) goto fail;
+    }
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);
     if (st) {
         ERR("KV policy %s refused init(%d blocks of %d)", kv->name, e->opts.n_blocks,

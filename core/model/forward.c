@@ -608,6 +608,7 @@ void pagoda_forward_free(pagoda_forward *fw)
 {
     if (!fw->be) return;
     pagoda_backend *be = fw->be;
+    pagoda_forward_mla_decompress_free(fw);
     be->ops.buffer_free(be->ctx, fw->kv);
     be->ops.buffer_free(be->ctx, fw->kv_local);
     be->ops.buffer_free(be->ctx, fw->act);

@@ -48,6 +48,11 @@ typedef struct pagoda_forward_layer {
     bool mla;
     pagoda_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
     size_t wk_b_stride, wv_b_stride;
+    /* decompressed prefill (pagoda_forward_mla_decompress): attn_k_b
+     * transposed, head 0's [nope x kv_lora] and the bytes to the next
+     * head's; buf NULL when the feature is off */
+    pagoda_tensor wk_bt;
+    size_t wk_bt_stride;
     /* gpt-oss: the router's bias [1 x E] and the experts' bias tables
      * [E x ffn_exp] ([E x dim] for down), buf NULL where absent */
     bool has_router_b, has_exp_bias;
@@ -144,6 +149,23 @@ typedef struct pagoda_forward {
         int32_t *pos;        /* [T H] each (token, head) row's position */
         int32_t *head;       /* [T H] its head: 0, 1, ..., H-1, 0, 1, ... */
         int32_t *rows;       /* [T H] 0, 1, 2, ... */
+        /* decompressed prefill (forward_mla.c; decompress_min 0: off): a
+         * from-scratch chunk of >= decompress_min tokens gets K and V per
+         * head in `scratch`, a K-and-V pool of one layer in the cache's
+         * type (layout scratch_kv: max_tokens slots of heads x (nope +
+         * rope) values, V zero-padded from v_head_dim; then one F32 row of
+         * zeros), and attention over it */
+        int32_t decompress_min;
+        int32_t *tok;        /* [T H] each (token, head) row's token: 0, .., 0, 1, .. */
+        int32_t *scratch_table;          /* [scratch_kv.n_blocks] 0, 1, 2, ... */
+        pagoda_seq_view *sub;            /* [T] a run of absorbed sequences, rebased */
+        int32_t *zeros;                  /* [T H] all 0: V's padding from the zero row */
+        pagoda_kv_layout scratch_kv;
+        pagoda_buffer *scratch;          /* the pool, 2 x scratch_kv's bytes */
+        pagoda_buffer *kbt;              /* every layer's attn_k_b transposed */
+        void *kbt_host;                  /* its host bytes (weights_from_host keeps them) */
+        size_t kbt_bytes, scratch_bytes;
+        int64_t decompressed_tokens;     /* tokens that ran it (tests, benchmarks) */
     } mla;
     float *inv_freq;         /* [rope_dims / 2] global layers */
     float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
@@ -227,5 +249,34 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
                             const pagoda_batch *local, const int32_t *logit_rows,
                             int32_t n_logits, float *logits_out, const pagoda_logit_scan *scan,
                             char *err, size_t err_len);
+
+/* Decompressed prefill (docs/models.md, "Multi-head latent attention").
+ * Is it on for hp (a rank's heads) with max_tokens rows a step and a
+ * threshold of min_tokens (0: off)? It also needs the values no wider than
+ * a key head (nope + rope; they are zero-padded to it) and nope <=
+ * kv_lora (a key head fits the rows where K and V are made); a
+ * threshold above max_tokens never fires, so nothing is made. */
+bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int32_t min_tokens);
+/* The type of the transposed attn_k_b copy for a source of type src: F32
+ * for F32 (exact), else F16 (exact for F16; for a quantized or BF16
+ * source a rounding of 2^-11 relative, below the source's own). */
+int pagoda_mla_kbt_dtype(int src_dtype);
+/* Bytes of one layer's copy (hp->n_heads heads of [nope x kv_lora]). */
+uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype);
+/* Bytes of the scratch pool for max_tokens tokens: K and V in kv_dtype
+ * (the cache's; F16 where its blocks do not tile a key head), every head's
+ * nope + rope values a token (rounded up to 16 tokens), and a zero row. */
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype);
+
+/* Turn the decompressed prefill on for fw (after pagoda_forward_init*):
+ * a sequence's chunk that starts at position 0 and holds >= min_tokens
+ * tokens then runs decompressed. Builds each layer's transposed attn_k_b
+ * (this rank's heads) and the scratch pool; does nothing where
+ * pagoda_mla_decompress_on says no. PAGODA_OK, or a status with err
+ * filled (out of memory, the backend refused a buffer) and fw unchanged.
+ * pagoda_forward_free frees what it made. */
+int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *err, size_t err_len);
+/* Free what pagoda_forward_mla_decompress made (it is off after). */
+void pagoda_forward_mla_decompress_free(pagoda_forward *fw);
 
 #endif /* PAGODA_FORWARD_H */

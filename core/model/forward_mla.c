@@ -18,9 +18,18 @@
  * K-and-V layout gets the same row as both.
  *
  * This is the form that reads the fewest KV bytes, which is what decode
- * pays for; for long prefills the decompressed form (K and V per head
- * from the latents, attention of nope + rope dims) takes fewer FLOPs and
- * is not here yet (docs/architecture.md, "Multi-head latent attention").
+ * pays for. A long prefill chunk that starts at position 0 (a prompt
+ * from scratch: every key it reads is its own) may instead run the
+ * decompressed form (pagoda_forward_mla_decompress turns it on): each
+ * head's K = [c W_kb_h^T | k_r] and V = c W_vb_h^T for the chunk's tokens
+ * into a scratch pool of one layer in the cache's KV type (heads x (nope +
+ * rope) values, V zero-padded), and the backend's ordinary causal
+ * attention over it with the same scale. A (query, key) pair then costs
+ * H (N + R + V) multiply-adds against H 2 (C + R), and the per-token
+ * matrices cost the same in both forms (docs/models.md: 1.3x at 2048
+ * tokens on a CPU). The latent rows are written to the cache as always,
+ * so what reads them later (decode, the next chunk, a prefix hit) is
+ * unchanged; chunks that start later stay absorbed.
  *
  * Not for: the MoE FFN (forward_moe.c) or the KV layouts (forward.c).
  */
@@ -28,6 +37,9 @@
 
 #include "forward_moe.h"
 
+#include "quant.h"
+
+#include <stdlib.h>
 #include <string.h>
 
 /* A view of t's bytes as [rows x cols] whose rows are `stride` bytes apart,
@@ -68,6 +80,365 @@ static int per_head(pagoda_forward *fw, const pagoda_tensor *x, const pagoda_ten
     return PAGODA_OK;
 }
 
+/* ------------------------------------------------------------ sizes */
+
+bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int32_t min_tokens)
+{
+    /* V fits a key head (zero-padded), and a key head fits a row of the
+     * absorbed queries and of att, where a token's K and V are made */
+    return hp->mla && min_tokens > 0 && min_tokens <= max_tokens &&
+           hp->v_head_dim <= hp->qk_nope + hp->rope_dims && hp->qk_nope <= hp->kv_lora_rank;
+}
+
+int pagoda_mla_kbt_dtype(int src_dtype)
+{
+    return src_dtype == PAGODA_DTYPE_F32 ? PAGODA_DTYPE_F32 : PAGODA_DTYPE_F16;
+}
+
+uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype)
+{
+    return (uint64_t)hp->n_heads * (uint64_t)hp->qk_nope *
+           pagoda_dtype_row_bytes(pagoda_mla_kbt_dtype(src_dtype), hp->kv_lora_rank);
+}
+
+/* The scratch pool: one layer, blocks of 16 slots, every head's key of
+ * nope + rope values a slot, K and V, in the cache's KV type (F16 where
+ * that type's blocks do not tile a key head). */
+static pagoda_kv_layout scratch_layout(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
+{
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = (max_tokens + 15) / 16, .block_size = 16,
+                          .n_kv_heads = hp->n_heads, .head_dim = hp->qk_nope + hp->rope_dims,
+                          .dtype = kv_dtype, .kind = PAGODA_KV_SEPARATE};
+    if (!pagoda_kv_head_bytes(&L)) L.dtype = PAGODA_DTYPE_F16;
+    return L;
+}
+
+/* One row of zeros after the pool: V's padding is copied from it. */
+static size_t zero_row_bytes(const pagoda_hparams *hp)
+{
+    return ((size_t)(hp->qk_nope + hp->rope_dims) * 4 + 63) / 64 * 64;
+}
+
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
+{
+    pagoda_kv_layout L = scratch_layout(hp, max_tokens, kv_dtype);
+    return (pagoda_kv_pool_bytes(&L) + 63) / 64 * 64 + zero_row_bytes(hp);
+}
+
+/* ------------------------------------------------------------ set-up */
+
+/* Head h's [nope x kv_lora] = its attn_k_b [kv_lora x nope] transposed,
+ * rows of `dtype` into dst. src: the head's kv_lora rows of nope values
+ * of type st. */
+static int transpose_head(const uint8_t *src, int st, int64_t C, int64_t N, int dtype, uint8_t *dst,
+                          float *row, float *mat)
+{
+    size_t src_row = pagoda_dtype_row_bytes(st, N);
+    for (int64_t c = 0; c < C; c++) {
+        int s = pagoda_dequantize_row(st, src + (size_t)c * src_row, row, N);
+        if (s) return s;
+        for (int64_t n = 0; n < N; n++) mat[n * C + c] = row[n];
+    }
+    size_t dst_row = pagoda_dtype_row_bytes(dtype, C);
+    for (int64_t n = 0; n < N; n++) {
+        int s = pagoda_quantize_row(dtype, mat + n * C, dst + (size_t)n * dst_row, C);
+        if (s) return s;
+    }
+    return PAGODA_OK;
+}
+
+int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *err, size_t err_len)
+{
+    const pagoda_hparams *hp = &fw->hp;
+    pagoda_backend *be = fw->be;
+    if (!pagoda_mla_decompress_on(hp, fw->max_tokens, min_tokens)) return PAGODA_OK;
+    if (fw->mla.decompress_min > 0) return PAGODA_OK;   /* already on */
+    const int64_t H = hp->n_heads, N = hp->qk_nope, C = hp->kv_lora_rank;
+    const gguf_file *g = fw->model->gguf;
+    int st = PAGODA_OK;
+    float *row = NULL, *mat = NULL;
+    /* the transposed copies, each layer's heads one run, 64-byte aligned */
+    size_t total = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        int dt = pagoda_mla_kbt_dtype(fw->model->layers[l].wk_b->type);
+        if (!((be->info.weight_types >> dt) & 1)) {
+            snprintf(err, err_len, "backend %s cannot multiply %s weights, which the decompressed "
+                     "MLA prefill's transposed attn_k_b copies are: set [engine] "
+                     "mla_decompress_min = 0", be->info.name[0] ? be->info.name : "?",
+                     pagoda_dtype_name(dt));
+            return PAGODA_ERR_UNSUPPORTED;
+        }
+        total += (pagoda_mla_kbt_layer_bytes(hp, fw->model->layers[l].wk_b->type) + 63) / 64 * 64;
+    }
+    if (posix_memalign(&fw->mla.kbt_host, 64, total ? total : 64)) {
+        fw->mla.kbt_host = NULL;
+        snprintf(err, err_len, "out of memory for the transposed attn_k_b copies (%zu bytes)", total);
+        return PAGODA_ERR_NOMEM;
+    }
+    fw->mla.kbt_bytes = total;
+    row = malloc(sizeof(float) * (size_t)N);
+    mat = malloc(sizeof(float) * (size_t)(N * C));
+    if (!row || !mat) {
+        snprintf(err, err_len, "out of memory transposing attn_k_b");
+        st = PAGODA_ERR_NOMEM;
+        goto out;
+    }
+    size_t off = 0;
+    for (int l = 0; l < hp->n_layers && !st; l++) {
+        const gguf_tensor *t = fw->model->layers[l].wk_b;
+        int dt = pagoda_mla_kbt_dtype(t->type);
+        /* this rank's heads: its packed shard under tensor parallelism */
+        const uint8_t *src = fw->tp_offsets
+                                 ? (const uint8_t *)fw->tp_weights + fw->tp_offsets[t - g->tensors]
+                                 : (const uint8_t *)g->map + g->data_offset + t->offset;
+        size_t src_head = pagoda_dtype_row_bytes(t->type, N) * (size_t)C;
+        size_t dst_head = pagoda_dtype_row_bytes(dt, C) * (size_t)N;
+        for (int64_t h = 0; h < H && !st; h++)
+            st = transpose_head(src + (size_t)h * src_head, t->type, C, N, dt,
+                                (uint8_t *)fw->mla.kbt_host + off + (size_t)h * dst_head, row, mat);
+        if (st) {
+            snprintf(err, err_len, "cannot transpose tensor %.*s (type %s): %s", (int)t->name.len,
+                     t->name.ptr, pagoda_dtype_name(t->type), pagoda_status_str(st));
+            goto out;
+        }
+        pagoda_forward_layer *F = &fw->layers[l];
+        F->wk_bt = (pagoda_tensor){.offset = off, .dtype = dt, .rows = N, .cols = C,
+                                   .row_stride = pagoda_dtype_row_bytes(dt, C)};
+        F->wk_bt_stride = dst_head;
+        off += (pagoda_mla_kbt_layer_bytes(hp, t->type) + 63) / 64 * 64;
+    }
+    if (be->ops.weights_from_host)
+        st = be->ops.weights_from_host(be->ctx, fw->mla.kbt_host, total, &fw->mla.kbt);
+    else {
+        st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_WEIGHTS, total, &fw->mla.kbt);
+        if (!st) st = be->ops.upload(be->ctx, fw->mla.kbt, 0, fw->mla.kbt_host, total);
+    }
+    if (st) {
+        snprintf(err, err_len, "backend could not take the transposed attn_k_b copies (%zu bytes)", total);
+        goto out;
+    }
+    for (int l = 0; l < hp->n_layers; l++) fw->layers[l].wk_bt.buf = fw->mla.kbt;
+    /* the scratch pool and its zero row, zeroed once */
+    fw->mla.scratch_kv = scratch_layout(hp, fw->max_tokens, fw->kv_layout.dtype);
+    fw->mla.scratch_bytes = pagoda_mla_scratch_bytes(hp, fw->max_tokens, fw->kv_layout.dtype);
+    st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_ACTIVATIONS, fw->mla.scratch_bytes, &fw->mla.scratch);
+    if (!st) {
+        size_t chunk = fw->mla.scratch_bytes < (1u << 20) ? fw->mla.scratch_bytes : (1u << 20);
+        void *z = calloc(1, chunk);
+        if (!z) st = PAGODA_ERR_NOMEM;
+        for (size_t o = 0; o < fw->mla.scratch_bytes && !st; o += chunk)
+            st = be->ops.upload(be->ctx, fw->mla.scratch, o, z,
+                                fw->mla.scratch_bytes - o < chunk ? fw->mla.scratch_bytes - o : chunk);
+        free(z);
+    }
+    if (st) {
+        snprintf(err, err_len, "backend could not allocate the decompressed prefill's scratch "
+                 "(%zu bytes)", fw->mla.scratch_bytes);
+        goto out;
+    }
+    int64_t P = (int64_t)fw->max_tokens * H;
+    fw->mla.tok = malloc(sizeof(int32_t) * (size_t)P);
+    fw->mla.scratch_table = malloc(sizeof(int32_t) * (size_t)fw->mla.scratch_kv.n_blocks);
+    fw->mla.sub = malloc(sizeof(pagoda_seq_view) * (size_t)fw->max_tokens);
+    fw->mla.zeros = calloc((size_t)P, sizeof(int32_t));
+    if (!fw->mla.tok || !fw->mla.scratch_table || !fw->mla.sub || !fw->mla.zeros) {
+        snprintf(err, err_len, "out of memory for the decompressed prefill of %d tokens", fw->max_tokens);
+        st = PAGODA_ERR_NOMEM;
+        goto out;
+    }
+    for (int64_t r = 0; r < P; r++) fw->mla.tok[r] = (int32_t)(r / H);
+    for (int32_t i = 0; i < fw->mla.scratch_kv.n_blocks; i++) fw->mla.scratch_table[i] = i;
+    fw->mla.decompress_min = min_tokens;
+out:
+    free(row);
+    free(mat);
+    if (st) pagoda_forward_mla_decompress_free(fw);
+    return st;
+}
+
+void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
+{
+    if (fw->be) {
+        if (fw->mla.kbt) fw->be->ops.buffer_free(fw->be->ctx, fw->mla.kbt);
+        if (fw->mla.scratch) fw->be->ops.buffer_free(fw->be->ctx, fw->mla.scratch);
+    }
+    free(fw->mla.kbt_host);
+    free(fw->mla.tok);
+    free(fw->mla.scratch_table);
+    free(fw->mla.sub);
+    free(fw->mla.zeros);
+    fw->mla.zeros = NULL;
+    fw->mla.kbt = fw->mla.scratch = NULL;
+    fw->mla.kbt_host = NULL;
+    fw->mla.tok = fw->mla.scratch_table = NULL;
+    fw->mla.sub = NULL;
+    fw->mla.kbt_bytes = fw->mla.scratch_bytes = 0;
+    fw->mla.decompress_min = 0;
+    if (fw->layers)
+        for (int l = 0; l < fw->hp.n_layers; l++) fw->layers[l].wk_bt = (pagoda_tensor){0};
+}
+
+/* ------------------------------------------------------------ the pass */
+
+#define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
+
+/* Does sequence sv's chunk decompress? It starts at position 0 and is long
+ * enough that the decompressed form pays. */
+static bool decompresses(const pagoda_forward *fw, const pagoda_seq_view *sv)
+{
+    return fw->mla.decompress_min > 0 && sv->ctx_len == sv->n_q && sv->n_q >= fw->mla.decompress_min;
+}
+
+/* Shapes every part of the pass shares. */
+typedef struct mla_dims {
+    int32_t H;
+    int64_t R, N, C, V, QH, KH;   /* QH: a query head (= a decompressed key head); KH: a cached row */
+} mla_dims;
+
+/* The absorbed attention of a run of sequences (rows [r0, r0 + n)): their
+ * absorbed queries, attention over the latent rows into att's rows. sub:
+ * the step's batch itself (every sequence) or a batch of just the run's
+ * sequences (rebased to row 0). */
+static int absorbed_attend(pagoda_forward *fw, const pagoda_forward_layer *L, const pagoda_batch *sub,
+                           int32_t r0, int32_t n, const mla_dims *d, const char **what)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    const int64_t H = d->H;
+    int st;
+    pagoda_tensor q = fw->q;
+    q.offset += (size_t)r0 * (size_t)(H * d->QH) * 4;
+    q.rows = n;
+    q.cols = H * d->QH;
+    q.row_stride = (size_t)q.cols * 4;
+    /* the absorbed queries [n x H (kv_lora + rope)]: q_nope W_kb_h, then q_pe */
+    pagoda_tensor qabs = fw->mla.qabs;
+    qabs.cols = H * d->KH;
+    qabs.row_stride = (size_t)qabs.cols * 4;
+    qabs.offset += (size_t)r0 * qabs.row_stride;
+    qabs.rows = n;
+    pagoda_tensor qn = strided(q, (int64_t)n * H, d->N, (size_t)d->QH * 4, 0);
+    pagoda_tensor ql = strided(qabs, (int64_t)n * H, d->C, (size_t)d->KH * 4, 0);
+    MCALL("matmul_experts(attn_k_b)", per_head(fw, &qn, &L->wk_b, L->wk_b_stride, &ql));
+    pagoda_tensor qpe = strided(q, (int64_t)n * H, d->R, (size_t)d->QH * 4, d->N);
+    pagoda_tensor qr = strided(qabs, (int64_t)n * H, d->R, (size_t)d->KH * 4, d->C);
+    MCALL("get_rows(q_pe)", o->get_rows(c, &qpe, fw->mla.rows, n * d->H, &qr));
+    pagoda_tensor att = fw->att;
+    att.cols = H * d->KH;
+    att.row_stride = (size_t)att.cols * 4;
+    att.offset += (size_t)r0 * att.row_stride;
+    att.rows = n;
+    MCALL("attention(latent)", o->attention(c, &qabs, fw->kv, &fw->kv_layout, L->kv_layer, sub, d->H,
+                                            fw->hp.attn_scale, &att));
+    return PAGODA_OK;
+}
+
+/* Values of the absorbed rows [r0, r0 + n): W_vb_h of each head's first
+ * kv_lora outputs, into q as [n H x v] from row r0 H. */
+static int absorbed_values(pagoda_forward *fw, const pagoda_forward_layer *L, int32_t r0, int32_t n,
+                           const mla_dims *d)
+{
+    const int64_t H = d->H;
+    pagoda_tensor att = fw->att;
+    att.row_stride = (size_t)(H * d->KH) * 4;
+    att.offset += (size_t)r0 * att.row_stride;
+    pagoda_tensor al = strided(att, (int64_t)n * H, d->C, (size_t)d->KH * 4, 0);
+    pagoda_tensor av = fw->q;
+    av.offset += (size_t)r0 * (size_t)(H * d->V) * 4;
+    av = strided(av, (int64_t)n * H, d->V, (size_t)d->V * 4, 0);
+    return per_head(fw, &al, &L->wv_b, L->wv_b_stride, &av);
+}
+
+/* The decompressed attention of from-scratch sequence s (rows [r0, r0 +
+ * n)): K and V of every head into the scratch pool, then causal attention
+ * over it into att's rows (packed: n rows of H (nope + rope) values). */
+static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L,
+                               const pagoda_batch *b, int32_t s, const pagoda_tensor *lat,
+                               const pagoda_tensor *kpe, const mla_dims *d, const char **what)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    const pagoda_seq_view *sv = &b->seqs[s];
+    const int32_t r0 = sv->q_start, n = sv->n_q;
+    const int64_t H = d->H, D = d->QH;
+    int st;
+    /* the chunk's latents [n x kv_lora] and RoPE keys [n x rope] */
+    pagoda_tensor cl = *lat, cr = *kpe;
+    cl.offset += (size_t)r0 * lat->row_stride;
+    cl.rows = n;
+    cr.offset += (size_t)r0 * kpe->row_stride;
+    cr.rows = n;
+    /* the chunk's K and V, F32 [n x H D] each, made in its own rows of the
+     * absorbed queries and of att (it uses neither yet; an absorbed run
+     * uses only its own rows), then stored into the scratch pool (slot =
+     * position) */
+    pagoda_tensor kt = fw->mla.qabs;
+    kt.offset += (size_t)r0 * (size_t)(H * d->KH) * 4;
+    kt.rows = n;
+    kt.cols = H * D;
+    kt.row_stride = (size_t)kt.cols * 4;
+    pagoda_tensor vt = kt;
+    vt.buf = fw->att.buf;
+    vt.offset = fw->att.offset + (size_t)r0 * (size_t)(H * d->KH) * 4;
+    for (int64_t h = 0; h < H; h++) {
+        /* K_h's nope part = c W_kb_h^T, V_h = c W_vb_h^T (heads side by side) */
+        pagoda_tensor wk = L->wk_bt, wv = L->wv_b;
+        wk.offset += (size_t)h * L->wk_bt_stride;
+        wv.offset += (size_t)h * L->wv_b_stride;
+        pagoda_tensor kh = strided(kt, n, d->N, kt.row_stride, h * D);
+        pagoda_tensor vh = strided(vt, n, d->V, vt.row_stride, h * D);
+        MCALL("matmul(attn_k_b^T)", o->matmul(c, &cl, &wk, NULL, &kh));
+        MCALL("matmul(attn_v_b)", o->matmul(c, &cl, &wv, NULL, &vh));
+    }
+    /* every head's RoPE part is the token's one k_pe */
+    pagoda_tensor kr = strided(kt, (int64_t)n * H, d->R, (size_t)D * 4, d->N);
+    MCALL("get_rows(k_pe)", o->get_rows(c, &cr, fw->mla.tok, n * d->H, &kr));
+    /* V's padding to D: zeros (its outputs are dropped; zeros keep them finite) */
+    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
+    if (D > d->V) {
+        pagoda_tensor z = {.buf = fw->mla.scratch, .offset = fw->mla.scratch_bytes - zero_row_bytes(&fw->hp),
+                           .dtype = PAGODA_DTYPE_F32, .rows = 1, .cols = D - d->V,
+                           .row_stride = (size_t)(D - d->V) * 4};
+        pagoda_tensor vpad = strided(vt, (int64_t)n * H, D - d->V, (size_t)D * 4, d->V);
+        MCALL("get_rows(v padding)", o->get_rows(c, &z, fw->mla.zeros, n * d->H, &vpad));
+    }
+    MCALL("kv_write(decompressed)", o->kv_write(c, fw->mla.scratch, SL, 0, &kt, &vt, fw->mla.rows, n));
+    /* the queries are q as it stands: each head [q_nope | q_pe], D values */
+    pagoda_tensor q = fw->q;
+    q.cols = H * D;
+    q.row_stride = (size_t)q.cols * 4;
+    q.offset += (size_t)r0 * q.row_stride;
+    q.rows = n;
+    pagoda_tensor att = fw->att;
+    att.offset += (size_t)r0 * (size_t)(H * d->KH) * 4;
+    att.rows = n;
+    att.cols = H * D;
+    att.row_stride = (size_t)att.cols * 4;
+    pagoda_seq_view one = {.q_start = 0, .n_q = n, .ctx_len = n, .n_blocks = SL->n_blocks,
+                           .block_table = fw->mla.scratch_table};
+    pagoda_batch sb = {.seq_no = b->seq_no | (1ull << 61) | ((uint64_t)s << 40), .n_tokens = n,
+                       .tokens = b->tokens ? b->tokens + r0 : NULL, .positions = b->positions + r0,
+                       .slots = b->slots + r0, .n_seqs = 1, .seqs = &one};
+    MCALL("attention(decompressed)", o->attention(c, &q, fw->mla.scratch, SL, 0, &sb, d->H,
+                                                  fw->hp.attn_scale, &att));
+    if (L->kv_layer == 0) fw->mla.decompressed_tokens += n;
+    return PAGODA_OK;
+}
+
+/* The values of a decompressed sequence (rows [r0, r0 + n)): each head's
+ * first v outputs, gathered into q as [n H x v] from row r0 H. */
+static int decompressed_values(pagoda_forward *fw, int32_t r0, int32_t n, const mla_dims *d)
+{
+    const int64_t H = d->H, D = d->QH;
+    pagoda_tensor att = fw->att;
+    att.offset += (size_t)r0 * (size_t)(H * d->KH) * 4;
+    pagoda_tensor src = strided(att, (int64_t)n * H, d->V, (size_t)D * 4, 0);
+    pagoda_tensor av = fw->q;
+    av.offset += (size_t)r0 * (size_t)(H * d->V) * 4;
+    av = strided(av, (int64_t)n * H, d->V, (size_t)d->V * 4, 0);
+    return fw->be->ops.get_rows(fw->be->ctx, &src, fw->mla.rows, n * d->H, &av);
+}
+
 int pagoda_forward_mla(pagoda_forward *fw, const pagoda_forward_layer *L, const pagoda_batch *b,
                        const pagoda_rope_params *rp, const pagoda_tensor *xb,
                        const pagoda_tensor *out, const char **what)
@@ -76,10 +447,12 @@ int pagoda_forward_mla(pagoda_forward *fw, const pagoda_forward_layer *L, const 
     const pagoda_backend_ops *o = &fw->be->ops;
     void *c = fw->be->ctx;
     const int32_t T = b->n_tokens, H = hp->n_heads;
-    const int64_t R = hp->rope_dims, N = hp->qk_nope, C = hp->kv_lora_rank, V = hp->v_head_dim;
-    const int64_t QH = N + R, KH = C + R;   /* a query head; a cached row (= head_dim) */
+    mla_dims d = {.H = H, .R = hp->rope_dims, .N = hp->qk_nope, .C = hp->kv_lora_rank,
+                  .V = hp->v_head_dim};
+    d.QH = d.N + d.R;
+    d.KH = d.C + d.R;
+    const int64_t R = d.R, N = d.N, C = d.C, V = d.V, QH = d.QH;
     int st;
-#define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
     /* the queries [T x H (nope + rope)] */
     pagoda_tensor q = fw->q;
     q.rows = T;
@@ -107,28 +480,50 @@ int pagoda_forward_mla(pagoda_forward *fw, const pagoda_forward_layer *L, const 
         for (int32_t h = 0; h < H; h++) fw->mla.pos[t * H + h] = b->positions[t];
     pagoda_tensor qpe = strided(q, (int64_t)T * H, R, (size_t)QH * 4, N);
     MCALL("rope(q_pe)", o->rope(c, &qpe, 1, (int32_t)R, fw->mla.pos, rp));
-    /* the absorbed queries [T x H (kv_lora + rope)]: q_nope W_kb_h, then q_pe */
-    pagoda_tensor qabs = fw->mla.qabs;
-    qabs.rows = T;
-    qabs.cols = H * KH;
-    qabs.row_stride = (size_t)qabs.cols * 4;
-    pagoda_tensor qn = strided(q, (int64_t)T * H, N, (size_t)QH * 4, 0);
-    pagoda_tensor ql = strided(qabs, (int64_t)T * H, C, (size_t)KH * 4, 0);
-    MCALL("matmul_experts(attn_k_b)", per_head(fw, &qn, &L->wk_b, L->wk_b_stride, &ql));
-    pagoda_tensor qr = strided(qabs, (int64_t)T * H, R, (size_t)KH * 4, C);
-    MCALL("get_rows(q_pe)", o->get_rows(c, &qpe, fw->mla.rows, T * H, &qr));
     /* the latent row into the KV pool (as K and V in a K-and-V layout) */
     MCALL("kv_write", o->kv_write(c, fw->kv, &fw->kv_layout, L->kv_layer, &kr, &kr, b->slots, T));
-    pagoda_tensor att = fw->att;
-    att.rows = T;
-    att.cols = H * KH;
-    att.row_stride = (size_t)att.cols * 4;
-    MCALL("attention(latent)", o->attention(c, &qabs, fw->kv, &fw->kv_layout, L->kv_layer, b, H,
-                                            hp->attn_scale, &att));
-    /* values: W_vb_h of each head's first kv_lora outputs, [T x H v] into q */
-    pagoda_tensor al = strided(att, (int64_t)T * H, C, (size_t)KH * 4, 0);
-    pagoda_tensor av = strided(fw->q, (int64_t)T * H, V, (size_t)V * 4, 0);
-    MCALL("matmul_experts(attn_v_b)", per_head(fw, &al, &L->wv_b, L->wv_b_stride, &av));
+    /* (a batch of more sequences than rows, which the engine never makes,
+     * would not fit mla.sub: it runs absorbed) */
+    bool any = false;
+    for (int32_t s = 0; s < b->n_seqs && b->n_seqs <= fw->max_tokens && !any; s++)
+        any = decompresses(fw, &b->seqs[s]);
+    if (!any) {
+        /* every sequence absorbed: one call over the batch */
+        if ((st = absorbed_attend(fw, L, b, 0, T, &d, what))) return st;
+        MCALL("matmul_experts(attn_v_b)", absorbed_values(fw, L, 0, T, &d));
+    } else {
+        /* each from-scratch chunk decompressed, each run of other sequences
+         * absorbed as a batch of its own (rows rebased to its first);
+         * every attention reads q before the values overwrite it */
+        for (int32_t s = 0; s < b->n_seqs;) {
+            if (decompresses(fw, &b->seqs[s])) {
+                if ((st = decompressed_attend(fw, L, b, s, &lat, &kpe, &d, what))) return st;
+                s++;
+                continue;
+            }
+            int32_t s1 = s;
+            while (s1 < b->n_seqs && !decompresses(fw, &b->seqs[s1])) s1++;
+            int32_t r0 = b->seqs[s].q_start;
+            int32_t n = b->seqs[s1 - 1].q_start + b->seqs[s1 - 1].n_q - r0;
+            for (int32_t i = s; i < s1; i++) {
+                fw->mla.sub[i - s] = b->seqs[i];
+                fw->mla.sub[i - s].q_start -= r0;
+            }
+            pagoda_batch sub = {.seq_no = b->seq_no | (1ull << 62) | ((uint64_t)s << 40),
+                                .n_tokens = n, .tokens = b->tokens ? b->tokens + r0 : NULL,
+                                .positions = b->positions + r0, .slots = b->slots + r0,
+                                .n_seqs = s1 - s, .seqs = fw->mla.sub};
+            if ((st = absorbed_attend(fw, L, &sub, r0, n, &d, what))) return st;
+            s = s1;
+        }
+        for (int32_t s = 0; s < b->n_seqs; s++) {
+            const pagoda_seq_view *sv = &b->seqs[s];
+            if (decompresses(fw, sv))
+                MCALL("get_rows(values)", decompressed_values(fw, sv->q_start, sv->n_q, &d));
+            else
+                MCALL("matmul_experts(attn_v_b)", absorbed_values(fw, L, sv->q_start, sv->n_q, &d));
+        }
+    }
     pagoda_tensor avt = strided(fw->q, T, H * V, (size_t)(H * V) * 4, 0);
     MCALL("matmul(attn_output)", o->matmul(c, &avt, &L->wo, NULL, out));
 #undef MCALL

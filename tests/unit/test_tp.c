@@ -6,7 +6,9 @@
  * QKV biases). Also: what tp_shard splits, and the refusal of a model that
  * does not split; mixture-of-experts models split by whole experts (the
  * rules, the refusals, and the logits once the MoE forward pass runs);
- * gpt-oss (sinks, every bias, a window of 8) and gemma3 split 2 ways.
+ * gpt-oss (sinks, every bias, a window of 8) and gemma3 split 2 ways;
+ * and deepseek2's MLA with the ranks' prefill decompressed (each rank its
+ * heads' transposed attn_k_b) against one process absorbed.
  * The MPI path itself runs in the tests/tp scripts. */
 #include <check.h>
 #include <math.h>
@@ -23,10 +25,17 @@
 
 static char g_dir[] = "/tmp/pagoda_tp_XXXXXX";
 
+/* arch "": the shape's own (deepseek2-tiny takes no --arch) */
 static void gen(const char *path, const char *shape, const char *type, const char *arch)
 {
     char *argv[] = {"gen-model", "--shape", (char *)shape, "--type", (char *)type, "--arch",
                     (char *)arch, "--out", (char *)path, NULL};
+    if (!arch[0]) {
+        char *own[] = {"gen-model", "--shape", (char *)shape, "--type", (char *)type, "--out",
+                       (char *)path, NULL};
+        ck_assert_int_eq(pagoda_cmd_gen_model(7, own), 0);
+        return;
+    }
     ck_assert_int_eq(pagoda_cmd_gen_model(9, argv), 0);
 }
 
@@ -130,6 +139,8 @@ static void *rank_main(void *arg)
  * 1, staged through host memory (the slot removed: what a backend without
  * it gets). */
 static int g_staged;
+/* > 0: every rank's prefill decompresses from this many tokens (MLA) */
+static int g_decompress;
 
 static void check_split(const char *shape, const char *type, const char *arch, int n, double tol)
 {
@@ -168,12 +179,23 @@ static void check_split(const char *shape, const char *type, const char *arch, i
         ck_assert_int_eq(k[r].fw.tp_host == NULL, !g_staged);
         /* each rank holds its share: the split tensors' bytes / n */
         ck_assert_uint_eq(k[r].fw.weight_bytes >= pagoda_tp_rank_weight_bytes(k[r].rt->model->gguf, n), 1);
-        ck_assert_int_eq(k[r].fw.kv_layout.n_kv_heads, k[r].rt->model->hp.n_kv_heads / n);
+        if (g_decompress) {
+            const pagoda_hparams *hp = &k[r].rt->model->hp;
+            ck_assert_msg(pagoda_forward_mla_decompress(&k[r].fw, g_decompress, err, sizeof err) == 0,
+                          "rank %d: %s", r, err);
+            /* its heads' copies only: F32 [nope x kv_lora] a head, each layer 64-aligned */
+            uint64_t layer = (uint64_t)(hp->n_heads / n) * hp->qk_nope * hp->kv_lora_rank * 4;
+            ck_assert_uint_eq(k[r].fw.mla.kbt_bytes, (uint64_t)hp->n_layers * ((layer + 63) / 64 * 64));
+        } else {
+            ck_assert_int_eq(k[r].fw.kv_layout.n_kv_heads, k[r].rt->model->hp.n_kv_heads / n);
+        }
     }
     pthread_t th[MAXR];
     for (int r = 0; r < n; r++) pthread_create(&th[r], NULL, rank_main, &k[r]);
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < n; r++) ck_assert_msg(k[r].st == 0, "rank %d: %s", r, k[r].err);
+    for (int r = 0; r < n && g_decompress; r++)
+        ck_assert_int_eq(k[r].fw.mla.decompressed_tokens, T_PROMPT);   /* the prompt, not decode */
 
     double worst = 0, scale = 0;
     for (size_t i = 0; i < rows * (size_t)V; i++) {
@@ -443,6 +465,17 @@ END_TEST
 START_TEST(split_gemma3_2) { check_split("tiny-tp", "F32", "gemma3", 2, 1e-4); }
 END_TEST
 
+/* MLA: the latent row replicated, the heads split; the ranks' 12-token
+ * prompt decompressed, one process's absorbed */
+START_TEST(split_mla_decompressed_2)
+{
+    if (!moe_opens("deepseek2-tiny", "F32", "")) return;
+    g_decompress = 8;
+    check_split("deepseek2-tiny", "F32", "", 2, 1e-4);
+    g_decompress = 0;
+}
+END_TEST
+
 static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(g_dir)); }
 static void teardown(void)
 {
@@ -472,6 +505,7 @@ int main(void)
     tcase_add_test(tc, split_moe_qwen2_shared_4);
     tcase_add_test(tc, split_moe_mixtral_2);
     tcase_add_test(tc, split_moe_glm4_2);
+    tcase_add_test(tc, split_mla_decompressed_2);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
