@@ -255,6 +255,7 @@ static void (*gemm_fn(const mm_task *m))(const void *, size_t, int64_t, const vo
     case PAGODA_DTYPE_F16: return m->vt->gemm_f16;
     case PAGODA_DTYPE_Q5_0: return m->vt->gemm_q5_0;
     case PAGODA_DTYPE_Q5_1: return m->vt->gemm_q5_1;
+    case PAGODA_DTYPE_Q4_1: return m->vt->gemm_q4_1;
     case PAGODA_DTYPE_IQ4_NL: return m->vt->gemm_iq4_nl;
     default: return NULL;
     }
@@ -475,8 +476,8 @@ void pagoda_cpu_mm_plan(mm_task *m)
                    : w_dtype == PAGODA_DTYPE_IQ4_NL ? m->vt->gemm_iq4_nl_x8 : NULL;
     if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= X8_MIN_T) m->gemm_x8 = m->vt->gemm_mxfp4_x8;
     if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(m->vt, w_dtype);
-    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
-    bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));
+    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_1 read prep_q4_0's groups. */
+    bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || ((q5 || w_dtype == PAGODA_DTYPE_Q4_1) && gemm_fn(m));
     if (groups && m->vt->prep_q4_0 && !m->gemm_x8)
         m->xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
     if (w_dtype == PAGODA_DTYPE_F16 && T >= X8_MIN_T && m->vt->gemm_f16_x8)

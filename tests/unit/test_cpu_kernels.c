@@ -794,6 +794,54 @@ START_TEST(test_dots_k_decode_every_path)
 }
 END_TEST
 
+/* The 32-value block dots of decode (Q8_0, Q4_0, Q4_1 against q8a
+ * activations) on every path this host runs, the AVX-512 VNNI ones of
+ * decode_avx512.c natively or through SIMDe, against the scalar
+ * reference: the same integer sums, so within float-order rounding. 1..9
+ * blocks (every tail of the four-block loop) and a row of 43, three rows
+ * each, random blocks; the activations quantized by quant_q8a. */
+START_TEST(test_dots_q8_q4_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    tu_rng r;
+    tu_rng_seed(&r, 61);
+    for (size_t ti = 0; ti < 3; ti++) {
+        for (int64_t nb = 1; nb <= 10; nb++) {
+            int64_t nbk = nb == 10 ? 43 : nb, K = 32 * nbk;
+            size_t ws;
+            uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
+            float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
+            pagoda_q8a_block *xq = xmalloc(sizeof(pagoda_q8a_block) * (size_t)nbk);
+            tu_fill_normal(&r, x, (size_t)K, 1.0f);
+            pagoda_vecdot_scalar.quant_q8a(x, xq, K);
+            for (int n = 0; n < 3; n++) {
+                const uint8_t *wr = w + n * ws;
+                ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
+                /* sum |w x| bounds the float-order differences */
+                double mag = 0.0;
+                for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 32].qs[k % 32] * xq[k / 32].d);
+                for (int ii = 0; ii < N_ISAS; ii++) {
+                    const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
+                    const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
+                    float a, b;
+                    switch (types[ti]) {
+                    case PAGODA_DTYPE_Q8_0: a = s0->dot_q8_0(wr, xq, nbk); b = v->dot_q8_0(wr, xq, nbk); break;
+                    case PAGODA_DTYPE_Q4_0: a = s0->dot_q4_0(wr, xq, nbk); b = v->dot_q4_0(wr, xq, nbk); break;
+                    default: a = s0->dot_q4_1(wr, xq, nbk); b = v->dot_q4_1(wr, xq, nbk); break;
+                    }
+                    ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
+                                  pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
+                }
+            }
+            free(x);
+            free(wd);
+            free(xq);
+            free(w);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_dots_q5_iq4_avx2_match_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
@@ -1396,6 +1444,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_mxfp4_kernels_every_level);
     tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
     tcase_add_test(tc, test_dots_k_decode_every_path);
+    tcase_add_test(tc, test_dots_q8_q4_decode_every_path);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
     tcase_add_test(tc, test_dequant_avx2_matches_reference);

@@ -791,6 +791,7 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .gemm_iq4_nl_x8 = pagoda_cpu_gemm_iq4_nl_x8_avx2,
     .gemm_q5_0 = pagoda_cpu_gemm_q5_0_avx2,
     .gemm_q5_1 = pagoda_cpu_gemm_q5_1_avx2,
+    .gemm_q4_1 = pagoda_cpu_gemm_q4_1_avx2,
     .gemm_iq4_nl = pagoda_cpu_gemm_iq4_nl_avx2,
     .quant_kv_q8_0 = pagoda_cpu_quant_kv_q8_0_avx2,
     .scores_q8_0 = pagoda_cpu_scores_q8_0_avx2,

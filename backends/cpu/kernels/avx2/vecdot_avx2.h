@@ -135,6 +135,8 @@ void pagoda_cpu_gemm_q5_0_avx2(const void *w, size_t ws, int64_t nr, const void 
                                int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_q5_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                int64_t T, int64_t nb, float *out, size_t os);
+void pagoda_cpu_gemm_q4_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                               int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                  int64_t T, int64_t nb, float *out, size_t os);
 
