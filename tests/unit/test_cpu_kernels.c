@@ -794,12 +794,13 @@ START_TEST(test_dots_k_decode_every_path)
 }
 END_TEST
 
-/* The 32-value block dots of decode (Q8_0, Q4_0, Q4_1 against q8a
- * activations) on every path this host runs, the AVX-512 VNNI ones of
- * decode_avx512.c natively or through SIMDe, against the scalar
- * reference: the same integer sums, so within float-order rounding. 1..9
- * blocks (every tail of the four-block loop) and a row of 43, three rows
- * each, random blocks; the activations quantized by quant_q8a. */
+/* The per-row dots of the 32-value block types Q8_0, Q4_0, Q4_1 (against
+ * q8a activations) in every table this host runs (a faster level's entry
+ * replaces AVX2's where it has one), against the scalar reference: the
+ * same integer sums, so within float-order rounding. The matmul tests
+ * reach these only where no tile kernel runs first (GEMM_TILES' single
+ * token); here every entry is checked directly. 1..9 blocks and a row of
+ * 43, three rows each; the activations quantized by quant_q8a. */
 START_TEST(test_dots_q8_q4_decode_every_path)
 {
     static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
