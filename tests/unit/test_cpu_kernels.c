@@ -4,9 +4,9 @@
  * Tolerances (why each is what it is):
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
- *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1 weights:
- *    exact weights, sgemm: as above (Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL and the
- *    256-value types stay quantized; pagoda_cpu_matmul_exact says which).
+ *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16 weights:
+ *    exact weights, sgemm: as above (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL and
+ *    the 256-value types stay quantized; pagoda_cpu_matmul_exact says which).
  *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
  *    per 32 values, or 256 for the K-quants and IQ4_XS). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:

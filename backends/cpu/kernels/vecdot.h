@@ -218,6 +218,8 @@ typedef struct pagoda_vecdot_table {
                          int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_q5_1_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                          int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q4_1_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_iq4_nl_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                            int64_t T, int64_t nb, float *out, size_t out_stride);
     /* Their row x token blocks below the x8 kernels' minimum (decode), as

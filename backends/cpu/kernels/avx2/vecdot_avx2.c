@@ -788,6 +788,7 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .dot_iq4_nl = pagoda_cpu_dot_iq4_nl_avx2,
     .gemm_q5_0_x8 = pagoda_cpu_gemm_q5_0_x8_avx2,
     .gemm_q5_1_x8 = pagoda_cpu_gemm_q5_1_x8_avx2,
+    .gemm_q4_1_x8 = pagoda_cpu_gemm_q4_1_x8_avx2,
     .gemm_iq4_nl_x8 = pagoda_cpu_gemm_iq4_nl_x8_avx2,
     .gemm_q5_0 = pagoda_cpu_gemm_q5_0_avx2,
     .gemm_q5_1 = pagoda_cpu_gemm_q5_1_avx2,

@@ -121,6 +121,8 @@ void pagoda_cpu_gemm_q5_0_x8_avx2(const void *w, size_t ws, int64_t nr, const pa
                                   int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_q5_1_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                   int64_t T, int64_t nb, float *out, size_t os);
+void pagoda_cpu_gemm_q4_1_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                                  int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_iq4_nl_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                     int64_t T, int64_t nb, float *out, size_t os);
 
