@@ -474,7 +474,8 @@ void pagoda_cpu_mm_plan(mm_task *m)
         m->xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
     bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL ||
               w_dtype == PAGODA_DTYPE_Q4_1;
-    const pagoda_vecdot_table *lt = m->vt;
+    /* the lanes kernels: of the level's table, or from its 8-token one (vecdot.h lanes8) */
+    const pagoda_vecdot_table *lt = T <= 8 && m->vt->lanes8 ? m->vt->lanes8 : m->vt;
     if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
         m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? lt->gemm_q8_0_x8
                    : w_dtype == PAGODA_DTYPE_Q4_0 ? lt->gemm_q4_0_x8

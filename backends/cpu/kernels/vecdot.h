@@ -257,6 +257,10 @@ typedef struct pagoda_vecdot_table {
     float (*dot_mxfp4)(const void *w, const pagoda_q8a_block *x, int64_t nb);
     void (*gemm_mxfp4_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                           int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* Where a level's tokens-in-lanes kernels hold 16 tokens a register
+     * (AVX-512), a table of 8-token (256-bit) ones for T <= 8, where the
+     * 16-token registers run half empty; NULL: this table's own. */
+    const struct pagoda_vecdot_table *lanes8;
 } pagoda_vecdot_table;
 
 /* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */
