@@ -15,7 +15,7 @@
  * | F16           | dot, gemm; T>=256 sgemm | gemm (T < 4), gemm_x8        | = avx2           | = avx2           |
  * | BF16          | dot; T >= 32 sgemm      | dot; T >= 32 dequant + sgemm | = avx2           | = avx2           |
  * | Q8_0, Q4_0    | dot, gemm (per pair)    | dot, gemm tiles (T<4), lanes | lanes vnni       | = avx2 (T<4), lanes vnni |
- * | Q4_1          | dot; T >= 32 sgemm      | dot; T >= 32 dequant + sgemm | = avx2           | = avx2           |
+ * | Q4_1          | dot; T >= 32 sgemm      | dot, gemm (T<5), lanes       | = avx2           | lanes vnni       |
  * | Q5_0/1 IQ4_NL | dot                     | dot, gemm (T<5), lanes       | lanes vnni       | lanes vnni       |
  * | Q2_K, Q3_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | lanes vnni       |
  * | Q4_K..Q6_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | dot (2), lanes vnni |
@@ -26,6 +26,9 @@
  * an entry of the level's table (its VNNI dot is slower than AVX2's on the
  * Sapphire-Rapids-class host: lanes_avx512.c).
  * (2) kernels/avx512/decode_avx512.c's 512-bit dots (decode, T < 4).
+ * At avx512, "lanes vnni" is T >= 9: for 4 <= T <= 8 the lanes kernels
+ * are the avxvnni column's (AVX2's on a CPU without AVX-VNNI): the
+ * table's lanes8, build() below.
  *
  * BF16 weights (and F16 with PAGODA_CPU_BF16=2) at the AVX-512 level on a
  * CPU with AVX512-BF16 leave this table from T >= 16 (32): the BF16 GEMM
@@ -55,6 +58,14 @@ static void build(void)
     pagoda_cpu_fill_avxvnni(&t_avxvnni);
     t_avx512 = pagoda_vecdot_avx2;
     pagoda_cpu_fill_avx512(&t_avx512);
+    /* T <= 8 (one group of eight tokens) half fills the 512-bit lanes
+     * kernels' 16-token registers: there the 256-bit ones win (one core,
+     * 2048 x 2048, T = 4 / 8, GFLOP/s, AVX-512 VNNI against the AVX-VNNI
+     * table: Q8_0 64 / 126 vs 94 / 187, Q4_0 63 / 131 vs 82 / 170, Q4_K
+     * 59 / 120 vs 82 / 163, Q6_K 50 / 97 vs 79 / 149; T = 12: 512-bit
+     * ahead, Q8_0 183 vs 160, Q4_K 170 vs 145; bench_cpu_lanes,
+     * Sapphire-Rapids-class host). A CPU without AVX-VNNI gets AVX2's. */
+    t_avx512.lanes8 = pagoda_cpu_has_avx_vnni() ? &t_avxvnni : &pagoda_vecdot_avx2;
 }
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot_level(int isa)

@@ -255,6 +255,7 @@ static void (*gemm_fn(const mm_task *m))(const void *, size_t, int64_t, const vo
     case PAGODA_DTYPE_F16: return m->vt->gemm_f16;
     case PAGODA_DTYPE_Q5_0: return m->vt->gemm_q5_0;
     case PAGODA_DTYPE_Q5_1: return m->vt->gemm_q5_1;
+    case PAGODA_DTYPE_Q4_1: return m->vt->gemm_q4_1;
     case PAGODA_DTYPE_IQ4_NL: return m->vt->gemm_iq4_nl;
     default: return NULL;
     }
@@ -418,7 +419,7 @@ static int64_t gemm_min_t_env(void)
  * with OpenBLAS's threads (docs/backend-cpu.md "F16 prefill"). The K-quants and IQ4_XS: never
  * (their lanes kernels, one core, K = N = 2048, T = 64 / 512: Q4_K 179 /
  * 170 GFLOP/s against 67 / 79 for dequantize + sgemm, Q5_K 157 / 154 vs
- * 61 / 76, Q6_K 133 / 127 vs 28 / 64). The others: from 32. */
+ * 61 / 76, Q6_K 133 / 127 vs 28 / 64). The others (F32, BF16): from 32. */
 static int64_t sgemm_min_t(int dtype)
 {
     if (dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0) return INT64_MAX;
@@ -429,6 +430,11 @@ static int64_t sgemm_min_t(int dtype)
      * 67 / 71 / 80, IQ4_NL 101 / 100 / 101 vs 67 / 75 / 80. */
     if (dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 || dtype == PAGODA_DTYPE_IQ4_NL)
         return INT64_MAX;
+    /* Q4_1: never, since it has lanes kernels (Q5_1's without qh): one
+     * core, K = N = 2048, T = 64 / 512, GFLOP/s, AVX2 x8 171 / 154 and
+     * AVX-512 VNNI 254 / 235 against 89 / 137 for dequantize + sgemm
+     * (bench_cpu_lanes, Sapphire-Rapids-class host). */
+    if (dtype == PAGODA_DTYPE_Q4_1) return INT64_MAX;
     /* MXFP4: never (docs/backend-cpu.md "MXFP4": its lanes kernel against
      * dequantize + sgemm). */
     if (dtype == PAGODA_DTYPE_MXFP4) return INT64_MAX;
@@ -466,16 +472,20 @@ void pagoda_cpu_mm_plan(mm_task *m)
              w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL ||
              w_dtype == PAGODA_DTYPE_MXFP4)
         m->xq_stride = (size_t)(K / 32) * sizeof(pagoda_q8a_block);
-    bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL;
+    bool q5 = w_dtype == PAGODA_DTYPE_Q5_0 || w_dtype == PAGODA_DTYPE_Q5_1 || w_dtype == PAGODA_DTYPE_IQ4_NL ||
+              w_dtype == PAGODA_DTYPE_Q4_1;
+    /* the lanes kernels: of the level's table, or from its 8-token one (vecdot.h lanes8) */
+    const pagoda_vecdot_table *lt = T <= 8 && m->vt->lanes8 ? m->vt->lanes8 : m->vt;
     if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
-        m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? m->vt->gemm_q8_0_x8
-                   : w_dtype == PAGODA_DTYPE_Q4_0 ? m->vt->gemm_q4_0_x8
-                   : w_dtype == PAGODA_DTYPE_Q5_0 ? m->vt->gemm_q5_0_x8
-                   : w_dtype == PAGODA_DTYPE_Q5_1 ? m->vt->gemm_q5_1_x8
-                   : w_dtype == PAGODA_DTYPE_IQ4_NL ? m->vt->gemm_iq4_nl_x8 : NULL;
-    if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= X8_MIN_T) m->gemm_x8 = m->vt->gemm_mxfp4_x8;
-    if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(m->vt, w_dtype);
-    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL read prep_q4_0's groups. */
+        m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? lt->gemm_q8_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q4_0 ? lt->gemm_q4_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q5_0 ? lt->gemm_q5_0_x8
+                   : w_dtype == PAGODA_DTYPE_Q5_1 ? lt->gemm_q5_1_x8
+                   : w_dtype == PAGODA_DTYPE_Q4_1 ? lt->gemm_q4_1_x8
+                   : w_dtype == PAGODA_DTYPE_IQ4_NL ? lt->gemm_iq4_nl_x8 : NULL;
+    if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= X8_MIN_T) m->gemm_x8 = lt->gemm_mxfp4_x8;
+    if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(lt, w_dtype);
+    /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_1 read prep_q4_0's groups. */
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));
     if (groups && m->vt->prep_q4_0 && !m->gemm_x8)
         m->xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);

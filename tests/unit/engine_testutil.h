@@ -201,4 +201,51 @@ static inline void et_reference_logprobs(pagoda_runtime *rt, const int32_t *toke
     free(slots);
 }
 
+/* Two greedy runs of the same n requests (prompt ids[0..n_ids) each)
+ * under batch shapes that differ (speculation's verify rows, a prefix
+ * hit's recomputed rows): a quantized model's rows are not bit-identical
+ * across batch shapes, so they may part at a near tie and only there. At
+ * the first token where a request differs, the reference forward pass
+ * (et_reference_logprobs) over the prompt and the tokens both runs agree
+ * on scores the two choices: they must be within near_tie nats, else the
+ * runs differ for another reason than rounding. After a near tie the
+ * request is not compared further (the trajectories legitimately part).
+ * Returns how many requests parted at a near tie. */
+static inline int et_assert_same_or_near_tie(pagoda_runtime *rt, const int32_t *ids, int32_t n_ids,
+                                             const et_result *a, const et_result *b, int n, double near_tie,
+                                             const char *what)
+{
+    int parted = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t t = 0, m = a[i].n_tokens < b[i].n_tokens ? a[i].n_tokens : b[i].n_tokens;
+        while (t < m && a[i].tokens[t] == b[i].tokens[t]) t++;
+        if (t == m) {
+            ck_assert_msg(a[i].n_tokens == b[i].n_tokens, "%s: request %d lengths %d vs %d with no token apart",
+                          what, i, a[i].n_tokens, b[i].n_tokens);
+            continue;
+        }
+        int32_t len = n_ids + t + 1;
+        int32_t *seq = malloc(sizeof(int32_t) * (size_t)len);
+        double *lp = malloc(sizeof(double) * (size_t)len);
+        ck_assert(seq && lp);
+        memcpy(seq, ids, sizeof(int32_t) * (size_t)n_ids);
+        memcpy(seq + n_ids, a[i].tokens, sizeof(int32_t) * (size_t)t);
+        double l2[2];
+        for (int k = 0; k < 2; k++) {
+            seq[len - 1] = (k ? b : a)[i].tokens[t];
+            et_reference_logprobs(rt, seq, len, lp, NULL);
+            l2[k] = lp[len - 1];
+        }
+        free(seq);
+        free(lp);
+        ck_assert_msg(fabs(l2[0] - l2[1]) < near_tie,
+                      "%s: request %d differs at token %d (%d vs %d), not a near tie: reference logprobs %.6f vs %.6f",
+                      what, i, t, a[i].tokens[t], b[i].tokens[t], l2[0], l2[1]);
+        printf("%s: request %d parted at token %d, a near tie (reference logprobs %.6f vs %.6f)\n", what, i, t,
+               l2[0], l2[1]);
+        parted++;
+    }
+    return parted;
+}
+
 #endif

@@ -4,9 +4,9 @@
  * Tolerances (why each is what it is):
  *  - matmul F32/F16/BF16: the weights are exact after conversion, so only
  *    float summation order differs: |err| <= 1e-5 * sum|x*w| + 1e-6.
- *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16/Q4_1 weights:
- *    exact weights, sgemm: as above (Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL and the
- *    256-value types stay quantized; pagoda_cpu_matmul_exact says which).
+ *  - matmul with T >= PAGODA_CPU_GEMM_MIN_T, F16/BF16 weights:
+ *    exact weights, sgemm: as above (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL and
+ *    the 256-value types stay quantized; pagoda_cpu_matmul_exact says which).
  *  - matmul quantized, fewer rows: activations are quantized to int8 (step d = amax/127
  *    per 32 values, or 256 for the K-quants and IQ4_XS). Against the same product computed in double
  *    from the dequantized weights and the dequantized int8 activations:
@@ -794,6 +794,55 @@ START_TEST(test_dots_k_decode_every_path)
 }
 END_TEST
 
+/* The per-row dots of the 32-value block types Q8_0, Q4_0, Q4_1 (against
+ * q8a activations) in every table this host runs (a faster level's entry
+ * replaces AVX2's where it has one), against the scalar reference: the
+ * same integer sums, so within float-order rounding. The matmul tests
+ * reach these only where no tile kernel runs first (GEMM_TILES' single
+ * token); here every entry is checked directly. 1..9 blocks and a row of
+ * 43, three rows each; the activations quantized by quant_q8a. */
+START_TEST(test_dots_q8_q4_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    tu_rng r;
+    tu_rng_seed(&r, 61);
+    for (size_t ti = 0; ti < 3; ti++) {
+        for (int64_t nb = 1; nb <= 10; nb++) {
+            int64_t nbk = nb == 10 ? 43 : nb, K = 32 * nbk;
+            size_t ws;
+            uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
+            float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
+            pagoda_q8a_block *xq = xmalloc(sizeof(pagoda_q8a_block) * (size_t)nbk);
+            tu_fill_normal(&r, x, (size_t)K, 1.0f);
+            pagoda_vecdot_scalar.quant_q8a(x, xq, K);
+            for (int n = 0; n < 3; n++) {
+                const uint8_t *wr = w + n * ws;
+                ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
+                /* sum |w x| bounds the float-order differences */
+                double mag = 0.0;
+                for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 32].qs[k % 32] * xq[k / 32].d);
+                for (int ii = 0; ii < N_ISAS; ii++) {
+                    const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
+                    const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
+                    float a, b;
+                    switch (types[ti]) {
+                    case PAGODA_DTYPE_Q8_0: a = s0->dot_q8_0(wr, xq, nbk); b = v->dot_q8_0(wr, xq, nbk); break;
+                    case PAGODA_DTYPE_Q4_0: a = s0->dot_q4_0(wr, xq, nbk); b = v->dot_q4_0(wr, xq, nbk); break;
+                    default: a = s0->dot_q4_1(wr, xq, nbk); b = v->dot_q4_1(wr, xq, nbk); break;
+                    }
+                    ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
+                                  pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
+                }
+            }
+            free(x);
+            free(wd);
+            free(xq);
+            free(w);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_dots_q5_iq4_avx2_match_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
@@ -1396,6 +1445,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_mxfp4_kernels_every_level);
     tcase_add_test(tc, test_dots_q5_iq4_avx2_match_scalar);
     tcase_add_test(tc, test_dots_k_decode_every_path);
+    tcase_add_test(tc, test_dots_q8_q4_decode_every_path);
     tcase_add_test(tc, test_matmul_rejects_unknown_type);
     tcase_add_test(tc, test_get_rows_every_type);
     tcase_add_test(tc, test_dequant_avx2_matches_reference);

@@ -817,8 +817,23 @@ START_TEST(smollm2_greedy_identical)
         if (spec) ck_assert_int_gt(st.spec_drafted_total, 0);
         et_close(rt, cfg);
     }
-    et_assert_same_tokens(r[0], r[1], 2, "SmolLM2, ngram vs off");
-    for (int i = 0; i < 2; i++) ck_assert_str_eq(r[0][i].text, r[1][i].text);
+    /* The same tokens, or (verify rows are batches of 1 + drafts where
+     * decode runs one row: another kernel, another float order) the same
+     * up to a near tie, scored by the reference forward pass. 0.05 nats,
+     * as call_reuse.py: a float-order difference that moves an activation
+     * across an int8 rounding boundary changes it by a whole step (amax /
+     * 127), so int8-activation models part by more than float noise
+     * (seen here: 0.021 at token 33, two choices of p ~ 0.16 each). */
+    const char *settings[] = {"engine.max_seq_len=512", "engine.kv_dtype=f32", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
+    pagoda_request req = et_request(rt, prompt, 40, 0.0f);
+    int32_t ids[512], n_ids = 0;
+    ck_assert_int_eq(pagoda_tokenize(rt->model->tok, prompt, strlen(prompt), req.add_special, true, ids, 512, &n_ids), 0);
+    ck_assert_int_le(n_ids, 512);
+    int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.05, "SmolLM2, ngram vs off");
+    et_close(rt, cfg);
+    for (int i = 0; i < 2 && !parted; i++) ck_assert_str_eq(r[0][i].text, r[1][i].text);
     ck_assert_int_gt(r[0][0].n_tokens, 10);
 }
 END_TEST

@@ -218,6 +218,8 @@ typedef struct pagoda_vecdot_table {
                          int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_q5_1_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                          int64_t T, int64_t nb, float *out, size_t out_stride);
+    void (*gemm_q4_1_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
+                         int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_iq4_nl_x8)(const void *w, size_t w_stride, int64_t nr, const pagoda_q8x8_block *x,
                            int64_t T, int64_t nb, float *out, size_t out_stride);
     /* Their row x token blocks below the x8 kernels' minimum (decode), as
@@ -229,6 +231,10 @@ typedef struct pagoda_vecdot_table {
                       int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                         int64_t T, int64_t nb, float *out, size_t out_stride);
+    /* Q4_1's the same way (it has no tokens-in-lanes kernel: below its
+     * sgemm crossover, every T). NULL: one dot_q4_1 per pair. */
+    void (*gemm_q4_1)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
+                      int64_t T, int64_t nb, float *out, size_t out_stride);
     /* The Q8_0 KV cache (pagoda_kv_layout): GGUF's Q8_0 blocks
      * (pagoda_blk_q8_0), a head's hd values in hd / 32 of them.
      * quant_kv_q8_0: k values (a multiple of 32) to k / 32 blocks, the
@@ -260,6 +266,10 @@ typedef struct pagoda_vecdot_table {
      * formula). out may alias g or u. */
     void (*swiglu_oai)(const float *g, const float *u, float alpha, float limit, float *out,
                        int64_t n);
+    /* Where a level's tokens-in-lanes kernels hold 16 tokens a register
+     * (AVX-512), a table of 8-token (256-bit) ones for T <= 8, where the
+     * 16-token registers run half empty; NULL: this table's own. */
+    const struct pagoda_vecdot_table *lanes8;
 } pagoda_vecdot_table;
 
 /* GELU-tanh's constants: sqrt(2/pi) and the cubic coefficient. */

@@ -121,6 +121,8 @@ void pagoda_cpu_gemm_q5_0_x8_avx2(const void *w, size_t ws, int64_t nr, const pa
                                   int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_q5_1_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                   int64_t T, int64_t nb, float *out, size_t os);
+void pagoda_cpu_gemm_q4_1_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
+                                  int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_iq4_nl_x8_avx2(const void *w, size_t ws, int64_t nr, const pagoda_q8x8_block *x,
                                     int64_t T, int64_t nb, float *out, size_t os);
 
@@ -134,6 +136,8 @@ void pagoda_cpu_dequant_q5_avx2(int dtype, const void *w, float *out, int64_t k)
 void pagoda_cpu_gemm_q5_0_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_q5_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                               int64_t T, int64_t nb, float *out, size_t os);
+void pagoda_cpu_gemm_q4_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                int64_t T, int64_t nb, float *out, size_t os);
 void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                                  int64_t T, int64_t nb, float *out, size_t os);

@@ -1,7 +1,8 @@
 /*
  * vecdot_q5_avx2.c: the AVX2 per-row dots and the dequantization of the
  * 32-value block types Q5_0, Q5_1 and IQ4_NL (vecdot.h dot_q5_0 / dot_q5_1
- * / dot_iq4_nl, dequant); their tokens-in-lanes kernels are in
+ * / dot_iq4_nl, dequant), their row x token tiles on Q4_0's groups (with
+ * Q4_1's, gemm_q4_1, which shares them); their tokens-in-lanes kernels are in
  * vecdot_x8_avx2.c. Compiled with AVX2 + FMA + F16C by file name; called
  * only after CPUID says so. Not for: the other types (vecdot_avx2.c).
  *
@@ -156,30 +157,38 @@ static inline void q5_pair(const uint8_t *b0, size_t bs, int qho, int qso, __m25
                           _mm256_and_si256(_mm256_cmpeq_epi8(hh, bit), m10));
 }
 
-/* Blocks [b0, nb) of a Q5 row against one token's groups, one at a time
+/* The group tiles' three kinds of block: Q5_0 (values - 16), Q5_1 and
+ * Q4_1 (d, m: values d q + m, the m through the groups' s). Q4_1 is Q5_1
+ * without qh: its nibbles are the values. */
+enum { GK_Q5_0, GK_Q5_1, GK_Q4_1 };
+#define GK_BS(k) ((k) == GK_Q5_0 ? sizeof(pagoda_block_q5_0) : (k) == GK_Q5_1 ? sizeof(pagoda_block_q5_1) : sizeof(pagoda_blk_q4_1))
+#define GK_QHO(k) ((k) == GK_Q5_0 ? 2 : 4)                 /* qh (Q5) */
+#define GK_QSO(k) ((k) == GK_Q4_1 ? 4 : GK_QHO(k) + 4)     /* qs */
+#define GK_MIN(k) ((k) != GK_Q5_0)                         /* has m at byte 2 */
+
+/* Blocks [b0, nb) of a row against one token's groups, one at a time
  * (the end of a row whose block count is not a multiple of 4). */
-static float q5x_tail(const uint8_t *w, int Q51, const pagoda_q4x_group *x, int64_t b0, int64_t nb)
+static float q5x_tail(const uint8_t *w, int kind, const pagoda_q4x_group *x, int64_t b0, int64_t nb)
 {
-    const size_t bs = Q51 ? sizeof(pagoda_block_q5_1) : sizeof(pagoda_block_q5_0);
-    const int qho = Q51 ? 4 : 2;
+    const size_t bs = GK_BS(kind);
     float s = 0.0f;
     for (int64_t b = b0; b < nb; b++) {
-        const uint8_t *wb = w + b * bs, *qs = wb + qho + 4;
+        const uint8_t *wb = w + b * bs, *qs = wb + GK_QSO(kind);
         const pagoda_q4x_group *gx = &x[b / 4];
         int p = (int)(b % 4) / 2, h = (int)(b % 2);
-        uint32_t qh;
-        memcpy(&qh, wb + qho, 4);
+        uint32_t qh = 0;
+        if (kind != GK_Q4_1) memcpy(&qh, wb + GK_QHO(kind), 4);
         int sum = 0;
         for (int j = 0; j < 16; j++) {
             int q0 = (qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4;
             int q1 = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            sum += (q0 - (Q51 ? 0 : 16)) * gx->qs[2 * p][16 * h + j];
-            sum += (q1 - (Q51 ? 0 : 16)) * gx->qs[2 * p + 1][16 * h + j];
+            sum += (q0 - (GK_MIN(kind) ? 0 : 16)) * gx->qs[2 * p][16 * h + j];
+            sum += (q1 - (GK_MIN(kind) ? 0 : 16)) * gx->qs[2 * p + 1][16 * h + j];
         }
         uint16_t d, m;
         memcpy(&d, wb, 2);
         s += (float)sum * f16(d) * gx->dx[p][4 * h];
-        if (Q51) {
+        if (GK_MIN(kind)) {
             memcpy(&m, wb + 2, 2);
             s += f16(m) * gx->s[b % 4];
         }
@@ -187,17 +196,17 @@ static float q5x_tail(const uint8_t *w, int Q51, const pagoda_q4x_group *x, int6
     return s;
 }
 
-/* One Q5 row x TB tokens: a pair of blocks unpacked once for TB tokens. */
-FORCE_INLINE void tile_q5x(const uint8_t *w, int Q51, const uint8_t *x, size_t xs, int TB, int64_t nb,
+/* One row x TB tokens: a pair of blocks unpacked once for TB tokens. */
+FORCE_INLINE void tile_q5x(const uint8_t *w, int kind, const uint8_t *x, size_t xs, int TB, int64_t nb,
                            float *out, size_t os)
 {
-    const size_t bs = Q51 ? sizeof(pagoda_block_q5_1) : sizeof(pagoda_block_q5_0);
-    const int qho = Q51 ? 4 : 2, qso = qho + 4;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bs = GK_BS(kind);
+    const int qho = GK_QHO(kind), qso = GK_QSO(kind);
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
     const __m256i idx_a = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const __m256i idx_b = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
     __m256 acc[4];
-    __m128 off[4];  /* Q5_0: sum d_w s (times -16 at the end); Q5_1: sum m_w s */
+    __m128 off[4];  /* Q5_0: sum d_w s (times -16 at the end); Q5_1, Q4_1: sum m_w s */
     for (int t = 0; t < TB; t++) {
         acc[t] = _mm256_setzero_ps();
         off[t] = _mm_setzero_ps();
@@ -208,7 +217,7 @@ FORCE_INLINE void tile_q5x(const uint8_t *w, int Q51, const uint8_t *x, size_t x
         _mm_prefetch((const char *)wb + PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch((const char *)wb + PREFETCH_AHEAD + 64, _MM_HINT_T0);
         __m256 dw = f16x4(wb, bs, 0);
-        __m128 mo = Q51 ? _mm256_castps256_ps128(f16x4(wb, bs, 2)) : _mm256_castps256_ps128(dw);
+        __m128 mo = GK_MIN(kind) ? _mm256_castps256_ps128(f16x4(wb, bs, 2)) : _mm256_castps256_ps128(dw);
         for (int t = 0; t < TB; t++) {
             const pagoda_q4x_group *gx = (const pagoda_q4x_group *)(x + t * xs) + g;
             off[t] = _mm_fmadd_ps(mo, _mm_loadu_ps(gx->s), off[t]);
@@ -216,7 +225,15 @@ FORCE_INLINE void tile_q5x(const uint8_t *w, int Q51, const uint8_t *x, size_t x
         for (int p = 0; p < 2; p++) {
             __m256 dwp = _mm256_permutevar_ps(dw, p ? idx_b : idx_a);
             __m256i lo, hi;
-            q5_pair(wb + 2 * p * bs, bs, qho, qso, &lo, &hi);
+            if (kind == GK_Q4_1) {
+                const uint8_t *b0 = wb + 2 * p * bs;
+                __m256i v = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(b0 + bs + qso)),
+                                             _mm_loadu_si128((const __m128i *)(b0 + qso)));
+                lo = _mm256_and_si256(v, m4);
+                hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            } else {
+                q5_pair(wb + 2 * p * bs, bs, qho, qso, &lo, &hi);
+            }
             for (int t = 0; t < TB; t++) {
                 const pagoda_q4x_group *gx = (const pagoda_q4x_group *)(x + t * xs) + g;
                 __m256i s16 = _mm256_add_epi16(
@@ -232,15 +249,15 @@ FORCE_INLINE void tile_q5x(const uint8_t *w, int Q51, const uint8_t *x, size_t x
         __m128 v = off[t];
         v = _mm_add_ps(v, _mm_movehl_ps(v, v));
         float sv = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
-        o[0] = hsum_ps(acc[t]) + (Q51 ? sv : -16.0f * sv);
-        if (nb % 4) o[0] += q5x_tail(w, Q51, (const pagoda_q4x_group *)(x + t * xs), 4 * ng, nb);
+        o[0] = hsum_ps(acc[t]) + (GK_MIN(kind) ? sv : -16.0f * sv);
+        if (nb % 4) o[0] += q5x_tail(w, kind, (const pagoda_q4x_group *)(x + t * xs), 4 * ng, nb);
     }
 }
 
 /* Rows one at a time (one sequential weight stream: see vecdot_avx2.c's
  * GEMM_TILES), tokens up to 4 at a time. */
 FORCE_INLINE void gemm_q5x(const void *wv, size_t ws, int64_t nr, const void *xv, size_t xs, int64_t T,
-                           int64_t nb, float *out, size_t os, int Q51)
+                           int64_t nb, float *out, size_t os, int kind)
 {
     const uint8_t *w = wv, *x = xv;
     for (int64_t t = 0; t < T;) {
@@ -249,10 +266,10 @@ FORCE_INLINE void gemm_q5x(const void *wv, size_t ws, int64_t nr, const void *xv
         float *ot = (float *)((uint8_t *)out + t * os);
         for (int64_t r = 0; r < nr; r++) {
             switch (tb) {
-            case 4: tile_q5x(w + r * ws, Q51, xt, xs, 4, nb, ot + r, os); break;
-            case 3: tile_q5x(w + r * ws, Q51, xt, xs, 3, nb, ot + r, os); break;
-            case 2: tile_q5x(w + r * ws, Q51, xt, xs, 2, nb, ot + r, os); break;
-            default: tile_q5x(w + r * ws, Q51, xt, xs, 1, nb, ot + r, os); break;
+            case 4: tile_q5x(w + r * ws, kind, xt, xs, 4, nb, ot + r, os); break;
+            case 3: tile_q5x(w + r * ws, kind, xt, xs, 3, nb, ot + r, os); break;
+            case 2: tile_q5x(w + r * ws, kind, xt, xs, 2, nb, ot + r, os); break;
+            default: tile_q5x(w + r * ws, kind, xt, xs, 1, nb, ot + r, os); break;
             }
         }
         t += tb;
@@ -262,13 +279,26 @@ FORCE_INLINE void gemm_q5x(const void *wv, size_t ws, int64_t nr, const void *xv
 void pagoda_cpu_gemm_q5_0_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t T,
                                int64_t nb, float *out, size_t os)
 {
-    gemm_q5x(w, ws, nr, x, xs, T, nb, out, os, 0);
+    gemm_q5x(w, ws, nr, x, xs, T, nb, out, os, GK_Q5_0);
 }
 
 void pagoda_cpu_gemm_q5_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t T,
                                int64_t nb, float *out, size_t os)
 {
-    gemm_q5x(w, ws, nr, x, xs, T, nb, out, os, 1);
+    gemm_q5x(w, ws, nr, x, xs, T, nb, out, os, GK_Q5_1);
+}
+
+/* Q4_1 decode (T below its sgemm crossover): the same tiles, 63 GFLOP/s
+ * one core at T = 1 where its per-row dot ran 33-37 (bench_cpu_lanes,
+ * 2048 x 2048, Sapphire-Rapids-class host; T = 4: 117 against 35), as
+ * they share a row's unpacking between up to four tokens and convert four
+ * blocks' scales at once. An AVX-512 VNNI Q4_1 dot (four blocks an
+ * iteration, two a zmm) reached 47-52 there: these tiles serve every
+ * level. */
+void pagoda_cpu_gemm_q4_1_avx2(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t T,
+                               int64_t nb, float *out, size_t os)
+{
+    gemm_q5x(w, ws, nr, x, xs, T, nb, out, os, GK_Q4_1);
 }
 
 /* IQ4_NL rows on the groups: a pair of blocks' nibbles unpacked and

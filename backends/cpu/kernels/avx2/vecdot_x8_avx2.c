@@ -359,35 +359,45 @@ void pagoda_cpu_gemm_f16_x8_avx2(const void *wv, size_t ws, int64_t nr, const fl
 #define Q5_0_BYTES 22
 #define Q5_1_BYTES 24
 #define IQ4_NL_BYTES 18
+#define Q4_1_BYTES 20
 
-/* RB rows x NO token groups of Q5_0 (Q51 = 0) or Q5_1 (Q51 = 1). The
- * values are 0..31, unsigned for maddubs: four maddubs (8 products of at
- * most 31 x 127 per 16-bit lane, 31496 < 2^15) add in int16 before one
- * madd widens them. Q5_0's -16: 16 sum(x) = 2 s8, in int32. Q5_1's m:
+/* tile_q5_x8's kinds: Q5_0 (values - 16), Q5_1 and Q4_1 (d q + m; Q4_1's
+ * values are its nibbles, no qh). */
+enum { X5_Q5_0, X5_Q5_1, X5_Q4_1 };
+
+/* Block wb's 32 values (kind's layout) in element order. */
+FORCE_INLINE __m256i x5_values(const uint8_t *wb, int kind)
+{
+    if (kind == X5_Q4_1) return unpack_nibbles(wb + 4);
+    const uint8_t *qh = wb + (kind == X5_Q5_1 ? 4 : 2);
+    return q5_values(qh + 4, qh);
+}
+
+/* RB rows x NO token groups of Q5_0, Q5_1 or Q4_1 (kind). The values are
+ * 0..31, unsigned for maddubs: four maddubs (8 products of at most 31 x
+ * 127 per 16-bit lane, 31496 < 2^15) add in int16 before one madd widens
+ * them. Q5_0's -16: 16 sum(x) = 2 s8, in int32. Q5_1's and Q4_1's m:
  * d_w d_x isum + m_w (d_x s8 / 8). */
 FORCE_INLINE void tile_q5_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x0,
                              const pagoda_q8x8_block *x1, int NO, int nt0, int nt1, int64_t nb,
-                             float *out, size_t os, int Q51)
+                             float *out, size_t os, int kind)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    const size_t bs = Q51 ? Q5_1_BYTES : Q5_0_BYTES;
+    const int Q51 = kind != X5_Q5_0; /* has m */
+    const size_t bs = kind == X5_Q4_1 ? Q4_1_BYTES : kind == X5_Q5_1 ? Q5_1_BYTES : Q5_0_BYTES;
     const pagoda_q8x8_block *xs[2] = {x0, x1};
     uint8_t qq[2][8][32] __attribute__((aligned(32)));
     __m256 acc[8][2];
     UNROLL(4) for (int r = 0; r < RB; r++)
         UNROLL(2) for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
-    UNROLL(4) for (int r = 0; r < RB; r++) {
-        const uint8_t *qh = w + r * ws + (Q51 ? 4 : 2);
-        _mm256_store_si256((__m256i *)qq[0][r], q5_values(qh + 4, qh));
-    }
+    UNROLL(4) for (int r = 0; r < RB; r++) _mm256_store_si256((__m256i *)qq[0][r], x5_values(w + r * ws, kind));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t (*q)[32] = qq[b & 1];
         if (b + 1 < nb)
             UNROLL(4) for (int r = 0; r < RB; r++) {
                 const uint8_t *wb = w + r * ws + (b + 1) * bs;
-                const uint8_t *qh = wb + (Q51 ? 4 : 2), *qs = qh + 4;
                 _mm_prefetch((const char *)wb + RB * ws, _MM_HINT_T0);
-                _mm256_store_si256((__m256i *)qq[(b + 1) & 1][r], q5_values(qs, qh));
+                _mm256_store_si256((__m256i *)qq[(b + 1) & 1][r], x5_values(wb, kind));
             }
         __m256i ia[8][2];
         UNROLL(2) for (int h = 0; h < 2; h++) {
@@ -440,18 +450,26 @@ FORCE_INLINE void tile_q5_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
                                const pagoda_q8x8_block *x1, int NO, int nt0, int nt1, int64_t nb,
                                float *out, size_t os)
 {
-    tile_q5_x8(w, ws, RB, x0, x1, NO, nt0, nt1, nb, out, os, 0);
+    tile_q5_x8(w, ws, RB, x0, x1, NO, nt0, nt1, nb, out, os, X5_Q5_0);
 }
 
 FORCE_INLINE void tile_q5_1_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x0,
                                const pagoda_q8x8_block *x1, int NO, int nt0, int nt1, int64_t nb,
                                float *out, size_t os)
 {
-    tile_q5_x8(w, ws, RB, x0, x1, NO, nt0, nt1, nb, out, os, 1);
+    tile_q5_x8(w, ws, RB, x0, x1, NO, nt0, nt1, nb, out, os, X5_Q5_1);
+}
+
+FORCE_INLINE void tile_q4_1_x8(const uint8_t *w, size_t ws, int RB, const pagoda_q8x8_block *x0,
+                               const pagoda_q8x8_block *x1, int NO, int nt0, int nt1, int64_t nb,
+                               float *out, size_t os)
+{
+    tile_q5_x8(w, ws, RB, x0, x1, NO, nt0, nt1, nb, out, os, X5_Q4_1);
 }
 
 GEMM_X8(pagoda_cpu_gemm_q5_0_x8_avx2, tile_q5_0_x8, pagoda_q8x8_block, n, 0)
 GEMM_X8(pagoda_cpu_gemm_q5_1_x8_avx2, tile_q5_1_x8, pagoda_q8x8_block, n, 0)
+GEMM_X8(pagoda_cpu_gemm_q4_1_x8_avx2, tile_q4_1_x8, pagoda_q8x8_block, n, 0)
 
 /* IQ4_NL: signed values (-127..113) x signed tokens, Q8_0's way (|x| once
  * per group of four for the tile's rows, the weight's sign onto x, madd

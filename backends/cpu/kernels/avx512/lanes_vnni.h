@@ -40,7 +40,7 @@
 /* 32-value blocks unpacked per step. */
 #define LN_XB 8
 
-enum { XT_Q8_0, XT_Q4_0, XT_Q5_0, XT_Q5_1, XT_IQ4_NL };
+enum { XT_Q8_0, XT_Q4_0, XT_Q5_0, XT_Q5_1, XT_IQ4_NL, XT_Q4_1 };
 
 /* One weight row's LN_XB blocks of 32 as the product reads them: value i
  * of block j = d[j] * (q[32 j + i] - offset) + m[j]. */
@@ -50,12 +50,12 @@ typedef struct xn_row {
 } __attribute__((aligned(64))) xn_row;
 
 /* The offset as a shift of the tokens' s8 (= 8 x sum qs): Q8_0 / IQ4_NL
- * +128 bias (16 x s8), Q4_0 8 (1x), Q5_0 16 (2x); -1: none (Q5_1). */
+ * +128 bias (16 x s8), Q4_0 8 (1x), Q5_0 16 (2x); -1: none (Q5_1, Q4_1). */
 #define XT_OFF_SHIFT(xt) ((xt) == XT_Q8_0 || (xt) == XT_IQ4_NL ? 4 : (xt) == XT_Q4_0 ? 0 : (xt) == XT_Q5_0 ? 1 : -1)
 #define XT_BSZ(xt)                                                                      \
     ((xt) == XT_Q8_0 ? sizeof(pagoda_blk_q8_0) : (xt) == XT_Q4_0 ? sizeof(pagoda_blk_q4_0) \
      : (xt) == XT_Q5_0 ? sizeof(pagoda_block_q5_0) : (xt) == XT_Q5_1 ? sizeof(pagoda_block_q5_1) \
-     : sizeof(pagoda_block_iq4_nl))
+     : (xt) == XT_Q4_1 ? sizeof(pagoda_blk_q4_1) : sizeof(pagoda_block_iq4_nl))
 
 FORCE_INLINE void unpack_x(int xt, const uint8_t *blk, uint8_t *q, float *d, float *m)
 {
@@ -83,6 +83,13 @@ FORCE_INLINE void unpack_x(int xt, const uint8_t *blk, uint8_t *q, float *d, flo
     case XT_Q5_1: {
         const pagoda_block_q5_1 *b = (const pagoda_block_q5_1 *)blk;
         v = q5_values(b->qs, b->qh);
+        *d = f16(b->d);
+        *m = f16(b->m) * 0.125f; /* against s8 = 8 x sum */
+        break;
+    }
+    case XT_Q4_1: {
+        const pagoda_blk_q4_1 *b = (const pagoda_blk_q4_1 *)blk;
+        v = unpack_nibbles(b->qs);
         *d = f16(b->d);
         *m = f16(b->m) * 0.125f; /* against s8 = 8 x sum */
         break;
@@ -133,7 +140,7 @@ FORCE_INLINE void lanes_x(int xt, const xn_row *rw, int RB, const pagoda_q8x8_bl
             UNROLL(4) for (int r = 0; r < RB; r++) {
                 vi_t v = SH >= 0 ? vi_sub(s[r][o], off) : s[r][o];
                 a[r][o] = vf_fma(vf_cvt(v), vf_mul(dx, vf_set1(rw[r].d[j])), a[r][o]);
-                if (xt == XT_Q5_1) a[r][o] = vf_fma(vf_cvt(s8), vf_mul(dx, vf_set1(rw[r].m[j])), a[r][o]);
+                if (xt == XT_Q5_1 || xt == XT_Q4_1) a[r][o] = vf_fma(vf_cvt(s8), vf_mul(dx, vf_set1(rw[r].m[j])), a[r][o]);
             }
         }
     }
@@ -199,6 +206,7 @@ VNNI_GEMM_X(vnni_gemm_q8_0_x8, XT_Q8_0)
 VNNI_GEMM_X(vnni_gemm_q4_0_x8, XT_Q4_0)
 VNNI_GEMM_X(vnni_gemm_q5_0_x8, XT_Q5_0)
 VNNI_GEMM_X(vnni_gemm_q5_1_x8, XT_Q5_1)
+VNNI_GEMM_X(vnni_gemm_q4_1_x8, XT_Q4_1)
 VNNI_GEMM_X(vnni_gemm_iq4_nl_x8, XT_IQ4_NL)
 
 /* ------------------------------------------------------------ K-quants */
@@ -351,6 +359,7 @@ static void vnni_fill_lanes(pagoda_vecdot_table *t)
     t->gemm_q4_0_x8 = vnni_gemm_q4_0_x8;
     t->gemm_q5_0_x8 = vnni_gemm_q5_0_x8;
     t->gemm_q5_1_x8 = vnni_gemm_q5_1_x8;
+    t->gemm_q4_1_x8 = vnni_gemm_q4_1_x8;
     t->gemm_iq4_nl_x8 = vnni_gemm_iq4_nl_x8;
     t->gemm_q2_k_x8 = vnni_gemm_q2_k_x8;
     t->gemm_q3_k_x8 = vnni_gemm_q3_k_x8;

@@ -29,6 +29,7 @@ void PAGODA_VNNI_FN(pagoda_cpu_fill_avxvnni)(pagoda_vecdot_table *t)
     t->gemm_q4_0_x8 = pagoda_vecdot_avx2.gemm_q4_0_x8;
     t->gemm_q5_0_x8 = pagoda_vecdot_avx2.gemm_q5_0_x8;
     t->gemm_q5_1_x8 = pagoda_vecdot_avx2.gemm_q5_1_x8;
+    t->gemm_q4_1_x8 = pagoda_vecdot_avx2.gemm_q4_1_x8;
     t->gemm_q2_k_x8 = pagoda_vecdot_avx2.gemm_q2_k_x8;
     t->gemm_q3_k_x8 = pagoda_vecdot_avx2.gemm_q3_k_x8;
     t->gemm_q4_k_x8 = pagoda_vecdot_avx2.gemm_q4_k_x8;
