@@ -336,13 +336,20 @@ END_TEST
  * draft passes group rows differently (one row of each sequence a pass
  * against one row a pass), so a matmul may round a near tie either way: a
  * difference is allowed only where the alone run's best draft beat its
- * runner-up by less than DB_TIE, at most twice, and ends that sequence's
+ * runner-up by less than the tie bound, at most max_ties times, and ends that sequence's
  * comparison for the round. When nothing differed, both sides computed
- * the same rows, the batched side in fewer passes. */
+ * the same rows, the batched side in fewer passes. The tie bound is the
+ * model's: 1e-3 for stories260K's F32 weights (float order alone); 0.1
+ * for SmolLM2's Q4_1, whose activations are int8 at every row count: a
+ * float-order difference that moves an activation across a rounding
+ * boundary changes it by a whole step (amax / 127), and batched rows (4
+ * tokens, the tokens-in-lanes kernels) and alone rows (1, the group
+ * tiles) sum in different orders (seen: margins to 0.056, 3 ties in 235
+ * drafts; allowed: 8). A broken batched path parts by whole nats (3.29
+ * with the wrong logits row). */
 #define DB_SEQS 4
 #define DB_ROUNDS 14
 #define DB_CAP 600
-#define DB_TIE 1e-3f
 
 typedef struct db_hist {
     int32_t tok[DB_CAP + 1];
@@ -360,7 +367,7 @@ static void db_prompt(const pagoda_tokenizer *t, const char *text, int reps, db_
     h->n = n;
 }
 
-static void draft_batched_vs_alone(const char *model, const char *what)
+static void draft_batched_vs_alone(const char *model, const char *what, float tie, int max_ties)
 {
     char path[4200];
     snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
@@ -427,7 +434,7 @@ static void draft_batched_vs_alone(const char *model, const char *what)
                     compared++;
                     continue;
                 }
-                ck_assert_msg(margin[j] < DB_TIE, "%s: round %d sequence %d draft %d: %d batched, "
+                ck_assert_msg(margin[j] < tie, "%s: round %d sequence %d draft %d: %d batched, "
                               "%d alone (ahead by %g, no tie)", what, round, i, j, out_b[i][j],
                               out_a[i][j], (double)margin[j]);
                 ties++;
@@ -446,7 +453,7 @@ static void draft_batched_vs_alone(const char *model, const char *what)
             "passes of %llu rows, batched %llu passes of %llu rows\n", what, compared, ties,
             (unsigned long long)pa, (unsigned long long)ra, (unsigned long long)pb,
             (unsigned long long)rb);
-    ck_assert_int_le(ties, 2);
+    ck_assert_int_le(ties, max_ties);
     ck_assert_int_ge(compared, 150);
     if (ties == 0) ck_assert_uint_eq(rb, ra);
     ck_assert_uint_lt(pb * 2, pa); /* 4 sequences: well under half the passes */
@@ -459,7 +466,7 @@ static void draft_batched_vs_alone(const char *model, const char *what)
 
 START_TEST(draft_batched_matches_alone)
 {
-    draft_batched_vs_alone(tu_src("models/stories260K.gguf"), "stories260K");
+    draft_batched_vs_alone(tu_src("models/stories260K.gguf"), "stories260K", 1e-3f, 2);
 }
 END_TEST
 
@@ -842,7 +849,7 @@ END_TEST
  * a pass runs one dot per row, so the rows should not even round apart) */
 START_TEST(smollm2_draft_batched_matches_alone)
 {
-    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2");
+    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2", 0.1f, 8);
 }
 END_TEST
 
