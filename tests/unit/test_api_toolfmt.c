@@ -54,6 +54,14 @@ static const fcase CASES[] = {
      "Calling.\n", "plan", "get({\"city\":\"Paris\"})now({})"},
     {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "get" DS_SEP "{\"city\":\"Rome\"}" DS_CALL_END DS_CALLS_END, "", "",
      "get({\"city\":\"Rome\"})"},
+    /* malformed: a "name" that is no function name (no newline after the separator, the
+     * tools example echoed with its newlines turned to spaces) stays text */
+    {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name> ```json {\"a\": 1} ```"
+                   DS_CALL_END DS_CALLS_END,
+     DS_CALL_BEGIN "function" DS_SEP "<function-name> ```json {\"a\": 1} ```" DS_CALL_END, "", ""},
+    {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "get city" DS_SEP "{}" DS_CALL_END DS_CALLS_END,
+     DS_CALL_BEGIN "get city" DS_SEP "{}" DS_CALL_END, "", ""},
+    {FMT_DEEPSEEK, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "now" DS_CALL_END DS_CALLS_END, "", "", "now({})"},
     /* Kimi K2 */
     {FMT_KIMI, "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0"
                "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>"

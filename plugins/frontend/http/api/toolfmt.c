@@ -102,6 +102,17 @@ static json_t *value_of(const char *s, size_t n)
 }
 
 /* {"name": name, "arguments": args} appended to out as JSON */
+/* A function name as the templates write one (and OpenAI's rule, plus
+ * the dots of namespaced tools): letters, digits, '_', '-', '.'. A reply
+ * whose "name" is anything else is not a call (it stays text). */
+static bool name_ok(const char *s, size_t n)
+{
+    if (!n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.') return false;
+    return true;
+}
+
 static int put_call(const char *name, size_t nn, json_t *args, sbuf *out)
 {
     if (!nn || !args) {
@@ -259,10 +270,16 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         trim(&l, &ln);
         if (ln == 8 && !memcmp(l, "function", 8)) { /* V3, R1: N\n```json\nARGS\n``` */
             const char *nl = memchr(r, '\n', rn);
-            if (!nl) return put_call(r, rn, json_object(), out);
+            if (!nl) { /* a name alone, no arguments */
+                const char *name = r;
+                size_t nn = rn;
+                trim(&name, &nn);
+                return name_ok(name, nn) ? put_call(name, nn, json_object(), out) : -1;
+            }
             const char *name = r;
             size_t nn = (size_t)(nl - r);
             trim(&name, &nn);
+            if (!name_ok(name, nn)) return -1;
             const char *a = nl + 1;
             size_t an = (size_t)(e - a);
             size_t f = split_find(a, an, "```json");
@@ -274,6 +291,7 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
             }
             return put_call(name, nn, args_of(a, an), out);
         }
+        if (!name_ok(l, ln)) return -1;
         return put_call(l, ln, args_of(r, rn), out); /* V3.1: N<sep>ARGS */
     }
     size_t ka = split_find(s, n, KIMI_ARG);
@@ -284,6 +302,7 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         if (in > 10 && !memcmp(id, "functions.", 10)) id += 10, in -= 10;
         const char *colon = memrchr(id, ':', in);
         if (colon) in = (size_t)(colon - id);
+        if (!name_ok(id, in)) return -1;
         const char *a = s + ka + strlen(KIMI_ARG);
         return put_call(id, in, args_of(a, (size_t)(e - a)), out);
     }
@@ -293,8 +312,7 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         if (id != (size_t)-1) nn = id;
         const char *name = s;
         trim(&name, &nn);
-        for (size_t i = 0; i < nn; i++)
-            if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-' && name[i] != '.') return -1;
+        if (!name_ok(name, nn)) return -1;
         const char *a = s + ma + strlen(MI_ARGS);
         return put_call(name, nn, args_of(a, (size_t)(e - a)), out);
     }
