@@ -337,6 +337,8 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
     p->draft_act_bytes = o.draft_act_bytes;
     p->draft_seats = o.draft_seats;
     p->draft_seq_len = o.draft_seq_len;
+    p->draft_repacked_bytes = o.draft_repacked_bytes;
+    ok &= addu(&p->fixed_bytes, p->draft_repacked_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_weight_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_kv_bytes);
     ok &= addu(&p->fixed_bytes, p->draft_act_bytes);
@@ -545,6 +547,10 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
                 p->draft_seq_len);
         fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "draft model activations", p->draft_act_bytes,
                 human(p->draft_act_bytes, a, sizeof a));
+        if (p->draft_repacked_bytes)
+            fprintf(fp, "  %-28s %16" PRIu64 " %14s   (the backend's copies of its weights; upper"
+                        " bound)\n", "draft model repacked", p->draft_repacked_bytes,
+                    human(p->draft_repacked_bytes, a, sizeof a));
     }
     fprintf(fp, "  %-28s %16" PRIu64 " %14s\n", "fixed total", p->fixed_bytes,
             human(p->fixed_bytes, a, sizeof a));
@@ -674,9 +680,9 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
             (json_int_t)p->mla_kbt_bytes, "scratch", (json_int_t)p->mla_scratch_bytes));
     if (p->draft_weight_bytes)
         json_object_set_new(json_object_get(root, "bytes"), "draft_model", json_pack(
-            "{s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",
-            (json_int_t)p->draft_kv_bytes, "activations", (json_int_t)p->draft_act_bytes, "seats",
-            p->draft_seats, "seq_len", p->draft_seq_len));
+            "{s:I,s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",
+            (json_int_t)p->draft_kv_bytes, "activations", (json_int_t)p->draft_act_bytes, "repacked",
+            (json_int_t)p->draft_repacked_bytes, "seats", p->draft_seats, "seq_len", p->draft_seq_len));
     json_object_set_new(root, "kv", json_pack(
         "{s:s,s:f,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dtype", pagoda_dtype_name(p->kv_dtype),
         "value_bytes", p->kv_value_bytes, "block_values", p->kv_block_values, "block_bytes",

@@ -41,6 +41,8 @@ typedef struct pagoda_memplan_opts {
      * budget before the main pool; 0 without one */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;   /* its pool: seats of seq_len tokens (F32) */
+    uint64_t draft_repacked_bytes;        /* the backend's copies beside its weights
+                                           * (weight_extra over its file); 0: none */
     /* What the backend holds beside a dense matmul weight of dtype with N
      * rows of K values (ABI 1.15 weight_extra_bytes: the CPU backend's
      * repacked int8 copies); NULL: nothing. Asked in the weights walk
@@ -164,6 +166,7 @@ typedef struct pagoda_memplan {
     /* The draft model of speculative = draft (the opts' figures; 0: none). */
     uint64_t draft_weight_bytes, draft_kv_bytes, draft_act_bytes;
     int32_t draft_seats, draft_seq_len;
+    uint64_t draft_repacked_bytes;                  /* its repacked copies (backend) */
     /* The backend's copies beside the weights (opts.weight_extra summed,
      * one rank's with tensor_parallel > 1), and the values of the weights
      * they are of. */

@@ -90,8 +90,8 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
         {"pagoda_memory_workspace_bytes", "Bytes of kernel workspace", (double)p->workspace_bytes},
         {"pagoda_memory_overhead_bytes", "Bytes of runtime overhead", (double)p->overhead_bytes},
         {"pagoda_memory_draft_model_bytes",
-         "Bytes of speculative decoding's draft model: weights, its KV pool, activations",
-         (double)(p->draft_weight_bytes + p->draft_kv_bytes + p->draft_act_bytes)},
+         "Bytes of speculative decoding's draft model: weights, its KV pool, activations, its repacked copies",
+         (double)(p->draft_weight_bytes + p->draft_kv_bytes + p->draft_act_bytes + p->draft_repacked_bytes)},
         {"pagoda_memory_repacked_bytes",
          "Bytes the backend holds beside the weights (the CPU backend's repacked copies), as planned",
          (double)p->repacked_bytes},
@@ -307,14 +307,15 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
         pagoda_engine_opts so = {.spec_max_seqs = rt->ec.spec_max_seqs};
         pagoda_draft_model_bytes db;
         st = pagoda_draft_model_plan(rt->ec.spec_draft_model, pagoda_engine_spec_draft_seats(&so, max_seqs),
-                                     (int32_t)rt->plan.max_seq_len, rt->ec.block_size, &db,
-                                     err, err_len);
+                                     (int32_t)rt->plan.max_seq_len, rt->ec.block_size, po.weight_extra,
+                                     po.weight_extra_ctx, &db, err, err_len);
         if (st) goto fail;
         po.draft_weight_bytes = db.weights;
         po.draft_kv_bytes = db.kv;
         po.draft_act_bytes = db.act;
         po.draft_seats = db.seats;
         po.draft_seq_len = db.seq_len;
+        po.draft_repacked_bytes = db.repacked;
         st = pagoda_memplan_compute(rt->model->gguf, &po, &rt->plan, err, err_len);
         if (st) goto fail;
     }

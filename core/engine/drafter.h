@@ -82,10 +82,16 @@ void pagoda_draft_model_free(pagoda_draft_model *dm);
  * open is refused, naming spec_draft_model, as open would. */
 typedef struct pagoda_draft_model_bytes {
     uint64_t weights, kv, act;
+    uint64_t repacked; /* the backend's copies beside its weights (plan only: weight_extra) */
     int32_t seats, seq_len;
 } pagoda_draft_model_bytes;
+/* weight_extra (may be NULL: repacked 0): the backend's ABI 1.15
+ * weight_extra_bytes, asked for each of the draft's matmul weights as the
+ * main model's are (memplan_weights.c; the draft runs whole, on one rank). */
 int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_len, int32_t block_size,
-                            pagoda_draft_model_bytes *out, char *err, size_t err_len);
+                            int (*weight_extra)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out),
+                            void *weight_extra_ctx, pagoda_draft_model_bytes *out, char *err,
+                            size_t err_len);
 /* The bytes an opened draft model holds, counted the same way. */
 void pagoda_draft_model_bytes_of(const pagoda_draft_model *dm, pagoda_draft_model_bytes *out);
 /* Forward passes the draft model has run, ever, and the rows they held

@@ -21,6 +21,8 @@
 
 #include "drafter.h"
 #include "forward.h"
+#include "memplan.h"
+#include "memplan_weights.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -195,7 +197,9 @@ void pagoda_draft_model_free(pagoda_draft_model *dm)
 }
 
 int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_len, int32_t block_size,
-                            pagoda_draft_model_bytes *out, char *err, size_t err_len)
+                            int (*weight_extra)(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out),
+                            void *weight_extra_ctx, pagoda_draft_model_bytes *out, char *err,
+                            size_t err_len)
 {
     memset(out, 0, sizeof *out);
     char why[512];
@@ -216,6 +220,26 @@ int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_l
     out->act = pagoda_forward_act_bytes(&m->hp, pass_rows(out->seats), out->seats) +
                sizeof(float) * (uint64_t)m->hp.n_vocab * (uint64_t)out->seats;
     out->weights = m->gguf->size - m->gguf->data_offset;
+    if (weight_extra) {
+        /* the plan's own weights walk over the draft's file, for its repacked copies alone */
+        pagoda_memplan_opts o;
+        pagoda_memplan_opts_default(&o);
+        o.weight_extra = weight_extra;
+        o.weight_extra_ctx = weight_extra_ctx;
+        pagoda_memplan *wp = calloc(1, sizeof *wp);
+        if (!wp) {
+            pagoda_model_free(m);
+            snprintf(err, err_len, "[engine] spec_draft_model = %s: out of memory", path);
+            return PAGODA_ERR_NOMEM;
+        }
+        int st = pagoda_memplan_weights(m->gguf, &o, 1, wp, err, err_len);
+        out->repacked = wp->repacked_bytes;
+        free(wp);
+        if (st) {
+            pagoda_model_free(m);
+            return st;
+        }
+    }
     pagoda_model_free(m);
     return PAGODA_OK;
 }

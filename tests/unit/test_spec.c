@@ -268,16 +268,21 @@ END_TEST
 /* A random-weight "tiny" model of F32 weights and `layers` layers at a new
  * temporary path[64] (the caller unlinks it), with vocab's tokenizer (a
  * GGUF) or a generated one (NULL). */
-static void gen_tiny(char *path, uint64_t seed, const char *vocab, int layers)
+static void gen_tiny_type(char *path, uint64_t seed, const char *vocab, int layers, int dtype)
 {
     snprintf(path, 64, "/tmp/pagoda_spec_XXXXXX");
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
     char err[512];
-    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = PAGODA_DTYPE_F32, .out = path, .seed = seed,
+    pagoda_genmodel_opts g = {.shape = "tiny", .dtype = dtype, .out = path, .seed = seed,
                               .vocab = vocab, .layers = layers, .tied = true};
     ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+}
+
+static void gen_tiny(char *path, uint64_t seed, const char *vocab, int layers)
+{
+    gen_tiny_type(path, seed, vocab, layers, PAGODA_DTYPE_F32);
 }
 
 /* The bundled model drafting for itself (greedy, the same weights): the
@@ -547,6 +552,42 @@ START_TEST(draft_model_in_memory_plan)
     ck_assert_ptr_nonnull(strstr(js, "\"draft_model\""));
     free(js);
     et_close(r_off, c_off);
+    et_close(r_on, c_on);
+    unlink(model);
+}
+END_TEST
+
+/* The backend's repacked copies of the draft model's weights (ABI 1.15
+ * weight_extra_bytes: the CPU backend's int8 copies of Q8_0 weights at
+ * the AVX-512 and AMX levels) are planned too: a Q8_0 draft file's figure
+ * is the one the plan gives the same file as the main model, and it is in
+ * the fixed total. On a level that repacks nothing both are 0 (checked,
+ * and said). */
+START_TEST(draft_model_repacked_in_memory_plan)
+{
+    char model[64], path[128];
+    gen_tiny_type(model, 6, tu_src("models/stories260K.gguf"), 2, PAGODA_DTYPE_Q8_0);
+    snprintf(path, sizeof path, "engine.spec_draft_model=%s", model);
+    const char *main_set[] = {"engine.memory_budget=256M", "engine.max_seq_len=256", NULL};
+    const char *on_set[] = {"engine.memory_budget=256M", "engine.max_seq_len=256",
+                            "engine.speculative=draft", path, "engine.spec_max_seqs=3", NULL};
+    pagoda_config *c_main, *c_on;
+    pagoda_runtime *r_main = et_open_model(&c_main, model, main_set);
+    pagoda_runtime *r_on = et_open_stopped(&c_on, on_set);
+    const pagoda_memplan *pm = &r_main->plan, *p1 = &r_on->plan;
+    ck_assert_uint_eq(p1->draft_repacked_bytes, pm->repacked_bytes);
+    ck_assert_uint_eq(p1->fixed_bytes, p1->weight_bytes + p1->act_bytes + p1->workspace_bytes + p1->overhead_bytes +
+                                       p1->repacked_bytes + p1->draft_weight_bytes + p1->draft_kv_bytes +
+                                       p1->draft_act_bytes + p1->draft_repacked_bytes);
+    char *js = pagoda_memplan_json(p1);
+    char want[64];
+    snprintf(want, sizeof want, "\"repacked\": %llu", (unsigned long long)p1->draft_repacked_bytes);
+    ck_assert_msg(strstr(js, want), "no '%s' in the JSON plan", want);
+    free(js);
+    printf("draft_model_repacked_in_memory_plan: the Q8_0 draft's copies %llu bytes%s\n",
+           (unsigned long long)p1->draft_repacked_bytes,
+           p1->draft_repacked_bytes ? "" : " (this level repacks nothing: 0 = 0)");
+    et_close(r_main, c_main);
     et_close(r_on, c_on);
     unlink(model);
 }
@@ -984,6 +1025,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, draft_model_self_identical, 0, 2);
     tcase_add_test(tc, draft_model_other_weights_identical);
     tcase_add_test(tc, draft_model_in_memory_plan);
+    tcase_add_test(tc, draft_model_repacked_in_memory_plan);
     tcase_add_test(tc, draft_batched_matches_alone);
     tcase_add_test(tc, draft_model_batched_identical);
     tc = tcase(s, "sampled");
