@@ -836,6 +836,8 @@ static void gen_usage(FILE *f)
                "  --std     weight standard deviation (default 0.02)\n"
                "  --norm-std  norm weights 1 + N(0, S) (default 0: exactly 1)\n"
                "  --head-dim  head dimension other than dim/heads (attention.key_length)\n"
+               "  --context N  context_length written into the file (default: the shape's;\n"
+               "            llama-110M 1024): long-prompt runs on a small shape\n"
                "  --sliding-window N  gemma3, gpt-oss: attention.sliding_window (default 512;\n"
                "            gpt-oss 128, its tiny shape 8)\n"
                "  --swa-pattern N  gemma3, gpt-oss: write attention.sliding_window_pattern = N\n"
@@ -914,6 +916,14 @@ int pagoda_cmd_gen_model(int argc, char **argv)
             }
             if (OPT("--sliding-window")) o.sliding_window = (int)n;
             else o.swa_pattern = (int)n;
+        } else if (OPT("--context")) {
+            errno = 0;
+            long c = strtol(v, &end, 10);
+            if (errno || !*v || *end || c < 16 || c > (1L << 20)) {
+                fprintf(stderr, "pagoda gen-model: --context %s: expected 16..1048576\n", v);
+                return 2;
+            }
+            o.context = (int)c;
         } else if (OPT("--head-dim")) {
             errno = 0;
             long hd = strtol(v, &end, 10);

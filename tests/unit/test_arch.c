@@ -379,6 +379,25 @@ END_TEST
 START_TEST(gemma3_scale_fallback) { run_case_opts("gemma3", true); }
 END_TEST
 
+/* gen-model --context writes the file's context length (long-prompt runs
+ * on a small shape: the prefix tier's 16K-token figure), and refuses a
+ * value out of range. */
+START_TEST(gen_model_context)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/c.gguf", g_dir);
+    char *argv[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--context", "16384", NULL};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, argv), 0);
+    char err[512] = "";
+    pagoda_model *m = pagoda_model_open(path, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    ck_assert_int_eq(m->hp.n_ctx_train, 16384);
+    pagoda_model_free(m);
+    char *bad[] = {"gen-model", "--shape", "tiny", "--type", "F32", "--out", path, "--context", "7", NULL};
+    ck_assert_int_eq(pagoda_cmd_gen_model(9, bad), 2);
+}
+END_TEST
+
 /* Gemma 3's hyperparameters as model.c derives them: the pattern from its
  * default (every 6th layer global) and from the key, the two RoPE tables,
  * the embedding and attention scales, the extra tensors. */
@@ -729,6 +748,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gemma3_q8_0);
     tcase_add_test(tc, gemma3_scale_fallback);
     tcase_add_test(tc, gemma3_bindings);
+    tcase_add_test(tc, gen_model_context);
     tcase_add_test(tc, gemma3_bad_input);
     tcase_add_test(tc, gemma3_backend_without_ops);
     suite_add_tcase(s, tc);
