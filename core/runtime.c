@@ -97,7 +97,7 @@ int pagoda_runtime_plan_gauges(const pagoda_runtime *rt, pagoda_metric_gauge *g,
          (double)p->repacked_bytes},
         {"pagoda_memory_repacked_held_bytes",
          "Bytes the backend holds beside the weights now (the CPU backend's repacked copies made so far; "
-         "at most pagoda_memory_repacked_bytes)",
+         "at most pagoda_memory_repacked_bytes plus, with speculative = draft, the draft model's)",
          e ? (double)pagoda_engine_extra_held_bytes(e) : 0.0},
         {"pagoda_kv_bytes_per_token", "KV cache pool bytes per token", (double)p->kv_bytes_per_token},
         {"pagoda_kv_pool_tokens", "Tokens the KV pool holds", (double)p->kv_tokens},

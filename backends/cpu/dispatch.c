@@ -15,7 +15,7 @@
  * | F16           | dot, gemm; T>=256 sgemm | gemm (T < 4), gemm_x8        | = avx2           | = avx2           |
  * | BF16          | dot; T >= 32 sgemm      | dot; T >= 32 dequant + sgemm | = avx2           | = avx2           |
  * | Q8_0, Q4_0    | dot, gemm (per pair)    | dot, gemm tiles (T<4), lanes | lanes vnni       | = avx2 (T<4), lanes vnni |
- * | Q4_1          | dot; T >= 32 sgemm      | dot, gemm (T<5), lanes       | = avx2           | lanes vnni       |
+ * | Q4_1          | dot (per pair)          | dot, gemm (T<5), lanes       | = avx2           | lanes vnni       |
  * | Q5_0/1 IQ4_NL | dot                     | dot, gemm (T<5), lanes       | lanes vnni       | lanes vnni       |
  * | Q2_K, Q3_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | lanes vnni       |
  * | Q4_K..Q6_K    | dot (per pair)          | dot (T < 4), lanes           | lanes vnni       | dot (2), lanes vnni |

@@ -430,7 +430,11 @@ static int64_t sgemm_min_t(int dtype)
      * 67 / 71 / 80, IQ4_NL 101 / 100 / 101 vs 67 / 75 / 80. */
     if (dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 || dtype == PAGODA_DTYPE_IQ4_NL)
         return INT64_MAX;
-    /* Q4_1: never, since it has lanes kernels (Q5_1's without qh): one
+    /* Q4_1: never, on every table (the scalar one too, which has no
+     * lanes kernel and so runs one dot per pair: the reference keeps the
+     * arithmetic of the levels it checks, int8 activations at every T,
+     * as Q5_0 / Q5_1 / IQ4_NL do), since it has lanes kernels (Q5_1's
+     * without qh): one
      * core, K = N = 2048, T = 64 / 512, GFLOP/s, AVX2 x8 171 / 154 and
      * AVX-512 VNNI 254 / 235 against 89 / 137 for dequantize + sgemm
      * (bench_cpu_lanes, Sapphire-Rapids-class host). */

@@ -232,6 +232,8 @@ int pagoda_draft_model_plan(const char *path, int32_t n_seats, int32_t max_seq_l
             snprintf(err, err_len, "[engine] spec_draft_model = %s: out of memory", path);
             return PAGODA_ERR_NOMEM;
         }
+        /* the walk reads a mixture of experts' keys under the file's architecture */
+        snprintf(wp->arch, sizeof wp->arch, "%s", m->hp.arch);
         int st = pagoda_memplan_weights(m->gguf, &o, 1, wp, err, err_len);
         out->repacked = wp->repacked_bytes;
         free(wp);

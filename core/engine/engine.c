@@ -77,6 +77,13 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
     if (st) goto fail;
     if (m->hp.mla && e->opts.mla_decompress_min > 0) {
         st = pagoda_forward_mla_decompress(&e->fw, e->opts.mla_decompress_min, err, err_len);
+        if (st == PAGODA_ERR_UNSUPPORTED) {
+            /* an optimisation this backend cannot take (the copies' weight
+             * type): the prefill stays absorbed, as with the knob at 0 */
+            pagoda_log(PAGODA_LOG_WARN, "MLA prefill stays absorbed: %s", err);
+            err[0] = '\0';
+            st = PAGODA_OK;
+        }
         if (st) goto fail;
     }
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);

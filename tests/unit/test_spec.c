@@ -593,6 +593,33 @@ START_TEST(draft_model_repacked_in_memory_plan)
 }
 END_TEST
 
+/* A mixture-of-experts draft file plans too: the weights walk the
+ * repacked figure comes from reads its expert keys under the file's
+ * architecture (it was refused: "expert_count is missing"). */
+START_TEST(draft_model_plan_moe)
+{
+    char model[64];
+    snprintf(model, sizeof model, "/tmp/pagoda_spec_XXXXXX");
+    int fd = mkstemp(model);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char err[512] = "";
+    pagoda_genmodel_opts g = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_Q8_0, .out = model, .seed = 3};
+    ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
+    const char *set[] = {"engine.max_seq_len=256", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_stopped(&cfg, set);
+    ck_assert_ptr_nonnull(rt->backend.ops.weight_extra_bytes);
+    pagoda_draft_model_bytes db;
+    int st = pagoda_draft_model_plan(model, 2, 256, 16, rt->backend.ops.weight_extra_bytes, rt->backend.ctx, &db,
+                                     err, sizeof err);
+    ck_assert_msg(st == 0, "%s", err);
+    ck_assert_uint_gt(db.weights, 0);
+    et_close(rt, cfg);
+    unlink(model);
+}
+END_TEST
+
 /* -------------------------------------------------- same output, sampled */
 
 /* Every row is sampled with the sequence's own sampler exactly as plain
@@ -1026,6 +1053,7 @@ static Suite *suite(void)
     tcase_add_test(tc, draft_model_other_weights_identical);
     tcase_add_test(tc, draft_model_in_memory_plan);
     tcase_add_test(tc, draft_model_repacked_in_memory_plan);
+    tcase_add_test(tc, draft_model_plan_moe);
     tcase_add_test(tc, draft_batched_matches_alone);
     tcase_add_test(tc, draft_model_batched_identical);
     tc = tcase(s, "sampled");

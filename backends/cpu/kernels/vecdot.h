@@ -231,8 +231,8 @@ typedef struct pagoda_vecdot_table {
                       int64_t T, int64_t nb, float *out, size_t out_stride);
     void (*gemm_iq4_nl)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                         int64_t T, int64_t nb, float *out, size_t out_stride);
-    /* Q4_1's the same way (it has no tokens-in-lanes kernel: below its
-     * sgemm crossover, every T). NULL: one dot_q4_1 per pair. */
+    /* Q4_1's the same way, below its tokens-in-lanes kernel (gemm_q4_1_x8,
+     * from 5 tokens). NULL: one dot_q4_1 per pair. */
     void (*gemm_q4_1)(const void *w, size_t w_stride, int64_t nr, const void *x, size_t x_stride,
                       int64_t T, int64_t nb, float *out, size_t out_stride);
     /* The Q8_0 KV cache (pagoda_kv_layout): GGUF's Q8_0 blocks
