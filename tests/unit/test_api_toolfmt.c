@@ -378,6 +378,13 @@ START_TEST(call_memo_bounds)
     canon = callmemo_render(FMT_HERMES, "f", "not json", 0);
     ck_assert_str_eq(canon, "\n{}\n");
     free(canon);
+    /* a client's name holding a quote or a backslash stays valid JSON in the JSON families */
+    canon = callmemo_render(FMT_LLAMA3, "a\"b\\c", "{}", 0);
+    ck_assert_str_eq(canon, "{\"name\": \"a\\\"b\\\\c\", \"parameters\": {}}");
+    free(canon);
+    canon = callmemo_render(FMT_MISTRAL, "get", "{}", 0);
+    ck_assert_str_eq(canon, "[{\"name\": \"get\", \"arguments\": {}}]");
+    free(canon);
     feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"i\":1}}</tool_call>");
     feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": 1 }}</tool_call>");
     char *w = memo_for(FMT_HERMES, "f", "{\"i\": 1}", 0);

@@ -48,20 +48,32 @@ static char *hermes_body(const char *name, const char *args)
     return b;
 }
 
+/* name as a JSON string, quotes included ("get" for get; a client's name
+ * holding a quote or a backslash stays valid JSON) */
+static char *json_quoted(const char *name)
+{
+    json_t *v = json_string(name);
+    char *q = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+    json_decref(v);
+    return q;
+}
+
 char *callmemo_render(int fmt, const char *name, const char *args, int index)
 {
-    char *s = NULL;
+    char *s = NULL, *q = NULL;
     int r = 0;
     if (!name) name = "";
     if (!args) args = "{}";
+    if ((fmt == FMT_LLAMA3 || fmt == FMT_MISTRAL) && !(q = json_quoted(name))) return NULL;
     switch (fmt) {
-    case FMT_LLAMA3: r = asprintf(&s, "{\"name\": \"%s\", \"parameters\": %s}", name, args); break;
+    case FMT_LLAMA3: r = asprintf(&s, "{\"name\": %s, \"parameters\": %s}", q, args); break;
     case FMT_DEEPSEEK: r = asprintf(&s, "function" DS_SEP "%s\n```json\n%s\n```", name, args); break;
     case FMT_KIMI: r = asprintf(&s, "functions.%s:%d" KIMI_ARG "%s", name, index, args); break;
     case FMT_HARMONY: s = strdup(args); break;
-    case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": \"%s\", \"arguments\": %s}]", name, args); break;
+    case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": %s, \"arguments\": %s}]", q, args); break;
     default: return hermes_body(name, args);
     }
+    free(q);
     return r < 0 ? NULL : s;
 }
 
