@@ -82,8 +82,10 @@ int pagoda_memplan_weights(const gguf_file *f, const pagoda_memplan_opts *o, int
         }
         if (name_is(t, "token_embd.weight")) emb = t;
         if (name_is(t, "output.weight")) head = t;
-        /* 3-D (routed experts, MLA's per-head matrices) are not asked */
-        if (o && o->weight_extra && t->n_dims == 2 && !(has_head && name_is(t, "token_embd.weight"))) {
+        /* 3-D (routed experts, MLA's per-head matrices) are not asked, nor
+         * 2-D tables that are no matmul weight (gpt-oss's expert biases) */
+        if (o && o->weight_extra && t->n_dims == 2 && !name_ends(t, ".bias") &&
+            !(has_head && name_is(t, "token_embd.weight"))) {
             int st = weight_extra(o, t, tp, p, fname, err, n);
             if (st) return st;
         }

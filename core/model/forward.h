@@ -163,7 +163,8 @@ typedef struct pagoda_forward {
         pagoda_kv_layout scratch_kv;
         pagoda_buffer *scratch;          /* the pool, 2 x scratch_kv's bytes */
         pagoda_buffer *kbt;              /* every layer's attn_k_b transposed */
-        void *kbt_host;                  /* its host bytes (weights_from_host keeps them) */
+        void *kbt_host;                  /* its host bytes (weights_from_host keeps them; NULL
+                                          * after an upload) */
         size_t kbt_bytes, scratch_bytes;
         int64_t decompressed_tokens;     /* tokens that ran it (tests, benchmarks) */
     } mla;

@@ -212,6 +212,12 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
     else {
         st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_WEIGHTS, total, &fw->mla.kbt);
         if (!st) st = be->ops.upload(be->ctx, fw->mla.kbt, 0, fw->mla.kbt_host, total);
+        if (!st) {
+            /* the backend has its own copy now: the host one (the plan
+             * counts one copy) is not kept */
+            free(fw->mla.kbt_host);
+            fw->mla.kbt_host = NULL;
+        }
     }
     if (st) {
         snprintf(err, err_len, "backend could not take the transposed attn_k_b copies (%zu bytes)", total);
