@@ -562,7 +562,8 @@ END_TEST
  * the AVX-512 and AMX levels) are planned too: a Q8_0 draft file's figure
  * is the one the plan gives the same file as the main model, and it is in
  * the fixed total. On a level that repacks nothing both are 0 (checked,
- * and said). */
+ * and said; draft_model_plan_asks_every_weight below checks the sum with
+ * a fake op on every host). */
 START_TEST(draft_model_repacked_in_memory_plan)
 {
     char model[64], path[128];
@@ -589,6 +590,49 @@ START_TEST(draft_model_repacked_in_memory_plan)
            p1->draft_repacked_bytes ? "" : " (this level repacks nothing: 0 = 0)");
     et_close(r_main, c_main);
     et_close(r_on, c_on);
+    unlink(model);
+}
+END_TEST
+
+/* A backend's weight_extra_bytes that answers on every host (the CPU
+ * backend's is 0 where it repacks nothing): N x K + N bytes a weight. */
+static int fake_extra(void *ctx, int dtype, int64_t N, int64_t K, uint64_t *out)
+{
+    (void)ctx;
+    (void)dtype;
+    *out = (uint64_t)(N * K + N);
+    return 0;
+}
+
+/* The draft's repacked figure is the backend's answer summed over its 2-D
+ * matmul weights (the token embedding only as the head; no biases), with a
+ * fake op so that it is not 0 = 0 on a level that repacks nothing. */
+START_TEST(draft_model_plan_asks_every_weight)
+{
+    char model[64], err[512] = "";
+    gen_tiny(model, 8, tu_src("models/stories260K.gguf"), 2);
+    pagoda_draft_model_bytes db;
+    ck_assert_msg(pagoda_draft_model_plan(model, 2, 128, 16, fake_extra, NULL, &db, err, sizeof err) == 0, "%s",
+                  err);
+    gguf_file *f = pagoda_gguf_open(model, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    bool has_head = pagoda_gguf_tensor(f, "output.weight") != NULL;
+    uint64_t want = 0;
+    int asked = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        bool emb = t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17);
+        bool bias = t->name.len > 5 && !memcmp(t->name.ptr + t->name.len - 5, ".bias", 5);
+        if (t->n_dims != 2 || bias || (emb && has_head)) continue;
+        want += (uint64_t)(t->ne[1] * t->ne[0] + t->ne[1]);
+        asked++;
+    }
+    pagoda_gguf_close(f);
+    ck_assert_int_gt(asked, 2);
+    ck_assert_uint_eq(db.repacked, want);
+    pagoda_draft_model_bytes none;
+    ck_assert_int_eq(pagoda_draft_model_plan(model, 2, 128, 16, NULL, NULL, &none, err, sizeof err), 0);
+    ck_assert_uint_eq(none.repacked, 0);
     unlink(model);
 }
 END_TEST
@@ -1054,6 +1098,7 @@ static Suite *suite(void)
     tcase_add_test(tc, draft_model_in_memory_plan);
     tcase_add_test(tc, draft_model_repacked_in_memory_plan);
     tcase_add_test(tc, draft_model_plan_moe);
+    tcase_add_test(tc, draft_model_plan_asks_every_weight);
     tcase_add_test(tc, draft_batched_matches_alone);
     tcase_add_test(tc, draft_model_batched_identical);
     tc = tcase(s, "sampled");
