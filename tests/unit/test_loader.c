@@ -616,7 +616,13 @@ START_TEST(test_cli)
 
     /* `pagoda plugins` shows refused plugins with their reason. */
     char env[1200];
-    snprintf(env, sizeof env, "PAGODA_PLUGIN_PATH='%s'", g_fx);
+    /* Listing dlopens every plugin of the folder (never closed) beside the
+     * build's own: with 19 fixtures, GCC 12's LeakSanitizer died at exit
+     * walking the dynamic TLS of that many modules ("DTLS 11 at 0x68",
+     * "Tracer caught signal 11": exit status 1, one fixture fewer and it
+     * passed). use_tls=0 only leaves TLS out of the leak roots (it can add
+     * reports, never hide one); other builds ignore the variable. */
+    snprintf(env, sizeof env, "LSAN_OPTIONS=use_tls=0 PAGODA_PLUGIN_PATH='%s'", g_fx);
     ck_assert_int_eq(run_pagoda(env, NULL, "plugins"), 0);
     snprintf(want, sizeof want, "backend.wrongmajor  REFUSED\n    plugin %s/backend-wrongmajor.so: "
              "built for pagoda ABI 2.0, this pagoda is ABI " ABI_NOW ": the major version must match", g_fx);

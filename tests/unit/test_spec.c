@@ -347,11 +347,13 @@ END_TEST
  * model's: 1e-3 for stories260K's F32 weights (float order alone); 0.1
  * for SmolLM2's Q4_1, whose activations are int8 at every row count: a
  * float-order difference that moves an activation across a rounding
- * boundary changes it by a whole step (amax / 127), and batched rows (4
+ * boundary changes it by a whole step (amax / 127), batched rows (4
  * tokens, the tokens-in-lanes kernels) and alone rows (1, the group
- * tiles) sum in different orders (seen: margins to 0.056, 3 ties in 235
- * drafts; allowed: 8). A broken batched path parts by whole nats (3.29
- * with the wrong logits row). */
+ * tiles) sum in different orders, and each side's draft KV carries its
+ * own roundings from round to round. Seen: Release 3 ties in 235 drafts,
+ * widest 0.077; ASan+UBSan (-O1) 9 in 218, widest 0.35. Allowed: 1.0
+ * nats, 16 ties, at least 150 the same. A broken batched path parts by
+ * whole nats (3.29 with the wrong logits row), and everywhere. */
 #define DB_SEQS 4
 #define DB_ROUNDS 14
 #define DB_CAP 600
@@ -400,6 +402,7 @@ static void draft_batched_vs_alone(const char *model, const char *what, float ti
     int32_t out_a[DB_SEQS][16], out_b[DB_SEQS][16];
     float margin[16];
     int compared = 0, ties = 0;
+    float worst = 0.0f; /* the widest margin a tie had */
     uint64_t pa = 0, ra = 0, pb = 0, rb = 0, p0, r0, p1, r1;
     for (int round = 0; round < DB_ROUNDS; round++) {
         if (round == DB_ROUNDS / 2) {
@@ -439,6 +442,7 @@ static void draft_batched_vs_alone(const char *model, const char *what, float ti
                     compared++;
                     continue;
                 }
+                if (margin[j] > worst) worst = margin[j];
                 ck_assert_msg(margin[j] < tie, "%s: round %d sequence %d draft %d: %d batched, "
                               "%d alone (ahead by %g, no tie)", what, round, i, j, out_b[i][j],
                               out_a[i][j], (double)margin[j]);
@@ -454,8 +458,8 @@ static void draft_batched_vs_alone(const char *model, const char *what, float ti
             ck_assert_int_lt(h[i].n, DB_CAP - 16);
         }
     }
-    fprintf(stderr, "draft_batched_vs_alone %s: %d drafts the same, %d near ties; alone %llu "
-            "passes of %llu rows, batched %llu passes of %llu rows\n", what, compared, ties,
+    fprintf(stderr, "draft_batched_vs_alone %s: %d drafts the same, %d near ties (widest %g); alone %llu "
+            "passes of %llu rows, batched %llu passes of %llu rows\n", what, compared, ties, (double)worst,
             (unsigned long long)pa, (unsigned long long)ra, (unsigned long long)pb,
             (unsigned long long)rb);
     ck_assert_int_le(ties, max_ties);
@@ -938,11 +942,13 @@ START_TEST(smollm2_greedy_identical)
     }
     /* The same tokens, or (verify rows are batches of 1 + drafts where
      * decode runs one row: another kernel, another float order) the same
-     * up to a near tie, scored by the reference forward pass. 0.05 nats,
-     * as call_reuse.py: a float-order difference that moves an activation
-     * across an int8 rounding boundary changes it by a whole step (amax /
-     * 127), so int8-activation models part by more than float noise
-     * (seen here: 0.021 at token 33, two choices of p ~ 0.16 each). */
+     * up to a near tie, scored by the reference forward pass: 0.1 nats
+     * (a probability ratio of 1.1). A float-order difference that moves an
+     * activation across an int8 rounding boundary changes it by a whole
+     * step (amax / 127), so int8-activation models part by more than
+     * float noise (seen here: 0.021 at token 33, two choices of p ~ 0.16
+     * each; the batched-draft test below sees roundings to 0.35 after
+     * several rounds of drift). */
     const char *settings[] = {"engine.max_seq_len=512", "engine.kv_dtype=f32", NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
@@ -950,7 +956,7 @@ START_TEST(smollm2_greedy_identical)
     int32_t ids[512], n_ids = 0;
     ck_assert_int_eq(pagoda_tokenize(rt->model->tok, prompt, strlen(prompt), req.add_special, true, ids, 512, &n_ids), 0);
     ck_assert_int_le(n_ids, 512);
-    int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.05, "SmolLM2, ngram vs off");
+    int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.1, "SmolLM2, ngram vs off");
     et_close(rt, cfg);
     for (int i = 0; i < 2 && !parted; i++) ck_assert_str_eq(r[0][i].text, r[1][i].text);
     ck_assert_int_gt(r[0][0].n_tokens, 10);
@@ -961,7 +967,7 @@ END_TEST
  * a pass runs one dot per row, so the rows should not even round apart) */
 START_TEST(smollm2_draft_batched_matches_alone)
 {
-    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2", 0.1f, 8);
+    draft_batched_vs_alone(tu_src(SMOLLM2_REL), "SmolLM2", 1.0f, 16);
 }
 END_TEST
 
