@@ -443,6 +443,28 @@ START_TEST(test_family_history)
 }
 END_TEST
 
+/* Mistral: an assistant turn of two calls is the template's one list,
+ * [TOOL_CALLS][{a}, {b}], as the model writes it (not a [TOOL_CALLS] each). */
+START_TEST(test_family_history_mistral_calls)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"x\\\": 1}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"6\"}]," TOOLS ",\"max_tokens\":2}";
+    g_gen_prompt = "[INST]";
+    srv_start_with(&S, NULL, 0, family_tweak);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    const char *p = last_logged()->prompt;
+    const char *want = "<|assistant|>[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}, "
+                       "{\"name\": \"f\", \"arguments\": {}}]\n";
+    ck_assert_msg(strstr(p, want), "no '%s' in %s", want, p);
+    ck_assert_msg(!strstr(p, "}][TOOL_CALLS]"), "a [TOOL_CALLS] a call in %s", p);
+    srv_stop(&S);
+}
+END_TEST
+
 /* The memo end to end (api/callmemo.h), per family: the fake "model"
  * echoes a call the user wrote in the family's syntax, not as the prompt
  * would render it; a history that sends that call back renders the
@@ -702,6 +724,7 @@ static Suite *suite(void)
     TCase *fm = tcase_create("families");
     tcase_set_timeout(fm, 60);
     tcase_add_test(fm, test_family_history);
+    tcase_add_test(fm, test_family_history_mistral_calls);
     tcase_add_test(fm, test_family_call_memo);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);

@@ -539,7 +539,7 @@ typedef struct past_call {
  * arguments as the model would have written them: the object itself), or
  * as the model wrote this very call when it did (callmemo.h): the same
  * call, and the next turn's prefix keeps its tokens. */
-static void write_call(sbuf *b, int fmt, const char *name, const char *args, int k)
+static void write_call(sbuf *b, int fmt, const char *name, const char *args, int k, int n_calls)
 {
     char *span = callmemo_render(fmt, name, args, k);
     char *written = span ? callmemo_written(fmt, name, span) : NULL;
@@ -561,8 +561,21 @@ static void write_call(sbuf *b, int fmt, const char *name, const char *args, int
         sb_str(b, s);
         break;
     case FMT_MISTRAL:
-        sb_str(b, "[TOOL_CALLS]");
-        sb_str(b, s);
+        if (n_calls == 1) { /* [TOOL_CALLS] and its list of one, as the model wrote it when it did */
+            sb_str(b, "[TOOL_CALLS]");
+            sb_str(b, s);
+            break;
+        }
+        /* several: the template's one list, [TOOL_CALLS][{a}, {b}] (each
+         * span is a list of one call; the ']' after the last: the caller) */
+        {
+            size_t n = strlen(s);
+            while (n && (s[n - 1] == ' ' || s[n - 1] == '\n')) n--;
+            while (n && (*s == ' ' || *s == '\n')) s++, n--;
+            if (n >= 2 && s[0] == '[' && s[n - 1] == ']') s++, n -= 2;
+            sb_str(b, k ? ", " : "[TOOL_CALLS][");
+            sb_put(b, s, n);
+        }
         break;
     default:
         if (b->len) sb_str(b, "\n");
@@ -801,7 +814,7 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
                     free(b.p);
                     return rf_fail(pe, "messages", "out of memory");
                 }
-                write_call(&b, fmt, json_string_value(name), at, (int)k);
+                write_call(&b, fmt, json_string_value(name), at, (int)k, (int)json_array_size(calls));
                 free(at);
                 json_t *id = json_object_get(c, "id");
                 if (n_past < 64)
@@ -810,6 +823,7 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
             }
             if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
             if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_end|>");
+            if (fmt == FMT_MISTRAL && json_array_size(calls) > 1) sb_str(&b, "]");
             if (!b.p) sb_str(&b, "");
             if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
             (*msgs)[i].content = b.p;
