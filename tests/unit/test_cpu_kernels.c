@@ -619,6 +619,75 @@ START_TEST(test_matmul_k_extremes)
 }
 END_TEST
 
+/* The tokens-in-lanes kernels of the 32-value types repeat the AVX2 lanes
+ * kernels' float steps at every level (AVX-VNNI, AVX-512 VNNI, natively
+ * and through SIMDe), so a token's logits do not depend on which kernel
+ * its batch's size picks (5-8 tokens take the 256-bit lanes at the
+ * AVX-512 level, 9 and more the 512-bit ones): bit for bit, not within a
+ * tolerance. Found on an AVX-512 host without AMX: Q4_1's and Q5_1's
+ * VNNI lanes rounded m_w x d_x sum(x) in another order. */
+START_TEST(test_lanes_same_bits_every_level)
+{
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q5_0,
+                                PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_IQ4_NL};
+    static const int64_t Ts[] = {6, 12, 27};
+    enum { K = 512, N = 13, TMAX = 27 };
+    tu_rng r;
+    tu_rng_seed(&r, 91);
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    float *x = xmalloc(sizeof(float) * TMAX * K), *row = xmalloc(sizeof(float) * K);
+    float *ref = xmalloc(sizeof(float) * TMAX * N), *out = xmalloc(sizeof(float) * TMAX * N);
+    tu_fill_normal(&r, x, (size_t)TMAX * K, 1.0f);
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int dt = types[ti];
+        size_t rb = pagoda_dtype_row_bytes(dt, K);
+        uint8_t *w = xmalloc(rb * N);
+        for (int n = 0; n < N; n++) {
+            tu_fill_normal(&r, row, K, 0.5f);
+            ck_assert_int_eq(pagoda_quantize_row(dt, row, w + (size_t)n * rb, K), PAGODA_OK);
+        }
+        for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+            int64_t T = Ts[k];
+            int avx2 = -1;
+            for (int ii = 0; ii < N_ISAS; ii++)
+                if (PATHS[ii].isa == PAGODA_CPU_ISA_AVX2 && PATHS[ii].tab == NULL) avx2 = ii;
+            if (avx2 < 0) break; /* no AVX2: nothing to compare */
+            cpu_path_use(&PATHS[avx2]);
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, w, dt, rb, N, NULL, ref,
+                                               sizeof(float) * N),
+                             PAGODA_OK);
+            for (int ii = 0; ii < N_ISAS; ii++) {
+                if (ii == avx2 || PATHS[ii].isa == PAGODA_CPU_ISA_SCALAR) continue;
+                cpu_path_use(&PATHS[ii]);
+                memset(out, 0xff, sizeof(float) * TMAX * N);
+                ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, w, dt, rb, N, NULL, out,
+                                                   sizeof(float) * N),
+                                 PAGODA_OK);
+                for (int64_t j = 0; j < T * N; j++)
+                    ck_assert_msg(memcmp(&out[j], &ref[j], sizeof(float)) == 0,
+                                  "%s T=%lld path %s [t %lld, n %lld]: %.9g, AVX2 lanes %.9g", pagoda_dtype_name(dt),
+                                  (long long)T, PATHS[ii].name, (long long)(j / N), (long long)(j % N), out[j],
+                                  ref[j]);
+                checked++;
+            }
+        }
+        free(w);
+    }
+    cpu_path_reset();
+    /* every AVX2 host has at least the two SIMDe tables to compare */
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) ck_assert_int_ge(checked, 2 * 6 * 3);
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+    free(x);
+    free(row);
+    free(ref);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_matmul_q5_0) { check_matmul_type(PAGODA_DTYPE_Q5_0); }
 END_TEST
 START_TEST(test_matmul_q5_1) { check_matmul_type(PAGODA_DTYPE_Q5_1); }
@@ -1431,6 +1500,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q8_0);
     tcase_add_test(tc, test_matmul_q4_0);
     tcase_add_test(tc, test_matmul_q4_1);
+    tcase_add_test(tc, test_lanes_same_bits_every_level);
     tcase_add_test(tc, test_matmul_q6_k);
     tcase_add_test(tc, test_matmul_q2_k);
     tcase_add_test(tc, test_matmul_q3_k);

@@ -84,14 +84,14 @@ FORCE_INLINE void unpack_x(int xt, const uint8_t *blk, uint8_t *q, float *d, flo
         const pagoda_block_q5_1 *b = (const pagoda_block_q5_1 *)blk;
         v = q5_values(b->qs, b->qh);
         *d = f16(b->d);
-        *m = f16(b->m) * 0.125f; /* against s8 = 8 x sum */
+        *m = f16(b->m); /* times d_x s8 / 8 = d_x sum(x), as the AVX2 kernels round it */
         break;
     }
     case XT_Q4_1: {
         const pagoda_blk_q4_1 *b = (const pagoda_blk_q4_1 *)blk;
         v = unpack_nibbles(b->qs);
         *d = f16(b->d);
-        *m = f16(b->m) * 0.125f; /* against s8 = 8 x sum */
+        *m = f16(b->m); /* as Q5_1's */
         break;
     }
     default: {
@@ -137,10 +137,15 @@ FORCE_INLINE void lanes_x(int xt, const xn_row *rw, int RB, const pagoda_q8x8_bl
             vf_t dx = vf_load2(xa[o]->d, xb[o]->d);
             vi_t s8 = vi_load2(xa[o]->s8, xb[o]->s8);
             vi_t off = SH > 0 ? vi_slli(s8, SH) : s8;
+            /* Q5_1 / Q4_1: m_w (d_x / 8 x s8), rounded as the AVX2 lanes
+             * kernel (tile_q5_x8) rounds it, so a token's logits do not
+             * depend on which kernel its batch size picks */
+            vf_t xs8 = vf_zero();
+            if (xt == XT_Q5_1 || xt == XT_Q4_1) xs8 = vf_mul(vf_mul(dx, vf_set1(0.125f)), vf_cvt(s8));
             UNROLL(4) for (int r = 0; r < RB; r++) {
                 vi_t v = SH >= 0 ? vi_sub(s[r][o], off) : s[r][o];
                 a[r][o] = vf_fma(vf_cvt(v), vf_mul(dx, vf_set1(rw[r].d[j])), a[r][o]);
-                if (xt == XT_Q5_1 || xt == XT_Q4_1) a[r][o] = vf_fma(vf_cvt(s8), vf_mul(dx, vf_set1(rw[r].m[j])), a[r][o]);
+                if (xt == XT_Q5_1 || xt == XT_Q4_1) a[r][o] = vf_fma(vf_set1(rw[r].m[j]), xs8, a[r][o]);
             }
         }
     }
