@@ -110,7 +110,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < 2; s++) {
             if (pagoda_forward_init(&fw[s], rt->model, &rt->backend, T, 1, (T + 15) / 16, 16,
                                     kv_dtype, err, sizeof err) ||
-                (s == 1 && pagoda_forward_mla_decompress(&fw[s], min_tok, err, sizeof err))) {
+                (s == 1 && pagoda_forward_mla_decompress(&fw[s], min_tok, 0, err, sizeof err))) {
                 fprintf(stderr, "bench_mla_prefill: %s\n", err);
                 return 1;
             }

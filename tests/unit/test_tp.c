@@ -181,7 +181,7 @@ static void check_split(const char *shape, const char *type, const char *arch, i
         ck_assert_uint_eq(k[r].fw.weight_bytes >= pagoda_tp_rank_weight_bytes(k[r].rt->model->gguf, n), 1);
         if (g_decompress) {
             const pagoda_hparams *hp = &k[r].rt->model->hp;
-            ck_assert_msg(pagoda_forward_mla_decompress(&k[r].fw, g_decompress, err, sizeof err) == 0,
+            ck_assert_msg(pagoda_forward_mla_decompress(&k[r].fw, g_decompress, 0, err, sizeof err) == 0,
                           "rank %d: %s", r, err);
             /* its heads' copies only: F32 [nope x kv_lora] a head, each layer 64-aligned */
             uint64_t layer = (uint64_t)(hp->n_heads / n) * hp->qk_nope * hp->kv_lora_rank * 4;
