@@ -160,6 +160,8 @@ typedef struct pagoda_forward {
          * pool a piece at a time), and attention over it */
         int32_t decompress_min;
         int32_t scratch_tokens;          /* the longest context it decompresses */
+        bool read_prefix;                /* get_rows takes the KV type (info.weight_types):
+                                          * chunks after a cached prefix may decompress */
         int32_t *ctx_slots;              /* [scratch_tokens] a prefix's KV-pool slots */
         int32_t *ident;                  /* [scratch_tokens] 0, 1, 2, ... (scratch slots) */
         size_t staging_offset;           /* the staging rows' bytes into `scratch` */

@@ -285,6 +285,8 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, int32_
     for (int64_t r = 0; r < P; r++) fw->mla.tok[r] = (int32_t)(r / H);
     for (int32_t i = 0; i < fw->mla.scratch_kv.n_blocks; i++) fw->mla.scratch_table[i] = i;
     for (int32_t i = 0; i < S; i++) fw->mla.ident[i] = i;
+    /* the prefix is read back with get_rows, whose tables are weight types */
+    fw->mla.read_prefix = (be->info.weight_types >> fw->kv_layout.dtype) & 1;
     fw->mla.decompress_min = min_tokens;
 out:
     free(row);
@@ -309,6 +311,7 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
     fw->mla.zeros = NULL;
     fw->mla.ctx_slots = fw->mla.ident = NULL;
     fw->mla.scratch_tokens = 0;
+    fw->mla.read_prefix = false;
     fw->mla.staging_offset = 0;
     fw->mla.kbt = fw->mla.scratch = NULL;
     fw->mla.kbt_host = NULL;
@@ -329,7 +332,7 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
 static bool decompresses(const pagoda_forward *fw, const pagoda_seq_view *sv)
 {
     return fw->mla.decompress_min > 0 && sv->n_q >= fw->mla.decompress_min &&
-           sv->ctx_len <= fw->mla.scratch_tokens;
+           (sv->ctx_len == sv->n_q || (fw->mla.read_prefix && sv->ctx_len <= fw->mla.scratch_tokens));
 }
 
 /* Shapes every part of the pass shares. */
