@@ -24,6 +24,11 @@
  *    F32 cache within 1e-4 of the largest |logit|, and with F16 and Q8_0
  *    caches within 0.05 / 0.5 and the same top token wherever off's gap
  *    is clear; the counters say how many chunk and prefix tokens ran it.
+ *  - engine_chunks: through the engine (prefix KV policy, 16 tokens a
+ *    step, so a 36-token prompt prefills in chunks of 16, 16, 4), a
+ *    prompt and then the same prompt again (a prefix hit on its 32
+ *    cached tokens) give the same greedy tokens with decompression on and
+ *    off, and on's counters say later chunks read their prefix back.
  *  - rounded_caches: with an F16 or a Q8_0 cache the scratch takes that
  *    type, so the two forms round at different places (K and V per head
  *    against the latents): on and off within 0.05 / 0.5 (test_mla_ref's
@@ -45,6 +50,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "engine_internal.h" /* the engine's forward pass: its decompression counters */
 #include "engine_testutil.h"
 #include "forward.h"
 #include "genmodel.h"
@@ -415,6 +421,72 @@ START_TEST(later_chunks)
 }
 END_TEST
 
+/* One engine run: prompts[0], then prompts[1] (which starts with it: a
+ * prefix hit), greedy. */
+static void engine_twice(const char *gg, bool on, const char *const *prompts, et_result *r, int64_t *dec,
+                         int64_t *read)
+{
+    const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=256", "engine.max_seq_len=128",
+                              "engine.kvcache=prefix", "scheduler.continuous.max_batched_tokens=16",
+                              "backend.cpu.threads=2", on ? "engine.mla_decompress_min=8" : "engine.mla_decompress_min=0",
+                              "engine.mla_decompress_ctx=64", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, gg, settings);
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    for (int i = 0; i < 2; i++) {
+        et_result_init(&r[i]);
+        et_submit(rt, prompts[i], 8, &r[i], 0.0f);
+        pagoda_engine_wait_idle(rt->engine);
+        ck_assert_int_eq(r[i].n_final, 1);
+        ck_assert_msg(!r[i].error[0], "%s", r[i].error);
+    }
+    *dec = rt->engine->fw.mla.decompressed_tokens;
+    *read = rt->engine->fw.mla.prefix_tokens_read;
+    ck_assert_int_eq(rt->engine->fw.mla.scratch_tokens, on ? 64 : 0);
+    et_close(rt, cfg);
+}
+
+START_TEST(engine_chunks)
+{
+    const char *gg = tu_src("tests/fixtures/mla/deepseek3-yarn-tiny.f32.gguf");
+    const char *prompts[2] = {
+        "Once upon a time, there was a little girl who loved to count the boats on the river.",
+        "Once upon a time, there was a little girl who loved to count the boats on the river. "
+        "Every morning she sat on the old wooden bridge and waved at the fishermen."};
+    et_result off[2], on[2];
+    int64_t dec_off, read_off, dec_on, read_on;
+    engine_twice(gg, false, prompts, off, &dec_off, &read_off);
+    engine_twice(gg, true, prompts, on, &dec_on, &read_on);
+    int32_t P0 = off[0].usage.prompt_tokens, P1 = off[1].usage.prompt_tokens;
+    int32_t hit = on[1].usage.cached_tokens;
+    printf("engine: prompts of %d and %d tokens in chunks of 16; the second's %d cached; decompressed %lld "
+           "chunk tokens, read back %lld prefix tokens\n", P0, P1, hit, (long long)dec_on,
+           (long long)read_on);
+    ck_assert_int_gt(P0, 32);   /* three chunks: 16, 16, the rest */
+    ck_assert_int_eq(hit, 32);  /* its two full blocks */
+    ck_assert_int_ge(P1 - hit, 16 + 8);   /* the hit's new part: a chunk of 16 after 32, then the rest */
+    ck_assert_int_eq(off[1].usage.cached_tokens, hit);
+    ck_assert_int_eq(dec_off + read_off, 0);
+    /* every chunk of at least 8 decompressed (the first prompt's from 0,
+     * the second's from its 32 cached, 16 a step), each after position 0
+     * reading its prefix back; decode never */
+    int64_t want_dec = 0, want_read = 0;
+    for (int i = 0; i < 2; i++)
+        for (int32_t at = i ? hit : 0, end = i ? P1 : P0; at < end; at += 16) {
+            int32_t n = end - at < 16 ? end - at : 16;
+            if (n < 8) continue;
+            want_dec += n;
+            want_read += at;
+        }
+    ck_assert_int_eq(dec_on, want_dec);
+    ck_assert_int_eq(read_on, want_read);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(on[i].n_tokens, 8);
+        et_assert_same_tokens(&off[i], &on[i], 1, i ? "second (prefix hit)" : "first (chunked)");
+    }
+}
+END_TEST
+
 START_TEST(rounded_caches)
 {
     fixture fx;
@@ -617,6 +689,7 @@ int main(void)
     tcase_add_test(tc, same_logits);
     tcase_add_test(tc, what_stays_absorbed);
     tcase_add_test(tc, later_chunks);
+    tcase_add_test(tc, engine_chunks);
     tcase_add_test(tc, rounded_caches);
     tcase_add_test(tc, plan_counts_it);
     tcase_add_test(tc, config_knob);
