@@ -15,7 +15,9 @@
  *    the scratch (a pass of 32 rows a step: scratch of 32 tokens), while
  *    with the cap at 64 the same chunk decompresses; a mixed batch (a
  *    decode, a from-scratch chunk, a short one, a later chunk)
- *    decompresses only the long chunks and matches off row for row.
+ *    decompresses only the long chunks and matches off row for row; on a
+ *    backend whose weight types lack the KV type (get_rows could not read
+ *    the pool) only from-scratch chunks decompress.
  *  - later_chunks: a chunk after cached positions reads their latents
  *    back from the KV pool and decompresses: a prefix-cache hit (request
  *    A's first block shared by request B, whose 24 new tokens run next)
@@ -327,6 +329,26 @@ START_TEST(what_stays_absorbed)
     ck_assert_int_eq(both(&off, &on, mixed3, 3, a, b, V, "mixed batch (decode, 12 cached + 20, 3 new)"),
                      20);
     ck_assert_int_eq(on.mla.prefix_tokens_read - read, 12);
+    /* a backend whose get_rows cannot read the KV type (F16 not in its
+     * weight types): from-scratch chunks still decompress, later ones not */
+    {
+        uint64_t types = fx.rt->backend.info.weight_types;
+        fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F16);
+        pagoda_forward f16;
+        init_fw(&f16, &fx, true, PAGODA_DTYPE_F16);
+        fx.rt->backend.info.weight_types = types;
+        ck_assert(!f16.mla.read_prefix);
+        ck_assert(on.mla.read_prefix);
+        static const int32_t t5[3] = {9, 10, 11};
+        seq_part f1 = {.tok = tok, .at = 0, .n = 16, .table = t5};
+        seq_part f2 = {.tok = tok, .at = 16, .n = n - 16, .table = t5};
+        run(&f16, &f1, 1, b);
+        ck_assert_int_eq(f16.mla.decompressed_tokens, 16);
+        run(&f16, &f2, 1, b);
+        ck_assert_int_eq(f16.mla.decompressed_tokens, 16);
+        ck_assert_int_eq(f16.mla.prefix_tokens_read, 0);
+        pagoda_forward_free(&f16);
+    }
     pagoda_forward_free(&off);
     pagoda_forward_free(&on);
     free(a);
