@@ -465,6 +465,10 @@ static void engine_twice(const char *gg, bool on, const char *const *prompts, et
     *dec = rt->engine->fw.mla.decompressed_tokens;
     *read = rt->engine->fw.mla.prefix_tokens_read;
     ck_assert_int_eq(rt->engine->fw.mla.scratch_tokens, on ? 64 : 0);
+    /* the plan counted what the engine's pass holds */
+    ck_assert_int_eq(rt->plan.mla_scratch_tokens, on ? 64 : 0);
+    ck_assert_uint_eq(rt->plan.mla_scratch_bytes, rt->engine->fw.mla.scratch_bytes);
+    ck_assert_uint_eq(rt->plan.mla_kbt_bytes, rt->engine->fw.mla.kbt_bytes);
     et_close(rt, cfg);
 }
 
