@@ -357,7 +357,10 @@ int pagoda_memplan_compute(const gguf_file *f, const pagoda_memplan_opts *opts, 
                 if (l == 0) p->mla_kbt_dtype = pagoda_mla_kbt_dtype(t->type);
                 p->mla_kbt_bytes += (pagoda_mla_kbt_layer_bytes(&hr, t->type) + 63) / 64 * 64;
             }
-            p->mla_scratch_bytes = pagoda_mla_scratch_bytes(&hr, (int32_t)p->max_batched_tokens, o.kv_dtype);
+            int64_t ctx = o.mla_decompress_ctx < p->max_seq_len ? o.mla_decompress_ctx : p->max_seq_len;
+            p->mla_scratch_tokens = pagoda_mla_scratch_tokens((int32_t)p->max_batched_tokens, (int32_t)ctx);
+            p->mla_scratch_bytes = pagoda_mla_scratch_bytes(&hr, p->mla_scratch_tokens,
+                                                            (int32_t)p->max_batched_tokens, o.kv_dtype);
             ok &= addu(&p->fixed_bytes, p->mla_kbt_bytes);
             ok &= addu(&p->fixed_bytes, p->mla_scratch_bytes);
         }
@@ -533,11 +536,12 @@ void pagoda_memplan_print(const pagoda_memplan *p, FILE *fp)
                     "layer's attn_k_b transposed, %s)\n", "MLA attn_k_b transposed", p->mla_kbt_bytes,
                 human(p->mla_kbt_bytes, a, sizeof a), p->mla_decompress_min,
                 pagoda_dtype_name(p->mla_kbt_dtype));
-        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (K and V of %" PRId64 " tokens x %" PRId64
-                    " heads x %" PRId64 " values in the KV type)\n", "MLA decompression scratch",
+        fprintf(fp, "  %-28s %16" PRIu64 " %14s   (K and V of %d tokens of context x %" PRId64
+                    " heads x %" PRId64 " values in the KV type, and %" PRId64 " F32 latent rows; "
+                    "a longer context stays absorbed)\n", "MLA decompression scratch",
                 p->mla_scratch_bytes, human(p->mla_scratch_bytes, a, sizeof a),
-                (p->max_batched_tokens + 15) / 16 * 16, p->n_heads / p->tensor_parallel,
-                p->qk_nope + p->qk_rope);
+                p->mla_scratch_tokens, p->n_heads / p->tensor_parallel,
+                p->qk_nope + p->qk_rope, p->max_batched_tokens);
     }
     if (p->draft_weight_bytes) {
         fprintf(fp, "  %-28s %16" PRIu64 " %14s   (speculative = draft)\n", "draft model weights",
@@ -676,8 +680,9 @@ char *pagoda_memplan_json(const pagoda_memplan *p)
     json_object_set_new(json_object_get(root, "bytes"), "repacked", json_integer((json_int_t)p->repacked_bytes));
     if (p->mla_decompress_min)
         json_object_set_new(json_object_get(root, "bytes"), "mla_decompress", json_pack(
-            "{s:i,s:I,s:I}", "min_tokens", p->mla_decompress_min, "kb_transposed",
-            (json_int_t)p->mla_kbt_bytes, "scratch", (json_int_t)p->mla_scratch_bytes));
+            "{s:i,s:i,s:I,s:I}", "min_tokens", p->mla_decompress_min, "max_context",
+            p->mla_scratch_tokens, "kb_transposed", (json_int_t)p->mla_kbt_bytes, "scratch",
+            (json_int_t)p->mla_scratch_bytes));
     if (p->draft_weight_bytes)
         json_object_set_new(json_object_get(root, "bytes"), "draft_model", json_pack(
             "{s:I,s:I,s:I,s:I,s:i,s:i}", "weights", (json_int_t)p->draft_weight_bytes, "kv_pool",

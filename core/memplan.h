@@ -53,6 +53,8 @@ typedef struct pagoda_memplan_opts {
     void *weight_extra_ctx;
     int32_t mla_decompress_min;           /* engine.mla_decompress_min (0: off; the
                                            * default opts have 0) */
+    int32_t mla_decompress_ctx;           /* engine.mla_decompress_ctx (0: the scratch
+                                           * holds max_batched_tokens) */
 } pagoda_memplan_opts;
 
 /* Defaults: auto budget, F16 KV, the model's context, 512 / 16 / 16. */
@@ -174,8 +176,10 @@ typedef struct pagoda_memplan {
     /* MLA's decompressed prefill (forward.h pagoda_mla_decompress_on; all
      * 0 when off): the threshold, the transposed attn_k_b copies (every
      * layer, the rank's heads, F32 for an F32 source, else F16) and the
-     * scratch K and V pool for max_batched_tokens tokens (F32) */
+     * scratch: K and V of mla_scratch_tokens tokens in the KV type, and
+     * F32 staging rows for max_batched_tokens latents */
     int32_t mla_decompress_min;
+    int32_t mla_scratch_tokens;                     /* the longest context decompressed */
     int32_t mla_kbt_dtype;                          /* the copies' type (layer 0's) */
     uint64_t mla_kbt_bytes, mla_scratch_bytes;
     uint64_t fixed_bytes;                           /* weights + act + workspace + overhead

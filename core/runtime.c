@@ -279,6 +279,7 @@ static int prepare(pagoda_config *cfg, bool with_frontend, bool print_plan, bool
     po.tensor_parallel = rt->ec.tensor_parallel;
     po.kv_no_latent = !(rt->backend.info.kv_kinds & (1u << PAGODA_KV_LATENT));
     po.mla_decompress_min = rt->ec.mla_decompress_min;
+    po.mla_decompress_ctx = rt->ec.mla_decompress_ctx;
     {
         /* speculative decoding's draft rows have logits too */
         pagoda_engine_opts so = {.spec_max_draft = rt->ec.spec_max_draft,
@@ -427,6 +428,7 @@ int pagoda_runtime_load(pagoda_runtime *rt, bool start, char *err, size_t err_le
         .swa_kv = rt->ec.swa_kv_full ? PAGODA_SWA_KV_FULL : PAGODA_SWA_KV_WINDOW,
         .no_realign = rt->ec.realign_off,
         .mla_decompress_min = rt->ec.mla_decompress_min,
+        .mla_decompress_ctx = rt->ec.mla_decompress_ctx,
         .max_queue = rt->ec.max_queue, .seed = rt->ec.seed,
         .default_max_tokens = rt->ec.default_max_tokens, .temperature = rt->ec.temperature,
         .top_p = rt->ec.top_p, .top_k = rt->ec.top_k, .min_p = rt->ec.min_p,

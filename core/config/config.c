@@ -78,7 +78,9 @@ static const engine_key engine_keys[] = {
         "a prompt that spells a recent reply again gets the model's own tokens for it, so that reply's KV is reused (docs/http-api.md); off: the prompt's tokens as tokenized" },
       "on|off", false },
     EK("mla_decompress_min", PAGODA_KEY_INT, "320", 0, 16777216,
-       "MLA models (deepseek2): a prompt's first prefill chunk of at least this many tokens computes each head's K and V instead of attending over the latents (fewer FLOPs, same logits); 0: off"),
+       "MLA models (deepseek2): a prefill chunk of at least this many tokens computes each head's K and V instead of attending over the latents (fewer FLOPs, same logits); 0: off"),
+    EK("mla_decompress_ctx", PAGODA_KEY_INT, "4096", 0, 16777216,
+       "MLA models: the longest context (cached prefix + chunk) a decompressed chunk may have, at most max_seq_len and never below max_batched_tokens; it sizes the scratch K/V pool; a longer context stays absorbed"),
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
       "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|glm4|deepseek3|deepseek-r1|kimi-k2|harmony", false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
@@ -635,6 +637,7 @@ int pagoda_config_engine(const pagoda_config *c, pagoda_engine_config *out, char
     ok &= pagoda_parse_int(STR("spec_ngram"), &i64) == 0; out->spec_ngram = (int32_t)i64;
     ok &= pagoda_parse_int(STR("spec_max_seqs"), &i64) == 0; out->spec_max_seqs = (int32_t)i64;
     ok &= pagoda_parse_int(STR("mla_decompress_min"), &i64) == 0; out->mla_decompress_min = (int32_t)i64;
+    ok &= pagoda_parse_int(STR("mla_decompress_ctx"), &i64) == 0; out->mla_decompress_ctx = (int32_t)i64;
     ok &= pagoda_parse_float(STR("gpu_memory_utilization"), &f) == 0; out->gpu_memory_utilization = f;
     ok &= pagoda_parse_float(STR("temperature"), &f) == 0; out->temperature = (float)f;
     ok &= pagoda_parse_float(STR("top_p"), &f) == 0; out->top_p = (float)f;

@@ -39,8 +39,10 @@ typedef struct pagoda_engine_config {
     int32_t block_size;        /* 16 */
     bool swa_kv_full;          /* swa_kv = full (default window: local layers keep their window) */
     bool realign_off;          /* realign = off (default on: engine_realign.c) */
-    int32_t mla_decompress_min;/* 320: MLA prefill chunks from position 0 of at least this
-                                * many tokens run decompressed; 0: off (forward_mla.h) */
+    int32_t mla_decompress_min;/* 320: MLA prefill chunks of at least this many tokens run
+                                * decompressed; 0: off (forward_mla.h) */
+    int32_t mla_decompress_ctx;/* 4096: ... whose context (prefix + chunk) is at most this
+                                * (capped by max_seq_len, at least max_batched_tokens) */
     char chat_template[16];    /* auto|chatml|llama2|llama3|mistral|zephyr|gemma */
     int32_t default_max_tokens;/* 256; 0: up to the context */
     float temperature;         /* 1.0 */

@@ -76,7 +76,9 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
                                 &fkv, opts->tp, err, err_len);
     if (st) goto fail;
     if (m->hp.mla && e->opts.mla_decompress_min > 0) {
-        st = pagoda_forward_mla_decompress(&e->fw, e->opts.mla_decompress_min, err, err_len);
+        int32_t ctx = e->opts.mla_decompress_ctx;
+        if (e->opts.max_seq_len > 0 && ctx > e->opts.max_seq_len) ctx = e->opts.max_seq_len;
+        st = pagoda_forward_mla_decompress(&e->fw, e->opts.mla_decompress_min, ctx, err, err_len);
         if (st == PAGODA_ERR_UNSUPPORTED) {
             /* an optimisation this backend cannot take (the copies' weight
              * type): the prefill stays absorbed, as with the knob at 0 */

@@ -48,9 +48,12 @@ typedef struct pagoda_engine_opts {
     bool check_invariants;      /* verify KV accounting after every step */
     bool no_realign;            /* engine.realign = off: prompts keep their own tokens
                                  * (engine_realign.c does nothing) */
-    int32_t mla_decompress_min; /* MLA (deepseek2): a from-scratch prefill chunk of at least
-                                 * this many tokens runs decompressed (forward_mla.h); 0: off
+    int32_t mla_decompress_min; /* MLA (deepseek2): a prefill chunk of at least this many
+                                 * tokens runs decompressed (forward_mla.h); 0: off
                                  * (engine.mla_decompress_min, default 320, sets it) */
+    int32_t mla_decompress_ctx; /* ... when its context (cached prefix + chunk) is at most
+                                 * this, capped by max_seq_len (engine.mla_decompress_ctx,
+                                 * default 4096; 0: max_batched_tokens) */
     int32_t swa_kv;             /* pagoda_swa_kv: a sliding-window model's local layers keep
                                  * only their window (0, the default) or every position */
     /* speculative decoding (docs/speculation.md): the drafter ("" or "off":

@@ -150,12 +150,21 @@ typedef struct pagoda_forward {
         int32_t *head;       /* [T H] its head: 0, 1, ..., H-1, 0, 1, ... */
         int32_t *rows;       /* [T H] 0, 1, 2, ... */
         /* decompressed prefill (forward_mla.c; decompress_min 0: off): a
-         * from-scratch chunk of >= decompress_min tokens gets K and V per
-         * head in `scratch`, a K-and-V pool of one layer in the cache's
-         * type (layout scratch_kv: max_tokens slots of heads x (nope +
-         * rope) values, V zero-padded from v_head_dim; then one F32 row of
-         * zeros), and attention over it */
+         * chunk of >= decompress_min tokens whose context (cached prefix
+         * + chunk) fits scratch_tokens gets K and V per head in `scratch`,
+         * a K-and-V pool of one layer in the cache's type (layout
+         * scratch_kv: scratch_tokens slots of heads x (nope + rope)
+         * values, V zero-padded from v_head_dim; then one F32 row of
+         * zeros; then the staging rows, F32 [max_tokens x (kv_lora +
+         * rope)], where the prefix's latents are read back from the KV
+         * pool a piece at a time), and attention over it */
         int32_t decompress_min;
+        int32_t scratch_tokens;          /* the longest context it decompresses */
+        bool read_prefix;                /* get_rows takes the KV type (info.weight_types):
+                                          * chunks after a cached prefix may decompress */
+        int32_t *ctx_slots;              /* [scratch_tokens] a prefix's KV-pool slots */
+        int32_t *ident;                  /* [scratch_tokens] 0, 1, 2, ... (scratch slots) */
+        size_t staging_offset;           /* the staging rows' bytes into `scratch` */
         int32_t *tok;        /* [T H] each (token, head) row's token: 0, .., 0, 1, .. */
         int32_t *scratch_table;          /* [scratch_kv.n_blocks] 0, 1, 2, ... */
         pagoda_seq_view *sub;            /* [T] a run of absorbed sequences, rebased */
@@ -167,6 +176,7 @@ typedef struct pagoda_forward {
                                           * after an upload) */
         size_t kbt_bytes, scratch_bytes;
         int64_t decompressed_tokens;     /* tokens that ran it (tests, benchmarks) */
+        int64_t prefix_tokens_read;      /* cached prefix tokens it read back (layer 0) */
     } mla;
     float *inv_freq;         /* [rope_dims / 2] global layers */
     float *inv_freq_swa;     /* [rope_dims / 2] sliding-window layers (gemma3), else NULL */
@@ -258,25 +268,36 @@ int pagoda_forward_run_scan(pagoda_forward *fw, const pagoda_batch *batch,
  * kv_lora (a key head fits the rows where K and V are made); a
  * threshold above max_tokens never fires, so nothing is made. */
 bool pagoda_mla_decompress_on(const pagoda_hparams *hp, int32_t max_tokens, int32_t min_tokens);
+/* The longest context (cached prefix + chunk) a decompressed chunk may
+ * have, and so the scratch pool's tokens: max_ctx (the caller's cap:
+ * engine.mla_decompress_ctx, at most max_seq_len; 0: none) but never
+ * below max_tokens (a from-scratch chunk always fits), rounded up to 16.
+ * A chunk with a longer context stays absorbed. */
+int32_t pagoda_mla_scratch_tokens(int32_t max_tokens, int32_t max_ctx);
 /* The type of the transposed attn_k_b copy for a source of type src: F32
  * for F32 (exact), else F16 (exact for F16; for a quantized or BF16
  * source a rounding of 2^-11 relative, below the source's own). */
 int pagoda_mla_kbt_dtype(int src_dtype);
 /* Bytes of one layer's copy (hp->n_heads heads of [nope x kv_lora]). */
 uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype);
-/* Bytes of the scratch pool for max_tokens tokens: K and V in kv_dtype
- * (the cache's; F16 where its blocks do not tile a key head), every head's
- * nope + rope values a token (rounded up to 16 tokens), and a zero row. */
-uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype);
+/* Bytes of the scratch: the pool of scratch_tokens tokens (K and V in
+ * kv_dtype, the cache's, F16 where its blocks do not tile a key head;
+ * every head's nope + rope values a token), a zero row, and the staging
+ * rows (F32, max_tokens x (kv_lora + rope)) a prefix is read back into. */
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t scratch_tokens,
+                                  int32_t max_tokens, int32_t kv_dtype);
 
 /* Turn the decompressed prefill on for fw (after pagoda_forward_init*):
- * a sequence's chunk that starts at position 0 and holds >= min_tokens
- * tokens then runs decompressed. Builds each layer's transposed attn_k_b
- * (this rank's heads) and the scratch pool; does nothing where
+ * a sequence's chunk that holds >= min_tokens tokens and whose context
+ * fits pagoda_mla_scratch_tokens(fw->max_tokens, max_ctx) then runs
+ * decompressed (a chunk after a cached prefix reads the prefix's latents
+ * back from the KV pool with get_rows). Builds each layer's transposed
+ * attn_k_b (this rank's heads) and the scratch; does nothing where
  * pagoda_mla_decompress_on says no. PAGODA_OK, or a status with err
  * filled (out of memory, the backend refused a buffer) and fw unchanged.
  * pagoda_forward_free frees what it made. */
-int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *err, size_t err_len);
+int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, int32_t max_ctx, char *err,
+                                  size_t err_len);
 /* Free what pagoda_forward_mla_decompress made (it is off after). */
 void pagoda_forward_mla_decompress_free(pagoda_forward *fw);
 

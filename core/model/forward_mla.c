@@ -29,7 +29,16 @@
  * matrices cost the same in both forms (docs/models.md: 1.3x at 2048
  * tokens on a CPU). The latent rows are written to the cache as always,
  * so what reads them later (decode, the next chunk, a prefix hit) is
- * unchanged; chunks that start later stay absorbed.
+ * unchanged. A long chunk that starts later (after a prefix-cache hit, or
+ * the second chunk of a chunked prefill) decompresses too: the earlier
+ * positions' latents are read back from the KV pool (get_rows over a view
+ * of the layer's plane: a slot is a row) into staging rows, a piece of at
+ * most the chunk's length at a time, and their K and V made beside the
+ * chunk's, so the scratch holds the whole context; a context longer than
+ * the scratch (pagoda_mla_scratch_tokens) stays absorbed. Decompressing a
+ * prefix token costs H C (N + V) multiply-adds once per chunk, and each
+ * of the chunk's n queries saves H (2 (C + R) - (N + R + V)) on it: for
+ * V3's shape that pays from n of about 160, below the default threshold.
  *
  * Not for: the MoE FFN (forward_moe.c) or the KV layouts (forward.c).
  */
@@ -101,12 +110,18 @@ uint64_t pagoda_mla_kbt_layer_bytes(const pagoda_hparams *hp, int src_dtype)
            pagoda_dtype_row_bytes(pagoda_mla_kbt_dtype(src_dtype), hp->kv_lora_rank);
 }
 
+int32_t pagoda_mla_scratch_tokens(int32_t max_tokens, int32_t max_ctx)
+{
+    int64_t t = max_ctx > max_tokens ? max_ctx : max_tokens;
+    return (int32_t)((t + 15) / 16 * 16);
+}
+
 /* The scratch pool: one layer, blocks of 16 slots, every head's key of
  * nope + rope values a slot, K and V, in the cache's KV type (F16 where
  * that type's blocks do not tile a key head). */
-static pagoda_kv_layout scratch_layout(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
+static pagoda_kv_layout scratch_layout(const pagoda_hparams *hp, int32_t tokens, int32_t kv_dtype)
 {
-    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = (max_tokens + 15) / 16, .block_size = 16,
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = (tokens + 15) / 16, .block_size = 16,
                           .n_kv_heads = hp->n_heads, .head_dim = hp->qk_nope + hp->rope_dims,
                           .dtype = kv_dtype, .kind = PAGODA_KV_SEPARATE};
     if (!pagoda_kv_head_bytes(&L)) L.dtype = PAGODA_DTYPE_F16;
@@ -119,10 +134,18 @@ static size_t zero_row_bytes(const pagoda_hparams *hp)
     return ((size_t)(hp->qk_nope + hp->rope_dims) * 4 + 63) / 64 * 64;
 }
 
-uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t max_tokens, int32_t kv_dtype)
+/* Bytes to the staging rows: the pool, then the zero row. */
+static size_t staging_offset(const pagoda_hparams *hp, int32_t scratch_tokens, int32_t kv_dtype)
 {
-    pagoda_kv_layout L = scratch_layout(hp, max_tokens, kv_dtype);
+    pagoda_kv_layout L = scratch_layout(hp, scratch_tokens, kv_dtype);
     return (pagoda_kv_pool_bytes(&L) + 63) / 64 * 64 + zero_row_bytes(hp);
+}
+
+uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t scratch_tokens,
+                                  int32_t max_tokens, int32_t kv_dtype)
+{
+    return staging_offset(hp, scratch_tokens, kv_dtype) +
+           (uint64_t)max_tokens * (uint64_t)(hp->kv_lora_rank + hp->rope_dims) * 4;
 }
 
 /* ------------------------------------------------------------ set-up */
@@ -147,7 +170,8 @@ static int transpose_head(const uint8_t *src, int st, int64_t C, int64_t N, int 
     return PAGODA_OK;
 }
 
-int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *err, size_t err_len)
+int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, int32_t max_ctx, char *err,
+                                  size_t err_len)
 {
     const pagoda_hparams *hp = &fw->hp;
     pagoda_backend *be = fw->be;
@@ -224,9 +248,12 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
         goto out;
     }
     for (int l = 0; l < hp->n_layers; l++) fw->layers[l].wk_bt.buf = fw->mla.kbt;
-    /* the scratch pool and its zero row, zeroed once */
-    fw->mla.scratch_kv = scratch_layout(hp, fw->max_tokens, fw->kv_layout.dtype);
-    fw->mla.scratch_bytes = pagoda_mla_scratch_bytes(hp, fw->max_tokens, fw->kv_layout.dtype);
+    /* the scratch pool, its zero row and the staging rows, zeroed once */
+    const int32_t S = pagoda_mla_scratch_tokens(fw->max_tokens, max_ctx);
+    fw->mla.scratch_tokens = S;
+    fw->mla.scratch_kv = scratch_layout(hp, S, fw->kv_layout.dtype);
+    fw->mla.staging_offset = staging_offset(hp, S, fw->kv_layout.dtype);
+    fw->mla.scratch_bytes = pagoda_mla_scratch_bytes(hp, S, fw->max_tokens, fw->kv_layout.dtype);
     st = be->ops.buffer_alloc(be->ctx, PAGODA_BUF_ACTIVATIONS, fw->mla.scratch_bytes, &fw->mla.scratch);
     if (!st) {
         size_t chunk = fw->mla.scratch_bytes < (1u << 20) ? fw->mla.scratch_bytes : (1u << 20);
@@ -247,13 +274,19 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, char *
     fw->mla.scratch_table = malloc(sizeof(int32_t) * (size_t)fw->mla.scratch_kv.n_blocks);
     fw->mla.sub = malloc(sizeof(pagoda_seq_view) * (size_t)fw->max_tokens);
     fw->mla.zeros = calloc((size_t)P, sizeof(int32_t));
-    if (!fw->mla.tok || !fw->mla.scratch_table || !fw->mla.sub || !fw->mla.zeros) {
+    fw->mla.ctx_slots = malloc(sizeof(int32_t) * (size_t)S);
+    fw->mla.ident = malloc(sizeof(int32_t) * (size_t)S);
+    if (!fw->mla.tok || !fw->mla.scratch_table || !fw->mla.sub || !fw->mla.zeros ||
+        !fw->mla.ctx_slots || !fw->mla.ident) {
         snprintf(err, err_len, "out of memory for the decompressed prefill of %d tokens", fw->max_tokens);
         st = PAGODA_ERR_NOMEM;
         goto out;
     }
     for (int64_t r = 0; r < P; r++) fw->mla.tok[r] = (int32_t)(r / H);
     for (int32_t i = 0; i < fw->mla.scratch_kv.n_blocks; i++) fw->mla.scratch_table[i] = i;
+    for (int32_t i = 0; i < S; i++) fw->mla.ident[i] = i;
+    /* the prefix is read back with get_rows, whose tables are weight types */
+    fw->mla.read_prefix = (be->info.weight_types >> fw->kv_layout.dtype) & 1;
     fw->mla.decompress_min = min_tokens;
 out:
     free(row);
@@ -273,7 +306,13 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
     free(fw->mla.scratch_table);
     free(fw->mla.sub);
     free(fw->mla.zeros);
+    free(fw->mla.ctx_slots);
+    free(fw->mla.ident);
     fw->mla.zeros = NULL;
+    fw->mla.ctx_slots = fw->mla.ident = NULL;
+    fw->mla.scratch_tokens = 0;
+    fw->mla.read_prefix = false;
+    fw->mla.staging_offset = 0;
     fw->mla.kbt = fw->mla.scratch = NULL;
     fw->mla.kbt_host = NULL;
     fw->mla.tok = fw->mla.scratch_table = NULL;
@@ -288,11 +327,12 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
 
 #define MCALL(name, expr) do { *what = name; if ((st = (expr))) return st; } while (0)
 
-/* Does sequence sv's chunk decompress? It starts at position 0 and is long
- * enough that the decompressed form pays. */
+/* Does sequence sv's chunk decompress? It is long enough that the
+ * decompressed form pays, and its whole context fits the scratch. */
 static bool decompresses(const pagoda_forward *fw, const pagoda_seq_view *sv)
 {
-    return fw->mla.decompress_min > 0 && sv->ctx_len == sv->n_q && sv->n_q >= fw->mla.decompress_min;
+    return fw->mla.decompress_min > 0 && sv->n_q >= fw->mla.decompress_min &&
+           (sv->ctx_len == sv->n_q || (fw->mla.read_prefix && sv->ctx_len <= fw->mla.scratch_tokens));
 }
 
 /* Shapes every part of the pass shares. */
@@ -355,9 +395,51 @@ static int absorbed_values(pagoda_forward *fw, const pagoda_forward_layer *L, in
     return per_head(fw, &al, &L->wv_b, L->wv_b_stride, &av);
 }
 
-/* The decompressed attention of from-scratch sequence s (rows [r0, r0 +
- * n)): K and V of every head into the scratch pool, then causal attention
- * over it into att's rows (packed: n rows of H (nope + rope) values). */
+/* K and V of every head for m tokens at context positions [p0, p0 + m)
+ * into those slots of the scratch pool: latents cl [m x kv_lora], RoPE
+ * keys cr [m x rope] (F32). Made in kt and vt first (F32 [m x H D] each:
+ * rows of the absorbed queries and of att that nothing reads yet). */
+static int decompress_rows(pagoda_forward *fw, const pagoda_forward_layer *L,
+                           const pagoda_tensor *cl, const pagoda_tensor *cr, int32_t m, int32_t p0,
+                           pagoda_tensor kt, pagoda_tensor vt, const mla_dims *d, const char **what)
+{
+    const pagoda_backend_ops *o = &fw->be->ops;
+    void *c = fw->be->ctx;
+    const int64_t H = d->H, D = d->QH;
+    int st;
+    kt.rows = vt.rows = m;
+    for (int64_t h = 0; h < H; h++) {
+        /* K_h's nope part = c W_kb_h^T, V_h = c W_vb_h^T (heads side by side) */
+        pagoda_tensor wk = L->wk_bt, wv = L->wv_b;
+        wk.offset += (size_t)h * L->wk_bt_stride;
+        wv.offset += (size_t)h * L->wv_b_stride;
+        pagoda_tensor kh = strided(kt, m, d->N, kt.row_stride, h * D);
+        pagoda_tensor vh = strided(vt, m, d->V, vt.row_stride, h * D);
+        MCALL("matmul(attn_k_b^T)", o->matmul(c, cl, &wk, NULL, &kh));
+        MCALL("matmul(attn_v_b)", o->matmul(c, cl, &wv, NULL, &vh));
+    }
+    /* every head's RoPE part is the token's one k_pe */
+    pagoda_tensor kr = strided(kt, (int64_t)m * H, d->R, (size_t)D * 4, d->N);
+    MCALL("get_rows(k_pe)", o->get_rows(c, cr, fw->mla.tok, m * d->H, &kr));
+    /* V's padding to D: zeros (its outputs are dropped; zeros keep them finite) */
+    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
+    if (D > d->V) {
+        pagoda_tensor z = {.buf = fw->mla.scratch, .offset = fw->mla.staging_offset - zero_row_bytes(&fw->hp),
+                           .dtype = PAGODA_DTYPE_F32, .rows = 1, .cols = D - d->V,
+                           .row_stride = (size_t)(D - d->V) * 4};
+        pagoda_tensor vpad = strided(vt, (int64_t)m * H, D - d->V, (size_t)D * 4, d->V);
+        MCALL("get_rows(v padding)", o->get_rows(c, &z, fw->mla.zeros, m * d->H, &vpad));
+    }
+    MCALL("kv_write(decompressed)", o->kv_write(c, fw->mla.scratch, SL, 0, &kt, &vt, fw->mla.ident + p0, m));
+    return PAGODA_OK;
+}
+
+/* The decompressed attention of sequence s (rows [r0, r0 + n), context
+ * positions [P, P + n) after P cached ones): K and V of every head for the
+ * whole context into the scratch pool (the prefix's latents read back from
+ * the KV pool, at most n rows at a time, then the chunk's own), then
+ * causal attention over it into att's rows (packed: n rows of H (nope +
+ * rope) values). */
 static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L,
                                const pagoda_batch *b, int32_t s, const pagoda_tensor *lat,
                                const pagoda_tensor *kpe, const mla_dims *d, const char **what)
@@ -365,19 +447,12 @@ static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L
     const pagoda_backend_ops *o = &fw->be->ops;
     void *c = fw->be->ctx;
     const pagoda_seq_view *sv = &b->seqs[s];
-    const int32_t r0 = sv->q_start, n = sv->n_q;
+    const int32_t r0 = sv->q_start, n = sv->n_q, P = sv->ctx_len - sv->n_q;
     const int64_t H = d->H, D = d->QH;
     int st;
-    /* the chunk's latents [n x kv_lora] and RoPE keys [n x rope] */
-    pagoda_tensor cl = *lat, cr = *kpe;
-    cl.offset += (size_t)r0 * lat->row_stride;
-    cl.rows = n;
-    cr.offset += (size_t)r0 * kpe->row_stride;
-    cr.rows = n;
-    /* the chunk's K and V, F32 [n x H D] each, made in its own rows of the
-     * absorbed queries and of att (it uses neither yet; an absorbed run
-     * uses only its own rows), then stored into the scratch pool (slot =
-     * position) */
+    /* where K and V are made: the chunk's own rows of the absorbed queries
+     * and of att (it uses neither yet; an absorbed run uses only its own
+     * rows) */
     pagoda_tensor kt = fw->mla.qabs;
     kt.offset += (size_t)r0 * (size_t)(H * d->KH) * 4;
     kt.rows = n;
@@ -386,30 +461,39 @@ static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L
     pagoda_tensor vt = kt;
     vt.buf = fw->att.buf;
     vt.offset = fw->att.offset + (size_t)r0 * (size_t)(H * d->KH) * 4;
-    for (int64_t h = 0; h < H; h++) {
-        /* K_h's nope part = c W_kb_h^T, V_h = c W_vb_h^T (heads side by side) */
-        pagoda_tensor wk = L->wk_bt, wv = L->wv_b;
-        wk.offset += (size_t)h * L->wk_bt_stride;
-        wv.offset += (size_t)h * L->wv_b_stride;
-        pagoda_tensor kh = strided(kt, n, d->N, kt.row_stride, h * D);
-        pagoda_tensor vh = strided(vt, n, d->V, vt.row_stride, h * D);
-        MCALL("matmul(attn_k_b^T)", o->matmul(c, &cl, &wk, NULL, &kh));
-        MCALL("matmul(attn_v_b)", o->matmul(c, &cl, &wv, NULL, &vh));
+    if (P > 0) {
+        /* the cached prefix: layer kv_layer's plane of the KV pool read as
+         * a table of one row a slot (n_kv_heads is 1: a slot is one row
+         * of kv_lora + rope values), the prefix's slots from its table */
+        const pagoda_kv_layout *KL = &fw->kv_layout;
+        const int32_t bs = KL->block_size;
+        for (int32_t j = 0; j < P; j++)
+            fw->mla.ctx_slots[j] = sv->block_table[j / bs] * bs + j % bs;
+        pagoda_tensor pool = {.buf = fw->kv, .offset = pagoda_kv_offset(KL, L->kv_layer, 0, 0),
+                              .dtype = KL->dtype, .rows = (int64_t)KL->n_blocks * bs,
+                              .cols = KL->head_dim, .row_stride = pagoda_kv_slot_bytes(KL)};
+        pagoda_tensor stage = {.buf = fw->mla.scratch, .offset = fw->mla.staging_offset,
+                               .dtype = PAGODA_DTYPE_F32, .cols = d->KH,
+                               .row_stride = (size_t)d->KH * 4};
+        for (int32_t p0 = 0; p0 < P; p0 += n) {
+            int32_t m = P - p0 < n ? P - p0 : n;
+            stage.rows = m;
+            MCALL("get_rows(cached latents)", o->get_rows(c, &pool, fw->mla.ctx_slots + p0, m, &stage));
+            pagoda_tensor pl = strided(stage, m, d->C, stage.row_stride, 0);
+            pagoda_tensor pr = strided(stage, m, d->R, stage.row_stride, d->C);
+            if ((st = decompress_rows(fw, L, &pl, &pr, m, p0, kt, vt, d, what))) return st;
+        }
+        if (L->kv_layer == 0) fw->mla.prefix_tokens_read += P;
     }
-    /* every head's RoPE part is the token's one k_pe */
-    pagoda_tensor kr = strided(kt, (int64_t)n * H, d->R, (size_t)D * 4, d->N);
-    MCALL("get_rows(k_pe)", o->get_rows(c, &cr, fw->mla.tok, n * d->H, &kr));
-    /* V's padding to D: zeros (its outputs are dropped; zeros keep them finite) */
-    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
-    if (D > d->V) {
-        pagoda_tensor z = {.buf = fw->mla.scratch, .offset = fw->mla.scratch_bytes - zero_row_bytes(&fw->hp),
-                           .dtype = PAGODA_DTYPE_F32, .rows = 1, .cols = D - d->V,
-                           .row_stride = (size_t)(D - d->V) * 4};
-        pagoda_tensor vpad = strided(vt, (int64_t)n * H, D - d->V, (size_t)D * 4, d->V);
-        MCALL("get_rows(v padding)", o->get_rows(c, &z, fw->mla.zeros, n * d->H, &vpad));
-    }
-    MCALL("kv_write(decompressed)", o->kv_write(c, fw->mla.scratch, SL, 0, &kt, &vt, fw->mla.rows, n));
+    /* the chunk's latents [n x kv_lora] and RoPE keys [n x rope] */
+    pagoda_tensor cl = *lat, cr = *kpe;
+    cl.offset += (size_t)r0 * lat->row_stride;
+    cl.rows = n;
+    cr.offset += (size_t)r0 * kpe->row_stride;
+    cr.rows = n;
+    if ((st = decompress_rows(fw, L, &cl, &cr, n, P, kt, vt, d, what))) return st;
     /* the queries are q as it stands: each head [q_nope | q_pe], D values */
+    const pagoda_kv_layout *SL = &fw->mla.scratch_kv;
     pagoda_tensor q = fw->q;
     q.cols = H * D;
     q.row_stride = (size_t)q.cols * 4;
@@ -420,7 +504,7 @@ static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L
     att.rows = n;
     att.cols = H * D;
     att.row_stride = (size_t)att.cols * 4;
-    pagoda_seq_view one = {.q_start = 0, .n_q = n, .ctx_len = n, .n_blocks = SL->n_blocks,
+    pagoda_seq_view one = {.q_start = 0, .n_q = n, .ctx_len = P + n, .n_blocks = SL->n_blocks,
                            .block_table = fw->mla.scratch_table};
     pagoda_batch sb = {.seq_no = b->seq_no | (1ull << 61) | ((uint64_t)s << 40), .n_tokens = n,
                        .tokens = b->tokens ? b->tokens + r0 : NULL, .positions = b->positions + r0,

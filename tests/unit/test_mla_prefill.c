@@ -10,10 +10,27 @@
  *    within that and the same token wherever off's top-2 gap is clear.
  *    The counter of decompressed tokens says the path ran (on) and did not
  *    (off).
- *  - what_stays_absorbed: a chunk below the threshold and a later chunk
- *    (chunked prefill: it starts past position 0) stay absorbed; a mixed
- *    batch (a decode, a from-scratch chunk, a short one) decompresses only
- *    the from-scratch chunk and matches off row for row.
+ *  - what_stays_absorbed: a chunk below the threshold stays absorbed, and
+ *    so does a later chunk whose context (prefix + chunk) is longer than
+ *    the scratch (a pass of 32 rows a step: scratch of 32 tokens), while
+ *    with the cap at 64 the same chunk decompresses; a mixed batch (a
+ *    decode, a from-scratch chunk, a short one, a later chunk)
+ *    decompresses only the long chunks and matches off row for row; on a
+ *    backend whose weight types lack the KV type (get_rows could not read
+ *    the pool) only from-scratch chunks decompress.
+ *  - later_chunks: a chunk after cached positions reads their latents
+ *    back from the KV pool and decompresses: a prefix-cache hit (request
+ *    A's first block shared by request B, whose 24 new tokens run next)
+ *    and a chunked prefill (9, 8, 23 tokens: the second chunk's prefix is
+ *    longer than it, read back in two pieces), on every fixture with an
+ *    F32 cache within 1e-4 of the largest |logit|, and with F16 and Q8_0
+ *    caches within 0.05 / 0.5 and the same top token wherever off's gap
+ *    is clear; the counters say how many chunk and prefix tokens ran it.
+ *  - engine_chunks: through the engine (prefix KV policy, 16 tokens a
+ *    step, so a 36-token prompt prefills in chunks of 16, 16, 4), a
+ *    prompt and then the same prompt again (a prefix hit on its 32
+ *    cached tokens) give the same greedy tokens with decompression on and
+ *    off, and on's counters say later chunks read their prefix back.
  *  - rounded_caches: with an F16 or a Q8_0 cache the scratch takes that
  *    type, so the two forms round at different places (K and V per head
  *    against the latents): on and off within 0.05 / 0.5 (test_mla_ref's
@@ -35,6 +52,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "engine_internal.h" /* the engine's forward pass: its decompression counters */
 #include "engine_testutil.h"
 #include "forward.h"
 #include "genmodel.h"
@@ -100,7 +118,8 @@ static void init_fw(pagoda_forward *fw, fixture *fx, bool on, int32_t kv_dtype)
     ck_assert_msg(pagoda_forward_init(fw, fx->rt->model, &fx->rt->backend, CAP, CAP, NB, BS,
                                       kv_dtype, err, sizeof err) == 0, "%s", err);
     if (on) {
-        ck_assert_msg(pagoda_forward_mla_decompress(fw, MIN_TOK, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(pagoda_forward_mla_decompress(fw, MIN_TOK, 0, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(fw->mla.scratch_tokens, CAP);   /* max_ctx 0: the step's rows */
         ck_assert_int_eq(fw->mla.decompress_min, MIN_TOK);
         ck_assert_uint_gt(fw->mla.kbt_bytes, 0);
     }
@@ -260,12 +279,33 @@ START_TEST(what_stays_absorbed)
     /* below the threshold: absorbed */
     seq_part shortp = {.tok = tok, .at = 0, .n = MIN_TOK - 1, .table = g_table};
     ck_assert_int_eq(both(&off, &on, &shortp, 1, a, b, V, "7-token prompt"), 0);
-    /* chunked prefill: the first chunk from scratch decompresses, the
-     * second starts at 10 and reads the first's latents: absorbed */
+    /* chunked prefill: the first chunk from scratch decompresses, and so
+     * does the second (it starts at 10 and reads the first's latents back) */
     seq_part c1 = {.tok = tok, .at = 0, .n = 10, .table = t1};
     seq_part c2 = {.tok = tok, .at = 10, .n = n - 10, .table = t1};
     ck_assert_int_eq(both(&off, &on, &c1, 1, a, b, V, "chunk 0..10"), 10);
-    ck_assert_int_eq(both(&off, &on, &c2, 1, a, b, V, "chunk 10..40 (after the first)"), 0);
+    ck_assert_int_eq(on.mla.prefix_tokens_read, 0);
+    ck_assert_int_eq(both(&off, &on, &c2, 1, a, b, V, "chunk 10..40 (after the first)"), n - 10);
+    ck_assert_int_eq(on.mla.prefix_tokens_read, 10);
+    /* a pass of 32 rows a step: its scratch holds 32 tokens of context, so
+     * a chunk at 16..40 stays absorbed; with the cap at 64 it decompresses */
+    static const int32_t t4[3] = {12, 13, 14};
+    for (int cap = 0; cap < 2; cap++) {
+        pagoda_forward small;
+        char err[1024] = "";
+        ck_assert_msg(pagoda_forward_init(&small, fx.rt->model, &fx.rt->backend, 32, 32, NB, BS,
+                                          PAGODA_DTYPE_F32, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(pagoda_forward_mla_decompress(&small, MIN_TOK, cap ? 64 : 0, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(small.mla.scratch_tokens, cap ? 64 : 32);
+        seq_part s1 = {.tok = tok, .at = 0, .n = 16, .table = t4};
+        seq_part s2 = {.tok = tok, .at = 16, .n = n - 16, .table = t4};
+        ck_assert_int_eq(both(&off, &small, &s1, 1, a, b, V, "small pass: chunk 0..16"), 16);
+        ck_assert_int_eq(both(&off, &small, &s2, 1, a, b, V,
+                              cap ? "cap 64: chunk 16..40" : "scratch 32: chunk 16..40"), cap ? n - 16 : 0);
+        ck_assert_int_eq(small.mla.prefix_tokens_read, cap ? 16 : 0);
+        pagoda_forward_free(&small);
+    }
     /* one batch: sequence 1 decodes a token after its 40, sequence 2's
      * prompt runs from scratch (decompressed), sequence 3's 5-token prompt
      * is below the threshold; then the same the other way round (the
@@ -280,11 +320,196 @@ START_TEST(what_stays_absorbed)
                           {.tok = tok, .at = n - 1, .n = 1, .table = t1},
                           {.tok = tok + 2, .at = 0, .n = 3, .table = t3}};
     ck_assert_int_eq(both(&off, &on, mixed2, 3, a, b, V, "mixed batch (12 new, decode, 3 new)"), 12);
+    /* a later chunk among them: sequence 2 (its 12 from mixed2 cached)
+     * runs 12..32 after sequence 1's decode, then a 3-token prompt */
+    int64_t read = on.mla.prefix_tokens_read;
+    seq_part mixed3[3] = {{.tok = tok, .at = n - 1, .n = 1, .table = t1},
+                          {.tok = tok + 1, .at = 12, .n = 20, .table = t2},
+                          {.tok = tok + 2, .at = 0, .n = 3, .table = t3}};
+    ck_assert_int_eq(both(&off, &on, mixed3, 3, a, b, V, "mixed batch (decode, 12 cached + 20, 3 new)"),
+                     20);
+    ck_assert_int_eq(on.mla.prefix_tokens_read - read, 12);
+    /* a backend whose get_rows cannot read the KV type (F16 not in its
+     * weight types): from-scratch chunks still decompress, later ones not */
+    {
+        uint64_t types = fx.rt->backend.info.weight_types;
+        fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F16);
+        pagoda_forward f16;
+        init_fw(&f16, &fx, true, PAGODA_DTYPE_F16);
+        fx.rt->backend.info.weight_types = types;
+        ck_assert(!f16.mla.read_prefix);
+        ck_assert(on.mla.read_prefix);
+        static const int32_t t5[3] = {9, 10, 11};
+        seq_part f1 = {.tok = tok, .at = 0, .n = 16, .table = t5};
+        seq_part f2 = {.tok = tok, .at = 16, .n = n - 16, .table = t5};
+        run(&f16, &f1, 1, b);
+        ck_assert_int_eq(f16.mla.decompressed_tokens, 16);
+        run(&f16, &f2, 1, b);
+        ck_assert_int_eq(f16.mla.decompressed_tokens, 16);
+        ck_assert_int_eq(f16.mla.prefix_tokens_read, 0);
+        pagoda_forward_free(&f16);
+    }
     pagoda_forward_free(&off);
     pagoda_forward_free(&on);
     free(a);
     free(b);
     fixture_close(&fx);
+}
+END_TEST
+
+/* The parts of a case: each batch of one sequence's chunk. */
+typedef struct chunk_case {
+    const char *what;
+    seq_part part;
+    int32_t prefix;   /* cached positions before it (read back) */
+} chunk_case;
+
+/* Run the cases on off and on in order; compare each chunk's rows: within
+ * rel * max|logit| (rel > 0), else within abs and the same top token where
+ * off's top-2 gap exceeds 2 abs. */
+static void run_cases(pagoda_forward *off, pagoda_forward *on, const chunk_case *cc, int n_cases,
+                      double rel, double abs_tol, float *a, float *b, int32_t V, const char *name)
+{
+    for (int i = 0; i < n_cases; i++) {
+        const seq_part *p = &cc[i].part;
+        int64_t dec = on->mla.decompressed_tokens, read = on->mla.prefix_tokens_read;
+        run(off, p, 1, a);
+        run(on, p, 1, b);
+        ck_assert_int_eq(off->mla.decompressed_tokens, 0);
+        ck_assert_int_eq(on->mla.decompressed_tokens - dec, p->n);
+        ck_assert_int_eq(on->mla.prefix_tokens_read - read, cc[i].prefix);
+        double amax = 0, d = max_diff(a, b, (size_t)p->n * V, &amax);
+        double allowed = rel > 0 ? rel * amax : abs_tol;
+        int32_t clear = 0, same = 0;
+        for (int32_t r = 0; r < p->n && rel == 0; r++) {
+            const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
+            if (top2_gap(x, V) > 2 * abs_tol) {
+                clear++;
+                same += ref_argmax(x, V) == ref_argmax(y, V);
+            }
+        }
+        printf("%s %s: decompressed vs absorbed max |diff| %.3g, max |logit| %.3g (allowed %.3g)",
+               name, cc[i].what, d, amax, allowed);
+        if (rel == 0) printf("; top token the same at %d of %d clear positions", same, clear);
+        printf("\n");
+        ck_assert_msg(d <= allowed, "%s %s: differs by %g (allowed %g)", name, cc[i].what, d, allowed);
+        ck_assert_int_eq(same, clear);
+    }
+}
+
+/* A prefix hit (A's block 0 shared by B) and a chunked prefill of 9, 8,
+ * 23 tokens over the 40-token prompt, in kv_dtype. */
+static void later_chunks_in(fixture *fx, const char *name, int32_t kv_dtype, double rel, double abs_tol)
+{
+    const int32_t V = fx->V;
+    float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
+    int32_t tok[CAP];
+    int32_t n = prompt_ids(fx, 2, tok);
+    ck_assert_int_eq(n, 40);
+    static const int32_t ta[1] = {5}, tb[3] = {5, 2, 7}, tc[3] = {1, 6, 3};
+    pagoda_forward off, on;
+    init_fw(&off, fx, false, kv_dtype);
+    init_fw(&on, fx, true, kv_dtype);
+    const chunk_case cc[] = {
+        /* request A: the first block from scratch; request B: the same
+         * first 16 tokens (a hit on block 5), its 24 new ones next */
+        {"prefix hit: A 0..16", {.tok = tok, .at = 0, .n = 16, .table = ta}, 0},
+        {"prefix hit: B 16..40 after A's block", {.tok = tok, .at = 16, .n = 24, .table = tb}, 16},
+        /* chunked prefill: 9, then 8 after 9 (two pieces of 8 and 1), then 23 */
+        {"chunked 0..9", {.tok = tok, .at = 0, .n = 9, .table = tc}, 0},
+        {"chunked 9..17", {.tok = tok, .at = 9, .n = 8, .table = tc}, 9},
+        {"chunked 17..40", {.tok = tok, .at = 17, .n = 23, .table = tc}, 17},
+    };
+    run_cases(&off, &on, cc, 5, rel, abs_tol, a, b, V, name);
+    pagoda_forward_free(&off);
+    pagoda_forward_free(&on);
+    free(a);
+    free(b);
+}
+
+START_TEST(later_chunks)
+{
+    for (int i = 0; i < N_FIXTURES; i++) {
+        fixture fx;
+        if (!fixture_open(&fx, g_fixtures[i])) continue;
+        /* every fixture's third prompt has 40 tokens */
+        later_chunks_in(&fx, g_fixtures[i], PAGODA_DTYPE_F32, REL_TOL, 0);
+        if (i == 2) {
+            later_chunks_in(&fx, "deepseek3-yarn KV F16", PAGODA_DTYPE_F16, 0, 0.05);
+            later_chunks_in(&fx, "deepseek3-yarn KV Q8_0", PAGODA_DTYPE_Q8_0, 0, 0.5);
+        }
+        fixture_close(&fx);
+    }
+}
+END_TEST
+
+/* One engine run: prompts[0], then prompts[1] (which starts with it: a
+ * prefix hit), greedy. */
+static void engine_twice(const char *gg, bool on, const char *const *prompts, et_result *r, int64_t *dec,
+                         int64_t *read)
+{
+    const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=256", "engine.max_seq_len=128",
+                              "engine.kvcache=prefix", "scheduler.continuous.max_batched_tokens=16",
+                              "backend.cpu.threads=2", on ? "engine.mla_decompress_min=8" : "engine.mla_decompress_min=0",
+                              "engine.mla_decompress_ctx=64", NULL};
+    pagoda_config *cfg;
+    pagoda_runtime *rt = et_open_model(&cfg, gg, settings);
+    ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+    for (int i = 0; i < 2; i++) {
+        et_result_init(&r[i]);
+        et_submit(rt, prompts[i], 8, &r[i], 0.0f);
+        pagoda_engine_wait_idle(rt->engine);
+        ck_assert_int_eq(r[i].n_final, 1);
+        ck_assert_msg(!r[i].error[0], "%s", r[i].error);
+    }
+    *dec = rt->engine->fw.mla.decompressed_tokens;
+    *read = rt->engine->fw.mla.prefix_tokens_read;
+    ck_assert_int_eq(rt->engine->fw.mla.scratch_tokens, on ? 64 : 0);
+    /* the plan counted what the engine's pass holds */
+    ck_assert_int_eq(rt->plan.mla_scratch_tokens, on ? 64 : 0);
+    ck_assert_uint_eq(rt->plan.mla_scratch_bytes, rt->engine->fw.mla.scratch_bytes);
+    ck_assert_uint_eq(rt->plan.mla_kbt_bytes, rt->engine->fw.mla.kbt_bytes);
+    et_close(rt, cfg);
+}
+
+START_TEST(engine_chunks)
+{
+    const char *gg = tu_src("tests/fixtures/mla/deepseek3-yarn-tiny.f32.gguf");
+    const char *prompts[2] = {
+        "Once upon a time, there was a little girl who loved to count the boats on the river.",
+        "Once upon a time, there was a little girl who loved to count the boats on the river. "
+        "Every morning she sat on the old wooden bridge and waved at the fishermen."};
+    et_result off[2], on[2];
+    int64_t dec_off, read_off, dec_on, read_on;
+    engine_twice(gg, false, prompts, off, &dec_off, &read_off);
+    engine_twice(gg, true, prompts, on, &dec_on, &read_on);
+    int32_t P0 = off[0].usage.prompt_tokens, P1 = off[1].usage.prompt_tokens;
+    int32_t hit = on[1].usage.cached_tokens;
+    printf("engine: prompts of %d and %d tokens in chunks of 16; the second's %d cached; decompressed %lld "
+           "chunk tokens, read back %lld prefix tokens\n", P0, P1, hit, (long long)dec_on,
+           (long long)read_on);
+    ck_assert_int_gt(P0, 32);   /* three chunks: 16, 16, the rest */
+    ck_assert_int_eq(hit, 32);  /* its two full blocks */
+    ck_assert_int_ge(P1 - hit, 16 + 8);   /* the hit's new part: a chunk of 16 after 32, then the rest */
+    ck_assert_int_eq(off[1].usage.cached_tokens, hit);
+    ck_assert_int_eq(dec_off + read_off, 0);
+    /* every chunk of at least 8 decompressed (the first prompt's from 0,
+     * the second's from its 32 cached, 16 a step), each after position 0
+     * reading its prefix back; decode never */
+    int64_t want_dec = 0, want_read = 0;
+    for (int i = 0; i < 2; i++)
+        for (int32_t at = i ? hit : 0, end = i ? P1 : P0; at < end; at += 16) {
+            int32_t n = end - at < 16 ? end - at : 16;
+            if (n < 8) continue;
+            want_dec += n;
+            want_read += at;
+        }
+    ck_assert_int_eq(dec_on, want_dec);
+    ck_assert_int_eq(read_on, want_read);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(on[i].n_tokens, 8);
+        et_assert_same_tokens(&off[i], &on[i], 1, i ? "second (prefix hit)" : "first (chunked)");
+    }
 }
 END_TEST
 
@@ -371,10 +596,13 @@ START_TEST(plan_counts_it)
         /* F32 source: F32 copies, [nope x kv_lora] a head (each layer 64-byte aligned) */
         uint64_t layer = (uint64_t)hp->n_heads * hp->qk_nope * hp->kv_lora_rank * 4;
         ck_assert_uint_eq(on.mla_kbt_bytes, (uint64_t)hp->n_layers * ((layer + 63) / 64 * 64));
-        /* K and V of CAP tokens in F32, and one zero row of a key head (64-byte aligned) */
+        /* K and V of CAP tokens in F32, one zero row of a key head (64-byte
+         * aligned), and CAP F32 staging rows of kv_lora + rope values */
         uint64_t D = (uint64_t)(hp->qk_nope + hp->rope_dims);
+        uint64_t stage = (uint64_t)CAP * (uint64_t)(hp->kv_lora_rank + hp->rope_dims) * 4;
+        ck_assert_int_eq(on.mla_scratch_tokens, CAP);
         ck_assert_uint_eq(on.mla_scratch_bytes,
-                          (2ull * CAP * hp->n_heads * D * 4 + 63) / 64 * 64 + (D * 4 + 63) / 64 * 64);
+                          (2ull * CAP * hp->n_heads * D * 4 + 63) / 64 * 64 + (D * 4 + 63) / 64 * 64 + stage);
         ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes + on.mla_kbt_bytes + on.mla_scratch_bytes);
         ck_assert_uint_eq(off.mla_kbt_bytes, 0);
         ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F32);
@@ -392,13 +620,13 @@ START_TEST(plan_counts_it)
         ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes);
         ck_assert_int_eq(pagoda_forward_init(&fw, fx.rt->model, &fx.rt->backend, CAP, CAP, NB, BS,
                                              PAGODA_DTYPE_F32, err, sizeof err), 0);
-        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, CAP + 1, err, sizeof err), 0);
+        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, CAP + 1, 0, err, sizeof err), 0);
         ck_assert_int_eq(fw.mla.decompress_min, 0);
         ck_assert_uint_eq(fw.mla.kbt_bytes, 0);
         /* a backend that cannot multiply the copies' type: refused, naming the fix, and off */
         uint64_t types = fx.rt->backend.info.weight_types;
         fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F32);
-        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, MIN_TOK, err, sizeof err),
+        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, MIN_TOK, 0, err, sizeof err),
                          PAGODA_ERR_UNSUPPORTED);
         fx.rt->backend.info.weight_types = types;
         ck_assert_msg(strstr(err, "mla_decompress_min = 0") && strstr(err, "F32"), "%s", err);
@@ -424,9 +652,26 @@ START_TEST(plan_counts_it)
     ck_assert_uint_eq(on.mla_kbt_bytes, 27ull * 16 * 128 * 512 * 2);
     ck_assert_uint_eq(on.mla_kbt_bytes, 54ull << 20);
     ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F16);
-    ck_assert_uint_eq(on.mla_scratch_bytes, 2ull * 512 * 16 * 192 * 2 + 192 * 4);
+    /* ctx 0: the scratch holds the step's 512 tokens; K and V, the zero row, 512 staging rows of 576 */
+    ck_assert_int_eq(on.mla_scratch_tokens, 512);
+    ck_assert_uint_eq(on.mla_scratch_bytes, 2ull * 512 * 16 * 192 * 2 + 192 * 4 + 512ull * 576 * 4);
     printf("deepseek-v2-lite F16: transposed attn_k_b %.1f MiB, scratch %.1f MiB at 512 tokens\n",
            (double)on.mla_kbt_bytes / 1048576.0, (double)on.mla_scratch_bytes / 1048576.0);
+    /* the default cap (4096 tokens of context), and one above max_seq_len (capped by it) */
+    o.mla_decompress_ctx = 4096;
+    ck_assert_msg(pagoda_memplan_compute(g, &o, &on, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(on.mla_scratch_tokens, 4096);
+    ck_assert_uint_eq(on.mla_scratch_bytes, 2ull * 4096 * 16 * 192 * 2 + 192 * 4 + 512ull * 576 * 4);
+    char *t4k = plan_text(&on);
+    ck_assert_msg(strstr(t4k, "4096 tokens of context"), "%s", t4k);
+    free(t4k);
+    printf("deepseek-v2-lite F16: scratch %.1f MiB for 4096 tokens of context\n",
+           (double)on.mla_scratch_bytes / 1048576.0);
+    o.max_seq_len = 1000;
+    ck_assert_msg(pagoda_memplan_compute(g, &o, &on, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(on.mla_scratch_tokens, 1008);   /* 1000 rounded up to 16 */
+    o.max_seq_len = 0;
+    o.mla_decompress_ctx = 0;
     /* tensor parallelism: a rank's heads */
     o.tensor_parallel = 2;
     ck_assert_msg(pagoda_memplan_compute(g, &o, &on, err, sizeof err) == 0, "%s", err);
@@ -447,6 +692,10 @@ START_TEST(config_knob)
     ck_assert_int_eq(pagoda_config_set(c, "engine.mla_decompress_min=0", err, sizeof err), 0);
     ck_assert_int_eq(pagoda_config_engine(c, &ec, err, sizeof err), 0);
     ck_assert_int_eq(ec.mla_decompress_min, 0);
+    ck_assert_int_eq(ec.mla_decompress_ctx, 4096);
+    ck_assert_int_eq(pagoda_config_set(c, "engine.mla_decompress_ctx=16384", err, sizeof err), 0);
+    ck_assert_int_eq(pagoda_config_engine(c, &ec, err, sizeof err), 0);
+    ck_assert_int_eq(ec.mla_decompress_ctx, 16384);
     static const char *const bad[] = {"engine.mla_decompress_min=-1", "engine.mla_decompress_min=many",
                                       "engine.mla_decompress_min=99999999999"};
     for (int i = 0; i < 3; i++) {
@@ -465,6 +714,8 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, same_logits);
     tcase_add_test(tc, what_stays_absorbed);
+    tcase_add_test(tc, later_chunks);
+    tcase_add_test(tc, engine_chunks);
     tcase_add_test(tc, rounded_caches);
     tcase_add_test(tc, plan_counts_it);
     tcase_add_test(tc, config_knob);

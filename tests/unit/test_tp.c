@@ -99,6 +99,9 @@ static int shm_all_reduce(void *user, float *buf, size_t count, char *err, size_
 /* A prompt in one prefill (logits of every row), then greedy decoding of
  * the tokens `forced` (so every rank and the one-process run see the same
  * tokens) one at a time. */
+/* > 0: the prompt runs as two chunks, [0, g_chunk) then the rest */
+static int g_chunk;
+
 static int run_steps(pagoda_forward *fw, int32_t V, float *logits, char *err, size_t n)
 {
     const int32_t bs = 16, table[8] = {3, 1, 6, 0, 2, 7, 5, 4};
@@ -109,16 +112,24 @@ static int run_steps(pagoda_forward *fw, int32_t V, float *logits, char *err, si
         slots[i] = table[i / bs] * bs + i % bs;
         rows[i] = i;
     }
-    pagoda_seq_view sv = {.q_start = 0, .n_q = T_PROMPT, .ctx_len = T_PROMPT, .n_blocks = 8,
-                          .block_table = table};
-    pagoda_batch b = {.seq_no = 1, .n_tokens = T_PROMPT, .tokens = toks, .positions = pos,
-                      .slots = slots, .n_seqs = 1, .seqs = &sv};
-    int st = pagoda_forward_run(fw, &b, rows, logits ? T_PROMPT : 0, logits, err, n);
+    int st = PAGODA_OK;
+    uint64_t seq_no = 1;
+    for (int32_t at = 0, c = 0; at < T_PROMPT && !st; at += c) {
+        c = g_chunk > 0 && at == 0 ? g_chunk : T_PROMPT - at;
+        pagoda_seq_view sv = {.q_start = 0, .n_q = c, .ctx_len = at + c, .n_blocks = 8,
+                              .block_table = table};
+        pagoda_batch b = {.seq_no = seq_no++, .n_tokens = c, .tokens = toks + at,
+                          .positions = pos + at, .slots = slots + at, .n_seqs = 1, .seqs = &sv};
+        st = pagoda_forward_run(fw, &b, rows, logits ? c : 0,
+                                logits ? logits + (size_t)at * (size_t)V : NULL, err, n);
+    }
+    pagoda_seq_view sv;
+    pagoda_batch b;
     for (int32_t d = 0; d < N_DECODE && !st; d++) {
         int32_t at = T_PROMPT + d;
         sv = (pagoda_seq_view){.q_start = 0, .n_q = 1, .ctx_len = at + 1, .n_blocks = 8,
                                .block_table = table};
-        b = (pagoda_batch){.seq_no = (uint64_t)d + 2, .n_tokens = 1, .tokens = toks + at,
+        b = (pagoda_batch){.seq_no = seq_no++, .n_tokens = 1, .tokens = toks + at,
                            .positions = pos + at, .slots = slots + at, .n_seqs = 1, .seqs = &sv};
         st = pagoda_forward_run(fw, &b, rows, logits ? 1 : 0,
                                 logits ? logits + (size_t)at * (size_t)V : NULL, err, n);
@@ -181,7 +192,7 @@ static void check_split(const char *shape, const char *type, const char *arch, i
         ck_assert_uint_eq(k[r].fw.weight_bytes >= pagoda_tp_rank_weight_bytes(k[r].rt->model->gguf, n), 1);
         if (g_decompress) {
             const pagoda_hparams *hp = &k[r].rt->model->hp;
-            ck_assert_msg(pagoda_forward_mla_decompress(&k[r].fw, g_decompress, err, sizeof err) == 0,
+            ck_assert_msg(pagoda_forward_mla_decompress(&k[r].fw, g_decompress, 0, err, sizeof err) == 0,
                           "rank %d: %s", r, err);
             /* its heads' copies only: F32 [nope x kv_lora] a head, each layer 64-aligned */
             uint64_t layer = (uint64_t)(hp->n_heads / n) * hp->qk_nope * hp->kv_lora_rank * 4;
@@ -194,8 +205,11 @@ static void check_split(const char *shape, const char *type, const char *arch, i
     for (int r = 0; r < n; r++) pthread_create(&th[r], NULL, rank_main, &k[r]);
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < n; r++) ck_assert_msg(k[r].st == 0, "rank %d: %s", r, k[r].err);
-    for (int r = 0; r < n && g_decompress; r++)
-        ck_assert_int_eq(k[r].fw.mla.decompressed_tokens, T_PROMPT);   /* the prompt, not decode */
+    for (int r = 0; r < n && g_decompress; r++) {
+        /* the prompt (or its second chunk, after the first's latents), not decode */
+        ck_assert_int_eq(k[r].fw.mla.decompressed_tokens, T_PROMPT - g_chunk);
+        ck_assert_int_eq(k[r].fw.mla.prefix_tokens_read, g_chunk);
+    }
 
     double worst = 0, scale = 0;
     for (size_t i = 0; i < rows * (size_t)V; i++) {
@@ -476,6 +490,19 @@ START_TEST(split_mla_decompressed_2)
 }
 END_TEST
 
+/* ... and a chunked prompt: 4 tokens (absorbed), then 8 that decompress
+ * after reading the first 4's latents back from each rank's pool */
+START_TEST(split_mla_decompressed_chunked_2)
+{
+    if (!moe_opens("deepseek2-tiny", "F32", "")) return;
+    g_decompress = 8;
+    g_chunk = 4;
+    check_split("deepseek2-tiny", "F32", "", 2, 1e-4);
+    g_decompress = 0;
+    g_chunk = 0;
+}
+END_TEST
+
 static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(g_dir)); }
 static void teardown(void)
 {
@@ -506,6 +533,7 @@ int main(void)
     tcase_add_test(tc, split_moe_mixtral_2);
     tcase_add_test(tc, split_moe_glm4_2);
     tcase_add_test(tc, split_mla_decompressed_2);
+    tcase_add_test(tc, split_mla_decompressed_chunked_2);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -5,7 +5,8 @@
  * info.kv_types (F32, F16, Q8_0). The reference reads the values the
  * cache must hold: F32 as written, F16 rounded the IEEE way, Q8_0 within
  * the rounding of GGUF's Q8_0 blocks (see case_attention). The latent
- * layout (ABI 1.7, when info.kv_kinds has it) in each type too.
+ * layout (ABI 1.7, when info.kv_kinds has it) in each type too. And
+ * get_rows reading a pool's stored slots back (MLA's prefix read-back).
  * Not for: the other ops (cases.c) or the harness (conformance.c).
  */
 #include <math.h>
@@ -424,6 +425,103 @@ out:
     free(b);
 }
 
+/* ------------------------------------------ get_rows over a KV pool */
+
+/* The core reads a pool's stored rows back with get_rows (MLA's
+ * decompressed prefill after a cached prefix, forward_mla.c): a view of
+ * layer 1's K plane (a latent layout's one plane) as a table of one row a
+ * slot (n_kv_heads x head_dim values of the pool's type, slot_bytes
+ * apart), from a nonzero offset. The rows kv_write stored into shuffled
+ * slots must come back exactly as the pool's bytes say. */
+static void case_kv_get_rows(cf *c, int kvdt, int kind)
+{
+    const char *op = "get_rows";
+    bool latent = kind == PAGODA_KV_LATENT;
+    pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 1,
+                          .head_dim = kvdt == PAGODA_DTYPE_Q8_0 ? 96 : 40, .dtype = kvdt, .kind = kind};
+    enum { T = 10, N = 12 };
+    char shape[128];
+    snprintf(shape, sizeof shape, "KV %s%s pool as a table: layer 1's slots, %d ids", latent ? "latent " : "",
+             pagoda_dtype_name(kvdt), N);
+    if (latent && !(c->info.kv_kinds & (1u << PAGODA_KV_LATENT))) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "the latent KV layout (ABI 1.7) is not advertised");
+        return;
+    }
+    if (!((c->info.kv_types >> kvdt) & 1) || !cf_has_type(c, kvdt)) {
+        cf_record(c, op, shape, 0, 0, CF_SKIP, "not in both info.kv_types and info.weight_types "
+                  "(the core then keeps MLA chunks after a prefix absorbed)");
+        return;
+    }
+    const int64_t D = L.head_dim;
+    size_t n = pagoda_kv_pool_bytes(&L), sb = pagoda_kv_slot_bytes(&L);
+    uint8_t *pool = calloc(1, n);
+    float *rows = malloc(sizeof(float) * (size_t)(T * D)), *got = malloc(sizeof(float) * (size_t)(N * D));
+    double *want = malloc(sizeof(double) * (size_t)(N * D));
+    float *row = malloc(sizeof(float) * (size_t)D);
+    pagoda_buffer *kv = NULL, *rb = NULL, *ob = NULL;
+    pagoda_tensor rt, ot;
+    int32_t slots[T], ids[N];
+    int st;
+    if (!pool || !rows || !got || !want || !row) {
+        cf_record(c, op, shape, 0, 0, CF_FAIL, "the runner ran out of memory");
+        goto out;
+    }
+    /* T distinct slots of the 24, shuffled */
+    int32_t all[24];
+    for (int32_t i = 0; i < 24; i++) all[i] = i;
+    for (int32_t i = 23; i > 0; i--) {
+        int32_t j = cf_randint(c, i + 1), t = all[i];
+        all[i] = all[j];
+        all[j] = t;
+    }
+    memcpy(slots, all, sizeof slots);
+    for (int32_t i = 0; i < N; i++) ids[i] = slots[i % T];   /* two read twice */
+    cf_fill(c, rows, (size_t)(T * D), -2.0f, 2.0f);
+    if ((st = c->ops->buffer_alloc(c->be, PAGODA_BUF_KV, n, &kv)) || (st = c->ops->upload(c->be, kv, 0, pool, n))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload (pool)", st);
+        goto out;
+    }
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, T, D, 0, rows, &rb, &rt))) {
+        cf_record_call(c, op, shape, "buffer_alloc/upload (rows)", st);
+        goto out;
+    }
+    if ((st = c->ops->kv_write(c->be, kv, &L, 1, &rt, latent ? NULL : &rt, slots, T))) {
+        cf_record_call(c, op, shape, "kv_write", st);
+        goto out;
+    }
+    if ((st = cf_tensor_new(c, PAGODA_BUF_ACTIVATIONS, PAGODA_DTYPE_F32, N, D, 0, NULL, &ob, &ot))) {
+        cf_record_call(c, op, shape, "buffer_alloc (out)", st);
+        goto out;
+    }
+    pagoda_tensor table = {.buf = kv, .offset = pagoda_kv_offset(&L, 1, 0, 0), .dtype = kvdt,
+                           .rows = (int64_t)L.n_blocks * L.block_size, .cols = D, .row_stride = sb};
+    if ((st = c->ops->get_rows(c->be, &table, ids, N, &ot))) { cf_record_call(c, op, shape, "get_rows", st); goto out; }
+    if ((st = cf_tensor_get(c, &ot, got))) { cf_record_call(c, op, shape, "download (out)", st); goto out; }
+    if ((st = c->ops->download(c->be, kv, 0, pool, n))) { cf_record_call(c, op, shape, "download (pool)", st); goto out; }
+    for (int32_t i = 0; i < N; i++) {
+        kv_row_values(kvdt, pool + table.offset + (size_t)ids[i] * sb, D, row);
+        for (int64_t j = 0; j < D; j++) want[i * D + j] = row[j];
+    }
+    /* and the pool holds what was written, within its type's rounding (a
+     * read of zeros would pass the comparison above alone) */
+    double stored = 0;
+    for (int32_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < D; j++)
+            stored = fmax(stored, fabs(want[i * D + j] - rows[(i % T) * D + j]));
+    double err = cf_max_rel_err(got, want, (size_t)(N * D)), tol = 1e-6;
+    double stol = kvdt == PAGODA_DTYPE_F32 ? 0 : kvdt == PAGODA_DTYPE_F16 ? 2e-3 : 2.0 / 127;
+    if (stored > stol)
+        cf_record(c, op, shape, stored, stol, CF_FAIL, "the pool does not hold the rows kv_write stored");
+    else
+        cf_record(c, op, shape, err, tol, err <= tol ? CF_PASS : CF_FAIL,
+                  "rows differ from the pool's stored slots");
+out:
+    if (kv) c->ops->buffer_free(c->be, kv);
+    cf_buffer_free(c, rb);
+    cf_buffer_free(c, ob);
+    free(pool); free(rows); free(got); free(want); free(row);
+}
+
 /* ------------------------------------------------------------- the list */
 
 void cf_run_kv_ops(cf *c)
@@ -473,5 +571,7 @@ void cf_run_kv_ops(cf *c)
     for (int k = 0; k < 3; k++) {
         case_copy_blocks(c, kvtypes[k], PAGODA_KV_SEPARATE);
         case_copy_blocks(c, kvtypes[k], PAGODA_KV_LATENT);
+        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_SEPARATE);
+        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_LATENT);
     }
 }
