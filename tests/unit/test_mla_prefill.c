@@ -49,16 +49,14 @@
 
 enum { BS = 16, NB = 16, CAP = NB * BS / 2 };
 
-typedef mla_fixture fixture;
-
-static int32_t prompt_ids(const fixture *fx, size_t p, int32_t *tok)
+static int32_t prompt_ids(const mla_fixture *fx, size_t p, int32_t *tok)
 {
     return mla_prompt_ids(mla_prompt(fx, p), CAP, tok);
 }
 
 /* A forward pass over NB blocks of BS in kv_dtype; decompressing from
  * MIN_TOK tokens or not. */
-static void init_fw(pagoda_forward *fw, fixture *fx, bool on, int32_t kv_dtype)
+static void init_fw(pagoda_forward *fw, mla_fixture *fx, bool on, int32_t kv_dtype)
 {
     char err[1024] = "";
     ck_assert_msg(pagoda_forward_init(fw, fx->rt->model, &fx->rt->backend, CAP, CAP, NB, BS,
@@ -127,7 +125,7 @@ static const int32_t g_table[NB / 2] = {5, 2, 7, 0, 3, 6, 1, 4};   /* scrambled 
 
 static void check_same(const char *name)
 {
-    fixture fx;
+    mla_fixture fx;
     mla_fixture_open(&fx, name);
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
@@ -208,7 +206,7 @@ static int64_t both(pagoda_forward *off, pagoda_forward *on, const seq_part *par
 
 START_TEST(what_stays_absorbed)
 {
-    fixture fx;
+    mla_fixture fx;
     mla_fixture_open(&fx, "deepseek3-yarn");
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
@@ -251,7 +249,7 @@ END_TEST
 
 START_TEST(rounded_caches)
 {
-    fixture fx;
+    mla_fixture fx;
     mla_fixture_open(&fx, "deepseek3-yarn");
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
@@ -317,7 +315,7 @@ START_TEST(plan_counts_it)
     o.max_batched_tokens = CAP;
     o.kv_dtype = PAGODA_DTYPE_F32;   /* as init_fw's cache: the scratch takes its type */
     pagoda_memplan off, on;
-    fixture fx;
+    mla_fixture fx;
     mla_fixture_open(&fx, "deepseek2-lite");
     const gguf_file *f = fx.rt->model->gguf;
     ck_assert_int_eq(pagoda_memplan_compute(f, &o, &off, err, sizeof err), 0);
