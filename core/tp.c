@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "seqno.h"
 
 #define ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
@@ -275,7 +276,7 @@ int pagoda_tp_worker_run(pagoda_tp *tp, const pagoda_tp_worker *w, char *err, si
         pagoda_batch b = {.seq_no = h.seq_no, .n_tokens = T, .tokens = m, .positions = m + T,
                           .slots = m + 2 * T, .n_seqs = h.n_seqs, .seqs = views};
         /* the engine's own seq_no for the window pool's view (engine_step.c) */
-        pagoda_batch lb = {.seq_no = h.seq_no | (1ull << 63), .n_tokens = T, .tokens = m,
+        pagoda_batch lb = {.seq_no = pagoda_seqno_window(h.seq_no), .n_tokens = T, .tokens = m,
                            .positions = m + T, .slots = tab + 2 * h.n_copies, .n_seqs = h.n_seqs,
                            .seqs = views + h.n_seqs};
         if ((st = w->forward(w->user, &b, h.local ? &lb : NULL, err, err_len))) break;

@@ -24,6 +24,7 @@
 #include "memplan.h"
 #include "memplan_weights.h"
 #include "model.h"
+#include "seqno.h"
 #include "tokenizer.h"
 
 #define DM_CHUNK 64 /* tokens a catch-up pass computes at most */
@@ -166,7 +167,7 @@ int pagoda_draft_model_open(const char *path, const pagoda_model *target, pagoda
     }
     dm->fw_ok = true;
     dm->kv_bytes = dm->fw.kv_bytes + dm->fw.kv_local_bytes;
-    dm->seq_no = 1ull << 62; /* apart from the engine's steps (a backend may key caches on it) */
+    dm->seq_no = 1; /* its passes, keyed apart from the engine's steps (seqno.h) */
     *out = dm;
     return PAGODA_OK;
 fail:
@@ -328,8 +329,9 @@ static int dm_pass(pagoda_draft_model *dm, dm_seq *const *ss, const int32_t *con
         T += ns[i];
         dm->lrow[i] = T - 1;
     }
-    pagoda_batch b = {.seq_no = dm->seq_no++, .n_tokens = T, .tokens = dm->tok,
-                      .positions = dm->pos, .slots = dm->slot, .n_seqs = m, .seqs = dm->views};
+    pagoda_batch b = {.seq_no = pagoda_seqno_draft(dm->seq_no++), .n_tokens = T,
+                      .tokens = dm->tok, .positions = dm->pos, .slots = dm->slot, .n_seqs = m,
+                      .seqs = dm->views};
     char err[256];
     if (pagoda_forward_run(&dm->fw, &b, dm->lrow, m, dm->logits, err, sizeof err)) return -1;
     dm->passes++;

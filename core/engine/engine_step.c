@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "seqno.h"
 #include "tp.h"
 #include "tokenizer.h"
 
@@ -400,12 +401,12 @@ static void publish_extra_held(pagoda_engine *e)
 static int step_run(pagoda_engine *e, const step_state *ss, char *err, size_t err_len)
 {
     int32_t T = ss->n_tokens;
-    pagoda_batch batch = {.seq_no = ss->seq_no, .n_tokens = T, .tokens = e->b_tokens,
-                          .positions = e->b_pos, .slots = e->b_slots, .n_seqs = e->n_plan,
-                          .seqs = e->views};
+    pagoda_batch batch = {.seq_no = pagoda_seqno_step(ss->seq_no), .n_tokens = T,
+                          .tokens = e->b_tokens, .positions = e->b_pos, .slots = e->b_slots,
+                          .n_seqs = e->n_plan, .seqs = e->views};
     /* the sliding-window layers' view of the same step: their own slots and
      * tables (a seq_no of its own, for a backend that caches per batch) */
-    pagoda_batch local = {.seq_no = ss->seq_no | (1ull << 63), .n_tokens = T,
+    pagoda_batch local = {.seq_no = pagoda_seqno_window(batch.seq_no), .n_tokens = T,
                           .tokens = e->b_tokens, .positions = e->b_pos, .slots = e->swa.slots,
                           .n_seqs = e->n_plan, .seqs = e->swa.views};
     pagoda_logit_scan scan = {.rows = e->score_rows, .n_rows = ss->n_score,

@@ -47,6 +47,7 @@
 #include "forward_moe.h"
 
 #include "quant.h"
+#include "seqno.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -506,8 +507,8 @@ static int decompressed_attend(pagoda_forward *fw, const pagoda_forward_layer *L
     att.row_stride = (size_t)att.cols * 4;
     pagoda_seq_view one = {.q_start = 0, .n_q = n, .ctx_len = P + n, .n_blocks = SL->n_blocks,
                            .block_table = fw->mla.scratch_table};
-    pagoda_batch sb = {.seq_no = b->seq_no | (1ull << 61) | ((uint64_t)s << 40), .n_tokens = n,
-                       .tokens = b->tokens ? b->tokens + r0 : NULL, .positions = b->positions + r0,
+    pagoda_batch sb = {.seq_no = pagoda_seqno_mla_sub(b->seq_no, PAGODA_SEQNO_MLA_DECOMPRESSED, s),
+                       .n_tokens = n, .tokens = b->tokens ? b->tokens + r0 : NULL, .positions = b->positions + r0,
                        .slots = b->slots + r0, .n_seqs = 1, .seqs = &one};
     MCALL("attention(decompressed)", o->attention(c, &q, fw->mla.scratch, SL, 0, &sb, d->H,
                                                   fw->hp.attn_scale, &att));
@@ -599,7 +600,7 @@ int pagoda_forward_mla(pagoda_forward *fw, const pagoda_forward_layer *L, const 
                 fw->mla.sub[i - s] = b->seqs[i];
                 fw->mla.sub[i - s].q_start -= r0;
             }
-            pagoda_batch sub = {.seq_no = b->seq_no | (1ull << 62) | ((uint64_t)s << 40),
+            pagoda_batch sub = {.seq_no = pagoda_seqno_mla_sub(b->seq_no, PAGODA_SEQNO_MLA_ABSORBED, s),
                                 .n_tokens = n, .tokens = b->tokens ? b->tokens + r0 : NULL,
                                 .positions = b->positions + r0, .slots = b->slots + r0,
                                 .n_seqs = s1 - s, .seqs = fw->mla.sub};

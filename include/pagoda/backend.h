@@ -153,9 +153,14 @@ typedef struct pagoda_seq_view {
 
 /* One step's flattened batch. Built by the core, read by kernels. */
 typedef struct pagoda_batch {
-    uint64_t seq_no;           /* increases by one per step: a key for caching uploads
-                                * (a step's batch for sliding-window layers with a pool of
-                                * their own has seq_no | 1 << 63) */
+    uint64_t seq_no;           /* an opaque key for caching uploads per batch: equal keys,
+                                * the same batch content (tokens, positions, slots, seqs);
+                                * a backend reads nothing else from it. The core's layout
+                                * (core/model/seqno.h): bits 0-39 a counter (the engine's
+                                * step, or the draft model's pass), 40-59 an MLA sub-batch's
+                                * index, bit 60 an MLA decompressed sub-batch, 61 an MLA
+                                * absorbed sub-batch, 62 the draft model's batches, 63 the
+                                * sliding-window layers' view of a step (their own pool) */
     int32_t n_tokens;
     const int32_t *tokens;     /* [n_tokens] */
     const int32_t *positions;  /* [n_tokens] */

@@ -7,12 +7,10 @@ turn after the first reuses at least 90% of the previous turn's prompt.
 Turn 5 sets tool_choice "none": the tools stay in its prompt too, so its
 prefix is the same as the turns around it.
 """
-import json
 import sys
-import urllib.request
 
 from integ_check import append_reply
-from integ_http import wait_health
+from integ_http import post_json, wait_health
 
 URL = sys.argv[1]
 TOOLS = [{"type": "function", "function": {
@@ -24,10 +22,7 @@ QUESTIONS = ["Hi! Who are you?", "What is the capital of France?", "And of Italy
 
 
 def post(body):
-    req = urllib.request.Request(URL + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
+    return post_json(URL + "/v1/chat/completions", body)
 
 
 def main():

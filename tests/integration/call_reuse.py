@@ -23,7 +23,7 @@ import sys
 import urllib.request
 
 from integ_check import append_reply, check, failures
-from integ_http import wait_health
+from integ_http import post_json, wait_health
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
@@ -36,10 +36,7 @@ TURNS = [("What is the weather in Paris?", "required"), ("And in Rome?", "requir
 
 
 def post(url, path, body):
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
+    return post_json(url + path, body)
 
 
 def block_size(url):

@@ -13,11 +13,9 @@ with the memo on and off ([http] call_memo) for the table in
 docs/http-api.md. Turn 1's max_tokens leaves room for DeepSeek's markers,
 many tokens each in the GPT-2 vocabulary (a call cut short leaves its
 rest in content, which the history writes before the call)."""
-import json
 import sys
-import urllib.request
 
-from integ_http import wait_health
+from integ_http import post_json, wait_health
 
 URL, FAMILY, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
@@ -26,10 +24,7 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
 
 
 def post(body):
-    req = urllib.request.Request(URL + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
+    return post_json(URL + "/v1/chat/completions", body)
 
 
 def main():

@@ -810,95 +810,58 @@ START_TEST(test_mxfp4_kernels_every_level)
 }
 END_TEST
 
-/* The per-row dots of the 32-value types, which the matmul reaches only
- * through tables without row x token kernels: AVX2 against the scalar
- * reference (same integer sums, float order differs), odd block counts
- * included. */
-/* The per-row dots of decode (T < 4) of Q4_K, Q5_K and Q6_K on every path
- * this host runs (the AVX-512 ones of decode_avx512.c natively where the
- * CPU has them, and their SIMDe copy on any AVX2 host) against the scalar
- * reference: the same integer sums, so within float-order rounding, over
- * 1..9 super-blocks and a long row of 43, three rows each, random blocks
- * (every quant, scale and min). */
-START_TEST(test_dots_k_decode_every_path)
-{
-    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
-    tu_rng r;
-    tu_rng_seed(&r, 57);
-    for (size_t ti = 0; ti < 3; ti++) {
-        for (int64_t nb = 1; nb <= 10; nb++) {
-            int64_t nbk = nb == 10 ? 43 : nb, K = 256 * nbk;
-            size_t ws;
-            uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
-            float *x = xmalloc(sizeof(float) * (size_t)K);
-            pagoda_q8k_block *xq = xmalloc(sizeof(pagoda_q8k_block) * (size_t)nbk);
-            tu_fill_normal(&r, x, (size_t)K, 1.0f);
-            pagoda_vecdot_scalar.quant_q8k(x, xq, K);
-            for (int ii = 0; ii < N_ISAS; ii++) {
-                const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
-                const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
-                for (int n = 0; n < 3; n++) {
-                    const uint8_t *wr = w + n * ws;
-                    float a, b;
-                    switch (types[ti]) {
-                    case PAGODA_DTYPE_Q4_K: a = s0->dot_q4_k(wr, xq, nbk); b = v->dot_q4_k(wr, xq, nbk); break;
-                    case PAGODA_DTYPE_Q5_K: a = s0->dot_q5_k(wr, xq, nbk); b = v->dot_q5_k(wr, xq, nbk); break;
-                    default: a = s0->dot_q6_k(wr, xq, nbk); b = v->dot_q6_k(wr, xq, nbk); break;
-                    }
-                    /* sum |w x| bounds the float-order differences */
-                    float *wd = xmalloc(sizeof(float) * (size_t)K);
-                    ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
-                    double mag = 0.0;
-                    for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 256].qs[k % 256] * xq[k / 256].d);
-                    free(wd);
-                    ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
-                                  pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
-                }
-            }
-            free(x);
-            free(xq);
-            free(w);
-        }
-    }
-}
-END_TEST
+/* One row dot of type on table t: w against the quantized activations xq. */
+typedef float (*row_dot_fn)(const pagoda_vecdot_table *t, int type, const uint8_t *w, const void *xq,
+                            int64_t nb);
 
-/* The per-row dots of the 32-value block types Q8_0, Q4_0, Q4_1 (against
- * q8a activations) in every table this host runs (a faster level's entry
- * replaces AVX2's where it has one), against the scalar reference: the
- * same integer sums, so within float-order rounding. The matmul tests
- * reach these only where no tile kernel runs first (GEMM_TILES' single
- * token); here every entry is checked directly. 1..9 blocks and a row of
- * 43, three rows each; the activations quantized by quant_q8a. */
-START_TEST(test_dots_q8_q4_decode_every_path)
+/* The per-row dots of types[n_types] on every path this host runs against
+ * the scalar reference: the same integer sums, so within float-order
+ * rounding (1e-5 sum |w x| + 1e-6). QK is the weight block's length and
+ * picks the activations (256: q8k, 32: q8a, quantized by the scalar
+ * table); 1..9 blocks and a long row of 43, three rows each, random blocks
+ * and activations from seed. */
+static void check_row_dots_every_path(const int *types, size_t n_types, int64_t QK, uint64_t seed,
+                                      row_dot_fn dot)
 {
-    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    ck_assert(QK == 256 || QK == 32);
+    const size_t xb = QK == 256 ? sizeof(pagoda_q8k_block) : sizeof(pagoda_q8a_block);
     tu_rng r;
-    tu_rng_seed(&r, 61);
-    for (size_t ti = 0; ti < 3; ti++) {
+    tu_rng_seed(&r, seed);
+    for (size_t ti = 0; ti < n_types; ti++) {
         for (int64_t nb = 1; nb <= 10; nb++) {
-            int64_t nbk = nb == 10 ? 43 : nb, K = 32 * nbk;
+            int64_t nbk = nb == 10 ? 43 : nb, K = QK * nbk;
             size_t ws;
             uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
             float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
-            pagoda_q8a_block *xq = xmalloc(sizeof(pagoda_q8a_block) * (size_t)nbk);
+            void *xq = xmalloc(xb * (size_t)nbk);
+            int8_t *xqs = xmalloc((size_t)K);   /* the activations' quants and scales, either block */
+            float *xd = xmalloc(sizeof(float) * (size_t)nbk);
             tu_fill_normal(&r, x, (size_t)K, 1.0f);
-            pagoda_vecdot_scalar.quant_q8a(x, xq, K);
+            if (QK == 256)
+                pagoda_vecdot_scalar.quant_q8k(x, xq, K);
+            else
+                pagoda_vecdot_scalar.quant_q8a(x, xq, K);
+            for (int64_t b = 0; b < nbk; b++) {
+                const int8_t *qs;
+                if (QK == 256) {
+                    qs = ((const pagoda_q8k_block *)xq)[b].qs;
+                    xd[b] = ((const pagoda_q8k_block *)xq)[b].d;
+                } else {
+                    qs = ((const pagoda_q8a_block *)xq)[b].qs;
+                    xd[b] = ((const pagoda_q8a_block *)xq)[b].d;
+                }
+                memcpy(xqs + b * QK, qs, (size_t)QK);
+            }
             for (int n = 0; n < 3; n++) {
                 const uint8_t *wr = w + n * ws;
                 ck_assert_int_eq(pagoda_dequantize_row(types[ti], wr, wd, K), PAGODA_OK);
                 /* sum |w x| bounds the float-order differences */
                 double mag = 0.0;
-                for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xq[k / 32].qs[k % 32] * xq[k / 32].d);
+                for (int64_t k = 0; k < K; k++) mag += fabs((double)wd[k] * xqs[k] * xd[k / QK]);
                 for (int ii = 0; ii < N_ISAS; ii++) {
                     const pagoda_vecdot_table *v = PATHS[ii].tab ? PATHS[ii].tab : pagoda_cpu_vecdot_level(PATHS[ii].isa);
-                    const pagoda_vecdot_table *s0 = &pagoda_vecdot_scalar;
-                    float a, b;
-                    switch (types[ti]) {
-                    case PAGODA_DTYPE_Q8_0: a = s0->dot_q8_0(wr, xq, nbk); b = v->dot_q8_0(wr, xq, nbk); break;
-                    case PAGODA_DTYPE_Q4_0: a = s0->dot_q4_0(wr, xq, nbk); b = v->dot_q4_0(wr, xq, nbk); break;
-                    default: a = s0->dot_q4_1(wr, xq, nbk); b = v->dot_q4_1(wr, xq, nbk); break;
-                    }
+                    float a = dot(&pagoda_vecdot_scalar, types[ti], wr, xq, nbk);
+                    float b = dot(v, types[ti], wr, xq, nbk);
                     ck_assert_msg(fabs((double)a - b) <= 1e-5 * mag + 1e-6, "%s %s nb %lld row %d: scalar %.7g vs %.7g",
                                   pagoda_dtype_name(types[ti]), PATHS[ii].name, (long long)nbk, n, a, b);
                 }
@@ -906,12 +869,58 @@ START_TEST(test_dots_q8_q4_decode_every_path)
             free(x);
             free(wd);
             free(xq);
+            free(xqs);
+            free(xd);
             free(w);
         }
     }
 }
+
+static float dot_k(const pagoda_vecdot_table *t, int type, const uint8_t *w, const void *xq, int64_t nb)
+{
+    switch (type) {
+    case PAGODA_DTYPE_Q4_K: return t->dot_q4_k(w, xq, nb);
+    case PAGODA_DTYPE_Q5_K: return t->dot_q5_k(w, xq, nb);
+    default: return t->dot_q6_k(w, xq, nb);
+    }
+}
+
+static float dot_32(const pagoda_vecdot_table *t, int type, const uint8_t *w, const void *xq, int64_t nb)
+{
+    switch (type) {
+    case PAGODA_DTYPE_Q8_0: return t->dot_q8_0(w, xq, nb);
+    case PAGODA_DTYPE_Q4_0: return t->dot_q4_0(w, xq, nb);
+    default: return t->dot_q4_1(w, xq, nb);
+    }
+}
+
+/* The per-row dots of decode (T < 4) of Q4_K, Q5_K and Q6_K on every path
+ * this host runs (the AVX-512 ones of decode_avx512.c natively where the
+ * CPU has them, and their SIMDe copy on any AVX2 host) against the scalar
+ * reference (every quant, scale and min of random blocks). */
+START_TEST(test_dots_k_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
+    check_row_dots_every_path(types, 3, 256, 57, dot_k);
+}
 END_TEST
 
+/* The per-row dots of the 32-value block types Q8_0, Q4_0, Q4_1 (against
+ * q8a activations) in every table this host runs (a faster level's entry
+ * replaces AVX2's where it has one), against the scalar reference. The
+ * matmul tests reach these only where no tile kernel runs first
+ * (GEMM_TILES' single token); here every entry is checked directly. */
+START_TEST(test_dots_q8_q4_decode_every_path)
+{
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
+    check_row_dots_every_path(types, 3, 32, 61, dot_32);
+}
+END_TEST
+
+/* The per-row dots of the 32-value types, which the matmul reaches only
+ * through tables without row x token kernels: AVX2 against the scalar
+ * reference (same integer sums, float order differs), odd block counts
+ * included. */
 START_TEST(test_dots_q5_iq4_avx2_match_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;

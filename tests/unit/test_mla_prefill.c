@@ -57,6 +57,7 @@
 #include "forward.h"
 #include "genmodel.h"
 #include "memplan.h"
+#include "mla_fixtures.h"
 #include "model.h"
 #include "ref_logits.h"
 #include "testutil.h"
@@ -66,53 +67,14 @@
 
 enum { BS = 16, NB = 16, CAP = NB * BS / 2 };
 
-static const char *const g_fixtures[] = {"deepseek2-lite", "deepseek3", "deepseek3-yarn"};
-enum { N_FIXTURES = 3 };
-
-typedef struct fixture {
-    json_t *ref;
-    pagoda_config *cfg;
-    pagoda_runtime *rt;
-    int32_t V;
-} fixture;
-
-static bool fixture_open(fixture *fx, const char *name)
+static int32_t prompt_ids(const mla_fixture *fx, size_t p, int32_t *tok)
 {
-    char rel[128], gg[128];
-    snprintf(rel, sizeof rel, "tests/fixtures/mla/%s-tiny.ref.json", name);
-    snprintf(gg, sizeof gg, "tests/fixtures/mla/%s-tiny.f32.gguf", name);
-    const char *jpath = tu_src(rel);
-    /* the fixtures are committed (tests/fixtures/mla): one missing is a broken tree, not a skip */
-    ck_assert_msg(access(jpath, R_OK) == 0, "%s: no fixture %s (committed with the tree)", name, rel);
-    json_error_t je;
-    fx->ref = json_load_file(jpath, 0, &je);
-    ck_assert_msg(fx->ref != NULL, "%s: %s (line %d)", rel, je.text, je.line);
-    const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=256",
-                              "engine.max_seq_len=128", "backend.cpu.threads=2", NULL};
-    fx->rt = et_open_model(&fx->cfg, tu_src(gg), settings);
-    ck_assert(fx->rt->model->hp.mla);
-    fx->V = fx->rt->model->hp.n_vocab;
-    return true;
-}
-
-static void fixture_close(fixture *fx)
-{
-    json_decref(fx->ref);
-    et_close(fx->rt, fx->cfg);
-}
-
-static int32_t prompt_ids(const fixture *fx, size_t p, int32_t *tok)
-{
-    json_t *ids = json_object_get(json_array_get(json_object_get(fx->ref, "prompts"), p), "ids");
-    int32_t n = (int32_t)json_array_size(ids);
-    ck_assert_int_le(n, CAP);
-    for (int32_t i = 0; i < n; i++) tok[i] = (int32_t)json_integer_value(json_array_get(ids, i));
-    return n;
+    return mla_prompt_ids(mla_prompt(fx, p), CAP, tok);
 }
 
 /* A forward pass over NB blocks of BS in kv_dtype; decompressing from
  * MIN_TOK tokens or not. */
-static void init_fw(pagoda_forward *fw, fixture *fx, bool on, int32_t kv_dtype)
+static void init_fw(pagoda_forward *fw, mla_fixture *fx, bool on, int32_t kv_dtype)
 {
     char err[1024] = "";
     ck_assert_msg(pagoda_forward_init(fw, fx->rt->model, &fx->rt->backend, CAP, CAP, NB, BS,
@@ -180,10 +142,10 @@ static double top2_gap(const float *x, int32_t n)
 
 static const int32_t g_table[NB / 2] = {5, 2, 7, 0, 3, 6, 1, 4};   /* scrambled blocks */
 
-static bool check_same(const char *name)
+static void check_same(const char *name)
 {
-    fixture fx;
-    if (!fixture_open(&fx, name)) return false;
+    mla_fixture fx;
+    mla_fixture_open(&fx, name);
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
     for (size_t p = 0; p < 3; p++) {
@@ -235,15 +197,12 @@ static bool check_same(const char *name)
     }
     free(a);
     free(b);
-    fixture_close(&fx);
-    return true;
+    mla_fixture_close(&fx);
 }
 
 START_TEST(same_logits)
 {
-    int found = 0;
-    for (int i = 0; i < N_FIXTURES; i++) found += check_same(g_fixtures[i]);
-    ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
+    mla_each_fixture(check_same);
 }
 END_TEST
 
@@ -266,8 +225,8 @@ static int64_t both(pagoda_forward *off, pagoda_forward *on, const seq_part *par
 
 START_TEST(what_stays_absorbed)
 {
-    fixture fx;
-    if (!fixture_open(&fx, "deepseek3-yarn")) return;
+    mla_fixture fx;
+    mla_fixture_open(&fx, "deepseek3-yarn");
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
     int32_t tok[CAP];
@@ -353,7 +312,7 @@ START_TEST(what_stays_absorbed)
     pagoda_forward_free(&on);
     free(a);
     free(b);
-    fixture_close(&fx);
+    mla_fixture_close(&fx);
 }
 END_TEST
 
@@ -399,7 +358,7 @@ static void run_cases(pagoda_forward *off, pagoda_forward *on, const chunk_case 
 
 /* A prefix hit (A's block 0 shared by B) and a chunked prefill of 9, 8,
  * 23 tokens over the 40-token prompt, in kv_dtype. */
-static void later_chunks_in(fixture *fx, const char *name, int32_t kv_dtype, double rel, double abs_tol)
+static void later_chunks_in(mla_fixture *fx, const char *name, int32_t kv_dtype, double rel, double abs_tol)
 {
     const int32_t V = fx->V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
@@ -427,20 +386,20 @@ static void later_chunks_in(fixture *fx, const char *name, int32_t kv_dtype, dou
     free(b);
 }
 
-START_TEST(later_chunks)
+static void check_later_chunks(const char *name)
 {
-    for (int i = 0; i < N_FIXTURES; i++) {
-        fixture fx;
-        if (!fixture_open(&fx, g_fixtures[i])) continue;
-        /* every fixture's third prompt has 40 tokens */
-        later_chunks_in(&fx, g_fixtures[i], PAGODA_DTYPE_F32, REL_TOL, 0);
-        if (i == 2) {
-            later_chunks_in(&fx, "deepseek3-yarn KV F16", PAGODA_DTYPE_F16, 0, 0.05);
-            later_chunks_in(&fx, "deepseek3-yarn KV Q8_0", PAGODA_DTYPE_Q8_0, 0, 0.5);
-        }
-        fixture_close(&fx);
+    mla_fixture fx;
+    mla_fixture_open(&fx, name);
+    /* every fixture's third prompt has 40 tokens */
+    later_chunks_in(&fx, name, PAGODA_DTYPE_F32, REL_TOL, 0);
+    if (strcmp(name, "deepseek3-yarn") == 0) {
+        later_chunks_in(&fx, "deepseek3-yarn KV F16", PAGODA_DTYPE_F16, 0, 0.05);
+        later_chunks_in(&fx, "deepseek3-yarn KV Q8_0", PAGODA_DTYPE_Q8_0, 0, 0.5);
     }
+    mla_fixture_close(&fx);
 }
+
+START_TEST(later_chunks) { mla_each_fixture(check_later_chunks); }
 END_TEST
 
 /* One engine run: prompts[0], then prompts[1] (which starts with it: a
@@ -515,8 +474,8 @@ END_TEST
 
 START_TEST(rounded_caches)
 {
-    fixture fx;
-    if (!fixture_open(&fx, "deepseek3-yarn")) return;
+    mla_fixture fx;
+    mla_fixture_open(&fx, "deepseek3-yarn");
     const int32_t V = fx.V;
     float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
     int32_t tok[CAP];
@@ -556,7 +515,7 @@ START_TEST(rounded_caches)
     }
     free(a);
     free(b);
-    fixture_close(&fx);
+    mla_fixture_close(&fx);
 }
 END_TEST
 
@@ -581,60 +540,59 @@ START_TEST(plan_counts_it)
     o.max_batched_tokens = CAP;
     o.kv_dtype = PAGODA_DTYPE_F32;   /* as init_fw's cache: the scratch takes its type */
     pagoda_memplan off, on;
-    fixture fx;
-    if (fixture_open(&fx, "deepseek2-lite")) {
-        const gguf_file *f = fx.rt->model->gguf;
-        ck_assert_int_eq(pagoda_memplan_compute(f, &o, &off, err, sizeof err), 0);
-        o.mla_decompress_min = MIN_TOK;
-        ck_assert_msg(pagoda_memplan_compute(f, &o, &on, err, sizeof err) == 0, "%s", err);
-        pagoda_forward fw;
-        init_fw(&fw, &fx, true, PAGODA_DTYPE_F32);
-        /* the plan's bytes are what the pass holds */
-        ck_assert_uint_eq(on.mla_kbt_bytes, fw.mla.kbt_bytes);
-        ck_assert_uint_eq(on.mla_scratch_bytes, fw.mla.scratch_bytes);
-        const pagoda_hparams *hp = &fx.rt->model->hp;
-        /* F32 source: F32 copies, [nope x kv_lora] a head (each layer 64-byte aligned) */
-        uint64_t layer = (uint64_t)hp->n_heads * hp->qk_nope * hp->kv_lora_rank * 4;
-        ck_assert_uint_eq(on.mla_kbt_bytes, (uint64_t)hp->n_layers * ((layer + 63) / 64 * 64));
-        /* K and V of CAP tokens in F32, one zero row of a key head (64-byte
-         * aligned), and CAP F32 staging rows of kv_lora + rope values */
-        uint64_t D = (uint64_t)(hp->qk_nope + hp->rope_dims);
-        uint64_t stage = (uint64_t)CAP * (uint64_t)(hp->kv_lora_rank + hp->rope_dims) * 4;
-        ck_assert_int_eq(on.mla_scratch_tokens, CAP);
-        ck_assert_uint_eq(on.mla_scratch_bytes,
-                          (2ull * CAP * hp->n_heads * D * 4 + 63) / 64 * 64 + (D * 4 + 63) / 64 * 64 + stage);
-        ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes + on.mla_kbt_bytes + on.mla_scratch_bytes);
-        ck_assert_uint_eq(off.mla_kbt_bytes, 0);
-        ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F32);
-        char *t_on = plan_text(&on), *t_off = plan_text(&off);
-        ck_assert_msg(strstr(t_on, "MLA attn_k_b transposed"), "%s", t_on);
-        ck_assert_msg(strstr(t_on, "MLA decompression scratch"), "%s", t_on);
-        ck_assert_msg(!strstr(t_off, "MLA attn_k_b"), "%s", t_off);
-        free(t_on);
-        free(t_off);
-        /* a threshold above the step's tokens never fires: nothing made */
-        pagoda_forward_free(&fw);
-        o.mla_decompress_min = CAP + 1;
-        ck_assert_int_eq(pagoda_memplan_compute(f, &o, &on, err, sizeof err), 0);
-        ck_assert_uint_eq(on.mla_kbt_bytes + on.mla_scratch_bytes, 0);
-        ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes);
-        ck_assert_int_eq(pagoda_forward_init(&fw, fx.rt->model, &fx.rt->backend, CAP, CAP, NB, BS,
-                                             PAGODA_DTYPE_F32, err, sizeof err), 0);
-        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, CAP + 1, 0, err, sizeof err), 0);
-        ck_assert_int_eq(fw.mla.decompress_min, 0);
-        ck_assert_uint_eq(fw.mla.kbt_bytes, 0);
-        /* a backend that cannot multiply the copies' type: refused, naming the fix, and off */
-        uint64_t types = fx.rt->backend.info.weight_types;
-        fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F32);
-        ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, MIN_TOK, 0, err, sizeof err),
-                         PAGODA_ERR_UNSUPPORTED);
-        fx.rt->backend.info.weight_types = types;
-        ck_assert_msg(strstr(err, "mla_decompress_min = 0") && strstr(err, "F32"), "%s", err);
-        ck_assert_int_eq(fw.mla.decompress_min, 0);
-        ck_assert_ptr_null(fw.mla.kbt);
-        pagoda_forward_free(&fw);
-        fixture_close(&fx);
-    }
+    mla_fixture fx;
+    mla_fixture_open(&fx, "deepseek2-lite");
+    const gguf_file *f = fx.rt->model->gguf;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &off, err, sizeof err), 0);
+    o.mla_decompress_min = MIN_TOK;
+    ck_assert_msg(pagoda_memplan_compute(f, &o, &on, err, sizeof err) == 0, "%s", err);
+    pagoda_forward fw;
+    init_fw(&fw, &fx, true, PAGODA_DTYPE_F32);
+    /* the plan's bytes are what the pass holds */
+    ck_assert_uint_eq(on.mla_kbt_bytes, fw.mla.kbt_bytes);
+    ck_assert_uint_eq(on.mla_scratch_bytes, fw.mla.scratch_bytes);
+    const pagoda_hparams *hp = &fx.rt->model->hp;
+    /* F32 source: F32 copies, [nope x kv_lora] a head (each layer 64-byte aligned) */
+    uint64_t layer = (uint64_t)hp->n_heads * hp->qk_nope * hp->kv_lora_rank * 4;
+    ck_assert_uint_eq(on.mla_kbt_bytes, (uint64_t)hp->n_layers * ((layer + 63) / 64 * 64));
+    /* K and V of CAP tokens in F32, one zero row of a key head (64-byte
+     * aligned), and CAP F32 staging rows of kv_lora + rope values */
+    uint64_t D = (uint64_t)(hp->qk_nope + hp->rope_dims);
+    uint64_t stage = (uint64_t)CAP * (uint64_t)(hp->kv_lora_rank + hp->rope_dims) * 4;
+    ck_assert_int_eq(on.mla_scratch_tokens, CAP);
+    ck_assert_uint_eq(on.mla_scratch_bytes,
+                      (2ull * CAP * hp->n_heads * D * 4 + 63) / 64 * 64 + (D * 4 + 63) / 64 * 64 + stage);
+    ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes + on.mla_kbt_bytes + on.mla_scratch_bytes);
+    ck_assert_uint_eq(off.mla_kbt_bytes, 0);
+    ck_assert_int_eq(on.mla_kbt_dtype, PAGODA_DTYPE_F32);
+    char *t_on = plan_text(&on), *t_off = plan_text(&off);
+    ck_assert_msg(strstr(t_on, "MLA attn_k_b transposed"), "%s", t_on);
+    ck_assert_msg(strstr(t_on, "MLA decompression scratch"), "%s", t_on);
+    ck_assert_msg(!strstr(t_off, "MLA attn_k_b"), "%s", t_off);
+    free(t_on);
+    free(t_off);
+    /* a threshold above the step's tokens never fires: nothing made */
+    pagoda_forward_free(&fw);
+    o.mla_decompress_min = CAP + 1;
+    ck_assert_int_eq(pagoda_memplan_compute(f, &o, &on, err, sizeof err), 0);
+    ck_assert_uint_eq(on.mla_kbt_bytes + on.mla_scratch_bytes, 0);
+    ck_assert_uint_eq(on.fixed_bytes, off.fixed_bytes);
+    ck_assert_int_eq(pagoda_forward_init(&fw, fx.rt->model, &fx.rt->backend, CAP, CAP, NB, BS,
+                                         PAGODA_DTYPE_F32, err, sizeof err), 0);
+    ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, CAP + 1, 0, err, sizeof err), 0);
+    ck_assert_int_eq(fw.mla.decompress_min, 0);
+    ck_assert_uint_eq(fw.mla.kbt_bytes, 0);
+    /* a backend that cannot multiply the copies' type: refused, naming the fix, and off */
+    uint64_t types = fx.rt->backend.info.weight_types;
+    fx.rt->backend.info.weight_types &= ~(1ull << PAGODA_DTYPE_F32);
+    ck_assert_int_eq(pagoda_forward_mla_decompress(&fw, MIN_TOK, 0, err, sizeof err),
+                     PAGODA_ERR_UNSUPPORTED);
+    fx.rt->backend.info.weight_types = types;
+    ck_assert_msg(strstr(err, "mla_decompress_min = 0") && strstr(err, "F32"), "%s", err);
+    ck_assert_int_eq(fw.mla.decompress_min, 0);
+    ck_assert_ptr_null(fw.mla.kbt);
+    pagoda_forward_free(&fw);
+    mla_fixture_close(&fx);
     /* V2-Lite's shape in F16: 27 layers x 16 heads x 128 x 512 x 2 bytes = 54 MiB */
     char dir[] = "/tmp/pagoda-mlap-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));

@@ -43,6 +43,7 @@
 #include "genmodel.h"
 #include "gguf_writer.h"
 #include "memplan.h"
+#include "mla_fixtures.h"
 #include "model.h"
 #include "perplexity.h"
 #include "ref_logits.h"
@@ -53,56 +54,20 @@
 
 enum { BS = 16, NB = 8, CAP = NB * BS };
 
-static const char *const g_fixtures[] = {"deepseek2-lite", "deepseek3", "deepseek3-yarn"};
-enum { N_FIXTURES = 3 };
-
+/* a fixture and the block table, positions, rows and slots of its one sequence */
 typedef struct fixture {
-    json_t *ref;
-    pagoda_config *cfg;
-    pagoda_runtime *rt;
+    mla_fixture m;
     int32_t table[NB], pos[CAP], rows[CAP], slots[CAP];
 } fixture;
 
-static bool fixture_open(fixture *fx, const char *name)
+static void fixture_open(fixture *fx, const char *name)
 {
-    char rel[128], gg[128];
-    snprintf(rel, sizeof rel, "tests/fixtures/mla/%s-tiny.ref.json", name);
-    snprintf(gg, sizeof gg, "tests/fixtures/mla/%s-tiny.f32.gguf", name);
-    const char *jpath = tu_src(rel);
-    if (access(jpath, R_OK) != 0) {
-        printf("%s: no fixture (%s): skipped\n", name, rel);
-        return false;
-    }
-    json_error_t je;
-    fx->ref = json_load_file(jpath, 0, &je);
-    ck_assert_msg(fx->ref != NULL, "%s: %s (line %d)", rel, je.text, je.line);
-    const char *settings[] = {"engine.kv_dtype=f32", "engine.kv_cache_tokens=256",
-                              "engine.max_seq_len=128", "backend.cpu.threads=2", NULL};
-    fx->rt = et_open_model(&fx->cfg, tu_src(gg), settings);
-    ck_assert_str_eq(fx->rt->model->hp.arch, "deepseek2");
-    ck_assert(fx->rt->model->hp.mla);
-    ck_assert_int_gt(fx->rt->model->hp.n_experts, 0);
+    mla_fixture_open(&fx->m, name);
     for (int32_t b = 0; b < NB; b++) fx->table[b] = (b * 5 + 3) % NB;   /* scrambled blocks */
     for (int32_t i = 0; i < CAP; i++) {
         fx->pos[i] = fx->rows[i] = i;
         fx->slots[i] = fx->table[i / BS] * BS + i % BS;
     }
-    return true;
-}
-
-static void fixture_close(fixture *fx)
-{
-    json_decref(fx->ref);
-    et_close(fx->rt, fx->cfg);
-}
-
-static int32_t prompt_ids(json_t *pr, int32_t *tok)
-{
-    json_t *ids = json_object_get(pr, "ids");
-    int32_t n = (int32_t)json_array_size(ids);
-    ck_assert_int_le(n, CAP);
-    for (int32_t i = 0; i < n; i++) tok[i] = (int32_t)json_integer_value(json_array_get(ids, i));
-    return n;
 }
 
 /* One sequence's step: rows [at, at + n) of tok. */
@@ -120,7 +85,7 @@ static void step(pagoda_forward *fw, fixture *fx, const int32_t *tok, int32_t at
 static void init_fw(pagoda_forward *fw, fixture *fx, int32_t kv_dtype)
 {
     char err[1024] = "";
-    ck_assert_msg(pagoda_forward_init(fw, fx->rt->model, &fx->rt->backend, CAP, CAP, NB, BS, kv_dtype,
+    ck_assert_msg(pagoda_forward_init(fw, fx->m.rt->model, &fx->m.rt->backend, CAP, CAP, NB, BS, kv_dtype,
                                       err, sizeof err) == 0, "%s", err);
 }
 
@@ -138,18 +103,18 @@ static void greedy_step(void *user, int32_t g, int32_t token)
     step(gc->fw, gc->fx, gc->tok, gc->n + g, 1, gc->logits, (uint64_t)g + 2);
 }
 
-static bool check_reference(const char *name)
+static void check_reference(const char *name)
 {
     fixture fx;
-    if (!fixture_open(&fx, name)) return false;
-    const int32_t V = fx.rt->model->hp.n_vocab;
+    fixture_open(&fx, name);
+    const int32_t V = fx.m.rt->model->hp.n_vocab;
     float *logits = malloc(sizeof(float) * CAP * (size_t)V);
-    json_t *prompts = json_object_get(fx.ref, "prompts");
+    json_t *prompts = json_object_get(fx.m.ref, "prompts");
     double worst = 0, spread = 0;
     for (size_t p = 0; p < json_array_size(prompts); p++) {
         json_t *pr = json_array_get(prompts, p);
         int32_t tok[CAP];
-        int32_t n = prompt_ids(pr, tok);
+        int32_t n = mla_prompt_ids(pr, CAP, tok);
         ck_assert_int_le(n + (int32_t)json_array_size(json_object_get(pr, "greedy_ids")), CAP);
         pagoda_forward fw;
         init_fw(&fw, &fx, PAGODA_DTYPE_F32);
@@ -167,15 +132,12 @@ static bool check_reference(const char *name)
     printf("%s: max |logit - transformers| %.3g (logit spread up to %.3g; allowed %g)\n", name, worst,
            spread, TOL);
     free(logits);
-    fixture_close(&fx);
-    return true;
+    mla_fixture_close(&fx.m);
 }
 
 START_TEST(against_transformers)
 {
-    int found = 0;
-    for (int i = 0; i < N_FIXTURES; i++) found += check_reference(g_fixtures[i]);
-    ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
+    mla_each_fixture(check_reference);
 }
 END_TEST
 
@@ -184,7 +146,7 @@ END_TEST
 static void decode_each(pagoda_forward *fw, fixture *fx, const int32_t *tok, int32_t n, float *into,
                         float *one)
 {
-    const size_t V = (size_t)fx->rt->model->hp.n_vocab;
+    const size_t V = (size_t)fx->m.rt->model->hp.n_vocab;
     step(fw, fx, tok, 0, 5, into, 1);
     for (int32_t i = 5; i < n; i++) {
         step(fw, fx, tok, i, 1, one, (uint64_t)i);
@@ -193,16 +155,16 @@ static void decode_each(pagoda_forward *fw, fixture *fx, const int32_t *tok, int
 }
 
 /* Prefill vs decode, and the F16 / Q8_0 latent caches against F32. */
-static bool check_decode(const char *name)
+static void check_decode(const char *name)
 {
     fixture fx;
-    if (!fixture_open(&fx, name)) return false;
-    const int32_t V = fx.rt->model->hp.n_vocab;
+    fixture_open(&fx, name);
+    const int32_t V = fx.m.rt->model->hp.n_vocab;
     float *pre = malloc(sizeof(float) * CAP * (size_t)V), *dec = malloc(sizeof(float) * CAP * (size_t)V);
     float *one = malloc(sizeof(float) * (size_t)V);
-    json_t *pr = json_array_get(json_object_get(fx.ref, "prompts"), 2);   /* 40 random ids */
+    json_t *pr = json_array_get(json_object_get(fx.m.ref, "prompts"), 2);   /* 40 random ids */
     int32_t tok[CAP];
-    int32_t n = prompt_ids(pr, tok);
+    int32_t n = mla_prompt_ids(pr, CAP, tok);
     static const int32_t types[] = {PAGODA_DTYPE_F32, PAGODA_DTYPE_F16, PAGODA_DTYPE_Q8_0};
     static const double tol[] = {1e-4, 0.05, 0.5};
     for (int ti = 0; ti < 3; ti++) {
@@ -217,7 +179,7 @@ static bool check_decode(const char *name)
         }
         decode_each(&fw, &fx, tok, n, into, one);
         /* the latent layout: one row a slot, no V plane */
-        const pagoda_hparams *hp = &fx.rt->model->hp;
+        const pagoda_hparams *hp = &fx.m.rt->model->hp;
         ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_LATENT);
         ck_assert_int_eq(fw.kv_layout.n_kv_heads, 1);
         ck_assert_int_eq(fw.kv_layout.head_dim, hp->kv_lora_rank + hp->rope_dims);
@@ -249,12 +211,12 @@ static bool check_decode(const char *name)
      * gets the row as both K and V of a separate layout: twice the bytes,
      * the same logits */
     pagoda_forward fw;
-    uint32_t kinds = fx.rt->backend.info.kv_kinds;
-    fx.rt->backend.info.kv_kinds = 0;
+    uint32_t kinds = fx.m.rt->backend.info.kv_kinds;
+    fx.m.rt->backend.info.kv_kinds = 0;
     init_fw(&fw, &fx, PAGODA_DTYPE_F32);
-    fx.rt->backend.info.kv_kinds = kinds;
+    fx.m.rt->backend.info.kv_kinds = kinds;
     ck_assert_int_eq(fw.kv_layout.kind, PAGODA_KV_SEPARATE);
-    ck_assert_uint_eq(fw.kv_bytes, 2 * (size_t)fx.rt->model->hp.n_layers * NB * BS *
+    ck_assert_uint_eq(fw.kv_bytes, 2 * (size_t)fx.m.rt->model->hp.n_layers * NB * BS *
                                        pagoda_dtype_row_bytes(PAGODA_DTYPE_F32, fw.kv_layout.head_dim));
     decode_each(&fw, &fx, tok, n, dec, one);
     double worst = 0;
@@ -265,15 +227,12 @@ static bool check_decode(const char *name)
     free(pre);
     free(dec);
     free(one);
-    fixture_close(&fx);
-    return true;
+    mla_fixture_close(&fx.m);
 }
 
 START_TEST(decode_equals_prefill)
 {
-    int found = 0;
-    for (int i = 0; i < N_FIXTURES; i++) found += check_decode(g_fixtures[i]);
-    ck_assert_msg(found >= 1, "no fixture in tests/fixtures/mla");
+    mla_each_fixture(check_decode);
 }
 END_TEST
 

@@ -117,6 +117,10 @@ typedef struct run_out {
     uint64_t draft_passes, draft_rows;   /* the draft model's forward passes and their rows */
 } run_out;
 
+/* A drafter put in place of the configured one once the engine is open
+ * (NULL: none), before any request: its sequences' states are its own. */
+static const pagoda_drafter_ops *g_drafter;
+
 /* extra2 (NULL or up to two settings more, e.g. another drafter) */
 static void run_watched(const char *sched, const char *kv, bool spec, const char *extra,
                         const char *const *extra2, kv_watch *w, run_out *out)
@@ -132,6 +136,7 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_stopped(&cfg, settings);
     pagoda_engine_set_check_invariants(rt->engine, true);
+    if (g_drafter) rt->engine->spec.drafter = g_drafter;
     if (w) {
         if (w->no_shrink) rt->kv.ops.shrink = NULL;
         pagoda_engine_set_step_hook(rt->engine, kv_watch_hook, w);
@@ -1002,6 +1007,51 @@ START_TEST(metrics_and_steps_show_drafts)
 }
 END_TEST
 
+/* The ngram drafter, batched, making fewer drafts than each request asks
+ * (at most max - 1; none when one is asked), as a model drafter does at
+ * its seat's end or without a seat. */
+static int64_t g_short_asked, g_short_made;
+
+static void short_propose_batch(pagoda_draft_req *reqs, int32_t count)
+{
+    const pagoda_drafter_ops *ng = pagoda_drafter_find("ngram");
+    for (int32_t i = 0; i < count; i++) {
+        pagoda_draft_req *r = &reqs[i];
+        r->k = r->max > 1 ? ng->propose(r->state, r->tokens, r->n, r->max - 1, r->out) : 0;
+        g_short_asked += r->max;
+        g_short_made += r->k;
+    }
+}
+
+/* A batched proposal that comes back shorter than asked is charged what
+ * it made: the step verifies (and counts in its draft_tokens and the
+ * drafted total) the drafts that came back, not the ones asked for, and
+ * the output is plain decoding's. */
+START_TEST(short_batched_drafts_count_what_was_made)
+{
+    static pagoda_drafter_ops short_ops;
+    short_ops = *pagoda_drafter_find("ngram");
+    short_ops.struct_size = sizeof short_ops;
+    short_ops.propose_batch = short_propose_batch;
+    run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    run("continuous", "paged", false, "engine.kv_cache_tokens=8192", off);
+    g_drafter = &short_ops;
+    run("continuous", "paged", true, "engine.kv_cache_tokens=8192", on);
+    g_drafter = NULL;
+    assert_same(off, on, "ngram batched, short, vs off");
+    fprintf(stderr, "short_batched_drafts_count_what_was_made: %lld asked, %lld made, %lld drafted "
+            "(steps: %d), %lld steps\n", (long long)g_short_asked, (long long)g_short_made,
+            (long long)on->st.spec_drafted_total, on->step_drafted, (long long)on->st.steps_total);
+    ck_assert_int_gt(g_short_made, 0);
+    ck_assert_int_lt(g_short_made, g_short_asked);
+    ck_assert_int_eq(on->st.spec_drafted_total, g_short_made);
+    if (on->st.steps_total <= PAGODA_STEP_HISTORY) ck_assert_int_eq(on->step_drafted, g_short_made);
+    else ck_assert_int_le(on->step_drafted, g_short_made);
+    free(off);
+    free(on);
+}
+END_TEST
+
 static void open_fails(const char *const *settings, const char *want)
 {
     char err[1024] = "";
@@ -1113,6 +1163,7 @@ static Suite *suite(void)
     tcase_add_test(tc, sampled_distribution_unchanged);
     tc = tcase(s, "seeing");
     tcase_add_test(tc, metrics_and_steps_show_drafts);
+    tcase_add_test(tc, short_batched_drafts_count_what_was_made);
     tcase_add_test(tc, bad_settings_and_requests_refused);
     /* SmolLM2 only where it was fetched: the case does not exist otherwise */
     FILE *f = fopen(tu_src(SMOLLM2_REL), "rb");

@@ -12,29 +12,18 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <math.h>
 
+#include "exp_poly.h"
 #include "vecdot_avx2.h"
 
-/* exp(x) for 8 floats: x = n ln2 + r (|r| <= ln2 / 2, ln2 split in two
- * for the reduction), exp(r) by the degree-6 minimax polynomial of Cephes'
- * expf, times 2^n built in the exponent bits; x clamped to [-87.3, 88.7]
- * (the float range). */
+/* exp(x) for 8 floats: exp_poly.h's steps, n by round_ps. */
 static inline __m256 exp_ps(__m256 x)
 {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(PAGODA_EXP_LO)), _mm256_set1_ps(PAGODA_EXP_HI));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(PAGODA_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* 2^n: n in [-126, 128]; n = 128 only at the clamp, where p < 1 keeps
-     * the product finite, so build 2^(n-1) and double. */
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+    PAGODA_EXP_POLY(256, p, x, n);
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(PAGODA_EXP_BIAS)),
+                                  23);
     return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
 }
 
@@ -62,7 +51,7 @@ void pagoda_cpu_swiglu_oai_avx2(const float *g, const float *u, float alpha, flo
                                 int64_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
-    const __m256 nalpha = _mm256_set1_ps(-alpha), big = _mm256_set1_ps(88.72283f);
+    const __m256 nalpha = _mm256_set1_ps(-alpha), big = _mm256_set1_ps(PAGODA_EXP_HI);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x = _mm256_min_ps(_mm256_loadu_ps(g + i), lim);

@@ -1,7 +1,7 @@
 /*
  * act_avx512.c: the AVX-512 gated activation of the table (vecdot.h
  * swiglu_oai, gpt-oss's clamped SwiGLU): sixteen values a zmm, exp by the
- * same Cephes polynomial as the AVX2 level's (vecdot_act_avx2.c), the
+ * same Cephes polynomial as the AVX2 level's (exp_poly.h), the
  * tails by the scalar formula (pagoda_swiglu_oai1). AVX-512F only.
  * Compiled with the AVX-512 flags by file name (and a second time against
  * SIMDe on AVX2 alone, PAGODA_SIMDE, for the tests); called only after the
@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "exp_poly.h"
+
 #ifdef PAGODA_SIMDE
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -23,30 +25,19 @@
 #define ACT_FN(name) name
 #endif
 
-/* exp(x) for 16 floats, as exp_ps of vecdot_act_avx2.c: x clamped to
- * [-87.3, 88.7], x = n ln2 + r, exp(r) by the degree-6 polynomial, times
- * 2^n built in the exponent bits. n comes from the 1.5 * 2^23 rounding
- * trick (x log2e + M rounds to an integer in the low mantissa bits),
- * which needs no float-int conversion (SIMDe 0.7.4 has none at 512 bits). */
+/* exp(x) for 16 floats: exp_poly.h's steps, n by the 1.5 * 2^23 rounding
+ * trick (x log2e + M rounds to an integer in the low mantissa bits), which
+ * needs no float-int conversion (SIMDe 0.7.4 has none at 512 bits). */
 static inline __m512 exp512(__m512 x)
 {
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.72283f));
-    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 magic = _mm512_set1_ps(PAGODA_EXP_ROUND_MAGIC);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(PAGODA_EXP_LO)), _mm512_set1_ps(PAGODA_EXP_HI));
+    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(PAGODA_EXP_LOG2E), magic);
     __m512 n = _mm512_sub_ps(t, magic);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    /* t's bits are M's plus n; 2^(n-1) (n in [-126, 128]), then doubled,
-     * as the AVX2 one */
+    PAGODA_EXP_POLY(512, p, x, n);
+    /* t's bits are M's plus n */
     __m512i nb = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(nb, _mm512_set1_epi32(126)), 23);
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(nb, _mm512_set1_epi32(PAGODA_EXP_BIAS)), 23);
     return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), _mm512_set1_ps(2.0f));
 }
 
@@ -57,7 +48,7 @@ static void swiglu_oai_avx512(const float *g, const float *u, float alpha, float
                               int64_t n)
 {
     const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit);
-    const __m512 nalpha = _mm512_set1_ps(-alpha), big = _mm512_set1_ps(88.72283f);
+    const __m512 nalpha = _mm512_set1_ps(-alpha), big = _mm512_set1_ps(PAGODA_EXP_HI);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 x = _mm512_min_ps(_mm512_loadu_ps(g + i), lim);
