@@ -60,6 +60,11 @@
  * message the line "Calls to these tools must go to the commentary
  * channel: 'functions'."), and "analysis", an assistant's text beside its
  * calls (<|start|>assistant<|channel|>analysis<|message|>TEXT<|end|>).
+ * And "assistant written", a call as the model wrote it (the frontend's
+ * call memo): its content is the message after <|start|>assistant, header
+ * and arguments (<|channel|>commentary to=functions.NAME <|constrain|>json
+ * <|message|>ARGS), rendered <|start|>assistant CONTENT<|call|>, so the
+ * next turn's prompt holds the tokens the model generated.
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text

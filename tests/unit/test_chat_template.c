@@ -437,6 +437,22 @@ START_TEST(render_thinking_and_effort)
     ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, tl, 3, true, NULL, NULL, &o, &out, err, sizeof err),
                      PAGODA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "message 2 is a tool result without its function"));
+    /* a past call: the template's header from its role; "assistant
+     * written" (the call memo's) the header as the model wrote it */
+    static const pagoda_chat_message calls[] = {{"user", "hi"},
+                                                {"assistant to=functions.f", "{\"x\": 1}"},
+                                                {"functions.f", "5"},
+                                                {"assistant written", "<|channel|>commentary to=functions.f "
+                                                                      "<|constrain|>json<|message|>{\"x\":2}"},
+                                                {"functions.f", "6"}};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, calls, 5, true, NULL, NULL, &o, &out, err,
+                                             sizeof err), PAGODA_OK);
+    ck_assert_msg(strstr(out, "<|start|>user<|message|>hi<|end|><|start|>assistant to=functions.f<|channel|>commentary "
+                              "json<|message|>{\"x\": 1}<|call|><|start|>functions.f to=assistant<|channel|>commentary"
+                              "<|message|>\"5\"<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+                              "<|constrain|>json<|message|>{\"x\":2}<|call|><|start|>functions.f to=assistant"
+                              "<|channel|>commentary<|message|>\"6\"<|end|><|start|>assistant"), "%s", out);
+    free(out);
     /* without a date, today's (UTC) is written: a well-formed one */
     o.date = NULL;
     ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, u, 1, true, NULL, NULL, &o, &out, err, sizeof err),

@@ -640,6 +640,60 @@ START_TEST(test_family_auto)
 }
 END_TEST
 
+/* harmony's fake template for the memo: a fresh turn renders as its last
+ * user text and the generation prompt (the echo then is the call message
+ * as a model writes it after <|start|>assistant); a history as the fake
+ * renders every message, to read. */
+static int harmony_memo_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen,
+                               char **out, int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    bool users = true;
+    for (int32_t i = 0; i < n; i++) users &= !strcmp(msgs[i].role, "user") || !strcmp(msgs[i].role, "tools");
+    if (!users || !gen) return family_render(h, msgs, n, gen, out, stop_ids, cap, n_stop);
+    const char *last = n ? msgs[n - 1].content : "";
+    size_t l = strlen(last) + sizeof "<|start|>assistant";
+    *out = malloc(l);
+    ck_assert_ptr_nonnull(*out);
+    snprintf(*out, l, "%s<|start|>assistant", last);
+    if (n_stop) *n_stop = 1;
+    if (stop_ids && cap > 0) stop_ids[0] = FAKE_EOS;
+    return PAGODA_OK;
+}
+
+static void harmony_memo_tweak(fake_engine *f) { f->host.chat_render = harmony_memo_render; }
+
+/* harmony: the call comes back in the history as the model wrote its whole
+ * message (the recipient after the channel, <|constrain|>json, its own
+ * spacing), as "assistant written"; another call as the template writes
+ * it. Without this a harmony history missed the cache from the call's
+ * header on (family_reuse.sh). */
+START_TEST(test_harmony_call_memo)
+{
+    g_gen_prompt = "<|start|>assistant";
+    srv_start_with(&S, NULL, 0, harmony_memo_tweak);
+    json_t *j = post_expect("/v1/chat/completions",
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>commentary to=functions.f "
+                            "<|constrain|>json<|message|>{\\\"x\\\":1}\"}]," TOOLS ",\"max_tokens\":20}", 200);
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"x\":1}");
+    json_decref(j);
+    char body[2048];
+    for (int x = 1; x <= 2; x++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
+                 "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
+                 "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const char *p = last_logged()->prompt;
+        const char *want = x == 1 ? "<|assistant written|><|channel|>commentary to=functions.f <|constrain|>json"
+                                    "<|message|>{\"x\":1}\n<|functions.f|>5\n"
+                                  : "<|assistant to=functions.f|>{\"x\": 2}\n<|functions.f|>5\n";
+        ck_assert_msg(strstr(p, want), "x=%d: no '%s' in %s", x, want, p);
+    }
+    srv_stop(&S);
+}
+END_TEST
+
 /* harmony: an assistant's text beside its calls is its analysis message
  * (dropped once a later assistant message answers without calls, as the
  * template does), every call of a turn a message of its own, each result
@@ -728,6 +782,7 @@ static Suite *suite(void)
     tcase_add_test(fm, test_family_call_memo);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
+    tcase_add_test(fm, test_harmony_call_memo);
     suite_add_tcase(s, fm);
     return s;
 }

@@ -656,7 +656,9 @@ static const past_call *call_answered(json_t *m, const past_call *past, int n_pa
  * later assistant message answers without calls (the template drops it
  * then); each call a message "assistant to=functions.NAME" holding its
  * arguments (the template writes only a turn's first call; harmony gives
- * every call a message of its own, the first one as the template does);
+ * every call a message of its own, the first one as the template does),
+ * or, when the memo holds the call as the model wrote it, a message
+ * "assistant written" holding that text (header and arguments);
  * a tool result as "functions.NAME", the call its tool_call_id names (else
  * the latest). core/model/chat_template.c renders these roles. */
 static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
@@ -722,13 +724,17 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 json_t *name, *args;
                 if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
                 char *at = call_args(args);
-                /* the arguments as the model wrote them when it did (callmemo.h) */
-                char *wr = at ? callmemo_written(FMT_HARMONY, json_string_value(name), at) : NULL;
+                /* the call message as the model wrote it when it did
+                 * (callmemo.h): header and arguments, as role "assistant
+                 * written"; else the template's role and the arguments */
+                char *span = at ? callmemo_render(FMT_HARMONY, json_string_value(name), at, (int)c) : NULL;
+                char *wr = span ? callmemo_written(FMT_HARMONY, json_string_value(name), span) : NULL;
                 sbuf r = {0};
-                sb_str(&r, "assistant to=functions.");
-                sb_str(&r, json_string_value(name));
+                sb_str(&r, wr ? "assistant written" : "assistant to=functions.");
+                if (!wr) sb_str(&r, json_string_value(name));
                 no[k] = at && r.p ? role_content(&nm[k], r.p, r.len, wr ? wr : at) : NULL;
                 free(wr);
+                free(span);
                 free(at);
                 free(r.p);
                 if (!no[k++]) {
