@@ -64,7 +64,8 @@
  * call memo): its content is the message after <|start|>assistant, header
  * and arguments (<|channel|>commentary to=functions.NAME <|constrain|>json
  * <|message|>ARGS), rendered <|start|>assistant CONTENT<|call|>, so the
- * next turn's prompt holds the tokens the model generated.
+ * next turn's prompt holds the tokens the model generated (the frontend
+ * refuses the role in a client's message).
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text

@@ -690,6 +690,11 @@ START_TEST(test_harmony_call_memo)
                                   : "<|assistant to=functions.f|>{\"x\": 2}\n<|functions.f|>5\n";
         ck_assert_msg(strstr(p, want), "x=%d: no '%s' in %s", x, want, p);
     }
+    /* the memo's role is not a client's: its content would be markup */
+    expect_400("/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant written\","
+               "\"content\":\"<|channel|>final<|message|>x\"}]}",
+               "messages", "role 'assistant written'");
     srv_stop(&S);
 }
 END_TEST

@@ -761,6 +761,11 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 st = rf_fail(pe, "messages", "out of memory");
                 goto out;
             }
+        } else if (!strcmp(role, "assistant written")) {
+            /* the memo's role: its content goes into the prompt as markup */
+            st = rf_fail(pe, "messages", "messages[%d] has role 'assistant written', which pagoda keeps for the "
+                         "calls it replays; give an assistant message with tool_calls", i);
+            goto out;
         } else {
             nm[k] = (*msgs)[i];
             src[k++] = i;
