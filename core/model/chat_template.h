@@ -18,7 +18,8 @@
  *            ... +gen <|start_header_id|>assistant<|end_header_id|>\n\n
  *            (contents trimmed, as Meta's template does)
  *   mistral  <s>[INST] S\n\nU [/INST]A</s>[INST] U [/INST]
- *            (v0.1/v0.2 style; the system text is folded into the next user turn)
+ *            (v0.1/v0.2 style; the system text is folded into the next user turn;
+ *            a tool result, which these templates have no role for, is a user turn)
  *   zephyr   <|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\nA</s>\n +gen <|assistant|>\n
  *   gemma    <bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
  *            +gen <start_of_turn>model\n  (system folded into the first user

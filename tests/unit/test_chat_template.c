@@ -127,6 +127,34 @@ START_TEST(render_mistral)
 }
 END_TEST
 
+/* A tool result on the v0.1/v0.2 templates, which have no role for it
+ * (their Jinja raises on any role but user and assistant): a user turn,
+ * its text as the caller gives it (the HTTP frontend wraps it in
+ * <tool_response> tags), each result a turn of its own, a system text
+ * before it folded in as into any user turn. Llama 2 does the same. */
+START_TEST(render_tool_result_as_user_turn)
+{
+    static const pagoda_chat_message m[] = {
+        {"user", "Weather?"},
+        {"assistant", "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}]"},
+        {"tool", "<tool_response>\nsun\n</tool_response>"},
+        {"tool", "<tool_response>\nrain\n</tool_response>"},
+        {"assistant", "Mixed."},
+        {"system", "Be brief."},
+        {"tool", "late"},
+    };
+    expect_render(PAGODA_CHAT_MISTRAL, m, 7, true, NULL, NULL,
+                  "<s>[INST] Weather? [/INST][TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}]</s>"
+                  "[INST] <tool_response>\nsun\n</tool_response> [/INST]"
+                  "[INST] <tool_response>\nrain\n</tool_response> [/INST]Mixed.</s>"
+                  "[INST] Be brief.\n\nlate [/INST]");
+    expect_render(PAGODA_CHAT_LLAMA2, m, 4, true, NULL, NULL,
+                  "<s>[INST] Weather? [/INST] [TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}] </s>"
+                  "<s>[INST] <tool_response>\nsun\n</tool_response> [/INST]"
+                  "<s>[INST] <tool_response>\nrain\n</tool_response> [/INST]");
+}
+END_TEST
+
 START_TEST(render_zephyr)
 {
     expect_render(PAGODA_CHAT_ZEPHYR, conv, 4, true, NULL, NULL,
@@ -498,6 +526,7 @@ static Suite *suite(void)
     tcase_add_test(tc, render_glm4);
     tcase_add_test(tc, render_llama3);
     tcase_add_test(tc, render_mistral);
+    tcase_add_test(tc, render_tool_result_as_user_turn);
     tcase_add_test(tc, render_zephyr);
     tcase_add_test(tc, render_gemma);
     tcase_add_test(tc, render_errors);
