@@ -43,16 +43,19 @@ static int make_plugin(pagoda_runtime *rt, int kind, const char *name, pagoda_pl
 
 /* The constraint engine gets every token's output bytes; a token that
  * writes nothing (control, end of generation) has length 0 and is never in
- * a mask: the engine decides where the output ends (engine_constraint.c). */
+ * a mask: the engine decides where the output ends (engine_constraint.c).
+ * Tokens that write markup but are not plain text are flagged control, so
+ * a grammar's <token> reference takes the token and not its spelling. */
 static int give_vocab(pagoda_runtime *rt, char *err, size_t err_len)
 {
     const pagoda_tokenizer *t = rt->model->tok;
     int32_t V = rt->model->hp.n_vocab;
     const char **bytes = calloc((size_t)V, sizeof *bytes);
     uint32_t *len = calloc((size_t)V, sizeof *len);
+    uint8_t *ctl = calloc((size_t)V, 1);
     int st = PAGODA_ERR_NOMEM;
     char msg[512] = "";
-    if (!bytes || !len) {
+    if (!bytes || !len || !ctl) {
         ERR("out of memory");
         goto out;
     }
@@ -60,14 +63,16 @@ static int give_vocab(pagoda_runtime *rt, char *err, size_t err_len)
         size_t l = 0;
         bytes[i] = pagoda_token_bytes(t, i, false, &l);
         len[i] = pagoda_tokenizer_is_eog(t, i) ? 0 : (uint32_t)l;
+        ctl[i] = len[i] && !pagoda_tokenizer_is_plain(t, i); /* markup: <|channel|>, <tool_call>, ... */
     }
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = V,
-                                 .bytes = (const char *const *)bytes, .len = len};
+                                 .bytes = (const char *const *)bytes, .len = len, .control = ctl};
     st = rt->con.ops.set_vocab(rt->con.ctx, &v, msg, sizeof msg);
     if (st) ERR("constraint.%s: set_vocab failed: %s", rt->con.name, msg[0] ? msg : pagoda_status_str(st));
 out:
     free(bytes);
     free(len);
+    free(ctl);
     return st;
 }
 

@@ -587,6 +587,12 @@ static bool render_harmony(sbuf *b, const pagoda_chat_message *msgs, int32_t n, 
             sb_add(b, "<|start|>user<|message|>");
             sb_add(b, c);
             sb_add(b, "<|end|>");
+        } else if (is_role(&msgs[i], "assistant written")) {
+            /* a call as the model wrote it: its header (the recipient
+             * after the channel, <|constrain|>) and arguments */
+            sb_add(b, "<|start|>assistant");
+            sb_add(b, c);
+            sb_add(b, "<|call|>");
         } else if (!strncmp(msgs[i].role, "assistant to=", 13)) {
             /* a call: the role names its recipient, the content is its arguments */
             sb_add(b, "<|start|>");

@@ -18,7 +18,8 @@
  *            ... +gen <|start_header_id|>assistant<|end_header_id|>\n\n
  *            (contents trimmed, as Meta's template does)
  *   mistral  <s>[INST] S\n\nU [/INST]A</s>[INST] U [/INST]
- *            (v0.1/v0.2 style; the system text is folded into the next user turn)
+ *            (v0.1/v0.2 style; the system text is folded into the next user turn;
+ *            a tool result, which these templates have no role for, is a user turn)
  *   zephyr   <|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\nA</s>\n +gen <|assistant|>\n
  *   gemma    <bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
  *            +gen <start_of_turn>model\n  (system folded into the first user
@@ -60,6 +61,12 @@
  * message the line "Calls to these tools must go to the commentary
  * channel: 'functions'."), and "analysis", an assistant's text beside its
  * calls (<|start|>assistant<|channel|>analysis<|message|>TEXT<|end|>).
+ * And "assistant written", a call as the model wrote it (the frontend's
+ * call memo): its content is the message after <|start|>assistant, header
+ * and arguments (<|channel|>commentary to=functions.NAME <|constrain|>json
+ * <|message|>ARGS), rendered <|start|>assistant CONTENT<|call|>, so the
+ * next turn's prompt holds the tokens the model generated (the frontend
+ * refuses the role in a client's message).
  * BOS: the families whose templates begin with {{ bos_token }} (llama2 at
  * every user turn, llama3, mistral, gemma) include its text, since the
  * engine tokenizes chat prompts with add_special = false. bos_text/eos_text

@@ -72,6 +72,12 @@ typedef struct pagoda_constraint_vocab {
                                    (not NUL-terminated; may be a partial UTF-8 character) */
     const uint32_t *len;        /* [n_vocab] their lengths; 0 for a token that writes
                                    nothing (control, end of generation): never allowed */
+    /* ABI 1.16: [n_vocab] nonzero for a control token that writes its markup
+     * text (len > 0 but not text the tokenizer gives for those bytes, e.g.
+     * harmony's <|channel|>), so a grammar can ask for the token itself
+     * where the markup goes (docs/structured-output.md); NULL: none known.
+     * Read only when struct_size covers it. */
+    const uint8_t *control;
 } pagoda_constraint_vocab;
 
 /* One spec. Its pointers need only live during compile(). */

@@ -58,8 +58,10 @@ extern "C" {
  * the read-ahead counters in pagoda_kv_stats and pagoda_engine_stats;
  * 1.15 (repackplan block) the optional backend ops weight_extra_bytes and
  * weight_extra_held (what a backend holds beside a weight, e.g. the CPU
- * backend's repacked copy, counted in the memory plan). */
-#define PAGODA_ABI_MINOR 15
+ * backend's repacked copy, counted in the memory plan); 1.16 (harmony)
+ * pagoda_constraint_vocab.control (which tokens are control tokens that
+ * write markup, for grammars' <token> references). */
+#define PAGODA_ABI_MINOR 16
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

@@ -10,7 +10,13 @@
 # something cached, and, per family, the memo never misses more than
 # without it (turn 1 is the same both ways: the same seeds, requests and
 # cache states; the memo only renders turn 2's history with the model's
-# own text), and misses fewer over all the families together.
+# own text), and misses fewer over all the families together. harmony
+# must miss fewer on its own: the constraint writes its call's header as
+# the model does (<|channel|>commentary to=functions.N <|constrain|>json),
+# never as the template renders a past call (to=functions.N<|channel|>
+# commentary json), so without the memo every turn 2 misses from there on
+# and with it no turn does, whatever the sampled arguments (the other
+# families' calls may by chance be written as the prompt renders them).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
@@ -40,6 +46,10 @@ for fam in chatml llama3 deepseek3 kimi-k2 harmony mistral; do
     done
     if [ "${missed[true]}" -gt "${missed[false]}" ]; then
         echo "FAIL: $fam: the memo missed ${missed[true]} tokens, more than ${missed[false]} without it"
+        rc=1
+    fi
+    if [ "$fam" = harmony ] && [ "${missed[true]}" -ge "${missed[false]}" ]; then
+        echo "FAIL: $fam: the memo missed ${missed[true]} tokens, not fewer than ${missed[false]} without it"
         rc=1
     fi
     sum_on=$((sum_on + missed[true]))

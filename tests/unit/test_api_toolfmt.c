@@ -306,8 +306,21 @@ START_TEST(call_memo_families)
         {FMT_KIMI, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get:1<|tool_call_argument_begin|>"
                    "{\"city\":\"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
          "get", "{\"city\": \"Paris\"}", 1, "functions.get:1<|tool_call_argument_begin|>{\"city\":\"Paris\"}"},
+        /* harmony: the whole call message after <|start|>assistant, the
+         * recipient after the channel as the model writes it (the template
+         * writes it in the role); after an analysis message too */
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
-         "get", "{\"city\": \"Paris\"}", 0, "{\"city\":\"Paris\"}"},
+         "get", "{\"city\": \"Paris\"}", 0,
+         "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+         "get", "{\"city\": \"Paris\"}", 0,
+         "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\": \"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary "
+                      "to=functions.get json<|message|> {\"city\": \"Paris\"}<|call|>",
+         "get", "{\"city\": \"Paris\"}", 0, "<|channel|>commentary to=functions.get json<|message|> {\"city\": \"Paris\"}"},
+        /* the template's header, the model's own spacing */
+        {FMT_HARMONY, " to=functions.get<|channel|>commentary json<|message|>{\"city\":\"Paris\"}<|call|>", "get",
+         "{\"city\": \"Paris\"}", 0, " to=functions.get<|channel|>commentary json<|message|>{\"city\":\"Paris\"}"},
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]", "get",
          "{\"city\": \"Paris\"}", 0, "[{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
         {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}] ok", "get",
@@ -347,21 +360,31 @@ START_TEST(call_memo_families)
         {FMT_KIMI, "<|tool_call_begin|>functions.get:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
                    "<|tool_call_end|>"},
         {FMT_KIMI, "<|tool_call_begin|>functions.get<|tool_call_argument_begin|>{\"city\":\"Paris\"}<|tool_call_end|>"},
-        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"},
+        /* harmony: the template's own header and spacing; arguments that
+         * are no object; a header the history would not replay: text in
+         * it, a recipient outside functions. or twice, another channel */
+        {FMT_HARMONY, " to=functions.get<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"},
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json<|message|>[1]<|call|>"},
+        {FMT_HARMONY, "Sure thing<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>commentary to=get <|constrain|>json<|message|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get to=functions.get json<|message|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>analysis to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}"},
+        {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json json<|message|>{\"city\":\"Paris\"}"},
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
         /* two calls in one list, or an id beside: not the one call the prompt writes */
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}},"
                       "{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"},\"id\":\"a1b2c3d4e\"}]"},
     };
-    callmemo_clear();
-    for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) feed_fmt(N[i].fmt, N[i].out);
-    for (int fmt = 0; fmt < FMT_COUNT; fmt++)
-        for (int idx = 0; idx < 2; idx++) {
-            char *w = memo_for(fmt, "get", "{\"city\": \"Paris\"}", idx);
-            ck_assert_msg(!w, "%s: remembered %s", fmt_name(fmt), w);
-        }
+    for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) { /* one at a time: the latest writing would win */
+        callmemo_clear();
+        feed_fmt(N[i].fmt, N[i].out);
+        for (int fmt = 0; fmt < FMT_COUNT; fmt++)
+            for (int idx = 0; idx < 2; idx++) {
+                char *w = memo_for(fmt, "get", "{\"city\": \"Paris\"}", idx);
+                ck_assert_msg(!w, "%s case %zu: remembered %s", fmt_name(fmt), i, w);
+            }
+    }
     callmemo_clear();
 }
 END_TEST

@@ -127,6 +127,34 @@ START_TEST(render_mistral)
 }
 END_TEST
 
+/* A tool result on the v0.1/v0.2 templates, which have no role for it
+ * (their Jinja raises on any role but user and assistant): a user turn,
+ * its text as the caller gives it (the HTTP frontend wraps it in
+ * <tool_response> tags), each result a turn of its own, a system text
+ * before it folded in as into any user turn. Llama 2 does the same. */
+START_TEST(render_tool_result_as_user_turn)
+{
+    static const pagoda_chat_message m[] = {
+        {"user", "Weather?"},
+        {"assistant", "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}]"},
+        {"tool", "<tool_response>\nsun\n</tool_response>"},
+        {"tool", "<tool_response>\nrain\n</tool_response>"},
+        {"assistant", "Mixed."},
+        {"system", "Be brief."},
+        {"tool", "late"},
+    };
+    expect_render(PAGODA_CHAT_MISTRAL, m, 7, true, NULL, NULL,
+                  "<s>[INST] Weather? [/INST][TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}]</s>"
+                  "[INST] <tool_response>\nsun\n</tool_response> [/INST]"
+                  "[INST] <tool_response>\nrain\n</tool_response> [/INST]Mixed.</s>"
+                  "[INST] Be brief.\n\nlate [/INST]");
+    expect_render(PAGODA_CHAT_LLAMA2, m, 4, true, NULL, NULL,
+                  "<s>[INST] Weather? [/INST] [TOOL_CALLS][{\"name\": \"get\", \"arguments\": {}}] </s>"
+                  "<s>[INST] <tool_response>\nsun\n</tool_response> [/INST]"
+                  "<s>[INST] <tool_response>\nrain\n</tool_response> [/INST]");
+}
+END_TEST
+
 START_TEST(render_zephyr)
 {
     expect_render(PAGODA_CHAT_ZEPHYR, conv, 4, true, NULL, NULL,
@@ -437,6 +465,22 @@ START_TEST(render_thinking_and_effort)
     ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, tl, 3, true, NULL, NULL, &o, &out, err, sizeof err),
                      PAGODA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "message 2 is a tool result without its function"));
+    /* a past call: the template's header from its role; "assistant
+     * written" (the call memo's) the header as the model wrote it */
+    static const pagoda_chat_message calls[] = {{"user", "hi"},
+                                                {"assistant to=functions.f", "{\"x\": 1}"},
+                                                {"functions.f", "5"},
+                                                {"assistant written", "<|channel|>commentary to=functions.f "
+                                                                      "<|constrain|>json<|message|>{\"x\":2}"},
+                                                {"functions.f", "6"}};
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, calls, 5, true, NULL, NULL, &o, &out, err,
+                                             sizeof err), PAGODA_OK);
+    ck_assert_msg(strstr(out, "<|start|>user<|message|>hi<|end|><|start|>assistant to=functions.f<|channel|>commentary "
+                              "json<|message|>{\"x\": 1}<|call|><|start|>functions.f to=assistant<|channel|>commentary"
+                              "<|message|>\"5\"<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+                              "<|constrain|>json<|message|>{\"x\":2}<|call|><|start|>functions.f to=assistant"
+                              "<|channel|>commentary<|message|>\"6\"<|end|><|start|>assistant"), "%s", out);
+    free(out);
     /* without a date, today's (UTC) is written: a well-formed one */
     o.date = NULL;
     ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_HARMONY, u, 1, true, NULL, NULL, &o, &out, err, sizeof err),
@@ -482,6 +526,7 @@ static Suite *suite(void)
     tcase_add_test(tc, render_glm4);
     tcase_add_test(tc, render_llama3);
     tcase_add_test(tc, render_mistral);
+    tcase_add_test(tc, render_tool_result_as_user_turn);
     tcase_add_test(tc, render_zephyr);
     tcase_add_test(tc, render_gemma);
     tcase_add_test(tc, render_errors);

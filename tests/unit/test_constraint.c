@@ -788,6 +788,107 @@ START_TEST(test_bad_specs)
 }
 END_TEST
 
+/* A control token that writes markup (harmony's <|channel|>): a <token>
+ * reference admits that token and not its spelling in plain pieces; a
+ * quoted literal of the same text still takes both; a reference the
+ * vocabulary has no control token for is its literal text. */
+enum { C_LT = 256, C_CHANNEL, C_GT, C_CTL_CHANNEL, C_CTL_MESSAGE, C_COMMENTARY, C_N };
+static const char *const ctl_pieces[] = {"<|", "channel", "|>", "<|channel|>", "<|message|>", "commentary"};
+
+static int32_t cstep(void *ctx, void *m, int32_t tok) { return O->advance(ctx, m, tok, g_err, sizeof g_err); }
+
+START_TEST(test_control_token_refs)
+{
+    char *b[C_N];
+    uint32_t l[C_N];
+    uint8_t ctl[C_N] = {0};
+    for (int i = 0; i < 256; i++) {
+        b[i] = malloc(1);
+        b[i][0] = (char)i;
+        l[i] = 1;
+    }
+    for (int i = C_LT; i < C_N; i++) {
+        b[i] = strdup(ctl_pieces[i - C_LT]);
+        l[i] = (uint32_t)strlen(b[i]);
+    }
+    ctl[C_CTL_CHANNEL] = ctl[C_CTL_MESSAGE] = 1;
+    void *cx = NULL;
+    ck_assert_int_eq(g_p->desc.create(&g_host.h, &cx, g_err, sizeof g_err), PAGODA_OK);
+    pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = C_N, .bytes = (const char *const *)b,
+                                 .len = l, .control = ctl};
+    ck_assert_int_eq(O->set_vocab(cx, &v, g_err, sizeof g_err), PAGODA_OK);
+    uint32_t mask[(C_N + 31) / 32];
+    void *k = NULL, *m = NULL;
+
+    /* a call header: the control tokens only */
+    const char *req = "root ::= <|channel|> \"commentary\" <|message|> \"x\"";
+    pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = req,
+                                 .len = strlen(req)};
+    ck_assert_msg(O->compile(cx, &sp, &k, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    ck_assert_int_eq(O->matcher_new(cx, k, &m, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(O->fill_mask(cx, m, mask, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert(bit(mask, C_CTL_CHANNEL));
+    ck_assert(!bit(mask, '<'));
+    ck_assert(!bit(mask, C_LT));
+    for (int t = 0; t < C_N; t++) ck_assert_msg(t == C_CTL_CHANNEL || !bit(mask, t), "token %d allowed", t);
+    ck_assert_int_ne(cstep(cx, m, C_LT), PAGODA_OK); /* the plain spelling is refused by advance too */
+    ck_assert_int_ne(cstep(cx, m, '<'), PAGODA_OK);
+    ck_assert_int_eq(cstep(cx, m, C_CTL_CHANNEL), PAGODA_OK);
+    ck_assert_int_eq(cstep(cx, m, C_COMMENTARY), PAGODA_OK);
+    ck_assert_int_eq(O->fill_mask(cx, m, mask, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert(bit(mask, C_CTL_MESSAGE));
+    ck_assert(!bit(mask, '<'));
+    ck_assert(!bit(mask, C_CTL_CHANNEL));
+    ck_assert_int_eq(cstep(cx, m, C_CTL_MESSAGE), PAGODA_OK);
+    ck_assert(!O->is_complete(cx, m));
+    ck_assert_int_eq(cstep(cx, m, 'x'), PAGODA_OK);
+    ck_assert(O->is_complete(cx, m));
+    O->matcher_free(cx, m);
+    O->compiled_free(cx, k);
+
+    /* text that may hold the markup, or a call after the token itself
+     * (harmony's "auto"): the control token goes on both ways */
+    const char *aut = "root ::= \"<|channel|>\" [a-z]* | <|channel|> \"commentary!\"";
+    sp.text = aut;
+    sp.len = strlen(aut);
+    ck_assert_msg(O->compile(cx, &sp, &k, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    const int32_t via_ctl_call[] = {C_CTL_CHANNEL, C_COMMENTARY, '!'};
+    const int32_t via_ctl_text[] = {C_CTL_CHANNEL, 'a', 'b'};
+    const int32_t spelled_call[] = {C_LT, C_CHANNEL, C_GT, C_COMMENTARY, '!'};
+    const int32_t *paths[] = {via_ctl_call, via_ctl_text, spelled_call};
+    const int n_path[] = {3, 3, 5};
+    for (int p = 0; p < 3; p++) {
+        ck_assert_int_eq(O->matcher_new(cx, k, &m, g_err, sizeof g_err), PAGODA_OK);
+        int ok = 1;
+        for (int i = 0; i < n_path[p] && ok; i++) ok = cstep(cx, m, paths[p][i]) == PAGODA_OK;
+        ok = ok && O->is_complete(cx, m);
+        ck_assert_msg(ok == (p < 2), "path %d: %d", p, ok);
+        O->matcher_free(cx, m);
+    }
+    O->compiled_free(cx, k);
+
+    /* <|start|> is no control token here: its text */
+    const char *lit = "root ::= <|start|>";
+    sp.text = lit;
+    sp.len = strlen(lit);
+    ck_assert_msg(O->compile(cx, &sp, &k, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    ck_assert_int_eq(O->matcher_new(cx, k, &m, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(cstep(cx, m, C_LT), PAGODA_OK);
+    for (const char *q = "start|>"; *q; q++) ck_assert_int_eq(cstep(cx, m, (uint8_t)*q), PAGODA_OK);
+    ck_assert(O->is_complete(cx, m));
+    O->matcher_free(cx, m);
+    O->compiled_free(cx, k);
+    const char *bad = "root ::= <|start";
+    sp.text = bad;
+    sp.len = strlen(bad);
+    ck_assert_int_eq(O->compile(cx, &sp, &k, g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(g_err, "without its '>'"), "%s", g_err);
+
+    g_p->desc.destroy(cx);
+    for (int i = 0; i < C_N; i++) free(b[i]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("constraint");
@@ -807,6 +908,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_tools_auto);
     tcase_add_test(tc, test_mask_cache_and_stats);
     tcase_add_test(tc, test_bad_specs);
+    tcase_add_test(tc, test_control_token_refs);
     suite_add_tcase(s, tc);
     return s;
 }

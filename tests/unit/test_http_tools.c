@@ -547,6 +547,32 @@ static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *com
     return ok;
 }
 
+/* As grammar_accepts over a vocabulary of the 256 bytes and the control
+ * tokens ctl[k] (ids 256 + k): with `tokens`, each markup text in s is
+ * written as its control token, else every byte as its byte token. */
+static bool grammar_accepts_ctl(const pagoda_constraint_ops *o, void *ctx, void *comp, const char *s,
+                                const char *const *ctl, int n_ctl, bool tokens)
+{
+    void *m = NULL;
+    char err[256];
+    ck_assert_int_eq(o->matcher_new(ctx, comp, &m, err, sizeof err), PAGODA_OK);
+    bool ok = true;
+    for (size_t i = 0; s[i] && ok;) {
+        int32_t tok = (uint8_t)s[i];
+        size_t n = 1;
+        for (int k = 0; tokens && k < n_ctl; k++)
+            if (!strncmp(s + i, ctl[k], strlen(ctl[k]))) {
+                tok = 256 + k;
+                n = strlen(ctl[k]);
+            }
+        ok = o->advance(ctx, m, tok, err, sizeof err) == 0;
+        i += n;
+    }
+    ok = ok && o->is_complete(ctx, m);
+    o->matcher_free(ctx, m);
+    return ok;
+}
+
 /* tool_choice "auto" in each family's own syntax: the request's grammar,
  * compiled by the real engine, takes free text (pieces of the family's
  * opener included) and a call in the family's syntax after it; once the
@@ -609,6 +635,7 @@ START_TEST(test_family_auto)
     }
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
     ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
+    char *harmony = NULL;
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
         srv_start_with(&S, NULL, 0, family_tweak);
@@ -629,14 +656,108 @@ START_TEST(test_family_auto)
             ck_assert_msg(!grammar_accepts(o, ctx, comp, fam[i].bad[k]), "family %zu: took %s\n%s", i, fam[i].bad[k],
                           l->constraint);
         o->compiled_free(ctx, comp);
+        if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
         srv_stop(&S);
     }
     p->desc.destroy(ctx);
+    /* harmony with its markup as control tokens (a real harmony vocabulary):
+     * the call's header takes the tokens and not their spelling in plain
+     * pieces (the next prompt re-tokenizes to the tokens: a spelled header
+     * misses the prefix cache); free text takes both */
+    ck_assert_ptr_nonnull(harmony);
+    static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>"};
+    char *cb[261];
+    uint32_t cl[261];
+    uint8_t cf[261] = {0};
+    for (int b = 0; b < 261; b++) {
+        cb[b] = b < 256 ? vb[b] : (char *)ctl[b - 256];
+        cl[b] = b < 256 ? 1 : (uint32_t)strlen(ctl[b - 256]);
+        cf[b] = b >= 256;
+    }
+    ck_assert_int_eq(p->desc.create(&host.h, &ctx, err, sizeof err), PAGODA_OK);
+    pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = 261, .bytes = (const char *const *)cb,
+                                  .len = cl, .control = cf};
+    ck_assert_int_eq(o->set_vocab(ctx, &cv, err, sizeof err), PAGODA_OK);
+    pagoda_constraint_spec hs = {.struct_size = sizeof hs, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = harmony,
+                                 .len = strlen(harmony)};
+    void *hc = NULL;
+    ck_assert_msg(o->compile(ctx, &hs, &hc, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, harmony);
+    const char *call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 4}";
+    const char *text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>hi";
+    ck_assert_msg(grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, true), "%s", harmony);
+    ck_assert_msg(!grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, false), "spelled header taken:\n%s", harmony);
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, true));
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, false));
+    char both[512];
+    snprintf(both, sizeof both, "%s<|end|><|start|>assistant%s", text, call);
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, both, ctl, 5, true));
+    o->compiled_free(ctx, hc);
+    p->desc.destroy(ctx);
+    free(harmony);
     pagoda_plugin_free(p);
     for (int b = 0; b < 256; b++) free(vb[b]);
 #undef DS_CALLS
 #undef DS_CALL
 #undef DS_END
+}
+END_TEST
+
+/* harmony's fake template for the memo: a fresh turn renders as its last
+ * user text and the generation prompt (the echo then is the call message
+ * as a model writes it after <|start|>assistant); a history as the fake
+ * renders every message, to read. */
+static int harmony_memo_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen,
+                               char **out, int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    bool users = true;
+    for (int32_t i = 0; i < n; i++) users &= !strcmp(msgs[i].role, "user") || !strcmp(msgs[i].role, "tools");
+    if (!users || !gen) return family_render(h, msgs, n, gen, out, stop_ids, cap, n_stop);
+    const char *last = n ? msgs[n - 1].content : "";
+    size_t l = strlen(last) + sizeof "<|start|>assistant";
+    *out = malloc(l);
+    ck_assert_ptr_nonnull(*out);
+    snprintf(*out, l, "%s<|start|>assistant", last);
+    if (n_stop) *n_stop = 1;
+    if (stop_ids && cap > 0) stop_ids[0] = FAKE_EOS;
+    return PAGODA_OK;
+}
+
+static void harmony_memo_tweak(fake_engine *f) { f->host.chat_render = harmony_memo_render; }
+
+/* harmony: the call comes back in the history as the model wrote its whole
+ * message (the recipient after the channel, <|constrain|>json, its own
+ * spacing), as "assistant written"; another call as the template writes
+ * it. Without this a harmony history missed the cache from the call's
+ * header on (family_reuse.sh). */
+START_TEST(test_harmony_call_memo)
+{
+    g_gen_prompt = "<|start|>assistant";
+    srv_start_with(&S, NULL, 0, harmony_memo_tweak);
+    json_t *j = post_expect("/v1/chat/completions",
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"<|channel|>commentary to=functions.f "
+                            "<|constrain|>json<|message|>{\\\"x\\\":1}\"}]," TOOLS ",\"max_tokens\":20}", 200);
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    ck_assert_str_eq(jget_str(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"x\":1}");
+    json_decref(j);
+    char body[2048];
+    for (int x = 1; x <= 2; x++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
+                 "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
+                 "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const char *p = last_logged()->prompt;
+        const char *want = x == 1 ? "<|assistant written|><|channel|>commentary to=functions.f <|constrain|>json"
+                                    "<|message|>{\"x\":1}\n<|functions.f|>5\n"
+                                  : "<|assistant to=functions.f|>{\"x\": 2}\n<|functions.f|>5\n";
+        ck_assert_msg(strstr(p, want), "x=%d: no '%s' in %s", x, want, p);
+    }
+    /* the memo's role is not a client's: its content would be markup */
+    expect_400("/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant written\","
+               "\"content\":\"<|channel|>final<|message|>x\"}]}",
+               "messages", "role 'assistant written'");
+    srv_stop(&S);
 }
 END_TEST
 
@@ -728,6 +849,7 @@ static Suite *suite(void)
     tcase_add_test(fm, test_family_call_memo);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
+    tcase_add_test(fm, test_harmony_call_memo);
     suite_add_tcase(s, fm);
     return s;
 }

@@ -84,7 +84,18 @@ typedef struct g_grammar {
     int32_t cap_name_hash, n_named;
     bool failed;          /* sticky: the first error is in err */
     char err[320];
+    /* the vocabulary's control tokens that write markup (set before
+     * parsing; texts not NUL-terminated): a GBNF reference <text> to one
+     * of them reads G_CTL_MARK text G_CTL_MARK, bytes no text spells (0xFF
+     * is never in UTF-8), which only that token's second reading gives
+     * (grammar.c), so its plain-piece spelling cannot stand there */
+    const char *const *ctl_text;
+    const uint32_t *ctl_len;
+    int32_t n_ctl;
+    int32_t n_ctl_refs;   /* such references made */
 } g_grammar;
+
+#define G_CTL_MARK 0xFF
 
 /* A sequence under construction (one alternative). */
 typedef struct g_seq {
@@ -300,6 +311,8 @@ static inline int32_t g_dfa_step(g_dfa *d, int32_t s, uint8_t b)
     }
     return g_dfa_step_slow(d, s, b);
 }
+/* The state of the parses of a and b together (both live), or -3. */
+int32_t g_dfa_union(g_dfa *d, int32_t a, int32_t b);
 /* Drops cached masks to make room: the least recently used three quarters
  * (all when `all`). */
 void g_dfa_drop_masks(g_dfa *d, bool all);

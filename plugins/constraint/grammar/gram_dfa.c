@@ -407,6 +407,19 @@ static int32_t tops_state(g_dfa *d, int32_t *tops, int32_t n, bool accept, bool 
     return t == -1 ? dfa_fail(d, empty_what) : t;
 }
 
+int32_t g_dfa_union(g_dfa *d, int32_t a, int32_t b)
+{
+    if (a == b) return a;
+    const g_state *x = &d->states[a], *y = &d->states[b];
+    int32_t n = x->n + y->n;
+    bool accept = x->accept || y->accept, esc = x->esc || y->esc;
+    int32_t *tops = malloc(sizeof *tops * (size_t)(n ? n : 1));
+    if (!tops) return dfa_fail(d, "out of memory");
+    memcpy(tops, d->state_nodes + x->first, sizeof *tops * (size_t)x->n);
+    memcpy(tops + x->n, d->state_nodes + y->first, sizeof *tops * (size_t)y->n);
+    return tops_state(d, tops, n, accept, esc, "internal: the union of two live states is empty");
+}
+
 int32_t g_dfa_start(g_dfa *d)
 {
     if (d->start >= 0) return d->start;

@@ -11,7 +11,11 @@
  * \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH), [class] with ranges, ^
  * negation and the same escapes, a rule name, ( group ), ".", and
  * pagoda's extension %json followed by a JSON Schema (the text of any
- * JSON value valid against it). Postfix * + ? {n} {n,} {n,m}. The start
+ * JSON value valid against it), and <name> (the text up to the first '>'):
+ * the vocabulary's control token of exactly that text, as that one token
+ * and never its spelling in plain pieces (llama.cpp's special-token
+ * references); a vocabulary without such a control token reads it as the
+ * literal text. Postfix * + ? {n} {n,} {n,m}. The start
  * rule is "root". Classes, "." and \u escapes are Unicode code points
  * (UTF-8 in the output).
  * Not for: the grammar builder (gram_ir.c).
@@ -166,6 +170,28 @@ static int parse_literal(gp *p, g_seq *s)
     return 0;
 }
 
+/* <name>: a control token (G_CTL_MARK text G_CTL_MARK) or, when the
+ * vocabulary has none of that text, the text itself */
+static int parse_token_ref(gp *p, g_seq *s)
+{
+    size_t j = p->i + 1;
+    while (j < p->n && p->s[j] != '>' && p->s[j] != '\n' && p->s[j] != ' ') j++;
+    if (j >= p->n || p->s[j] != '>') return pfail(p, "a token reference '<' without its '>' on its line");
+    const char *t = p->s + p->i;
+    size_t n = j + 1 - p->i;
+    p->i = j + 1;
+    for (int32_t k = 0; k < p->g->n_ctl; k++) {
+        if (p->g->ctl_len[k] != n || memcmp(p->g->ctl_text[k], t, n)) continue;
+        g_seq_byte(p->g, s, G_CTL_MARK);
+        g_seq_lit(p->g, s, t, n);
+        g_seq_byte(p->g, s, G_CTL_MARK);
+        p->g->n_ctl_refs++;
+        return 0;
+    }
+    g_seq_lit(p->g, s, t, n);
+    return 0;
+}
+
 static int parse_class(gp *p, g_seq *s)
 {
     p->i++; /* [ */
@@ -308,6 +334,8 @@ static int parse_seq(gp *p, g_seq *s)
             st = parse_literal(p, &a);
         } else if (c == '[') {
             st = parse_class(p, &a);
+        } else if (c == '<') {
+            st = parse_token_ref(p, &a);
         } else if (c == '.') {
             p->i++;
             g_range dot[2] = {{0, '\n' - 1}, {'\n' + 1, G_MAX_CP}};

@@ -55,6 +55,15 @@ typedef struct gctx {
     const pagoda_host *host;
     g_trie *trie;
     int32_t n_vocab;
+    /* the control tokens that write markup (pagoda_constraint_vocab.control):
+     * ids, texts (the trie's copies) and lengths, for <token> references */
+    int32_t *ctl;
+    const char **ctl_text;
+    uint32_t *ctl_len;
+    int32_t n_ctl;
+    uint8_t *is_ctl;           /* [n_vocab] 1: control (ctl), 2: its bytes hold G_CTL_MARK */
+    int32_t *marked;           /* the tokens of value 2: never allowed under a <token> reference */
+    int32_t n_marked;
     g_limits lim;
     g_dfa_limits dlim;
     int64_t max_spec_bytes;
@@ -163,6 +172,11 @@ static void destroy(void *ctx)
         if (unref_locked(k)) compiled_destroy(k);
     }
     g_trie_free(c->trie);
+    free(c->ctl);
+    free(c->ctl_text);
+    free(c->ctl_len);
+    free(c->is_ctl);
+    free(c->marked);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -179,9 +193,59 @@ static int set_vocab(void *ctx, const pagoda_constraint_vocab *v, char *err, siz
         set_err(err, err_len, "out of memory building the token trie of %d tokens", v->n_vocab);
         return PAGODA_ERR_NOMEM;
     }
+    const uint8_t *ctl = v->struct_size >= offsetof(pagoda_constraint_vocab, control) + sizeof v->control
+                             ? v->control : NULL;
+    int32_t n_ctl = 0;
+    for (int32_t i = 0; ctl && i < v->n_vocab; i++) n_ctl += ctl[i] && v->len[i];
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n_ctl + 1));
+    const char **txt = malloc(sizeof *txt * (size_t)(n_ctl + 1));
+    uint32_t *len = malloc(sizeof *len * (size_t)(n_ctl + 1));
+    uint8_t *is = calloc((size_t)v->n_vocab, 1);
+    int32_t n_marked = 0;
+    for (int32_t i = 0; i < v->n_vocab; i++)
+        n_marked += v->len[i] && memchr(v->bytes[i], G_CTL_MARK, v->len[i]) != NULL;
+    int32_t *marked = malloc(sizeof *marked * (size_t)(n_marked + 1));
+    if (!ids || !txt || !len || !is || !marked) {
+        free(marked);
+        free(ids);
+        free(txt);
+        free(len);
+        free(is);
+        g_trie_free(t);
+        set_err(err, err_len, "out of memory listing the control tokens");
+        return PAGODA_ERR_NOMEM;
+    }
+    n_ctl = 0;
+    for (int32_t i = 0; ctl && i < v->n_vocab; i++) {
+        if (!ctl[i] || !v->len[i]) continue;
+        ids[n_ctl] = i;
+        txt[n_ctl] = t->tok_bytes[i];
+        len[n_ctl++] = v->len[i];
+        is[i] = 1;
+    }
+    /* byte 0xFF is in no UTF-8 text, so today only a reference reads it: a
+     * token that writes it (a byte token) may not start that reading */
+    n_marked = 0;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        if (!v->len[i] || !memchr(v->bytes[i], G_CTL_MARK, v->len[i])) continue;
+        marked[n_marked++] = i;
+        is[i] = 2;
+    }
     g_trie_free(c->trie);
+    free(c->ctl);
+    free(c->ctl_text);
+    free(c->ctl_len);
+    free(c->is_ctl);
+    free(c->marked);
+    c->marked = marked;
+    c->n_marked = n_marked;
     c->trie = t;
     c->n_vocab = v->n_vocab;
+    c->ctl = ids;
+    c->ctl_text = txt;
+    c->ctl_len = len;
+    c->n_ctl = n_ctl;
+    c->is_ctl = is;
     return PAGODA_OK;
 }
 
@@ -248,6 +312,9 @@ static g_grammar *build(gctx *c, const pagoda_constraint_spec *sp)
 {
     g_grammar *g = g_new(&c->lim);
     if (!g) return NULL;
+    g->ctl_text = c->ctl_text;
+    g->ctl_len = c->ctl_len;
+    g->n_ctl = c->n_ctl;
     const char *text = sp->text ? sp->text : "";
     switch (sp->type) {
     case PAGODA_CONSTRAINT_JSON_OBJECT: g->root = g_json_object_rule(g); break;
@@ -429,6 +496,31 @@ static void maybe_retire(gctx *c, compiled *k, int64_t bytes)
     if (dead) compiled_destroy(dead); /* cannot happen: the caller's matcher holds one */
 }
 
+/* The state after control token i's second reading, G_CTL_MARK text
+ * G_CTL_MARK (what a <token> reference reads): >= 0, -1 dead, -3. */
+static int32_t ctl_step(const gctx *c, g_dfa *d, int32_t s, int32_t i)
+{
+    s = g_dfa_step(d, s, G_CTL_MARK);
+    const uint8_t *b = (const uint8_t *)c->ctl_text[i];
+    for (uint32_t j = 0; j < c->ctl_len[i] && s >= 0; j++) s = g_dfa_step(d, s, b[j]);
+    return s >= 0 ? g_dfa_step(d, s, G_CTL_MARK) : s;
+}
+
+/* A grammar with <token> references: the control tokens such a reference
+ * takes at state s join the mask (their trie reading is their text, which
+ * the mask already judged), and tokens that write the mark byte leave it.
+ * 0 or -1 (d->err). */
+static int ctl_mask(const gctx *c, g_dfa *d, int32_t s, uint32_t *mask)
+{
+    for (int32_t i = 0; i < c->n_marked; i++) mask[c->marked[i] >> 5] &= ~(1u << (c->marked[i] & 31));
+    for (int32_t i = 0; i < c->n_ctl; i++) {
+        int32_t ns = ctl_step(c, d, s, i);
+        if (ns == -3) return -1;
+        if (ns >= 0) mask[c->ctl[i] >> 5] |= 1u << (c->ctl[i] & 31);
+    }
+    return 0;
+}
+
 static int fill_mask(void *ctx, void *p, uint32_t *mask, char *err, size_t err_len)
 {
     gctx *c = ctx;
@@ -439,6 +531,7 @@ static int fill_mask(void *ctx, void *p, uint32_t *mask, char *err, size_t err_l
     pthread_mutex_lock(&k->mu);
     int r = c->plain_masks ? g_mask_fill_uncached(k->d, c->trie, m->state, mask)
                            : g_mask_fill(k->d, c->trie, m->state, mask, &hit);
+    if (r == 0 && k->g->n_ctl_refs && ctl_mask(c, k->d, m->state, mask) < 0) r = -1;
     if (r < 0) set_err(err, err_len, "%s", k->d->err);
     int64_t bytes = k->d->bytes;
     pthread_mutex_unlock(&k->mu);
@@ -464,7 +557,18 @@ static int advance(void *ctx, void *p, int32_t token, char *err, size_t err_len)
     g_dfa *d = m->c->d;
     int32_t s = m->state;
     const uint8_t *b = (const uint8_t *)c->trie->tok_bytes[token];
+    bool refs = m->c->g->n_ctl_refs > 0;
+    if (refs && c->is_ctl[token] == 2) s = -1; /* the mark is only a reference's */
     for (uint32_t i = 0; i < c->trie->tok_len[token] && s >= 0; i++) s = g_dfa_step(d, s, b[i]);
+    if (s != -3 && c->is_ctl[token] == 1 && refs) {
+        /* a control token reads as its text and as a <token> reference:
+         * the parses of both go on */
+        int32_t i = 0;
+        while (c->ctl[i] != token) i++;
+        int32_t s2 = ctl_step(c, d, m->state, i);
+        if (s2 == -3) s = -3;
+        else if (s2 >= 0) s = s >= 0 ? g_dfa_union(d, s, s2) : s2;
+    }
     if (s == -3) set_err(err, err_len, "%s", d->err);
     pthread_mutex_unlock(&m->c->mu);
     if (s < 0) {

@@ -292,6 +292,47 @@ static void lit(sbuf *g, const char *s)
     sb_str(g, "\"");
 }
 
+/* s as GBNF: its markup tokens (<|name|>, DeepSeek's <｜name｜>) as token
+ * references, so a vocabulary with that control token must write the
+ * token itself, never its spelling in plain pieces (which re-tokenizes as
+ * the one token, so a spelled call header would miss the prefix cache on
+ * the next turn); the rest as literals. Empty s: the empty literal. */
+static void mlit(sbuf *g, const char *s)
+{
+    static const char *const open[] = {"<|", "<\xef\xbd\x9c"}, *const close[] = {"|>", "\xef\xbd\x9c>"};
+    const char *p = s;
+    bool any = false;
+    while (*p) {
+        const char *best = NULL, *end = NULL;
+        for (int k = 0; k < 2; k++) {
+            const char *a = strstr(p, open[k]);
+            const char *b = a ? strstr(a + strlen(open[k]), close[k]) : NULL;
+            if (b && (!best || a < best)) {
+                best = a;
+                end = b + strlen(close[k]);
+            }
+        }
+        for (const char *q = best; q && q < end; q++)
+            if (*q == ' ' || *q == '\n' || *q == '"') best = NULL; /* not one token's text */
+        if (!best) break;
+        if (best > p) {
+            char *t = strndup(p, (size_t)(best - p));
+            if (any) sb_str(g, " ");
+            lit(g, t ? t : "");
+            free(t);
+            any = true;
+        }
+        if (any) sb_str(g, " ");
+        sb_put(g, best, (size_t)(end - best));
+        any = true;
+        p = end;
+    }
+    if (*p || !any) {
+        if (any) sb_str(g, " ");
+        lit(g, p);
+    }
+}
+
 /* How each family writes its calls (what toolfmt.c reads back): around
  * all calls, between them, around one, and around one function's
  * arguments (the name between head_a and head_b); under "auto", the
@@ -353,7 +394,7 @@ static void llama3_auto_rules(sbuf *g)
 static void lit_sp(sbuf *g, const char *s)
 {
     if (!*s) return;
-    lit(g, s);
+    mlit(g, s);
     sb_str(g, " ");
 }
 
@@ -395,7 +436,7 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
             sb_str(&g, buf);
         }
         if (*c->sec_close) sb_str(&g, " ");
-        if (*c->sec_close) lit(&g, c->sec_close);
+        if (*c->sec_close) mlit(&g, c->sec_close);
         sb_str(&g, "\n");
     }
     sb_str(&g, "call ::= ");
@@ -412,7 +453,7 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
     }
     sb_str(&g, ")");
     if (*c->close) sb_str(&g, " ");
-    if (*c->close) lit(&g, c->close);
+    if (*c->close) mlit(&g, c->close);
     sb_str(&g, "\n");
     json_array_foreach(sr->tools, i, t) {
         json_t *fn = tool_fn(t);
@@ -429,12 +470,12 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
         sb_str(&head, c->head_a);
         sb_str(&head, name);
         sb_str(&head, c->head_b);
-        lit(&g, head.p ? head.p : "");
+        mlit(&g, head.p ? head.p : "");
         free(head.p);
         sb_str(&g, " %json ");
         sb_str(&g, ptxt ? ptxt : "{}");
         if (*c->tail) sb_str(&g, " ");
-        if (*c->tail) lit(&g, c->tail);
+        if (*c->tail) mlit(&g, c->tail);
         sb_str(&g, "\n");
         free(ptxt);
     }
@@ -656,7 +697,9 @@ static const past_call *call_answered(json_t *m, const past_call *past, int n_pa
  * later assistant message answers without calls (the template drops it
  * then); each call a message "assistant to=functions.NAME" holding its
  * arguments (the template writes only a turn's first call; harmony gives
- * every call a message of its own, the first one as the template does);
+ * every call a message of its own, the first one as the template does),
+ * or, when the memo holds the call as the model wrote it, a message
+ * "assistant written" holding that text (header and arguments);
  * a tool result as "functions.NAME", the call its tool_call_id names (else
  * the latest). core/model/chat_template.c renders these roles. */
 static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
@@ -722,13 +765,17 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 json_t *name, *args;
                 if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
                 char *at = call_args(args);
-                /* the arguments as the model wrote them when it did (callmemo.h) */
-                char *wr = at ? callmemo_written(FMT_HARMONY, json_string_value(name), at) : NULL;
+                /* the call message as the model wrote it when it did
+                 * (callmemo.h): header and arguments, as role "assistant
+                 * written"; else the template's role and the arguments */
+                char *span = at ? callmemo_render(FMT_HARMONY, json_string_value(name), at, (int)c) : NULL;
+                char *wr = span ? callmemo_written(FMT_HARMONY, json_string_value(name), span) : NULL;
                 sbuf r = {0};
-                sb_str(&r, "assistant to=functions.");
-                sb_str(&r, json_string_value(name));
+                sb_str(&r, wr ? "assistant written" : "assistant to=functions.");
+                if (!wr) sb_str(&r, json_string_value(name));
                 no[k] = at && r.p ? role_content(&nm[k], r.p, r.len, wr ? wr : at) : NULL;
                 free(wr);
+                free(span);
                 free(at);
                 free(r.p);
                 if (!no[k++]) {
@@ -755,6 +802,11 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 st = rf_fail(pe, "messages", "out of memory");
                 goto out;
             }
+        } else if (!strcmp(role, "assistant written")) {
+            /* the memo's role: its content goes into the prompt as markup */
+            st = rf_fail(pe, "messages", "messages[%d] has role 'assistant written', which pagoda keeps for the "
+                         "calls it replays; give an assistant message with tool_calls", i);
+            goto out;
         } else {
             nm[k] = (*msgs)[i];
             src[k++] = i;

@@ -21,6 +21,9 @@
 
 #define DS_SEP "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"
 #define KIMI_ARG "<|tool_call_argument_begin|>"
+/* gpt-oss's template: <|start|>assistant to=functions.N HARMONY_TAIL A <|call|> */
+#define HARMONY_TAIL "<|channel|>commentary json<|message|>"
+#define HARMONY_MSG "<|message|>"
 
 typedef struct memo_entry {
     int fmt;
@@ -69,7 +72,7 @@ char *callmemo_render(int fmt, const char *name, const char *args, int index)
     case FMT_LLAMA3: r = asprintf(&s, "{\"name\": %s, \"parameters\": %s}", q, args); break;
     case FMT_DEEPSEEK: r = asprintf(&s, "function" DS_SEP "%s\n```json\n%s\n```", name, args); break;
     case FMT_KIMI: r = asprintf(&s, "functions.%s:%d" KIMI_ARG "%s", name, index, args); break;
-    case FMT_HARMONY: s = strdup(args); break;
+    case FMT_HARMONY: r = asprintf(&s, " to=functions.%s" HARMONY_TAIL "%s", name, args); break;
     case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": %s, \"arguments\": %s}]", q, args); break;
     default: return hermes_body(name, args);
     }
@@ -109,6 +112,59 @@ static bool kimi_index(const char *s, size_t n, int *index)
     return true;
 }
 
+/* the length of the word ([A-Za-z0-9_.:-]+, harmony's header words) at
+ * h[0..n) */
+static size_t hword(const char *h, size_t n)
+{
+    size_t k = 0;
+    while (k < n && (isalnum((unsigned char)h[k]) || h[k] == '_' || h[k] == '.' || h[k] == ':' || h[k] == '-')) k++;
+    return k;
+}
+
+/* A harmony call's header as written, h[0..n) (after <|start|>assistant,
+ * before <|message|>), that the history may replay: words apart by
+ * spaces, nothing else: <|channel|>commentary and to=functions.NAME once
+ * each, at most one content type (json, or <|constrain|>json), in any
+ * order. The template's " to=functions.N<|channel|>commentary json" and
+ * the model's "<|channel|>commentary to=functions.N <|constrain|>json"
+ * are two; text or other markup in it is not replayed. */
+static bool harmony_header_ok(const char *h, size_t n, const char *name)
+{
+    static const char ch[] = "<|channel|>", cons[] = "<|constrain|>", to[] = "to=functions.";
+    bool chan = false, recipient = false, ctype = false;
+    size_t nl = strlen(name), i = 0;
+    while (i < n) {
+        size_t w;
+        if (h[i] == ' ') {
+            i++;
+        } else if (n - i >= sizeof ch - 1 && !memcmp(h + i, ch, sizeof ch - 1)) {
+            i += sizeof ch - 1;
+            w = hword(h + i, n - i);
+            if (chan || w != 10 || memcmp(h + i, "commentary", 10)) return false;
+            chan = true;
+            i += w;
+        } else if (n - i >= sizeof cons - 1 && !memcmp(h + i, cons, sizeof cons - 1)) {
+            i += sizeof cons - 1;
+            w = hword(h + i, n - i);
+            if (ctype || !w) return false;
+            ctype = true;
+            i += w;
+        } else if (n - i >= sizeof to - 1 && !memcmp(h + i, to, sizeof to - 1)) {
+            i += sizeof to - 1;
+            w = hword(h + i, n - i);
+            if (recipient || w != nl || memcmp(h + i, name, nl)) return false;
+            recipient = true;
+            i += w;
+        } else {
+            w = hword(h + i, n - i); /* a bare content type */
+            if (ctype || !w) return false;
+            ctype = true;
+            i += w;
+        }
+    }
+    return chan && recipient;
+}
+
 /* The one call a written span holds (callmemo_render's spans, in any form
  * the family's reader takes): its name, arguments object and index */
 static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char **name, json_t **args, int *index)
@@ -119,8 +175,10 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
     while (tn && isspace((unsigned char)*t)) t++, tn--;
     switch (fmt) {
     case FMT_HARMONY: {
-        if (!hname || !*hname) return false;
-        json_t *v = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
+        const char *msg = hname && *hname ? memmem(s, n, HARMONY_MSG, strlen(HARMONY_MSG)) : NULL;
+        if (!msg || !harmony_header_ok(s, (size_t)(msg - s), hname)) return false;
+        const char *b = msg + strlen(HARMONY_MSG);
+        json_t *v = json_loadb(b, n - (size_t)(b - s), JSON_REJECT_DUPLICATES, NULL);
         if (!json_is_object(v) || !(*name = strdup(hname))) {
             json_decref(v);
             return false;

@@ -20,7 +20,8 @@
  * was written as the prompt renders it is not stored. [any thread] (one
  * mutex).
  * Not for: the markup around a call (the section markers, harmony's
- * header: the prompt writes them as its template does), the token ids
+ * <|start|>assistant and <|call|>: the prompt writes them as its template
+ * does), the token ids
  * (the engine realigns them, core/engine/engine_realign.c).
  */
 #ifndef PAGODA_HTTP_API_CALLMEMO_H
@@ -43,15 +44,22 @@
  *   deepseek  between the call markers: function<sep>N\n```json\nA\n```
  *   kimi      between the call markers: functions.N:INDEX
  *             <|tool_call_argument_begin|>A
- *   harmony   the call message's content: A (N is in its header)
+ *   harmony   the call message after <|start|>assistant, before <|call|>:
+ *             its header and its content, " to=functions.N<|channel|>
+ *             commentary json<|message|>A" as gpt-oss's template writes
+ *             a past call, where the model writes the recipient after
+ *             the channel: "<|channel|>commentary to=functions.N
+ *             <|constrain|>json<|message|>A"
  *   mistral   after [TOOL_CALLS]: [{"name": "N", "arguments": A}]
  * malloc'd; NULL when out of memory. */
 char *callmemo_render(int fmt, const char *name, const char *args, int index);
 
 /* A call's span as the model wrote it (n bytes; the same span as above;
- * name: harmony's, from the message header, NULL for the others, whose
- * span holds it). Remembered when it parses as one call of the family
- * and differs from its rendering. */
+ * name: harmony's, the recipient the reader found in the header, NULL
+ * for the others). Remembered when it parses as one call of the family
+ * and differs from its rendering; harmony's header must name
+ * to=functions.NAME once and hold no markup but <|channel|> and
+ * <|constrain|>. */
 void callmemo_note(int fmt, const char *name, const char *span, size_t n);
 
 /* The span the model wrote for the call of family fmt named name whose

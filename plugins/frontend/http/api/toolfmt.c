@@ -82,8 +82,10 @@ void fmt_free(fmt_norm *f)
 {
     free(f->held.p);
     free(f->hdr.p);
+    free(f->raw.p);
     memset(&f->held, 0, sizeof f->held);
     memset(&f->hdr, 0, sizeof f->hdr);
+    memset(&f->raw, 0, sizeof f->raw);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -450,6 +452,12 @@ static void harmony_header(fmt_norm *f, const char *h, size_t n)
     else if (c && cn == 10 && !memcmp(c, "commentary", 10)) f->chan = CH_COMMENTARY;
     else if (c && cn == 5 && !memcmp(c, "final", 5)) f->chan = CH_FINAL;
     f->hdr.len = 0;
+    f->raw.len = 0;
+    /* the header after the generation prompt's (or a later message's)
+     * <|start|>assistant: the call's text the memo keeps (callmemo.h) */
+    static const char start[] = "<|start|>assistant";
+    if (n >= sizeof start - 1 && !memcmp(h, start, sizeof start - 1)) h += sizeof start - 1, n -= sizeof start - 1;
+    sb_put(&f->raw, h, n);
     if (r && rn && !(rn == 4 && !memcmp(r, "user", 4)) && !(rn == 9 && !memcmp(r, "assistant", 9))) {
         if (rn > 10 && !memcmp(r, "functions.", 10)) r += 10, rn -= 10;
         sb_put(&f->hdr, r, rn);
@@ -485,7 +493,13 @@ static void body_end(fmt_norm *f, const char *p, size_t n, sbuf *out)
 {
     sbuf j = {0};
     if (f->chan == CH_CALL && put_call(f->hdr.p, f->hdr.len, args_of(p, n), &j) == 0) {
-        callmemo_note(FMT_HARMONY, f->hdr.p, p, n);
+        /* the whole message as the model wrote it, header and arguments */
+        sbuf w = {0};
+        int bad = sb_put(&w, f->raw.p ? f->raw.p : "", f->raw.len);
+        bad |= sb_str(&w, "<|message|>");
+        bad |= sb_put(&w, p, n);
+        if (!bad) callmemo_note(FMT_HARMONY, f->hdr.p, w.p, w.len);
+        free(w.p);
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");

@@ -51,7 +51,8 @@ typedef struct fmt_norm {
     int state;               /* toolfmt.c's states */
     int chan;                /* harmony: the channel of the message being read */
     sbuf held;               /* input not passed on yet */
-    sbuf hdr;                /* harmony: the header of the message being read */
+    sbuf hdr;                /* harmony: the recipient of the message being read */
+    sbuf raw;                /* harmony: its header as written, <|start|>assistant dropped */
 } fmt_norm;
 
 /* The family a rendered probe conversation (one user turn "hi" with the
