@@ -18,6 +18,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
 
 common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu.threads=1
@@ -107,4 +108,5 @@ assert worst <= 1e-5, f"swa_kv = {what}: logprobs differ by {worst}"
 print(f"gpt-oss-tiny, swa_kv = {what}: 2 ranks = one process: {n} tokens, {compared} top-5 logprobs within {worst:.2g} (|logprob| up to {spread:.2f})")
 PY
 done
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp gptoss_split: 2 ranks = one process (text and top-5 logprobs within 1e-5), gpt-oss-tiny with sinks, biases and the window pool split; the plan says what a rank holds"

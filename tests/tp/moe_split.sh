@@ -19,6 +19,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
 
 common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu.threads=1
@@ -116,4 +117,5 @@ grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads and 
     fail "deepseek2-tiny split 3 ways was planned"
 grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads must divide by 3 (multi-head latent attention" "$tmp/err" ||
     fail "deepseek2-tiny: no refusal with the numbers: $(cat "$tmp/err")"
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp moe_split: 2 ranks with the experts split = one process (text and logprobs), qwen3moe, qwen2moe and deepseek2 (MLA: heads split, latent replicated); 3 ranks refused"
