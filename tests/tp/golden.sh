@@ -18,6 +18,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
 # start_http [--set K=V]...: rank 0's HTTP server on a free port ($port, $pid), healthy
 start_http() {
@@ -115,4 +116,5 @@ print(f"speculative: equal the golden text; {acc:.0f} drafts accepted, "
       f"{m['pagoda_comm_steps_total']:.0f} steps for {sys.argv[4]} tokens")
 PY
 stop_http
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp golden: mpirun -n 2 reproduces stories260K's golden output (stdin, HTTP, speculative)"

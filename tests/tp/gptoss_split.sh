@@ -13,6 +13,7 @@ set -u
 # shellcheck source=tests/tp/split_util.bash
 . "$(dirname "$0")/split_util.bash"
 split_tmp tpgptoss
+. "$(dirname "$0")/sanitizer_check.sh"
 
 model="$tmp/gpt-oss-tiny.gguf"
 "$PAGODA_BIN" gen-model --shape gpt-oss-tiny --type F32 --out "$model" >/dev/null 2>&1 || fail "gen-model gpt-oss-tiny"
@@ -41,4 +42,5 @@ for what in window full; do
     split_same "$tmp/one-$what" "$tmp/two-$what" "gpt-oss-tiny, swa_kv = $what" 1e-5 150 ||
         fail "2 ranks differ from one process (swa_kv = $what)"
 done
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp gptoss_split: 2 ranks = one process (text and top-5 logprobs within 1e-5), gpt-oss-tiny with sinks, biases and the window pool split; the plan says what a rank holds"

@@ -20,6 +20,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() {
     echo "FAIL: $*"
     [ -f "$tmp/err" ] && tail -25 "$tmp/err"
@@ -99,5 +100,6 @@ assert all(b["choices"][0]["finish_reason"] is None for b in body if "choices" i
 assert "error" in body[-1] and "interrupted" in body[-1]["error"]["message"], body[-1]
 print(f"{len(tokens)} tokens streamed, then: {body[-1]['error']['message']}")
 PY
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp kill: rank 1 killed after the first streamed token; the job ended in $took s (exit $st)," \
     "the stream ended with an error"

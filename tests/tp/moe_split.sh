@@ -14,6 +14,7 @@ set -u
 # shellcheck source=tests/tp/split_util.bash
 . "$(dirname "$0")/split_util.bash"
 split_tmp tpmoe
+. "$(dirname "$0")/sanitizer_check.sh"
 
 for shape in qwen3moe-tiny qwen2moe-tiny deepseek2-tiny; do
     model="$tmp/$shape.gguf"
@@ -51,4 +52,5 @@ grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads and 
     fail "deepseek2-tiny split 3 ways was planned"
 grep -q "tensor_parallel = 3 cannot split this model: its 4 attention heads must divide by 3 (multi-head latent attention" "$tmp/err" ||
     fail "deepseek2-tiny: no refusal with the numbers: $(cat "$tmp/err")"
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp moe_split: 2 ranks with the experts split = one process (text and logprobs), qwen3moe, qwen2moe and deepseek2 (MLA: heads split, latent replicated); 3 ranks refused"

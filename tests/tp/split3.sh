@@ -9,6 +9,7 @@ set -u
 : "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}" "${MPIEXEC:?set by ctest}"
 tmp=$(mktemp -d /tmp/pagoda-tp3-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
 "$PAGODA_BIN" gen-model --shape tiny-tp --type Q8_0 --out "$tmp/m.gguf" >/dev/null 2>&1 || fail "gen-model"
 common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set engine.frontend=stdin
@@ -46,4 +47,5 @@ echo "$req" | timeout 60 "$MPIEXEC" -n 2 --oversubscribe "$tmp/mixed.sh" "${comm
     --set engine.tensor_parallel=2 >"$tmp/out" 2>"$tmp/err" && fail "ranks with different configs: accepted"
 grep -q "rank 1's config and model (fingerprint [0-9a-f]*) differ from rank 0's" "$tmp/err" ||
     fail "no refusal of the differing configs"
+tp_check_sanitizer_reports "$tmp/err" || fail "a sanitizer report"
 echo "tp split3: 3 ranks = one process for 48 greedy tokens; bad splits, rank counts and configs refused"

@@ -16,6 +16,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/sanitizer_check.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -25 "$tmp/err"; exit 1; }
 
 # each rank writes its log to a file of its own: what mpirun forwards of
@@ -53,4 +54,5 @@ grep -q "non-zero exit code\|exiting improperly\|exited on signal" "$tmp/err" &&
 # logged the signal at INFO, and nobody a WARN or an ERROR (above).
 grep -q "INFO  rank [01]: SIG\(TERM\|INT\): stopping" "$tmp/rank.0" "$tmp/rank.1" ||
     fail "no rank logged its stop"
+tp_check_sanitizer_reports "$tmp/err" "$tmp/rank.0" "$tmp/rank.1" || fail "a sanitizer report"
 echo "tp stop: Ctrl-C to mpirun ended the job with INFO lines only"
