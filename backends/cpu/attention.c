@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stdatomic.h>
 
+#include "cpu_features.h"
 #include "vecdot.h"
 
 #define Q_CHUNK 16       /* query rows per work item */
@@ -79,7 +80,9 @@ typedef struct attn_task {
 /* Splits of a row with n_keys keys to read (decode rows only). */
 static int32_t splits_of(int32_t n_q, int32_t n_keys)
 {
-    if (n_q != 1) return 1;
+    /* batch-invariant: a decode row's keys in one pass, as a row of a
+     * longer batch reads them (cpu_features.h) */
+    if (n_q != 1 || pagoda_cpu_batch_invariant()) return 1;
     int32_t s = n_keys / SPLIT_KEYS;
     return s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s;
 }

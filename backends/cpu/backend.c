@@ -732,6 +732,9 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         free(c);
         return PAGODA_ERR_NOMEM;
     }
+    /* one setting a process: this backend's (cpu_features.h) */
+    pagoda_cpu_set_batch_invariant(host && host->config_bool ? host->config_bool(host, "batch_invariant", false)
+                                                             : false);
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -772,6 +775,15 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                       bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
                           ? " (AMX granted, but CPUID has no AMX-BF16)"
                           : "");
+        if (pagoda_cpu_batch_invariant())
+            host->log(host, PAGODA_LOG_INFO,
+                      "cpu backend: batch_invariant = on: integer weights run the tokens-in-lanes kernels "
+                      "from one row on, the VNNI repacked GEMM and unsplit attention, so a row's logits do "
+                      "not depend on its batch (F32/F16/BF16 weights, the expert matmul and MLA attention "
+                      "are not covered)%s",
+                      pagoda_cpu_kernel_isa() < PAGODA_CPU_ISA_AVX2 ? "; the scalar level has no lanes "
+                                                                      "kernels: not batch-invariant here"
+                                                                    : "");
         char path[128];
         host->log(host, PAGODA_LOG_INFO, "cpu backend: %s, %d threads, OpenBLAS %s",
                   pagoda_cpu_kernel_path(path, sizeof path), c->n_threads, c->blas_core);
@@ -822,6 +834,10 @@ static const pagoda_backend_ops cpu_ops = {
 static const pagoda_config_key cpu_keys[] = {
     {.name = "threads", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0, .max = 256,
      .help = "kernel threads (and OpenBLAS threads); 0 = number of online CPUs"},
+    {.name = "batch_invariant", .type = PAGODA_KEY_BOOL, .default_str = "false",
+     .help = "a row's result independent of its batch's size (integer weights: the lanes kernels from "
+             "one row on, no AMX tiles, unsplit attention): speculation and batching give greedy output "
+             "byte for byte as one stream alone, at some decode speed"},
     {.name = NULL},
 };
 

@@ -480,15 +480,19 @@ void pagoda_cpu_mm_plan(mm_task *m)
               w_dtype == PAGODA_DTYPE_Q4_1;
     /* the lanes kernels: of the level's table, or from its 8-token one (vecdot.h lanes8) */
     const pagoda_vecdot_table *lt = T <= 8 && m->vt->lanes8 ? m->vt->lanes8 : m->vt;
-    if (T >= (q5 ? X8_MIN_T_Q5 : X8_MIN_T))
+    /* batch-invariant: the lanes kernels from one row on, so a row's sums
+     * run in the same order whatever T is (cpu_features.h) */
+    bool bi = pagoda_cpu_batch_invariant();
+    int64_t x8_min = bi ? 1 : X8_MIN_T, x8_min_q5 = bi ? 1 : X8_MIN_T_Q5;
+    if (T >= (q5 ? x8_min_q5 : x8_min))
         m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? lt->gemm_q8_0_x8
                    : w_dtype == PAGODA_DTYPE_Q4_0 ? lt->gemm_q4_0_x8
                    : w_dtype == PAGODA_DTYPE_Q5_0 ? lt->gemm_q5_0_x8
                    : w_dtype == PAGODA_DTYPE_Q5_1 ? lt->gemm_q5_1_x8
                    : w_dtype == PAGODA_DTYPE_Q4_1 ? lt->gemm_q4_1_x8
                    : w_dtype == PAGODA_DTYPE_IQ4_NL ? lt->gemm_iq4_nl_x8 : NULL;
-    if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= X8_MIN_T) m->gemm_x8 = lt->gemm_mxfp4_x8;
-    if (T >= X8_MIN_T) m->gemm_kx8 = gemm_kx8_of(lt, w_dtype);
+    if (w_dtype == PAGODA_DTYPE_MXFP4 && T >= x8_min) m->gemm_x8 = lt->gemm_mxfp4_x8;
+    if (T >= x8_min) m->gemm_kx8 = gemm_kx8_of(lt, w_dtype);
     /* The row x token kernels of Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_1 read prep_q4_0's groups. */
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));
     if (groups && m->vt->prep_q4_0 && !m->gemm_x8)

@@ -9,6 +9,7 @@
  * scalar kernels; the AMX checks falling back with their reason. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -606,6 +607,104 @@ START_TEST(test_matmul_hook)
 }
 END_TEST
 
+/* [backend.cpu] batch_invariant (cpu_features.h): a token's outputs are
+ * the same bits whether its call had 1 row or 70 (the lanes kernels from
+ * one row on, the VNNI repacked GEMM from 16, never the AMX tiles, even
+ * with PAGODA_CPU_AMX_ALL), for every integer type with lanes kernels, at
+ * each level this host has. This is what makes speculative verification
+ * (a decode row plus its drafts in one call) and batching give a lone
+ * stream's greedy bytes. Without it the per-row dots and row x token
+ * tiles of T < 4-5 sum in another order (seen: Q4_1 parts at T = 1). */
+START_TEST(test_batch_invariant_rows)
+{
+    if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return; /* the scalar level has no lanes kernels */
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0,
+                                PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_MXFP4, PAGODA_DTYPE_Q2_K,
+                                PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K,
+                                PAGODA_DTYPE_IQ4_XS};
+    enum { NT = sizeof types / sizeof types[0] };
+    static const int64_t Ts[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 33};
+    const int64_t K = 512, N = 40, TMAX = 70;
+    tu_rng r;
+    tu_rng_seed(&r, 43);
+    pagoda_cpu_exec ex = {0};
+    ck_assert_int_eq(pagoda_threadpool_create(2, &ex.pool), PAGODA_OK);
+    ex.repack = pagoda_rp_cache_create();
+    float *x = xmalloc(sizeof(float) * (size_t)(TMAX * K)), *row = xmalloc(sizeof(float) * (size_t)K);
+    float *full = xmalloc(sizeof(float) * (size_t)(TMAX * N)), *part = xmalloc(sizeof(float) * (size_t)(TMAX * N));
+    tu_fill_normal(&r, x, (size_t)(TMAX * K), 1.0f);
+    uint8_t *w[NT];
+    size_t ws[NT];
+    bool have[NT];
+    int n_have = 0;
+    for (int i = 0; i < NT; i++) {
+        ws[i] = pagoda_dtype_row_bytes(types[i], K);
+        have[i] = true;
+        if (types[i] == PAGODA_DTYPE_Q6_K) {
+            mat q6 = make_q6(&r, N, K);   /* random quants, sane scales (no Q6_K quantizer) */
+            w[i] = q6.w;
+            free(q6.wf);
+        } else {
+            w[i] = xmalloc(ws[i] * (size_t)N);
+            for (int64_t n = 0; n < N && have[i]; n++) {
+                tu_fill_normal(&r, row, (size_t)K, 0.5f);
+                int st = pagoda_quantize_row(types[i], row, w[i] + (size_t)n * ws[i], K);
+                ck_assert(st == PAGODA_OK || st == PAGODA_ERR_UNSUPPORTED);
+                have[i] = st == PAGODA_OK;
+            }
+        }
+        if (!have[i]) {
+            printf("test_batch_invariant_rows: no quantizer for %s: not checked\n", pagoda_dtype_name(types[i]));
+            continue;
+        }
+        n_have++;
+        ck_assert_int_eq(pagoda_rp_cache_add_region(ex.repack, w[i], ws[i] * (size_t)N), PAGODA_OK);
+    }
+    ck_assert_int_ge(n_have, 9);  /* the 32-value types, MXFP4, Q4_K, Q5_K, Q6_K at least */
+    int levels[4], nl = 0;
+    levels[nl++] = PAGODA_CPU_ISA_AVX2;
+    if (pagoda_cpu_has_avx_vnni()) levels[nl++] = PAGODA_CPU_ISA_AVX_VNNI;
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512) levels[nl++] = PAGODA_CPU_ISA_AVX512;
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AMX) levels[nl++] = PAGODA_CPU_ISA_AMX;
+    setenv("PAGODA_CPU_AMX_ALL", "1", 1);   /* the tiles for every type, were it not for batch_invariant */
+    pagoda_cpu_set_batch_invariant(true);
+    int compared = 0;
+    for (int l = 0; l < nl; l++) {
+        pagoda_cpu_force_isa(levels[l]);
+        for (int i = 0; i < NT; i++) {
+            if (!have[i]) continue;
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, TMAX, K, w[i], types[i], ws[i], N, NULL,
+                                               full, sizeof(float) * N),
+                             PAGODA_OK);
+            for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+                int64_t T = Ts[k];
+                memset(part, 0xff, sizeof(float) * (size_t)(T * N));
+                ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, w[i], types[i], ws[i], N,
+                                                   NULL, part, sizeof(float) * N),
+                                 PAGODA_OK);
+                for (int64_t j = 0; j < T * N; j++)
+                    ck_assert_msg(memcmp(&part[j], &full[j], sizeof(float)) == 0,
+                                  "%s level %d: token %lld row %lld: %.9g in a call of %lld rows, %.9g in one of %lld",
+                                  pagoda_dtype_name(types[i]), levels[l], (long long)(j / N), (long long)(j % N),
+                                  part[j], (long long)T, full[j], (long long)TMAX);
+                compared++;
+            }
+        }
+    }
+    ck_assert_int_eq(compared, nl * n_have * (int)(sizeof Ts / sizeof Ts[0]));
+    pagoda_cpu_set_batch_invariant(false);
+    unsetenv("PAGODA_CPU_AMX_ALL");
+    pagoda_cpu_force_isa(-1);
+    for (int i = 0; i < NT; i++) free(w[i]);
+    free(x);
+    free(row);
+    free(full);
+    free(part);
+    pagoda_threadpool_destroy(ex.pool);
+    pagoda_cpu_exec_release(&ex);
+}
+END_TEST
+
 /* One call with matrices of both activation kinds (per 32, per 256) and
  * one the layout lacks (Q4_1), Q6_K among them: each gets its own path, all equal the
  * scalar kernels, and the VNNI ones the AVX2 lanes kernels bit for bit; both kinds end up repacked over two calls. */
@@ -739,6 +838,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_amx_type_rule);
     tcase_add_test(tc, test_matmul_hook);
     tcase_add_test(tc, test_matmul_hook_kinds);
+    tcase_add_test(tc, test_batch_invariant_rows);
     tcase_add_test(tc, test_amx_fallback);
     suite_add_tcase(s, tc);
     return s;

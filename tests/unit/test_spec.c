@@ -968,6 +968,55 @@ START_TEST(smollm2_greedy_identical)
 }
 END_TEST
 
+/* The same two requests with [backend.cpu] batch_invariant = on: a row's
+ * logits no longer depend on its call's size (the lanes kernels from one
+ * row on, unsplit attention: cpu_features.h), so ngram speculation gives
+ * the bytes of plain decoding exactly, no near tie allowed, for both KV
+ * policies and dtypes above (on the scalar level, which has no lanes
+ * kernels, the mode does not apply: skipped under PAGODA_CPU_ISA=scalar). */
+START_TEST(smollm2_greedy_identical_batch_invariant)
+{
+    const char *isa = getenv("PAGODA_CPU_ISA");
+    if (isa && strcmp(isa, "scalar") == 0) return;   /* no lanes kernels there (every host here has AVX2) */
+    static et_result r[2][2];
+    const char *prompt = "<|im_start|>user\nRewrite this C file with the function add renamed to "
+                         "sum everywhere. Reply with the whole file only.\n\n"
+                         "static int add(int a, int b)\n{\n    return a + b;\n}\n\n"
+                         "int main(void)\n{\n    int x = add(1, 2);\n    int y = add(x, 3);\n"
+                         "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
+    for (int spec = 0; spec < 2; spec++) {
+        const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                  _i ? "engine.kvcache=prefix" : "engine.kvcache=paged",
+                                  _i ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
+                                  "engine.max_seq_len=512", "backend.cpu.batch_invariant=on", NULL};
+        pagoda_config *cfg;
+        pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
+        for (int i = 0; i < 2; i++) {
+            et_result_init(&r[spec][i]);
+            pagoda_request req = et_request(rt, prompt, 40, 0.0f);
+            req.parse_special = true;
+            req.ignore_eos = false;
+            uint64_t id;
+            char err[256] = "";
+            ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &r[spec][i], &id, err,
+                                               sizeof err) == 0, "%s", err);
+        }
+        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
+        pagoda_engine_wait_idle(rt->engine);
+        pagoda_engine_stats st;
+        pagoda_engine_get_stats(rt->engine, &st);
+        if (spec) ck_assert_int_gt(st.spec_drafted_total, 0);
+        et_close(rt, cfg);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(r[0][i].n_tokens, r[1][i].n_tokens);
+        ck_assert_int_eq(memcmp(r[0][i].tokens, r[1][i].tokens, sizeof(int32_t) * (size_t)r[0][i].n_tokens), 0);
+        ck_assert_str_eq(r[0][i].text, r[1][i].text);
+    }
+    ck_assert_int_gt(r[0][0].n_tokens, 10);
+}
+END_TEST
+
 /* SmolLM2 drafting for itself, batched against alone (Q4_1: below 32 rows
  * a pass runs one dot per row, so the rows should not even round apart) */
 START_TEST(smollm2_draft_batched_matches_alone)
@@ -1171,6 +1220,7 @@ static Suite *suite(void)
         fclose(f);
         TCase *ts = tcase(s, "smollm2");
         tcase_add_loop_test(ts, smollm2_greedy_identical, 0, 2);
+        tcase_add_loop_test(ts, smollm2_greedy_identical_batch_invariant, 0, 2);
         tcase_add_test(ts, smollm2_draft_batched_matches_alone);
     } else {
         printf("test_spec: %s not present: smollm2_greedy_identical and "

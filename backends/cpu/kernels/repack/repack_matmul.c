@@ -51,6 +51,9 @@ int pagoda_rp_path(void)
 int pagoda_rp_path_for(int path, int dtype, int64_t T)
 {
     if (path != PAGODA_RP_PATH_AMX) return path;
+    /* batch-invariant: the VNNI GEMM, whose float steps are the lanes
+     * kernels' (the tiles store and scale C per block: another order) */
+    if (pagoda_cpu_batch_invariant()) return PAGODA_RP_PATH_VNNI;
     const char *e = getenv("PAGODA_CPU_AMX_ALL");   /* once a call: calls are large */
     bool all = e && !strcmp(e, "1");
     if (all || (dtype == PAGODA_DTYPE_Q8_0 && T >= PAGODA_RP_AMX_MIN_T)) return path;
