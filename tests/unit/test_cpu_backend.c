@@ -118,7 +118,10 @@ START_TEST(test_descriptor)
     ck_assert_ptr_nonnull(d->config_keys);
     ck_assert_str_eq(d->config_keys[0].name, "threads");
     ck_assert_int_eq(d->config_keys[0].type, PAGODA_KEY_INT);
-    ck_assert_ptr_null(d->config_keys[1].name);
+    ck_assert_str_eq(d->config_keys[1].name, "batch_invariant");
+    ck_assert_int_eq(d->config_keys[1].type, PAGODA_KEY_BOOL);
+    ck_assert_str_eq(d->config_keys[1].default_str, "false");
+    ck_assert_ptr_null(d->config_keys[2].name);
     char why[128] = "";
     int score = d->probe(why, sizeof why);
     ck_assert_int_gt(score, 0);
