@@ -77,12 +77,13 @@ typedef struct attn_task {
     atomic_llong next;
 } attn_task;
 
-/* Splits of a row with n_keys keys to read (decode rows only). */
-static int32_t splits_of(int32_t n_q, int32_t n_keys)
+/* Splits of a row with n_keys keys to read (decode rows only); one when
+ * batch-invariant (bi): a decode row's keys in one pass, as a row of a
+ * longer batch reads them (cpu_features.h). bi is read once per call by
+ * the caller, since the scratch is sized from the same answers. */
+static int32_t splits_of(int32_t n_q, int32_t n_keys, bool bi)
 {
-    /* batch-invariant: a decode row's keys in one pass, as a row of a
-     * longer batch reads them (cpu_features.h) */
-    if (n_q != 1 || pagoda_cpu_batch_invariant()) return 1;
+    if (n_q != 1 || bi) return 1;
     int32_t s = n_keys / SPLIT_KEYS;
     return s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s;
 }
@@ -298,13 +299,14 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
                                const float *sinks, float *out, size_t out_stride)
 {
     if (L->head_dim > MAX_HEAD_DIM) return PAGODA_ERR_UNSUPPORTED;
+    const bool bi = pagoda_cpu_batch_invariant();   /* once: both loops below must agree */
     /* One scratch: unit_start [n_seqs + 1], n_splits and part_start [n_seqs],
      * then the partial sums of the split rows. */
     size_t n_ints = 3 * (size_t)b->n_seqs + 1, ints_bytes = (n_ints * sizeof(int32_t) + 63) & ~(size_t)63;
     int32_t n_parts = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const pagoda_seq_view *sv = &b->seqs[s];
-        int32_t sp = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1));
+        int32_t sp = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1), bi);
         if (sp > 1) n_parts += sp;
     }
     size_t part_floats = (size_t)n_parts * (size_t)n_heads * ((size_t)L->head_dim + 2);
@@ -316,7 +318,7 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
     n_parts = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const pagoda_seq_view *sv = &b->seqs[s];
-        nsp[s] = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1));
+        nsp[s] = splits_of(sv->n_q, sv->ctx_len - first_key(window, sv->ctx_len - 1), bi);
         ps[s] = n_parts;
         if (nsp[s] > 1) n_parts += nsp[s];
         cs[s + 1] = cs[s] + (nsp[s] > 1 ? nsp[s] : (sv->n_q + Q_CHUNK - 1) / Q_CHUNK);

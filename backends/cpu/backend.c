@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -705,6 +706,9 @@ static int cpu_probe(char *why, size_t why_len)
     return slow ? 40 : 100;
 }
 
+/* CPU backends alive in this process (batch_invariant is one setting a process) */
+static atomic_int live_backends;
+
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
 {
     *ctxp = NULL;
@@ -732,9 +736,15 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         free(c);
         return PAGODA_ERR_NOMEM;
     }
-    /* one setting a process: this backend's (cpu_features.h) */
-    pagoda_cpu_set_batch_invariant(host && host->config_bool ? host->config_bool(host, "batch_invariant", false)
-                                                             : false);
+    /* one setting a process: this backend's (cpu_features.h); a backend
+     * still alive with the other value is told it changed */
+    bool bi = host && host->config_bool ? host->config_bool(host, "batch_invariant", false) : false;
+    if (atomic_fetch_add(&live_backends, 1) > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
+        host->log(host, PAGODA_LOG_WARN,
+                  "cpu backend: batch_invariant = %s here, %s in another CPU backend of this process: "
+                  "it is one setting a process, now %s for both",
+                  bi ? "on" : "off", bi ? "off" : "on", bi ? "on" : "off");
+    pagoda_cpu_set_batch_invariant(bi);
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -777,10 +787,10 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                           : "");
         if (pagoda_cpu_batch_invariant())
             host->log(host, PAGODA_LOG_INFO,
-                      "cpu backend: batch_invariant = on: integer weights run the tokens-in-lanes kernels "
-                      "from one row on, the VNNI repacked GEMM and unsplit attention, so a row's logits do "
-                      "not depend on its batch (F32/F16/BF16 weights, the expert matmul and MLA attention "
-                      "are not covered)%s",
+                      "cpu backend: batch_invariant = on: integer and F16 weights run the tokens-in-lanes "
+                      "kernels from one row on, the VNNI repacked GEMM and unsplit attention, so a row's "
+                      "logits do not depend on its batch (F32/BF16 weights, the expert matmul and MLA "
+                      "attention are not covered)%s",
                       pagoda_cpu_kernel_isa() < PAGODA_CPU_ISA_AVX2 ? "; the scalar level has no lanes "
                                                                       "kernels: not batch-invariant here"
                                                                     : "");
@@ -796,6 +806,7 @@ static void cpu_destroy(void *ctx)
 {
     cpu_ctx *c = ctx;
     if (!c) return;
+    atomic_fetch_sub(&live_backends, 1);
     pagoda_threadpool_destroy(c->ex.pool);
     pagoda_cpu_exec_release(&c->ex);
     free(c);
@@ -835,9 +846,10 @@ static const pagoda_config_key cpu_keys[] = {
     {.name = "threads", .type = PAGODA_KEY_INT, .default_str = "0", .min = 0, .max = 256,
      .help = "kernel threads (and OpenBLAS threads); 0 = number of online CPUs"},
     {.name = "batch_invariant", .type = PAGODA_KEY_BOOL, .default_str = "false",
-     .help = "a row's result independent of its batch's size (integer weights: the lanes kernels from "
-             "one row on, no AMX tiles, unsplit attention): speculation and batching give greedy output "
-             "byte for byte as one stream alone, at some decode speed"},
+     .help = "a row's result independent of its batch's size (integer and F16 weights: the lanes "
+             "kernels from one row on, no AMX tiles, unsplit attention), so speculation gives plain "
+             "decoding's greedy bytes; not F32/BF16 weights, experts, MLA, the scalar level; costs decode "
+             "speed"},
     {.name = NULL},
 };
 

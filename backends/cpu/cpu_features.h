@@ -51,14 +51,16 @@ int pagoda_cpu_force_isa(int isa);
 /* Batch-invariant arithmetic ([backend.cpu] batch_invariant): a row's
  * result does not depend on how many rows its call has. On: every
  * integer type with tokens-in-lanes kernels (Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS) runs them from one row on
- * (instead of the per-row dots and row x token tiles below 4-5 rows,
- * whose float sums run in another order), the repacked GEMM of many
- * rows takes the VNNI kernels, which repeat the lanes' float steps,
- * never the AMX tiles, and attention never splits a decode row's keys
- * over threads. Not covered: F32 / F16 / BF16 weights (sgemm and the BF16
- * GEMM), the scalar level (no lanes kernels), the expert matmul and MLA's
- * own attention. [main thread] Set by the backend's create (one setting a
+ * Q5_1, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS) and F16 (its exact lanes
+ * kernel) runs them from one row on (instead of the per-row dots and row
+ * x token tiles below 4-5 rows, whose float sums run in another order),
+ * PAGODA_CPU_GEMM_MIN_T's sgemm is ignored for them, the repacked GEMM
+ * of many rows takes the VNNI kernels, which repeat the lanes' float
+ * steps, never the AMX tiles, and attention never splits a decode row's
+ * keys over threads. Not covered: F32 weights (own dot below 3 rows,
+ * sgemm from 3), BF16 weights and F16 under PAGODA_CPU_BF16=2 (the BF16
+ * GEMM from 16-32 rows), the scalar level (no lanes kernels), the expert
+ * matmul and MLA's own attention (not tested). [main thread] Set by the backend's create (one setting a
  * process: the last backend created decides); read by the kernels'
  * dispatch [any thread]. */
 void pagoda_cpu_set_batch_invariant(bool on);

@@ -452,6 +452,12 @@ static int64_t sgemm_min_t(int dtype)
 static int64_t sgemm_from(int dtype)
 {
     int64_t env = gemm_min_t_env();
+    /* batch-invariant: integer weights never switch to sgemm at a row
+     * count (its exact F32 products are another arithmetic), whatever
+     * PAGODA_CPU_GEMM_MIN_T says; F32 / F16 / BF16 are not covered */
+    if (env && pagoda_cpu_batch_invariant() && dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
+        dtype != PAGODA_DTYPE_BF16)
+        return sgemm_min_t(dtype);
     return env ? env : sgemm_min_t(dtype);
 }
 
@@ -497,7 +503,7 @@ void pagoda_cpu_mm_plan(mm_task *m)
     bool groups = w_dtype == PAGODA_DTYPE_Q4_0 || (q5 && gemm_fn(m));
     if (groups && m->vt->prep_q4_0 && !m->gemm_x8)
         m->xp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
-    if (w_dtype == PAGODA_DTYPE_F16 && T >= X8_MIN_T && m->vt->gemm_f16_x8)
+    if (w_dtype == PAGODA_DTYPE_F16 && T >= x8_min && m->vt->gemm_f16_x8)
         m->gemm_f16_x8 = m->vt->gemm_f16_x8;
     m->gemm = gemm_fn(m);
 }
