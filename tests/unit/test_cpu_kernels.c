@@ -1357,6 +1357,73 @@ START_TEST(test_attention_split_decode)
 }
 END_TEST
 
+/* [backend.cpu] batch_invariant: a decode row over 700 keys (split in two
+ * by default) gives the same bits as the same query as the last row of a
+ * 2-row call over the same keys (a verify step's shape), at every path. */
+START_TEST(test_attention_batch_invariant)
+{
+    enum { HD = 64, NH = 8, NKV = 2, BS = 16, CTX = 700 };
+    tu_rng r;
+    tu_rng_seed(&r, 4242);
+    const int n_blocks = (CTX + BS - 1) / BS;
+    pagoda_kv_layout L = {.n_layers = 1, .n_blocks = n_blocks, .block_size = BS, .n_kv_heads = NKV,
+                          .head_dim = HD, .dtype = PAGODA_DTYPE_F16};
+    uint8_t *pool = xmalloc(pagoda_kv_pool_bytes(&L));
+    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks), *slots = xmalloc(sizeof(int32_t) * CTX);
+    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
+    for (int p = 0; p < CTX; p++) slots[p] = table[p / BS] * BS + p % BS;
+    const int kvw = NKV * HD, qw = NH * HD;
+    float *k = xmalloc(sizeof(float) * CTX * kvw), *v = xmalloc(sizeof(float) * CTX * kvw);
+    tu_fill_normal(&r, k, (size_t)CTX * kvw, 1.0f);
+    tu_fill_normal(&r, v, (size_t)CTX * kvw, 1.0f);
+    pagoda_cpu_kv_write(pool, &L, 0, k, sizeof(float) * kvw, v, sizeof(float) * kvw, slots, CTX);
+    float *q = xmalloc(sizeof(float) * 2 * qw), *one = xmalloc(sizeof(float) * qw), *two = xmalloc(sizeof(float) * 2 * qw);
+    tu_fill_normal(&r, q, (size_t)2 * qw, 1.0f);
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    pagoda_seq_view v1 = {.q_start = 0, .n_q = 1, .ctx_len = CTX, .n_blocks = n_blocks, .block_table = table};
+    pagoda_seq_view v2 = {.q_start = 0, .n_q = 2, .ctx_len = CTX, .n_blocks = n_blocks, .block_table = table};
+    pagoda_batch b1 = {.seq_no = 1, .n_tokens = 1, .slots = slots + CTX - 1, .n_seqs = 1, .seqs = &v1};
+    pagoda_batch b2 = {.seq_no = 2, .n_tokens = 2, .slots = slots + CTX - 2, .n_seqs = 1, .seqs = &v2};
+    const float scale = 0.125f;
+    int differ_off = 0;
+    for (int ii = 0; ii < N_ISAS; ii++) {
+        cpu_path_use(&PATHS[ii]);
+        for (int bi = 1; bi >= 0; bi--) {
+            pagoda_cpu_set_batch_invariant(bi);
+            /* the 2-row call: the earlier position, then the decode row's query */
+            ck_assert_int_eq(pagoda_cpu_attention(&ex, q, sizeof(float) * qw, pool, &L, 0, &b2, NH, scale, 0, two,
+                                                  sizeof(float) * qw),
+                             PAGODA_OK);
+            ck_assert_int_eq(pagoda_cpu_attention(&ex, q + qw, sizeof(float) * qw, pool, &L, 0, &b1, NH, scale, 0,
+                                                  one, sizeof(float) * qw),
+                             PAGODA_OK);
+            int same = memcmp(one, two + qw, sizeof(float) * qw) == 0;
+            if (bi)
+                ck_assert_msg(same, "path %s: the decode row differs from the same row of a 2-row call",
+                              PATHS[ii].name);
+            else
+                differ_off += !same;
+        }
+    }
+    pagoda_cpu_set_batch_invariant(false);
+    cpu_path_reset();
+    printf("test_attention_batch_invariant: with the mode off the split decode row differs on %d of %d paths\n",
+           differ_off, N_ISAS);
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+    free(pool);
+    free(table);
+    free(slots);
+    free(k);
+    free(v);
+    free(q);
+    free(one);
+    free(two);
+}
+END_TEST
+
 START_TEST(test_attention_q8_0_kv)
 {
     check_attention(PAGODA_DTYPE_Q8_0, 64, 16, 0);
@@ -1536,6 +1603,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_attention_window);
     tcase_add_test(tc, test_attention_q8_0_kv);
     tcase_add_test(tc, test_attention_split_decode);
+    tcase_add_test(tc, test_attention_batch_invariant);
     tcase_add_test(tc, test_kv_q8_0_store_matches_reference);
     tcase_add_test(tc, test_copy_blocks);
     tcase_add_test(tc, test_kernel_path_names);
