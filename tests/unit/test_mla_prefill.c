@@ -17,7 +17,8 @@
  *    decode, a from-scratch chunk, a short one, a later chunk)
  *    decompresses only the long chunks and matches off row for row; on a
  *    backend whose weight types lack the KV type (get_rows could not read
- *    the pool) only from-scratch chunks decompress.
+ *    the pool) only from-scratch chunks decompress. A chunk whose context
+ *    is exactly the scratch (16..32 on the 32-row pass) decompresses.
  *  - kv_get_rows_refused: a backend (the CPU one's ops wrapped) whose
  *    get_rows refuses a KV pool as its table: the set-up's probe of one
  *    row is refused, the pass still runs and matches the absorbed one,
@@ -263,11 +264,16 @@ START_TEST(what_stays_absorbed)
                       "%s", err);
         ck_assert_int_eq(small.mla.scratch_tokens, cap ? 64 : 32);
         seq_part s1 = {.tok = tok, .at = 0, .n = 16, .table = t4};
+        seq_part s16 = {.tok = tok, .at = 16, .n = 16, .table = t4};
         seq_part s2 = {.tok = tok, .at = 16, .n = n - 16, .table = t4};
         ck_assert_int_eq(both(&off, &small, &s1, 1, a, b, V, "small pass: chunk 0..16"), 16);
+        /* a context of exactly the scratch (32) still fits it */
+        ck_assert_int_eq(both(&off, &small, &s16, 1, a, b, V, "small pass: chunk 16..32"), 16);
+        ck_assert_int_eq(small.mla.prefix_tokens_read, 16);
+        /* 16..40 again over the same slots (a redo writes the same latents) */
         ck_assert_int_eq(both(&off, &small, &s2, 1, a, b, V,
                               cap ? "cap 64: chunk 16..40" : "scratch 32: chunk 16..40"), cap ? n - 16 : 0);
-        ck_assert_int_eq(small.mla.prefix_tokens_read, cap ? 16 : 0);
+        ck_assert_int_eq(small.mla.prefix_tokens_read, cap ? 32 : 16);
         pagoda_forward_free(&small);
     }
     /* one batch: sequence 1 decodes a token after its 40, sequence 2's
