@@ -87,6 +87,9 @@ int pagoda_engine_create(pagoda_model *m, pagoda_backend *be, pagoda_scheduler *
             st = PAGODA_OK;
         }
         if (st) goto fail;
+        if (e->fw.mla.decompress_min > 0 && !e->fw.mla.read_prefix)
+            pagoda_log(PAGODA_LOG_INFO, "MLA prefill: only chunks from position 0 decompress; chunks "
+                       "after a cached prefix stay absorbed: %s", e->fw.mla.no_prefix_why);
     }
     st = kv->ops.init(kv->ctx, e->opts.n_blocks, e->opts.block_size, e->opts.max_seq_len);
     if (st) {

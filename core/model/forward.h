@@ -160,8 +160,11 @@ typedef struct pagoda_forward {
          * pool a piece at a time), and attention over it */
         int32_t decompress_min;
         int32_t scratch_tokens;          /* the longest context it decompresses */
-        bool read_prefix;                /* get_rows takes the KV type (info.weight_types):
-                                          * chunks after a cached prefix may decompress */
+        bool read_prefix;                /* get_rows reads a KV pool row (the KV type in
+                                          * info.weight_types, and a probe of one row at
+                                          * set-up took): chunks after a cached prefix may
+                                          * decompress */
+        char no_prefix_why[256];         /* why not, when on and read_prefix is false */
         int32_t *ctx_slots;              /* [scratch_tokens] a prefix's KV-pool slots */
         int32_t *ident;                  /* [scratch_tokens] 0, 1, 2, ... (scratch slots) */
         size_t staging_offset;           /* the staging rows' bytes into `scratch` */
@@ -291,8 +294,11 @@ uint64_t pagoda_mla_scratch_bytes(const pagoda_hparams *hp, int32_t scratch_toke
  * a sequence's chunk that holds >= min_tokens tokens and whose context
  * fits pagoda_mla_scratch_tokens(fw->max_tokens, max_ctx) then runs
  * decompressed (a chunk after a cached prefix reads the prefix's latents
- * back from the KV pool with get_rows). Builds each layer's transposed
- * attn_k_b (this rank's heads) and the scratch; does nothing where
+ * back from the KV pool with get_rows; where the backend's weight types
+ * lack the KV type, or a probe get_rows of one pool row fails here, only
+ * chunks from position 0 decompress: read_prefix stays false and
+ * no_prefix_why says why). Builds each layer's transposed attn_k_b (this
+ * rank's heads) and the scratch; does nothing where
  * pagoda_mla_decompress_on says no. PAGODA_OK, or a status with err
  * filled (out of memory, the backend refused a buffer) and fw unchanged.
  * pagoda_forward_free frees what it made. */

@@ -35,7 +35,9 @@
  * of the layer's plane: a slot is a row) into staging rows, a piece of at
  * most the chunk's length at a time, and their K and V made beside the
  * chunk's, so the scratch holds the whole context; a context longer than
- * the scratch (pagoda_mla_scratch_tokens) stays absorbed. Decompressing a
+ * the scratch (pagoda_mla_scratch_tokens) stays absorbed, and so does
+ * every later chunk where the backend's get_rows cannot read a KV pool
+ * row (probed once at set-up: probe_read_prefix). Decompressing a
  * prefix token costs H C (N + V) multiply-adds once per chunk, and each
  * of the chunk's n queries saves H (2 (C + R) - (N + R + V)) on it: for
  * V3's shape that pays from n of about 160, below the default threshold.
@@ -171,6 +173,45 @@ static int transpose_head(const uint8_t *src, int st, int64_t C, int64_t N, int 
     return PAGODA_OK;
 }
 
+/* May a later chunk read its prefix's latents back from the KV pool
+ * (get_rows over a view of layer 0's plane, as decompressed_attend does)?
+ * Its tables are weight types, so the KV type must be one; and a backend
+ * may still refuse a KV buffer as a table, so one row is read into the
+ * staging rows now (what they hold is overwritten before it is read)
+ * rather than failing a step later. No: why, in why[n]. */
+static bool probe_read_prefix(pagoda_forward *fw, char *why, size_t n)
+{
+    pagoda_backend *be = fw->be;
+    const pagoda_kv_layout *KL = &fw->kv_layout;
+    const char *bname = be->info.name[0] ? be->info.name : "?";
+    why[0] = '\0';
+    if (!((be->info.weight_types >> KL->dtype) & 1)) {
+        snprintf(why, n, "backend %s's get_rows does not take the KV type %s (not in its weight types)",
+                 bname, pagoda_dtype_name(KL->dtype));
+        return false;
+    }
+    if (!fw->kv) {
+        snprintf(why, n, "no KV pool to read back");
+        return false;
+    }
+    pagoda_tensor pool = {.buf = fw->kv, .offset = pagoda_kv_offset(KL, 0, 0, 0), .dtype = KL->dtype,
+                          .rows = (int64_t)KL->n_blocks * KL->block_size, .cols = KL->head_dim,
+                          .row_stride = pagoda_kv_slot_bytes(KL)};
+    const int64_t KH = fw->hp.kv_lora_rank + fw->hp.rope_dims;
+    pagoda_tensor stage = {.buf = fw->mla.scratch, .offset = fw->mla.staging_offset,
+                           .dtype = PAGODA_DTYPE_F32, .rows = 1, .cols = KH, .row_stride = (size_t)KH * 4};
+    static const int32_t slot0 = 0;
+    int st = be->ops.get_rows(be->ctx, &pool, &slot0, 1, &stage);
+    if (!st && be->ops.synchronize) st = be->ops.synchronize(be->ctx);
+    if (st) {
+        const char *e = be->host && be->last_error ? be->last_error(be->host) : NULL;
+        snprintf(why, n, "backend %s's get_rows refused a row of the KV pool (%s): %s", bname,
+                 pagoda_dtype_name(KL->dtype), e && *e ? e : pagoda_status_str(st));
+        return false;
+    }
+    return true;
+}
+
 int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, int32_t max_ctx, char *err,
                                   size_t err_len)
 {
@@ -286,8 +327,7 @@ int pagoda_forward_mla_decompress(pagoda_forward *fw, int32_t min_tokens, int32_
     for (int64_t r = 0; r < P; r++) fw->mla.tok[r] = (int32_t)(r / H);
     for (int32_t i = 0; i < fw->mla.scratch_kv.n_blocks; i++) fw->mla.scratch_table[i] = i;
     for (int32_t i = 0; i < S; i++) fw->mla.ident[i] = i;
-    /* the prefix is read back with get_rows, whose tables are weight types */
-    fw->mla.read_prefix = (be->info.weight_types >> fw->kv_layout.dtype) & 1;
+    fw->mla.read_prefix = probe_read_prefix(fw, fw->mla.no_prefix_why, sizeof fw->mla.no_prefix_why);
     fw->mla.decompress_min = min_tokens;
 out:
     free(row);
@@ -313,6 +353,7 @@ void pagoda_forward_mla_decompress_free(pagoda_forward *fw)
     fw->mla.ctx_slots = fw->mla.ident = NULL;
     fw->mla.scratch_tokens = 0;
     fw->mla.read_prefix = false;
+    fw->mla.no_prefix_why[0] = '\0';
     fw->mla.staging_offset = 0;
     fw->mla.kbt = fw->mla.scratch = NULL;
     fw->mla.kbt_host = NULL;

@@ -237,12 +237,12 @@ typedef struct pagoda_backend_ops {
     int (*weights_from_host)(void *ctx, const void *host, size_t size, pagoda_buffer **out);
 
     /* required. out[i, :] = f32(table[ids[i], :]) for i < n; table of any
-     * weight type, out F32 [n x cols]. The table may be a view of a KV
-     * pool (the core reads MLA's cached latents back this way): one plane
-     * of one layer, from pagoda_kv_offset(layout, l, 0, 0), a row a slot
-     * (n_kv_heads x head_dim values of the pool's dtype, slot_bytes
-     * apart); the core does so only for a KV dtype in info.weight_types
-     * (the conformance runner's "KV ... pool as a table" cases). */
+     * weight type, out F32 [n x cols]. The table may be a view of a KV pool
+     * (MLA's cached latents read back): one plane of one layer, from
+     * pagoda_kv_offset(layout, l, 0, 0), a row a slot (n_kv_heads x head_dim
+     * values of its dtype, slot_bytes apart), only for a KV dtype in
+     * info.weight_types (conformance: "KV ... pool as a table"). One row is
+     * probed at set-up; a refusal keeps MLA's later chunks absorbed. */
     int (*get_rows)(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
                     const pagoda_tensor *out);
 

@@ -20,15 +20,9 @@
 # Not for: the split's rules (test_tp, gptoss_split.sh) or MXFP4's kernels
 # (test_cpu_kernels, test_quant).
 set -u
-: "${PAGODA_BIN:?set by ctest}" "${PAGODA_SOURCE_DIR:?set by ctest}" "${MPIEXEC:?set by ctest}"
-tmp=$(mktemp -d /tmp/pagoda-tpmxfp4-XXXXXX)
-pid=
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 1; kill -KILL "$pid" 2>/dev/null; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && tail -20 "$tmp/err"; exit 1; }
+# shellcheck source=tests/tp/split_util.bash
+. "$(dirname "$0")/split_util.bash"
+split_tmp tpmxfp4
 . "$(dirname "$0")/sanitizer_check.sh"
 
 model="$tmp/gpt-oss-tiny-mxfp4.gguf"
@@ -43,55 +37,31 @@ grep -Eq "^  weights Q8_0 " "$tmp/plan" || fail "no Q8_0 weights: $(grep -n "wei
 grep -q "a rank of 2: 4 experts a layer (rank r: experts 4r..4r+3" "$tmp/plan" ||
     fail "the plan does not state each rank's experts: $(grep -n rank "$tmp/plan")"
 
-common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu.threads=1
-        --set engine.kv_dtype=f32 --set engine.max_seq_len=512 --set engine.model="$model")
-gen='{"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "logprobs": 5, "echo": true}'
-
-# serve ARITH HOW: start a server (HOW: one process, or two ranks), answer
-# the greedy request into $tmp/ARITH-HOW.gen and the echoed one-process
-# text ($tmp/ARITH-one.gen's, so "one" runs first) into $tmp/ARITH-HOW.echo
-serve() {
-    local arith=$1 how=$2 port
-    local launch=() extra=() env=()
-    [ "$arith" = exact ] && env=(env PAGODA_CPU_GEMM_MIN_T=1)
-    if [ "$how" = two ]; then
-        launch=("$MPIEXEC" -n 2 --oversubscribe)
-        extra=(--set engine.tensor_parallel=2 --set engine.comm=mpi --set engine.log_level=info)
-    fi
-    port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-    "${launch[@]}" "${env[@]}" "$PAGODA_BIN" "${common[@]}" --set engine.frontend=http \
-        --set frontend.http.port="$port" "${extra[@]}" >"$tmp/hout" 2>"$tmp/err" &
-    pid=$!
-    for _ in $(seq 300); do # bounded: 30 s
-        curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-        kill -0 "$pid" 2>/dev/null || fail "the server exited ($arith, $how)"
-        sleep 0.1
-    done
-    curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$gen" \
-        >"$tmp/$arith-$how.gen" || fail "greedy request ($arith, $how)"
-    python3 - "$tmp/$arith-one.gen" >"$tmp/echo.req" <<'PY' || fail "the echoed request ($arith, $how)"
+# Each run (split_serve: one process or two ranks, the exact arithmetic's
+# environment on every process through split_env) answers split_req, the
+# greedy request, into $tmp/ARITH-HOW.gen, then (split_then, the server
+# still up) the one-process greedy text echoed ($tmp/ARITH-one.gen's, so
+# "one" runs first) into $tmp/ARITH-HOW.echo.
+echo_request() {
+    local port=$1 how=$2 label=$3
+    python3 - "$tmp/$arith-one.gen" >"$tmp/echo.req" <<'PY' || fail "the echoed request ($label)"
 import json, sys
 c = json.load(open(sys.argv[1]))["choices"][0]
 print(json.dumps({"prompt": c["text"], "max_tokens": 1, "temperature": 0, "ignore_eos": True,
                   "logprobs": 5, "echo": True}))
 PY
     curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d @"$tmp/echo.req" \
-        >"$tmp/$arith-$how.echo" || fail "echoed request ($arith, $how)"
-    kill -TERM "$pid"
-    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done # bounded: 15 s
-    kill -0 "$pid" 2>/dev/null && fail "still running 15 s after SIGTERM ($arith, $how)"
-    wait "$pid"
-    pid=
-    if [ "$how" = two ]; then
-        grep -q "rank 1: tensor parallel: rank 1 holds its shard" "$tmp/err" ||
-            fail "rank 1 did not hold a shard ($arith)"
-    fi
-    tp_check_sanitizer_reports "$tmp/err" "$tmp/hout" || fail "a sanitizer report ($arith, $how)"
+        >"$tmp/$arith-$how.echo" || fail "echoed request ($label)"
 }
+split_then=echo_request
 
 for arith in exact int8; do
-    serve "$arith" one
-    serve "$arith" two
+    split_env=()
+    if [ "$arith" = exact ]; then split_env=(PAGODA_CPU_GEMM_MIN_T=1); fi
+    for how in one two; do
+        split_serve "$tmp/$arith-$how.gen" "$how" "$model" "$arith, $how" --set engine.max_seq_len=512
+        tp_check_sanitizer_reports "$tmp/err" "$tmp/hout" || fail "a sanitizer report ($arith, $how)"
+    done
     python3 - "$tmp" "$arith" <<'PY' || fail "2 ranks differ from one process ($arith)"
 import json, sys
 tmp, arith = sys.argv[1:3]

@@ -1,4 +1,4 @@
-# split_util.bash: what tests/tp/moe_split.sh and gptoss_split.sh share,
+# split_util.bash: what tests/tp/moe_split.sh, gptoss_split.sh and gptoss_mxfp4.sh share,
 # sourced (not a test: tests/CMakeLists.txt runs tp/*.sh only): a scratch
 # folder removed on exit with any server still running killed, one greedy
 # completion served by one process or by `mpirun -n 2`, and the comparison
@@ -24,6 +24,14 @@ split_common=(--config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" --set backend.cpu
               --set engine.kv_dtype=f32)
 split_req='{"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "logprobs": 5, "echo": true}'
 
+# Optional, set by a caller before split_serve: split_env, VAR=VALUE words
+# every process of a run starts with (through `env` after the launcher, so
+# each rank has them whatever mpirun forwards); split_then, a function run
+# as `$split_then PORT HOW LABEL` once the request is answered, while the
+# server still runs (a caller's further requests; it calls fail itself).
+split_env=()
+split_then=
+
 # split_serve OUT HOW MODEL LABEL [--set K=V]...: serve $split_req over HTTP
 # into OUT from MODEL; HOW: "one" (one process) or "two" (mpirun -n 2, with
 # tensor_parallel = 2, and rank 1 must say it holds its shard). The settings
@@ -31,14 +39,15 @@ split_req='{"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0, "i
 split_serve() {
     local out=$1 how=$2 model=$3 label=$4 port
     shift 4
-    local launch=() tp=()
+    local launch=() tp=() envp=()
     if [ "$how" = two ]; then
         launch=("$MPIEXEC" -n 2 --oversubscribe)
         tp=(--set engine.tensor_parallel=2 --set engine.comm=mpi --set engine.log_level=info)
     fi
+    [ ${#split_env[@]} -gt 0 ] && envp=(env "${split_env[@]}")
     port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-    "${launch[@]}" "$PAGODA_BIN" "${split_common[@]}" --set engine.model="$model" --set engine.frontend=http \
-        --set frontend.http.port="$port" "$@" "${tp[@]}" >"$tmp/hout" 2>"$tmp/err" &
+    "${launch[@]}" "${envp[@]}" "$PAGODA_BIN" "${split_common[@]}" --set engine.model="$model" \
+        --set engine.frontend=http --set frontend.http.port="$port" "$@" "${tp[@]}" >"$tmp/hout" 2>"$tmp/err" &
     pid=$!
     for _ in $(seq 300); do
         curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -47,6 +56,7 @@ split_serve() {
     done
     curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$split_req" \
         >"$out" || fail "completion request ($how, $label)"
+    if [ -n "$split_then" ]; then "$split_then" "$port" "$how" "$label"; fi
     kill -TERM "$pid"
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$pid" 2>/dev/null && fail "still running 15 s after SIGTERM ($how, $label)"

@@ -17,7 +17,13 @@
  *    decode, a from-scratch chunk, a short one, a later chunk)
  *    decompresses only the long chunks and matches off row for row; on a
  *    backend whose weight types lack the KV type (get_rows could not read
- *    the pool) only from-scratch chunks decompress.
+ *    the pool) only from-scratch chunks decompress. A chunk whose context
+ *    is exactly the scratch (16..32 on the 32-row pass) decompresses.
+ *  - kv_get_rows_refused: a backend (the CPU one's ops wrapped) whose
+ *    get_rows refuses a KV pool as its table: the set-up's probe of one
+ *    row is refused, the pass still runs and matches the absorbed one,
+ *    the chunk from 0 decompresses and the chunk after it stays absorbed
+ *    (get_rows never sees the pool again).
  *  - later_chunks: a chunk after cached positions reads their latents
  *    back from the KV pool and decompresses: a prefix-cache hit (request
  *    A's first block shared by request B, whose 24 new tokens run next)
@@ -258,11 +264,16 @@ START_TEST(what_stays_absorbed)
                       "%s", err);
         ck_assert_int_eq(small.mla.scratch_tokens, cap ? 64 : 32);
         seq_part s1 = {.tok = tok, .at = 0, .n = 16, .table = t4};
+        seq_part s16 = {.tok = tok, .at = 16, .n = 16, .table = t4};
         seq_part s2 = {.tok = tok, .at = 16, .n = n - 16, .table = t4};
         ck_assert_int_eq(both(&off, &small, &s1, 1, a, b, V, "small pass: chunk 0..16"), 16);
+        /* a context of exactly the scratch (32) still fits it */
+        ck_assert_int_eq(both(&off, &small, &s16, 1, a, b, V, "small pass: chunk 16..32"), 16);
+        ck_assert_int_eq(small.mla.prefix_tokens_read, 16);
+        /* 16..40 again over the same slots (a redo writes the same latents) */
         ck_assert_int_eq(both(&off, &small, &s2, 1, a, b, V,
                               cap ? "cap 64: chunk 16..40" : "scratch 32: chunk 16..40"), cap ? n - 16 : 0);
-        ck_assert_int_eq(small.mla.prefix_tokens_read, cap ? 16 : 0);
+        ck_assert_int_eq(small.mla.prefix_tokens_read, cap ? 32 : 16);
         pagoda_forward_free(&small);
     }
     /* one batch: sequence 1 decodes a token after its 40, sequence 2's
@@ -310,6 +321,79 @@ START_TEST(what_stays_absorbed)
     }
     pagoda_forward_free(&off);
     pagoda_forward_free(&on);
+    free(a);
+    free(b);
+    mla_fixture_close(&fx);
+}
+END_TEST
+
+/* A backend whose get_rows refuses a KV pool as its table (an
+ * out-of-tree one may): the CPU backend's ops, buffer_alloc noting the KV
+ * buffers and get_rows refusing those. */
+static pagoda_backend_ops g_cpu_ops;
+static const pagoda_buffer *g_kv_bufs[4];
+static int g_n_kv_bufs, g_kv_refused;
+
+static int alloc_noting_kv(void *ctx, int purpose, size_t size, pagoda_buffer **out)
+{
+    int st = g_cpu_ops.buffer_alloc(ctx, purpose, size, out);
+    if (!st && purpose == PAGODA_BUF_KV) {
+        ck_assert_int_lt(g_n_kv_bufs, 4);
+        g_kv_bufs[g_n_kv_bufs++] = *out;
+    }
+    return st;
+}
+
+static int get_rows_refusing_kv(void *ctx, const pagoda_tensor *table, const int32_t *ids, int32_t n,
+                                const pagoda_tensor *out)
+{
+    for (int i = 0; i < g_n_kv_bufs; i++)
+        if (table->buf == g_kv_bufs[i]) {
+            g_kv_refused++;
+            return PAGODA_ERR_UNSUPPORTED;
+        }
+    return g_cpu_ops.get_rows(ctx, table, ids, n, out);
+}
+
+START_TEST(kv_get_rows_refused)
+{
+    mla_fixture fx;
+    mla_fixture_open(&fx, "deepseek3-yarn");
+    const int32_t V = fx.V;
+    float *a = malloc(sizeof(float) * CAP * (size_t)V), *b = malloc(sizeof(float) * CAP * (size_t)V);
+    int32_t tok[CAP];
+    int32_t n = prompt_ids(&fx, 2, tok);   /* 40 tokens */
+    pagoda_forward off, fw;
+    init_fw(&off, &fx, false, PAGODA_DTYPE_F32);
+    pagoda_backend be = fx.rt->backend;
+    g_cpu_ops = be.ops;
+    g_n_kv_bufs = g_kv_refused = 0;
+    be.ops.buffer_alloc = alloc_noting_kv;
+    be.ops.get_rows = get_rows_refusing_kv;
+    char err[1024] = "";
+    ck_assert_msg(pagoda_forward_init(&fw, fx.rt->model, &be, CAP, CAP, NB, BS, PAGODA_DTYPE_F32, err,
+                                      sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(g_n_kv_bufs, 1);
+    /* on (F32 is a weight type), but the probe of one pool row was refused */
+    ck_assert_msg(pagoda_forward_mla_decompress(&fw, MIN_TOK, 0, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(fw.mla.decompress_min, MIN_TOK);
+    ck_assert_int_eq(g_kv_refused, 1);
+    ck_assert(!fw.mla.read_prefix);
+    ck_assert_msg(strstr(fw.mla.no_prefix_why, "refused a row of the KV pool"), "%s", fw.mla.no_prefix_why);
+    /* the steps run and match the absorbed pass: the chunk from 0
+     * decompresses, the one after it stays absorbed, a decode too, and
+     * get_rows never sees the pool again */
+    static const int32_t t[3] = {4, 1, 6};
+    seq_part c1 = {.tok = tok, .at = 0, .n = 16, .table = t};
+    seq_part c2 = {.tok = tok, .at = 16, .n = n - 16 - 1, .table = t};
+    seq_part d1 = {.tok = tok, .at = n - 1, .n = 1, .table = t};
+    ck_assert_int_eq(both(&off, &fw, &c1, 1, a, b, V, "refusing get_rows: chunk 0..16"), 16);
+    ck_assert_int_eq(both(&off, &fw, &c2, 1, a, b, V, "refusing get_rows: chunk 16..39"), 0);
+    ck_assert_int_eq(both(&off, &fw, &d1, 1, a, b, V, "refusing get_rows: decode at 39"), 0);
+    ck_assert_int_eq(fw.mla.prefix_tokens_read, 0);
+    ck_assert_int_eq(g_kv_refused, 1);
+    pagoda_forward_free(&fw);
+    pagoda_forward_free(&off);
     free(a);
     free(b);
     mla_fixture_close(&fx);
@@ -672,6 +756,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, same_logits);
     tcase_add_test(tc, what_stays_absorbed);
+    tcase_add_test(tc, kv_get_rows_refused);
     tcase_add_test(tc, later_chunks);
     tcase_add_test(tc, engine_chunks);
     tcase_add_test(tc, rounded_caches);

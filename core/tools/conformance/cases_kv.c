@@ -432,17 +432,20 @@ out:
  * layer 1's K plane (a latent layout's one plane) as a table of one row a
  * slot (n_kv_heads x head_dim values of the pool's type, slot_bytes
  * apart), from a nonzero offset. The rows kv_write stored into shuffled
- * slots must come back exactly as the pool's bytes say. */
-static void case_kv_get_rows(cf *c, int kvdt, int kind)
+ * slots must come back exactly as the pool's bytes say. MLA's pool has
+ * one KV head; kv_heads > 1 checks the row is every head's side by side,
+ * as backend.h promises. */
+static void case_kv_get_rows(cf *c, int kvdt, int kind, int32_t kv_heads)
 {
     const char *op = "get_rows";
     bool latent = kind == PAGODA_KV_LATENT;
-    pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 1,
+    pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = kv_heads,
                           .head_dim = kvdt == PAGODA_DTYPE_Q8_0 ? 96 : 40, .dtype = kvdt, .kind = kind};
     enum { T = 10, N = 12 };
-    char shape[128];
-    snprintf(shape, sizeof shape, "KV %s%s pool as a table: layer 1's slots, %d ids", latent ? "latent " : "",
-             pagoda_dtype_name(kvdt), N);
+    char shape[128], heads[48] = "";
+    if (kv_heads > 1) snprintf(heads, sizeof heads, " (%d KV heads of %d)", kv_heads, L.head_dim);
+    snprintf(shape, sizeof shape, "KV %s%s pool as a table%s: layer 1's slots, %d ids", latent ? "latent " : "",
+             pagoda_dtype_name(kvdt), heads, N);
     if (latent && !(c->info.kv_kinds & (1u << PAGODA_KV_LATENT))) {
         cf_record(c, op, shape, 0, 0, CF_SKIP, "the latent KV layout (ABI 1.7) is not advertised");
         return;
@@ -452,7 +455,7 @@ static void case_kv_get_rows(cf *c, int kvdt, int kind)
                   "(the core then keeps MLA chunks after a prefix absorbed)");
         return;
     }
-    const int64_t D = L.head_dim;
+    const int64_t D = (int64_t)kv_heads * L.head_dim;   /* a row: every head's values */
     size_t n = pagoda_kv_pool_bytes(&L), sb = pagoda_kv_slot_bytes(&L);
     uint8_t *pool = calloc(1, n);
     float *rows = malloc(sizeof(float) * (size_t)(T * D)), *got = malloc(sizeof(float) * (size_t)(N * D));
@@ -571,7 +574,8 @@ void cf_run_kv_ops(cf *c)
     for (int k = 0; k < 3; k++) {
         case_copy_blocks(c, kvtypes[k], PAGODA_KV_SEPARATE);
         case_copy_blocks(c, kvtypes[k], PAGODA_KV_LATENT);
-        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_SEPARATE);
-        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_LATENT);
+        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_SEPARATE, 1);
+        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_LATENT, 1);
+        case_kv_get_rows(c, kvtypes[k], PAGODA_KV_SEPARATE, 2);
     }
 }

@@ -701,7 +701,9 @@ static const past_call *call_answered(json_t *m, const past_call *past, int n_pa
  * or, when the memo holds the call as the model wrote it, a message
  * "assistant written" holding that text (header and arguments);
  * a tool result as "functions.NAME", the call its tool_call_id names (else
- * the latest). core/model/chat_template.c renders these roles. */
+ * the latest). core/model/chat_template.c renders these roles, so a
+ * client may give only system, developer, user, assistant and tool (any
+ * other role is refused, naming messages[i].role). */
 static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **msgs, char ***owned, int *n,
                             perr *pe)
 {
@@ -802,10 +804,16 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
                 st = rf_fail(pe, "messages", "out of memory");
                 goto out;
             }
-        } else if (!strcmp(role, "assistant written")) {
-            /* the memo's role: its content goes into the prompt as markup */
-            st = rf_fail(pe, "messages", "messages[%d] has role 'assistant written', which pagoda keeps for the "
-                         "calls it replays; give an assistant message with tool_calls", i);
+        } else if (strcmp(role, "system") && strcmp(role, "developer") && strcmp(role, "user") &&
+                   strcmp(role, "assistant")) {
+            /* the roles render_harmony trusts are pagoda's own ("assistant
+             * written", "assistant to=...", "functions.NAME", "tools",
+             * "analysis"): from a client, their role or content would go
+             * into the prompt as markup */
+            char param[48];
+            snprintf(param, sizeof param, "messages[%d].role", i);
+            st = rf_fail(pe, param, "%s: role '%.64s' is not one harmony takes from a client; give system, "
+                         "developer, user, assistant (with tool_calls for a call) or tool", param, role);
             goto out;
         } else {
             nm[k] = (*msgs)[i];

@@ -112,15 +112,6 @@ static bool kimi_index(const char *s, size_t n, int *index)
     return true;
 }
 
-/* the length of the word ([A-Za-z0-9_.:-]+, harmony's header words) at
- * h[0..n) */
-static size_t hword(const char *h, size_t n)
-{
-    size_t k = 0;
-    while (k < n && (isalnum((unsigned char)h[k]) || h[k] == '_' || h[k] == '.' || h[k] == ':' || h[k] == '-')) k++;
-    return k;
-}
-
 /* A harmony call's header as written, h[0..n) (after <|start|>assistant,
  * before <|message|>), that the history may replay: words apart by
  * spaces, nothing else: <|channel|>commentary and to=functions.NAME once
@@ -139,24 +130,24 @@ static bool harmony_header_ok(const char *h, size_t n, const char *name)
             i++;
         } else if (n - i >= sizeof ch - 1 && !memcmp(h + i, ch, sizeof ch - 1)) {
             i += sizeof ch - 1;
-            w = hword(h + i, n - i);
+            w = harmony_word_len(h + i, n - i);
             if (chan || w != 10 || memcmp(h + i, "commentary", 10)) return false;
             chan = true;
             i += w;
         } else if (n - i >= sizeof cons - 1 && !memcmp(h + i, cons, sizeof cons - 1)) {
             i += sizeof cons - 1;
-            w = hword(h + i, n - i);
+            w = harmony_word_len(h + i, n - i);
             if (ctype || !w) return false;
             ctype = true;
             i += w;
         } else if (n - i >= sizeof to - 1 && !memcmp(h + i, to, sizeof to - 1)) {
             i += sizeof to - 1;
-            w = hword(h + i, n - i);
+            w = harmony_word_len(h + i, n - i);
             if (recipient || w != nl || memcmp(h + i, name, nl)) return false;
             recipient = true;
             i += w;
         } else {
-            w = hword(h + i, n - i); /* a bare content type */
+            w = harmony_word_len(h + i, n - i); /* a bare content type */
             if (ctype || !w) return false;
             ctype = true;
             i += w;

@@ -428,7 +428,14 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
 
 /* -------------------------------------------------------- harmony */
 
-/* the word after key in h[0..n) ([A-Za-z0-9_.:-]+), or n = 0 */
+size_t harmony_word_len(const char *h, size_t n)
+{
+    size_t k = 0;
+    while (k < n && (isalnum((unsigned char)h[k]) || h[k] == '_' || h[k] == '.' || h[k] == ':' || h[k] == '-')) k++;
+    return k;
+}
+
+/* the word after key in h[0..n) (harmony_word_len's), or n = 0 */
 static const char *word_after(const char *h, size_t n, const char *key, size_t *wn)
 {
     size_t at = split_find(h, n, key);
@@ -436,9 +443,7 @@ static const char *word_after(const char *h, size_t n, const char *key, size_t *
     if (at == (size_t)-1) return NULL;
     const char *w = h + at + strlen(key), *e = h + n;
     while (w < e && *w == ' ') w++;
-    const char *p = w;
-    while (p < e && (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == ':' || *p == '-')) p++;
-    *wn = (size_t)(p - w);
+    *wn = harmony_word_len(w, (size_t)(e - w));
     return w;
 }
 

@@ -75,4 +75,9 @@ void fmt_free(fmt_norm *f);
  * untouched) when it is not one. */
 int fmt_call_json(const char *body, size_t n, sbuf *out);
 
+/* The length of the harmony header word ([A-Za-z0-9_.:-]+: a channel, a
+ * recipient, a content type) at h[0..n); 0 when none starts there. The
+ * reader (toolfmt.c) and the call memo (callmemo.c) read headers alike. */
+size_t harmony_word_len(const char *h, size_t n);
+
 #endif /* PAGODA_HTTP_API_TOOLFMT_H */
