@@ -789,8 +789,8 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
             host->log(host, PAGODA_LOG_INFO,
                       "cpu backend: batch_invariant = on: integer and F16 weights run the tokens-in-lanes "
                       "kernels from one row on, the VNNI repacked GEMM and unsplit attention, so a row's "
-                      "logits do not depend on its batch (F32/BF16 weights, the expert matmul and MLA "
-                      "attention are not covered)%s",
+                      "logits do not depend on its batch (F32 weights: their own dot at every size; "
+                      "BF16 weights, the expert matmul and MLA attention are not covered)%s",
                       pagoda_cpu_kernel_isa() < PAGODA_CPU_ISA_AVX2 ? "; the scalar level has no lanes "
                                                                       "kernels: not batch-invariant here"
                                                                     : "");
@@ -848,8 +848,8 @@ static const pagoda_config_key cpu_keys[] = {
     {.name = "batch_invariant", .type = PAGODA_KEY_BOOL, .default_str = "false",
      .help = "a row's result independent of its batch's size (integer and F16 weights: the lanes "
              "kernels from one row on, no AMX tiles, unsplit attention), so speculation gives plain "
-             "decoding's greedy bytes; not F32/BF16 weights, experts, MLA, the scalar level; costs decode "
-             "speed"},
+             "decoding's greedy bytes; F32 on its own dot; not BF16 weights, experts, MLA, the scalar "
+             "level; costs decode speed"},
     {.name = NULL},
 };
 

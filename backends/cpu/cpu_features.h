@@ -57,9 +57,9 @@ int pagoda_cpu_force_isa(int isa);
  * PAGODA_CPU_GEMM_MIN_T's sgemm is ignored for them, the repacked GEMM
  * of many rows takes the VNNI kernels, which repeat the lanes' float
  * steps, never the AMX tiles, and attention never splits a decode row's
- * keys over threads. Not covered: F32 weights (own dot below 3 rows,
- * sgemm from 3), BF16 weights and F16 under PAGODA_CPU_BF16=2 (the BF16
- * GEMM from 16-32 rows), the scalar level (no lanes kernels), the expert
+ * keys over threads; F32 weights keep their own per-pair dot at every T
+ * (no sgemm: slower prefill). Not covered: BF16 weights and F16 under
+ * PAGODA_CPU_BF16=2 (the BF16 GEMM from 16-32 rows), the scalar level (no lanes kernels), the expert
  * matmul and MLA's own attention (not tested). [main thread] Set by the backend's create (one setting a
  * process: the last backend created decides); read by the kernels'
  * dispatch [any thread]. */

@@ -595,7 +595,11 @@ static void mm_run(pagoda_cpu_exec *ex, mm_task *t, int n)
 
 bool pagoda_cpu_mm_sgemm_path(int dtype, int64_t T)
 {
-    return (dtype == PAGODA_DTYPE_F32 && T >= F32_BLAS_MIN_T) || T >= sgemm_from(dtype);
+    /* batch-invariant: F32 weights keep their own per-pair dot at every T
+     * (sgemm's rows differ between a call of 1 row and one of 70: seen in
+     * test_batch_invariant_rows), slower for a long prefill */
+    if (dtype == PAGODA_DTYPE_F32) return !pagoda_cpu_batch_invariant() && T >= F32_BLAS_MIN_T;
+    return T >= sgemm_from(dtype);
 }
 
 static int mm_sgemm(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,

@@ -621,7 +621,7 @@ START_TEST(test_batch_invariant_rows)
     static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_0,
                                 PAGODA_DTYPE_Q5_1, PAGODA_DTYPE_IQ4_NL, PAGODA_DTYPE_MXFP4, PAGODA_DTYPE_Q2_K,
                                 PAGODA_DTYPE_Q3_K, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K,
-                                PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_F16};
+                                PAGODA_DTYPE_IQ4_XS, PAGODA_DTYPE_F16, PAGODA_DTYPE_F32};
     enum { NT = sizeof types / sizeof types[0] };
     static const int64_t Ts[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 33};
     /* K = 2048: 8 super-blocks of 256 (64 blocks of 32), so a kernel that
