@@ -984,6 +984,13 @@ START_TEST(smollm2_greedy_identical_batch_invariant)
 {
     const char *isa = getenv("PAGODA_CPU_ISA");
     if (isa && strcmp(isa, "scalar") == 0) return;   /* no lanes kernels there (every host here has AVX2) */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* four SmolLM2 runs at -O1 under a sanitizer cost CI minutes the
+     * 30-minute bound does not have; the Release suite runs it, and the
+     * spec path's memory is checked here by the stories260K tests */
+    printf("smollm2_greedy_identical_batch_invariant: not run under a sanitizer (the Release suite runs it)\n");
+    return;
+#endif
     static et_result r[2][2];
     const char *prompt = "<|im_start|>user\nRewrite this C file with the function add renamed to "
                          "sum everywhere. Reply with the whole file only.\n\n"
