@@ -41,11 +41,13 @@ test-asan:
 # guard beside the suppression, which was never run on such a host. The
 # Release and ASan runs keep whatever kernels OpenBLAS picks. test_memplan:
 # /metrics' repacked-held gauge, published by the engine thread, read by
-# the test's.
+# the test's. Only these tests' programs (with the server and the plugins)
+# are built: the pagoda_tsan_tests target (CMakeLists.txt).
 TSAN_TESTS = test_memplan|test_engine|test_kv_tier|test_inspect|test_http|test_cpu_kernels|test_cpu_backend|test_cpu_experts|test_stdin|integ_http_server|integ_http_load|integ_stdin_drain|integ_openai
 test-tsan:
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_TSAN=ON -DPAGODA_CUDA=OFF
-	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_TSAN=ON -DPAGODA_CUDA=OFF \
+	  '-DPAGODA_TSAN_TESTS=$(TSAN_TESTS)'
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target pagoda_tsan_tests
 	OPENBLAS_CORETYPE=Haswell \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --test-dir $(TSAN_BUILD) -R '$(TSAN_TESTS)' --output-on-failure -j $(JOBS)

@@ -13,6 +13,8 @@ function(pagoda_add_plugin kind name)
     C_VISIBILITY_PRESET hidden
     LIBRARY_OUTPUT_DIRECTORY ${PAGODA_PLUGIN_BUILD_DIR})
   install(TARGETS ${target} LIBRARY DESTINATION ${PAGODA_PLUGIN_INSTALL_DIR})
+  # every plugin of this tree, for targets that need them all (pagoda_tsan_tests)
+  set_property(GLOBAL APPEND PROPERTY PAGODA_PLUGIN_TARGETS ${target})
 endfunction()
 
 # SIMD flags by file name: foo_avx512.c gets AVX-512 F/BW/VL/DQ + VNNI +
