@@ -384,7 +384,11 @@ static int write_moe_keys(gguf_writer *w, const char *arch, const pagoda_model_s
         if (!st && sh->n_groups)
             st = pagoda_gguf_w_u32(w, MKEY("expert_group_used_count"), (uint32_t)sh->n_group_used);
         if (!st) st = pagoda_gguf_w_u32(w, MKEY("attention.kv_lora_rank"), (uint32_t)sh->kv_lora);
-        if (!st && sh->q_lora) st = pagoda_gguf_w_u32(w, MKEY("attention.q_lora_rank"), (uint32_t)sh->q_lora);
+        /* written as 0 too when there is no query LoRA (V2-Lite): llama.cpp
+         * takes a deepseek2 file of 26 or 27 layers as "lite" and otherwise
+         * requires the key, so a shallow --layers copy of V2-Lite loads there
+         * only with it (0: attn_q, as pagoda reads it) */
+        if (!st) st = pagoda_gguf_w_u32(w, MKEY("attention.q_lora_rank"), (uint32_t)sh->q_lora);
         if (!st)
             st = pagoda_gguf_w_u32(w, MKEY("attention.key_length_mla"), (uint32_t)(sh->qk_nope + sh->qk_rope));
         if (!st) st = pagoda_gguf_w_u32(w, MKEY("attention.value_length_mla"), (uint32_t)sh->v_head_dim);
