@@ -121,7 +121,11 @@ typedef struct run_out {
  * (NULL: none), before any request: its sequences' states are its own. */
 static const pagoda_drafter_ops *g_drafter;
 
-/* extra2 (NULL or up to two settings more, e.g. another drafter) */
+/* extra2 (NULL or up to two settings more, e.g. another drafter).
+ * Under batch_invariant: the runs compared (drafts or not) differ in
+ * their batches' shapes (a verify row is in a call of 1 + k rows, a decode
+ * row in one of 1), so a row's logits must not depend on its call's size
+ * (docs/speculation.md, "Byte-identical output"). */
 static void run_watched(const char *sched, const char *kv, bool spec, const char *extra,
                         const char *const *extra2, kv_watch *w, run_out *out)
 {
@@ -129,6 +133,7 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
     snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
     snprintf(s2, sizeof s2, "engine.kvcache=%s", kv);
     const char *settings[] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
+                              "backend.cpu.batch_invariant=on",
                               spec ? "engine.speculative=ngram" : "engine.speculative=off",
                               "engine.spec_max_seqs=16", extra ? extra : "engine.spec_max_draft=8",
                               extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL,
@@ -751,8 +756,9 @@ START_TEST(structured_output_identical)
     };
     int64_t drafted = 0, accepted = 0;
     for (int spec = 0; spec < 2; spec++) {
+        /* batch_invariant: verify rows are bigger calls than decode rows */
         const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                                  "engine.spec_max_seqs=8", NULL};
+                                  "engine.spec_max_seqs=8", "backend.cpu.batch_invariant=on", NULL};
         pagoda_config *cfg;
         pagoda_runtime *rt = et_open_stopped(&cfg, settings);
         for (int i = 0; i < 6; i++) {
