@@ -132,12 +132,17 @@ static void run_watched(const char *sched, const char *kv, bool spec, const char
     char s1[64], s2[64];
     snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
     snprintf(s2, sizeof s2, "engine.kvcache=%s", kv);
-    const char *settings[] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
-                              "backend.cpu.batch_invariant=on",
-                              spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                              "engine.spec_max_seqs=16", extra ? extra : "engine.spec_max_draft=8",
-                              extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL,
-                              NULL};
+    /* extra and extra2 beside spec_max_draft = 8, never in its place (the
+     * NULLs of absent ones packed out, so none ends the list early) */
+    const char *opt[] = {extra, extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL};
+    const char *settings[12] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
+                                "backend.cpu.batch_invariant=on",
+                                spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                "engine.spec_max_seqs=16", "engine.spec_max_draft=8"};
+    int ns = 8;
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        if (opt[i]) settings[ns++] = opt[i];
+    settings[ns] = NULL;
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_stopped(&cfg, settings);
     pagoda_engine_set_check_invariants(rt->engine, true);
@@ -298,9 +303,9 @@ static void gen_tiny(char *path, uint64_t seed, const char *vocab, int layers)
 /* The bundled model drafting for itself (greedy, the same weights): the
  * drafts are what the model would say, so nearly all agree (the draft
  * pass runs one row at a time, the verify rows in a batch: at the default
- * kernel mode a near tie may round the other way; under run_watched's
- * batch_invariant all 522 agreed here), and the output is the same as
- * without. */
+ * kernel mode a near tie may round the other way; run_watched runs under
+ * batch_invariant, where the two passes take the same kernels), and the
+ * output is the same as without. */
 START_TEST(draft_model_self_identical)
 {
     run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
