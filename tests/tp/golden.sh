@@ -93,8 +93,11 @@ PY
 stop_http
 
 # 3. speculative decoding (docs/speculation.md): the drafts are rows of the
-# step every rank runs; the same golden text in fewer steps
-start_http --set engine.speculative=ngram
+# step every rank runs; the same golden text in fewer steps. Under
+# batch_invariant: a verify row is in a call of 1 + k rows where steps 1
+# and 2 decoded one row a call (F32 rows: their own dot below 3, sgemm from
+# 3), so without it a near tie could round away from the text they gave
+start_http --set engine.speculative=ngram --set backend.cpu.batch_invariant=on
 curl -fs "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $n_gen, \"temperature\": 0}" >"$tmp/resp" ||
     fail "completion request (speculative)"

@@ -62,47 +62,27 @@ for arith in exact int8; do
         split_serve "$tmp/$arith-$how.gen" "$how" "$model" "$arith, $how" --set engine.max_seq_len=512
         tp_check_sanitizer_reports "$tmp/err" "$tmp/hout" || fail "a sanitizer report ($arith, $how)"
     done
-    python3 - "$tmp" "$arith" <<'PY' || fail "2 ranks differ from one process ($arith)"
+    split_py - "$tmp" "$arith" <<'PY' || fail "2 ranks differ from one process ($arith)"
 import json, sys
+from split_compare import compare, top2_gap
 tmp, arith = sys.argv[1:3]
 bound = 1e-4 if arith == "exact" else 0.03
 load = lambda what, how: json.load(open(f"{tmp}/{arith}-{how}.{what}"))["choices"][0]
 
-def top2_gap(top):
-    v = sorted(top.values(), reverse=True)
-    return v[0] - v[1]
+def edge(i, tok, v, ta, tb):   # only a near-tie at the edge of the top 5 may differ
+    assert min(ta.values()) - min(tb.values()) <= 2 * bound, (i, tok, ta, tb)
+    assert v - min(ta.values()) <= 2 * bound, (i, tok, ta, tb)
 
-def compare(a, b, upto):
-    """every top-5 logprob of positions [0, upto) of a and b (the same
-    tokens): the largest difference, how many compared, the largest |logprob|"""
-    la, lb = a["logprobs"], b["logprobs"]
-    worst, spread, compared = 0.0, 0.0, 0
-    for i in range(upto):
-        x, y = la["token_logprobs"][i], lb["token_logprobs"][i]
-        if x is not None:
-            worst = max(worst, abs(x - y))
-        ta, tb = la["top_logprobs"][i], lb["top_logprobs"][i]
-        if ta is None:
-            continue
-        for tok, v in ta.items():
-            spread = max(spread, abs(v))
-            if tok in tb:
-                worst = max(worst, abs(v - tb[tok]))
-                compared += 1
-            else:   # only a near-tie at the edge of the top 5 may differ
-                assert min(ta.values()) - min(tb.values()) <= 2 * bound, (i, tok, ta, tb)
-                assert v - min(ta.values()) <= 2 * bound, (i, tok, ta, tb)
-        # the top-1 tokens: equal unless the one-process top-2 gap is within 2 x bound
-        if top2_gap(ta) > 2 * bound:
-            assert max(ta, key=ta.get) == max(tb, key=tb.get), (i, ta, tb)
-    return worst, spread, compared
+# compare(a, b, upto): every top-5 logprob of positions [0, upto); the top-1
+# tokens equal unless the one-process top-2 gap is within 2 x bound
+cmp = lambda a, b, upto: compare(a, b, upto, edge, 2 * bound)
 
 # 1. the same context: the one-process greedy text, echoed to both
 a, b = load("echo", "one"), load("echo", "two")
 assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"], (a["logprobs"]["tokens"], b["logprobs"]["tokens"])
 n = len(a["logprobs"]["tokens"]) - 1          # the last is the one generated token
 assert n >= 32, n
-worst, spread, compared = compare(a, b, n)
+worst, spread, compared = cmp(a, b, n)
 assert compared >= 5 * 30, compared
 assert worst <= bound, f"{arith}: logprobs on the same context differ by {worst} (bound {bound})"
 
@@ -118,7 +98,7 @@ else:
     gap = top2_gap(ga["logprobs"]["top_logprobs"][first])
     assert arith == "int8" and gap <= 2 * bound, (arith, first, gap, ta, tb)
     note = f"equal up to token {first}, where the one-process top-2 gap is {gap:.3g}"
-gw, _, _ = compare(ga, gb, first if first is not None else len(ta))
+gw, _, _ = cmp(ga, gb, first if first is not None else len(ta))
 assert gw <= bound, f"{arith}: greedy logprobs differ by {gw} before the first difference (bound {bound})"
 print(f"gpt-oss-tiny MXFP4 experts, {arith}: 2 ranks = one process: the same context, {n} tokens, "
       f"{compared} top-5 logprobs within {worst:.2g} (bound {bound:g}; |logprob| up to {spread:.2f}); "

@@ -67,14 +67,20 @@ split_serve() {
     fi
 }
 
+# split_py ARGS...: python3 with split_compare.py importable (no bytecode
+# cache written into the source tree).
+split_py_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+split_py() { PYTHONPATH="$split_py_dir" PYTHONDONTWRITEBYTECODE=1 python3 "$@"; }
+
 # split_same ONE TWO LABEL BOUND MIN_COMPARED: the two replies have the same
 # text and tokens (the echoed prompt and 32 generated), every token's logprob
 # and every top-5 logprob both hold within BOUND, at least MIN_COMPARED top-5
 # entries were in both (one missing from the other's top 5 may only be a
 # near-tie at its edge); prints one line saying so.
 split_same() {
-    python3 - "$@" <<'PY'
+    split_py - "$@" <<'PY'
 import json, sys
+from split_compare import compare
 a, b = (json.load(open(p))["choices"][0] for p in sys.argv[1:3])
 label, bound, min_compared = sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
 assert a["text"] == b["text"], (a["text"], b["text"])
@@ -82,21 +88,11 @@ la, lb = a["logprobs"], b["logprobs"]
 assert la["tokens"] == lb["tokens"], (la["tokens"], lb["tokens"])
 n = len(la["tokens"])
 assert n >= 32, n                      # the echoed prompt and 32 generated tokens
-worst, spread, compared = 0.0, 0.0, 0
-for i in range(n):
-    x, y = la["token_logprobs"][i], lb["token_logprobs"][i]
-    if x is not None:
-        worst = max(worst, abs(x - y))
-    ta, tb = la["top_logprobs"][i], lb["top_logprobs"][i]
-    if ta is None:
-        continue
-    for tok, v in ta.items():
-        spread = max(spread, abs(v))
-        if tok in tb:
-            worst = max(worst, abs(v - tb[tok]))
-            compared += 1
-        else:                          # only a near-tie at the edge of the top 5 may differ
-            assert min(ta.values()) == v, (i, tok, ta, tb)
+
+def edge(i, tok, v, ta, tb):           # only a near-tie at the edge of the top 5 may differ
+    assert min(ta.values()) == v, (i, tok, ta, tb)
+
+worst, spread, compared = compare(a, b, n, edge)
 assert compared >= min_compared, compared
 assert worst <= bound, f"{label}: logprobs differ by {worst}"
 print(f"{label}: 2 ranks = one process: {n} tokens, {compared} top-5 logprobs within {worst:.2g} (|logprob| up to {spread:.2f})")

@@ -339,33 +339,49 @@ static void random_blocks32(tu_rng *r, int dtype, uint8_t *p, int64_t K)
     }
 }
 
-/* Random weights of `dtype` [N x K]. The 256-value types (Q2_K..Q6_K,
- * IQ4_XS) are random bytes with small scales: every bit pattern is a valid
- * block, and random bytes reach every quant, scale, min and sign (a
- * quantizer's output would not: Q6_K has none anyway). Q5_0, Q5_1 and
- * IQ4_NL: odd rows random blocks (random_blocks32), even rows quantized
- * where the reference has a quantizer for the type. */
-static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
+/* Weights of `dtype` [N x K], every row quantized from normal values
+ * (sd 0.5) by the reference quantizer, which must have one for the type. */
+static uint8_t *quantized_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
 {
-    bool blocks32 = dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 ||
-                    dtype == PAGODA_DTYPE_IQ4_NL || dtype == PAGODA_DTYPE_MXFP4;
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
     uint8_t *w = xmalloc(rb * (size_t)N);
     float *row = xmalloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
-        if (k_scale_offset(dtype, 0) >= 0) {
+        tu_fill_normal(r, row, (size_t)K, 0.5f);
+        ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
+    }
+    free(row);
+    return w;
+}
+
+/* Random weights of `dtype` [N x K]. The 256-value types (Q2_K..Q6_K,
+ * IQ4_XS) are random bytes with small scales: every bit pattern is a valid
+ * block, and random bytes reach every quant, scale, min and sign (a
+ * quantizer's output would not: Q6_K has none anyway). Q5_0, Q5_1 and
+ * IQ4_NL: odd rows random blocks (random_blocks32), even rows quantized
+ * where the reference has a quantizer for the type. The rest: quantized_weights. */
+static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
+{
+    bool blocks32 = dtype == PAGODA_DTYPE_Q5_0 || dtype == PAGODA_DTYPE_Q5_1 ||
+                    dtype == PAGODA_DTYPE_IQ4_NL || dtype == PAGODA_DTYPE_MXFP4;
+    bool k_scales = k_scale_offset(dtype, 0) >= 0;
+    if (!k_scales && !blocks32) return quantized_weights(r, dtype, N, K, stride);
+    size_t rb = pagoda_dtype_row_bytes(dtype, K);
+    ck_assert_uint_gt(rb, 0);
+    *stride = rb;
+    uint8_t *w = xmalloc(rb * (size_t)N);
+    float *row = xmalloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        if (k_scales) {
             uint8_t *p = w + (size_t)n * rb;
             for (size_t i = 0; i < rb; i++) p[i] = (uint8_t)tu_rng_u64(r);
             set_k_scales(r, dtype, p, K);
-        } else if (blocks32) {
+        } else {
             tu_fill_normal(r, row, (size_t)K, 0.5f);
             if (n % 2 || pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K) == PAGODA_ERR_UNSUPPORTED)
                 random_blocks32(r, dtype, w + (size_t)n * rb, K);
-        } else {
-            tu_fill_normal(r, row, (size_t)K, 0.5f);
-            ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
         }
     }
     free(row);
@@ -640,18 +656,14 @@ START_TEST(test_lanes_same_bits_every_level)
     pagoda_threadpool *tp = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
     pagoda_cpu_exec ex = {.pool = tp};
-    float *x = xmalloc(sizeof(float) * TMAX * K), *row = xmalloc(sizeof(float) * K);
+    float *x = xmalloc(sizeof(float) * TMAX * K);
     float *ref = xmalloc(sizeof(float) * TMAX * N), *out = xmalloc(sizeof(float) * TMAX * N);
     tu_fill_normal(&r, x, (size_t)TMAX * K, 1.0f);
     int checked = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti];
-        size_t rb = pagoda_dtype_row_bytes(dt, K);
-        uint8_t *w = xmalloc(rb * N);
-        for (int n = 0; n < N; n++) {
-            tu_fill_normal(&r, row, K, 0.5f);
-            ck_assert_int_eq(pagoda_quantize_row(dt, row, w + (size_t)n * rb, K), PAGODA_OK);
-        }
+        size_t rb;
+        uint8_t *w = quantized_weights(&r, dt, N, K, &rb);
         for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
             int64_t T = Ts[k];
             int avx2 = -1;
@@ -685,7 +697,6 @@ START_TEST(test_lanes_same_bits_every_level)
     pagoda_cpu_exec_release(&ex);
     pagoda_threadpool_destroy(tp);
     free(x);
-    free(row);
     free(ref);
     free(out);
 }

@@ -82,7 +82,10 @@ static void hook(void *user, pagoda_engine *e)
 
 /* Serve requests [first, first + n) under settings (NULL-terminated, the
  * model and the test's limits added), all submitted at once; check the
- * invariants and fill out. */
+ * invariants and fill out. Under batch_invariant: every comparison here is
+ * against each request alone, across batch shapes (and the requests reach
+ * a running engine), so a row's logits must not depend on its call's size
+ * (docs/speculation.md, "Byte-identical output"). */
 static void run(const char *const *extra, int first, int n, run_out *out)
 {
     const char *settings[24] = {"engine.kv_dtype=f32", "engine.block_size=4", "engine.max_seq_len=128",
@@ -90,8 +93,9 @@ static void run(const char *const *extra, int first, int n, run_out *out)
                                 "scheduler.priority.max_batched_tokens=12",
                                 "scheduler.static.max_batched_tokens=12",
                                 "scheduler.continuous.max_num_seqs=6",
-                                "scheduler.priority.max_num_seqs=6", "scheduler.static.batch_size=6"};
-    int ns = 9;
+                                "scheduler.priority.max_num_seqs=6", "scheduler.static.batch_size=6",
+                                "backend.cpu.batch_invariant=on"};
+    int ns = 10;
     for (int i = 0; extra && extra[i]; i++) settings[ns++] = extra[i];
     settings[ns] = NULL;
     pagoda_config *cfg;

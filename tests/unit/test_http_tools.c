@@ -465,6 +465,20 @@ START_TEST(test_family_history_mistral_calls)
 }
 END_TEST
 
+/* Posts a chat whose history holds an assistant call of f with the
+ * arguments {"x": X} (a client's spelling) and its result 5; returns the
+ * prompt the server rendered. */
+static const char *post_call_history(int x)
+{
+    char body[2048];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
+                 "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
+                 "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    return last_logged()->prompt;
+}
+
 /* The memo end to end (api/callmemo.h), per family: the fake "model"
  * echoes a call the user wrote in the family's syntax, not as the prompt
  * would render it; a history that sends that call back renders the
@@ -515,12 +529,7 @@ START_TEST(test_family_call_memo)
                       fam[i].gen);
         json_decref(j);
         for (int x = 1; x <= 2; x++) {
-            snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
-                     "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
-                     "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
-                     "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
-            json_decref(post_expect("/v1/chat/completions", body, 200));
-            const char *p = last_logged()->prompt, *want = x == 1 ? fam[i].history : fam[i].canonical;
+            const char *p = post_call_history(x), *want = x == 1 ? fam[i].history : fam[i].canonical;
             ck_assert_msg(strstr(p, want), "%s: no '%s' in %s", fam[i].gen, want, p);
         }
         srv_stop(&S);
@@ -741,12 +750,7 @@ START_TEST(test_harmony_call_memo)
     json_decref(j);
     char body[2048];
     for (int x = 1; x <= 2; x++) {
-        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":"
-                 "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
-                 "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": %d}\"}}]},{\"role\":\"tool\","
-                 "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}", x);
-        json_decref(post_expect("/v1/chat/completions", body, 200));
-        const char *p = last_logged()->prompt;
+        const char *p = post_call_history(x);
         const char *want = x == 1 ? "<|assistant written|><|channel|>commentary to=functions.f <|constrain|>json"
                                     "<|message|>{\"x\":1}\n<|functions.f|>5\n"
                                   : "<|assistant to=functions.f|>{\"x\": 2}\n<|functions.f|>5\n";

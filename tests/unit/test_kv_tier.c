@@ -419,6 +419,13 @@ static const char *PROMPT =
     "said, \"Lily, it is time to go home.\" Lily said, \"Okay, mom.\" They went home and ate "
     "dinner together. After dinner, Lily went to bed and dreamed about the big, red ball.";
 
+/* Each engine test compares a run that computes the whole prompt with
+ * runs that find part of it cached (the rest computed in a call of a few
+ * rows) or reach a running engine together: across batch shapes, so under
+ * batch_invariant, where a row's logits do not depend on its call's size
+ * (docs/speculation.md, "Byte-identical output"). */
+#define BATCH_INVARIANT "backend.cpu.batch_invariant=on"
+
 static void run_one(const char *const *settings, const char *salt, et_result *r,
                     pagoda_kv_stats *kst)
 {
@@ -452,8 +459,8 @@ START_TEST(engine_restart_same_tokens)
 {
     char dirset[600];
     snprintf(dirset, sizeof dirset, "kvcache.prefix.tier_dir=%s", g_dir);
-    const char *plain[] = {"engine.kvcache=paged", NULL};
-    const char *tier[] = {"engine.kvcache=prefix", dirset, NULL};
+    const char *plain[] = {"engine.kvcache=paged", BATCH_INVARIANT, NULL};
+    const char *tier[] = {"engine.kvcache=prefix", BATCH_INVARIANT, dirset, NULL};
     et_result ref, a, b, c, d, e;
     pagoda_kv_stats ks;
 
@@ -500,10 +507,10 @@ START_TEST(engine_prefetch_while_queued)
 {
     char dirset[600];
     snprintf(dirset, sizeof dirset, "kvcache.prefix.tier_dir=%s", g_dir);
-    const char *tier[] = {"engine.kvcache=prefix", dirset, NULL};
-    const char *queued[] = {"engine.kvcache=prefix", dirset, "engine.scheduler=continuous",
+    const char *tier[] = {"engine.kvcache=prefix", BATCH_INVARIANT, dirset, NULL};
+    const char *queued[] = {"engine.kvcache=prefix", BATCH_INVARIANT, dirset, "engine.scheduler=continuous",
                             "scheduler.continuous.max_num_seqs=1", NULL};
-    const char *no_pf[] = {"engine.kvcache=prefix", dirset, "engine.scheduler=continuous",
+    const char *no_pf[] = {"engine.kvcache=prefix", BATCH_INVARIANT, dirset, "engine.scheduler=continuous",
                            "scheduler.continuous.max_num_seqs=1", "kvcache.prefix.tier_prefetch=0",
                            NULL};
     et_result ref, a, b;
@@ -562,8 +569,8 @@ static void submit_wait(pagoda_runtime *rt, const char *salt, et_result *r)
  * evicted from a pool that holds one request comes back from it. */
 START_TEST(engine_ram_level_forced)
 {
-    const char *plain[] = {"engine.kvcache=paged", NULL};
-    const char *dflt[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M", NULL};
+    const char *plain[] = {"engine.kvcache=paged", BATCH_INVARIANT, NULL};
+    const char *dflt[] = {"engine.kvcache=prefix", BATCH_INVARIANT, "kvcache.prefix.tier_ram=64M", NULL};
     et_result ref, a, b, c;
     pagoda_kv_stats ks;
     run_one(plain, NULL, &ref, &ks);
@@ -572,7 +579,7 @@ START_TEST(engine_ram_level_forced)
     int32_t n_prompt = ref.usage.prompt_tokens, full = (n_prompt - 1) / 16 * 16;
     char pool[64];
     snprintf(pool, sizeof pool, "engine.kv_cache_tokens=%d", (n_prompt + 12 + 15) / 16 * 16);
-    const char *forced[] = {"engine.kvcache=prefix", "kvcache.prefix.tier_ram=64M",
+    const char *forced[] = {"engine.kvcache=prefix", BATCH_INVARIANT, "kvcache.prefix.tier_ram=64M",
                             "kvcache.prefix.tier_ram_force=true", pool, NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open(&cfg, forced);
@@ -647,8 +654,8 @@ START_TEST(engine_faults_under_load)
 {
     char dirset[600];
     snprintf(dirset, sizeof dirset, "kvcache.prefix.tier_dir=%s", g_dir);
-    const char *plain[] = {"engine.kvcache=paged", NULL};
-    const char *tier[] = {"engine.kvcache=prefix", dirset, NULL};
+    const char *plain[] = {"engine.kvcache=paged", BATCH_INVARIANT, NULL};
+    const char *tier[] = {"engine.kvcache=prefix", BATCH_INVARIANT, dirset, NULL};
     enum { NR = 6 };
     static et_result ref[NR], got[NR];
     char prompts[NR][1200];

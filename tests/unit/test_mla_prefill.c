@@ -407,9 +407,34 @@ typedef struct chunk_case {
     int32_t prefix;   /* cached positions before it (read back) */
 } chunk_case;
 
-/* Run the cases on off and on in order; compare each chunk's rows: within
- * rel * max|logit| (rel > 0), else within abs and the same top token where
- * off's top-2 gap exceeds 2 abs. */
+/* Compare n rows of V logits, off's (a) against on's (b): within
+ * rel * max|logit| (rel > 0), else within abs_tol and the same top token
+ * where off's top-2 gap exceeds 2 abs_tol. Prints one line naming what;
+ * returns how many positions were clear (0 where rel > 0). */
+static int32_t compare_chunk(const float *a, const float *b, int32_t n, int32_t V, double rel,
+                             double abs_tol, const char *what)
+{
+    double amax = 0, d = max_diff(a, b, (size_t)n * V, &amax);
+    double allowed = rel > 0 ? rel * amax : abs_tol;
+    int32_t clear = 0, same = 0;
+    for (int32_t r = 0; r < n && rel == 0; r++) {
+        const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
+        if (top2_gap(x, V) > 2 * abs_tol) {
+            clear++;
+            same += ref_argmax(x, V) == ref_argmax(y, V);
+        }
+    }
+    printf("%s: decompressed vs absorbed max |diff| %.3g, max |logit| %.3g (allowed %.3g)",
+           what, d, amax, allowed);
+    if (rel == 0) printf("; top token the same at %d of %d clear positions", same, clear);
+    printf("\n");
+    ck_assert_msg(d <= allowed, "%s: differs by %g (allowed %g)", what, d, allowed);
+    ck_assert_int_eq(same, clear);
+    return clear;
+}
+
+/* Run the cases on off and on in order; compare each chunk's rows
+ * (compare_chunk). */
 static void run_cases(pagoda_forward *off, pagoda_forward *on, const chunk_case *cc, int n_cases,
                       double rel, double abs_tol, float *a, float *b, int32_t V, const char *name)
 {
@@ -421,22 +446,9 @@ static void run_cases(pagoda_forward *off, pagoda_forward *on, const chunk_case 
         ck_assert_int_eq(off->mla.decompressed_tokens, 0);
         ck_assert_int_eq(on->mla.decompressed_tokens - dec, p->n);
         ck_assert_int_eq(on->mla.prefix_tokens_read - read, cc[i].prefix);
-        double amax = 0, d = max_diff(a, b, (size_t)p->n * V, &amax);
-        double allowed = rel > 0 ? rel * amax : abs_tol;
-        int32_t clear = 0, same = 0;
-        for (int32_t r = 0; r < p->n && rel == 0; r++) {
-            const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
-            if (top2_gap(x, V) > 2 * abs_tol) {
-                clear++;
-                same += ref_argmax(x, V) == ref_argmax(y, V);
-            }
-        }
-        printf("%s %s: decompressed vs absorbed max |diff| %.3g, max |logit| %.3g (allowed %.3g)",
-               name, cc[i].what, d, amax, allowed);
-        if (rel == 0) printf("; top token the same at %d of %d clear positions", same, clear);
-        printf("\n");
-        ck_assert_msg(d <= allowed, "%s %s: differs by %g (allowed %g)", name, cc[i].what, d, allowed);
-        ck_assert_int_eq(same, clear);
+        char what[160];
+        snprintf(what, sizeof what, "%s %s", name, cc[i].what);
+        compare_chunk(a, b, p->n, V, rel, abs_tol, what);
     }
 }
 
@@ -579,20 +591,10 @@ START_TEST(rounded_caches)
         run(&off, &whole, 1, a);
         run(&on, &whole, 1, b);
         ck_assert_int_eq(on.mla.decompressed_tokens, n);
-        double amax = 0, d = max_diff(a, b, (size_t)n * V, &amax);
-        int32_t clear = 0, same = 0;
-        for (int32_t r = 0; r < n; r++) {
-            const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
-            if (top2_gap(x, V) > 2 * tol[ti]) {
-                clear++;
-                same += ref_argmax(x, V) == ref_argmax(y, V);
-            }
-        }
-        printf("KV %s (scratch %s): decompressed vs absorbed max |diff| %.3g (allowed %g); top token "
-               "the same at %d of %d clear positions\n", pagoda_dtype_name(types[ti]),
-               pagoda_dtype_name(on.mla.scratch_kv.dtype), d, tol[ti], same, clear);
-        ck_assert_msg(d <= tol[ti], "KV %s: differs by %g", pagoda_dtype_name(types[ti]), d);
-        ck_assert_int_eq(same, clear);
+        char what[96];
+        snprintf(what, sizeof what, "KV %s (scratch %s)", pagoda_dtype_name(types[ti]),
+                 pagoda_dtype_name(on.mla.scratch_kv.dtype));
+        int32_t clear = compare_chunk(a, b, n, V, 0, tol[ti], what);
         ck_assert_int_gt(clear, 0);
         pagoda_forward_free(&off);
         pagoda_forward_free(&on);

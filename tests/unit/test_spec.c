@@ -121,18 +121,28 @@ typedef struct run_out {
  * (NULL: none), before any request: its sequences' states are its own. */
 static const pagoda_drafter_ops *g_drafter;
 
-/* extra2 (NULL or up to two settings more, e.g. another drafter) */
+/* extra2 (NULL or up to two settings more, e.g. another drafter).
+ * Under batch_invariant: the runs compared (drafts or not) differ in
+ * their batches' shapes (a verify row is in a call of 1 + k rows, a decode
+ * row in one of 1), so a row's logits must not depend on its call's size
+ * (docs/speculation.md, "Byte-identical output"). */
 static void run_watched(const char *sched, const char *kv, bool spec, const char *extra,
                         const char *const *extra2, kv_watch *w, run_out *out)
 {
     char s1[64], s2[64];
     snprintf(s1, sizeof s1, "engine.scheduler=%s", sched);
     snprintf(s2, sizeof s2, "engine.kvcache=%s", kv);
-    const char *settings[] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
-                              spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                              "engine.spec_max_seqs=16", extra ? extra : "engine.spec_max_draft=8",
-                              extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL,
-                              NULL};
+    /* extra and extra2 beside spec_max_draft = 8, never in its place (the
+     * NULLs of absent ones packed out, so none ends the list early) */
+    const char *opt[] = {extra, extra2 ? extra2[0] : NULL, extra2 && extra2[0] ? extra2[1] : NULL};
+    const char *settings[12] = {s1, s2, "engine.max_seq_len=256", "engine.kv_dtype=f32",
+                                "backend.cpu.batch_invariant=on",
+                                spec ? "engine.speculative=ngram" : "engine.speculative=off",
+                                "engine.spec_max_seqs=16", "engine.spec_max_draft=8"};
+    int ns = 8;
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        if (opt[i]) settings[ns++] = opt[i];
+    settings[ns] = NULL;
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_stopped(&cfg, settings);
     pagoda_engine_set_check_invariants(rt->engine, true);
@@ -292,8 +302,10 @@ static void gen_tiny(char *path, uint64_t seed, const char *vocab, int layers)
 
 /* The bundled model drafting for itself (greedy, the same weights): the
  * drafts are what the model would say, so nearly all agree (the draft
- * pass runs one row at a time, the verify rows in a batch: a near tie may
- * round the other way), and the output is the same as without. */
+ * pass runs one row at a time, the verify rows in a batch: at the default
+ * kernel mode a near tie may round the other way; run_watched runs under
+ * batch_invariant, where the two passes take the same kernels), and the
+ * output is the same as without. */
 START_TEST(draft_model_self_identical)
 {
     run_out *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
@@ -751,8 +763,9 @@ START_TEST(structured_output_identical)
     };
     int64_t drafted = 0, accepted = 0;
     for (int spec = 0; spec < 2; spec++) {
+        /* batch_invariant: verify rows are bigger calls than decode rows */
         const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                                  "engine.spec_max_seqs=8", NULL};
+                                  "engine.spec_max_seqs=8", "backend.cpu.batch_invariant=on", NULL};
         pagoda_config *cfg;
         pagoda_runtime *rt = et_open_stopped(&cfg, settings);
         for (int i = 0; i < 6; i++) {
@@ -912,27 +925,32 @@ END_TEST
  * paged with F16 KV and prefix with F32 KV. */
 #define SMOLLM2_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-START_TEST(smollm2_greedy_identical)
+static const char SMOLLM2_PROMPT[] =
+    "<|im_start|>user\nRewrite this C file with the function add renamed to "
+    "sum everywhere. Reply with the whole file only.\n\n"
+    "static int add(int a, int b)\n{\n    return a + b;\n}\n\n"
+    "int main(void)\n{\n    int x = add(1, 2);\n    int y = add(x, 3);\n"
+    "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
+
+/* The two requests of SMOLLM2_PROMPT without (r[0]) and with (r[1]) ngram
+ * speculation, paged with F16 KV (prefix_f32 false) or prefix with F32 KV,
+ * batch_invariant on or at the default. Both requests are queued before the
+ * engine starts: the same batches with and without speculation (a quantized
+ * model's rows are not bit-identical across batch shapes, so timing must
+ * not pick them). */
+static void smollm2_run_pair(bool prefix_f32, bool batch_invariant, et_result r[2][2])
 {
-    static et_result r[2][2];
-    const char *prompt = "<|im_start|>user\nRewrite this C file with the function add renamed to "
-                         "sum everywhere. Reply with the whole file only.\n\n"
-                         "static int add(int a, int b)\n{\n    return a + b;\n}\n\n"
-                         "int main(void)\n{\n    int x = add(1, 2);\n    int y = add(x, 3);\n"
-                         "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
     for (int spec = 0; spec < 2; spec++) {
         const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                                  _i ? "engine.kvcache=prefix" : "engine.kvcache=paged",
-                                  _i ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
-                                  "engine.max_seq_len=512", NULL};
+                                  prefix_f32 ? "engine.kvcache=prefix" : "engine.kvcache=paged",
+                                  prefix_f32 ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
+                                  "engine.max_seq_len=512",
+                                  batch_invariant ? "backend.cpu.batch_invariant=on" : NULL, NULL};
         pagoda_config *cfg;
-        /* both requests queued before the engine starts: the same batches
-         * with and without speculation (a quantized model's rows are not
-         * bit-identical across batch shapes, so timing must not pick them) */
         pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
         for (int i = 0; i < 2; i++) {
             et_result_init(&r[spec][i]);
-            pagoda_request req = et_request(rt, prompt, 40, 0.0f);
+            pagoda_request req = et_request(rt, SMOLLM2_PROMPT, 40, 0.0f);
             req.parse_special = true;
             req.ignore_eos = false;
             uint64_t id;
@@ -951,6 +969,12 @@ START_TEST(smollm2_greedy_identical)
         if (spec) ck_assert_int_gt(st.spec_drafted_total, 0);
         et_close(rt, cfg);
     }
+}
+
+START_TEST(smollm2_greedy_identical)
+{
+    static et_result r[2][2];
+    smollm2_run_pair(_i != 0, false, r);
     /* The same tokens, or (verify rows are batches of 1 + drafts where
      * decode runs one row: another kernel, another float order) the same
      * up to a near tie, scored by the reference forward pass: 0.1 nats
@@ -963,9 +987,9 @@ START_TEST(smollm2_greedy_identical)
     const char *settings[] = {"engine.max_seq_len=512", "engine.kv_dtype=f32", NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
-    pagoda_request req = et_request(rt, prompt, 40, 0.0f);
+    pagoda_request req = et_request(rt, SMOLLM2_PROMPT, 40, 0.0f);
     int32_t ids[512], n_ids = 0;
-    ck_assert_int_eq(pagoda_tokenize(rt->model->tok, prompt, strlen(prompt), req.add_special, true, ids, 512, &n_ids), 0);
+    ck_assert_int_eq(pagoda_tokenize(rt->model->tok, SMOLLM2_PROMPT, strlen(SMOLLM2_PROMPT), req.add_special, true, ids, 512, &n_ids), 0);
     ck_assert_int_le(n_ids, 512);
     int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.1, "SmolLM2, ngram vs off");
     et_close(rt, cfg);
@@ -992,35 +1016,7 @@ START_TEST(smollm2_greedy_identical_batch_invariant)
     return;
 #endif
     static et_result r[2][2];
-    const char *prompt = "<|im_start|>user\nRewrite this C file with the function add renamed to "
-                         "sum everywhere. Reply with the whole file only.\n\n"
-                         "static int add(int a, int b)\n{\n    return a + b;\n}\n\n"
-                         "int main(void)\n{\n    int x = add(1, 2);\n    int y = add(x, 3);\n"
-                         "    return add(x, y);\n}\n<|im_end|>\n<|im_start|>assistant\n";
-    for (int spec = 0; spec < 2; spec++) {
-        const char *settings[] = {spec ? "engine.speculative=ngram" : "engine.speculative=off",
-                                  _i ? "engine.kvcache=prefix" : "engine.kvcache=paged",
-                                  _i ? "engine.kv_dtype=f32" : "engine.kv_dtype=f16",
-                                  "engine.max_seq_len=512", "backend.cpu.batch_invariant=on", NULL};
-        pagoda_config *cfg;
-        pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
-        for (int i = 0; i < 2; i++) {
-            et_result_init(&r[spec][i]);
-            pagoda_request req = et_request(rt, prompt, 40, 0.0f);
-            req.parse_special = true;
-            req.ignore_eos = false;
-            uint64_t id;
-            char err[256] = "";
-            ck_assert_msg(pagoda_engine_submit(rt->engine, &req, et_cb, &r[spec][i], &id, err,
-                                               sizeof err) == 0, "%s", err);
-        }
-        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
-        pagoda_engine_wait_idle(rt->engine);
-        pagoda_engine_stats st;
-        pagoda_engine_get_stats(rt->engine, &st);
-        if (spec) ck_assert_int_gt(st.spec_drafted_total, 0);
-        et_close(rt, cfg);
-    }
+    smollm2_run_pair(_i != 0, true, r);
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(r[0][i].n_tokens, r[1][i].n_tokens);
         ck_assert_int_eq(memcmp(r[0][i].tokens, r[1][i].tokens, sizeof(int32_t) * (size_t)r[0][i].n_tokens), 0);
