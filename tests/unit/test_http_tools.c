@@ -92,7 +92,7 @@ START_TEST(test_fields_to_request)
     ck_assert_msg(strstr(l->constraint, "t0 ::= \"\" | \"<\" t1 | [^<] t0\n"), "%s", l->constraint);
     ck_assert_msg(strstr(l->constraint, "t1 ::= \"\" | \"<\" t1 | \"t\" t2 | [^<t] t0\n"), "%s", l->constraint);
     ck_assert_msg(strstr(l->constraint, "t10 ::= \"\" | \"<\" t1 | [^<>] t0\n"), "%s", l->constraint);
-    ck_assert_msg(strstr(l->constraint, "call ::= \"<tool_call>\\n\" (fn0"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "call ::= <tool_call> \"\\n\" (fn0"), "%s", l->constraint);
     j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"max_tokens\":3}", 200);
     json_decref(j);
@@ -635,7 +635,7 @@ START_TEST(test_family_auto)
     }
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
     ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
-    char *harmony = NULL;
+    char *harmony = NULL, *ctl_fam[3] = {NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral */
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
         srv_start_with(&S, NULL, 0, family_tweak);
@@ -657,6 +657,7 @@ START_TEST(test_family_auto)
                           l->constraint);
         o->compiled_free(ctx, comp);
         if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
+        if (i == 0 || i >= 4) ctl_fam[i == 0 ? 0 : i - 3] = strdup(l->constraint);
         srv_stop(&S);
     }
     p->desc.destroy(ctx);
@@ -665,32 +666,54 @@ START_TEST(test_family_auto)
      * pieces (the next prompt re-tokenizes to the tokens: a spelled header
      * misses the prefix cache); free text takes both */
     ck_assert_ptr_nonnull(harmony);
-    static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>"};
-    char *cb[261];
-    uint32_t cl[261];
-    uint8_t cf[261] = {0};
-    for (int b = 0; b < 261; b++) {
+    static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>",
+                                      "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"};
+    enum { N_CTL = sizeof ctl / sizeof ctl[0], N_V = 256 + N_CTL };
+    char *cb[N_V];
+    uint32_t cl[N_V];
+    uint8_t cf[N_V] = {0};
+    for (int b = 0; b < N_V; b++) {
         cb[b] = b < 256 ? vb[b] : (char *)ctl[b - 256];
         cl[b] = b < 256 ? 1 : (uint32_t)strlen(ctl[b - 256]);
         cf[b] = b >= 256;
     }
     ck_assert_int_eq(p->desc.create(&host.h, &ctx, err, sizeof err), PAGODA_OK);
-    pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = 261, .bytes = (const char *const *)cb,
+    pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = N_V, .bytes = (const char *const *)cb,
                                   .len = cl, .control = cf};
     ck_assert_int_eq(o->set_vocab(ctx, &cv, err, sizeof err), PAGODA_OK);
+    /* Hermes' tags, Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS] as
+     * control tokens (Qwen's, Llama 3.1's, Mistral's vocabularies): the
+     * same, the call opened (and Hermes' closed) by the token only; a
+     * vocabulary without them took the spelling above */
+    for (int f = 0; f < 3; f++) {
+        static const int fi[] = {0, 4, 5};
+        ck_assert_ptr_nonnull(ctl_fam[f]);
+        pagoda_constraint_spec fs = {.struct_size = sizeof fs, .type = PAGODA_CONSTRAINT_GRAMMAR,
+                                     .text = ctl_fam[f], .len = strlen(ctl_fam[f])};
+        void *fc = NULL;
+        ck_assert_msg(o->compile(ctx, &fs, &fc, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, ctl_fam[f]);
+        const char *call = fam[fi[f]].call;
+        ck_assert_msg(grammar_accepts_ctl(o, ctx, fc, call, ctl, N_CTL, true), "%s\n%s", call, ctl_fam[f]);
+        ck_assert_msg(!grammar_accepts_ctl(o, ctx, fc, call, ctl, N_CTL, false), "spelled %s taken:\n%s", call,
+                      ctl_fam[f]);
+        ck_assert(grammar_accepts_ctl(o, ctx, fc, fam[fi[f]].text, ctl, N_CTL, true));
+        ck_assert(grammar_accepts_ctl(o, ctx, fc, fam[fi[f]].text, ctl, N_CTL, false));
+        o->compiled_free(ctx, fc);
+        free(ctl_fam[f]);
+    }
     pagoda_constraint_spec hs = {.struct_size = sizeof hs, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = harmony,
                                  .len = strlen(harmony)};
     void *hc = NULL;
     ck_assert_msg(o->compile(ctx, &hs, &hc, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, harmony);
     const char *call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 4}";
     const char *text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>hi";
-    ck_assert_msg(grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, true), "%s", harmony);
-    ck_assert_msg(!grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, false), "spelled header taken:\n%s", harmony);
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, true));
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, false));
+    ck_assert_msg(grammar_accepts_ctl(o, ctx, hc, call, ctl, N_CTL, true), "%s", harmony);
+    ck_assert_msg(!grammar_accepts_ctl(o, ctx, hc, call, ctl, N_CTL, false), "spelled header taken:\n%s", harmony);
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, N_CTL, true));
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, N_CTL, false));
     char both[512];
     snprintf(both, sizeof both, "%s<|end|><|start|>assistant%s", text, call);
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, both, ctl, 5, true));
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, both, ctl, N_CTL, true));
     o->compiled_free(ctx, hc);
     p->desc.destroy(ctx);
     free(harmony);

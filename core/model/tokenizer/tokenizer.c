@@ -410,6 +410,7 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
      * vocabulary makes them control tokens, as llama.cpp does for gpt-oss. */
     static const char *const MARKUP[] = {
         "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>",
+        "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
         "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
         "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
