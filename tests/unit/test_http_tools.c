@@ -403,6 +403,13 @@ static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
 
 static void family_tweak(fake_engine *f) { f->host.chat_render = family_render; }
 
+/* room for ten tools' system prompt (test_family_auto's sizes) */
+static void family_big_tweak(fake_engine *f)
+{
+    family_tweak(f);
+    f->n_ctx = 4096;
+}
+
 START_TEST(test_family_history)
 {
     static const char body[] =
@@ -547,6 +554,36 @@ static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *com
     return ok;
 }
 
+/* The automaton a call grammar grows to: compiled from text, then walked
+ * over s a byte at a time with a mask before each step (as the engine
+ * does); the plugin's states and bytes after, less before. True when s is
+ * accepted. */
+static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s, int64_t *states,
+                         int64_t *bytes)
+{
+    char err[512];
+    pagoda_constraint_stats a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
+    ck_assert_int_eq(o->stats(ctx, &a), PAGODA_OK);
+    pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = text,
+                                 .len = strlen(text)};
+    void *comp = NULL, *m = NULL;
+    ck_assert_msg(o->compile(ctx, &sp, &comp, err, sizeof err) == PAGODA_OK, "%s", err);
+    ck_assert_int_eq(o->matcher_new(ctx, comp, &m, err, sizeof err), PAGODA_OK);
+    uint32_t mask[256 / 32];
+    bool ok = true;
+    for (size_t i = 0; s[i] && ok; i++) {
+        ck_assert_int_eq(o->fill_mask(ctx, m, mask, err, sizeof err), PAGODA_OK);
+        ok = o->advance(ctx, m, (uint8_t)s[i], err, sizeof err) == 0;
+    }
+    ok = ok && o->is_complete(ctx, m);
+    ck_assert_int_eq(o->stats(ctx, &b), PAGODA_OK);
+    *states = b.states - a.states;
+    *bytes = b.bytes - a.bytes;
+    o->matcher_free(ctx, m);
+    o->compiled_free(ctx, comp);
+    return ok;
+}
+
 /* As grammar_accepts over a vocabulary of the 256 bytes and the control
  * tokens ctl[k] (ids 256 + k): with `tokens`, each markup text in s is
  * written as its control token, else every byte as its byte token. */
@@ -616,6 +653,25 @@ START_TEST(test_family_auto)
     };
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
                                "\"parallel_tool_calls\":false}";
+#define FN(n, props, req) "{\"type\":\"function\",\"function\":{\"name\":\"" n "\",\"parameters\":{\"type\":" \
+                          "\"object\",\"properties\":{" props "},\"required\":[" req "]}}}"
+#define STR(k) "\"" k "\":{\"type\":\"string\"}"
+    static const char big_body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}],\"tools\":["
+        FN("read_file", STR("path") ",\"offset\":{\"type\":\"integer\"}", "\"path\"") ","
+        FN("write_file", STR("path") "," STR("content"), "\"path\",\"content\"") ","
+        FN("edit_file", STR("path") "," STR("old") "," STR("new") ",\"all\":{\"type\":\"boolean\"}",
+           "\"path\",\"old\",\"new\"") ","
+        FN("list_dir", STR("path"), "\"path\"") ","
+        FN("run_shell", STR("command") ",\"timeout\":{\"type\":\"integer\",\"maximum\":600}", "\"command\"") ","
+        FN("grep", STR("pattern") "," STR("path") ",\"max\":{\"type\":\"integer\"}", "\"pattern\"") ","
+        FN("fetch_url", STR("url"), "\"url\"") ","
+        FN("get_weather", STR("city") ",\"unit\":{\"enum\":[\"c\",\"f\"]}", "\"city\"") ","
+        FN("todo", "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", "\"items\"") ","
+        "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"x\":{\"type\":\"integer\"}}}}}],\"max_tokens\":2,\"parallel_tool_calls\":false}";
+#undef FN
+#undef STR
     char err[512];
     pagoda_plugin *p = NULL;
     int st = pagoda_plugin_load_file(tu_build("plugins/constraint-grammar.so"), PAGODA_KIND_CONSTRAINT, "grammar", &p,
@@ -638,7 +694,7 @@ START_TEST(test_family_auto)
     char *harmony = NULL, *ctl_fam[3] = {NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral */
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
-        srv_start_with(&S, NULL, 0, family_tweak);
+        srv_start_with(&S, NULL, 0, family_big_tweak);
         json_decref(post_expect("/v1/chat/completions", body, 200));
         const fake_logged *l = last_logged();
         ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
@@ -656,6 +712,23 @@ START_TEST(test_family_auto)
             ck_assert_msg(!grammar_accepts(o, ctx, comp, fam[i].bad[k]), "family %zu: took %s\n%s", i, fam[i].bad[k],
                           l->constraint);
         o->compiled_free(ctx, comp);
+        /* the size with a coding agent's ten tools (f among them): text,
+         * then the call, as "auto" (Llama 3: the call alone, the whole
+         * reply); printed for docs/structured-output.md */
+        long bst;
+        json_t *bj = post_json(&S, "/v1/chat/completions", big_body, &bst);
+        char *bt = json_dumps(bj, 0);
+        ck_assert_msg(bst == 200, "%s", bt);
+        free(bt);
+        json_decref(bj);
+        char walk[1024];
+        snprintf(walk, sizeof walk, "%s%s", i == 4 ? "" : fam[i].text, fam[i].call); /* Llama 3: a call is all */
+        int64_t ns, nb;
+        ck_assert_msg(grammar_size(o, ctx, last_logged()->constraint, walk, &ns, &nb), "family %zu: %s\n%s", i,
+                      walk, last_logged()->constraint);
+        static const char *const names[] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral"};
+        printf("call grammar size, ten tools: %-11s %5zu bytes of grammar, %4lld states, %7lld bytes after text "
+               "and a call\n", names[i], strlen(last_logged()->constraint), (long long)ns, (long long)nb);
         if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
         if (i == 0 || i >= 4) ctl_fam[i == 0 ? 0 : i - 3] = strdup(l->constraint);
         srv_stop(&S);
