@@ -555,11 +555,12 @@ static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *com
 }
 
 /* The automaton a call grammar grows to: compiled from text, then walked
- * over s a byte at a time with a mask before each step (as the engine
- * does); the plugin's states and bytes after, less before. True when s is
- * accepted. */
-static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s, int64_t *states,
-                         int64_t *bytes)
+ * over s a token at a time with a mask before each step (as the engine
+ * does): a byte each, or with n_ctl > 0 each markup text ctl[k] in s as
+ * token 256 + k; the plugin's states and bytes after, less before. True
+ * when s is accepted. */
+static bool grammar_size_ctl(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s,
+                             const char *const *ctl, int n_ctl, int64_t *states, int64_t *bytes)
 {
     char err[512];
     pagoda_constraint_stats a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
@@ -569,11 +570,20 @@ static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *
     void *comp = NULL, *m = NULL;
     ck_assert_msg(o->compile(ctx, &sp, &comp, err, sizeof err) == PAGODA_OK, "%s", err);
     ck_assert_int_eq(o->matcher_new(ctx, comp, &m, err, sizeof err), PAGODA_OK);
-    uint32_t mask[256 / 32];
+    uint32_t mask[(256 + 64 + 31) / 32];
+    ck_assert_int_le(n_ctl, 64);
     bool ok = true;
-    for (size_t i = 0; s[i] && ok; i++) {
+    for (size_t i = 0; s[i] && ok;) {
+        int32_t tok = (uint8_t)s[i];
+        size_t n = 1;
+        for (int k = 0; k < n_ctl; k++)
+            if (!strncmp(s + i, ctl[k], strlen(ctl[k]))) {
+                tok = 256 + k;
+                n = strlen(ctl[k]);
+            }
         ck_assert_int_eq(o->fill_mask(ctx, m, mask, err, sizeof err), PAGODA_OK);
-        ok = o->advance(ctx, m, (uint8_t)s[i], err, sizeof err) == 0;
+        ok = o->advance(ctx, m, tok, err, sizeof err) == 0;
+        i += n;
     }
     ok = ok && o->is_complete(ctx, m);
     ck_assert_int_eq(o->stats(ctx, &b), PAGODA_OK);
@@ -582,6 +592,12 @@ static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *
     o->matcher_free(ctx, m);
     o->compiled_free(ctx, comp);
     return ok;
+}
+
+static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s, int64_t *states,
+                         int64_t *bytes)
+{
+    return grammar_size_ctl(o, ctx, text, s, NULL, 0, states, bytes);
 }
 
 /* As grammar_accepts over a vocabulary of the 256 bytes and the control
@@ -692,6 +708,8 @@ START_TEST(test_family_auto)
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
     ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
     char *harmony = NULL, *ctl_fam[3] = {NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral */
+    char *big[6] = {NULL}, *walks[6] = {NULL};
+    static const char *const names[] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral"};
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
         srv_start_with(&S, NULL, 0, family_big_tweak);
@@ -726,9 +744,10 @@ START_TEST(test_family_auto)
         int64_t ns, nb;
         ck_assert_msg(grammar_size(o, ctx, last_logged()->constraint, walk, &ns, &nb), "family %zu: %s\n%s", i,
                       walk, last_logged()->constraint);
-        static const char *const names[] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral"};
         printf("call grammar size, ten tools: %-11s %5zu bytes of grammar, %4lld states, %7lld bytes after text "
                "and a call\n", names[i], strlen(last_logged()->constraint), (long long)ns, (long long)nb);
+        big[i] = strdup(last_logged()->constraint);
+        walks[i] = strdup(walk);
         if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
         if (i == 0 || i >= 4) ctl_fam[i == 0 ? 0 : i - 3] = strdup(l->constraint);
         srv_stop(&S);
@@ -740,7 +759,14 @@ START_TEST(test_family_auto)
      * misses the prefix cache); free text takes both */
     ck_assert_ptr_nonnull(harmony);
     static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>",
-                                      "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"};
+                                      "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]",
+                                      "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                      "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"};
     enum { N_CTL = sizeof ctl / sizeof ctl[0], N_V = 256 + N_CTL };
     char *cb[N_V];
     uint32_t cl[N_V];
@@ -754,6 +780,18 @@ START_TEST(test_family_auto)
     pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = N_V, .bytes = (const char *const *)cb,
                                   .len = cl, .control = cf};
     ck_assert_int_eq(o->set_vocab(ctx, &cv, err, sizeof err), PAGODA_OK);
+    /* the sizes again with every family's markup as control tokens (each
+     * family's real vocabulary has them): the references take the one
+     * token, so the markup's bytes are no states */
+    for (int f = 0; f < 6; f++) {
+        int64_t ns, nb;
+        ck_assert_msg(grammar_size_ctl(o, ctx, big[f], walks[f], ctl, N_CTL, &ns, &nb), "%s: %s\n%s", names[f],
+                      walks[f], big[f]);
+        printf("call grammar size, ten tools, markup as tokens: %-11s %4lld states, %7lld bytes after text "
+               "and a call\n", names[f], (long long)ns, (long long)nb);
+        free(big[f]);
+        free(walks[f]);
+    }
     /* Hermes' tags, Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS] as
      * control tokens (Qwen's, Llama 3.1's, Mistral's vocabularies): the
      * same, the call opened (and Hermes' closed) by the token only; a
