@@ -107,7 +107,7 @@ typedef struct seq {
 /* A recent finished sequence's tokens, for engine_realign.c. */
 #define ENGINE_RECENT_SEQS 16   /* finished sequences kept */
 #define ENGINE_REALIGN_SPAN 64  /* tokens of one realigned stretch, each side, at most */
-#define ENGINE_REALIGN_SWAPS 16 /* realigned stretches of one prompt, at most */
+#define ENGINE_REALIGN_SWAPS 64 /* realigned stretches of one prompt, at most */
 typedef struct engine_recent {
     int32_t *tokens;             /* prompt + generated (NULL: an empty slot) */
     int32_t n, n_prompt;

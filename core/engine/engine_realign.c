@@ -114,6 +114,11 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
     int32_t *w = malloc(sizeof(int32_t) * (size_t)cap);
     if (!w) return NULL;
     memcpy(w, p, sizeof(int32_t) * (size_t)n);
+    /* from[r]: where recent sequence r's common prefix with w is known to
+     * reach; a swap at d changes w only from d on, so each pass compares
+     * from min(from[r], d), not from 0 (a prompt of many stretches costs
+     * its length once a candidate, not once a stretch) */
+    int32_t from[ENGINE_RECENT_SEQS] = {0};
     pthread_mutex_lock(&e->recent_mu);
     /* each stretch against the recent sequence that now shares the most
      * with the prompt: a conversation's later calls are only in later
@@ -127,7 +132,8 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
         for (int r = 0; r < ENGINE_RECENT_SEQS; r++) {
             const engine_recent *c = &e->recent[r];
             if (!c->tokens || !same_salt(c->salt, salt)) continue;
-            int32_t cd = common_prefix(c->tokens, c->n, w, nw, 0), ch, cp;
+            int32_t cd = common_prefix(c->tokens, c->n, w, nw, from[r]), ch, cp;
+            from[r] = cd;
             if (cd >= nw || cd >= c->n || cd < d || (cd == d && h && c->n <= h->n)) continue;
             if (!align_from(t, c->tokens, c->n, w, nw, cd, cd, &ch, &cp) || !reaches_reply(t, c, w, nw, cd, ch, cp))
                 continue;
@@ -148,6 +154,8 @@ int32_t *engine_realign(pagoda_engine *e, const int32_t *p, int32_t n, const cha
         memmove(w + ih, w + ip, sizeof(int32_t) * (size_t)(nw - ip));
         memcpy(w + d, h->tokens + d, sizeof(int32_t) * (size_t)(ih - d));
         nw += grow;
+        for (int r = 0; r < ENGINE_RECENT_SEQS; r++)
+            if (from[r] > d) from[r] = d;
         (*n_swapped)++;
     }
     pthread_mutex_unlock(&e->recent_mu);

@@ -791,9 +791,11 @@ END_TEST
 /* A control token that writes markup (harmony's <|channel|>): a <token>
  * reference admits that token and not its spelling in plain pieces; a
  * quoted literal of the same text still takes both; a reference the
- * vocabulary has no control token for is its literal text. */
-enum { C_LT = 256, C_CHANNEL, C_GT, C_CTL_CHANNEL, C_CTL_MESSAGE, C_COMMENTARY, C_N };
-static const char *const ctl_pieces[] = {"<|", "channel", "|>", "<|channel|>", "<|message|>", "commentary"};
+ * vocabulary has no control token for is its literal text; <[NAME]> is
+ * the token [NAME] (or that text); llama.cpp's <[123]> ids are refused. */
+enum { C_LT = 256, C_CHANNEL, C_GT, C_CTL_CHANNEL, C_CTL_MESSAGE, C_COMMENTARY, C_CTL_TC, C_N };
+static const char *const ctl_pieces[] = {"<|", "channel", "|>", "<|channel|>", "<|message|>", "commentary",
+                                         "[TOOL_CALLS]"};
 
 static int32_t cstep(void *ctx, void *m, int32_t tok) { return O->advance(ctx, m, tok, g_err, sizeof g_err); }
 
@@ -811,7 +813,7 @@ START_TEST(test_control_token_refs)
         b[i] = strdup(ctl_pieces[i - C_LT]);
         l[i] = (uint32_t)strlen(b[i]);
     }
-    ctl[C_CTL_CHANNEL] = ctl[C_CTL_MESSAGE] = 1;
+    ctl[C_CTL_CHANNEL] = ctl[C_CTL_MESSAGE] = ctl[C_CTL_TC] = 1;
     void *cx = NULL;
     ck_assert_int_eq(g_p->desc.create(&g_host.h, &cx, g_err, sizeof g_err), PAGODA_OK);
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = C_N, .bytes = (const char *const *)b,
@@ -878,6 +880,31 @@ START_TEST(test_control_token_refs)
     ck_assert(O->is_complete(cx, m));
     O->matcher_free(cx, m);
     O->compiled_free(cx, k);
+    /* <[NAME]>: the markup written [NAME] (Mistral's [TOOL_CALLS]), its
+     * token only; without that token, the text [NAME] */
+    const char *tc = "root ::= <[TOOL_CALLS]> \"[\" | \"x\" <[ARGS]>";
+    sp.text = tc;
+    sp.len = strlen(tc);
+    ck_assert_msg(O->compile(cx, &sp, &k, g_err, sizeof g_err) == PAGODA_OK, "%s", g_err);
+    ck_assert_int_eq(O->matcher_new(cx, k, &m, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert_int_eq(O->fill_mask(cx, m, mask, g_err, sizeof g_err), PAGODA_OK);
+    ck_assert(bit(mask, C_CTL_TC));
+    ck_assert(!bit(mask, '['));
+    ck_assert(!bit(mask, '<'));
+    ck_assert_int_eq(cstep(cx, m, C_CTL_TC), PAGODA_OK);
+    ck_assert_int_eq(cstep(cx, m, '['), PAGODA_OK);
+    ck_assert(O->is_complete(cx, m));
+    O->matcher_free(cx, m);
+    ck_assert_int_eq(O->matcher_new(cx, k, &m, g_err, sizeof g_err), PAGODA_OK);
+    for (const char *q = "x[ARGS]"; *q; q++) ck_assert_int_eq(cstep(cx, m, (uint8_t)*q), PAGODA_OK);
+    ck_assert(O->is_complete(cx, m));
+    O->matcher_free(cx, m);
+    O->compiled_free(cx, k);
+    const char *id = "root ::= <[123]>";
+    sp.text = id;
+    sp.len = strlen(id);
+    ck_assert_int_eq(O->compile(cx, &sp, &k, g_err, sizeof g_err), PAGODA_ERR_INVALID);
+    ck_assert_msg(strstr(g_err, "token id reference"), "%s", g_err);
     const char *bad = "root ::= <|start";
     sp.text = bad;
     sp.len = strlen(bad);

@@ -7,7 +7,8 @@
  * reply),
  * not where the bytes differ, not past the request's limit, never through
  * a control token, nothing with engine.realign = off; a
- * conversation's second call realigns against the later sequence.
+ * conversation's second call realigns against the later sequence; a
+ * reply of more stretches than the old cap of 16 realigns whole.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -267,6 +268,43 @@ START_TEST(the_generation_prompt_boundary)
 }
 END_TEST
 
+/* A reply spelled in odd pieces all along (DeepSeek's markup in a
+ * vocabulary where it is plain text: 16 stretches were gone before the
+ * arguments): every stretch of it realigns, up to ENGINE_REALIGN_SWAPS. */
+START_TEST(many_stretches)
+{
+    int32_t g = one("g"), et = one("et"), get = one("get");
+    enum { N = 40 };
+    ck_assert_int_gt(N, 16);
+    ck_assert_int_le(N, ENGINE_REALIGN_SWAPS);
+    toks head = {0}, h, p;
+    add_text(&head, "user: go\nassistant:");
+    h = head;
+    p = head;
+    for (int i = 0; i < N; i++) { /* " get" N times: the model wrote g et each time */
+        add_text(&h, " ");
+        add_id(&h, g);
+        add_id(&h, et);
+        add_text(&p, " ");
+        add_id(&p, get);
+    }
+    ck_assert_int_eq(p.v[head.n], h.v[head.n]); /* " " is its own token here, so N stretches */
+    recent(0, &h, head.n, NULL);
+    add_text(&p, " and then");
+    int32_t n_out = -1, swapped = -1;
+    int32_t *r = engine_realign(&g_e, p.v, p.n, NULL, 1000, &n_out, &swapped);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(swapped, N);
+    ck_assert_int_eq(n_out, p.n + N);
+    ck_assert_mem_eq(r, h.v, sizeof(int32_t) * (size_t)h.n); /* the whole reply, the model's tokens */
+    char *a = text_of(r, n_out), *b = text_of(p.v, p.n);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    free(r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine_realign");
@@ -276,6 +314,7 @@ int main(void)
     tcase_add_test(tc, never_through_a_control_token);
     tcase_add_test(tc, second_call_from_the_later_sequence);
     tcase_add_test(tc, the_generation_prompt_boundary);
+    tcase_add_test(tc, many_stretches);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

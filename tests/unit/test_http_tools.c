@@ -92,7 +92,7 @@ START_TEST(test_fields_to_request)
     ck_assert_msg(strstr(l->constraint, "t0 ::= \"\" | \"<\" t1 | [^<] t0\n"), "%s", l->constraint);
     ck_assert_msg(strstr(l->constraint, "t1 ::= \"\" | \"<\" t1 | \"t\" t2 | [^<t] t0\n"), "%s", l->constraint);
     ck_assert_msg(strstr(l->constraint, "t10 ::= \"\" | \"<\" t1 | [^<>] t0\n"), "%s", l->constraint);
-    ck_assert_msg(strstr(l->constraint, "call ::= \"<tool_call>\\n\" (fn0"), "%s", l->constraint);
+    ck_assert_msg(strstr(l->constraint, "call ::= <tool_call> \"\\n\" (fn0"), "%s", l->constraint);
     j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS
                   ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"max_tokens\":3}", 200);
     json_decref(j);
@@ -403,6 +403,13 @@ static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
 
 static void family_tweak(fake_engine *f) { f->host.chat_render = family_render; }
 
+/* room for ten tools' system prompt (test_family_auto's sizes) */
+static void family_big_tweak(fake_engine *f)
+{
+    family_tweak(f);
+    f->n_ctx = 4096;
+}
+
 START_TEST(test_family_history)
 {
     static const char body[] =
@@ -556,6 +563,52 @@ static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *com
     return ok;
 }
 
+/* The automaton a call grammar grows to: compiled from text, then walked
+ * over s a token at a time with a mask before each step (as the engine
+ * does): a byte each, or with n_ctl > 0 each markup text ctl[k] in s as
+ * token 256 + k; the plugin's states and bytes after, less before. True
+ * when s is accepted. */
+static bool grammar_size_ctl(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s,
+                             const char *const *ctl, int n_ctl, int64_t *states, int64_t *bytes)
+{
+    char err[512];
+    pagoda_constraint_stats a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
+    ck_assert_int_eq(o->stats(ctx, &a), PAGODA_OK);
+    pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = text,
+                                 .len = strlen(text)};
+    void *comp = NULL, *m = NULL;
+    ck_assert_msg(o->compile(ctx, &sp, &comp, err, sizeof err) == PAGODA_OK, "%s", err);
+    ck_assert_int_eq(o->matcher_new(ctx, comp, &m, err, sizeof err), PAGODA_OK);
+    uint32_t mask[(256 + 64 + 31) / 32];
+    ck_assert_int_le(n_ctl, 64);
+    bool ok = true;
+    for (size_t i = 0; s[i] && ok;) {
+        int32_t tok = (uint8_t)s[i];
+        size_t n = 1;
+        for (int k = 0; k < n_ctl; k++)
+            if (!strncmp(s + i, ctl[k], strlen(ctl[k]))) {
+                tok = 256 + k;
+                n = strlen(ctl[k]);
+            }
+        ck_assert_int_eq(o->fill_mask(ctx, m, mask, err, sizeof err), PAGODA_OK);
+        ok = o->advance(ctx, m, tok, err, sizeof err) == 0;
+        i += n;
+    }
+    ok = ok && o->is_complete(ctx, m);
+    ck_assert_int_eq(o->stats(ctx, &b), PAGODA_OK);
+    *states = b.states - a.states;
+    *bytes = b.bytes - a.bytes;
+    o->matcher_free(ctx, m);
+    o->compiled_free(ctx, comp);
+    return ok;
+}
+
+static bool grammar_size(const pagoda_constraint_ops *o, void *ctx, const char *text, const char *s, int64_t *states,
+                         int64_t *bytes)
+{
+    return grammar_size_ctl(o, ctx, text, s, NULL, 0, states, bytes);
+}
+
 /* As grammar_accepts over a vocabulary of the 256 bytes and the control
  * tokens ctl[k] (ids 256 + k): with `tokens`, each markup text in s is
  * written as its control token, else every byte as its byte token. */
@@ -625,6 +678,25 @@ START_TEST(test_family_auto)
     };
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
                                "\"parallel_tool_calls\":false}";
+#define FN(n, props, req) "{\"type\":\"function\",\"function\":{\"name\":\"" n "\",\"parameters\":{\"type\":" \
+                          "\"object\",\"properties\":{" props "},\"required\":[" req "]}}}"
+#define STR(k) "\"" k "\":{\"type\":\"string\"}"
+    static const char big_body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}],\"tools\":["
+        FN("read_file", STR("path") ",\"offset\":{\"type\":\"integer\"}", "\"path\"") ","
+        FN("write_file", STR("path") "," STR("content"), "\"path\",\"content\"") ","
+        FN("edit_file", STR("path") "," STR("old") "," STR("new") ",\"all\":{\"type\":\"boolean\"}",
+           "\"path\",\"old\",\"new\"") ","
+        FN("list_dir", STR("path"), "\"path\"") ","
+        FN("run_shell", STR("command") ",\"timeout\":{\"type\":\"integer\",\"maximum\":600}", "\"command\"") ","
+        FN("grep", STR("pattern") "," STR("path") ",\"max\":{\"type\":\"integer\"}", "\"pattern\"") ","
+        FN("fetch_url", STR("url"), "\"url\"") ","
+        FN("get_weather", STR("city") ",\"unit\":{\"enum\":[\"c\",\"f\"]}", "\"city\"") ","
+        FN("todo", "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", "\"items\"") ","
+        "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"x\":{\"type\":\"integer\"}}}}}],\"max_tokens\":2,\"parallel_tool_calls\":false}";
+#undef FN
+#undef STR
     char err[512];
     pagoda_plugin *p = NULL;
     int st = pagoda_plugin_load_file(tu_build("plugins/constraint-grammar.so"), PAGODA_KIND_CONSTRAINT, "grammar", &p,
@@ -644,10 +716,12 @@ START_TEST(test_family_auto)
     }
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
     ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
-    char *harmony = NULL;
+    char *harmony = NULL, *ctl_fam[3] = {NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral */
+    char *big[6] = {NULL}, *walks[6] = {NULL};
+    static const char *const names[] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral"};
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
-        srv_start_with(&S, NULL, 0, family_tweak);
+        srv_start_with(&S, NULL, 0, family_big_tweak);
         json_decref(post_expect("/v1/chat/completions", body, 200));
         const fake_logged *l = last_logged();
         ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
@@ -666,6 +740,27 @@ START_TEST(test_family_auto)
                           l->constraint);
         o->compiled_free(ctx, comp);
         if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
+        if (i == 0 || i >= 4) ctl_fam[i == 0 ? 0 : i - 3] = strdup(l->constraint);
+        /* the size with one tool and with a coding agent's ten (f among
+         * them): text, then the call, as "auto" (Llama 3: the call alone,
+         * the whole reply); printed for docs/structured-output.md */
+        char walk[1024];
+        snprintf(walk, sizeof walk, "%s%s", i == 4 ? "" : fam[i].text, fam[i].call); /* Llama 3: a call is all */
+        int64_t ns1, nb1, ns, nb;
+        ck_assert(grammar_size(o, ctx, l->constraint, walk, &ns1, &nb1));
+        long bst;
+        json_t *bj = post_json(&S, "/v1/chat/completions", big_body, &bst);
+        char *bt = json_dumps(bj, 0);
+        ck_assert_msg(bst == 200, "%s", bt);
+        free(bt);
+        json_decref(bj);
+        ck_assert_msg(grammar_size(o, ctx, last_logged()->constraint, walk, &ns, &nb), "family %zu: %s\n%s", i,
+                      walk, last_logged()->constraint);
+        printf("call grammar size: %-11s one tool %4lld states, %6lld bytes; ten tools (%5zu bytes of grammar) "
+               "%4lld states, %6lld bytes, after text and a call\n", names[i], (long long)ns1, (long long)nb1,
+               strlen(last_logged()->constraint), (long long)ns, (long long)nb);
+        big[i] = strdup(last_logged()->constraint);
+        walks[i] = strdup(walk);
         srv_stop(&S);
     }
     p->desc.destroy(ctx);
@@ -674,32 +769,73 @@ START_TEST(test_family_auto)
      * pieces (the next prompt re-tokenizes to the tokens: a spelled header
      * misses the prefix cache); free text takes both */
     ck_assert_ptr_nonnull(harmony);
-    static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>"};
-    char *cb[261];
-    uint32_t cl[261];
-    uint8_t cf[261] = {0};
-    for (int b = 0; b < 261; b++) {
+    static const char *const ctl[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|start|>",
+                                      "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]",
+                                      "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                      "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"};
+    enum { N_CTL = sizeof ctl / sizeof ctl[0], N_V = 256 + N_CTL };
+    char *cb[N_V];
+    uint32_t cl[N_V];
+    uint8_t cf[N_V] = {0};
+    for (int b = 0; b < N_V; b++) {
         cb[b] = b < 256 ? vb[b] : (char *)ctl[b - 256];
         cl[b] = b < 256 ? 1 : (uint32_t)strlen(ctl[b - 256]);
         cf[b] = b >= 256;
     }
     ck_assert_int_eq(p->desc.create(&host.h, &ctx, err, sizeof err), PAGODA_OK);
-    pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = 261, .bytes = (const char *const *)cb,
+    pagoda_constraint_vocab cv = {.struct_size = sizeof cv, .n_vocab = N_V, .bytes = (const char *const *)cb,
                                   .len = cl, .control = cf};
     ck_assert_int_eq(o->set_vocab(ctx, &cv, err, sizeof err), PAGODA_OK);
+    /* the sizes again with every family's markup as control tokens (each
+     * family's real vocabulary has them): the references take the one
+     * token, so the markup's bytes are no states */
+    for (int f = 0; f < 6; f++) {
+        int64_t ns, nb;
+        ck_assert_msg(grammar_size_ctl(o, ctx, big[f], walks[f], ctl, N_CTL, &ns, &nb), "%s: %s\n%s", names[f],
+                      walks[f], big[f]);
+        printf("call grammar size, ten tools, markup as tokens: %-11s %4lld states, %7lld bytes after text "
+               "and a call\n", names[f], (long long)ns, (long long)nb);
+        free(big[f]);
+        free(walks[f]);
+    }
+    /* Hermes' tags, Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS] as
+     * control tokens (Qwen's, Llama 3.1's, Mistral's vocabularies): the
+     * same, the call opened (and Hermes' closed) by the token only; a
+     * vocabulary without them took the spelling above */
+    for (int f = 0; f < 3; f++) {
+        static const int fi[] = {0, 4, 5};
+        ck_assert_ptr_nonnull(ctl_fam[f]);
+        pagoda_constraint_spec fs = {.struct_size = sizeof fs, .type = PAGODA_CONSTRAINT_GRAMMAR,
+                                     .text = ctl_fam[f], .len = strlen(ctl_fam[f])};
+        void *fc = NULL;
+        ck_assert_msg(o->compile(ctx, &fs, &fc, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, ctl_fam[f]);
+        const char *call = fam[fi[f]].call;
+        ck_assert_msg(grammar_accepts_ctl(o, ctx, fc, call, ctl, N_CTL, true), "%s\n%s", call, ctl_fam[f]);
+        ck_assert_msg(!grammar_accepts_ctl(o, ctx, fc, call, ctl, N_CTL, false), "spelled %s taken:\n%s", call,
+                      ctl_fam[f]);
+        ck_assert(grammar_accepts_ctl(o, ctx, fc, fam[fi[f]].text, ctl, N_CTL, true));
+        ck_assert(grammar_accepts_ctl(o, ctx, fc, fam[fi[f]].text, ctl, N_CTL, false));
+        o->compiled_free(ctx, fc);
+        free(ctl_fam[f]);
+    }
     pagoda_constraint_spec hs = {.struct_size = sizeof hs, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = harmony,
                                  .len = strlen(harmony)};
     void *hc = NULL;
     ck_assert_msg(o->compile(ctx, &hs, &hc, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, harmony);
     const char *call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 4}";
     const char *text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>hi";
-    ck_assert_msg(grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, true), "%s", harmony);
-    ck_assert_msg(!grammar_accepts_ctl(o, ctx, hc, call, ctl, 5, false), "spelled header taken:\n%s", harmony);
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, true));
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, 5, false));
+    ck_assert_msg(grammar_accepts_ctl(o, ctx, hc, call, ctl, N_CTL, true), "%s", harmony);
+    ck_assert_msg(!grammar_accepts_ctl(o, ctx, hc, call, ctl, N_CTL, false), "spelled header taken:\n%s", harmony);
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, N_CTL, true));
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, text, ctl, N_CTL, false));
     char both[512];
     snprintf(both, sizeof both, "%s<|end|><|start|>assistant%s", text, call);
-    ck_assert(grammar_accepts_ctl(o, ctx, hc, both, ctl, 5, true));
+    ck_assert(grammar_accepts_ctl(o, ctx, hc, both, ctl, N_CTL, true));
     o->compiled_free(ctx, hc);
     p->desc.destroy(ctx);
     free(harmony);

@@ -754,6 +754,41 @@ START_TEST(eog_harmony)
 }
 END_TEST
 
+/* The tool-call markup of Qwen/Hermes, Llama 3.1 and Mistral as control
+ * (or user-defined) tokens: kept in the output text, as harmony's, so the
+ * frontend reads the calls and a grammar's <tool_call> / <[TOOL_CALLS]>
+ * reference can ask for the one token; not plain text; another control
+ * token still writes nothing, and <|eom_id|> ends the output. */
+START_TEST(tool_markup_tokens)
+{
+    const char *toks[] = { "a", "<s>", "</s>", "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]",
+                           "[ARGS]", "[CALL_ID]", "<|eom_id|>", "[INST]" };
+    const int32_t types[] = { 1, 3, 3, 3, 4, 3, 3, 3, 3, 3, 3 };
+    const char *merges[] = { "a a" };
+    pagoda_tokenizer *t = synthetic("gpt2", "gpt-4o", toks, NULL, types, 11, merges, 1, -1, -1, -1);
+    for (int32_t i = 3; i <= 8; i++) {
+        size_t l;
+        const char *b = pagoda_token_bytes(t, i, false, &l);
+        ck_assert_msg(l == strlen(toks[i]) && !memcmp(b, toks[i], l), "%s", toks[i]);
+        ck_assert(!pagoda_tokenizer_is_plain(t, i));
+        ck_assert(!pagoda_tokenizer_is_eog(t, i));
+    }
+    ck_assert(pagoda_tokenizer_is_eog(t, 9));
+    size_t l;
+    pagoda_token_bytes(t, 10, false, &l); /* [INST] is prompt markup: no output text */
+    ck_assert_uint_eq(l, 0);
+    /* the prompt's text of a call tokenizes to the one token */
+    int32_t n = 0;
+    int32_t *ids = tok(t, "[TOOL_CALLS]a<tool_call>", 24, false, true, &n);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 6);
+    ck_assert_int_eq(ids[1], 0);
+    ck_assert_int_eq(ids[2], 3);
+    free(ids);
+    pagoda_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(load_errors)
 {
     /* A file without a vocabulary is refused with a message. */
@@ -821,6 +856,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(bpe, gpt2_specials_and_roundtrip);
     tcase_add_test(bpe, pre_reference_cases);
     tcase_add_test(bpe, eog_harmony);
+    tcase_add_test(bpe, tool_markup_tokens);
     tcase_add_test(bpe, load_errors);
     tcase_add_test(bpe, synthetic_spm_flags);
     tcase_add_test(bpe, synthetic_bpe_ranks);

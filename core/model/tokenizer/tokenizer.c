@@ -392,6 +392,8 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
     /* gpt-oss's harmony (o200k_harmony): <|return|> ends the reply and
      * <|call|> a tool call, while <|end|> only closes one channel's message
      * (the analysis comes before the final answer), so there it is no end. */
+    static const char *const HARMONY[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                          "<|constrain|>", "<|call|>", "<|return|>"};
     int32_t ret = tok_lookup(t, "<|return|>", 10), call = tok_lookup(t, "<|call|>", 8);
     if (ret >= 0 && call >= 0 && t->types[ret] != TT_NORMAL && t->types[call] != TT_NORMAL) {
         int32_t end = tok_lookup(t, "<|end|>", 7);
@@ -401,8 +403,6 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
         t->n_eog = k;
         eog_add(t, ret);
         eog_add(t, call);
-        static const char *const HARMONY[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
-                                              "<|constrain|>", "<|call|>", "<|return|>"};
         for (size_t i = 0; i < sizeof HARMONY / sizeof HARMONY[0]; i++) shown_add(t, HARMONY[i]);
     }
     /* Reasoning and tool-call markup the frontend reads out of the text
@@ -410,6 +410,7 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
      * vocabulary makes them control tokens, as llama.cpp does for gpt-oss. */
     static const char *const MARKUP[] = {
         "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>",
+        "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
         "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
         "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
@@ -418,6 +419,9 @@ pagoda_tokenizer *pagoda_tokenizer_load(const gguf_file *f, char *err, size_t er
         "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
         "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>",
     };
+    /* shown_add drops what does not fit: every name of both lists must */
+    _Static_assert(sizeof HARMONY / sizeof HARMONY[0] + sizeof MARKUP / sizeof MARKUP[0] <= SHOWN_MAX,
+                   "SHOWN_MAX below the control tokens kept in the text");
     for (size_t i = 0; i < sizeof MARKUP / sizeof MARKUP[0]; i++) shown_add(t, MARKUP[i]);
 
     free(model);

@@ -35,7 +35,7 @@ enum { VOCAB_SPM = 1, VOCAB_BPE = 2 };
 
 #define PRE_MAX_RE 4
 #define EOG_MAX 16
-#define SHOWN_MAX 24
+#define SHOWN_MAX 32 /* harmony's 7 + the markup list's 18 fit (tokenizer.c asserts it) */
 
 /* A pre-tokenizer: regexes applied one after another, each splitting every
  * piece the previous one left (matches and the gaps between them both

@@ -14,8 +14,8 @@
  * JSON value valid against it), and <name> (the text up to the first '>'):
  * the vocabulary's control token of exactly that text, as that one token
  * and never its spelling in plain pieces (llama.cpp's special-token
- * references); a vocabulary without such a control token reads it as the
- * literal text. Postfix * + ? {n} {n,} {n,m}. The start
+ * references; <[NAME]> for markup written [NAME]); a vocabulary without
+ * such a control token reads it as the literal text. Postfix * + ? {n} {n,} {n,m}. The start
  * rule is "root". Classes, "." and \u escapes are Unicode code points
  * (UTF-8 in the output).
  * Not for: the grammar builder (gram_ir.c).
@@ -171,7 +171,9 @@ static int parse_literal(gp *p, g_seq *s)
 }
 
 /* <name>: a control token (G_CTL_MARK text G_CTL_MARK) or, when the
- * vocabulary has none of that text, the text itself */
+ * vocabulary has none of that text, the text itself. <[NAME]> names the
+ * markup that is not in angle brackets, [NAME] (Mistral's [TOOL_CALLS]);
+ * llama.cpp's token ids, <[123]>, are refused, not read as text. */
 static int parse_token_ref(gp *p, g_seq *s)
 {
     size_t j = p->i + 1;
@@ -179,6 +181,15 @@ static int parse_token_ref(gp *p, g_seq *s)
     if (j >= p->n || p->s[j] != '>') return pfail(p, "a token reference '<' without its '>' on its line");
     const char *t = p->s + p->i;
     size_t n = j + 1 - p->i;
+    if (n >= 4 && t[1] == '[' && t[n - 2] == ']') {
+        bool id = n > 4;
+        for (size_t k = 2; k + 2 < n; k++) id &= isdigit((unsigned char)t[k]) != 0;
+        if (id)
+            return pfail(p, "a token id reference <[N]> (llama.cpp's): name the token by its text, "
+                            "<|name|> or <[NAME]> for [NAME]");
+        t++;
+        n -= 2;
+    }
     p->i = j + 1;
     for (int32_t k = 0; k < p->g->n_ctl; k++) {
         if (p->g->ctl_len[k] != n || memcmp(p->g->ctl_text[k], t, n)) continue;

@@ -292,11 +292,18 @@ static void lit(sbuf *g, const char *s)
     sb_str(g, "\"");
 }
 
-/* s as GBNF: its markup tokens (<|name|>, DeepSeek's <｜name｜>) as token
- * references, so a vocabulary with that control token must write the
- * token itself, never its spelling in plain pieces (which re-tokenizes as
- * the one token, so a spelled call header would miss the prefix cache on
- * the next turn); the rest as literals. Empty s: the empty literal. */
+/* The tool-call markup that is one token in its family's vocabulary but
+ * not of the <|name|> shape: Hermes/Qwen's tags, Mistral's [TOOL_CALLS]
+ * (a reference <[TOOL_CALLS]>). */
+static const char *const MARKUP[] = {OPEN_TAG, CLOSE_TAG, "[TOOL_CALLS]"};
+
+/* s as GBNF: its markup tokens (<|name|>, DeepSeek's <｜name｜>, MARKUP)
+ * as token references, so a vocabulary with that control token must
+ * write the token itself, never its spelling in plain pieces (which
+ * re-tokenizes as the one token, so a spelled call header would miss the
+ * prefix cache on the next turn); a vocabulary without it reads the
+ * reference as its text. The rest as literals. Empty s: the empty
+ * literal. */
 static void mlit(sbuf *g, const char *s)
 {
     static const char *const open[] = {"<|", "<\xef\xbd\x9c"}, *const close[] = {"|>", "\xef\xbd\x9c>"};
@@ -314,6 +321,13 @@ static void mlit(sbuf *g, const char *s)
         }
         for (const char *q = best; q && q < end; q++)
             if (*q == ' ' || *q == '\n' || *q == '"') best = NULL; /* not one token's text */
+        for (size_t k = 0; k < sizeof MARKUP / sizeof MARKUP[0]; k++) {
+            const char *a = strstr(p, MARKUP[k]);
+            if (a && (!best || a < best)) {
+                best = a;
+                end = a + strlen(MARKUP[k]);
+            }
+        }
         if (!best) break;
         if (best > p) {
             char *t = strndup(p, (size_t)(best - p));
@@ -323,7 +337,9 @@ static void mlit(sbuf *g, const char *s)
             any = true;
         }
         if (any) sb_str(g, " ");
+        if (*best == '[') sb_str(g, "<"); /* <[NAME]>: the token [NAME] */
         sb_put(g, best, (size_t)(end - best));
+        if (*best == '[') sb_str(g, ">");
         any = true;
         p = end;
     }
@@ -367,7 +383,7 @@ static void llama3_auto_rules(sbuf *g)
     int n = code_points(PY_TAG, cp, MAX_OPENER);
     char buf[64];
     sb_str(g, "root ::= calls | ");
-    lit(g, PY_TAG);
+    mlit(g, PY_TAG); /* the tag's token where the vocabulary has it, as Llama 3 writes it */
     sb_str(g, " calls | s0\n");
     sb_str(g, "s0 ::= \"\" | [ \\t\\n\\r] s0 | [^{ \\t\\n\\r");
     gcp(g, cp[0]);
