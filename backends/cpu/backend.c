@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "amx/amx.h"
 #include "amx/gemm_bf16_amx.h"
+#include "avx512/gemm_fma.h"
 #include "repack/repack.h"
 #include "repack/repack_matmul.h"
 #include "pagoda/backend.h"
@@ -745,6 +746,19 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                   "it is one setting a process, now %s for both",
                   bi ? "on" : "off", bi ? "off" : "on", bi ? "on" : "off");
     pagoda_cpu_set_batch_invariant(bi);
+    /* f16_gemm: which GEMM F16 / BF16 prefill takes (kernels/avx512/
+     * gemm_fma.h); one setting a process like batch_invariant */
+    const char *fg = host && host->config_str ? host->config_str(host, "f16_gemm", "auto") : "auto";
+    int fgm = pagoda_cpu_f16_gemm_parse(fg ? fg : "auto");
+    if (fgm < 0) {
+        snprintf(err, err_len, "cpu backend: f16_gemm = \"%s\": expected auto, fma, dpbf16 or off", fg);
+        atomic_fetch_sub(&live_backends, 1);
+        pagoda_rp_cache_destroy(c->ex.repack);
+        pagoda_threadpool_destroy(c->ex.pool);
+        free(c);
+        return PAGODA_ERR_INVALID;
+    }
+    pagoda_cpu_set_f16_gemm(fgm);
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -771,20 +785,27 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
          * amx/gemm_bf16_amx.h, kernels/avx512/gemm_bf16.h), and why not the
          * tiles on an AMX level without AMX-BF16 */
         int bp = pagoda_cpu_bf16_path();
-        bool on_bf16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, INT64_MAX / 2, 2);
-        bool on_f16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, INT64_MAX / 2, 2);
-        if (!on_bf16 && !on_f16)
-            host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls: exact F32 (%s)",
-                      bp ? "PAGODA_CPU_BF16=0" : "no AVX512-BF16 at this level");
-        else
-            host->log(host, PAGODA_LOG_INFO,
-                      "cpu backend: BF16 matmuls of >= %lld tokens, F16 %s%lld%s: BF16 GEMM on %s%s",
-                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_BF16), on_f16 ? "of >= " : "exact (",
-                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_F16),
-                      on_f16 ? " (PAGODA_CPU_BF16=2)" : " with PAGODA_CPU_BF16=2)", pagoda_cpu_bf16_path_name(bp),
-                      bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
-                          ? " (AMX granted, but CPUID has no AMX-BF16)"
-                          : "");
+        char desc[2][160];
+        for (int d = 0; d < 2; d++) {
+            int dt = d ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
+            if (pagoda_cpu_fma_applies(dt, INT64_MAX / 2))
+                snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t());
+            else if (pagoda_cpu_bf16_applies(dt, INT64_MAX / 2, 2))
+                snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s", pagoda_cpu_bf16_path_name(bp),
+                         (long long)pagoda_cpu_bf16_min_t(dt),
+                         bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
+                             ? " (AMX granted, but CPUID has no AMX-BF16)"
+                             : "");
+            else
+                snprintf(desc[d], sizeof desc[d], "exact F32 kernels%s",
+                         dt == PAGODA_DTYPE_F16 && pagoda_cpu_batch_invariant() ? " (batch_invariant)" : "");
+        }
+        host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls (f16_gemm = %s%s): F16 %s; BF16 %s",
+                  pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
+                  pagoda_cpu_f16_gemm() == PAGODA_F16GEMM_AUTO && getenv("PAGODA_CPU_BF16")
+                      ? ", PAGODA_CPU_BF16 set: dpbf16"
+                      : "",
+                  desc[0], desc[1]);
         if (pagoda_cpu_batch_invariant())
             host->log(host, PAGODA_LOG_INFO,
                       "cpu backend: batch_invariant = on: integer and F16 weights run the tokens-in-lanes "
@@ -850,6 +871,10 @@ static const pagoda_config_key cpu_keys[] = {
              "kernels from one row on, no AMX tiles, unsplit attention), so speculation gives plain "
              "decoding's greedy bytes; F32 on its own dot; not BF16 weights, experts, MLA, the scalar "
              "level; costs decode speed"},
+    {.name = "f16_gemm", .type = PAGODA_KEY_STRING, .default_str = "auto",
+     .help = "GEMM of F16/BF16 prefill: auto (F16 -> fma; BF16 -> fma on Intel without AMX-BF16, dpbf16 "
+             "on AMD or AMX), fma (exact F32 FMAs, weights converted while packed), dpbf16 (the BF16 GEMMs, "
+             "PAGODA_CPU_BF16's rules), off (the exact lanes/dot kernels)"},
     {.name = NULL},
 };
 
