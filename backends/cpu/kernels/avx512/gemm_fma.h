@@ -30,7 +30,7 @@
 /* Weight rows one kernel call computes (broadcast one at a time). */
 #define PAGODA_FMA_NR 12
 /* K values of one cache block (a packed weight row's stride in floats). */
-#define PAGODA_FMA_KC 192
+#define PAGODA_FMA_KC 256
 
 /* One compile of the kernels (native or SIMDe). */
 typedef struct pagoda_fma_kernels {

@@ -12,8 +12,11 @@
  * stride, so the 12 broadcasts of a step read one pointer plus constant
  * displacements (a vbroadcastss each). A tile of 12 rows x 32 tokens
  * keeps 24 zmm sums; over K blocks they rest in the thread's slice
- * between blocks (24 loads and stores per 4,608 FMAs), and the 32 tokens'
- * activations of one K block (24 KiB) stay in L1 beside a 12-row tile (9 KiB).
+ * between blocks (24 loads and stores per 6,144 FMAs). BLIS's order: a
+ * 12-row tile of one K block (12 KiB) stays in L1 while the 32-token
+ * pairs' activations of that block stream past it from L2; the kernel
+ * alone, L1-resident, ran at 171 GFLOP/s on one core of this host (zmm
+ * FMA peak 163.6 by `pagoda bench --roofline`: the tile is not the limit).
  * Not for: the BF16 dot-product GEMM (gemm_bf16*.c, matmul_bf16.c).
  */
 #if defined(__clang__) && defined(PAGODA_SIMDE)
@@ -275,16 +278,18 @@ static void run_block(fma_job *j, int64_t b, float *wp, float *accs)
             j->kn->pack_w((const uint8_t *)m->w + (size_t)r * m->w_stride, m->w_stride, f16, nr, k0, kc,
                           wp + (size_t)(r - n0) / PAGODA_FMA_NR * tile_elems);
         }
-        for (int64_t g = 0; g < j->n_groups; g += 2) {
-            int ng = g + 1 < j->n_groups ? 2 : 1;
-            int64_t t0 = g * PAGODA_FMA_GROUP;
-            int nt = j->T - t0 < 2 * PAGODA_FMA_GROUP ? (int)(j->T - t0) : 2 * PAGODA_FMA_GROUP;
-            float *o = (float *)(void *)((uint8_t *)m->out + (size_t)t0 * m->out_stride);
-            const float *xg = j->xp + (size_t)g * j->group_elems + (size_t)k0 * PAGODA_FMA_GROUP;
-            for (int64_t r = n0; r < n1; r += PAGODA_FMA_NR) {
-                int nr = n1 - r < PAGODA_FMA_NR ? (int)(n1 - r) : PAGODA_FMA_NR;
-                int64_t ti = (r - n0) / PAGODA_FMA_NR;
-                float *acc = accs ? accs + ((size_t)(g / 2) * TILES + (size_t)ti) * TILE_ACC : NULL;
+        /* a 12-row tile (12 KiB) stays in L1 while every 32-token pair's
+         * K block streams past it from L2 */
+        for (int64_t r = n0; r < n1; r += PAGODA_FMA_NR) {
+            int nr = n1 - r < PAGODA_FMA_NR ? (int)(n1 - r) : PAGODA_FMA_NR;
+            int64_t ti = (r - n0) / PAGODA_FMA_NR;
+            for (int64_t g = 0; g < j->n_groups; g += 2) {
+                int ng = g + 1 < j->n_groups ? 2 : 1;
+                int64_t t0 = g * PAGODA_FMA_GROUP;
+                int nt = j->T - t0 < 2 * PAGODA_FMA_GROUP ? (int)(j->T - t0) : 2 * PAGODA_FMA_GROUP;
+                float *o = (float *)(void *)((uint8_t *)m->out + (size_t)t0 * m->out_stride);
+                const float *xg = j->xp + (size_t)g * j->group_elems + (size_t)k0 * PAGODA_FMA_GROUP;
+                float *acc = accs ? accs + ((size_t)ti * (size_t)j->n_pairs + (size_t)(g / 2)) * TILE_ACC : NULL;
                 j->kn->tile(wp + (size_t)ti * tile_elems, nr, xg, j->group_elems, ng, nt, kc, acc, first, last,
                             m->bias ? m->bias + r : NULL, o + r, m->out_stride);
             }
