@@ -713,6 +713,14 @@ static atomic_int live_backends;
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
 {
     *ctxp = NULL;
+    /* f16_gemm: which GEMM F16 / BF16 prefill takes (kernels/avx512/
+     * gemm_fma.h); checked before anything is made or set */
+    const char *fg = host && host->config_str ? host->config_str(host, "f16_gemm", "auto") : "auto";
+    int fgm = pagoda_cpu_f16_gemm_parse(fg ? fg : "auto");
+    if (fgm < 0) {
+        snprintf(err, err_len, "cpu backend: f16_gemm = \"%s\": expected auto, fma, dpbf16 or off", fg);
+        return PAGODA_ERR_INVALID;
+    }
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, err_len, "cpu backend: out of memory");
@@ -740,24 +748,19 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
     /* one setting a process: this backend's (cpu_features.h); a backend
      * still alive with the other value is told it changed */
     bool bi = host && host->config_bool ? host->config_bool(host, "batch_invariant", false) : false;
-    if (atomic_fetch_add(&live_backends, 1) > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
+    int others = atomic_fetch_add(&live_backends, 1);
+    if (others > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
         host->log(host, PAGODA_LOG_WARN,
                   "cpu backend: batch_invariant = %s here, %s in another CPU backend of this process: "
                   "it is one setting a process, now %s for both",
                   bi ? "on" : "off", bi ? "off" : "on", bi ? "on" : "off");
     pagoda_cpu_set_batch_invariant(bi);
-    /* f16_gemm: which GEMM F16 / BF16 prefill takes (kernels/avx512/
-     * gemm_fma.h); one setting a process like batch_invariant */
-    const char *fg = host && host->config_str ? host->config_str(host, "f16_gemm", "auto") : "auto";
-    int fgm = pagoda_cpu_f16_gemm_parse(fg ? fg : "auto");
-    if (fgm < 0) {
-        snprintf(err, err_len, "cpu backend: f16_gemm = \"%s\": expected auto, fma, dpbf16 or off", fg);
-        atomic_fetch_sub(&live_backends, 1);
-        pagoda_rp_cache_destroy(c->ex.repack);
-        pagoda_threadpool_destroy(c->ex.pool);
-        free(c);
-        return PAGODA_ERR_INVALID;
-    }
+    if (others > 0 && fgm != pagoda_cpu_f16_gemm() && host && host->log)
+        host->log(host, PAGODA_LOG_WARN,
+                  "cpu backend: f16_gemm = %s here, %s in another CPU backend of this process: it is one "
+                  "setting a process, now %s for both",
+                  pagoda_cpu_f16_gemm_name(fgm), pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
+                  pagoda_cpu_f16_gemm_name(fgm));
     pagoda_cpu_set_f16_gemm(fgm);
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */

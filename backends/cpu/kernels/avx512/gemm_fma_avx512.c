@@ -187,7 +187,7 @@ int pagoda_cpu_f16_gemm(void)
 
 static bool vendor_amd(void)
 {
-    static int v = -1;
+    static _Atomic int v = -1; /* the same answer from any thread */
     if (v < 0) {
         unsigned a, b, c, d;
         char s[13] = {0};
@@ -214,7 +214,7 @@ int pagoda_cpu_f16_gemm_path(int dtype)
 
 int64_t pagoda_cpu_fma_min_t(void)
 {
-    static int64_t v = -1;
+    static _Atomic int64_t v = -1;
     if (v < 0) {
         const char *e = getenv("PAGODA_CPU_BF16_MIN_T");
         char *end = NULL;
