@@ -205,7 +205,9 @@ int pagoda_cpu_f16_gemm_path(int dtype)
 {
     int m = f16_gemm_mode;
     if (m != PAGODA_F16GEMM_AUTO) return m;
-    if (getenv("PAGODA_CPU_BF16")) return PAGODA_F16GEMM_DPBF16;
+    static _Atomic int env_bf16 = -1; /* read once, as matmul_bf16.c reads its value */
+    if (env_bf16 < 0) env_bf16 = getenv("PAGODA_CPU_BF16") != NULL;
+    if (env_bf16) return PAGODA_F16GEMM_DPBF16;
     if (dtype == PAGODA_DTYPE_F16) return PAGODA_F16GEMM_FMA;
     if (pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX) return PAGODA_F16GEMM_DPBF16;
     if (pagoda_cpu_has_avx512_bf16() && vendor_amd()) return PAGODA_F16GEMM_DPBF16;
