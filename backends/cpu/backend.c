@@ -792,7 +792,7 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         for (int d = 0; d < 2; d++) {
             int dt = d ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
             if (pagoda_cpu_fma_applies(dt, INT64_MAX / 2))
-                snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t());
+                snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t(dt));
             else if (pagoda_cpu_bf16_applies(dt, INT64_MAX / 2, 2))
                 snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s", pagoda_cpu_bf16_path_name(bp),
                          (long long)pagoda_cpu_bf16_min_t(dt),

@@ -191,11 +191,13 @@ START_TEST(test_f16_gemm_modes)
     ck_assert_int_eq(pagoda_cpu_f16_gemm_parse(NULL), -1);
     for (int m = 0; m < 4; m++) ck_assert_int_eq(pagoda_cpu_f16_gemm_parse(pagoda_cpu_f16_gemm_name(m)), m);
     bool avx512 = pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512;
-    int64_t T = pagoda_cpu_fma_min_t();
+    int64_t T = pagoda_cpu_fma_min_t(PAGODA_DTYPE_F16), Tb = pagoda_cpu_fma_min_t(PAGODA_DTYPE_BF16);
+    if (Tb > T) T = Tb;
     pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_FMA);
     ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T) == avx512);
     ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T) == avx512);
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T - 1));
+    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, pagoda_cpu_fma_min_t(PAGODA_DTYPE_F16) - 1));
+    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, Tb - 1));
     ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_Q8_0, T));
     ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T + 100, 64));
     ck_assert(pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T + 100));

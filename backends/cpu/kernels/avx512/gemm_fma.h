@@ -13,7 +13,7 @@
  * quarter of the FMA's flops per weight pair) this runs F16 and BF16
  * prefill; where it is fast (Zen 4/5: 1.8x the FMA's rate) BF16 stays on
  * the BF16 GEMM. docs/backend-cpu.md "F32-FMA GEMM".
- * Not for: decode (T below pagoda_cpu_fma_min_t()), other weight types,
+ * Not for: decode (T below pagoda_cpu_fma_min_t(dtype)), other weight types,
  * batch_invariant F16 (that stays on the lanes kernel from one row).
  */
 #ifndef PAGODA_CPU_GEMM_FMA_H
@@ -85,13 +85,14 @@ int pagoda_cpu_f16_gemm_path(int dtype);
 
 /* [any thread] True when pagoda_cpu_matmul runs this weight type with T
  * rows through this GEMM now: F16 / BF16, the path above is FMA, T >=
- * pagoda_cpu_fma_min_t(), the active level is AVX-512 or above, and not
+ * pagoda_cpu_fma_min_t(dtype), the active level is AVX-512 or above, and not
  * (batch_invariant and F16). */
 bool pagoda_cpu_fma_applies(int dtype, int64_t T);
 
-/* The smallest T the path takes (PAGODA_CPU_BF16_MIN_T in the environment
- * sets it too). */
-int64_t pagoda_cpu_fma_min_t(void);
+/* The smallest T the path takes for this weight type: 32 for F16 (its
+ * lanes kernel below), 16 for BF16 (PAGODA_CPU_BF16_MIN_T in the
+ * environment sets both, as it does the BF16 GEMM's). */
+int64_t pagoda_cpu_fma_min_t(int dtype);
 
 /* The matrices of w[0..n) (each F16 or BF16, N rows of K) times x over
  * the pool with the kernels `kn`: x packed once into 16-token F32 groups

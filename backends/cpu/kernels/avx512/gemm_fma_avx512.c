@@ -145,10 +145,11 @@ const pagoda_fma_kernels FMA_TABLE = {
 #include "amx/gemm_bf16_amx.h"
 #include "pagoda/types.h"
 
-/* Default for pagoda_cpu_fma_min_t: below it the table's exact kernels
+/* Defaults for pagoda_cpu_fma_min_t: below them the table's exact kernels
  * (the F16 lanes kernel, the BF16 dots) win, the weights being converted
  * once per call. */
-#define FMA_MIN_T 32
+#define FMA_MIN_T_F16 32
+#define FMA_MIN_T_BF16 16
 /* Weight rows of one block (a multiple of 12): 96 rows x KC floats =
  * 96 KiB of converted rows per K block, in L2 beside the activations. */
 #define BLOCK_ROWS 96
@@ -214,7 +215,7 @@ int pagoda_cpu_f16_gemm_path(int dtype)
     return PAGODA_F16GEMM_FMA;
 }
 
-int64_t pagoda_cpu_fma_min_t(void)
+int64_t pagoda_cpu_fma_min_t(int dtype)
 {
     static _Atomic int64_t v = -1;
     if (v < 0) {
@@ -223,13 +224,14 @@ int64_t pagoda_cpu_fma_min_t(void)
         long long n = e && *e ? strtoll(e, &end, 10) : 0;
         v = e && *e && !*end && n > 0 ? (int64_t)n : 0;
     }
-    return v > 0 ? v : FMA_MIN_T;
+    if (v > 0) return v;
+    return dtype == PAGODA_DTYPE_F16 ? FMA_MIN_T_F16 : FMA_MIN_T_BF16;
 }
 
 bool pagoda_cpu_fma_applies(int dtype, int64_t T)
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
-    if (T < pagoda_cpu_fma_min_t()) return false;
+    if (T < pagoda_cpu_fma_min_t(dtype)) return false;
     if (dtype == PAGODA_DTYPE_F16 && pagoda_cpu_batch_invariant()) return false;
     return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_f16_gemm_path(dtype) == PAGODA_F16GEMM_FMA;
 }
