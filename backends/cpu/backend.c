@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "amx/amx.h"
 #include "amx/gemm_bf16_amx.h"
+#include "avx512/gemm_fma.h"
 #include "repack/repack.h"
 #include "repack/repack_matmul.h"
 #include "pagoda/backend.h"
@@ -712,6 +713,14 @@ static atomic_int live_backends;
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
 {
     *ctxp = NULL;
+    /* f16_gemm: which GEMM F16 / BF16 prefill takes (kernels/avx512/
+     * gemm_fma.h); checked before anything is made or set */
+    const char *fg = host && host->config_str ? host->config_str(host, "f16_gemm", "auto") : "auto";
+    int fgm = pagoda_cpu_f16_gemm_parse(fg ? fg : "auto");
+    if (fgm < 0) {
+        snprintf(err, err_len, "cpu backend: f16_gemm = \"%s\": expected auto, fma, dpbf16 or off", fg);
+        return PAGODA_ERR_INVALID;
+    }
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, err_len, "cpu backend: out of memory");
@@ -739,12 +748,20 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
     /* one setting a process: this backend's (cpu_features.h); a backend
      * still alive with the other value is told it changed */
     bool bi = host && host->config_bool ? host->config_bool(host, "batch_invariant", false) : false;
-    if (atomic_fetch_add(&live_backends, 1) > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
+    int others = atomic_fetch_add(&live_backends, 1);
+    if (others > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
         host->log(host, PAGODA_LOG_WARN,
                   "cpu backend: batch_invariant = %s here, %s in another CPU backend of this process: "
                   "it is one setting a process, now %s for both",
                   bi ? "on" : "off", bi ? "off" : "on", bi ? "on" : "off");
     pagoda_cpu_set_batch_invariant(bi);
+    if (others > 0 && fgm != pagoda_cpu_f16_gemm() && host && host->log)
+        host->log(host, PAGODA_LOG_WARN,
+                  "cpu backend: f16_gemm = %s here, %s in another CPU backend of this process: it is one "
+                  "setting a process, now %s for both",
+                  pagoda_cpu_f16_gemm_name(fgm), pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
+                  pagoda_cpu_f16_gemm_name(fgm));
+    pagoda_cpu_set_f16_gemm(fgm);
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -771,20 +788,27 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
          * amx/gemm_bf16_amx.h, kernels/avx512/gemm_bf16.h), and why not the
          * tiles on an AMX level without AMX-BF16 */
         int bp = pagoda_cpu_bf16_path();
-        bool on_bf16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, INT64_MAX / 2, 2);
-        bool on_f16 = pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, INT64_MAX / 2, 2);
-        if (!on_bf16 && !on_f16)
-            host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls: exact F32 (%s)",
-                      bp ? "PAGODA_CPU_BF16=0" : "no AVX512-BF16 at this level");
-        else
-            host->log(host, PAGODA_LOG_INFO,
-                      "cpu backend: BF16 matmuls of >= %lld tokens, F16 %s%lld%s: BF16 GEMM on %s%s",
-                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_BF16), on_f16 ? "of >= " : "exact (",
-                      (long long)pagoda_cpu_bf16_min_t(PAGODA_DTYPE_F16),
-                      on_f16 ? " (PAGODA_CPU_BF16=2)" : " with PAGODA_CPU_BF16=2)", pagoda_cpu_bf16_path_name(bp),
-                      bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
-                          ? " (AMX granted, but CPUID has no AMX-BF16)"
-                          : "");
+        char desc[2][160];
+        for (int d = 0; d < 2; d++) {
+            int dt = d ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
+            if (pagoda_cpu_fma_applies(dt, INT64_MAX / 2))
+                snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t(dt));
+            else if (pagoda_cpu_bf16_applies(dt, INT64_MAX / 2, 2))
+                snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s", pagoda_cpu_bf16_path_name(bp),
+                         (long long)pagoda_cpu_bf16_min_t(dt),
+                         bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
+                             ? " (AMX granted, but CPUID has no AMX-BF16)"
+                             : "");
+            else
+                snprintf(desc[d], sizeof desc[d], "exact F32 kernels%s",
+                         dt == PAGODA_DTYPE_F16 && pagoda_cpu_batch_invariant() ? " (batch_invariant)" : "");
+        }
+        host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls (f16_gemm = %s%s): F16 %s; BF16 %s",
+                  pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
+                  pagoda_cpu_f16_gemm() == PAGODA_F16GEMM_AUTO && getenv("PAGODA_CPU_BF16")
+                      ? ", PAGODA_CPU_BF16 set: dpbf16"
+                      : "",
+                  desc[0], desc[1]);
         if (pagoda_cpu_batch_invariant())
             host->log(host, PAGODA_LOG_INFO,
                       "cpu backend: batch_invariant = on: integer and F16 weights run the tokens-in-lanes "
@@ -850,6 +874,10 @@ static const pagoda_config_key cpu_keys[] = {
              "kernels from one row on, no AMX tiles, unsplit attention), so speculation gives plain "
              "decoding's greedy bytes; F32 on its own dot; not BF16 weights, experts, MLA, the scalar "
              "level; costs decode speed"},
+    {.name = "f16_gemm", .type = PAGODA_KEY_STRING, .default_str = "auto",
+     .help = "GEMM of F16/BF16 prefill: auto (F16 -> fma; BF16 -> fma on Intel without AMX-BF16, dpbf16 "
+             "on AMD or AMX), fma (exact F32 FMAs, weights converted while packed), dpbf16 (the BF16 GEMMs, "
+             "PAGODA_CPU_BF16's rules), off (the exact lanes/dot kernels)"},
     {.name = NULL},
 };
 

@@ -17,6 +17,7 @@
 #include "cpu_features.h"
 #include "amx/gemm_bf16_amx.h"
 #include "avx512/gemm_bf16.h"
+#include "avx512/gemm_fma.h"
 #include "matmul_task.h"
 #include "quant.h"
 #include "repack/repack.h"
@@ -629,8 +630,20 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
      * (kernels/avx512/matmul_bf16.c). */
     pagoda_cpu_mat bw[PAGODA_CPU_MATMUL_MAX];
     int nbw = 0;
+    /* ... or the F32-FMA GEMM where f16_gemm picks it (kernels/avx512/
+     * gemm_fma.h: exact F32, weights converted while packed) */
     for (int i = 0; i < n; i++)
-        if (w[i].N > 0 && pagoda_cpu_bf16_applies(w[i].dtype, T, K)) {
+        if (w[i].N > 0 && pagoda_cpu_fma_applies(w[i].dtype, T)) {
+            bw[nbw++] = w[i];
+            done[i] = true;
+        }
+    if (nbw) {
+        int st = pagoda_cpu_fma_matmul(ex, &pagoda_fma_native, x, x_stride, T, K, bw, nbw);
+        if (st) return st;
+        nbw = 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (!done[i] && w[i].N > 0 && pagoda_cpu_bf16_applies(w[i].dtype, T, K)) {
             bw[nbw++] = w[i];
             done[i] = true;
         }

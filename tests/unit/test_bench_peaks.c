@@ -70,7 +70,17 @@ START_TEST(peaks_matching)
                           "amx_bf16"};
     for (int i = 0; i < 9; i++) add(&all, keys[i]);
     unsetenv("PAGODA_CPU_BF16");
-    /* F16 weights stay exact unless PAGODA_CPU_BF16=2 asks for BF16 */
+    /* f16_gemm = auto (gemm_fma.h): F16 on the F32-FMA GEMM at AVX-512,
+     * BF16 on the tiles at AMX, at AVX-512 vdpbf16ps on AMD, else the FMA
+     * GEMM */
+    __builtin_cpu_init();
+    bool amd = __builtin_cpu_is("amd");
+    ck_assert_str_eq(match(&all, NULL, "F16"), "fma512");
+    ck_assert_str_eq(match(&all, NULL, "BF16"), "amx_bf16");
+    ck_assert_str_eq(match(&all, "avx512", "F16"), "fma512");
+    ck_assert_str_eq(match(&all, "avx512", "BF16"), amd ? "dpbf16" : "fma512");
+    /* PAGODA_CPU_BF16 set: its rules (F16 exact lanes unless 2 asks for BF16) */
+    setenv("PAGODA_CPU_BF16", "1", 1);
     ck_assert_str_eq(match(&all, NULL, "F16"), "fma256");
     ck_assert_str_eq(match(&all, NULL, "BF16"), "amx_bf16");
     setenv("PAGODA_CPU_BF16", "2", 1);
@@ -80,7 +90,9 @@ START_TEST(peaks_matching)
     ck_assert_str_eq(match(&all, NULL, "Q8_0"), "amx_int8");
     ck_assert_str_eq(match(&all, NULL, "F32"), "fma512");
     ck_assert_str_eq(match(&all, "avx512", "Q4_K"), "vnni512");
+    setenv("PAGODA_CPU_BF16", "1", 1);
     ck_assert_str_eq(match(&all, "avx512", "BF16"), "dpbf16");
+    unsetenv("PAGODA_CPU_BF16");
     ck_assert_str_eq(match(&all, "avxvnni", "Q8_0"), "avxvnni256");
     ck_assert_str_eq(match(&all, "avxvnni", "F16"), "fma256");
     ck_assert_str_eq(match(&all, "AVX2", "Q4_0"), "maddubs256");

@@ -49,7 +49,11 @@ static int fake_error(const pagoda_host *h, int status, const char *fmt, ...)
     return status;
 }
 
-static const char *fake_str(const pagoda_host *h, const char *key, const char *dflt) { return dflt; }
+static const char *cfg_f16_gemm; /* NULL: the default */
+static const char *fake_str(const pagoda_host *h, const char *key, const char *dflt)
+{
+    return strcmp(key, "f16_gemm") == 0 && cfg_f16_gemm ? cfg_f16_gemm : dflt;
+}
 static int64_t fake_int(const pagoda_host *h, const char *key, int64_t dflt)
 {
     return strcmp(key, "threads") == 0 ? cfg_threads : dflt;
@@ -121,7 +125,10 @@ START_TEST(test_descriptor)
     ck_assert_str_eq(d->config_keys[1].name, "batch_invariant");
     ck_assert_int_eq(d->config_keys[1].type, PAGODA_KEY_BOOL);
     ck_assert_str_eq(d->config_keys[1].default_str, "false");
-    ck_assert_ptr_null(d->config_keys[2].name);
+    ck_assert_str_eq(d->config_keys[2].name, "f16_gemm");
+    ck_assert_int_eq(d->config_keys[2].type, PAGODA_KEY_STRING);
+    ck_assert_str_eq(d->config_keys[2].default_str, "auto");
+    ck_assert_ptr_null(d->config_keys[3].name);
     char why[128] = "";
     int score = d->probe(why, sizeof why);
     ck_assert_int_gt(score, 0);
@@ -461,6 +468,50 @@ START_TEST(test_repack_startup_line)
 }
 END_TEST
 
+/* [backend.cpu] f16_gemm: the start-up line names the setting and each
+ * type's path; a value outside auto/fma/dpbf16/off fails create. */
+START_TEST(test_f16_gemm_key)
+{
+    bool env_bf16 = getenv("PAGODA_CPU_BF16") != NULL;
+    loaded L = load_backend();
+    ck_assert_msg(strstr(all_log, "cpu backend: F16/BF16 matmuls (f16_gemm = auto"), "%s", all_log);
+    if (pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && !env_bf16)
+        ck_assert_msg(strstr(all_log, "F16 F32-FMA GEMM from "), "%s", all_log);
+    unload(&L);
+    cfg_f16_gemm = "fma";
+    L = load_backend();
+    ck_assert_msg(strstr(all_log, "(f16_gemm = fma): "), "%s", all_log);
+    if (pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512)
+        ck_assert_msg(strstr(all_log, "F16 F32-FMA GEMM from ") && strstr(all_log, "BF16 F32-FMA GEMM from "), "%s",
+                      all_log);
+    else
+        ck_assert_msg(strstr(all_log, "F16 exact F32 kernels; BF16 exact F32 kernels"), "%s", all_log);
+    unload(&L);
+    cfg_f16_gemm = "off";
+    L = load_backend();
+    ck_assert_msg(strstr(all_log, "(f16_gemm = off): F16 exact F32 kernels; BF16 exact F32 kernels"), "%s", all_log);
+    unload(&L);
+    cfg_f16_gemm = "fast";
+    loaded B = {0};
+    char path[4096];
+    const char *dir = getenv("PAGODA_PLUGIN_PATH");
+    if (dir)
+        snprintf(path, sizeof path, "%s/backend-cpu.so", dir);
+    else
+        snprintf(path, sizeof path, "%s", tu_build("plugins/backend-cpu.so"));
+    B.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_ptr_nonnull(B.dl);
+    pagoda_plugin_entry_fn entry = (pagoda_plugin_entry_fn)dlsym(B.dl, PAGODA_PLUGIN_ENTRY_SYMBOL);
+    B.desc = entry(PAGODA_ABI_MAJOR, PAGODA_ABI_MINOR);
+    char err[256] = "";
+    ck_assert_int_eq(B.desc->create(&fake_host, &B.ctx, err, sizeof err), PAGODA_ERR_INVALID);
+    ck_assert_ptr_null(B.ctx);
+    ck_assert_msg(strstr(err, "f16_gemm = \"fast\": expected auto, fma, dpbf16 or off"), "%s", err);
+    dlclose(B.dl);
+    cfg_f16_gemm = NULL;
+}
+END_TEST
+
 START_TEST(test_threads_default_is_cpu_count)
 {
     cfg_threads = 0;
@@ -487,6 +538,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_moe_slots);
     tcase_add_test(tc, test_attention_end_to_end);
     tcase_add_test(tc, test_repack_startup_line);
+    tcase_add_test(tc, test_f16_gemm_key);
     tcase_add_test(tc, test_threads_default_is_cpu_count);
     tcase_add_test(tc, test_kernel_path_named_alike);
     suite_add_tcase(s, tc);

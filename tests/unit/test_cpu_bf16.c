@@ -29,6 +29,7 @@
 #include "amx/gemm_bf16_amx.h"
 #include "amx/tile.h"
 #include "avx512/gemm_bf16.h"
+#include "avx512/gemm_fma.h"
 #include "cpu_features.h"
 #include "kernels.h"
 #include "quant.h"
@@ -258,6 +259,9 @@ START_TEST(test_bf16_matmul_dispatch)
     pagoda_cpu_force_isa(-1);
     bool native = pagoda_cpu_has_avx512_bf16() && det >= PAGODA_CPU_ISA_AVX512 && !getenv("PAGODA_CPU_ISA") &&
                   !getenv("PAGODA_CPU_BF16") && !getenv("PAGODA_CPU_BF16_MIN_T");
+    /* f16_gemm = dpbf16: under auto this host's BF16 may take the
+     * F32-FMA GEMM instead (gemm_fma.h, test_cpu_gemm_fma) */
+    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_DPBF16);
     if (native) {
         ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
         ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K)); /* exact unless asked (=2) */
@@ -266,6 +270,7 @@ START_TEST(test_bf16_matmul_dispatch)
                                            2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
         check_out(x, T, K, wf, PAGODA_DTYPE_BF16, N, NULL, out, N, "matmul");
     }
+    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
     pagoda_cpu_exec_release(&ex);
     free(x); free(wf); free(out); free(w);
 }

@@ -238,6 +238,22 @@ void bench_measure_peaks(roofline *rf)
 #endif
 }
 
+/* CPUID's vendor is AMD (or Hygon): gemm_fma.h's rule for BF16 */
+static bool vendor_amd(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    char v[13] = {0};
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    return !strcmp(v, "AuthenticAMD") || !strcmp(v, "HygonGenuine");
+#else
+    return false;
+#endif
+}
+
 static const bench_peak *peak_of(const roofline *rf, const char *key)
 {
     for (int i = 0; i < rf->n_peaks; i++)
@@ -266,8 +282,19 @@ const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_typ
         return p ? p : peak_of(rf, "fma256");
     }
     if (!strcmp(t, "F16") || !strcmp(t, "BF16")) {
-        /* PAGODA_CPU_BF16 (matmul_bf16.c): 0 off, 1 (default) BF16 weights, 2 F16 too */
+        /* [backend.cpu] f16_gemm = auto (kernels/avx512/gemm_fma.h) without
+         * PAGODA_CPU_BF16 in the environment: F16 on the F32-FMA GEMM at
+         * AVX-512; BF16 on the AMX tiles where they run it, vdpbf16ps on
+         * AMD, the FMA GEMM elsewhere (the key set otherwise is not seen
+         * here) */
         const char *e = getenv("PAGODA_CPU_BF16");
+        if (!e && lv >= 3 && peak_of(rf, "fma512")) {
+            if (!strcmp(t, "F16")) return peak_of(rf, "fma512");
+            if (lv >= 4 && peak_of(rf, "amx_bf16")) return peak_of(rf, "amx_bf16");
+            if (peak_of(rf, "dpbf16") && vendor_amd()) return peak_of(rf, "dpbf16");
+            return peak_of(rf, "fma512");
+        }
+        /* PAGODA_CPU_BF16 (matmul_bf16.c): 0 off, 1 (default) BF16 weights, 2 F16 too */
         int mode = e && *e ? atoi(e) : 1;
         bool on = mode >= 2 || (mode == 1 && !strcmp(t, "BF16"));
         /* the AMX level runs them on the tiles where CPUID has AMX-BF16 */

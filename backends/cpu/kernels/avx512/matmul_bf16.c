@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "cpu_features.h"
+#include "gemm_fma.h"
 #include "pagoda/types.h"
 
 /* Defaults for pagoda_cpu_bf16_min_t: below them the exact F32 kernels
@@ -67,6 +68,8 @@ bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K)
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
     if (K % 2 || T < pagoda_cpu_bf16_min_t(dtype)) return false;
+    /* f16_gemm (gemm_fma.h): this GEMM only where it says dpbf16 */
+    if (pagoda_cpu_f16_gemm_path(dtype) != PAGODA_F16GEMM_DPBF16) return false;
     return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_has_avx512_bf16() &&
            bf16_enabled(dtype);
 }
