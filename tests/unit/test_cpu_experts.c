@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx512/gemm_fma.h" /* pagoda_cpu_fma_applies */
 #include "cpu_features.h"
 #include "kernels.h"
 #include "quant.h"
@@ -180,9 +181,11 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
                                                ws, N, NULL, og, sizeof(float) * (size_t)N),
                              PAGODA_OK);
             bool exact = pagoda_cpu_matmul_exact(dtype, n) || !int8_acts(dtype);
-            /* the BF16 GEMM (F16 / BF16 from 16 rows) is the plain matmul's,
-             * not the expert path's: the same within its bound, not bit for bit */
-            bool same = int8_acts(dtype) || pagoda_cpu_matmul_exact(dtype, n);
+            /* the BF16 GEMM and the F32-FMA GEMM (F16 / BF16 from 16-32
+             * rows) are the plain matmul's, not the expert path's: the same
+             * within their bound (the F32 one for the FMA GEMM's exact
+             * arithmetic, in another summation order), not bit for bit */
+            bool same = int8_acts(dtype) || (pagoda_cpu_matmul_exact(dtype, n) && !pagoda_cpu_fma_applies(dtype, n));
             for (int64_t j = 0; j < n; j++) {
                 float *o = (float *)((uint8_t *)out + (size_t)rows[j] * os);
                 ck_assert_msg(!same || memcmp(o, og + j * N, sizeof(float) * (size_t)N) == 0,
