@@ -491,11 +491,13 @@ static void write_f32_copy(const char *src, const char *dst)
  * all-Q8_0 twin of the same seed: 1.6 %). Held to: the median position
  * within 2.5 %, at most 3 positions past 5 % (such flips), the greedy
  * token the same at 21 or more of the 24. */
+static const char *const MXFP4_SHAPES[] = {"qwen3moe-tiny", "gpt-oss-tiny"};
 START_TEST(mxfp4_experts_vs_f32)
 {
+    /* _i: qwen3moe, then gpt-oss (sinks, biases, windows, swiglu_oai around the same experts) */
     const char *q = tmp_path("mx.gguf"), *f32 = tmp_path("mx-f32.gguf");
     char err[512];
-    pagoda_genmodel_opts g = {.shape = "qwen3moe-tiny", .dtype = PAGODA_DTYPE_MXFP4, .out = q, .seed = 11,
+    pagoda_genmodel_opts g = {.shape = MXFP4_SHAPES[_i], .dtype = PAGODA_DTYPE_MXFP4, .out = q, .seed = 11,
                               .std = 0.05f};
     ck_assert_msg(pagoda_gen_model(&g, err, sizeof err) == 0, "%s", err);
     write_f32_copy(q, f32);
@@ -531,8 +533,8 @@ START_TEST(mxfp4_experts_vs_f32)
             pd[j - 1] = tmp;
         }
     double median = (pd[N_TOK / 2 - 1] + pd[N_TOK / 2]) / 2;
-    printf("MXFP4 experts vs their F32 twin: median position |logit diff| %.3g, max %.3g (%d positions past 5 %%), "
-           "max |logit| %.3g, greedy %d/%d\n", median, d, past, amax, same, N_TOK);
+    printf("%s: MXFP4 experts vs their F32 twin: median position |logit diff| %.3g, max %.3g (%d positions past "
+           "5 %%), max |logit| %.3g, greedy %d/%d\n", MXFP4_SHAPES[_i], median, d, past, amax, same, N_TOK);
     ck_assert_msg(amax > 0.5, "logits too flat (%g) to compare", amax);
     ck_assert_msg(d > 0, "no difference at all: the MXFP4 model did not run its int8 kernels");
     ck_assert_msg(median <= 0.025 * amax, "MXFP4 logits: median position differs from the dequantized twin's by %g "
@@ -1063,7 +1065,7 @@ static Suite *suite(void)
     tcase_add_test(tc, upcycled_qwen3moe);
     tcase_add_test(tc, upcycled_qwen2moe);
     tcase_add_test(tc, upcycled_glm4moe);
-    tcase_add_test(tc, mxfp4_experts_vs_f32);
+    tcase_add_loop_test(tc, mxfp4_experts_vs_f32, 0, (int)(sizeof MXFP4_SHAPES / sizeof MXFP4_SHAPES[0]));
     tcase_add_test(tc, grouped_batch_equals_alone);
     tcase_add_test(tc, device_without_slot_refused);
     tcase_add_test(tc, tp_experts_split);
