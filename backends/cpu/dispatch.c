@@ -27,8 +27,9 @@
  * Sapphire-Rapids-class host: lanes_avx512.c).
  * (2) kernels/avx512/decode_avx512.c's 512-bit dots (decode, T < 4).
  * At avx512, "lanes vnni" is T >= 9: for 4 <= T <= 8 the lanes kernels
- * are the avxvnni column's (AVX2's on a CPU without AVX-VNNI): the
- * table's lanes8, build() below.
+ * are the avxvnni column's (on a CPU without AVX-VNNI, Zen 4, the same
+ * kernels with EVEX vpdpbusd, kernels/avx512/lanes_vnni256_avx512.c, but
+ * for Q3_K / Q4_K / Q6_K, AVX2's): the table's lanes8, build() below.
  *
  * BF16 weights (and F16 with PAGODA_CPU_BF16=2) at the AVX-512 level on a
  * CPU with AVX512-BF16 leave this table from T >= 16 (32): the BF16 GEMM
@@ -48,7 +49,7 @@
 #include "cpu_features.h"
 #include "vecdot.h"
 
-static pagoda_vecdot_table t_avxvnni, t_avx512;
+static pagoda_vecdot_table t_avxvnni, t_avx512, t_avx512_256;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const pagoda_vecdot_table *override;
 
@@ -64,8 +65,12 @@ static void build(void)
      * table: Q8_0 64 / 126 vs 94 / 187, Q4_0 63 / 131 vs 82 / 170, Q4_K
      * 59 / 120 vs 82 / 163, Q6_K 50 / 97 vs 79 / 149; T = 12: 512-bit
      * ahead, Q8_0 183 vs 160, Q4_K 170 vs 145; bench_cpu_lanes,
-     * Sapphire-Rapids-class host). A CPU without AVX-VNNI gets AVX2's. */
-    t_avx512.lanes8 = pagoda_cpu_has_avx_vnni() ? &t_avxvnni : &pagoda_vecdot_avx2;
+     * Sapphire-Rapids-class host). A CPU without AVX-VNNI (Zen 4) gets
+     * the same 256-bit kernels with the EVEX vpdpbusd of AVX512-VL
+     * (kernels/avx512/lanes_vnni256_avx512.c) over AVX2's table. */
+    t_avx512_256 = pagoda_vecdot_avx2;
+    pagoda_cpu_fill_avx512_256(&t_avx512_256);
+    t_avx512.lanes8 = pagoda_cpu_has_avx_vnni() ? &t_avxvnni : &t_avx512_256;
 }
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot_level(int isa)

@@ -1,6 +1,8 @@
 /*
  * cpu_paths.h: the kernel paths a CPU test runs in turn: each level this
- * host has natively (scalar, AVX2, AVX-VNNI, AVX-512 VNNI) and, on any
+ * host has natively (scalar, AVX2, AVX-VNNI, AVX-512 VNNI, and on an
+ * AVX-512 host the 256-bit EVEX VNNI table, the level's lanes8 on Zen 4,
+ * run at every T) and, on any
  * AVX2 host, the SIMDe copies of the AVX-VNNI and AVX-512 tables (the same
  * sources compiled against SIMDe on AVX2 alone, libpagoda_cpu_kernels_simde),
  * so the VNNI kernels' arithmetic is checked on every host and natively
@@ -19,9 +21,9 @@ typedef struct cpu_path {
     const pagoda_vecdot_table *tab; /* NULL: the level's own table */
 } cpu_path;
 
-#define CPU_PATHS_MAX 6
+#define CPU_PATHS_MAX 7
 
-static pagoda_vecdot_table cpu_path_simde512, cpu_path_simdevnni;
+static pagoda_vecdot_table cpu_path_simde512, cpu_path_simdevnni, cpu_path_evex256;
 
 /* Fills p (CPU_PATHS_MAX entries) and returns the count; p[0] is scalar. */
 static inline int cpu_paths(cpu_path *p)
@@ -31,7 +33,14 @@ static inline int cpu_paths(cpu_path *p)
     if (d < PAGODA_CPU_ISA_AVX2) return n;
     p[n++] = (cpu_path){"AVX2", PAGODA_CPU_ISA_AVX2, NULL};
     if (pagoda_cpu_has_avx_vnni()) p[n++] = (cpu_path){"AVX-VNNI", PAGODA_CPU_ISA_AVX_VNNI, NULL};
-    if (d >= PAGODA_CPU_ISA_AVX512) p[n++] = (cpu_path){"AVX-512 VNNI", PAGODA_CPU_ISA_AVX512, NULL};
+    if (d >= PAGODA_CPU_ISA_AVX512) {
+        p[n++] = (cpu_path){"AVX-512 VNNI", PAGODA_CPU_ISA_AVX512, NULL};
+        /* the level's table with its 256-bit lanes kernels at every T */
+        cpu_path_evex256 = *pagoda_cpu_vecdot_level(PAGODA_CPU_ISA_AVX512);
+        cpu_path_evex256.lanes8 = NULL;
+        pagoda_cpu_fill_avx512_256(&cpu_path_evex256);
+        p[n++] = (cpu_path){"AVX-512 VNNI 256-bit", PAGODA_CPU_ISA_AVX512, &cpu_path_evex256};
+    }
 #if defined(__SANITIZE_THREAD__)
     /* Under TSan the kernel tests are there for the pool's threads; the
      * SIMDe copies' arithmetic is the Release and ASan runs' to check (it

@@ -324,6 +324,10 @@ void pagoda_cpu_fill_avx512_act_simde(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avxvnni(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avx512_simde(pagoda_vecdot_table *t);
 void pagoda_cpu_fill_avxvnni_simde(pagoda_vecdot_table *t);
+/* kernels/avx512/lanes_vnni256_avx512.c: the 256-bit lanes kernels with
+ * EVEX VNNI (AVX512-VL), the AVX-512 level's lanes8 where there is no
+ * AVX-VNNI (no SIMDe copy: under SIMDe it is the AVX-VNNI file's). */
+void pagoda_cpu_fill_avx512_256(pagoda_vecdot_table *t);
 
 /* The table for the active ISA. */
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void);
