@@ -794,8 +794,9 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
             if (pagoda_cpu_fma_applies(dt, INT64_MAX / 2))
                 snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t(dt));
             else if (pagoda_cpu_bf16_applies(dt, INT64_MAX / 2, 2))
-                snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s", pagoda_cpu_bf16_path_name(bp),
+                snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s%s", pagoda_cpu_bf16_path_name(bp),
                          (long long)pagoda_cpu_bf16_min_t(dt),
+                         dt == PAGODA_DTYPE_F16 ? " (weights rounded to BF16)" : "",
                          bp == PAGODA_BF16_PATH_AVX512 && pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AMX
                              ? " (AMX granted, but CPUID has no AMX-BF16)"
                              : "");

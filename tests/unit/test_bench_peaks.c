@@ -55,11 +55,17 @@ static void add(roofline *rf, const char *key)
     p->core_gops = p->all_gops = 1;
 }
 
-static const char *match(const roofline *rf, const char *isa, const char *type)
+static const char *match_g(const roofline *rf, const char *isa, const char *type, const char *f16_gemm)
 {
     if (isa) setenv("PAGODA_CPU_ISA", isa, 1); else unsetenv("PAGODA_CPU_ISA");
-    const bench_peak *p = bench_matching_peak(rf, type);
+    const bench_peak *p = bench_matching_peak(rf, type, f16_gemm);
     return p ? p->key : "none";
+}
+
+/* f16_gemm as unset in the config */
+static const char *match(const roofline *rf, const char *isa, const char *type)
+{
+    return match_g(rf, isa, type, NULL);
 }
 
 START_TEST(peaks_matching)
@@ -79,6 +85,16 @@ START_TEST(peaks_matching)
     ck_assert_str_eq(match(&all, NULL, "BF16"), "amx_bf16");
     ck_assert_str_eq(match(&all, "avx512", "F16"), "fma512");
     ck_assert_str_eq(match(&all, "avx512", "BF16"), amd ? "dpbf16" : "fma512");
+    ck_assert_str_eq(match_g(&all, "avx512", "BF16", "auto"), amd ? "dpbf16" : "fma512");
+    /* f16_gemm said: dpbf16 both types on the BF16 GEMMs (the tiles at
+     * AMX), fma both on the FMA GEMM, off the 256-bit exact kernels */
+    ck_assert_str_eq(match_g(&all, "avx512", "F16", "dpbf16"), "dpbf16");
+    ck_assert_str_eq(match_g(&all, "avx512", "BF16", "dpbf16"), "dpbf16");
+    ck_assert_str_eq(match_g(&all, NULL, "F16", "dpbf16"), "amx_bf16");
+    ck_assert_str_eq(match_g(&all, "avx512", "BF16", "fma"), "fma512");
+    ck_assert_str_eq(match_g(&all, "avx512", "F16", "fma"), "fma512");
+    ck_assert_str_eq(match_g(&all, "avx512", "F16", "off"), "fma256");
+    ck_assert_str_eq(match_g(&all, "avx2", "F16", "dpbf16"), "fma256");
     /* PAGODA_CPU_BF16 set: its rules (F16 exact lanes unless 2 asks for BF16) */
     setenv("PAGODA_CPU_BF16", "1", 1);
     ck_assert_str_eq(match(&all, NULL, "F16"), "fma256");

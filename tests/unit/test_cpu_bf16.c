@@ -264,13 +264,17 @@ START_TEST(test_bf16_matmul_dispatch)
     pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_DPBF16);
     if (native) {
         ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
-        ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K)); /* exact unless asked (=2) */
+        /* f16_gemm = dpbf16 said in so many words takes F16 too (rounded) */
+        ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K));
+        ck_assert(!pagoda_cpu_matmul_exact(PAGODA_DTYPE_F16, T));
         ck_assert(!pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T));
         ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
                                            2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
         check_out(x, T, K, wf, PAGODA_DTYPE_BF16, N, NULL, out, N, "matmul");
     }
     pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
+    /* auto never rounds F16 weights to BF16 */
+    if (native) ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K));
     pagoda_cpu_exec_release(&ex);
     free(x); free(wf); free(out); free(w);
 }

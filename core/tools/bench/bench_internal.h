@@ -61,6 +61,7 @@ typedef struct bench_result {
     char label[64];
     char model[256];
     char model_type[16];
+    char f16_gemm[16];   /* [backend.cpu] f16_gemm as configured ("auto" when unset) */
     int32_t n_req, n_ok, n_err;
     double wall_s;
     int64_t gen_tokens, prompt_tokens, cached_tokens;
@@ -173,7 +174,7 @@ void bench_measure_peaks(roofline *rf);
 void bench_print_peaks(const roofline *rf);
 /* The peak of the path the CPU backend runs a prefill of this weight type
  * on (its dtype name) at the level PAGODA_CPU_ISA allows; NULL if none. */
-const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_type);
+const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_type, const char *f16_gemm);
 
 /* bench_compare.c: the policy comparisons */
 /* Apply a comparison's workload defaults before the user's flags; -1: unknown name. */

@@ -273,7 +273,7 @@ static int env_level(void)
     return 99;
 }
 
-const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_type)
+const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_type, const char *f16_gemm)
 {
     int lv = env_level();
     const char *t = weight_type ? weight_type : "";
@@ -282,14 +282,22 @@ const bench_peak *bench_matching_peak(const roofline *rf, const char *weight_typ
         return p ? p : peak_of(rf, "fma256");
     }
     if (!strcmp(t, "F16") || !strcmp(t, "BF16")) {
-        /* [backend.cpu] f16_gemm = auto (kernels/avx512/gemm_fma.h) without
-         * PAGODA_CPU_BF16 in the environment: F16 on the F32-FMA GEMM at
-         * AVX-512; BF16 on the AMX tiles where they run it, vdpbf16ps on
-         * AMD, the FMA GEMM elsewhere (the key set otherwise is not seen
-         * here) */
+        /* [backend.cpu] f16_gemm (kernels/avx512/gemm_fma.h), as the
+         * bench's config says it, without PAGODA_CPU_BF16 in the
+         * environment: auto sends F16 to the F32-FMA GEMM at AVX-512, BF16
+         * to the AMX tiles where they run it, vdpbf16ps on AMD, the FMA
+         * GEMM elsewhere; fma both to the FMA GEMM; dpbf16 both to the BF16
+         * GEMMs (matmul_bf16.c); off: the 256-bit exact kernels */
         const char *e = getenv("PAGODA_CPU_BF16");
+        const char *fg = f16_gemm && *f16_gemm ? f16_gemm : "auto";
+        if (!e && lv >= 3 && !strcasecmp(fg, "off")) return peak_of(rf, "fma256");
+        if (!e && lv >= 3 && !strcasecmp(fg, "dpbf16")) {
+            if (lv >= 4 && peak_of(rf, "amx_bf16")) return peak_of(rf, "amx_bf16");
+            if (peak_of(rf, "dpbf16")) return peak_of(rf, "dpbf16");
+            return peak_of(rf, "fma256");
+        }
         if (!e && lv >= 3 && peak_of(rf, "fma512")) {
-            if (!strcmp(t, "F16")) return peak_of(rf, "fma512");
+            if (!strcmp(t, "F16") || !strcasecmp(fg, "fma")) return peak_of(rf, "fma512");
             if (lv >= 4 && peak_of(rf, "amx_bf16")) return peak_of(rf, "amx_bf16");
             if (peak_of(rf, "dpbf16") && vendor_amd()) return peak_of(rf, "dpbf16");
             return peak_of(rf, "fma512");

@@ -175,7 +175,7 @@ void bench_print_bounds(const bench_result *x, const roofline *rf)
                bench_ratio(x->prefill_tps, pre_bound), x->prefill_len);
     /* the same figure against the instruction peak of its path, on the
      * bench's threads (the backend's own count may differ: --threads) */
-    const bench_peak *pk = x->prefill_tps > 0 ? bench_matching_peak(rf, x->model_type) : NULL;
+    const bench_peak *pk = x->prefill_tps > 0 ? bench_matching_peak(rf, x->model_type, x->f16_gemm) : NULL;
     if (pk && pk->all_gops > 0)
         printf("  %-10s prefill %7.1f GFLOP/s  %.2f of the %s peak (%.1f G ops/s, %d threads; one core %.1f)\n",
                x->label, x->prefill_tps * x->flops_per_token / 1e9,

@@ -468,6 +468,8 @@ int bench_run_side(const bench_opts *o, const char *label, const char *model,
     for (int t = 0; t < PAGODA_DTYPE_COUNT_; t++)
         if (rt->plan.weight_bytes_by_type[t] > most) most = rt->plan.weight_bytes_by_type[t], main_type = t;
     snprintf(res->model_type, sizeof res->model_type, "%s", pagoda_dtype_name(main_type));
+    const char *fg = pagoda_config_get(cfg, "backend.cpu", "f16_gemm");
+    snprintf(res->f16_gemm, sizeof res->f16_gemm, "%s", fg ? fg : "auto");
     res->weight_bytes = rt->plan.weight_bytes;
     bench_model_traffic(rt->model, &res->bytes_per_token, &res->flops_per_token);
     if (!o->quiet) fprintf(stderr, "bench: [%s] %s, %s, %s/%s, %lld KV blocks of %d\n", label,

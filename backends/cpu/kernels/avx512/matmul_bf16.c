@@ -56,11 +56,15 @@ int64_t pagoda_cpu_bf16_min_t(int dtype)
 /* PAGODA_CPU_BF16: 0 off; 1 (the default) BF16 weights only; 2 F16 weights
  * too. F16 weights rounded to BF16 lose three bits of their significand
  * (SmolLM2-135M F16: perplexity +0.011 %, logits ~3e-3 from an exact F16
- * reference), so that is asked for, not done by default. */
+ * reference), so that is asked for, not done by default: by that variable
+ * or by `[backend.cpu] f16_gemm = dpbf16` said in so many words (not
+ * auto), which without the variable takes F16 too (on Zen 4 the one path
+ * past the FMA peak's bound: docs/backend-cpu.md "F32-FMA GEMM"). */
 static bool bf16_enabled(int dtype)
 {
     static int v = -1;
-    if (v < 0) v = (int)env_int("PAGODA_CPU_BF16", 1);
+    if (v < 0) v = (int)env_int("PAGODA_CPU_BF16", -1);
+    if (v < 0) return dtype == PAGODA_DTYPE_BF16 || pagoda_cpu_f16_gemm() == PAGODA_F16GEMM_DPBF16;
     return v >= 2 || (v == 1 && dtype == PAGODA_DTYPE_BF16);
 }
 
