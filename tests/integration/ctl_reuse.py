@@ -8,11 +8,10 @@ tokenizes the tags to the tokens, finds the whole previous turn cached
 conversations: turn 1 a required call (temperature 1, a seed each,
 logprobs for the tokens written), turn 2 the call and its result sent
 back. Prints "ctl_reuse owed O missed M calls C"; exit 1 on a failure."""
-import json
 import sys
 import urllib.error
 
-from integ_http import post_json, wait_health
+from integ_http import call_turns, post_json, wait_health
 
 URL, N = sys.argv[1], int(sys.argv[2])
 BLOCK = 16
@@ -33,25 +32,17 @@ def main():
     wait_health(URL)
     owed = missed = calls = bad = 0
     for i in range(N):
-        msgs = [{"role": "user", "content": f"Look up item {i}."}]
-        r = post({"messages": msgs, "tools": TOOLS, "tool_choice": "required", "temperature": 1,
-                  "seed": 9000 + i, "max_tokens": 60, "parallel_tool_calls": False, "logprobs": True})
+        r, o, c = call_turns(post, f"Look up item {i}.", TOOLS, 9000 + i, 60, logprobs=True)
         ch = r["choices"][0]
-        m = ch["message"]
-        toks = [c["token"] for c in (ch.get("logprobs") or {}).get("content") or []]
-        if len(m.get("tool_calls") or []) != 1:
-            print(f"FAIL: conversation {i}: turn 1 made no call: {m}")
+        if o is None:
+            print(f"FAIL: conversation {i}: turn 1 made no call: {ch['message']}")
             bad += 1
             continue
         calls += 1
+        toks = [t["token"] for t in (ch.get("logprobs") or {}).get("content") or []]
         if toks.count("<tool_call>") != 1 or toks.count("</tool_call>") != 1 or "<" in toks:
             print(f"FAIL: conversation {i}: the tags not written as their tokens: {toks}")
             bad += 1
-        o = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
-        msgs.append({"role": "assistant", "content": m.get("content"), "tool_calls": m["tool_calls"]})
-        msgs.append({"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "42"})
-        r2 = post({"messages": msgs, "tools": TOOLS, "tool_choice": "none", "temperature": 0, "max_tokens": 1})
-        c = r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
         if c < o - BLOCK:
             print(f"FAIL: conversation {i}: turn 2 found {c} cached of the {o} owed")
             bad += 1

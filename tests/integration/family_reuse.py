@@ -15,7 +15,7 @@ many tokens each in the GPT-2 vocabulary (a call cut short leaves its
 rest in content, which the history writes before the call)."""
 import sys
 
-from integ_http import post_json, wait_health
+from integ_http import call_turns, post_json, wait_health
 
 URL, FAMILY, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
@@ -32,20 +32,12 @@ def main():
     owed = missed = calls = 0
     bad = 0
     for i in range(N):
-        msgs = [{"role": "user", "content": f"Look up item {i}."}]
-        r = post({"messages": msgs, "tools": TOOLS, "tool_choice": "required", "temperature": 1,
-                  "seed": 7000 + i, "max_tokens": 200, "parallel_tool_calls": False})
-        m = r["choices"][0]["message"]
-        if len(m.get("tool_calls") or []) != 1:
-            print(f"FAIL: {FAMILY} conversation {i}: turn 1 made no call: {m}")
+        r, o, c = call_turns(post, f"Look up item {i}.", TOOLS, 7000 + i, 200)
+        if o is None:
+            print(f"FAIL: {FAMILY} conversation {i}: turn 1 made no call: {r['choices'][0]['message']}")
             bad += 1
             continue
         calls += 1
-        o = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
-        msgs.append({"role": "assistant", "content": m.get("content"), "tool_calls": m["tool_calls"]})
-        msgs.append({"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "42"})
-        r2 = post({"messages": msgs, "tools": TOOLS, "tool_choice": "none", "temperature": 0, "max_tokens": 1})
-        c = r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
         if c == 0:
             print(f"FAIL: {FAMILY} conversation {i}: turn 2 found nothing cached")
             bad += 1

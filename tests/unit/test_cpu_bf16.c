@@ -36,13 +36,6 @@
 #include "testutil.h"
 #include "threadpool.h"
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* The kernel tables this host can run: SIMDe's (AVX2) and the native one. */
 static int tables(const pagoda_bf16_kernels **t)
 {
@@ -50,17 +43,6 @@ static int tables(const pagoda_bf16_kernels **t)
     if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) t[n++] = &pagoda_bf16_simde;
     if (pagoda_cpu_has_avx512_bf16()) t[n++] = &pagoda_bf16_native;
     return n;
-}
-
-static uint16_t *make_w(tu_rng *r, int dtype, int64_t N, int64_t K, float *wf)
-{
-    uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) {
-        float v = tu_rng_normal(r);
-        w[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp32_to_fp16(v) : pagoda_fp32_to_bf16(v);
-        wf[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(w[i]) : pagoda_bf16_to_fp32(w[i]);
-    }
-    return w;
 }
 
 static float bf16_round(float v) { return pagoda_bf16_to_fp32(pagoda_fp32_to_bf16(v)); }
@@ -71,13 +53,12 @@ static void check_out(const float *x, int64_t T, int64_t K, const float *wf, int
 {
     for (int64_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
-            double ref = bias ? bias[n] : 0, exact = ref, mag = 0;
+            double ref = bias ? bias[n] : 0, mag;
+            double exact = tu_dot_exact(x + t * K, wf + n * K, K, &mag) + ref;
             for (int64_t k = 0; k < K; k++) {
                 float xv = x[t * K + k], wv = wf[n * K + k];
                 float wb = dtype == PAGODA_DTYPE_F16 ? bf16_round(wv) : wv;
                 ref += (double)bf16_round(xv) * wb;
-                exact += (double)xv * wv;
-                mag += fabs((double)xv * wv);
             }
             double got = out[t * ldo + n];
             double tol = 2e-5 * mag + 1e-6;
@@ -108,14 +89,14 @@ START_TEST(test_bf16_gemm_shapes)
             for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
                 for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
                     int64_t T = Ts[a], K = Ks[b], N = Ns[(a + b) % (sizeof Ns / sizeof Ns[0])];
-                    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
-                    float *wf = xmalloc(sizeof(float) * (size_t)(N * K));
-                    float *bias = xmalloc(sizeof(float) * (size_t)N);
+                    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K));
+                    float *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+                    float *bias = tu_xmalloc(sizeof(float) * (size_t)N);
                     int64_t ldo = N + 3;
-                    float *out = xmalloc(sizeof(float) * (size_t)(T * ldo));
+                    float *out = tu_xmalloc(sizeof(float) * (size_t)(T * ldo));
                     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
                     tu_fill_normal(&r, bias, (size_t)N, 1.0f);
-                    uint16_t *w = make_w(&r, dtype, N, K, wf);
+                    uint16_t *w = tu_half_weights(&r, dtype, N, K, wf);
                     bool with_bias = (a + b) % 2;
                     pagoda_cpu_mat m = {.w = w, .dtype = dtype, .w_stride = sizeof(uint16_t) * (size_t)K,
                                         .N = N, .bias = with_bias ? bias : NULL, .out = out,
@@ -144,16 +125,16 @@ START_TEST(test_bf16_gemm_multi)
     int dts[3] = {PAGODA_DTYPE_BF16, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16};
     pagoda_threadpool *pool = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 2.0f);
     for (int ti = 0; ti < nt; ti++) {
         float *wf[3], *out[3];
         uint16_t *w[3];
         pagoda_cpu_mat m[3];
         for (int i = 0; i < 3; i++) {
-            wf[i] = xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
-            out[i] = xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
-            w[i] = make_w(&r, dts[i], Nn[i], K, wf[i]);
+            wf[i] = tu_xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
+            out[i] = tu_xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
+            w[i] = tu_half_weights(&r, dts[i], Nn[i], K, wf[i]);
             m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = dts[i], .w_stride = 2 * (size_t)K, .N = Nn[i],
                                     .out = out[i], .out_stride = sizeof(float) * (size_t)Nn[i]};
         }
@@ -180,13 +161,13 @@ START_TEST(test_bf16_pack_bits)
     tu_rng_seed(&r, 29);
     int64_t K = 50;  /* 3 vectors of 16 and a tail pair */
     int rows = 11;
-    float *x = xmalloc(sizeof(float) * (size_t)(rows * K));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(rows * K));
     tu_fill_normal(&r, x, (size_t)(rows * K), 3.0f);
     /* ties, signs, infinities, a NaN, a denormal: each rounding rule */
     uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f800000u, 0xff800000u,
                           0x7fc00001u, 0x7f800001u, 0x00000001u, 0x7f7fffffu, 0x80000000u};
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[3 * K + 15 + i], &special[i], 4);
-    uint16_t *g = xmalloc(sizeof(uint16_t) * 16 * (size_t)K);
+    uint16_t *g = tu_xmalloc(sizeof(uint16_t) * 16 * (size_t)K);
     for (int ti = 0; ti < nt; ti++) {
         memset(g, 0xab, sizeof(uint16_t) * 16 * (size_t)K);
         tb[ti]->pack_x(x, sizeof(float) * (size_t)K, rows, K, g);
@@ -208,7 +189,7 @@ START_TEST(test_bf16_f16_conversion_every_value)
     const pagoda_bf16_kernels *tb[2];
     int nt = tables(tb);
     if (!nt) return;
-    uint16_t *src = xmalloc(sizeof(uint16_t) * 65541), *dst = xmalloc(sizeof(uint16_t) * 65541);
+    uint16_t *src = tu_xmalloc(sizeof(uint16_t) * 65541), *dst = tu_xmalloc(sizeof(uint16_t) * 65541);
     for (int i = 0; i < 65541; i++) src[i] = (uint16_t)(i * 1u);  /* 65536.. wrap: a tail of 5 */
     for (int ti = 0; ti < nt; ti++) {
         tb[ti]->f16_to_bf16(src, dst, 65541);
@@ -247,10 +228,10 @@ START_TEST(test_bf16_matmul_dispatch)
     int64_t T = 48, K = 128, N = 30;
     tu_rng r;
     tu_rng_seed(&r, 30);
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K)), *wf = xmalloc(sizeof(float) * (size_t)(N * K));
-    float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K)), *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+    float *out = tu_xmalloc(sizeof(float) * (size_t)(T * N));
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
-    uint16_t *w = make_w(&r, PAGODA_DTYPE_BF16, N, K, wf);
+    uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_BF16, N, K, wf);
     pagoda_cpu_exec ex = {0};
     int det = pagoda_cpu_detect_isa();
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
@@ -301,14 +282,14 @@ START_TEST(test_amxbf16_gemm_shapes)
         for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
             for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
                 int64_t T = Ts[a], K = Ks[b], N = Ns[(a + 2 * b + dt) % (sizeof Ns / sizeof Ns[0])];
-                float *x = xmalloc(sizeof(float) * (size_t)(T * K));
-                float *wf = xmalloc(sizeof(float) * (size_t)(N * K));
-                float *bias = xmalloc(sizeof(float) * (size_t)N);
+                float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K));
+                float *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+                float *bias = tu_xmalloc(sizeof(float) * (size_t)N);
                 int64_t ldo = N + 5;
-                float *out = xmalloc(sizeof(float) * (size_t)(T * ldo));
+                float *out = tu_xmalloc(sizeof(float) * (size_t)(T * ldo));
                 tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
                 tu_fill_normal(&r, bias, (size_t)N, 1.0f);
-                uint16_t *w = make_w(&r, dtype, N, K, wf);
+                uint16_t *w = tu_half_weights(&r, dtype, N, K, wf);
                 bool with_bias = (a + b) % 2;
                 pagoda_cpu_mat m = {.w = w, .dtype = dtype, .w_stride = sizeof(uint16_t) * (size_t)K, .N = N,
                                     .bias = with_bias ? bias : NULL, .out = out,
@@ -350,16 +331,16 @@ START_TEST(test_amxbf16_gemm_multi)
     bool real = pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX;
     pagoda_threadpool *pool = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 2.0f);
     float *wf[3], *out[3];
     uint16_t *w[3];
     pagoda_cpu_mat m[3];
     for (int i = 0; i < 3; i++) {
-        float *wk = xmalloc(sizeof(float) * (size_t)(Nn[i] * ws));
-        wf[i] = xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
-        out[i] = xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
-        w[i] = make_w(&r, dts[i], Nn[i], ws, wk);
+        float *wk = tu_xmalloc(sizeof(float) * (size_t)(Nn[i] * ws));
+        wf[i] = tu_xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
+        out[i] = tu_xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
+        w[i] = tu_half_weights(&r, dts[i], Nn[i], ws, wk);
         for (int64_t n = 0; n < Nn[i]; n++) memcpy(wf[i] + n * K, wk + n * ws, sizeof(float) * (size_t)K);
         free(wk);
         m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = dts[i], .w_stride = 2 * (size_t)ws, .N = Nn[i],
@@ -420,10 +401,10 @@ START_TEST(test_amxbf16_dispatch)
     int64_t T = 16, K = 2048, N = 48;
     tu_rng r;
     tu_rng_seed(&r, 33);
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K)), *wf = xmalloc(sizeof(float) * (size_t)(N * K));
-    float *out = xmalloc(sizeof(float) * (size_t)(T * N));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K)), *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+    float *out = tu_xmalloc(sizeof(float) * (size_t)(T * N));
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
-    uint16_t *w = make_w(&r, PAGODA_DTYPE_BF16, N, K, wf);
+    uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_BF16, N, K, wf);
     pagoda_cpu_exec ex = {0};
     ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
     ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
@@ -431,11 +412,8 @@ START_TEST(test_amxbf16_dispatch)
     /* K = 2048: the F32 sums' bound is K * 2^-24 = 1.2e-4, not 2e-5 */
     for (int64_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
-            double exact = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                exact += (double)x[t * K + k] * wf[n * K + k];
-                mag += fabs((double)x[t * K + k] * wf[n * K + k]);
-            }
+            double mag;
+            double exact = tu_dot_exact(x + t * K, wf + n * K, K, &mag);
             ck_assert_msg(fabs(out[t * N + n] - exact) <= (0x1p-8 + 2e-4) * mag + 1e-6,
                           "matmul on AMX-BF16 [%lld,%lld]: %.8g vs %.8g", (long long)t, (long long)n,
                           out[t * N + n], exact);

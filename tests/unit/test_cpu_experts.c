@@ -39,13 +39,6 @@ static const int TYPES[] = {
 };
 #define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* Where a 256-value type keeps its f16 scales d / dmin (-1: none). */
 static int k_scale_offset(int dtype, int min)
 {
@@ -71,8 +64,8 @@ static uint8_t *expert_weights(tu_rng *r, int dtype, int E, int64_t N, int64_t K
     ck_assert_uint_gt(rb, 0);
     *row_stride = rb;
     *expert_stride = rb * (size_t)N + 64;
-    uint8_t *w = xmalloc(*expert_stride * (size_t)E);
-    float *row = xmalloc(sizeof(float) * (size_t)K);
+    uint8_t *w = tu_xmalloc(*expert_stride * (size_t)E);
+    float *row = tu_xmalloc(sizeof(float) * (size_t)K);
     for (int e = 0; e < E; e++)
         for (int64_t n = 0; n < N; n++) {
             uint8_t *p = w + (size_t)e * *expert_stride + (size_t)n * rb;
@@ -142,9 +135,9 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
     size_t ws, es;
     uint8_t *w = expert_weights(r, dtype, c->E, N, K, &ws, &es);
     size_t xs = sizeof(float) * (size_t)(K + 8);
-    float *x = xmalloc(xs * (size_t)X);
+    float *x = tu_xmalloc(xs * (size_t)X);
     tu_fill_normal(r, x, xs / sizeof(float) * (size_t)X, 1.0f);
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)R), *xr = xmalloc(sizeof(int32_t) * (size_t)R);
+    int32_t *ids = tu_xmalloc(sizeof(int32_t) * (size_t)R), *xr = tu_xmalloc(sizeof(int32_t) * (size_t)R);
     int used = c->E - c->unused;
     for (int64_t t = 0; t < c->T; t++)
         for (int j = 0; j < c->k; j++) {
@@ -158,10 +151,10 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
             xr[i] = (int32_t)t;
         }
     size_t os = sizeof(float) * (size_t)(N + 3);
-    float *out = xmalloc(os * (size_t)R), *want = xmalloc(os * (size_t)R);
-    float *xg = xmalloc(sizeof(float) * (size_t)(K * R)), *og = xmalloc(sizeof(float) * (size_t)(N * R));
-    float *wf = xmalloc(sizeof(float) * (size_t)K);
-    int32_t *rows = xmalloc(sizeof(int32_t) * (size_t)R);
+    float *out = tu_xmalloc(os * (size_t)R), *want = tu_xmalloc(os * (size_t)R);
+    float *xg = tu_xmalloc(sizeof(float) * (size_t)(K * R)), *og = tu_xmalloc(sizeof(float) * (size_t)(N * R));
+    float *wf = tu_xmalloc(sizeof(float) * (size_t)K);
+    int32_t *rows = tu_xmalloc(sizeof(int32_t) * (size_t)R);
     for (int ii = 0; ii < N_ISAS; ii++) {
         cpu_path_use(&PATHS[ii]);
         memset(out, 0xff, os * (size_t)R); /* NaN: a row not written shows */
@@ -287,9 +280,9 @@ START_TEST(test_moe_combine)
         for (int acc = 0; acc < 2; acc++) {
             int64_t R = Rs[si], O = Os[si];
             size_t ys = sizeof(float) * (size_t)(C + 5), os = sizeof(float) * (size_t)(C + 1);
-            float *y = xmalloc(ys * (size_t)R), *out = xmalloc(os * (size_t)O), *want = xmalloc(os * (size_t)O);
-            float *wt = xmalloc(sizeof(float) * (size_t)R);
-            int32_t *dst = xmalloc(sizeof(int32_t) * (size_t)R);
+            float *y = tu_xmalloc(ys * (size_t)R), *out = tu_xmalloc(os * (size_t)O), *want = tu_xmalloc(os * (size_t)O);
+            float *wt = tu_xmalloc(sizeof(float) * (size_t)R);
+            int32_t *dst = tu_xmalloc(sizeof(int32_t) * (size_t)R);
             tu_fill_normal(&r, y, ys / 4 * (size_t)R, 1.0f);
             tu_fill_normal(&r, out, os / 4 * (size_t)O, 1.0f);
             memcpy(want, out, os * (size_t)O);

@@ -24,13 +24,6 @@
 #include "testutil.h"
 #include "threadpool.h"
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* The kernel tables this host can run: SIMDe's (AVX2) and the native one. */
 static int tables(const pagoda_fma_kernels **t)
 {
@@ -40,17 +33,6 @@ static int tables(const pagoda_fma_kernels **t)
     return n;
 }
 
-static uint16_t *make_w(tu_rng *r, int dtype, int64_t N, int64_t K, float *wf)
-{
-    uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) {
-        float v = tu_rng_normal(r);
-        w[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp32_to_fp16(v) : pagoda_fp32_to_bf16(v);
-        wf[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(w[i]) : pagoda_bf16_to_fp32(w[i]);
-    }
-    return w;
-}
-
 /* out (T x N, stride ldo floats) against the exact product; x rows xs
  * floats apart. */
 static void check_out(const float *x, int64_t xs, int64_t T, int64_t K, const float *wf, int dtype, int64_t N,
@@ -58,12 +40,9 @@ static void check_out(const float *x, int64_t xs, int64_t T, int64_t K, const fl
 {
     for (int64_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
-            double exact = bias ? bias[n] : 0, mag = bias ? fabs(bias[n]) : 0;
-            for (int64_t k = 0; k < K; k++) {
-                double p = (double)x[t * xs + k] * wf[n * K + k];
-                exact += p;
-                mag += fabs(p);
-            }
+            double mag;
+            double exact = tu_dot_exact(x + t * xs, wf + n * K, K, &mag) + (bias ? bias[n] : 0);
+            mag += bias ? fabs(bias[n]) : 0;
             double got = out[t * ldo + n];
             double tol = (double)(K + 1) * 0x1p-24 * mag + 1e-30;
             ck_assert_msg(fabs(got - exact) <= tol, "%s %s T %lld K %lld N %lld [%lld,%lld]: %.9g vs exact %.9g",
@@ -76,14 +55,14 @@ static void run_case(const pagoda_fma_kernels *kn, tu_rng *r, pagoda_threadpool 
                      int64_t N, bool with_bias)
 {
     int64_t xs = K + 5, ldo = N + 3;
-    float *x = xmalloc(sizeof(float) * (size_t)(T * xs));
-    float *wf = xmalloc(sizeof(float) * (size_t)(N * K));
-    float *bias = xmalloc(sizeof(float) * (size_t)N);
-    float *out = xmalloc(sizeof(float) * (size_t)(T * ldo));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * xs));
+    float *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+    float *bias = tu_xmalloc(sizeof(float) * (size_t)N);
+    float *out = tu_xmalloc(sizeof(float) * (size_t)(T * ldo));
     tu_fill_normal(r, x, (size_t)(T * xs), 1.0f);
     tu_fill_normal(r, bias, (size_t)N, 1.0f);
     for (int64_t i = 0; i < T * ldo; i++) out[i] = NAN; /* every output written */
-    uint16_t *w = make_w(r, dtype, N, K, wf);
+    uint16_t *w = tu_half_weights(r, dtype, N, K, wf);
     pagoda_cpu_mat m = {.w = w, .dtype = dtype, .w_stride = sizeof(uint16_t) * (size_t)K, .N = N,
                         .bias = with_bias ? bias : NULL, .out = out, .out_stride = sizeof(float) * (size_t)ldo};
     pagoda_cpu_exec ex = {.pool = pool};
@@ -138,16 +117,16 @@ START_TEST(test_fma_gemm_multi)
     int dts[3] = {PAGODA_DTYPE_BF16, PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16};
     pagoda_threadpool *pool = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K));
     tu_fill_normal(&r, x, (size_t)(T * K), 2.0f);
     for (int ti = 0; ti < nt; ti++) {
         float *wf[3], *out[3];
         uint16_t *w[3];
         pagoda_cpu_mat m[3];
         for (int i = 0; i < 3; i++) {
-            wf[i] = xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
-            out[i] = xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
-            w[i] = make_w(&r, dts[i], Nn[i], K, wf[i]);
+            wf[i] = tu_xmalloc(sizeof(float) * (size_t)(Nn[i] * K));
+            out[i] = tu_xmalloc(sizeof(float) * (size_t)(T * Nn[i]));
+            w[i] = tu_half_weights(&r, dts[i], Nn[i], K, wf[i]);
             m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = dts[i], .w_stride = 2 * (size_t)K, .N = Nn[i],
                                     .out = out[i], .out_stride = sizeof(float) * (size_t)Nn[i]};
         }
@@ -239,16 +218,16 @@ START_TEST(test_f16_gemm_forced_close)
     pagoda_threadpool *pool = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
     int64_t T = 70, K = 320, N = 50;
-    float *x = xmalloc(sizeof(float) * (size_t)(T * K)), *wf = xmalloc(sizeof(float) * (size_t)(N * K));
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K)), *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
     float *out[3];
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
     static const int modes[3] = {PAGODA_F16GEMM_FMA, PAGODA_F16GEMM_OFF, PAGODA_F16GEMM_DPBF16};
     for (int dt = 0; dt < 2; dt++) {
         int dtype = dt ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
-        uint16_t *w = make_w(&r, dtype, N, K, wf);
+        uint16_t *w = tu_half_weights(&r, dtype, N, K, wf);
         pagoda_cpu_exec ex = {.pool = pool};
         for (int i = 0; i < 3; i++) {
-            out[i] = xmalloc(sizeof(float) * (size_t)(T * N));
+            out[i] = tu_xmalloc(sizeof(float) * (size_t)(T * N));
             pagoda_cpu_set_f16_gemm(modes[i]);
             ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, dtype, 2 * (size_t)K, N,
                                                NULL, out[i], sizeof(float) * (size_t)N),
@@ -259,8 +238,8 @@ START_TEST(test_f16_gemm_forced_close)
         (void)dp_rounded;
         for (int64_t t = 0; t < T; t++)
             for (int64_t n = 0; n < N; n++) {
-                double mag = 0;
-                for (int64_t k = 0; k < K; k++) mag += fabs((double)x[t * K + k] * wf[n * K + k]);
+                double mag;
+                (void)tu_dot_exact(x + t * K, wf + n * K, K, &mag);
                 float a = out[0][t * N + n], b = out[1][t * N + n], c = out[2][t * N + n];
                 ck_assert_msg(fabs((double)a - b) <= 2.0 * (K + 1) * 0x1p-24 * mag, "%s fma %.9g vs off %.9g",
                               pagoda_dtype_name(dtype), a, b);

@@ -47,13 +47,6 @@ static bool has_vnni(void)
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* ------------------------------------------------------------ thread pool */
 
 typedef struct pool_probe {
@@ -127,8 +120,8 @@ END_TEST
 START_TEST(test_to_f16_scalar_equals_avx2)
 {
     enum { N = 4099 };
-    float *x = xmalloc(sizeof(float) * N);
-    uint16_t *a = xmalloc(2 * N), *b = xmalloc(2 * N);
+    float *x = tu_xmalloc(sizeof(float) * N);
+    uint16_t *a = tu_xmalloc(2 * N), *b = tu_xmalloc(2 * N);
     tu_rng r;
     tu_rng_seed(&r, 7);
     for (int i = 0; i < N; i++) {
@@ -167,8 +160,8 @@ START_TEST(test_swiglu_avx2_near_scalar)
 {
     if (pagoda_cpu_detect_isa() < PAGODA_CPU_ISA_AVX2) return;
     enum { N = 20003 };
-    float *g = xmalloc(sizeof(float) * N), *u = xmalloc(sizeof(float) * N);
-    float *a = xmalloc(sizeof(float) * N), *b = xmalloc(sizeof(float) * N);
+    float *g = tu_xmalloc(sizeof(float) * N), *u = tu_xmalloc(sizeof(float) * N);
+    float *a = tu_xmalloc(sizeof(float) * N), *b = tu_xmalloc(sizeof(float) * N);
     tu_rng r;
     tu_rng_seed(&r, 11);
     for (int i = 0; i < N; i++) {
@@ -206,8 +199,8 @@ END_TEST
 START_TEST(test_geglu_scalar_avx2_near_libm)
 {
     enum { N = 20003 };
-    float *g = xmalloc(sizeof(float) * N), *u = xmalloc(sizeof(float) * N);
-    float *o = xmalloc(sizeof(float) * N);
+    float *g = tu_xmalloc(sizeof(float) * N), *u = tu_xmalloc(sizeof(float) * N);
+    float *o = tu_xmalloc(sizeof(float) * N);
     tu_rng r;
     tu_rng_seed(&r, 12);
     for (int i = 0; i < N; i++) {
@@ -235,7 +228,7 @@ START_TEST(test_geglu_scalar_avx2_near_libm)
     }
     /* in place, as the forward pass runs it (out = gate) */
     memcpy(o, g, sizeof(float) * N);
-    float *ref = xmalloc(sizeof(float) * N);
+    float *ref = tu_xmalloc(sizeof(float) * N);
     pagoda_vecdot_scalar.geglu(g, u, ref, N);
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
     pagoda_cpu_geglu(o, sizeof(float) * 1000, u, sizeof(float) * 1000, o, sizeof(float) * 1000, 20, 1000);
@@ -254,7 +247,7 @@ START_TEST(test_quant_activations_scalar_equals_avx2)
     tu_rng r;
     tu_rng_seed(&r, 11);
     int K = 1024;
-    float *x = xmalloc(sizeof(float) * K);
+    float *x = tu_xmalloc(sizeof(float) * K);
     tu_fill_normal(&r, x, K, 3.0f);
     for (int j = 0; j < 32; j++) x[64 + j] = 0.0f;  /* an all-zero block */
     x[5] = 0.5f * (127.0f / 127.0f);                 /* some exact halves */
@@ -346,8 +339,8 @@ static uint8_t *quantized_weights(tu_rng *r, int dtype, int64_t N, int64_t K, si
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
-    uint8_t *w = xmalloc(rb * (size_t)N);
-    float *row = xmalloc(sizeof(float) * (size_t)K);
+    uint8_t *w = tu_xmalloc(rb * (size_t)N);
+    float *row = tu_xmalloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
         tu_fill_normal(r, row, (size_t)K, 0.5f);
         ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
@@ -371,8 +364,8 @@ static uint8_t *make_weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t 
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
-    uint8_t *w = xmalloc(rb * (size_t)N);
-    float *row = xmalloc(sizeof(float) * (size_t)K);
+    uint8_t *w = tu_xmalloc(rb * (size_t)N);
+    float *row = tu_xmalloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
         if (k_scales) {
             uint8_t *p = w + (size_t)n * rb;
@@ -440,8 +433,8 @@ static void check_matmul_type(int dtype)
         uint8_t *w = make_weights(&r, dtype, N, K, &ws);
         /* x rows padded (stride > row) to check strides are honoured. */
         size_t xs = sizeof(float) * (size_t)(K + 8), os = sizeof(float) * (size_t)(N + 3);
-        float *x = xmalloc(xs * (size_t)T), *bias = xmalloc(sizeof(float) * (size_t)N);
-        float *wd = xmalloc(sizeof(float) * (size_t)(N * K));
+        float *x = tu_xmalloc(xs * (size_t)T), *bias = tu_xmalloc(sizeof(float) * (size_t)N);
+        float *wd = tu_xmalloc(sizeof(float) * (size_t)(N * K));
         float *out[CPU_PATHS_MAX];
         bool bf16_path[CPU_PATHS_MAX] = {false};
         tu_fill_normal(&r, x, xs / sizeof(float) * (size_t)T, 1.0f);
@@ -459,7 +452,7 @@ static void check_matmul_type(int dtype)
             bool inexact = !pagoda_cpu_matmul_exact(dtype, T);
             bf16_path[ii] = (dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16) && inexact;
             bool quant = inexact && !bf16_path[ii];
-            out[ii] = xmalloc(os * (size_t)T);
+            out[ii] = tu_xmalloc(os * (size_t)T);
             const float *b = (ci & 1) ? bias : NULL;
             ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, xs, T, K, w, dtype, ws, N, b, out[ii], os),
                              PAGODA_OK);
@@ -467,7 +460,7 @@ static void check_matmul_type(int dtype)
             for (int64_t t = 0; t < T; t++) {
                 const float *xr = (const float *)((const uint8_t *)x + t * xs);
                 /* The activations as the kernel sees them. */
-                float *xq = xmalloc(sizeof(float) * (size_t)K), *dstep = xmalloc(sizeof(float) * (size_t)K);
+                float *xq = tu_xmalloc(sizeof(float) * (size_t)K), *dstep = tu_xmalloc(sizeof(float) * (size_t)K);
                 for (int64_t k0 = 0; k0 < K; k0 += qb) {
                     float amax = 0.0f;
                     for (int j = 0; j < qb; j++) amax = fmaxf(amax, fabsf(xr[k0 + j]));
@@ -591,14 +584,14 @@ START_TEST(test_matmul_k_extremes)
     pagoda_threadpool *tp = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
     pagoda_cpu_exec ex = {.pool = tp};
-    float *x = xmalloc(sizeof(float) * T * K), *wd = xmalloc(sizeof(float) * N * K);
-    float *out = xmalloc(sizeof(float) * T * N);
+    float *x = tu_xmalloc(sizeof(float) * T * K), *wd = tu_xmalloc(sizeof(float) * N * K);
+    float *out = tu_xmalloc(sizeof(float) * T * N);
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++) x[t * K + k] = t % 3 == 0 ? 2.0f : t % 3 == 1 ? -2.0f : (k & 1 ? 2.0f : -2.0f);
     for (size_t ti = 0; ti < 2 * sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti / 2];
         size_t rb = pagoda_dtype_row_bytes(dt, K), bb = pagoda_dtype_row_bytes(dt, 256), so, sl;
-        uint8_t *w = xmalloc(rb * N);
+        uint8_t *w = tu_xmalloc(rb * N);
         memset(w, ti % 2 ? 0x00 : 0xFF, rb * N);
         k_scales_bytes(dt, &so, &sl);
         for (size_t b = 0; b < rb * N / bb; b++) memset(w + b * bb + so, 0xFF, sl);
@@ -615,11 +608,8 @@ START_TEST(test_matmul_k_extremes)
                 for (int64_t t = 0; t < tt; t++)
                     for (int n = 0; n < N; n++) {
                         /* +-2.0 quantize exactly to +-127 * (2 / 127). */
-                        double want = 0.0, mag = 0.0;
-                        for (int k = 0; k < K; k++) {
-                            want += (double)x[t * K + k] * wd[n * K + k];
-                            mag += fabs((double)x[t * K + k] * wd[n * K + k]);
-                        }
+                        double mag;
+                        double want = tu_dot_exact(x + t * K, wd + n * K, K, &mag);
                         ck_assert_msg(fabs(out[t * N + n] - want) <= 1e-5 * mag + 1e-5,
                                       "%s fill %s path %s T=%lld t=%lld n=%d: %.7g want %.7g", pagoda_dtype_name(dt),
                                       ti % 2 ? "00" : "FF", PATHS[ii].name, (long long)tt, (long long)t, n, out[t * N + n],
@@ -656,8 +646,8 @@ START_TEST(test_lanes_same_bits_every_level)
     pagoda_threadpool *tp = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
     pagoda_cpu_exec ex = {.pool = tp};
-    float *x = xmalloc(sizeof(float) * TMAX * K);
-    float *ref = xmalloc(sizeof(float) * TMAX * N), *out = xmalloc(sizeof(float) * TMAX * N);
+    float *x = tu_xmalloc(sizeof(float) * TMAX * K);
+    float *ref = tu_xmalloc(sizeof(float) * TMAX * N), *out = tu_xmalloc(sizeof(float) * TMAX * N);
     tu_fill_normal(&r, x, (size_t)TMAX * K, 1.0f);
     int checked = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -761,10 +751,10 @@ START_TEST(test_mxfp4_kernels_every_level)
         const int64_t NR = 9, TT = 17;
         size_t ws;
         uint8_t *w = make_weights(&r, PAGODA_DTYPE_MXFP4, NR, K, &ws);
-        float *x = xmalloc(sizeof(float) * (size_t)(K * TT)), *wd = xmalloc(sizeof(float) * (size_t)K);
-        pagoda_q8a_block *xq = xmalloc(sizeof(pagoda_q8a_block) * (size_t)(nb * TT));
+        float *x = tu_xmalloc(sizeof(float) * (size_t)(K * TT)), *wd = tu_xmalloc(sizeof(float) * (size_t)K);
+        pagoda_q8a_block *xq = tu_xmalloc(sizeof(pagoda_q8a_block) * (size_t)(nb * TT));
         pagoda_q8x8_block *x8 = aligned_alloc(64, sizeof(pagoda_q8x8_block) * (size_t)(nb * 3));
-        float *ref = xmalloc(sizeof(float) * (size_t)(NR * TT)), *got = xmalloc(sizeof(float) * (size_t)(NR * TT));
+        float *ref = tu_xmalloc(sizeof(float) * (size_t)(NR * TT)), *got = tu_xmalloc(sizeof(float) * (size_t)(NR * TT));
         ck_assert_ptr_nonnull(x8);
         tu_fill_normal(&r, x, (size_t)(K * TT), 1.0f);
         for (int64_t t = 0; t < TT; t++) pagoda_vecdot_scalar.quant_q8a(x + t * K, xq + t * nb, K);
@@ -846,10 +836,10 @@ static void check_row_dots_every_path(const int *types, size_t n_types, int64_t 
             int64_t nbk = nb == 10 ? 43 : nb, K = QK * nbk;
             size_t ws;
             uint8_t *w = make_weights(&r, types[ti], 3, K, &ws);
-            float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
-            void *xq = xmalloc(xb * (size_t)nbk);
-            int8_t *xqs = xmalloc((size_t)K);   /* the activations' quants and scales, either block */
-            float *xd = xmalloc(sizeof(float) * (size_t)nbk);
+            float *x = tu_xmalloc(sizeof(float) * (size_t)K), *wd = tu_xmalloc(sizeof(float) * (size_t)K);
+            void *xq = tu_xmalloc(xb * (size_t)nbk);
+            int8_t *xqs = tu_xmalloc((size_t)K);   /* the activations' quants and scales, either block */
+            float *xd = tu_xmalloc(sizeof(float) * (size_t)nbk);
             tu_fill_normal(&r, x, (size_t)K, 1.0f);
             if (QK == 256)
                 pagoda_vecdot_scalar.quant_q8k(x, xq, K);
@@ -951,7 +941,7 @@ START_TEST(test_dots_q5_iq4_avx2_match_scalar)
             int64_t K = 32 * nb;
             size_t ws;
             uint8_t *w = make_weights(&r, types[ti], 2, K, &ws);
-            float *x = xmalloc(sizeof(float) * (size_t)K), *wd = xmalloc(sizeof(float) * (size_t)K);
+            float *x = tu_xmalloc(sizeof(float) * (size_t)K), *wd = tu_xmalloc(sizeof(float) * (size_t)K);
             pagoda_q8a_block xq[9];
             tu_fill_normal(&r, x, (size_t)K, 1.0f);
             pagoda_vecdot_scalar.quant_q8a(x, xq, K);
@@ -1002,7 +992,7 @@ START_TEST(test_get_rows_every_type)
         size_t ws;
         uint8_t *w = make_weights(&r, types[ti], V, C, &ws);
         int32_t ids[] = {3, 0, 10, 3, 7};
-        float *out = xmalloc(sizeof(float) * 5 * (size_t)C), *ref = xmalloc(sizeof(float) * (size_t)C);
+        float *out = tu_xmalloc(sizeof(float) * 5 * (size_t)C), *ref = tu_xmalloc(sizeof(float) * (size_t)C);
         ck_assert_int_eq(pagoda_cpu_get_rows(w, types[ti], ws, C, ids, 5, out, sizeof(float) * C),
                          PAGODA_OK);
         for (int i = 0; i < 5; i++) {
@@ -1028,7 +1018,7 @@ START_TEST(test_dequant_avx2_matches_reference)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         size_t ws;
         uint8_t *w = make_weights(&r, types[ti], 3, C, &ws);
-        float *a = xmalloc(sizeof(float) * (size_t)C), *b = xmalloc(sizeof(float) * (size_t)C);
+        float *a = tu_xmalloc(sizeof(float) * (size_t)C), *b = tu_xmalloc(sizeof(float) * (size_t)C);
         for (int n = 0; n < 3; n++) {
             pagoda_dequantize_row(types[ti], w + n * ws, a, C);
             pagoda_vecdot_avx2.dequant(types[ti], w + n * ws, b, C);
@@ -1055,8 +1045,8 @@ START_TEST(test_rms_norm_swiglu_add)
     tu_rng r;
     tu_rng_seed(&r, 9);
     int64_t R = 5, C = 77;
-    float *x = xmalloc(sizeof(float) * R * C), *w = xmalloc(sizeof(float) * C);
-    float *y = xmalloc(sizeof(float) * R * C), *o = xmalloc(sizeof(float) * R * C);
+    float *x = tu_xmalloc(sizeof(float) * R * C), *w = tu_xmalloc(sizeof(float) * C);
+    float *y = tu_xmalloc(sizeof(float) * R * C), *o = tu_xmalloc(sizeof(float) * R * C);
     tu_fill_normal(&r, x, (size_t)(R * C), 2.0f);
     tu_fill_normal(&r, w, (size_t)C, 1.0f);
     tu_fill_normal(&r, y, (size_t)(R * C), 1.0f);
@@ -1084,7 +1074,7 @@ START_TEST(test_rms_norm_swiglu_add)
     }
     pagoda_cpu_add(x, s, y, s, o, s, R, C);
     for (int64_t i = 0; i < R * C; i++) ck_assert(o[i] == x[i] + y[i]);
-    float *x2 = xmalloc(sizeof(float) * R * C);
+    float *x2 = tu_xmalloc(sizeof(float) * R * C);
     memcpy(x2, x, sizeof(float) * R * C);
     pagoda_cpu_add(x2, s, y, s, x2, s, R, C); /* out aliases a */
     ck_assert_int_eq(memcmp(x2, o, sizeof(float) * R * C), 0);
@@ -1107,7 +1097,7 @@ START_TEST(test_rope_normal_neox_direct)
     float inv[24];
     for (int i = 0; i < n_rot / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / n_rot);
     size_t rs = sizeof(float) * (size_t)(n_heads * hd);
-    float *x = xmalloc(rs * T), *a = xmalloc(rs * T), *b = xmalloc(rs * T);
+    float *x = tu_xmalloc(rs * T), *a = tu_xmalloc(rs * T), *b = tu_xmalloc(rs * T);
     tu_fill_normal(&r, x, (size_t)(T * n_heads * hd), 1.0f);
     for (int neox = 0; neox < 2; neox++) {
         pagoda_rope_params p = {.n_rot = n_rot, .neox = neox, .mscale = neox ? 0.9f : 1.0f, .inv_freq = inv};
@@ -1178,10 +1168,10 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
     const int n_blocks = 16 + (decode_ctx + block_size - 1) / block_size;
     pagoda_kv_layout L = {.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
                           .n_kv_heads = n_kv, .head_dim = head_dim, .dtype = kv_dtype};
-    uint8_t *pool = xmalloc(pagoda_kv_pool_bytes(&L));
+    uint8_t *pool = tu_xmalloc(pagoda_kv_pool_bytes(&L));
     memset(pool, 0x7f, pagoda_kv_pool_bytes(&L)); /* garbage outside the slots used */
     /* Shuffled block ids shared out among the sequences. */
-    int32_t *perm = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    int32_t *perm = tu_xmalloc(sizeof(int32_t) * (size_t)n_blocks);
     for (int i = 0; i < n_blocks; i++) perm[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) {
         int j = (int)(tu_rng_u64(&r) % (uint64_t)(i + 1));
@@ -1197,18 +1187,18 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
      * half (F16), or the reference Q8_0 blocks dequantized (Q8_0). */
     float *Ks[3], *Vs[3];
     size_t row_bytes = pagoda_kv_slot_bytes(&L);
-    uint8_t *qrow = xmalloc(row_bytes);
+    uint8_t *qrow = tu_xmalloc(row_bytes);
     for (int s = 0; s < 3; s++) {
         nb[s] = (spec[s].ctx_len + block_size - 1) / block_size;
         ck_assert_int_le(used + nb[s], n_blocks);
         tables[s] = perm + used;
         used += nb[s];
-        K[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
-        V[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        K[s] = tu_xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        V[s] = tu_xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
         tu_fill_normal(&r, K[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
         tu_fill_normal(&r, V[s], (size_t)(spec[s].ctx_len * kvw), 1.0f);
-        Ks[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
-        Vs[s] = xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        Ks[s] = tu_xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
+        Vs[s] = tu_xmalloc(sizeof(float) * (size_t)(spec[s].ctx_len * kvw));
         for (int kv = 0; kv < 2; kv++)
             for (int p = 0; p < spec[s].ctx_len; p++) {
                 const float *src = (kv ? V[s] : K[s]) + p * kvw;
@@ -1237,9 +1227,9 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
                                      .block_table = tables[s]};
         n_tok += spec[s].n_q;
     }
-    float *kstep = xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
-    float *vstep = xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
-    int32_t *slots = xmalloc(sizeof(int32_t) * (size_t)n_tok);
+    float *kstep = tu_xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
+    float *vstep = tu_xmalloc(sizeof(float) * (size_t)(n_tok * kvw));
+    int32_t *slots = tu_xmalloc(sizeof(int32_t) * (size_t)n_tok);
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < spec[s].n_q; i++) {
             int p = spec[s].ctx_len - spec[s].n_q + i, row = views[s].q_start + i;
@@ -1272,15 +1262,15 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
                     ck_assert(got == want);
                 }
             }
-    float *q = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
+    float *q = tu_xmalloc(sizeof(float) * (size_t)(n_tok * qw));
     tu_fill_normal(&r, q, (size_t)(n_tok * qw), 1.0f);
     float scale = 1.0f / sqrtf((float)head_dim);
     pagoda_batch batch = {.seq_no = 1, .n_tokens = n_tok, .slots = slots, .n_seqs = 3, .seqs = views};
     pagoda_threadpool *tp = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(3, &tp), PAGODA_OK);
     pagoda_cpu_exec ex = {.pool = tp};
-    float *out = xmalloc(sizeof(float) * (size_t)(n_tok * qw));
-    double *sc = xmalloc(sizeof(double) * (size_t)(decode_ctx + 64));
+    float *out = tu_xmalloc(sizeof(float) * (size_t)(n_tok * qw));
+    double *sc = tu_xmalloc(sizeof(double) * (size_t)(decode_ctx + 64));
     for (int ii = 0; ii < N_ISAS; ii++) {
         cpu_path_use(&PATHS[ii]);
         memset(out, 0, sizeof(float) * (size_t)(n_tok * qw));
@@ -1382,16 +1372,16 @@ START_TEST(test_attention_batch_invariant)
     const int n_blocks = (CTX + BS - 1) / BS;
     pagoda_kv_layout L = {.n_layers = 1, .n_blocks = n_blocks, .block_size = BS, .n_kv_heads = NKV,
                           .head_dim = HD, .dtype = PAGODA_DTYPE_F16};
-    uint8_t *pool = xmalloc(pagoda_kv_pool_bytes(&L));
-    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks), *slots = xmalloc(sizeof(int32_t) * CTX);
+    uint8_t *pool = tu_xmalloc(pagoda_kv_pool_bytes(&L));
+    int32_t *table = tu_xmalloc(sizeof(int32_t) * (size_t)n_blocks), *slots = tu_xmalloc(sizeof(int32_t) * CTX);
     for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
     for (int p = 0; p < CTX; p++) slots[p] = table[p / BS] * BS + p % BS;
     const int kvw = NKV * HD, qw = NH * HD;
-    float *k = xmalloc(sizeof(float) * CTX * kvw), *v = xmalloc(sizeof(float) * CTX * kvw);
+    float *k = tu_xmalloc(sizeof(float) * CTX * kvw), *v = tu_xmalloc(sizeof(float) * CTX * kvw);
     tu_fill_normal(&r, k, (size_t)CTX * kvw, 1.0f);
     tu_fill_normal(&r, v, (size_t)CTX * kvw, 1.0f);
     pagoda_cpu_kv_write(pool, &L, 0, k, sizeof(float) * kvw, v, sizeof(float) * kvw, slots, CTX);
-    float *q = xmalloc(sizeof(float) * 2 * qw), *one = xmalloc(sizeof(float) * qw), *two = xmalloc(sizeof(float) * 2 * qw);
+    float *q = tu_xmalloc(sizeof(float) * 2 * qw), *one = tu_xmalloc(sizeof(float) * qw), *two = tu_xmalloc(sizeof(float) * 2 * qw);
     tu_fill_normal(&r, q, (size_t)2 * qw, 1.0f);
     pagoda_threadpool *tp = NULL;
     ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
@@ -1556,7 +1546,7 @@ START_TEST(test_copy_blocks)
     pagoda_kv_layout L = {.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 2,
                           .head_dim = 8, .dtype = PAGODA_DTYPE_F16};
     size_t bytes = pagoda_kv_pool_bytes(&L), bb = pagoda_kv_block_bytes(&L);
-    uint8_t *pool = xmalloc(bytes), *before = xmalloc(bytes);
+    uint8_t *pool = tu_xmalloc(bytes), *before = tu_xmalloc(bytes);
     for (size_t i = 0; i < bytes; i++) pool[i] = (uint8_t)(i * 31 + 7);
     memcpy(before, pool, bytes);
     int32_t src[] = {1, 4}, dst[] = {5, 0};

@@ -20,21 +20,14 @@
 /* scalar, then every faster path this host runs (cpu_paths.h: PATHS) */
 #define N_ISAS cpu_paths_count()
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* Quantized random weights [N x K] of dtype. */
 static uint8_t *weights(tu_rng *r, int dtype, int64_t N, int64_t K, size_t *stride)
 {
     size_t rb = pagoda_dtype_row_bytes(dtype, K);
     ck_assert_uint_gt(rb, 0);
     *stride = rb;
-    uint8_t *w = xmalloc(rb * (size_t)N);
-    float *row = xmalloc(sizeof(float) * (size_t)K);
+    uint8_t *w = tu_xmalloc(rb * (size_t)N);
+    float *row = tu_xmalloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
         tu_fill_normal(r, row, (size_t)K, 0.5f);
         ck_assert_int_eq(pagoda_quantize_row(dtype, row, w + (size_t)n * rb, K), PAGODA_OK);
@@ -55,7 +48,7 @@ static void check_multi(const mm_case *c, pagoda_cpu_exec *ex, tu_rng *r)
 {
     int64_t T = c->T, K = c->K;
     size_t xs = sizeof(float) * (size_t)(K + 4);
-    float *x = xmalloc(xs * (size_t)T);
+    float *x = tu_xmalloc(xs * (size_t)T);
     tu_fill_normal(r, x, xs / sizeof(float) * (size_t)T, 1.0f);
     pagoda_cpu_mat m[4];
     uint8_t *w[4];
@@ -63,12 +56,12 @@ static void check_multi(const mm_case *c, pagoda_cpu_exec *ex, tu_rng *r)
     for (int i = 0; i < c->n; i++) {
         size_t ws;
         w[i] = weights(r, c->types[i], c->N[i], K, &ws);
-        bias[i] = xmalloc(sizeof(float) * (size_t)c->N[i]);
+        bias[i] = tu_xmalloc(sizeof(float) * (size_t)c->N[i]);
         tu_fill_normal(r, bias[i], (size_t)c->N[i], 1.0f);
         size_t os = sizeof(float) * (size_t)(c->N[i] + 1);
-        want[i] = xmalloc(os * (size_t)T);
+        want[i] = tu_xmalloc(os * (size_t)T);
         m[i] = (pagoda_cpu_mat){.w = w[i], .dtype = c->types[i], .w_stride = ws, .N = c->N[i],
-                                .bias = c->bias && i != 1 ? bias[i] : NULL, .out = xmalloc(os * (size_t)T),
+                                .bias = c->bias && i != 1 ? bias[i] : NULL, .out = tu_xmalloc(os * (size_t)T),
                                 .out_stride = os};
     }
     for (int ii = 0; ii < N_ISAS; ii++) {
@@ -152,8 +145,8 @@ START_TEST(test_row_ops_pool_equal_serial)
         for (int ri = 0; ri < 2; ri++) {
             int64_t R = rows_of[ri];
             size_t n = (size_t)(R * C);
-            float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *w = xmalloc(s), *o1 = xmalloc(n * 4),
-                  *o2 = xmalloc(n * 4);
+            float *a = tu_xmalloc(n * 4), *b = tu_xmalloc(n * 4), *w = tu_xmalloc(s), *o1 = tu_xmalloc(n * 4),
+                  *o2 = tu_xmalloc(n * 4);
             tu_fill_normal(&r, a, n, 1.0f);
             tu_fill_normal(&r, b, n, 1.0f);
             tu_fill_normal(&r, w, (size_t)C, 1.0f);
@@ -178,7 +171,7 @@ START_TEST(test_row_ops_pool_equal_serial)
             float inv[32];
             for (int i = 0; i < 32; i++) inv[i] = powf(10000.0f, -(float)i / 32.0f);
             pagoda_rope_params p = {.n_rot = 64, .neox = true, .mscale = 1.0f, .inv_freq = inv};
-            int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)R);
+            int32_t *pos = tu_xmalloc(sizeof(int32_t) * (size_t)R);
             for (int64_t t = 0; t < R; t++) pos[t] = (int32_t)(t * 37 % 4000);
             memcpy(o1, a, n * 4);
             memcpy(o2, a, n * 4);
@@ -191,10 +184,10 @@ START_TEST(test_row_ops_pool_equal_serial)
                 pagoda_kv_layout L = {.n_layers = 2, .n_blocks = (int32_t)(R + 15) / 16 + 2, .block_size = 16,
                                       .n_kv_heads = 4, .head_dim = 64, .dtype = dts[d]};
                 size_t pb = pagoda_kv_pool_bytes(&L);
-                uint8_t *p1 = xmalloc(pb), *p2 = xmalloc(pb);
+                uint8_t *p1 = tu_xmalloc(pb), *p2 = tu_xmalloc(pb);
                 memset(p1, 0x33, pb);
                 memset(p2, 0x33, pb);
-                int32_t *slots = xmalloc(sizeof(int32_t) * (size_t)R);
+                int32_t *slots = tu_xmalloc(sizeof(int32_t) * (size_t)R);
                 for (int64_t t = 0; t < R; t++) slots[t] = (int32_t)((t * 11) % (L.n_blocks * 16));
                 /* distinct: 11 is prime to the slot counts (336, 48) */
                 pagoda_cpu_kv_write(p1, &L, 1, a, s, b, s, slots, (int32_t)R);

@@ -14,9 +14,11 @@
  *     beside); then 32 greedy steps on pagoda's own choices, equal to
  *     transformers' up to the first reference near-tie (top-2 gap < 2e-3);
  *   - window_pool: the same greedy runs through the engine (continuous
- *     batching, paged KV, the sliding-window pool whose blocks are reused
- *     as the window slides) with swa_kv = window and swa_kv = full: the
- *     same tokens, and transformers' up to the first near-tie;
+ *     batching, all four queued before it starts so every one of its 32
+ *     steps holds them together; paged KV, the sliding-window pool whose
+ *     blocks are reused as the window slides) with swa_kv = window and
+ *     swa_kv = full: the same tokens, and transformers' up to the first
+ *     near-tie;
  *   - fallbacks: without the backend's swiglu_oai (the host computes it),
  *     matmul_experts and moe_combine (the core's per-expert matmuls), the
  *     logits of the long prompt are the backend's within 1e-5;
@@ -266,14 +268,24 @@ START_TEST(window_pool)
         pagoda_config *cfg;
         pagoda_runtime *rt = open_fixture(&cfg, modes[m]);
         pagoda_engine_set_check_invariants(rt->engine, true);
-        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
         int32_t tok[4][CAP], n[4];
-        /* all four at once: their steps batch together */
+        /* all four queued before the engine starts, so they arrive in its
+         * first step (264 prompt tokens: one step's budget of 512) and
+         * every step batches them together, whatever the timing */
         for (size_t p = 0; p < np; p++) {
             n[p] = prompt_ids(json_array_get(prompts, p), tok[p], CAP);
             engine_greedy(rt, tok[p], n[p], 32, &res[m][p]);
         }
+        ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
         pagoda_engine_wait_idle(rt->engine);
+        /* stopped, so that steps_total is the last step's number (a running
+         * engine publishes it at the top of its next loop) */
+        pagoda_engine_stop(rt->engine);
+        pagoda_engine_stats st;
+        pagoda_engine_get_stats(rt->engine, &st);
+        /* together indeed: one prefill step (each prompt's first token)
+         * and 31 decode steps of all four */
+        ck_assert_int_eq(st.steps_total, 32);
         for (size_t p = 0; p < np; p++) {
             json_t *pr = json_array_get(prompts, p), *greedy = json_object_get(pr, "greedy_ids");
             ck_assert_msg(res[m][p].error[0] == 0 && res[m][p].n_final == 1, "%s", res[m][p].error);

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "pagoda/types.h"
+#include "quant.h"
+
 #ifndef PAGODA_TEST_SOURCE_DIR
 #define PAGODA_TEST_SOURCE_DIR "."
 #endif
@@ -49,6 +52,36 @@ float tu_rng_normal(tu_rng *r)
 void tu_fill_normal(tu_rng *r, float *x, size_t n, float std)
 {
     for (size_t i = 0; i < n; i++) x[i] = tu_rng_normal(r) * std;
+}
+
+void *tu_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+uint16_t *tu_half_weights(tu_rng *r, int dtype, int64_t N, int64_t K, float *wf)
+{
+    uint16_t *w = tu_xmalloc(sizeof(uint16_t) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = tu_rng_normal(r);
+        w[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp32_to_fp16(v) : pagoda_fp32_to_bf16(v);
+        wf[i] = dtype == PAGODA_DTYPE_F16 ? pagoda_fp16_to_fp32(w[i]) : pagoda_bf16_to_fp32(w[i]);
+    }
+    return w;
+}
+
+double tu_dot_exact(const float *x, const float *w, int64_t K, double *mag)
+{
+    double s = 0.0, m = 0.0;
+    for (int64_t k = 0; k < K; k++) {
+        double p = (double)x[k] * w[k];
+        s += p;
+        m += fabs(p);
+    }
+    if (mag) *mag = m;
+    return s;
 }
 
 int tu_run(Suite *s)

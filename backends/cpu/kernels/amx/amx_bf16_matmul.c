@@ -11,12 +11,12 @@
  */
 #include "gemm_bf16_amx.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 #include "amx.h"
 #include "cpu_features.h"
 #include "pagoda/types.h"
+#include "row_blocks.h"
 
 /* Rows per claimed block: a multiple of 32 (two row groups per step); at
  * most 128 rows (256 KiB of BF16 at K = 1024, 1.4 MiB at 5632: L2 beside
@@ -50,12 +50,9 @@ typedef struct amxbf16_job {
     size_t group_elems;     /* 16 * Kp */
     int64_t n_groups;
     const pagoda_cpu_mat *w;
-    int n;
-    int64_t block_rows;
-    int64_t block_start[PAGODA_CPU_MATMUL_MAX + 1];
-    uint16_t *wbuf;         /* per thread: block_rows x Kp BF16 */
+    pagoda_row_blocks blocks;
+    uint16_t *wbuf;         /* per thread: blocks.rows x Kp BF16 */
     size_t wbuf_elems;
-    atomic_llong next;
 } amxbf16_job;
 
 static void pack_task(void *arg, int part, int n_parts)
@@ -71,13 +68,9 @@ static void pack_task(void *arg, int part, int n_parts)
     memset(g + 16 * j->K, 0, sizeof(uint16_t) * 16 * (size_t)(j->Kp - j->K));
 }
 
-static void run_block(amxbf16_job *j, int64_t b, uint16_t *buf)
+static void run_block(amxbf16_job *j, const pagoda_cpu_mat *m, int64_t n0, int64_t n1, uint16_t *buf)
 {
-    int i = 0;
-    while (b >= j->block_start[i + 1]) i++;
-    const pagoda_cpu_mat *m = &j->w[i];
-    int64_t n0 = (b - j->block_start[i]) * j->block_rows;
-    int64_t nr = n0 + j->block_rows < m->N ? j->block_rows : m->N - n0;
+    int64_t nr = n1 - n0;
     const uint8_t *src = (const uint8_t *)m->w + (size_t)n0 * m->w_stride;
     const uint16_t *a = (const uint16_t *)(const void *)src;
     size_t lda = m->w_stride;
@@ -110,12 +103,9 @@ static void mm_task(void *arg, int ith, int nth)
     amxbf16_job *j = arg;
     (void)nth;
     uint16_t *buf = j->wbuf + (size_t)ith * j->wbuf_elems;
-    int64_t total = j->block_start[j->n];
-    for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (b >= total) break;
-        run_block(j, b, buf);
-    }
+    int i = 0;
+    int64_t n0 = 0, n1 = 0;
+    while (pagoda_row_blocks_claim(&j->blocks, j->w, &i, &n0, &n1)) run_block(j, &j->w[i], n0, n1, buf);
 }
 
 int pagoda_cpu_amxbf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn,
@@ -126,7 +116,7 @@ int pagoda_cpu_amxbf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn
     for (int i = 0; i < n; i++)
         if (w[i].dtype != PAGODA_DTYPE_F16 && w[i].dtype != PAGODA_DTYPE_BF16) return PAGODA_ERR_INVALID;
     if (T <= 0) return PAGODA_OK;
-    amxbf16_job j = {.kn = kn, .gemm = gemm, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w, .n = n};
+    amxbf16_job j = {.kn = kn, .gemm = gemm, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w};
     j.Kp = (K + PAGODA_AMXBF16_KC - 1) / PAGODA_AMXBF16_KC * PAGODA_AMXBF16_KC;
     j.group_elems = (size_t)PAGODA_BF16_GROUP * (size_t)j.Kp;
     j.n_groups = (T + PAGODA_BF16_GROUP - 1) / PAGODA_BF16_GROUP;
@@ -136,19 +126,15 @@ int pagoda_cpu_amxbf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn
     for (int i = 0; i < n; i++) nmax = w[i].N > nmax ? w[i].N : nmax;
     int64_t rows = (nmax + 2 * nth - 1) / (2 * nth);
     rows = (rows + 31) / 32 * 32;
-    j.block_rows = rows < 32 ? 32 : rows > BLOCK_ROWS_MAX ? BLOCK_ROWS_MAX : rows;
-    for (int i = 0; i < n; i++) {
-        int64_t N = w[i].N > 0 ? w[i].N : 0;
-        j.block_start[i + 1] = j.block_start[i] + (N + j.block_rows - 1) / j.block_rows;
-    }
+    int64_t block_rows = rows < 32 ? 32 : rows > BLOCK_ROWS_MAX ? BLOCK_ROWS_MAX : rows;
+    pagoda_row_blocks_init(&j.blocks, w, n, block_rows);
     size_t xp_bytes = (sizeof(uint16_t) * j.group_elems * (size_t)j.n_groups + 63) & ~(size_t)63;
-    j.wbuf_elems = (((size_t)j.block_rows * (size_t)j.Kp * sizeof(uint16_t) + 63) & ~(size_t)63) / sizeof(uint16_t);
+    j.wbuf_elems = (((size_t)block_rows * (size_t)j.Kp * sizeof(uint16_t) + 63) & ~(size_t)63) / sizeof(uint16_t);
     uint8_t *s = pagoda_cpu_scratch(ex, xp_bytes + (size_t)nth * j.wbuf_elems * sizeof(uint16_t));
     if (!s) return PAGODA_ERR_NOMEM;
     j.xp = (uint16_t *)(void *)s;
     j.wbuf = (uint16_t *)(void *)(s + xp_bytes);
     pagoda_threadpool_run_parts(ex->pool, pack_task, &j, (int)j.n_groups);
-    atomic_init(&j.next, 0);
     pagoda_threadpool_run(ex->pool, mm_task, &j);
     return PAGODA_OK;
 }

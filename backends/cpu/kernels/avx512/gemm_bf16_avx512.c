@@ -27,6 +27,7 @@
 
 #include "gemm_bf16.h"
 #include "quant.h"
+#include "tile_store.h"
 
 /* 16 floats to BF16 bits in the low halves of 32-bit lanes: nearest even,
  * NaN quieted (pagoda_fp32_to_bf16's rule). */
@@ -139,18 +140,7 @@ static inline void tile_ng(const uint32_t *wp, int nr, const uint16_t *xg, size_
             if (NG == 2) acc[1][j] = simde_mm512_dpbf16_ps(acc[1][j], xb, wb);
         }
     }
-    for (int g = 0; g < NG; g++) {
-        int lanes = nt - 16 * g < 16 ? nt - 16 * g : 16;
-        for (int j = 0; j < nr; j++) {
-            float v[16];
-            simde_mm512_storeu_ps(v, acc[g][j]);
-            float b = bias ? bias[j] : 0.0f;
-            for (int l = 0; l < lanes; l++) {
-                float *o = (float *)(void *)((uint8_t *)out + (size_t)(16 * g + l) * out_stride);
-                o[j] = v[l] + b;
-            }
-        }
-    }
+    pagoda_tile_store(&acc[0][0], PAGODA_BF16_NR, NG, nr, nt, bias, out, out_stride);
 }
 
 static void PAGODA_BF16_SFX(tile)(const uint32_t *wp, int nr, const uint16_t *xg, size_t group_elems,

@@ -38,6 +38,7 @@
 
 #include "gemm_fma.h"
 #include "quant.h"
+#include "tile_store.h"
 
 static void FMA_SFX(pack_x)(const float *x, size_t x_stride, int nt, int64_t k, float *g)
 {
@@ -104,18 +105,7 @@ static inline void tile_ng(const float *wp, int nr, const float *xg, size_t grou
                 simde_mm512_storeu_ps(accb + (size_t)(g * PAGODA_FMA_NR + j) * 16, acc[g][j]);
         return;
     }
-    for (int g = 0; g < NG; g++) {
-        int lanes = nt - 16 * g < 16 ? nt - 16 * g : 16;
-        for (int j = 0; j < nr; j++) {
-            float v[16];
-            simde_mm512_storeu_ps(v, acc[g][j]);
-            float b = bias ? bias[j] : 0.0f;
-            for (int l = 0; l < lanes; l++) {
-                float *o = (float *)(void *)((uint8_t *)out + (size_t)(16 * g + l) * out_stride);
-                o[j] = v[l] + b;
-            }
-        }
-    }
+    pagoda_tile_store(&acc[0][0], PAGODA_FMA_NR, NG, nr, nt, bias, out, out_stride);
 }
 
 static void FMA_SFX(tile)(const float *wp, int nr, const float *xg, size_t group_elems, int ng, int nt, int kc,
@@ -144,6 +134,7 @@ const pagoda_fma_kernels FMA_TABLE = {
 #include "gemm_bf16.h"
 #include "amx/gemm_bf16_amx.h"
 #include "pagoda/types.h"
+#include "row_blocks.h"
 
 /* Defaults for pagoda_cpu_fma_min_t: below them the table's exact kernels
  * (the F16 lanes kernel, the BF16 dots) win, the weights being converted
@@ -246,11 +237,9 @@ typedef struct fma_job {
     int64_t n_groups;       /* ceil(T / 16) */
     int64_t n_pairs;        /* ceil(n_groups / 2) */
     const pagoda_cpu_mat *w;
-    int n;
-    int64_t block_start[PAGODA_CPU_MATMUL_MAX + 1];  /* matrix i: blocks [start[i], start[i+1]) */
+    pagoda_row_blocks blocks; /* BLOCK_ROWS rows each */
     uint8_t *wbuf;          /* per thread: the block's converted rows, then the tiles' sums */
     size_t wbuf_per_thread;
-    atomic_llong next;
 } fma_job;
 
 static void pack_task(void *arg, int part, int n_parts)
@@ -265,13 +254,8 @@ static void pack_task(void *arg, int part, int n_parts)
 
 enum { TILES = BLOCK_ROWS / PAGODA_FMA_NR, TILE_ACC = 2 * PAGODA_FMA_NR * 16 };
 
-static void run_block(fma_job *j, int64_t b, float *wp, float *accs)
+static void run_block(fma_job *j, const pagoda_cpu_mat *m, int64_t n0, int64_t n1, float *wp, float *accs)
 {
-    int i = 0;
-    while (b >= j->block_start[i + 1]) i++;
-    const pagoda_cpu_mat *m = &j->w[i];
-    int64_t n0 = (b - j->block_start[i]) * BLOCK_ROWS;
-    int64_t n1 = n0 + BLOCK_ROWS < m->N ? n0 + BLOCK_ROWS : m->N;
     bool f16 = m->dtype == PAGODA_DTYPE_F16;
     const size_t tile_elems = (size_t)PAGODA_FMA_NR * PAGODA_FMA_KC;
     for (int64_t k0 = 0; k0 < j->K; k0 += PAGODA_FMA_KC) {
@@ -309,12 +293,9 @@ static void mm_task(void *arg, int ith, int nth)
     float *wp = (float *)(void *)mine;
     size_t wp_bytes = sizeof(float) * (size_t)BLOCK_ROWS * PAGODA_FMA_KC;
     float *accs = j->K > PAGODA_FMA_KC ? (float *)(void *)(mine + wp_bytes) : NULL;
-    int64_t total = j->block_start[j->n];
-    for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (b >= total) break;
-        run_block(j, b, wp, accs);
-    }
+    int i = 0;
+    int64_t n0 = 0, n1 = 0;
+    while (pagoda_row_blocks_claim(&j->blocks, j->w, &i, &n0, &n1)) run_block(j, &j->w[i], n0, n1, wp, accs);
 }
 
 int pagoda_cpu_fma_matmul(pagoda_cpu_exec *ex, const pagoda_fma_kernels *kn, const float *x, size_t x_stride,
@@ -324,14 +305,11 @@ int pagoda_cpu_fma_matmul(pagoda_cpu_exec *ex, const pagoda_fma_kernels *kn, con
     for (int i = 0; i < n; i++)
         if (w[i].dtype != PAGODA_DTYPE_F16 && w[i].dtype != PAGODA_DTYPE_BF16) return PAGODA_ERR_INVALID;
     if (T <= 0) return PAGODA_OK;
-    fma_job j = {.kn = kn, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w, .n = n};
+    fma_job j = {.kn = kn, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w};
     j.group_elems = (size_t)PAGODA_FMA_GROUP * (size_t)K;
     j.n_groups = (T + PAGODA_FMA_GROUP - 1) / PAGODA_FMA_GROUP;
     j.n_pairs = (j.n_groups + 1) / 2;
-    for (int i = 0; i < n; i++) {
-        int64_t N = w[i].N > 0 ? w[i].N : 0;
-        j.block_start[i + 1] = j.block_start[i] + (N + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    }
+    pagoda_row_blocks_init(&j.blocks, w, n, BLOCK_ROWS);
     int nth = pagoda_threadpool_size(ex->pool);
     size_t xp_bytes = (sizeof(float) * j.group_elems * (size_t)j.n_groups + 63) & ~(size_t)63;
     size_t per = sizeof(float) * (size_t)BLOCK_ROWS * PAGODA_FMA_KC;
@@ -342,7 +320,6 @@ int pagoda_cpu_fma_matmul(pagoda_cpu_exec *ex, const pagoda_fma_kernels *kn, con
     j.xp = (float *)(void *)s;
     j.wbuf = s + xp_bytes;
     pagoda_threadpool_run_parts(ex->pool, pack_task, &j, (int)j.n_groups);
-    atomic_init(&j.next, 0);
     pagoda_threadpool_run(ex->pool, mm_task, &j);
     return PAGODA_OK;
 }

@@ -13,12 +13,12 @@
  */
 #include "gemm_bf16.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "cpu_features.h"
 #include "gemm_fma.h"
 #include "pagoda/types.h"
+#include "row_blocks.h"
 
 /* Defaults for pagoda_cpu_bf16_min_t: below them the exact F32 kernels
  * of the AVX2 table win (the weights are packed once per call, which a
@@ -87,12 +87,9 @@ typedef struct bf16_job {
     size_t group_elems;     /* 16 * K */
     int64_t n_groups;       /* ceil(T / 16) */
     const pagoda_cpu_mat *w;
-    int n;
-    int64_t block_rows;
-    int64_t block_start[PAGODA_CPU_MATMUL_MAX + 1];  /* matrix i: blocks [start[i], start[i+1]) */
+    pagoda_row_blocks blocks;
     uint8_t *wbuf;          /* per thread: the block's packed rows, then one F16 row's conversion */
     size_t wbuf_per_thread;
-    atomic_llong next;
 } bf16_job;
 
 static void pack_task(void *arg, int part, int n_parts)
@@ -105,13 +102,8 @@ static void pack_task(void *arg, int part, int n_parts)
                   j->x_stride, nt, j->K, j->xp + (size_t)part * j->group_elems);
 }
 
-static void run_block(bf16_job *j, int64_t b, uint32_t *wp, uint16_t *row)
+static void run_block(bf16_job *j, const pagoda_cpu_mat *m, int64_t n0, int64_t n1, uint32_t *wp, uint16_t *row)
 {
-    int i = 0;
-    while (b >= j->block_start[i + 1]) i++;
-    const pagoda_cpu_mat *m = &j->w[i];
-    int64_t n0 = (b - j->block_start[i]) * j->block_rows;
-    int64_t n1 = n0 + j->block_rows < m->N ? n0 + j->block_rows : m->N;
     size_t tile_elems = (size_t)PAGODA_BF16_NR * (size_t)(j->K / 2);
     for (int64_t r = n0; r < n1; r += PAGODA_BF16_NR) {
         int nr = n1 - r < PAGODA_BF16_NR ? (int)(n1 - r) : PAGODA_BF16_NR;
@@ -140,12 +132,9 @@ static void mm_task(void *arg, int ith, int nth)
     uint8_t *mine = j->wbuf + (size_t)ith * j->wbuf_per_thread;
     uint32_t *wp = (uint32_t *)(void *)mine;
     uint16_t *row = (uint16_t *)(void *)(mine + j->wbuf_per_thread - sizeof(uint16_t) * (size_t)j->K);
-    int64_t total = j->block_start[j->n];
-    for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (b >= total) break;
-        run_block(j, b, wp, row);
-    }
+    int i = 0;
+    int64_t n0 = 0, n1 = 0;
+    while (pagoda_row_blocks_claim(&j->blocks, j->w, &i, &n0, &n1)) run_block(j, &j->w[i], n0, n1, wp, row);
 }
 
 int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, const float *x,
@@ -155,18 +144,15 @@ int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, c
     for (int i = 0; i < n; i++)
         if (w[i].dtype != PAGODA_DTYPE_F16 && w[i].dtype != PAGODA_DTYPE_BF16) return PAGODA_ERR_INVALID;
     if (T <= 0) return PAGODA_OK;
-    bf16_job j = {.kn = kn, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w, .n = n};
+    bf16_job j = {.kn = kn, .x = x, .x_stride = x_stride, .T = T, .K = K, .w = w};
     j.group_elems = (size_t)PAGODA_BF16_GROUP * (size_t)K;
     j.n_groups = (T + PAGODA_BF16_GROUP - 1) / PAGODA_BF16_GROUP;
     int64_t rows = BLOCK_BYTES / (2 * K) / PAGODA_BF16_NR * PAGODA_BF16_NR;
-    j.block_rows = rows < PAGODA_BF16_NR ? PAGODA_BF16_NR : rows > BLOCK_ROWS_MAX ? BLOCK_ROWS_MAX : rows;
-    for (int i = 0; i < n; i++) {
-        int64_t N = w[i].N > 0 ? w[i].N : 0;
-        j.block_start[i + 1] = j.block_start[i] + (N + j.block_rows - 1) / j.block_rows;
-    }
+    int64_t block_rows = rows < PAGODA_BF16_NR ? PAGODA_BF16_NR : rows > BLOCK_ROWS_MAX ? BLOCK_ROWS_MAX : rows;
+    pagoda_row_blocks_init(&j.blocks, w, n, block_rows);
     int nth = pagoda_threadpool_size(ex->pool);
     size_t xp_bytes = (sizeof(uint16_t) * j.group_elems * (size_t)j.n_groups + 63) & ~(size_t)63;
-    size_t blocks12 = (size_t)((j.block_rows + PAGODA_BF16_NR - 1) / PAGODA_BF16_NR);
+    size_t blocks12 = (size_t)((block_rows + PAGODA_BF16_NR - 1) / PAGODA_BF16_NR);
     j.wbuf_per_thread = (blocks12 * PAGODA_BF16_NR * (size_t)K * sizeof(uint16_t) +
                          (size_t)K * sizeof(uint16_t) + 63) & ~(size_t)63;
     uint8_t *s = pagoda_cpu_scratch(ex, xp_bytes + (size_t)nth * j.wbuf_per_thread);
@@ -174,7 +160,6 @@ int pagoda_cpu_bf16_matmul(pagoda_cpu_exec *ex, const pagoda_bf16_kernels *kn, c
     j.xp = (uint16_t *)(void *)s;
     j.wbuf = s + xp_bytes;
     pagoda_threadpool_run_parts(ex->pool, pack_task, &j, (int)j.n_groups);
-    atomic_init(&j.next, 0);
     pagoda_threadpool_run(ex->pool, mm_task, &j);
     return PAGODA_OK;
 }
