@@ -549,6 +549,29 @@ START_TEST(gpt2_reference_cases)
 }
 END_TEST
 
+/* The real Llama 3 (128,256 tokens, pre-tokenizer llama-bpe) and Qwen2
+ * (151,646 + specials, qwen2) vocabularies against llama.cpp's expected
+ * ids for the same 46 cases (tests/data/vocab/SOURCES.md). */
+START_TEST(llama3_reference_cases)
+{
+    vocab_fixture v = load_vocab("tests/data/vocab/ggml-vocab-llama-bpe.gguf");
+    ck_assert_int_ge(pagoda_tokenizer_n_vocab(v.t), 128000);
+    run_vocab_cases(v.t, "tests/data/vocab/ggml-vocab-llama-bpe.gguf.inp",
+                    "tests/data/vocab/ggml-vocab-llama-bpe.gguf.out", 46, true, false);
+    pagoda_tokenizer_free(v.t);
+}
+END_TEST
+
+START_TEST(qwen2_reference_cases)
+{
+    vocab_fixture v = load_vocab("tests/data/vocab/ggml-vocab-qwen2.gguf");
+    ck_assert_int_ge(pagoda_tokenizer_n_vocab(v.t), 151643);
+    run_vocab_cases(v.t, "tests/data/vocab/ggml-vocab-qwen2.gguf.inp",
+                    "tests/data/vocab/ggml-vocab-qwen2.gguf.out", 46, true, false);
+    pagoda_tokenizer_free(v.t);
+}
+END_TEST
+
 START_TEST(gpt2_specials_and_roundtrip)
 {
     vocab_fixture v = load_vocab("tests/data/vocab/ggml-vocab-gpt-2.gguf");
@@ -853,6 +876,8 @@ static Suite *tokenizer_suite(void)
     suite_add_tcase(s, spm);
     TCase *bpe = tcase_create("bpe");
     tcase_add_test(bpe, gpt2_reference_cases);
+    tcase_add_test(bpe, llama3_reference_cases);
+    tcase_add_test(bpe, qwen2_reference_cases);
     tcase_add_test(bpe, gpt2_specials_and_roundtrip);
     tcase_add_test(bpe, pre_reference_cases);
     tcase_add_test(bpe, eog_harmony);
