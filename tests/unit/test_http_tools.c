@@ -794,6 +794,45 @@ START_TEST(test_family_auto)
         srv_stop(&S);
         g_chat_family = NULL;
     }
+    /* the XML families under "required": the calls alone, several apart by
+     * a newline; GLM-4.5's first after the empty reasoning its template
+     * renders for a past call's turn (the reply is the next history) */
+    static const struct {
+        const char *gen, *chat, *good[2], *bad[3];
+    } req[] = {
+        {"", "qwen3-coder",
+         {"<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n<parameter=x>\n-1\n"
+          "</parameter>\n</function>\n</tool_call>"},
+         {"ok <tool_call>\n<function=f>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n<parameter=y>\n3\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n<parameter=x>\n3\n</parameter>\n</function>\n"
+          "</tool_call>"}},
+        {"[gMASK]<|assistant|>", NULL,
+         {"\n<think></think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+          "\n<think></think>\n<tool_call>f\n</tool_call>\n<tool_call>f\n</tool_call>"},
+         {"<tool_call>f\n</tool_call>", "\n<think>hm</think>\n<tool_call>f\n</tool_call>",
+          "\n<think></think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>3.5</arg_value>\n</tool_call>"}},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        g_gen_prompt = req[i].gen;
+        g_chat_family = req[i].chat;
+        srv_start_with(&S, NULL, 0, family_big_tweak);
+        json_decref(post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}],"
+                                TOOLS ",\"max_tokens\":2,\"tool_choice\":\"required\"}", 200));
+        const char *g = last_logged()->constraint;
+        pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = g,
+                                     .len = strlen(g)};
+        void *comp = NULL;
+        ck_assert_msg(o->compile(ctx, &sp, &comp, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, g);
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(grammar_accepts(o, ctx, comp, req[i].good[k]), "%zu: refused %s\n%s", i, req[i].good[k], g);
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(!grammar_accepts(o, ctx, comp, req[i].bad[k]), "%zu: took %s\n%s", i, req[i].bad[k], g);
+        o->compiled_free(ctx, comp);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
     p->desc.destroy(ctx);
     /* harmony with its markup as control tokens (a real harmony vocabulary):
      * the call's header takes the tokens and not their spelling in plain

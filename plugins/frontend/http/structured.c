@@ -364,6 +364,10 @@ static const struct call_syntax {
     /* the XML families: each parameter par_a NAME par_b VALUE par_c, the
      * value a string's text (up to no `stop`) or JSON (fmt_param_is_text) */
     const char *par_a, *par_b, *par_c, *stop;
+    /* what a required or named reply writes before its calls: GLM-4.5's
+     * empty reasoning, as its template renders a past call's turn (the
+     * reply then is the next turn's history, byte for byte) */
+    const char *lead;
 } SYNTAX[FMT_COUNT] = {
     [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", OPEN_TAG,
                     false},
@@ -379,7 +383,7 @@ static const struct call_syntax {
     [FMT_QWEN3CODER] = {"", "", "\n", OPEN_TAG "\n", CLOSE_TAG, "<function=", ">\n", "</function>\n", OPEN_TAG, false,
                         "<parameter=", ">\n", "\n</parameter>\n", "</parameter>"},
     [FMT_GLM45] = {"", "", "\n", OPEN_TAG, CLOSE_TAG, "", "\n", "", OPEN_TAG, false, "<arg_key>",
-                   "</arg_key>\n<arg_value>", "</arg_value>\n", "</arg_value>"},
+                   "</arg_key>\n<arg_value>", "</arg_value>\n", "</arg_value>", "\n<think></think>\n"},
 };
 
 #define PY_TAG "<|python_tag|>"
@@ -556,6 +560,7 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
     }
     if (!autoc || *c->sec_open || !*c->opener) { /* the calls together: all a required reply holds */
         sb_str(&g, autoc ? "calls ::= " : "root ::= ");
+        if (!autoc && c->lead) lit_sp(&g, c->lead);
         lit_sp(&g, c->sec_open);
         sb_str(&g, "call");
         if (many) {
