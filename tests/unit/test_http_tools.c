@@ -564,6 +564,37 @@ START_TEST(test_family_call_memo)
 }
 END_TEST
 
+/* The XML families' values reach the client typed by the request's tool
+ * schema (the reader gets the tools): the fake "model" echoes a
+ * Qwen3-Coder call the user wrote whose string parameter holds 42 and
+ * whose integer parameter holds 7; a Hermes-family model writing the same
+ * form reads alike. */
+START_TEST(test_family_typed_values)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"ok <tool_call><function=f><parameter=s>42</parameter>"
+        "<parameter=n>7</parameter></function></tool_call> done\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},"
+        "\"n\":{\"type\":\"integer\"}}}}}],\"max_tokens\":120}";
+    for (int i = 0; i < 2; i++) {
+        g_gen_prompt = "";
+        g_chat_family = i == 0 ? "qwen3-coder" : NULL;
+        srv_start_with(&S, NULL, 0, family_big_tweak);
+        json_t *j = post_expect("/v1/chat/completions", body, 200);
+        json_t *calls = jget(j, "choices.0.message.tool_calls"), *c = NULL;
+        for (size_t k = 0; k < json_array_size(calls) && !c; k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            if (!strcmp(json_string_value(json_object_get(fn, "name")), "f")) c = fn;
+        }
+        ck_assert_msg(c, "%d: no call", i);
+        ck_assert_str_eq(json_string_value(json_object_get(c, "arguments")), "{\"s\":\"42\",\"n\":7}");
+        json_decref(j);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+}
+END_TEST
+
 /* The grammar engine itself (constraint-grammar.so) on single-byte
  * tokens: does the grammar text accept exactly these bytes? */
 static bool grammar_accepts(const pagoda_constraint_ops *o, void *ctx, void *comp, const char *s)
@@ -1079,6 +1110,7 @@ static Suite *suite(void)
     tcase_add_test(fm, test_family_history);
     tcase_add_test(fm, test_family_history_mistral_calls);
     tcase_add_test(fm, test_family_call_memo);
+    tcase_add_test(fm, test_family_typed_values);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
     tcase_add_test(fm, test_harmony_call_memo);

@@ -157,7 +157,8 @@ void api_norm_setup(hreq *hr, int tools, const json_t *tool_list)
         fmt_norm *f = malloc(sizeof *f);
         if (!f) continue;
         fmt_init(f, fmt);
-        if (fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) fmt_set_tools(f, tool_list);
+        /* the families that read the XML forms type their values by the schema */
+        if (fmt == FMT_HERMES || fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) fmt_set_tools(f, tool_list);
         hr->choices[i].norm = f;
     }
 }

@@ -83,8 +83,10 @@ int api_template_fmt(http_fe *fe);
 
 /* [generate.c] chat: each choice's output goes through its family's
  * normalizer (toolfmt.h) when the family writes channels (harmony) or the
- * request has tools (tool_list, the request's "tools", copied for the
- * XML families' value types; may be NULL); nothing when out of memory. */
+ * request has tools (tool_list, the request's "tools", copied so the
+ * families that read the XML forms, Hermes, Qwen3-Coder and GLM-4.5,
+ * type their values by the schema; may be NULL); nothing when out of
+ * memory. */
 void api_norm_setup(hreq *hr, int tools, const json_t *tool_list);
 /* [output.c] e's text made canonical (replaced in place). */
 void api_norm_event(choice *c, ev_item *e);

@@ -10,7 +10,7 @@
  *   family    how the model writes a call
  *   hermes    <tool_call>{"name": N, "arguments": {...}}</tool_call> (Hermes,
  *             Qwen2.5/Qwen3, SmolLM); in the same tags the two XML forms
- *             below too (a model of this family may write them)
+ *             below too (a model of this family may write them), typed alike
  *   qwen3-coder <tool_call>\n<function=N>\n<parameter=P>\nV\n</parameter>\n
  *             ...</function>\n</tool_call> (one newline either side of V
  *             is markup), known by the engine's template name (its
