@@ -187,27 +187,6 @@ static void tool_response(sbuf *b, const pagoda_chat_message *m)
     sb_add(b, "\n</tool_response>");
 }
 
-/* Qwen3-Coder: ChatML, but tool results are a user turn, each inside
- * <tool_response> on a line of its own, a run of them one turn. */
-static void render_qwen3_coder(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
-{
-    for (int32_t i = 0; i < n; i++) {
-        if (is_role(&msgs[i], "tool")) {
-            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user\n");
-            tool_response(b, &msgs[i]);
-            sb_add(b, "\n");
-            if (i + 1 == n || !is_role(&msgs[i + 1], "tool")) sb_add(b, "<|im_end|>\n");
-            continue;
-        }
-        sb_add(b, "<|im_start|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "\n");
-        sb_add(b, content_of(&msgs[i]));
-        sb_add(b, "<|im_end|>\n");
-    }
-    if (gen) sb_add(b, "<|im_start|>assistant\n");
-}
-
 /* An assistant turn's text split at its reasoning: what lies between
  * <think> and the first </think> (both ends stripped of newlines) and what
  * follows the last </think> (leading newlines stripped), as Qwen3's and
@@ -262,6 +241,33 @@ static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
     if (gen) sb_add(b, "<|im_start|>assistant\n");
     /* enable_thinking false: Qwen3's template writes an empty think block */
     if (gen && thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
+}
+
+/* Qwen3-Coder: ChatML, but tool results are a user turn, each inside
+ * <tool_response> on a line of its own, a run of them one turn; an
+ * assistant turn before the last user message keeps only its answer, as
+ * Qwen3's (Qwen3-Coder writes no reasoning, so this only matters to the
+ * later templates that write calls its way and think, which this family
+ * takes in too). */
+static void render_qwen3_coder(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    int32_t u = last_user(msgs, n);
+    for (int32_t i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "tool")) {
+            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user\n");
+            tool_response(b, &msgs[i]);
+            sb_add(b, "\n");
+            if (i + 1 == n || !is_role(&msgs[i + 1], "tool")) sb_add(b, "<|im_end|>\n");
+            continue;
+        }
+        sb_add(b, "<|im_start|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "\n");
+        if (is_role(&msgs[i], "assistant") && i < u) sb_add(b, split_think(content_of(&msgs[i])).c);
+        else sb_add(b, content_of(&msgs[i]));
+        sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
 }
 
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant

@@ -31,8 +31,10 @@
  *            template's enable_thinking default)
  *   qwen3-coder ChatML, but a tool result is a user turn: <|im_start|>user\n
  *            <tool_response>\nR\n</tool_response>\n<|im_end|>\n, a run of
- *            results one turn (recognised by the template's <function= and
- *            <parameter=, how Qwen3-Coder writes a call)
+ *            results one turn, an earlier assistant turn's reasoning dropped
+ *            as qwen3's (recognised by the template's <function= and
+ *            <parameter=, how Qwen3-Coder writes a call; a later template
+ *            that also thinks is taken in too)
  *   glm4     [gMASK]<sop><|system|>\nS<|user|>\nU<|assistant|>\n<think></think>\nA
  *            ... +gen <|assistant|> (GLM-4.5/4.6: an assistant turn after the
  *            last user message keeps its reasoning inside <think></think>,

@@ -109,6 +109,10 @@ START_TEST(render_qwen3_coder)
                   "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"
                   "<tool_response>\nr2\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
                   "<|im_start|>user\n<tool_response>\nr3\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n");
+    /* an earlier turn's reasoning (a later template of this family thinks) goes */
+    expect_render(PAGODA_CHAT_QWEN3_CODER, think_conv + 1, 3, false, NULL, NULL,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+                  "<|im_start|>user\n2+2?<|im_end|>\n");
     /* without tool results it is ChatML */
     expect_render(PAGODA_CHAT_QWEN3_CODER, conv, 4, true, NULL, NULL,
                   "<|im_start|>system\nYou are terse.<|im_end|>\n"
