@@ -443,9 +443,9 @@ START_TEST(test_family_history)
         /* the XML families: the call as their templates write a past one, the
          * result bare (their templates wrap it in <tool_response>) */
         {"", "<|assistant|><tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n",
-         "<|tool|>5\n", "<tool_call>\n<function=<function-name>>\n<parameter=<parameter-name>>"},
+         "<|tool|>5\n", "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>"},
         {"[gMASK]<|assistant|>", "<|assistant|><tool_call>f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n",
-         "<|tool|>5\n", "<tool_call><function-name>\n<arg_key><parameter-name></arg_key>"},
+         "<|tool|>5\n", "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;

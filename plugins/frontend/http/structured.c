@@ -1108,12 +1108,16 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
         sb_str(&b, "[TOOL_CALLS][{\"name\": <function-name>, \"arguments\": <args-json-object>}]");
         break;
     case FMT_QWEN3CODER:
-        sb_str(&b, "<tool_call>\n<function=<function-name>>\n<parameter=<parameter-name>>\n<value>\n</parameter>\n"
-                   "</function>\n</tool_call>\na parameter each argument; a string value as its text, any other as JSON.");
+        sb_str(&b, "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+                   "</parameter>\n<parameter=example_parameter_2>\nvalue_2\n</parameter>\n</function>\n</tool_call>\n"
+                   "with the function's name, and a parameter each argument (a string value as its text, any other "
+                   "as JSON), each closed by </parameter>.");
         break;
     case FMT_GLM45:
-        sb_str(&b, "<tool_call><function-name>\n<arg_key><parameter-name></arg_key>\n<arg_value><value></arg_value>\n"
-                   "</tool_call>\na key and a value each argument; a string value as its text, any other as JSON.");
+        sb_str(&b, "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>\n"
+                   "<arg_key>example_key_2</arg_key>\n<arg_value>value_2</arg_value>\n</tool_call>\nwith the "
+                   "function's name, and a key and a value each argument (a string value as its text, any other as "
+                   "JSON), each value closed by </arg_value>.");
         break;
     default:
         sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
