@@ -212,6 +212,8 @@ static int h_model_info(const pagoda_host *h, pagoda_model_info *dst)
     out->eos = pagoda_tokenizer_eos(m->tok);
     out->n_params = m->n_params;
     out->has_chat_template = m->chat_template != NULL;
+    snprintf(out->chat_template, sizeof out->chat_template, "%s",
+             pagoda_chat_family_name((pagoda_chat_family)rt->chat_family));
     memcpy(dst, out, n);
     return PAGODA_OK;
 }

@@ -28,6 +28,9 @@ pagoda_chat_family pagoda_chat_detect(const char *t)
     if (strstr(t, "<|channel|>") && strstr(t, "<|start|>")) return PAGODA_CHAT_HARMONY;
     if (strstr(t, "<|im_middle|>")) return PAGODA_CHAT_KIMI_K2;
     if (strstr(t, DS_ASSISTANT)) return strstr(t, "<think>") ? PAGODA_CHAT_DEEPSEEK_R1 : PAGODA_CHAT_DEEPSEEK3;
+    /* Qwen3-Coder's template writes past calls as <function=N><parameter=P> */
+    if (strstr(t, "<|im_start|>") && strstr(t, "<function=") && strstr(t, "<parameter="))
+        return PAGODA_CHAT_QWEN3_CODER;
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML;
     if (strstr(t, "[gMASK]")) return PAGODA_CHAT_GLM4;
     if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
@@ -44,7 +47,7 @@ static const char *const family_names[] = {
     [PAGODA_CHAT_QWEN3] = "qwen3", [PAGODA_CHAT_GLM4] = "glm4",
     [PAGODA_CHAT_DEEPSEEK3] = "deepseek3", [PAGODA_CHAT_DEEPSEEK_R1] = "deepseek-r1",
     [PAGODA_CHAT_KIMI_K2] = "kimi-k2", [PAGODA_CHAT_HARMONY] = "harmony",
-    [PAGODA_CHAT_UNKNOWN] = "unknown",
+    [PAGODA_CHAT_QWEN3_CODER] = "qwen3-coder", [PAGODA_CHAT_UNKNOWN] = "unknown",
 };
 
 const char *pagoda_chat_family_name(pagoda_chat_family f)
@@ -75,7 +78,8 @@ int pagoda_chat_select(const char *config_value, const char *jinja_template,
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
-                     "llama3, mistral, zephyr, gemma, qwen3, glm4, deepseek3, deepseek-r1, kimi-k2 or harmony",
+                     "llama3, mistral, zephyr, gemma, qwen3, qwen3-coder, glm4, deepseek3, deepseek-r1, kimi-k2 "
+                     "or harmony",
                      config_value);
         return PAGODA_ERR_INVALID;
     }
@@ -174,6 +178,15 @@ static void render_chatml(sbuf *b, const pagoda_chat_message *msgs, int32_t n, b
     if (gen) sb_add(b, "<|im_start|>assistant\n");
 }
 
+/* A tool result as Qwen3-Coder's (and GLM-4.5's) template writes it:
+ * inside <tool_response>, on lines of its own. */
+static void tool_response(sbuf *b, const pagoda_chat_message *m)
+{
+    sb_add(b, "<tool_response>\n");
+    sb_add(b, content_of(m));
+    sb_add(b, "\n</tool_response>");
+}
+
 /* An assistant turn's text split at its reasoning: what lies between
  * <think> and the first </think> (both ends stripped of newlines) and what
  * follows the last </think> (leading newlines stripped), as Qwen3's and
@@ -230,6 +243,33 @@ static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
     if (gen && thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
 }
 
+/* Qwen3-Coder: ChatML, but tool results are a user turn, each inside
+ * <tool_response> on a line of its own, a run of them one turn; an
+ * assistant turn before the last user message keeps only its answer, as
+ * Qwen3's (Qwen3-Coder writes no reasoning, so this only matters to the
+ * later templates that write calls its way and think, which this family
+ * takes in too). */
+static void render_qwen3_coder(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+{
+    int32_t u = last_user(msgs, n);
+    for (int32_t i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "tool")) {
+            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user\n");
+            tool_response(b, &msgs[i]);
+            sb_add(b, "\n");
+            if (i + 1 == n || !is_role(&msgs[i + 1], "tool")) sb_add(b, "<|im_end|>\n");
+            continue;
+        }
+        sb_add(b, "<|im_start|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "\n");
+        if (is_role(&msgs[i], "assistant") && i < u) sb_add(b, split_think(content_of(&msgs[i])).c);
+        else sb_add(b, content_of(&msgs[i]));
+        sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
  * turn opens with its reasoning in <think></think> (empty before the last
  * user message) and its answer stripped; the generation prompt is the bare
@@ -256,6 +296,12 @@ static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, boo
                 sb_add(b, "\n");
                 sb_add_trimmed(b, t.c);
             }
+            continue;
+        }
+        if (is_role(&msgs[i], "tool")) { /* <|observation|> once for a run of results */
+            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|observation|>");
+            sb_add(b, "\n");
+            tool_response(b, &msgs[i]);
             continue;
         }
         sb_add(b, "<|");
@@ -669,6 +715,7 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
         }
         break;
     case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_QWEN3_CODER: render_qwen3_coder(&b, msgs, n, add_generation_prompt); break;
     case PAGODA_CHAT_CHATML:
     case PAGODA_CHAT_UNKNOWN:
     default: render_chatml(&b, msgs, n, add_generation_prompt); break;

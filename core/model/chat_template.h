@@ -3,7 +3,8 @@
  * common template families, recognised from the GGUF's
  * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
  * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
- * mistral|zephyr|gemma|qwen3|glm4|deepseek3|deepseek-r1|kimi-k2|harmony`). Also names the stop strings each family implies.
+ * mistral|zephyr|gemma|qwen3|qwen3-coder|glm4|deepseek3|deepseek-r1|kimi-k2|
+ * harmony`). Also names the stop strings each family implies.
  * Not for: tokenizing (the engine tokenizes the rendered text with
  * parse_special = true, add_special = false), tool calls, or templates
  * outside these families (they fall back to ChatML with a warning).
@@ -28,10 +29,18 @@
  *            only the text after its last </think> (leading newlines
  *            stripped); +gen <|im_start|>assistant\n (thinking on, the
  *            template's enable_thinking default)
+ *   qwen3-coder ChatML, but a tool result is a user turn: <|im_start|>user\n
+ *            <tool_response>\nR\n</tool_response>\n<|im_end|>\n, a run of
+ *            results one turn, an earlier assistant turn's reasoning dropped
+ *            as qwen3's (recognised by the template's <function= and
+ *            <parameter=, how Qwen3-Coder writes a call; a later template
+ *            that also thinks is taken in too)
  *   glm4     [gMASK]<sop><|system|>\nS<|user|>\nU<|assistant|>\n<think></think>\nA
  *            ... +gen <|assistant|> (GLM-4.5/4.6: an assistant turn after the
  *            last user message keeps its reasoning inside <think></think>,
- *            stripped; the answer is stripped and omitted when empty)
+ *            stripped; the answer is stripped and omitted when empty; tool
+ *            results <|observation|>\n<tool_response>\nR\n</tool_response>,
+ *            one <|observation|> for a run of them)
  *   deepseek3 <｜begin▁of▁sentence｜>S<｜User｜>U<｜Assistant｜>A<｜end▁of▁sentence｜>
  *            ... +gen <｜Assistant｜> (system texts joined by a blank line;
  *            tool results in <｜tool▁outputs▁begin｜>...<｜tool▁outputs▁end｜>)
@@ -106,6 +115,7 @@ typedef enum pagoda_chat_family {
     PAGODA_CHAT_DEEPSEEK_R1,
     PAGODA_CHAT_KIMI_K2,
     PAGODA_CHAT_HARMONY,
+    PAGODA_CHAT_QWEN3_CODER,
     PAGODA_CHAT_UNKNOWN
 } pagoda_chat_family;
 

@@ -199,6 +199,12 @@ typedef struct pagoda_model_info {
     int32_t bos, eos;            /* -1 when absent */
     int64_t n_params;
     bool has_chat_template;
+    /* ---- ABI 1.17: the chat template family the engine renders with, by
+     * its engine.chat_template name ("chatml", "qwen3-coder", "glm4", ...;
+     * docs/config.md), so a frontend knows what its rendered probe cannot
+     * show (Qwen3-Coder's one-turn rendering is ChatML's). A host older
+     * than 1.17 leaves it out: struct_size then ends before it. */
+    char chat_template[24];
 } pagoda_model_info;
 
 typedef struct pagoda_engine_stats {

@@ -60,8 +60,9 @@ extern "C" {
  * weight_extra_held (what a backend holds beside a weight, e.g. the CPU
  * backend's repacked copy, counted in the memory plan); 1.16 (harmony)
  * pagoda_constraint_vocab.control (which tokens are control tokens that
- * write markup, for grammars' <token> references). */
-#define PAGODA_ABI_MINOR 16
+ * write markup, for grammars' <token> references); 1.17 (tcfam)
+ * pagoda_model_info.chat_template (the chat template family's name). */
+#define PAGODA_ABI_MINOR 17
 
 #define PAGODA_PLUGIN_ENTRY_SYMBOL "pagoda_plugin_entry"
 

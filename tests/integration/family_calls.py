@@ -23,7 +23,8 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
     {"type": "function", "function": {"name": "g", "parameters": {
         "type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"],
         "additionalProperties": False}}}]
-MARKUP = ["<|", "<\uff5c", "<tool_call>", "functions.", "[TOOL_CALLS]"]
+MARKUP = ["<|", "<\uff5c", "<tool_call>", "functions.", "[TOOL_CALLS]", "<function=", "<parameter=", "<arg_key>",
+          "<arg_value>"]
 
 
 def post(body):

@@ -17,6 +17,7 @@
 # commentary json), so without the memo every turn 2 misses from there on
 # and with it no turn does, whatever the sampled arguments (the other
 # families' calls may by chance be written as the prompt renders them).
+# PAGODA_FAMILIES (engine.chat_template names) runs only those.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/integ_util.bash"
@@ -29,7 +30,7 @@ model=$tmp/tiny-gpt2.gguf
 rc=0
 sum_on=0
 sum_off=0
-for fam in chatml llama3 deepseek3 kimi-k2 harmony mistral; do
+for fam in ${PAGODA_FAMILIES:-chatml llama3 deepseek3 kimi-k2 harmony mistral qwen3-coder glm4}; do
     declare -A missed=()
     for memo in true false; do
         start_server "$tmp/$fam.log" "$tmp/$fam.port" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" \

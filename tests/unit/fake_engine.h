@@ -108,6 +108,7 @@ typedef struct fake_engine {
     char submit_err[256];
     int ready, shutting;
     int n_ctx;
+    char chat_template[24];   /* model_info's family name; "chatml" unless a test sets it */
     int step_us;
     int hold_submits;            /* > 0: no step runs until that many submits came, or
                                     hold_ms passed (a test of pipelining that does not
@@ -504,6 +505,7 @@ static int fake_model_info(const pagoda_host *h, pagoda_model_info *out)
     out->bos = FAKE_BOS;
     out->eos = FAKE_EOS;
     out->has_chat_template = true;
+    snprintf(out->chat_template, sizeof out->chat_template, "%s", fake_of(h)->chat_template);
     return PAGODA_OK;
 }
 
@@ -729,6 +731,7 @@ static fake_engine *fake_engine_new(const fake_kv *config, int n_config)
     f->n_config = n_config;
     f->ready = 1;
     f->n_ctx = 128;
+    snprintf(f->chat_template, sizeof f->chat_template, "chatml");
     f->step_us = 1000;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);

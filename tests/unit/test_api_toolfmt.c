@@ -42,6 +42,30 @@ static const fcase CASES[] = {
                  "\n<arg_value>[1, 2]</arg_value>\n</tool_call>",
      "", "", "get({\"city\":\"Paris\",\"n\":[1,2]})"},
     {FMT_HERMES, "a <tool_call>not json</tool_call> b", "a <tool_call>not json</tool_call> b", "", ""},
+    /* Qwen3-Coder's own family: values with no schema known are JSON when
+     * they parse (Python's True too), else text; one newline either side
+     * of a value is markup; Hermes JSON in the same tags */
+    {FMT_QWEN3CODER, "Let me look.\n<tool_call>\n<function=read>\n<parameter=path>\n/a b.txt\n</parameter>\n"
+                     "<parameter=n>\n2\n</parameter>\n<parameter=all>\nTrue\n</parameter>\n</function>\n</tool_call>"
+                     "<tool_call>\n<function=now>\n</function>\n</tool_call>",
+     "Let me look.\n", "", "read({\"path\":\"/a b.txt\",\"n\":2,\"all\":true})now({})"},
+    {FMT_QWEN3CODER, "<tool_call>\n<function=write>\n<parameter=text>\nline 1\nline 2\n\n</parameter>\n</function>\n"
+                     "</tool_call>",
+     "", "", "write({\"text\":\"line 1\\nline 2\\n\"})"},
+    {FMT_QWEN3CODER, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 1}}\n</tool_call>", "", "",
+     "get({\"k\":1})"},
+    /* no </function>, a name that is no name: the text it was */
+    {FMT_QWEN3CODER, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call> x",
+     "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call> x", "", ""},
+    {FMT_QWEN3CODER, "<tool_call><function=a b></function></tool_call>", "<tool_call><function=a b></function></tool_call>",
+     "", ""},
+    /* GLM-4.5's own family: reasoning, keys and values, a name alone */
+    {FMT_GLM45, "<think>plan</think>On it.\n<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+                "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call><tool_call>now\n</tool_call>",
+     "On it.\n", "plan", "get({\"city\":\"Paris\",\"days\":3})now({})"},
+    {FMT_GLM45, "<tool_call>get<arg_key>q</arg_key><arg_value>a </arg_value> b</arg_value></tool_call>",
+     "<tool_call>get<arg_key>q</arg_key><arg_value>a </arg_value> b</arg_value></tool_call>", "", ""},
+    {FMT_GLM45, "a <tool_call>not a call</tool_call> b", "a <tool_call>not a call</tool_call> b", "", ""},
     /* Llama 3: the whole reply is the call */
     {FMT_LLAMA3, "{\"name\": \"get\", \"parameters\": {\"city\": \"Paris\"}}", "", "", "get({\"city\":\"Paris\"})"},
     {FMT_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", "", "f({})"},
@@ -186,6 +210,7 @@ START_TEST(bodies_and_probe)
     ck_assert_int_eq(fmt_from_probe("<s>[INST] s\n\nhi [/INST]"), FMT_MISTRAL);
     ck_assert_int_eq(fmt_from_probe("<s>[INST] <<SYS>>\ns\n<</SYS>>\n\nhi [/INST]"), FMT_HERMES);
     ck_assert_int_eq(fmt_from_probe(NULL), FMT_HERMES);
+    ck_assert_int_eq(fmt_from_probe("[gMASK]<sop><|user|>\nhi<|assistant|>"), FMT_GLM45);
     /* Mistral's bodies: a list of one call, v11's N[ARGS]{...}; a name
      * that is no name, a list of two, arguments that are no object: none */
     static const char *const mi[][2] = {
@@ -204,6 +229,65 @@ START_TEST(bodies_and_probe)
         ck_assert_msg(fmt_call_json(mi_bad[i], strlen(mi_bad[i]), &o) == -1, "'%s'", mi_bad[i]);
     ck_assert_uint_eq(o.len, 0);
     free(o.p);
+}
+END_TEST
+
+/* The XML families' values by the tool's schema: a string parameter's
+ * text is the string whatever it holds ("42", "true"; an enum of strings
+ * too), an integer's or a boolean's text is JSON (True as Python writes
+ * it), a parameter the schema does not list is JSON when it parses; the
+ * reader gets the tools through fmt_set_tools. */
+START_TEST(typed_values)
+{
+    json_t *tools = json_loads(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},"
+        "\"k\":{\"enum\":[\"true\",\"no\"]},\"o\":{\"type\":\"object\"}}}}}]", 0, NULL);
+    ck_assert_ptr_nonnull(tools);
+    static const char want[] = "{\"name\":\"f\",\"arguments\":{\"s\":\"42\",\"n\":7,\"b\":true,\"k\":\"true\","
+                               "\"o\":{\"a\":[1]},\"q\":[2]}}";
+    static const char coder[] = "<function=f>\n<parameter=s>\n42\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
+                                "<parameter=b>\nTrue\n</parameter>\n<parameter=k>\ntrue\n</parameter>\n"
+                                "<parameter=o>\n{\"a\": [1]}\n</parameter>\n<parameter=q>\n[2]\n</parameter>\n</function>";
+    static const char glm[] = "f\n<arg_key>s</arg_key>\n<arg_value>42</arg_value>\n<arg_key>n</arg_key>\n"
+                              "<arg_value>7</arg_value>\n<arg_key>b</arg_key>\n<arg_value>true</arg_value>\n"
+                              "<arg_key>k</arg_key>\n<arg_value>true</arg_value>\n<arg_key>o</arg_key>\n"
+                              "<arg_value>{\"a\": [1]}</arg_value>\n<arg_key>q</arg_key>\n<arg_value>[2]</arg_value>\n";
+    sbuf o = {0};
+    ck_assert_int_eq(fmt_call_read(FMT_QWEN3CODER, tools, coder, strlen(coder), &o), 0);
+    ck_assert_str_eq(o.p, want);
+    o.len = 0;
+    ck_assert_int_eq(fmt_call_read(FMT_GLM45, tools, glm, strlen(glm), &o), 0);
+    ck_assert_str_eq(o.p, want);
+    /* without the schema the same text reads by what it holds */
+    o.len = 0;
+    ck_assert_int_eq(fmt_call_read(FMT_GLM45, NULL, glm, strlen(glm), &o), 0);
+    ck_assert_str_eq(o.p, "{\"name\":\"f\",\"arguments\":{\"s\":42,\"n\":7,\"b\":true,\"k\":true,"
+                          "\"o\":{\"a\":[1]},\"q\":[2]}}");
+    /* through the reader, streamed a byte at a time */
+    fmt_norm f;
+    fmt_init(&f, FMT_QWEN3CODER);
+    fmt_set_tools(&f, tools);
+    json_decref(tools); /* the reader holds its own copy */
+    char in[1024];
+    snprintf(in, sizeof in, "<tool_call>\n%s\n</tool_call>", coder);
+    o.len = 0;
+    for (size_t i = 0; in[i]; i++) fmt_feed(&f, in + i, 1, &o);
+    fmt_end(&f, &o);
+    fmt_free(&f);
+    char expect[1024];
+    snprintf(expect, sizeof expect, "<tool_call>\n%s\n</tool_call>", want);
+    ck_assert_str_eq(o.p, expect);
+    free(o.p);
+    static const char *const text[] = {"{\"type\":\"string\",\"enum\":[\"a\"]}", "{\"const\":\"a\"}",
+                                       "{\"enum\":[\"a\",\"b\"]}"};
+    static const char *const not_text[] = {"{\"type\":[\"string\",\"null\"]}", "{\"enum\":[\"a\",1]}", "{}",
+                                           "{\"type\":\"number\"}", "{\"anyOf\":[{\"type\":\"string\"}]}"};
+    for (int i = 0; i < 8; i++) {
+        json_t *sc = json_loads(i < 3 ? text[i] : not_text[i - 3], 0, NULL);
+        ck_assert_msg(fmt_param_is_text(sc) == (i < 3), "%d", i);
+        json_decref(sc);
+    }
 }
 END_TEST
 
@@ -325,6 +409,11 @@ START_TEST(call_memo_families)
          "{\"city\": \"Paris\"}", 0, "[{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
         {FMT_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}] ok", "get",
          "{\"city\": \"Paris\"}", 0, " [{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        /* Qwen3-Coder's and GLM-4.5's own families, the newlines the model left out */
+        {FMT_QWEN3CODER, "<tool_call>\n<function=get>\n<parameter=city>\nParis</parameter>\n</function>\n</tool_call>",
+         "get", "{\"city\": \"Paris\"}", 0, "\n<function=get>\n<parameter=city>\nParis</parameter>\n</function>\n"},
+        {FMT_GLM45, "<tool_call>get\n<arg_key>city</arg_key><arg_value>Paris</arg_value>\n</tool_call>", "get",
+         "{\"city\": \"Paris\"}", 0, "get\n<arg_key>city</arg_key><arg_value>Paris</arg_value>\n"},
         /* v11's form stands in for the list the prompt would write */
         {FMT_MISTRAL, "OK.[TOOL_CALLS]get[ARGS]{\"city\": \"Paris\"}", "get", "{\"city\": \"Paris\"}", 0,
          "get[ARGS]{\"city\": \"Paris\"}"},
@@ -371,6 +460,8 @@ START_TEST(call_memo_families)
         {FMT_HARMONY, "<|channel|>analysis to=functions.get <|constrain|>json<|message|>{\"city\":\"Paris\"}"},
         {FMT_HARMONY, "<|channel|>commentary to=functions.get <|constrain|>json json<|message|>{\"city\":\"Paris\"}"},
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {FMT_QWEN3CODER, "<tool_call>\n<function=get>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"},
+        {FMT_GLM45, "<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"},
         /* two calls in one list, or an id beside: not the one call the prompt writes */
         {FMT_MISTRAL, "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}},"
                       "{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}]"},
@@ -408,6 +499,19 @@ START_TEST(call_memo_bounds)
     canon = callmemo_render(FMT_MISTRAL, "get", "{}", 0);
     ck_assert_str_eq(canon, "[{\"name\": \"get\", \"arguments\": {}}]");
     free(canon);
+    /* the XML families: a string's text, other values as JSON */
+    static const char xa[] = "{\"s\":\"a\\nb\",\"n\":2,\"o\":{\"x\":[1,true]}}";
+    canon = callmemo_render(FMT_QWEN3CODER, "f", xa, 0);
+    ck_assert_str_eq(canon, "\n<function=f>\n<parameter=s>\na\nb\n</parameter>\n<parameter=n>\n2\n</parameter>\n"
+                            "<parameter=o>\n{\"x\": [1, true]}\n</parameter>\n</function>\n");
+    free(canon);
+    canon = callmemo_render(FMT_GLM45, "f", xa, 0);
+    ck_assert_str_eq(canon, "f\n<arg_key>s</arg_key>\n<arg_value>a\nb</arg_value>\n<arg_key>n</arg_key>\n"
+                            "<arg_value>2</arg_value>\n<arg_key>o</arg_key>\n<arg_value>{\"x\": [1, true]}</arg_value>\n");
+    free(canon);
+    canon = callmemo_render(FMT_GLM45, "f", "{}", 0);
+    ck_assert_str_eq(canon, "f\n");
+    free(canon);
     feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"i\":1}}</tool_call>");
     feed_fmt(FMT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": { \"i\": 1 }}</tool_call>");
     char *w = memo_for(FMT_HERMES, "f", "{\"i\": 1}", 0);
@@ -436,6 +540,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, every_chunking);
     tcase_add_test(tc, bodies_and_probe);
+    tcase_add_test(tc, typed_values);
     tcase_add_test(tc, harmony_tools_reference);
     tcase_add_test(tc, call_memo_families);
     tcase_add_test(tc, call_memo_bounds);

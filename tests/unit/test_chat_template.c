@@ -88,6 +88,38 @@ START_TEST(render_glm4)
     const pagoda_chat_message empty[] = {{"user", "x"}, {"assistant", "  "}};
     expect_render(PAGODA_CHAT_GLM4, empty, 2, false, NULL, NULL,
                   "[gMASK]<sop><|user|>\nx<|assistant|>\n<think></think>");
+    /* tool results: one <|observation|> for a run, each in <tool_response> */
+    const pagoda_chat_message tools[] = {{"user", "x"}, {"assistant", "<tool_call>f\n</tool_call>"},
+                                         {"tool", "r1"}, {"tool", "r2"}, {"user", "y"}, {"tool", "r3"}};
+    expect_render(PAGODA_CHAT_GLM4, tools, 6, true, NULL, NULL,
+                  "[gMASK]<sop><|user|>\nx<|assistant|>\n<think></think>\n<tool_call>f\n</tool_call>"
+                  "<|observation|>\n<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response>"
+                  "<|user|>\ny<|observation|>\n<tool_response>\nr3\n</tool_response><|assistant|>");
+}
+END_TEST
+
+/* Qwen3-Coder: ChatML, tool results a user turn as its template writes
+ * them, a run of them one turn */
+START_TEST(render_qwen3_coder)
+{
+    const pagoda_chat_message m[] = {{"user", "x"}, {"assistant", "<tool_call>\n<function=f>\n</function>\n</tool_call>"},
+                                     {"tool", "r1"}, {"tool", "r2"}, {"assistant", "ok"}, {"tool", "r3"}};
+    expect_render(PAGODA_CHAT_QWEN3_CODER, m, 6, true, NULL, NULL,
+                  "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<tool_call>\n<function=f>\n</function>\n"
+                  "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"
+                  "<tool_response>\nr2\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+                  "<|im_start|>user\n<tool_response>\nr3\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n");
+    /* an earlier turn's reasoning (a later template of this family thinks) goes */
+    expect_render(PAGODA_CHAT_QWEN3_CODER, think_conv + 1, 3, false, NULL, NULL,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+                  "<|im_start|>user\n2+2?<|im_end|>\n");
+    /* without tool results it is ChatML */
+    expect_render(PAGODA_CHAT_QWEN3_CODER, conv, 4, true, NULL, NULL,
+                  "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\nHello!<|im_end|>\n"
+                  "<|im_start|>user\n2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n");
 }
 END_TEST
 
@@ -260,6 +292,12 @@ static const char *T_GLM45 =
     "[gMASK]<sop>\n{% for m in messages %}{%- if m.role == 'user' -%}<|user|>\n{{ visible_text(m.content) }}"
     "{%- elif m.role == 'assistant' -%}\n<|assistant|>{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}";
+/* Qwen3-Coder-30B-A3B-Instruct's (excerpt: a past call's rendering) */
+static const char *T_QWEN3_CODER =
+    "{%- for tool_call in message.tool_calls %}{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+    "{%- for args_name, args_value in tool_call.arguments|items %}{{- '<parameter=' + args_name + '>\\n' }}"
+    "{{- args_value }}{{- '\\n</parameter>\\n' }}{%- endfor %}{{- '</function>\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}";
 static const char *T_PHI3 =
     "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
     "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
@@ -278,6 +316,7 @@ START_TEST(detect_families)
     ck_assert_int_eq(pagoda_chat_detect(T_PHI3), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN3), PAGODA_CHAT_QWEN3);
     ck_assert_int_eq(pagoda_chat_detect(T_GLM45), PAGODA_CHAT_GLM4);
+    ck_assert_int_eq(pagoda_chat_detect(T_QWEN3_CODER), PAGODA_CHAT_QWEN3_CODER);
     ck_assert_int_eq(pagoda_chat_detect(NULL), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect(""), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect("{{ messages }}"), PAGODA_CHAT_UNKNOWN);
@@ -297,6 +336,9 @@ START_TEST(names_and_select)
     ck_assert_int_eq(pagoda_chat_family_from_name("vicuna", &f), PAGODA_ERR_INVALID);
     ck_assert_int_eq(pagoda_chat_family_from_name(NULL, &f), PAGODA_ERR_INVALID);
     ck_assert_str_eq(pagoda_chat_family_name(PAGODA_CHAT_UNKNOWN), "unknown");
+    ck_assert_int_eq(pagoda_chat_family_from_name("qwen3-coder", &f), PAGODA_OK);
+    ck_assert_int_eq(f, PAGODA_CHAT_QWEN3_CODER);
+    ck_assert_str_eq(pagoda_chat_family_name(f), "qwen3-coder");
 
     char msg[256];
     ck_assert_int_eq(pagoda_chat_select("auto", T_GEMMA, &f, msg, sizeof msg), PAGODA_OK);
@@ -524,6 +566,7 @@ static Suite *suite(void)
     tcase_add_test(tc, render_llama2);
     tcase_add_test(tc, render_qwen3);
     tcase_add_test(tc, render_glm4);
+    tcase_add_test(tc, render_qwen3_coder);
     tcase_add_test(tc, render_llama3);
     tcase_add_test(tc, render_mistral);
     tcase_add_test(tc, render_tool_result_as_user_turn);

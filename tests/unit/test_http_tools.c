@@ -387,6 +387,7 @@ END_TEST
  * frontend's probe reads): the history's tool calls and results are then
  * written in that family's syntax, and the tools block shows its call. */
 static const char *g_gen_prompt;
+static const char *g_chat_family; /* model_info's template name; NULL: chatml */
 
 static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
                          int32_t *stop_ids, int32_t cap, int32_t *n_stop)
@@ -401,7 +402,11 @@ static int family_render(const pagoda_host *h, const pagoda_chat_message *msgs, 
     return PAGODA_OK;
 }
 
-static void family_tweak(fake_engine *f) { f->host.chat_render = family_render; }
+static void family_tweak(fake_engine *f)
+{
+    f->host.chat_render = family_render;
+    snprintf(f->chat_template, sizeof f->chat_template, "%s", g_chat_family ? g_chat_family : "chatml");
+}
 
 /* room for ten tools' system prompt (test_family_auto's sizes) */
 static void family_big_tweak(fake_engine *f)
@@ -435,17 +440,27 @@ START_TEST(test_family_history)
         {"<|start|>assistant", "<|assistant to=functions.f|>{\"x\": 1}\n", "<|functions.f|>5\n",
          "<|tools|>## functions\n\nnamespace functions {\n\ntype f = (_: {\nx?: number,\n}) => any;\n\n"
          "} // namespace functions\n"},
+        /* the XML families: the call as their templates write a past one, the
+         * result bare (their templates wrap it in <tool_response>) */
+        {"", "<|assistant|><tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n",
+         "<|tool|>5\n", "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>"},
+        {"[gMASK]<|assistant|>", "<|assistant|><tool_call>f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n",
+         "<|tool|>5\n", "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;
+        g_chat_family = i == 4 ? "qwen3-coder" : NULL; /* the probe cannot tell it from ChatML */
         srv_start_with(&S, NULL, 0, family_tweak);
         json_decref(post_expect("/v1/chat/completions", body, 200));
         const char *p = last_logged()->prompt;
         ck_assert_msg(strstr(p, fam[i].call), "%s: no call '%s' in %s", fam[i].gen, fam[i].call, p);
         ck_assert_msg(strstr(p, fam[i].result), "%s: no result '%s' in %s", fam[i].gen, fam[i].result, p);
         ck_assert_msg(strstr(p, fam[i].example), "%s: no example '%s' in %s", fam[i].gen, fam[i].example, p);
-        ck_assert_msg(!strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
+        ck_assert_msg(i >= 4 || !strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
+        ck_assert_msg(i < 4 || !strstr(p, "<tool_response>"), "%s: Hermes result in %s", fam[i].gen, p);
+        ck_assert_msg(i < 4 || !strstr(p, "\"arguments\""), "%s: a Hermes call in %s", fam[i].gen, p);
         srv_stop(&S);
+        g_chat_family = NULL;
     }
 }
 END_TEST
@@ -546,6 +561,37 @@ START_TEST(test_family_call_memo)
 #undef DS_SEP_
 #undef KIMI_OPEN
 #undef KIMI_CLOSE
+}
+END_TEST
+
+/* The XML families' values reach the client typed by the request's tool
+ * schema (the reader gets the tools): the fake "model" echoes a
+ * Qwen3-Coder call the user wrote whose string parameter holds 42 and
+ * whose integer parameter holds 7; a Hermes-family model writing the same
+ * form reads alike. */
+START_TEST(test_family_typed_values)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"ok <tool_call><function=f><parameter=s>42</parameter>"
+        "<parameter=n>7</parameter></function></tool_call> done\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},"
+        "\"n\":{\"type\":\"integer\"}}}}}],\"max_tokens\":120}";
+    for (int i = 0; i < 2; i++) {
+        g_gen_prompt = "";
+        g_chat_family = i == 0 ? "qwen3-coder" : NULL;
+        srv_start_with(&S, NULL, 0, family_big_tweak);
+        json_t *j = post_expect("/v1/chat/completions", body, 200);
+        json_t *calls = jget(j, "choices.0.message.tool_calls"), *c = NULL;
+        for (size_t k = 0; k < json_array_size(calls) && !c; k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            if (!strcmp(json_string_value(json_object_get(fn, "name")), "f")) c = fn;
+        }
+        ck_assert_msg(c, "%d: no call", i);
+        ck_assert_str_eq(json_string_value(json_object_get(c, "arguments")), "{\"s\":\"42\",\"n\":7}");
+        json_decref(j);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
 }
 END_TEST
 
@@ -675,6 +721,18 @@ START_TEST(test_family_auto)
          "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}] done",
          {"[TOOL_CALLS]hello", "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 6}}, {\"name\": \"f\", \"arguments\": {}}]"}},
+        /* Qwen3-Coder: <function=N> and a parameter each argument, the
+         * integer's value JSON; Hermes JSON is not its syntax */
+        {"", "Sure. <tool_ <function=f> <<tool_call",
+         "Let me see.\n<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n</function>\n</tool_call>",
+         {"<tool_call>\n<function=g>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n<parameter=x>\nthree\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>"}},
+        /* GLM-4.5: N, then a key and a value each argument */
+        {"[gMASK]<|assistant|>", "Sure. <tool_ <arg_key>x</arg_key> <tool_cal",
+         "ok\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>3</arg_value>\n</tool_call> done",
+         {"<tool_call>g\n</tool_call>", "<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>\"3\"</arg_value>\n</tool_call>",
+          "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 3}}</tool_call>"}},
     };
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2,"
                                "\"parallel_tool_calls\":false}";
@@ -716,11 +774,14 @@ START_TEST(test_family_auto)
     }
     pagoda_constraint_vocab v = {.struct_size = sizeof v, .n_vocab = 256, .bytes = (const char *const *)vb, .len = vl};
     ck_assert_int_eq(o->set_vocab(ctx, &v, err, sizeof err), PAGODA_OK);
-    char *harmony = NULL, *ctl_fam[3] = {NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral */
-    char *big[6] = {NULL}, *walks[6] = {NULL};
-    static const char *const names[] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral"};
-    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+    char *harmony = NULL, *ctl_fam[4] = {NULL, NULL, NULL, NULL}; /* Hermes, Llama 3, Mistral, GLM-4.5 */
+    enum { N_FAM = sizeof fam / sizeof fam[0] };
+    char *big[N_FAM] = {NULL}, *walks[N_FAM] = {NULL};
+    static const char *const names[N_FAM] = {"Hermes", "Kimi K2", "DeepSeek-V3", "harmony", "Llama 3", "Mistral",
+                                             "Qwen3-Coder", "GLM-4.5"};
+    for (size_t i = 0; i < N_FAM; i++) {
         g_gen_prompt = fam[i].gen;
+        g_chat_family = i == 6 ? "qwen3-coder" : NULL;
         srv_start_with(&S, NULL, 0, family_big_tweak);
         json_decref(post_expect("/v1/chat/completions", body, 200));
         const fake_logged *l = last_logged();
@@ -740,7 +801,7 @@ START_TEST(test_family_auto)
                           l->constraint);
         o->compiled_free(ctx, comp);
         if (!strcmp(fam[i].gen, "<|start|>assistant")) harmony = strdup(l->constraint);
-        if (i == 0 || i >= 4) ctl_fam[i == 0 ? 0 : i - 3] = strdup(l->constraint);
+        if (i == 0 || i == 4 || i == 5 || i == 7) ctl_fam[i == 0 ? 0 : i == 7 ? 3 : i - 3] = strdup(l->constraint);
         /* the size with one tool and with a coding agent's ten (f among
          * them): text, then the call, as "auto" (Llama 3: the call alone,
          * the whole reply); printed for docs/structured-output.md */
@@ -762,6 +823,46 @@ START_TEST(test_family_auto)
         big[i] = strdup(last_logged()->constraint);
         walks[i] = strdup(walk);
         srv_stop(&S);
+        g_chat_family = NULL;
+    }
+    /* the XML families under "required": the calls alone, several apart by
+     * a newline; GLM-4.5's first after the empty reasoning its template
+     * renders for a past call's turn (the reply is the next history) */
+    static const struct {
+        const char *gen, *chat, *good[2], *bad[3];
+    } req[] = {
+        {"", "qwen3-coder",
+         {"<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n<parameter=x>\n-1\n"
+          "</parameter>\n</function>\n</tool_call>"},
+         {"ok <tool_call>\n<function=f>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n<parameter=y>\n3\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n<parameter=x>\n3\n</parameter>\n</function>\n"
+          "</tool_call>"}},
+        {"[gMASK]<|assistant|>", NULL,
+         {"\n<think></think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+          "\n<think></think>\n<tool_call>f\n</tool_call>\n<tool_call>f\n</tool_call>"},
+         {"<tool_call>f\n</tool_call>", "\n<think>hm</think>\n<tool_call>f\n</tool_call>",
+          "\n<think></think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>3.5</arg_value>\n</tool_call>"}},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        g_gen_prompt = req[i].gen;
+        g_chat_family = req[i].chat;
+        srv_start_with(&S, NULL, 0, family_big_tweak);
+        json_decref(post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"}],"
+                                TOOLS ",\"max_tokens\":2,\"tool_choice\":\"required\"}", 200));
+        const char *g = last_logged()->constraint;
+        pagoda_constraint_spec sp = {.struct_size = sizeof sp, .type = PAGODA_CONSTRAINT_GRAMMAR, .text = g,
+                                     .len = strlen(g)};
+        void *comp = NULL;
+        ck_assert_msg(o->compile(ctx, &sp, &comp, err, sizeof err) == PAGODA_OK, "%s in\n%s", err, g);
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(grammar_accepts(o, ctx, comp, req[i].good[k]), "%zu: refused %s\n%s", i, req[i].good[k], g);
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(!grammar_accepts(o, ctx, comp, req[i].bad[k]), "%zu: took %s\n%s", i, req[i].bad[k], g);
+        o->compiled_free(ctx, comp);
+        srv_stop(&S);
+        g_chat_family = NULL;
     }
     p->desc.destroy(ctx);
     /* harmony with its markup as control tokens (a real harmony vocabulary):
@@ -777,7 +878,8 @@ START_TEST(test_family_auto)
                                       "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
                                       "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
                                       "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
-                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>"};
+                                      "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>", "<arg_key>", "</arg_key>",
+                                      "<arg_value>", "</arg_value>"};
     enum { N_CTL = sizeof ctl / sizeof ctl[0], N_V = 256 + N_CTL };
     char *cb[N_V];
     uint32_t cl[N_V];
@@ -794,7 +896,7 @@ START_TEST(test_family_auto)
     /* the sizes again with every family's markup as control tokens (each
      * family's real vocabulary has them): the references take the one
      * token, so the markup's bytes are no states */
-    for (int f = 0; f < 6; f++) {
+    for (int f = 0; f < N_FAM; f++) {
         int64_t ns, nb;
         ck_assert_msg(grammar_size_ctl(o, ctx, big[f], walks[f], ctl, N_CTL, &ns, &nb), "%s: %s\n%s", names[f],
                       walks[f], big[f]);
@@ -803,12 +905,13 @@ START_TEST(test_family_auto)
         free(big[f]);
         free(walks[f]);
     }
-    /* Hermes' tags, Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS] as
-     * control tokens (Qwen's, Llama 3.1's, Mistral's vocabularies): the
-     * same, the call opened (and Hermes' closed) by the token only; a
-     * vocabulary without them took the spelling above */
-    for (int f = 0; f < 3; f++) {
-        static const int fi[] = {0, 4, 5};
+    /* Hermes' tags, Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS],
+     * GLM-4.5's tags and argument tags as control tokens (Qwen's, Llama
+     * 3.1's, Mistral's, GLM's vocabularies): the same, the call opened
+     * (and Hermes' and GLM's closed) by the token only; a vocabulary
+     * without them took the spelling above */
+    for (int f = 0; f < 4; f++) {
+        static const int fi[] = {0, 4, 5, 7};
         ck_assert_ptr_nonnull(ctl_fam[f]);
         pagoda_constraint_spec fs = {.struct_size = sizeof fs, .type = PAGODA_CONSTRAINT_GRAMMAR,
                                      .text = ctl_fam[f], .len = strlen(ctl_fam[f])};
@@ -1007,6 +1110,7 @@ static Suite *suite(void)
     tcase_add_test(fm, test_family_history);
     tcase_add_test(fm, test_family_history_mistral_calls);
     tcase_add_test(fm, test_family_call_memo);
+    tcase_add_test(fm, test_family_typed_values);
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
     tcase_add_test(fm, test_harmony_call_memo);

@@ -205,7 +205,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;
     hr->tools = kind == KIND_CHAT && sr.tool_choice != ST_TOOLS_NONE;
-    if (kind == KIND_CHAT) api_norm_setup(hr, hr->tools || (hr->as && hr->as->tools));
+    if (kind == KIND_CHAT) api_norm_setup(hr, hr->tools || (hr->as && hr->as->tools), sr.tools);
     hr->trace = p.trace;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     hr->sock = ci ? ci->connect_fd : -1;

@@ -12,7 +12,10 @@
  * calls as {"name": ..., "arguments": {...}} inside <tool_call></tool_call>;
  * a tool's result is a "tool" turn holding <tool_response>...</tool_response>.
  * SmolLM2's template has no tool syntax of its own, so this is its
- * format (and every template family's: docs/structured-output.md).
+ * format (and every template family's: docs/structured-output.md), the
+ * example and the history's calls in the family's own syntax (the XML
+ * families, Qwen3-Coder and GLM-4.5: a parameter each argument, its
+ * value a string's text or JSON, toolfmt.h's fmt_param_is_text).
  * With tool_choice "required" or a named function the output is
  * constrained to such calls (each call's arguments to its parameters
  * schema); with "auto" the output is free text until the model writes
@@ -294,8 +297,9 @@ static void lit(sbuf *g, const char *s)
 
 /* The tool-call markup that is one token in its family's vocabulary but
  * not of the <|name|> shape: Hermes/Qwen's tags, Mistral's [TOOL_CALLS]
- * (a reference <[TOOL_CALLS]>). */
-static const char *const MARKUP[] = {OPEN_TAG, CLOSE_TAG, "[TOOL_CALLS]"};
+ * (a reference <[TOOL_CALLS]>), GLM-4.5's argument tags. */
+static const char *const MARKUP[] = {OPEN_TAG, CLOSE_TAG, "[TOOL_CALLS]", "<arg_key>", "</arg_key>", "<arg_value>",
+                                     "</arg_value>"};
 
 /* s as GBNF: its markup tokens (<|name|>, DeepSeek's <｜name｜>, MARKUP)
  * as token references, so a vocabulary with that control token must
@@ -357,6 +361,13 @@ static void mlit(sbuf *g, const char *s)
 static const struct call_syntax {
     const char *sec_open, *sec_close, *sep, *open, *close, *head_a, *head_b, *tail, *opener;
     bool one; /* one call a reply */
+    /* the XML families: each parameter par_a NAME par_b VALUE par_c, the
+     * value a string's text (up to no `stop`) or JSON (fmt_param_is_text) */
+    const char *par_a, *par_b, *par_c, *stop;
+    /* what a required or named reply writes before its calls: GLM-4.5's
+     * empty reasoning, as its template renders a past call's turn (the
+     * reply then is the next turn's history, byte for byte) */
+    const char *lead;
 } SYNTAX[FMT_COUNT] = {
     [FMT_HERMES] = {"", "", "\n", OPEN_TAG "\n", "\n" CLOSE_TAG, "{\"name\": \"", "\", \"arguments\": ", "}", OPEN_TAG,
                     false},
@@ -369,6 +380,10 @@ static const struct call_syntax {
                      "<|channel|>commentary to=functions.", true},
     [FMT_MISTRAL] = {"", "", "", "[TOOL_CALLS][", "]", "{\"name\": \"", "\", \"arguments\": ", "}", "[TOOL_CALLS]",
                      true},
+    [FMT_QWEN3CODER] = {"", "", "\n", OPEN_TAG "\n", CLOSE_TAG, "<function=", ">\n", "</function>\n", OPEN_TAG, false,
+                        "<parameter=", ">\n", "\n</parameter>\n", "</parameter>"},
+    [FMT_GLM45] = {"", "", "\n", OPEN_TAG, CLOSE_TAG, "", "\n", "", OPEN_TAG, false, "<arg_key>",
+                   "</arg_key>\n<arg_value>", "</arg_value>\n", "</arg_value>", "\n<think></think>\n"},
 };
 
 #define PY_TAG "<|python_tag|>"
@@ -414,6 +429,108 @@ static void lit_sp(sbuf *g, const char *s)
     sb_str(g, " ");
 }
 
+/* A property's schema for %json on its own: the parameters' $defs and
+ * definitions beside it, so a "#/$defs/..." reference still resolves
+ * (malloc'd text). */
+static char *prop_schema_text(json_t *params, json_t *ps)
+{
+    json_t *defs = json_object_get(params, "$defs"), *old = json_object_get(params, "definitions");
+    if (!json_is_object(ps) || (!defs && !old)) return json_dumps(ps, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_t *c = json_copy(ps);
+    if (defs && !json_object_get(c, "$defs")) json_object_set(c, "$defs", defs);
+    if (old && !json_object_get(c, "definitions")) json_object_set(c, "definitions", old);
+    char *t = json_dumps(c, JSON_COMPACT);
+    json_decref(c);
+    return t;
+}
+
+/* whether v is a list of strings only */
+static bool all_strings(json_t *v)
+{
+    size_t i;
+    json_t *x;
+    if (!json_is_array(v) || !json_array_size(v)) return false;
+    json_array_foreach(v, i, x) if (!json_is_string(x)) return false;
+    return true;
+}
+
+/* One parameter of an XML family's call: par_a NAME par_b, the value (a
+ * string's text: its enum's or const's strings, else any text without
+ * the family's stop, rule v0; JSON: %json its schema), par_c. True when
+ * it uses v0. */
+static bool xml_param(sbuf *g, const struct call_syntax *c, const char *name, json_t *params, json_t *ps)
+{
+    bool text = false;
+    sbuf head = {0};
+    sb_str(&head, c->par_a);
+    sb_str(&head, name);
+    sb_str(&head, c->par_b);
+    mlit(g, head.p ? head.p : "");
+    free(head.p);
+    sb_str(g, " ");
+    json_t *e = json_object_get(ps, "enum"), *k = json_object_get(ps, "const");
+    if (fmt_param_is_text(ps) && (all_strings(e) || json_is_string(k))) {
+        sb_str(g, "(");
+        if (json_is_string(k)) {
+            lit(g, json_string_value(k));
+        } else {
+            size_t i;
+            json_t *v;
+            json_array_foreach(e, i, v) {
+                if (i) sb_str(g, " | ");
+                lit(g, json_string_value(v));
+            }
+        }
+        sb_str(g, ")");
+    } else if (fmt_param_is_text(ps)) {
+        sb_str(g, "v0");
+        text = true;
+    } else {
+        char *t = prop_schema_text(params, ps);
+        sb_str(g, "%json ");
+        sb_str(g, t ? t : "{}");
+        free(t);
+    }
+    sb_str(g, " ");
+    mlit(g, c->par_c);
+    return text;
+}
+
+/* An XML family's arguments: the schema's properties in its order, each
+ * required one once, each other one at most once (the reader takes any
+ * order; the constraint holds the schema's); with no properties, any
+ * parameters named [A-Za-z0-9_.-]+ with text values. True when the rules
+ * use v0 (the text value). */
+static bool xml_params(sbuf *g, const struct call_syntax *c, json_t *params)
+{
+    json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    bool text = false;
+    if (!json_is_object(props)) {
+        json_t *ap = json_object_get(params, "additionalProperties");
+        if (json_is_false(ap)) return false; /* no parameters at all */
+        sb_str(g, " (");
+        mlit(g, c->par_a);
+        sb_str(g, " ([A-Za-z0-9_.] | \"-\")+ ");
+        mlit(g, c->par_b);
+        sb_str(g, " v0 ");
+        mlit(g, c->par_c);
+        sb_str(g, ")*");
+        return true;
+    }
+    const char *k;
+    json_t *ps;
+    json_object_foreach(props, k, ps) {
+        bool must = false;
+        size_t i;
+        json_t *r;
+        json_array_foreach(req, i, r) must |= json_is_string(r) && !strcmp(json_string_value(r), k);
+        sb_str(g, must ? " " : " (");
+        text |= xml_param(g, c, k, params, ps);
+        if (!must) sb_str(g, ")?");
+    }
+    return text;
+}
+
 /* The grammar of the calls tool_choice asks for, in the family's own
  * syntax: one call (a named function, parallel_tool_calls false, or a
  * family that writes one a reply) or up to MAX_PARALLEL_CALLS, each
@@ -443,6 +560,7 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
     }
     if (!autoc || *c->sec_open || !*c->opener) { /* the calls together: all a required reply holds */
         sb_str(&g, autoc ? "calls ::= " : "root ::= ");
+        if (!autoc && c->lead) lit_sp(&g, c->lead);
         lit_sp(&g, c->sec_open);
         sb_str(&g, "call");
         if (many) {
@@ -471,12 +589,30 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
     if (*c->close) sb_str(&g, " ");
     if (*c->close) mlit(&g, c->close);
     sb_str(&g, "\n");
+    bool text_value = false; /* an XML family's rules use v0 */
     json_array_foreach(sr->tools, i, t) {
         json_t *fn = tool_fn(t);
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
         json_t *params = json_object_get(fn, "parameters");
         *strict |= json_is_true(json_object_get(fn, "strict"));
+        if (c->par_a) { /* Qwen3-Coder, GLM-4.5: head, parameters, tail */
+            snprintf(buf, sizeof buf, "fn%zu ::= ", i);
+            sb_str(&g, buf);
+            sbuf head = {0};
+            sb_str(&head, c->head_a);
+            sb_str(&head, name);
+            sb_str(&head, c->head_b);
+            mlit(&g, head.p ? head.p : "");
+            free(head.p);
+            json_t *none = json_object();
+            text_value |= xml_params(&g, c, params && json_is_object(params) ? params : none);
+            json_decref(none);
+            if (*c->tail) sb_str(&g, " ");
+            if (*c->tail) mlit(&g, c->tail);
+            sb_str(&g, "\n");
+            continue;
+        }
         char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
                                                      : strdup("{\"type\":\"object\"}");
         snprintf(buf, sizeof buf, "fn%zu ::= ", i);
@@ -495,6 +631,7 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
         sb_str(&g, "\n");
         free(ptxt);
     }
+    if (text_value) text_rules(&g, "v", c->stop); /* a string's text: anything but the stop */
     return g.p;
 }
 
@@ -921,8 +1058,8 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
                 }
                 sb_str(&b, "\\n"); /* the template's text holds a backslash and n */
                 sb_str(&b, content);
-            } else if (fmt == FMT_DEEPSEEK) {
-                sb_str(&b, content);
+            } else if (fmt == FMT_DEEPSEEK || fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) {
+                sb_str(&b, content); /* the template wraps it (Qwen3-Coder's, GLM-4.5's <tool_response>) */
             } else {
                 sb_str(&b, "<tool_response>\n");
                 sb_str(&b, content);
@@ -969,6 +1106,18 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
         break;
     case FMT_MISTRAL:
         sb_str(&b, "[TOOL_CALLS][{\"name\": <function-name>, \"arguments\": <args-json-object>}]");
+        break;
+    case FMT_QWEN3CODER:
+        sb_str(&b, "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+                   "</parameter>\n<parameter=example_parameter_2>\nvalue_2\n</parameter>\n</function>\n</tool_call>\n"
+                   "with the function's name, and a parameter each argument (a string value as its text, any other "
+                   "as JSON), each closed by </parameter>.");
+        break;
+    case FMT_GLM45:
+        sb_str(&b, "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>\n"
+                   "<arg_key>example_key_2</arg_key>\n<arg_value>value_2</arg_value>\n</tool_call>\nwith the "
+                   "function's name, and a key and a value each argument (a string value as its text, any other as "
+                   "JSON), each value closed by </arg_value>.");
         break;
     default:
         sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -118,6 +119,15 @@ int api_template_fmt(http_fe *fe)
     int known = atomic_load(&fe->template_fmt);
     if (known) return known - 1;
     const pagoda_host *h = fe->host;
+    /* Qwen3-Coder renders one turn as ChatML does: the engine's template
+     * name says it (ABI 1.17) */
+    pagoda_model_info mi = {.struct_size = sizeof mi};
+    if (h->model_info && h->model_info(h, &mi) == PAGODA_OK &&
+        mi.struct_size >= offsetof(pagoda_model_info, chat_template) + sizeof mi.chat_template &&
+        !strcmp(mi.chat_template, "qwen3-coder")) {
+        atomic_store(&fe->template_fmt, FMT_QWEN3CODER + 1);
+        return FMT_QWEN3CODER;
+    }
     if (!h->chat_render) return FMT_HERMES;
     pagoda_chat_message m = {.role = "user", .content = "hi"};
     char *r = NULL;
@@ -139,7 +149,7 @@ int api_template_fmt(http_fe *fe)
     return fmt;
 }
 
-void api_norm_setup(hreq *hr, int tools)
+void api_norm_setup(hreq *hr, int tools, const json_t *tool_list)
 {
     int fmt = api_template_fmt(hr->fe);
     if (fmt != FMT_HARMONY && !tools) return;
@@ -147,6 +157,8 @@ void api_norm_setup(hreq *hr, int tools)
         fmt_norm *f = malloc(sizeof *f);
         if (!f) continue;
         fmt_init(f, fmt);
+        /* the families that read the XML forms type their values by the schema */
+        if (fmt == FMT_HERMES || fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) fmt_set_tools(f, tool_list);
         hr->choices[i].norm = f;
     }
 }

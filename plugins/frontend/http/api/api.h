@@ -77,13 +77,17 @@ int64_t api_count_tokens(const pagoda_host *h, const char *text);
 void api_template_thinks(http_fe *fe, int *think, int *think_open);
 
 /* The template's output format (FMT_*, toolfmt.h), from a rendered probe
- * as above; probed once. */
+ * as above (Qwen3-Coder's, which renders one turn as ChatML does, from the
+ * engine's template name, pagoda_model_info.chat_template); probed once. */
 int api_template_fmt(http_fe *fe);
 
 /* [generate.c] chat: each choice's output goes through its family's
  * normalizer (toolfmt.h) when the family writes channels (harmony) or the
- * request has tools; nothing when out of memory. */
-void api_norm_setup(hreq *hr, int tools);
+ * request has tools (tool_list, the request's "tools", copied so the
+ * families that read the XML forms, Hermes, Qwen3-Coder and GLM-4.5,
+ * type their values by the schema; may be NULL); nothing when out of
+ * memory. */
+void api_norm_setup(hreq *hr, int tools, const json_t *tool_list);
 /* [output.c] e's text made canonical (replaced in place). */
 void api_norm_event(choice *c, ev_item *e);
 /* [output.c] the output ended: what was held back, malloc'd (NULL when

@@ -61,12 +61,48 @@ static char *json_quoted(const char *name)
     return q;
 }
 
+/* Qwen3-Coder's and GLM-4.5's call body, as their templates write a past
+ * call: each argument a parameter (coder: <parameter=K>\nV\n</parameter>\n
+ * after <function=N>\n; GLM: <arg_key>K</arg_key>\n<arg_value>V
+ * </arg_value>\n after N\n), V a string's text, any other value as JSON
+ * (the templates' rule; Qwen3-Coder's would write true as Python's True:
+ * JSON here, as the constraint holds the model to, toolfmt.h) */
+static char *xml_body(int fmt, const char *name, const char *args)
+{
+    json_t *av = json_loads(args, JSON_DECODE_ANY, NULL);
+    sbuf b = {0};
+    bool coder = fmt == FMT_QWEN3CODER;
+    int bad = sb_str(&b, coder ? "\n<function=" : "");
+    bad |= sb_str(&b, name);
+    bad |= sb_str(&b, coder ? ">\n" : "\n");
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_is_object(av) ? av : NULL, k, v) {
+        char *txt = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
+        bad |= sb_str(&b, coder ? "<parameter=" : "<arg_key>");
+        bad |= sb_str(&b, k);
+        bad |= sb_str(&b, coder ? ">\n" : "</arg_key>\n<arg_value>");
+        if (json_is_string(v)) bad |= sb_put(&b, json_string_value(v), json_string_length(v));
+        else bad |= sb_str(&b, txt ? txt : "null");
+        bad |= sb_str(&b, coder ? "\n</parameter>\n" : "</arg_value>\n");
+        free(txt);
+    }
+    if (coder) bad |= sb_str(&b, "</function>\n");
+    json_decref(av);
+    if (bad) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
 char *callmemo_render(int fmt, const char *name, const char *args, int index)
 {
     char *s = NULL, *q = NULL;
     int r = 0;
     if (!name) name = "";
     if (!args) args = "{}";
+    if (fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) return xml_body(fmt, name, args);
     if ((fmt == FMT_LLAMA3 || fmt == FMT_MISTRAL) && !(q = json_quoted(name))) return NULL;
     switch (fmt) {
     case FMT_LLAMA3: r = asprintf(&s, "{\"name\": %s, \"parameters\": %s}", q, args); break;
@@ -202,7 +238,7 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
     }
     /* the other forms: what the family's reader makes of them */
     sbuf j = {0};
-    if (fmt_call_json(s, n, &j) < 0) {
+    if (fmt_call_read(fmt, NULL, s, n, &j) < 0) {
         free(j.p);
         return false;
     }

@@ -51,6 +51,11 @@
  *             the channel: "<|channel|>commentary to=functions.N
  *             <|constrain|>json<|message|>A"
  *   mistral   after [TOOL_CALLS]: [{"name": "N", "arguments": A}]
+ *   qwen3-coder between <tool_call> and </tool_call>: "\n<function=N>\n",
+ *             each argument "<parameter=K>\nV\n</parameter>\n", then
+ *             "</function>\n" (V: a string's text, other values as JSON)
+ *   glm45     between <tool_call> and </tool_call>: "N\n", each argument
+ *             "<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n"
  * malloc'd; NULL when out of memory. */
 char *callmemo_render(int fmt, const char *name, const char *args, int index);
 

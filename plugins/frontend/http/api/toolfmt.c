@@ -42,6 +42,8 @@ static const struct marks {
     [FMT_DEEPSEEK] = {DS_CALL_BEGIN, DS_CALL_END, {DS_CALLS_BEGIN, DS_CALLS_END}},
     [FMT_KIMI] = {"<|tool_call_begin|>", "<|tool_call_end|>",
                   {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"}},
+    [FMT_QWEN3CODER] = {"<tool_call>", "</tool_call>", {NULL, NULL}},
+    [FMT_GLM45] = {"<tool_call>", "</tool_call>", {NULL, NULL}},
 };
 
 static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>", "<|start|>"};
@@ -62,12 +64,14 @@ int fmt_from_probe(const char *r)
     if (strstr(r, DS_ASSISTANT)) return FMT_DEEPSEEK;
     if (strstr(r, "<|start_header_id|>")) return FMT_LLAMA3;
     if (strstr(r, "[INST]") && !strstr(r, "<<SYS>>")) return FMT_MISTRAL;
+    if (strstr(r, "[gMASK]")) return FMT_GLM45; /* GLM-4.5/4.6's opening */
     return FMT_HERMES;
 }
 
 const char *fmt_name(int fmt)
 {
-    static const char *const names[FMT_COUNT] = {"hermes", "llama3", "deepseek", "kimi", "harmony", "mistral"};
+    static const char *const names[FMT_COUNT] = {"hermes", "llama3", "deepseek", "kimi", "harmony", "mistral",
+                                                  "qwen3-coder", "glm45"};
     return fmt >= 0 && fmt < FMT_COUNT ? names[fmt] : "hermes";
 }
 
@@ -78,8 +82,16 @@ void fmt_init(fmt_norm *f, int fmt)
     f->state = f->fmt == FMT_LLAMA3 ? S_START : f->fmt == FMT_HARMONY ? S_HDR : S_TEXT;
 }
 
+void fmt_set_tools(fmt_norm *f, const json_t *tools)
+{
+    json_decref(f->tools);
+    f->tools = tools ? json_deep_copy(tools) : NULL;
+}
+
 void fmt_free(fmt_norm *f)
 {
+    json_decref(f->tools);
+    f->tools = NULL;
     free(f->held.p);
     free(f->hdr.p);
     free(f->raw.p);
@@ -96,11 +108,54 @@ static void trim(const char **s, size_t *n)
     while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
 }
 
-/* a value as the model wrote it: JSON when it parses as JSON, else a string */
-static json_t *value_of(const char *s, size_t n)
+bool fmt_param_is_text(const json_t *schema)
 {
+    json_t *t = json_object_get(schema, "type");
+    if (t) return json_is_string(t) && !strcmp(json_string_value(t), "string");
+    json_t *c = json_object_get(schema, "const"), *e = json_object_get(schema, "enum");
+    if (c) return json_is_string(c);
+    if (!json_is_array(e) || !json_array_size(e)) return false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(e, i, v) if (!json_is_string(v)) return false;
+    return true;
+}
+
+/* The schema of parameter p of function fn in tools (a chat request's
+ * "tools"), or NULL when tools, the function or the parameter is not there. */
+static const json_t *param_schema(const json_t *tools, const char *fn, size_t fl, const char *p, size_t pl)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *f = json_object_get(t, "function");
+        json_t *nm = json_object_get(f, "name");
+        if (!json_is_string(nm) || json_string_length(nm) != fl || memcmp(json_string_value(nm), fn, fl)) continue;
+        json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
+        char *key = strndup(p, pl);
+        json_t *ps = key ? json_object_get(props, key) : NULL;
+        free(key);
+        return ps;
+    }
+    return NULL;
+}
+
+/* A parameter's value as an XML family writes it: the text itself for a
+ * parameter its schema makes text (fmt_param_is_text), else JSON when it
+ * parses (the spellings Python's str() gives True, False and None too, as
+ * Qwen3-Coder's template writes them), else the text as a string. */
+static json_t *xml_value(const json_t *schema, const char *s, size_t n)
+{
+    if (schema && fmt_param_is_text(schema)) return json_stringn(s, n);
     json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
-    return v ? v : json_stringn(s, n);
+    if (v) return v;
+    const char *t = s;
+    size_t tn = n;
+    trim(&t, &tn);
+    if (tn == 4 && !memcmp(t, "True", 4)) return json_true();
+    if (tn == 5 && !memcmp(t, "False", 5)) return json_false();
+    if (tn == 4 && !memcmp(t, "None", 4)) return json_null();
+    return json_stringn(s, n);
 }
 
 /* {"name": name, "arguments": args} appended to out as JSON */
@@ -170,19 +225,19 @@ static const char *skip_space(const char *s, const char *e)
 }
 
 /* a parameter's text: one newline either side belongs to the markup */
-static json_t *param_value(const char *s, size_t n)
+static json_t *param_value(const json_t *schema, const char *s, size_t n)
 {
     if (n && *s == '\n') s++, n--;
     if (n && s[n - 1] == '\n') n--;
-    return value_of(s, n);
+    return xml_value(schema, s, n);
 }
 
 /* Qwen3-Coder: <function=N><parameter=P>V</parameter>...</function> */
-static int coder_call(const char *s, const char *e, sbuf *out)
+static int coder_call(const json_t *tools, const char *s, const char *e, sbuf *out)
 {
     const char *name, *p;
     size_t nn;
-    if (!tag_value(s, e, "<function=", &name, &nn, &p)) return -1;
+    if (!tag_value(s, e, "<function=", &name, &nn, &p) || !name_ok(name, nn)) return -1;
     json_t *args = json_object();
     for (;;) {
         p = skip_space(p, e);
@@ -191,7 +246,7 @@ static int coder_call(const char *s, const char *e, sbuf *out)
         if (!tag_value(p, e, "<parameter=", &pn, &pl, &v)) break;
         size_t end = split_find(v, (size_t)(e - v), "</parameter>");
         if (end == (size_t)-1) break;
-        json_object_setn_new(args, pn, pl, param_value(v, end));
+        json_object_setn_new(args, pn, pl, param_value(param_schema(tools, name, nn, pn, pl), v, end));
         p = v + end + 12;
     }
     p = skip_space(p, e);
@@ -202,13 +257,16 @@ static int coder_call(const char *s, const char *e, sbuf *out)
     return put_call(name, nn, args, out);
 }
 
-/* GLM-4.5: N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... */
-static int glm_call(const char *s, const char *e, sbuf *out)
+/* GLM-4.5: N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... (N
+ * alone: a call without arguments) */
+static int glm_call(const json_t *tools, const char *s, const char *e, sbuf *out)
 {
     size_t at = split_find(s, (size_t)(e - s), "<arg_key>");
+    if (at == (size_t)-1) at = (size_t)(e - s);
     const char *name = s;
     size_t nn = at;
     trim(&name, &nn);
+    if (!name_ok(name, nn)) return -1;
     json_t *args = json_object();
     const char *p = s + at;
     while (p < e) {
@@ -224,7 +282,7 @@ static int glm_call(const char *s, const char *e, sbuf *out)
         p += 11;
         size_t vl = split_find(p, (size_t)(e - p), "</arg_value>");
         if (vl == (size_t)-1) goto bad;
-        json_object_setn_new(args, k, kl, value_of(p, vl));
+        json_object_setn_new(args, k, kl, xml_value(param_schema(tools, name, nn, k, kl), p, vl));
         p += vl + 12;
     }
     return put_call(name, nn, args, out);
@@ -233,7 +291,9 @@ bad:
     return -1;
 }
 
-int fmt_call_json(const char *body, size_t n, sbuf *out)
+int fmt_call_json(const char *body, size_t n, sbuf *out) { return fmt_call_read(FMT_HERMES, NULL, body, n, out); }
+
+int fmt_call_read(int fmt, const json_t *tools, const char *body, size_t n, sbuf *out)
 {
     const char *s = body;
     trim(&s, &n);
@@ -257,14 +317,15 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
         int r = -1;
         if (json_is_array(v) && json_array_size(v) == 1) {
             char *one = json_dumps(json_array_get(v, 0), 0);
-            r = one && *one == '{' ? fmt_call_json(one, strlen(one), out) : -1;
+            r = one && *one == '{' ? fmt_call_read(fmt, tools, one, strlen(one), out) : -1;
             free(one);
         }
         json_decref(v);
         return r;
     }
-    if (n > 10 && !memcmp(s, "<function=", 10)) return coder_call(s, e, out);
-    if (split_find(s, n, "<arg_key>") != (size_t)-1) return glm_call(s, e, out);
+    if (n > 10 && !memcmp(s, "<function=", 10)) return coder_call(tools, s, e, out);
+    if (split_find(s, n, "<arg_key>") != (size_t)-1) return glm_call(tools, s, e, out);
+    if (fmt == FMT_GLM45) return glm_call(tools, s, e, out); /* a name alone */
     size_t sep = split_find(s, n, DS_SEP);
     if (sep != (size_t)-1) {
         const char *l = s, *r = s + sep + strlen(DS_SEP);
@@ -322,10 +383,11 @@ int fmt_call_json(const char *body, size_t n, sbuf *out)
 }
 
 /* a call block out: canonical when it parses, else the text it was */
-static void call_out(int fmt, const char *open, const char *body, size_t n, const char *close, sbuf *out)
+static void call_out(const fmt_norm *f, const char *open, const char *body, size_t n, const char *close, sbuf *out)
 {
+    int fmt = f->fmt;
     sbuf j = {0};
-    if (fmt_call_json(body, n, &j) == 0) {
+    if (fmt_call_read(fmt, f->tools, body, n, &j) == 0) {
         callmemo_note(fmt, NULL, body, n); /* as the model wrote it, for the next turn's prompt */
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
@@ -355,7 +417,7 @@ static void feed_marks(fmt_norm *f, sbuf *out, bool end)
                 split_drop(&f->held, len);
                 return;
             }
-            call_out(f->fmt, m->open, h, at, m->close, out);
+            call_out(f, m->open, h, at, m->close, out);
             split_drop(&f->held, at + strlen(m->close));
             f->state = S_TEXT;
             continue;
