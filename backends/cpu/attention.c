@@ -299,7 +299,7 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
                                const float *sinks, float *out, size_t out_stride)
 {
     if (L->head_dim > MAX_HEAD_DIM) return PAGODA_ERR_UNSUPPORTED;
-    const bool bi = pagoda_cpu_batch_invariant();   /* once: both loops below must agree */
+    const bool bi = ex->batch_invariant;   /* once: both loops below must agree */
     /* One scratch: unit_start [n_seqs + 1], n_splits and part_start [n_seqs],
      * then the partial sums of the split rows. */
     size_t n_ints = 3 * (size_t)b->n_seqs + 1, ints_bytes = (n_ints * sizeof(int32_t) + 63) & ~(size_t)63;

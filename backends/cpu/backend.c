@@ -10,7 +10,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,7 +259,7 @@ static int cpu_weight_extra_held(void *ctx, uint64_t *out)
 /* The start-up line on the repacked GEMMs: which path takes matmuls of
  * many tokens, and when the copies the memory plan counts as an upper
  * bound (cpu_weight_extra_bytes) are made, or that none are. */
-static void log_repack(const pagoda_host *host)
+static void log_repack(const pagoda_host *host, const pagoda_cpu_exec *ex)
 {
     char why[128];
     bool amx = pagoda_amx_usable(why, sizeof why);
@@ -287,7 +286,7 @@ static void log_repack(const pagoda_host *host)
               "computed in one call (the memory plan counts every copy); PAGODA_CPU_REPACK_MIN_T=0 "
               "holds none; AMX tiles %s: %s",
               min_t, pagoda_rp_path_name(rp),
-              rp == PAGODA_RP_PATH_AMX && pagoda_rp_path_for(rp, PAGODA_DTYPE_Q4_0, 1 << 20) != rp
+              rp == PAGODA_RP_PATH_AMX && pagoda_rp_path_for(ex, rp, PAGODA_DTYPE_Q4_0, 1 << 20) != rp
                   ? " for Q8_0 of >= " PAGODA_RP_AMX_MIN_T_STR " tokens, AVX-512 VNNI for the rest "
                     "(PAGODA_CPU_AMX_ALL=1: tiles for all)"
                   : "",
@@ -707,14 +706,11 @@ static int cpu_probe(char *why, size_t why_len)
     return slow ? 40 : 100;
 }
 
-/* CPU backends alive in this process (batch_invariant is one setting a process) */
-static atomic_int live_backends;
-
 static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t err_len)
 {
     *ctxp = NULL;
     /* f16_gemm: which GEMM F16 / BF16 prefill takes (kernels/avx512/
-     * gemm_fma.h); checked before anything is made or set */
+     * gemm_fma.h); checked before anything is made */
     const char *fg = host && host->config_str ? host->config_str(host, "f16_gemm", "auto") : "auto";
     int fgm = pagoda_cpu_f16_gemm_parse(fg ? fg : "auto");
     if (fgm < 0) {
@@ -745,23 +741,12 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         free(c);
         return PAGODA_ERR_NOMEM;
     }
-    /* one setting a process: this backend's (cpu_features.h); a backend
-     * still alive with the other value is told it changed */
-    bool bi = host && host->config_bool ? host->config_bool(host, "batch_invariant", false) : false;
-    int others = atomic_fetch_add(&live_backends, 1);
-    if (others > 0 && bi != pagoda_cpu_batch_invariant() && host && host->log)
-        host->log(host, PAGODA_LOG_WARN,
-                  "cpu backend: batch_invariant = %s here, %s in another CPU backend of this process: "
-                  "it is one setting a process, now %s for both",
-                  bi ? "on" : "off", bi ? "off" : "on", bi ? "on" : "off");
-    pagoda_cpu_set_batch_invariant(bi);
-    if (others > 0 && fgm != pagoda_cpu_f16_gemm() && host && host->log)
-        host->log(host, PAGODA_LOG_WARN,
-                  "cpu backend: f16_gemm = %s here, %s in another CPU backend of this process: it is one "
-                  "setting a process, now %s for both",
-                  pagoda_cpu_f16_gemm_name(fgm), pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
-                  pagoda_cpu_f16_gemm_name(fgm));
-    pagoda_cpu_set_f16_gemm(fgm);
+    /* this backend's settings, on its own exec (kernels.h): the kernels
+     * read them at each call, so other CPU backends of the process keep
+     * theirs */
+    c->ex.batch_invariant =
+        host && host->config_bool ? host->config_bool(host, "batch_invariant", false) : false;
+    c->ex.f16_gemm = fgm;
     /* sgemm runs on the engine thread while our workers wait: give
      * OpenBLAS the same number of threads. */
     openblas_set_num_threads(c->n_threads);
@@ -783,7 +768,7 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
             host->log(host, PAGODA_LOG_WARN, "%.*s", len, notes);
             notes += len + (eol ? 1 : 0);
         }
-        log_repack(host);
+        log_repack(host, &c->ex);
         /* which BF16 GEMM F16 / BF16 weights of many tokens take (kernels/
          * amx/gemm_bf16_amx.h, kernels/avx512/gemm_bf16.h), and why not the
          * tiles on an AMX level without AMX-BF16 */
@@ -791,9 +776,9 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
         char desc[2][160];
         for (int d = 0; d < 2; d++) {
             int dt = d ? PAGODA_DTYPE_BF16 : PAGODA_DTYPE_F16;
-            if (pagoda_cpu_fma_applies(dt, INT64_MAX / 2))
+            if (pagoda_cpu_fma_applies(&c->ex, dt, INT64_MAX / 2))
                 snprintf(desc[d], sizeof desc[d], "F32-FMA GEMM from %lld tokens", (long long)pagoda_cpu_fma_min_t(dt));
-            else if (pagoda_cpu_bf16_applies(dt, INT64_MAX / 2, 2))
+            else if (pagoda_cpu_bf16_applies(&c->ex, dt, INT64_MAX / 2, 2))
                 snprintf(desc[d], sizeof desc[d], "BF16 GEMM on %s from %lld tokens%s%s", pagoda_cpu_bf16_path_name(bp),
                          (long long)pagoda_cpu_bf16_min_t(dt),
                          dt == PAGODA_DTYPE_F16 ? " (weights rounded to BF16)" : "",
@@ -802,15 +787,15 @@ static int cpu_create(const pagoda_host *host, void **ctxp, char *err, size_t er
                              : "");
             else
                 snprintf(desc[d], sizeof desc[d], "exact F32 kernels%s",
-                         dt == PAGODA_DTYPE_F16 && pagoda_cpu_batch_invariant() ? " (batch_invariant)" : "");
+                         dt == PAGODA_DTYPE_F16 && c->ex.batch_invariant ? " (batch_invariant)" : "");
         }
         host->log(host, PAGODA_LOG_INFO, "cpu backend: F16/BF16 matmuls (f16_gemm = %s%s): F16 %s; BF16 %s",
-                  pagoda_cpu_f16_gemm_name(pagoda_cpu_f16_gemm()),
-                  pagoda_cpu_f16_gemm() == PAGODA_F16GEMM_AUTO && getenv("PAGODA_CPU_BF16")
+                  pagoda_cpu_f16_gemm_name(c->ex.f16_gemm),
+                  c->ex.f16_gemm == PAGODA_F16GEMM_AUTO && getenv("PAGODA_CPU_BF16")
                       ? ", PAGODA_CPU_BF16 set: dpbf16"
                       : "",
                   desc[0], desc[1]);
-        if (pagoda_cpu_batch_invariant())
+        if (c->ex.batch_invariant)
             host->log(host, PAGODA_LOG_INFO,
                       "cpu backend: batch_invariant = on: integer and F16 weights run the tokens-in-lanes "
                       "kernels from one row on, the VNNI repacked GEMM and unsplit attention, so a row's "
@@ -831,7 +816,6 @@ static void cpu_destroy(void *ctx)
 {
     cpu_ctx *c = ctx;
     if (!c) return;
-    atomic_fetch_sub(&live_backends, 1);
     pagoda_threadpool_destroy(c->ex.pool);
     pagoda_cpu_exec_release(&c->ex);
     free(c);

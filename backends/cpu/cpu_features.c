@@ -184,18 +184,6 @@ int pagoda_cpu_force_isa(int isa)
     return pagoda_cpu_active_isa();
 }
 
-static _Atomic bool batch_invariant;
-
-void pagoda_cpu_set_batch_invariant(bool on)
-{
-    batch_invariant = on;
-}
-
-bool pagoda_cpu_batch_invariant(void)
-{
-    return batch_invariant;
-}
-
 void pagoda_cpu_fake_detected_isa(int isa)
 {
     faked = isa;

@@ -60,11 +60,10 @@ int pagoda_cpu_force_isa(int isa);
  * keys over threads; F32 weights keep their own per-pair dot at every T
  * (no sgemm: slower prefill). Not covered: BF16 weights and F16 under
  * PAGODA_CPU_BF16=2 (the BF16 GEMM from 16-32 rows), the scalar level (no lanes kernels), the expert
- * matmul and MLA's own attention (not tested). [main thread] Set by the backend's create (one setting a
- * process: the last backend created decides); read by the kernels'
- * dispatch [any thread]. */
-void pagoda_cpu_set_batch_invariant(bool on);
-bool pagoda_cpu_batch_invariant(void);
+ * matmul and MLA's own attention (not tested). A setting of each backend:
+ * pagoda_cpu_exec.batch_invariant (kernels.h), set by the backend's
+ * create from its config and read by the kernels' dispatch at each call,
+ * so two CPU backends of one process keep their own. */
 
 /* [any thread] The level whose kernels run: the active one, capped at the
  * highest pagoda has kernels for (AVX-512 VNNI: an AMX CPU runs those), and

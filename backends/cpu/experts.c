@@ -218,7 +218,7 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
 
     /* Sizes of the scratch pieces, before anything is placed. */
     pagoda_cpu_mm probe = {.vt = pagoda_cpu_vecdot(), .T = 1, .K = K, .N = N, .dtype = dtype};
-    pagoda_cpu_mm_plan(&probe);
+    pagoda_cpu_mm_plan(ex, &probe);
     size_t xq_stride = probe.xq_stride;
     size_t grp_stride = (size_t)((K / 32 + 3) / 4) * sizeof(pagoda_q4x_group);
     size_t x8_per_group = pagoda_cpu_act_q8k(dtype) ? (size_t)(K / 256) * sizeof(pagoda_q8kx8_block)
@@ -264,7 +264,7 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
         int64_t n = start[e + 1] - start[e];
         if (!n) continue;
         xp_expert *xe = &exps[c.n_ex++];
-        *xe = (xp_expert){.e = e, .off = start[e], .n = n, .sgemm = pagoda_cpu_mm_sgemm_path(dtype, n)};
+        *xe = (xp_expert){.e = e, .off = start[e], .n = n, .sgemm = pagoda_cpu_mm_sgemm_path(ex, dtype, n)};
         xe->direct = true;
         for (int64_t j = 1; j < n && xe->direct; j++) xe->direct = perm[xe->off + j] == perm[xe->off] + j;
         if (!xe->direct) any_ys = true;
@@ -274,7 +274,7 @@ int pagoda_cpu_matmul_experts(pagoda_cpu_exec *ex, const float *x, size_t x_stri
         }
         xe->m = (pagoda_cpu_mm){.vt = c.vt, .T = n, .K = K, .N = N, .dtype = dtype,
                                 .w = (const uint8_t *)w + (size_t)e * expert_stride, .w_stride = w_stride};
-        pagoda_cpu_mm_plan(&xe->m);
+        pagoda_cpu_mm_plan(ex, &xe->m);
         if (xe->m.xp_stride) any_xp = true;
         if (xe->m.gemm_x8 || xe->m.gemm_kx8 || xe->m.gemm_f16_x8) {
             xe->g_off = groups;

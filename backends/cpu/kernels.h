@@ -18,8 +18,13 @@
 #include "pagoda/types.h"
 #include "threadpool.h"
 
-/* What kernels run on: the thread pool (NULL: the caller alone) and a
- * scratch area that grows on demand (quantized activations). */
+/* What kernels run on: the thread pool (NULL: the caller alone), a
+ * scratch area that grows on demand (quantized activations), and the
+ * settings of the backend that owns it ([backend.cpu] batch_invariant and
+ * f16_gemm), read by the kernels' dispatch at every call. Each CPU
+ * backend has its own exec, so two backends of one process keep their own
+ * settings. A zeroed exec is the defaults: batch_invariant off, f16_gemm
+ * auto. */
 typedef struct pagoda_cpu_exec {
     pagoda_threadpool *pool;
     void *scratch;
@@ -27,6 +32,8 @@ typedef struct pagoda_cpu_exec {
     void *aux;            /* a second scratch: the expert matmul's, while its */
     size_t aux_size;      /* per-expert sgemm calls use the first */
     struct pagoda_rp_cache *repack; /* repacked weights (kernels/repack/), NULL: none */
+    bool batch_invariant; /* a row's result independent of its call's rows (cpu_features.h) */
+    int f16_gemm;         /* PAGODA_F16GEMM_* (kernels/avx512/gemm_fma.h); 0 = AUTO */
 } pagoda_cpu_exec;
 
 /* Scratch of at least `bytes` (64-byte aligned), NULL when out of memory.
@@ -51,10 +58,12 @@ int pagoda_cpu_weight_type_supported(int dtype);
  * the environment sets one crossover for every type. */
 #define PAGODA_CPU_GEMM_MIN_T 32
 
-/* True when pagoda_cpu_matmul computes exact F32 products for T rows of
- * this weight type (F32/F16/BF16 always; quantized types on the sgemm
- * path), false when it quantizes the activations to int8 blocks first. */
-bool pagoda_cpu_matmul_exact(int dtype, int64_t T);
+/* True when pagoda_cpu_matmul on ex computes exact F32 products for T
+ * rows of this weight type (F32/F16/BF16 unless ex's f16_gemm sends them
+ * to the BF16 GEMM; quantized types on the sgemm path), false when it
+ * quantizes the activations first. Only ex's settings are read: a zeroed
+ * exec asks about a backend at its defaults. */
+bool pagoda_cpu_matmul_exact(const pagoda_cpu_exec *ex, int dtype, int64_t T);
 
 /* out[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]), t < T, n < N.
  * x F32 rows (x_stride bytes apart), w rows of `w_dtype` (K a multiple of

@@ -450,29 +450,29 @@ static int64_t sgemm_min_t(int dtype)
 
 /* The row count from which this type goes to dequantize + sgemm: the
  * environment's crossover when set, else the type's own. */
-static int64_t sgemm_from(int dtype)
+static int64_t sgemm_from(const pagoda_cpu_exec *ex, int dtype)
 {
     int64_t env = gemm_min_t_env();
     /* batch-invariant: integer weights never switch to sgemm at a row
      * count (its exact F32 products are another arithmetic), whatever
      * PAGODA_CPU_GEMM_MIN_T says; F32 / F16 / BF16 are not covered */
-    if (env && pagoda_cpu_batch_invariant() && dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
+    if (env && ex->batch_invariant && dtype != PAGODA_DTYPE_F32 && dtype != PAGODA_DTYPE_F16 &&
         dtype != PAGODA_DTYPE_BF16)
         return sgemm_min_t(dtype);
     return env ? env : sgemm_min_t(dtype);
 }
 
-bool pagoda_cpu_matmul_exact(int dtype, int64_t T)
+bool pagoda_cpu_matmul_exact(const pagoda_cpu_exec *ex, int dtype, int64_t T)
 {
-    if (pagoda_cpu_bf16_applies(dtype, T, 2)) return false;  /* BF16-rounded activations */
+    if (pagoda_cpu_bf16_applies(ex, dtype, T, 2)) return false;  /* BF16-rounded activations */
     if (dtype == PAGODA_DTYPE_F32 || dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16)
         return true;
-    return T >= sgemm_from(dtype);
+    return T >= sgemm_from(ex, dtype);
 }
 
 /* The kernels and activation layouts of one matrix on the mm_task path
  * (no allocation): what its activations must be prepared as. */
-void pagoda_cpu_mm_plan(mm_task *m)
+void pagoda_cpu_mm_plan(const pagoda_cpu_exec *ex, mm_task *m)
 {
     int w_dtype = m->dtype;
     int64_t T = m->T, K = m->K;
@@ -489,7 +489,7 @@ void pagoda_cpu_mm_plan(mm_task *m)
     const pagoda_vecdot_table *lt = T <= 8 && m->vt->lanes8 ? m->vt->lanes8 : m->vt;
     /* batch-invariant: the lanes kernels from one row on, so a row's sums
      * run in the same order whatever T is (cpu_features.h) */
-    bool bi = pagoda_cpu_batch_invariant();
+    bool bi = ex->batch_invariant;
     int64_t x8_min = bi ? 1 : X8_MIN_T, x8_min_q5 = bi ? 1 : X8_MIN_T_Q5;
     if (T >= (q5 ? x8_min_q5 : x8_min))
         m->gemm_x8 = w_dtype == PAGODA_DTYPE_Q8_0 ? lt->gemm_q8_0_x8
@@ -594,13 +594,13 @@ static void mm_run(pagoda_cpu_exec *ex, mm_task *t, int n)
         pagoda_threadpool_run_parts(ex->pool, group_dot_task, &g, g.part_start[n]);
 }
 
-bool pagoda_cpu_mm_sgemm_path(int dtype, int64_t T)
+bool pagoda_cpu_mm_sgemm_path(const pagoda_cpu_exec *ex, int dtype, int64_t T)
 {
     /* batch-invariant: F32 weights keep their own per-pair dot at every T
      * (sgemm's rows differ between a call of 1 row and one of 70: seen in
      * test_batch_invariant_rows), slower for a long prefill */
-    if (dtype == PAGODA_DTYPE_F32) return !pagoda_cpu_batch_invariant() && T >= F32_BLAS_MIN_T;
-    return T >= sgemm_from(dtype);
+    if (dtype == PAGODA_DTYPE_F32) return !ex->batch_invariant && T >= F32_BLAS_MIN_T;
+    return T >= sgemm_from(ex, dtype);
 }
 
 static int mm_sgemm(pagoda_cpu_exec *ex, const float *x, size_t x_stride, int64_t T, int64_t K,
@@ -633,7 +633,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
     /* ... or the F32-FMA GEMM where f16_gemm picks it (kernels/avx512/
      * gemm_fma.h: exact F32, weights converted while packed) */
     for (int i = 0; i < n; i++)
-        if (w[i].N > 0 && pagoda_cpu_fma_applies(w[i].dtype, T)) {
+        if (w[i].N > 0 && pagoda_cpu_fma_applies(ex, w[i].dtype, T)) {
             bw[nbw++] = w[i];
             done[i] = true;
         }
@@ -643,7 +643,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
         nbw = 0;
     }
     for (int i = 0; i < n; i++)
-        if (!done[i] && w[i].N > 0 && pagoda_cpu_bf16_applies(w[i].dtype, T, K)) {
+        if (!done[i] && w[i].N > 0 && pagoda_cpu_bf16_applies(ex, w[i].dtype, T, K)) {
             bw[nbw++] = w[i];
             done[i] = true;
         }
@@ -661,7 +661,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
         if (w[i].N <= 0) { done[i] = true; continue; }
-        if (pagoda_cpu_mm_sgemm_path(w[i].dtype, T)) {
+        if (pagoda_cpu_mm_sgemm_path(ex, w[i].dtype, T)) {
             int st = mm_sgemm(ex, x, x_stride, T, K, &w[i]);
             if (st) return st;
             done[i] = true;
@@ -672,7 +672,7 @@ int pagoda_cpu_matmul_multi(pagoda_cpu_exec *ex, const float *x, size_t x_stride
             .w = w[i].w, .dtype = w[i].dtype, .w_stride = w[i].w_stride, .bias = w[i].bias,
             .out = w[i].out, .out_stride = w[i].out_stride,
         };
-        pagoda_cpu_mm_plan(&t[i]);
+        pagoda_cpu_mm_plan(ex, &t[i]);
     }
     /* Groups of matrices whose activations are prepared alike, in order:
      * one preparation and one pool run each (Q/K/V or gate/up of one type:

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "vecdot.h"
 
 typedef void (*pagoda_cpu_gemm_kx8_fn)(const void *, size_t, int64_t, const pagoda_q8kx8_block *,
@@ -51,10 +52,11 @@ typedef struct pagoda_cpu_mm {
 #define PAGODA_CPU_X8_MIN_T 4
 #define PAGODA_CPU_X8_MIN_T_Q5 5
 
-/* Fill m's kernels and activation strides from vt, T, K, dtype (no
- * allocation): xq_stride (0: F32 activations), xp_stride (prep_q4_0
- * groups, 0: none), gemm_x8 / gemm_kx8 / gemm_f16_x8 (lanes), gemm. */
-void pagoda_cpu_mm_plan(pagoda_cpu_mm *m);
+/* Fill m's kernels and activation strides from vt, T, K, dtype and ex's
+ * batch_invariant (no allocation): xq_stride (0: F32 activations),
+ * xp_stride (prep_q4_0 groups, 0: none), gemm_x8 / gemm_kx8 / gemm_f16_x8
+ * (lanes), gemm. */
+void pagoda_cpu_mm_plan(const pagoda_cpu_exec *ex, pagoda_cpu_mm *m);
 
 /* Output columns [n0, n1) for every token of a planned, prepared m. */
 void pagoda_cpu_mm_rows(const pagoda_cpu_mm *m, int64_t n0, int64_t n1);
@@ -63,7 +65,8 @@ void pagoda_cpu_mm_rows(const pagoda_cpu_mm *m, int64_t n0, int64_t n1);
 bool pagoda_cpu_act_q8k(int dtype);
 
 /* Does a matrix of this type over T rows go to sgemm (F32 weights, or
- * dequantize + sgemm) rather than the pagoda_cpu_mm path? */
-bool pagoda_cpu_mm_sgemm_path(int dtype, int64_t T);
+ * dequantize + sgemm) rather than the pagoda_cpu_mm path, under ex's
+ * batch_invariant? */
+bool pagoda_cpu_mm_sgemm_path(const pagoda_cpu_exec *ex, int dtype, int64_t T);
 
 #endif

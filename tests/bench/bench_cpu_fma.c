@@ -76,7 +76,7 @@ int main(int argc, char **argv)
                     for (int side = 0; side < 4; side++) {
                         double t0 = now(clk);
                         if (side < 3) {
-                            pagoda_cpu_set_f16_gemm(modes[side]);
+                            ex.f16_gemm = modes[side];
                             pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, dtype, 2 * (size_t)K, N,
                                               NULL, out, sizeof(float) * (size_t)N);
                         } else {
@@ -88,7 +88,6 @@ int main(int argc, char **argv)
                         double d = now(clk) - t0;
                         if (d < best[side]) best[side] = d;
                     }
-                pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
                 double fl = 2.0 * (double)T * (double)K * (double)N / 1e9;
                 char kn[32];
                 snprintf(kn, sizeof kn, "%lldx%lld", (long long)K, (long long)N);

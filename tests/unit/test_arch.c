@@ -247,7 +247,8 @@ static void run_case_opts(const char *name, bool no_scale)
     int32_t n_gen = (int32_t)json_integer_value(json_object_get(ref(), "n_generate"));
     int32_t n_all = n_prompt + n_gen - 1;   /* positions with reference logits */
     json_t *exact = json_object_get(c, "exact"), *q8a = json_object_get(c, "q8_activations");
-    bool pre_q8a = q8 && !pagoda_cpu_matmul_exact(PAGODA_DTYPE_Q8_0, n_all);
+    const pagoda_cpu_exec dflt = {0};   /* the backend's settings here: the defaults */
+    bool pre_q8a = q8 && !pagoda_cpu_matmul_exact(&dflt, PAGODA_DTYPE_Q8_0, n_all);
     arch_check dec = make_check(name, q8 ? q8a : exact, V, q8, hp->post_norms);
     arch_check pre = make_check(name, pre_q8a ? q8a : exact, V, pre_q8a, hp->post_norms);
     /* a sliding window must matter in the positions checked */
@@ -320,7 +321,7 @@ static void run_case_opts(const char *name, bool no_scale)
 
     /* 3. the whole runtime: engine, scheduler, paged KV, greedy sampler.
      *    Its prompt prefill takes the few-rows path like the decode steps. */
-    ck_assert_msg(!q8 || !pagoda_cpu_matmul_exact(PAGODA_DTYPE_Q8_0, n_prompt),
+    ck_assert_msg(!q8 || !pagoda_cpu_matmul_exact(&dflt, PAGODA_DTYPE_Q8_0, n_prompt),
                   "the Q8_0 prompt must take the CPU backend's int8-activation path");
     ck_assert_int_eq(pagoda_engine_start(rt->engine), 0);
     pagoda_request req;

@@ -59,7 +59,11 @@ static int64_t fake_int(const pagoda_host *h, const char *key, int64_t dflt)
     return strcmp(key, "threads") == 0 ? cfg_threads : dflt;
 }
 static double fake_float(const pagoda_host *h, const char *key, double dflt) { return dflt; }
-static bool fake_bool(const pagoda_host *h, const char *key, bool dflt) { return dflt; }
+static int cfg_batch_invariant = -1; /* -1: the default */
+static bool fake_bool(const pagoda_host *h, const char *key, bool dflt)
+{
+    return strcmp(key, "batch_invariant") == 0 && cfg_batch_invariant >= 0 ? cfg_batch_invariant : dflt;
+}
 static const char *fake_engine(const pagoda_host *h, const char *key) { return NULL; }
 
 static const pagoda_host fake_host = {
@@ -512,6 +516,82 @@ START_TEST(test_f16_gemm_key)
 }
 END_TEST
 
+/* Two CPU backends of one process (one plugin, two contexts) with other
+ * settings keep their own: A (batch_invariant on, f16_gemm = fma) created
+ * first, B (off, f16_gemm = off) after it, both alive. A's F16 matmul of
+ * one row equals that row in A's call of 70 rows bit for bit (batch
+ * invariance: its lanes kernel from one row on), with B's calls between;
+ * each start-up line names its own setting, and nothing warns. */
+static void f16_matmul(loaded *L, pagoda_buffer *act, pagoda_buffer *wbuf, size_t off_x, size_t off_o, int64_t T,
+                       int64_t K, int64_t N, float *out)
+{
+    pagoda_tensor tx = tens(act, off_x, PAGODA_DTYPE_F32, T, K);
+    pagoda_tensor tw = tens(wbuf, 0, PAGODA_DTYPE_F16, N, K);
+    pagoda_tensor to = tens(act, off_o, PAGODA_DTYPE_F32, T, N);
+    ck_assert_int_eq(L->ops->matmul(L->ctx, &tx, &tw, NULL, &to), PAGODA_OK);
+    ck_assert_int_eq(L->ops->synchronize(L->ctx), PAGODA_OK);
+    ck_assert_int_eq(L->ops->download(L->ctx, act, off_o, out, sizeof(float) * (size_t)(T * N)), PAGODA_OK);
+}
+
+START_TEST(test_two_backends_own_settings)
+{
+    cfg_batch_invariant = 1;
+    cfg_f16_gemm = "fma";
+    loaded A = load_backend();
+    ck_assert_msg(strstr(all_log, "(f16_gemm = fma): "), "%s", all_log);
+    ck_assert_msg(strstr(all_log, "cpu backend: batch_invariant = on"), "%s", all_log);
+    cfg_batch_invariant = 0;
+    cfg_f16_gemm = "off";
+    loaded B = load_backend();
+    ck_assert_msg(strstr(all_log, "(f16_gemm = off): F16 exact F32 kernels; BF16 exact F32 kernels"), "%s",
+                  all_log);
+    ck_assert_msg(!strstr(all_log, "batch_invariant = on"), "%s", all_log);
+    ck_assert_msg(!strstr(all_log, "another CPU backend"), "%s", all_log);
+    cfg_batch_invariant = -1;
+    cfg_f16_gemm = NULL;
+
+    enum { T = 70, K = 320, N = 40, T0 = 37 };
+    tu_rng r;
+    tu_rng_seed(&r, 91);
+    float *x = malloc(sizeof(float) * T * K), *wf = malloc(sizeof(float) * N * K);
+    float *full = malloc(sizeof(float) * T * N), *other = malloc(sizeof(float) * T * N), one[N];
+    tu_fill_normal(&r, x, T * K, 1.0f);
+    uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_F16, N, K, wf);
+    size_t off_x = 0, off_o = sizeof(float) * T * K, bytes = off_o + sizeof(float) * T * N;
+    pagoda_buffer *act[2] = {NULL, NULL}, *wb[2] = {NULL, NULL};
+    loaded *be[2] = {&A, &B};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(be[i]->ops->buffer_alloc(be[i]->ctx, PAGODA_BUF_ACTIVATIONS, bytes, &act[i]), PAGODA_OK);
+        ck_assert_int_eq(be[i]->ops->weights_from_host(be[i]->ctx, w, sizeof(uint16_t) * N * K, &wb[i]),
+                         PAGODA_OK);
+        ck_assert_int_eq(be[i]->ops->upload(be[i]->ctx, act[i], off_x, x, sizeof(float) * T * K), PAGODA_OK);
+    }
+    size_t off_row = sizeof(float) * T0 * K;
+    f16_matmul(&A, act[0], wb[0], off_x, off_o, T, K, N, full);
+    f16_matmul(&B, act[1], wb[1], off_x, off_o, T, K, N, other);
+    f16_matmul(&B, act[1], wb[1], off_row, off_o, 1, K, N, one);
+    f16_matmul(&A, act[0], wb[0], off_row, off_o, 1, K, N, one);
+    if (pagoda_cpu_kernel_isa() >= PAGODA_CPU_ISA_AVX2)
+        ck_assert_msg(!memcmp(one, full + T0 * N, sizeof one),
+                      "backend A (batch_invariant): row %d alone differs from it in a call of %d rows", T0, T);
+    else
+        printf("test_two_backends_own_settings: no F16 lanes kernel at the scalar level: rows not compared\n");
+    /* both near the exact sums (F16 and F32: exact products either way) */
+    for (int n = 0; n < N; n++) {
+        double mag, e = tu_dot_exact(x + T0 * K, wf + n * K, K, &mag);
+        ck_assert(fabs(full[T0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
+        ck_assert(fabs(other[T0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
+    }
+    for (int i = 0; i < 2; i++) {
+        be[i]->ops->buffer_free(be[i]->ctx, act[i]);
+        be[i]->ops->buffer_free(be[i]->ctx, wb[i]);
+    }
+    free(x); free(wf); free(full); free(other); free(w);
+    unload(&B);
+    unload(&A);
+}
+END_TEST
+
 START_TEST(test_threads_default_is_cpu_count)
 {
     cfg_threads = 0;
@@ -539,6 +619,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_attention_end_to_end);
     tcase_add_test(tc, test_repack_startup_line);
     tcase_add_test(tc, test_f16_gemm_key);
+    tcase_add_test(tc, test_two_backends_own_settings);
     tcase_add_test(tc, test_threads_default_is_cpu_count);
     tcase_add_test(tc, test_kernel_path_named_alike);
     suite_add_tcase(s, tc);

@@ -213,9 +213,9 @@ START_TEST(test_bf16_rejects_bad_input)
     m.dtype = PAGODA_DTYPE_Q8_0;
     ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, &pagoda_bf16_simde, x, 8, 1, 2, &m, 1), PAGODA_ERR_INVALID);
     ck_assert_int_eq(pagoda_cpu_bf16_matmul(&ex, &pagoda_bf16_simde, x, 8, 1, 2, &m, 0), PAGODA_ERR_INVALID);
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, 1000, 3));
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_Q8_0, 1000, 64));
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, 1, 64));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, 1000, 3));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_Q8_0, 1000, 64));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, 1, 64));
     pagoda_cpu_exec_release(&ex);
 }
 END_TEST
@@ -235,27 +235,27 @@ START_TEST(test_bf16_matmul_dispatch)
     pagoda_cpu_exec ex = {0};
     int det = pagoda_cpu_detect_isa();
     pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
-    ck_assert(pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T, K));
+    ck_assert(pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_BF16, T));
     pagoda_cpu_force_isa(-1);
     bool native = pagoda_cpu_has_avx512_bf16() && det >= PAGODA_CPU_ISA_AVX512 && !getenv("PAGODA_CPU_ISA") &&
                   !getenv("PAGODA_CPU_BF16") && !getenv("PAGODA_CPU_BF16_MIN_T");
     /* f16_gemm = dpbf16: under auto this host's BF16 may take the
      * F32-FMA GEMM instead (gemm_fma.h, test_cpu_gemm_fma) */
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_DPBF16);
+    ex.f16_gemm = PAGODA_F16GEMM_DPBF16;
     if (native) {
-        ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
+        ck_assert(pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T, K));
         /* f16_gemm = dpbf16 said in so many words takes F16 too (rounded) */
-        ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K));
-        ck_assert(!pagoda_cpu_matmul_exact(PAGODA_DTYPE_F16, T));
-        ck_assert(!pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T));
+        ck_assert(pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_F16, T, K));
+        ck_assert(!pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_F16, T));
+        ck_assert(!pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_BF16, T));
         ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
                                            2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
         check_out(x, T, K, wf, PAGODA_DTYPE_BF16, N, NULL, out, N, "matmul");
     }
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
+    ex.f16_gemm = PAGODA_F16GEMM_AUTO;
     /* auto never rounds F16 weights to BF16 */
-    if (native) ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_F16, T, K));
+    if (native) ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_F16, T, K));
     pagoda_cpu_exec_release(&ex);
     free(x); free(wf); free(out); free(w);
 }
@@ -406,7 +406,7 @@ START_TEST(test_amxbf16_dispatch)
     tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
     uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_BF16, N, K, wf);
     pagoda_cpu_exec ex = {0};
-    ck_assert(pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T, K));
+    ck_assert(pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T, K));
     ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
                                        2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
     /* K = 2048: the F32 sums' bound is K * 2^-24 = 1.2e-4, not 2e-5 */

@@ -173,12 +173,12 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
             ck_assert_int_eq(pagoda_cpu_matmul(ex, xg, sizeof(float) * (size_t)K, n, K, w + (size_t)e * es, dtype,
                                                ws, N, NULL, og, sizeof(float) * (size_t)N),
                              PAGODA_OK);
-            bool exact = pagoda_cpu_matmul_exact(dtype, n) || !int8_acts(dtype);
+            bool exact = pagoda_cpu_matmul_exact(ex, dtype, n) || !int8_acts(dtype);
             /* the BF16 GEMM and the F32-FMA GEMM (F16 / BF16 from 16-32
              * rows) are the plain matmul's, not the expert path's: the same
              * within their bound (the F32 one for the FMA GEMM's exact
              * arithmetic, in another summation order), not bit for bit */
-            bool same = int8_acts(dtype) || (pagoda_cpu_matmul_exact(dtype, n) && !pagoda_cpu_fma_applies(dtype, n));
+            bool same = int8_acts(dtype) || (pagoda_cpu_matmul_exact(ex, dtype, n) && !pagoda_cpu_fma_applies(ex, dtype, n));
             for (int64_t j = 0; j < n; j++) {
                 float *o = (float *)((uint8_t *)out + (size_t)rows[j] * os);
                 ck_assert_msg(!same || memcmp(o, og + j * N, sizeof(float) * (size_t)N) == 0,
@@ -192,7 +192,7 @@ static void check_case(const xp_case *c, int dtype, pagoda_cpu_exec *ex, tu_rng 
                                      PAGODA_OK);
                     double ref = 0.0;
                     for (int64_t k = 0; k < K; k++) ref += (double)wf[k] * xv[k];
-                    double tol = !int8_acts(dtype) && !pagoda_cpu_matmul_exact(dtype, n)
+                    double tol = !int8_acts(dtype) && !pagoda_cpu_matmul_exact(ex, dtype, n)
                                      ? bf16_bound(wf, xv, K) : bound(dtype, wf, xv, K, exact);
                     ck_assert_msg(fabs(o[m] - ref) <= tol,
                                   "%s path %s T=%lld: row %d col %lld: %.7g vs reference %.7g (bound %.3g)",

@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@
 #include "avx512/gemm_fma.h"
 #include "cpu_features.h"
 #include "kernels.h"
+#include "matmul_task.h"
 #include "quant.h"
 #include "testutil.h"
 #include "threadpool.h"
@@ -172,39 +174,43 @@ START_TEST(test_f16_gemm_modes)
     bool avx512 = pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512;
     int64_t T = pagoda_cpu_fma_min_t(PAGODA_DTYPE_F16), Tb = pagoda_cpu_fma_min_t(PAGODA_DTYPE_BF16);
     if (Tb > T) T = Tb;
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_FMA);
-    ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T) == avx512);
-    ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T) == avx512);
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, pagoda_cpu_fma_min_t(PAGODA_DTYPE_F16) - 1));
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, Tb - 1));
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_Q8_0, T));
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T + 100, 64));
-    ck_assert(pagoda_cpu_matmul_exact(PAGODA_DTYPE_BF16, T + 100));
+    pagoda_cpu_exec ex = {.f16_gemm = PAGODA_F16GEMM_FMA};
+    ck_assert(pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, T) == avx512);
+    ck_assert(pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, T) == avx512);
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, pagoda_cpu_fma_min_t(PAGODA_DTYPE_F16) - 1));
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, Tb - 1));
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_Q8_0, T));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T + 100, 64));
+    ck_assert(pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_BF16, T + 100));
     /* batch_invariant F16 keeps the lanes kernel from one row on */
-    pagoda_cpu_set_batch_invariant(true);
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T + 100));
-    ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T + 100) == avx512);
-    pagoda_cpu_set_batch_invariant(false);
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_OFF);
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T + 100));
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T + 100));
-    ck_assert(!pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T + 100, 64));
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_DPBF16);
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T + 100));
-    ck_assert(!pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T + 100));
-    pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
+    ex.batch_invariant = true;
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, T + 100));
+    ck_assert(pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, T + 100) == avx512);
+    ex.batch_invariant = false;
+    ex.f16_gemm = PAGODA_F16GEMM_OFF;
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, T + 100));
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, T + 100));
+    ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T + 100, 64));
+    ex.f16_gemm = PAGODA_F16GEMM_DPBF16;
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, T + 100));
+    ck_assert(!pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, T + 100));
+    /* a value outside the enum reads as auto */
+    ex.f16_gemm = 99;
+    int odd = pagoda_cpu_f16_gemm_path(&ex, PAGODA_DTYPE_F16);
+    ex.f16_gemm = PAGODA_F16GEMM_AUTO;
+    ck_assert_int_eq(odd, pagoda_cpu_f16_gemm_path(&ex, PAGODA_DTYPE_F16));
     if (!getenv("PAGODA_CPU_BF16")) {
         /* F16: the FMA GEMM wherever the level is AVX-512 */
-        ck_assert(pagoda_cpu_fma_applies(PAGODA_DTYPE_F16, T + 100) == avx512);
-        ck_assert_int_eq(pagoda_cpu_f16_gemm_path(PAGODA_DTYPE_F16), PAGODA_F16GEMM_FMA);
-        int bp = pagoda_cpu_f16_gemm_path(PAGODA_DTYPE_BF16);
+        ck_assert(pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_F16, T + 100) == avx512);
+        ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&ex, PAGODA_DTYPE_F16), PAGODA_F16GEMM_FMA);
+        int bp = pagoda_cpu_f16_gemm_path(&ex, PAGODA_DTYPE_BF16);
         ck_assert(bp == PAGODA_F16GEMM_FMA || bp == PAGODA_F16GEMM_DPBF16);
         /* one of the two BF16 GEMMs, never both */
-        ck_assert(!(pagoda_cpu_fma_applies(PAGODA_DTYPE_BF16, T + 100) &&
-                    pagoda_cpu_bf16_applies(PAGODA_DTYPE_BF16, T + 100, 64)));
+        ck_assert(!(pagoda_cpu_fma_applies(&ex, PAGODA_DTYPE_BF16, T + 100) &&
+                    pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T + 100, 64)));
         if (pagoda_cpu_bf16_path() == PAGODA_BF16_PATH_AMX) ck_assert_int_eq(bp, PAGODA_F16GEMM_DPBF16);
         /* deterministic: the same answer asked again */
-        ck_assert_int_eq(pagoda_cpu_f16_gemm_path(PAGODA_DTYPE_BF16), bp);
+        ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&ex, PAGODA_DTYPE_BF16), bp);
     }
 }
 END_TEST
@@ -228,13 +234,13 @@ START_TEST(test_f16_gemm_forced_close)
         pagoda_cpu_exec ex = {.pool = pool};
         for (int i = 0; i < 3; i++) {
             out[i] = tu_xmalloc(sizeof(float) * (size_t)(T * N));
-            pagoda_cpu_set_f16_gemm(modes[i]);
+            ex.f16_gemm = modes[i];
             ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, dtype, 2 * (size_t)K, N,
                                                NULL, out[i], sizeof(float) * (size_t)N),
                              PAGODA_OK);
         }
-        pagoda_cpu_set_f16_gemm(PAGODA_F16GEMM_AUTO);
-        bool dp_rounded = !pagoda_cpu_matmul_exact(dtype, T); /* under auto: informative only */
+        ex.f16_gemm = PAGODA_F16GEMM_AUTO;
+        bool dp_rounded = !pagoda_cpu_matmul_exact(&ex, dtype, T); /* under auto: informative only */
         (void)dp_rounded;
         for (int64_t t = 0; t < T; t++)
             for (int64_t n = 0; n < N; n++) {
@@ -255,6 +261,76 @@ START_TEST(test_f16_gemm_forced_close)
 }
 END_TEST
 
+/* The settings are each exec's (each backend's): two execs of one
+ * process, one batch_invariant with f16_gemm = fma, the other neither with
+ * f16_gemm = off, each take their own paths, in calls interleaved with the
+ * other's. */
+START_TEST(test_exec_settings_own)
+{
+    pagoda_threadpool *pool = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &pool), PAGODA_OK);
+    pagoda_cpu_exec a = {.pool = pool, .batch_invariant = true, .f16_gemm = PAGODA_F16GEMM_FMA};
+    pagoda_cpu_exec b = {.pool = pool, .batch_invariant = false, .f16_gemm = PAGODA_F16GEMM_OFF};
+    /* the path choices, on any level */
+    ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&a, PAGODA_DTYPE_F16), PAGODA_F16GEMM_FMA);
+    ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&b, PAGODA_DTYPE_F16), PAGODA_F16GEMM_OFF);
+    ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&a, PAGODA_DTYPE_BF16), PAGODA_F16GEMM_FMA);
+    ck_assert_int_eq(pagoda_cpu_f16_gemm_path(&b, PAGODA_DTYPE_BF16), PAGODA_F16GEMM_OFF);
+    /* F32 weights: sgemm from a few rows, except batch-invariant */
+    ck_assert(!pagoda_cpu_mm_sgemm_path(&a, PAGODA_DTYPE_F32, 4096));
+    ck_assert(pagoda_cpu_mm_sgemm_path(&b, PAGODA_DTYPE_F32, 4096));
+    /* Q8_0 of one row: the lanes kernel batch-invariant, the row dot not */
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    const pagoda_vecdot_table *lt = vt->lanes8 ? vt->lanes8 : vt;
+    pagoda_cpu_mm ma = {.vt = vt, .T = 1, .K = 256, .N = 8, .dtype = PAGODA_DTYPE_Q8_0}, mb = ma;
+    pagoda_cpu_mm_plan(&a, &ma);
+    pagoda_cpu_mm_plan(&b, &mb);
+    ck_assert(ma.gemm_x8 == lt->gemm_q8_0_x8);
+    ck_assert(mb.gemm_x8 == NULL);
+    /* F16 many rows: the FMA GEMM at AVX-512 for neither (a: batch_invariant F16, b: off) */
+    bool avx512 = pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512;
+    ck_assert(!pagoda_cpu_fma_applies(&a, PAGODA_DTYPE_F16, 200));
+    ck_assert(!pagoda_cpu_fma_applies(&b, PAGODA_DTYPE_F16, 200));
+    ck_assert(pagoda_cpu_fma_applies(&a, PAGODA_DTYPE_BF16, 200) == avx512);
+    ck_assert(!pagoda_cpu_fma_applies(&b, PAGODA_DTYPE_BF16, 200));
+
+    /* The results: a's row 37 of a 70-row F16 call equals the same row
+     * alone, bit for bit (its lanes kernel from one row on), with b's
+     * calls of both sizes run between them. */
+    tu_rng r;
+    tu_rng_seed(&r, 61);
+    int64_t T = 70, K = 320, N = 40, t0 = 37;
+    float *x = tu_xmalloc(sizeof(float) * (size_t)(T * K)), *wf = tu_xmalloc(sizeof(float) * (size_t)(N * K));
+    float *oa = tu_xmalloc(sizeof(float) * (size_t)(T * N)), *ob = tu_xmalloc(sizeof(float) * (size_t)(T * N));
+    float one[64];
+    tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
+    uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_F16, N, K, wf);
+    size_t xs = sizeof(float) * (size_t)K, ws = 2 * (size_t)K, os = sizeof(float) * (size_t)N;
+    ck_assert_int_eq(pagoda_cpu_matmul(&a, x, xs, T, K, w, PAGODA_DTYPE_F16, ws, N, NULL, oa, os), PAGODA_OK);
+    ck_assert_int_eq(pagoda_cpu_matmul(&b, x, xs, T, K, w, PAGODA_DTYPE_F16, ws, N, NULL, ob, os), PAGODA_OK);
+    ck_assert_int_eq(pagoda_cpu_matmul(&b, x + t0 * K, xs, 1, K, w, PAGODA_DTYPE_F16, ws, N, NULL, one, os),
+                     PAGODA_OK);
+    ck_assert_int_eq(pagoda_cpu_matmul(&a, x + t0 * K, xs, 1, K, w, PAGODA_DTYPE_F16, ws, N, NULL, one, os),
+                     PAGODA_OK);
+    if (vt->gemm_f16_x8)
+        ck_assert_msg(!memcmp(one, oa + t0 * N, sizeof(float) * (size_t)N),
+                      "batch_invariant exec: row %lld alone differs from it in a call of %lld rows",
+                      (long long)t0, (long long)T);
+    else
+        printf("test_exec_settings_own: no F16 lanes kernel on this level: the rows are not compared\n");
+    /* both exact F32 (a: lanes, b: lanes / dots) */
+    for (int64_t n = 0; n < N; n++) {
+        double mag, e = tu_dot_exact(x + t0 * K, wf + n * K, K, &mag);
+        ck_assert(fabs(oa[t0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
+        ck_assert(fabs(ob[t0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
+    }
+    pagoda_cpu_exec_release(&a);
+    pagoda_cpu_exec_release(&b);
+    free(x); free(wf); free(oa); free(ob); free(w);
+    pagoda_threadpool_destroy(pool);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cpu_gemm_fma");
@@ -265,6 +341,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fma_gemm_invalid);
     tcase_add_test(tc, test_f16_gemm_modes);
     tcase_add_test(tc, test_f16_gemm_forced_close);
+    tcase_add_test(tc, test_exec_settings_own);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -449,7 +449,7 @@ static void check_matmul_type(int dtype)
              * GEMM for F16/BF16 off them (bounded by the tolerance below);
              * asked per path, after it is forced, since the answer is the
              * path's (BF16 is exact on AVX2, not on AVX-512) */
-            bool inexact = !pagoda_cpu_matmul_exact(dtype, T);
+            bool inexact = !pagoda_cpu_matmul_exact(&ex, dtype, T);
             bf16_path[ii] = (dtype == PAGODA_DTYPE_F16 || dtype == PAGODA_DTYPE_BF16) && inexact;
             bool quant = inexact && !bf16_path[ii];
             out[ii] = tu_xmalloc(os * (size_t)T);
@@ -1395,7 +1395,7 @@ START_TEST(test_attention_batch_invariant)
     for (int ii = 0; ii < N_ISAS; ii++) {
         cpu_path_use(&PATHS[ii]);
         for (int bi = 1; bi >= 0; bi--) {
-            pagoda_cpu_set_batch_invariant(bi);
+            ex.batch_invariant = bi;
             /* the 2-row call: the earlier position, then the decode row's query */
             ck_assert_int_eq(pagoda_cpu_attention(&ex, q, sizeof(float) * qw, pool, &L, 0, &b2, NH, scale, 0, two,
                                                   sizeof(float) * qw),
@@ -1411,7 +1411,6 @@ START_TEST(test_attention_batch_invariant)
                 differ_off += !same;
         }
     }
-    pagoda_cpu_set_batch_invariant(false);
     cpu_path_reset();
     printf("test_attention_batch_invariant: with the mode off the split decode row differs on %d of %d paths\n",
            differ_off, N_ISAS);

@@ -492,17 +492,24 @@ END_TEST
 START_TEST(test_amx_type_rule)
 {
     int amx = PAGODA_RP_PATH_AMX, vnni = PAGODA_RP_PATH_VNNI, emu = PAGODA_RP_PATH_AMX_EMU;
+    pagoda_cpu_exec ex = {0}, bi = {.batch_invariant = true};
     unsetenv("PAGODA_CPU_AMX_ALL");
-    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, 512), amx);
-    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T), amx);
-    int below = pagoda_rp_path_for(amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T - 1);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, 512), amx);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T), amx);
+    int below = pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T - 1);
     ck_assert(below == vnni || below == PAGODA_RP_PATH_NONE);
     static const int others[] = {PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
-    for (int i = 0; i < 4; i++) ck_assert_int_eq(pagoda_rp_path_for(amx, others[i], 512), below);
-    ck_assert_int_eq(pagoda_rp_path_for(vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
-    ck_assert_int_eq(pagoda_rp_path_for(emu, PAGODA_DTYPE_Q4_0, 512), emu);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, others[i], 512), below);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, emu, PAGODA_DTYPE_Q4_0, 512), emu);
     setenv("PAGODA_CPU_AMX_ALL", "1", 1);
-    ck_assert_int_eq(pagoda_rp_path_for(amx, PAGODA_DTYPE_Q4_K, 16), amx);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q4_K, 16), amx);
+    /* a batch-invariant exec: the VNNI GEMM at the AMX level whatever the
+     * type, size or PAGODA_CPU_AMX_ALL, while the other exec keeps the tiles */
+    ck_assert_int_eq(pagoda_rp_path_for(&bi, amx, PAGODA_DTYPE_Q8_0, 512), vnni);
+    ck_assert_int_eq(pagoda_rp_path_for(&bi, amx, PAGODA_DTYPE_Q4_K, 16), vnni);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, 512), amx);
+    ck_assert_int_eq(pagoda_rp_path_for(&bi, vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
     unsetenv("PAGODA_CPU_AMX_ALL");
 }
 END_TEST
@@ -670,7 +677,7 @@ START_TEST(test_batch_invariant_rows)
     if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512) levels[nl++] = PAGODA_CPU_ISA_AVX512;
     if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AMX) levels[nl++] = PAGODA_CPU_ISA_AMX;
     setenv("PAGODA_CPU_AMX_ALL", "1", 1);   /* the tiles for every type, were it not for batch_invariant */
-    pagoda_cpu_set_batch_invariant(true);
+    ex.batch_invariant = true;
     int compared = 0;
     for (int l = 0; l < nl; l++) {
         pagoda_cpu_force_isa(levels[l]);
@@ -695,7 +702,7 @@ START_TEST(test_batch_invariant_rows)
         }
     }
     ck_assert_int_eq(compared, nl * n_have * (int)(sizeof Ts / sizeof Ts[0]));
-    pagoda_cpu_set_batch_invariant(false);
+    ex.batch_invariant = false;
     unsetenv("PAGODA_CPU_AMX_ALL");
     pagoda_cpu_force_isa(-1);
     /* What the mode removes, said (not asserted: which calls part with it

@@ -629,7 +629,7 @@ START_TEST(upcycled_smollm2)
         return;
     }
     setenv("PAGODA_CPU_GEMM_MIN_T", "1", 1);   /* read once per process: this test's fork */
-    if (!pagoda_cpu_matmul_exact(PAGODA_DTYPE_Q4_1, 1)) {
+    if (!pagoda_cpu_matmul_exact(&(pagoda_cpu_exec){0}, PAGODA_DTYPE_Q4_1, 1)) {  /* the default settings */
         printf("upcycled_smollm2: the exact arithmetic cannot be forced in this process "
                "(CK_FORK=no): skipped\n");
         return;

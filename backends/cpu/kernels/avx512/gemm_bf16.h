@@ -62,14 +62,15 @@ extern const pagoda_bf16_kernels pagoda_bf16_simde;
  * false while a test fakes the detected level. */
 bool pagoda_cpu_has_avx512_bf16(void);
 
-/* [any thread] True when pagoda_cpu_matmul runs this weight type with T
- * rows and K columns through the BF16 GEMM now: F16 / BF16, K even, T >=
+/* [any thread] True when pagoda_cpu_matmul on ex runs this weight type with T
+ * rows and K columns through the BF16 GEMM now (ex->f16_gemm resolving to
+ * dpbf16, gemm_fma.h): F16 / BF16, K even, T >=
  * pagoda_cpu_bf16_min_t(dtype), the CPU has AVX512-BF16 and the active level
  * (PAGODA_CPU_ISA, pagoda_cpu_force_isa) is AVX-512 or above.
  * PAGODA_CPU_BF16 in the environment: 0 turns the path off (exact F32
  * everywhere, the AVX2 kernels), 1 (the default) takes BF16 weights only,
  * 2 F16 weights too (rounded to BF16: three bits of each lost). */
-bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K);
+bool pagoda_cpu_bf16_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T, int64_t K);
 
 /* The smallest T the path takes for this weight type: 16 for BF16, 32
  * for F16 (PAGODA_CPU_BF16_MIN_T in the environment sets both). */

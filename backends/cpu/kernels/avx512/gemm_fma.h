@@ -67,13 +67,12 @@ enum {
 int pagoda_cpu_f16_gemm_parse(const char *s);
 /* "auto", "fma", "dpbf16", "off". */
 const char *pagoda_cpu_f16_gemm_name(int mode);
-/* [main thread] One setting a process (like batch_invariant): the last
- * backend created sets it; tests set it directly. */
-void pagoda_cpu_set_f16_gemm(int mode);
-int pagoda_cpu_f16_gemm(void);
+/* The setting is each backend's own: pagoda_cpu_exec.f16_gemm (kernels.h),
+ * set by the backend's create, read below at each call; tests set it on
+ * the exec they pass. */
 
 /* [any thread] Which GEMM family this weight type's prefill takes under
- * the setting: FMA, DPBF16 (the BF16 GEMMs, still subject to
+ * ex's setting (ex->f16_gemm; a value outside the enum reads as AUTO): FMA, DPBF16 (the BF16 GEMMs, still subject to
  * pagoda_cpu_bf16_applies' own rules) or OFF. AUTO resolves to: DPBF16
  * when PAGODA_CPU_BF16 is set in the environment (its old meaning kept);
  * else F16 -> FMA (exact, and faster than the 256-bit lanes kernel on
@@ -81,13 +80,13 @@ int pagoda_cpu_f16_gemm(void);
  * vendor is AMD (vdpbf16ps at 1.8x the FMA's rate on Zen 4/5), FMA
  * otherwise (Intel without AMX-BF16: vdpbf16ps at half the FMA's rate).
  * A rule on CPUID (vendor, features), so it is the same on every start. */
-int pagoda_cpu_f16_gemm_path(int dtype);
+int pagoda_cpu_f16_gemm_path(const pagoda_cpu_exec *ex, int dtype);
 
-/* [any thread] True when pagoda_cpu_matmul runs this weight type with T
- * rows through this GEMM now: F16 / BF16, the path above is FMA, T >=
+/* [any thread] True when pagoda_cpu_matmul on ex runs this weight type
+ * with T rows through this GEMM now: F16 / BF16, the path above is FMA, T >=
  * pagoda_cpu_fma_min_t(dtype), the active level is AVX-512 or above, and not
- * (batch_invariant and F16). */
-bool pagoda_cpu_fma_applies(int dtype, int64_t T);
+ * (ex->batch_invariant and F16). */
+bool pagoda_cpu_fma_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T);
 
 /* The smallest T the path takes for this weight type: 32 for F16 (its
  * lanes kernel below), 16 for BF16 (PAGODA_CPU_BF16_MIN_T in the

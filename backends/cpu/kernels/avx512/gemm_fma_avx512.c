@@ -145,8 +145,6 @@ const pagoda_fma_kernels FMA_TABLE = {
  * 96 KiB of converted rows per K block, in L2 beside the activations. */
 #define BLOCK_ROWS 96
 
-static _Atomic int f16_gemm_mode; /* PAGODA_F16GEMM_AUTO */
-
 int pagoda_cpu_f16_gemm_parse(const char *s)
 {
     if (!s) return -1;
@@ -167,16 +165,6 @@ const char *pagoda_cpu_f16_gemm_name(int mode)
     }
 }
 
-void pagoda_cpu_set_f16_gemm(int mode)
-{
-    f16_gemm_mode = mode >= PAGODA_F16GEMM_AUTO && mode <= PAGODA_F16GEMM_OFF ? mode : PAGODA_F16GEMM_AUTO;
-}
-
-int pagoda_cpu_f16_gemm(void)
-{
-    return f16_gemm_mode;
-}
-
 static bool vendor_amd(void)
 {
     static _Atomic int v = -1; /* the same answer from any thread */
@@ -193,10 +181,10 @@ static bool vendor_amd(void)
     return v;
 }
 
-int pagoda_cpu_f16_gemm_path(int dtype)
+int pagoda_cpu_f16_gemm_path(const pagoda_cpu_exec *ex, int dtype)
 {
-    int m = f16_gemm_mode;
-    if (m != PAGODA_F16GEMM_AUTO) return m;
+    int m = ex->f16_gemm;
+    if (m > PAGODA_F16GEMM_AUTO && m <= PAGODA_F16GEMM_OFF) return m;
     static _Atomic int env_bf16 = -1; /* read once, as matmul_bf16.c reads its value */
     if (env_bf16 < 0) env_bf16 = getenv("PAGODA_CPU_BF16") != NULL;
     if (env_bf16) return PAGODA_F16GEMM_DPBF16;
@@ -219,12 +207,13 @@ int64_t pagoda_cpu_fma_min_t(int dtype)
     return dtype == PAGODA_DTYPE_F16 ? FMA_MIN_T_F16 : FMA_MIN_T_BF16;
 }
 
-bool pagoda_cpu_fma_applies(int dtype, int64_t T)
+bool pagoda_cpu_fma_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T)
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
     if (T < pagoda_cpu_fma_min_t(dtype)) return false;
-    if (dtype == PAGODA_DTYPE_F16 && pagoda_cpu_batch_invariant()) return false;
-    return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_f16_gemm_path(dtype) == PAGODA_F16GEMM_FMA;
+    if (dtype == PAGODA_DTYPE_F16 && ex->batch_invariant) return false;
+    return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 &&
+           pagoda_cpu_f16_gemm_path(ex, dtype) == PAGODA_F16GEMM_FMA;
 }
 
 typedef struct fma_job {

@@ -60,22 +60,22 @@ int64_t pagoda_cpu_bf16_min_t(int dtype)
  * or by `[backend.cpu] f16_gemm = dpbf16` said in so many words (not
  * auto), which without the variable takes F16 too (on Zen 4 the one path
  * past the FMA peak's bound: docs/backend-cpu.md "F32-FMA GEMM"). */
-static bool bf16_enabled(int dtype)
+static bool bf16_enabled(const pagoda_cpu_exec *ex, int dtype)
 {
     static int v = -1;
     if (v < 0) v = (int)env_int("PAGODA_CPU_BF16", -1);
-    if (v < 0) return dtype == PAGODA_DTYPE_BF16 || pagoda_cpu_f16_gemm() == PAGODA_F16GEMM_DPBF16;
+    if (v < 0) return dtype == PAGODA_DTYPE_BF16 || ex->f16_gemm == PAGODA_F16GEMM_DPBF16;
     return v >= 2 || (v == 1 && dtype == PAGODA_DTYPE_BF16);
 }
 
-bool pagoda_cpu_bf16_applies(int dtype, int64_t T, int64_t K)
+bool pagoda_cpu_bf16_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T, int64_t K)
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
     if (K % 2 || T < pagoda_cpu_bf16_min_t(dtype)) return false;
     /* f16_gemm (gemm_fma.h): this GEMM only where it says dpbf16 */
-    if (pagoda_cpu_f16_gemm_path(dtype) != PAGODA_F16GEMM_DPBF16) return false;
+    if (pagoda_cpu_f16_gemm_path(ex, dtype) != PAGODA_F16GEMM_DPBF16) return false;
     return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_has_avx512_bf16() &&
-           bf16_enabled(dtype);
+           bf16_enabled(ex, dtype);
 }
 
 typedef struct bf16_job {

@@ -48,12 +48,12 @@ int pagoda_rp_path(void)
     return PAGODA_RP_PATH_NONE;
 }
 
-int pagoda_rp_path_for(int path, int dtype, int64_t T)
+int pagoda_rp_path_for(const pagoda_cpu_exec *ex, int path, int dtype, int64_t T)
 {
     if (path != PAGODA_RP_PATH_AMX) return path;
     /* batch-invariant: the VNNI GEMM, whose float steps are the lanes
      * kernels' (the tiles store and scale C per block: another order) */
-    if (pagoda_cpu_batch_invariant()) return PAGODA_RP_PATH_VNNI;
+    if (ex->batch_invariant) return PAGODA_RP_PATH_VNNI;
     const char *e = getenv("PAGODA_CPU_AMX_ALL");   /* once a call: calls are large */
     bool all = e && !strcmp(e, "1");
     if (all || (dtype == PAGODA_DTYPE_Q8_0 && T >= PAGODA_RP_AMX_MIN_T)) return path;
@@ -173,13 +173,13 @@ int pagoda_cpu_rp_matmul(pagoda_cpu_exec *ex, const float *x, size_t x_stride, i
     for (int i = 0; i < n; i++) {
         if (done[i] || w[i].N <= 0 || !pagoda_rp_type_supported(w[i].dtype)) continue;
         /* PAGODA_CPU_GEMM_MIN_T's dequantize + sgemm (exact F32 products) comes first */
-        if (pagoda_cpu_mm_sgemm_path(w[i].dtype, T)) continue;
+        if (pagoda_cpu_mm_sgemm_path(ex, w[i].dtype, T)) continue;
         int k = pagoda_rp_type_kquant(w[i].dtype);
         if (kind >= 0 && k != kind) continue;
         const pagoda_rp_matrix *m =
             pagoda_rp_cache_get(ex->repack, ex->pool, w[i].w, w[i].dtype, w[i].w_stride, w[i].N, K);
         if (!m) continue;  /* not a registered weight, or no memory: matmul.c's kernels */
-        if (!j.n) j.path = path = pagoda_rp_path_for(path, w[i].dtype, T);
+        if (!j.n) j.path = path = pagoda_rp_path_for(ex, path, w[i].dtype, T);
         kind = k;
         j.m[j.n] = m;
         j.w[j.n] = &w[i];

@@ -35,7 +35,8 @@ uint64_t pagoda_rp_planned_bytes(int dtype, int64_t N, int64_t K);
  * AMX and pagoda_amx_usable(), else VNNI where the level is AVX-512 and
  * the CPU has AVX-512 VNNI, else none. */
 int pagoda_rp_path(void);
-/* The path a call of T tokens on weights of dtype takes at level path: at
+/* The path a call of T tokens on weights of dtype takes at level path on ex
+ * (ex->batch_invariant: the VNNI GEMM, never the tiles): at
  * the AMX level the tiles take only what measured faster there than the
  * AVX-512 VNNI GEMM on the first AMX host (docs/benchmarks.md, "Issue 27 on
  * the AMX host"): Q8_0 from PAGODA_RP_AMX_MIN_T tokens (96.7 against 68.9
@@ -44,7 +45,7 @@ int pagoda_rp_path(void);
  * PAGODA_CPU_AMX_ALL=1 sends every type and size to the tiles. */
 #define PAGODA_RP_AMX_MIN_T 64
 #define PAGODA_RP_AMX_MIN_T_STR "64"
-int pagoda_rp_path_for(int path, int dtype, int64_t T);
+int pagoda_rp_path_for(const pagoda_cpu_exec *ex, int path, int dtype, int64_t T);
 const char *pagoda_rp_path_name(int path);
 
 /* [main thread] Tests only: run the emulated AMX path whatever the host
