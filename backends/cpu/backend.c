@@ -861,8 +861,8 @@ static const pagoda_config_key cpu_keys[] = {
              "level; costs decode speed"},
     {.name = "f16_gemm", .type = PAGODA_KEY_STRING, .default_str = "auto",
      .help = "GEMM of F16/BF16 prefill: auto (F16 -> fma; BF16 -> fma on Intel without AMX-BF16, dpbf16 "
-             "on AMD or AMX), fma (exact F32 FMAs, weights converted while packed), dpbf16 (the BF16 GEMMs, "
-             "PAGODA_CPU_BF16's rules), off (the exact lanes/dot kernels)"},
+             "on AMD or AMX), fma (exact F32 FMAs, weights converted while packed), dpbf16 (the BF16 GEMMs for "
+             "both, F16 weights rounded to BF16), off (the exact lanes/dot kernels)"},
     {.name = NULL},
 };
 

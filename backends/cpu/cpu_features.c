@@ -103,6 +103,18 @@ static int detect(void)
     return isa;
 }
 
+int pagoda_cpu_hw_isa(void)
+{
+    if (detected < 0) detected = detect();
+    return detected;
+}
+
+bool pagoda_cpu_hw_avx_vnni(void)
+{
+    pagoda_cpu_hw_isa();
+    return f_avx_vnni;
+}
+
 int pagoda_cpu_detect_isa(void)
 {
     if (faked >= 0) return faked;

@@ -25,6 +25,12 @@ typedef enum pagoda_cpu_isa {
 
 /* [any thread] The best level this CPU supports (cached after the first call). */
 int pagoda_cpu_detect_isa(void);
+/* [any thread] The same from CPUID alone, whatever a test fakes (below),
+ * and the real AVX-VNNI bit: what may run here (dispatch.c builds the
+ * faster tables only where their fill functions, compiled with those
+ * levels' flags, may run). */
+int pagoda_cpu_hw_isa(void);
+bool pagoda_cpu_hw_avx_vnni(void);
 
 /* [any thread] Feature bits beside the ladder: AVX-VNNI (the VEX form; an
  * AVX-512 CPU may lack it: Zen 4, Ice Lake), AVX512-BF16 (vdpbf16ps) and
@@ -58,8 +64,8 @@ int pagoda_cpu_force_isa(int isa);
  * of many rows takes the VNNI kernels, which repeat the lanes' float
  * steps, never the AMX tiles, and attention never splits a decode row's
  * keys over threads; F32 weights keep their own per-pair dot at every T
- * (no sgemm: slower prefill). Not covered: BF16 weights and F16 under
- * PAGODA_CPU_BF16=2 (the BF16 GEMM from 16-32 rows), the scalar level (no lanes kernels), the expert
+ * (no sgemm: slower prefill); F16 never the BF16 GEMM. Not covered: BF16
+ * weights (the BF16 GEMM from 16 rows), the scalar level (no lanes kernels), the expert
  * matmul and MLA's own attention (not tested). A setting of each backend:
  * pagoda_cpu_exec.batch_invariant (kernels.h), set by the backend's
  * create from its config and read by the kernels' dispatch at each call,

@@ -31,7 +31,8 @@
  * kernels with EVEX vpdpbusd, kernels/avx512/lanes_vnni256_avx512.c, but
  * for Q3_K / Q4_K / Q6_K, AVX2's): the table's lanes8, build() below.
  *
- * BF16 weights (and F16 with PAGODA_CPU_BF16=2) at the AVX-512 level on a
+ * BF16 weights (and F16 with f16_gemm = dpbf16 or PAGODA_CPU_BF16=2, not
+ * under batch_invariant) at the AVX-512 level on a
  * CPU with AVX512-BF16 leave this table from T >= 16 (32): the BF16 GEMM
  * (kernels/avx512/gemm_bf16.h), which matmul.c calls before the table's
  * kernels.
@@ -55,10 +56,16 @@ static const pagoda_vecdot_table *override;
 
 static void build(void)
 {
+    /* The fill functions are compiled with their level's flags (the
+     * compiler may store their pointers with that level's vector
+     * instructions), so each runs only on a CPU that has the level; a
+     * table this CPU cannot have stays AVX2's (only a faked CPUID, in the
+     * tests' naming checks, asks for one). */
+    int hw = pagoda_cpu_hw_isa();
     t_avxvnni = pagoda_vecdot_avx2;
-    pagoda_cpu_fill_avxvnni(&t_avxvnni);
+    if (pagoda_cpu_hw_avx_vnni()) pagoda_cpu_fill_avxvnni(&t_avxvnni);
     t_avx512 = pagoda_vecdot_avx2;
-    pagoda_cpu_fill_avx512(&t_avx512);
+    if (hw >= PAGODA_CPU_ISA_AVX512) pagoda_cpu_fill_avx512(&t_avx512);
     /* T <= 8 (one group of eight tokens) half fills the 512-bit lanes
      * kernels' 16-token registers: there the 256-bit ones win (one core,
      * 2048 x 2048, T = 4 / 8, GFLOP/s, AVX-512 VNNI against the AVX-VNNI
@@ -69,8 +76,8 @@ static void build(void)
      * the same 256-bit kernels with the EVEX vpdpbusd of AVX512-VL
      * (kernels/avx512/lanes_vnni256_avx512.c) over AVX2's table. */
     t_avx512_256 = pagoda_vecdot_avx2;
-    pagoda_cpu_fill_avx512_256(&t_avx512_256);
-    t_avx512.lanes8 = pagoda_cpu_has_avx_vnni() ? &t_avxvnni : &t_avx512_256;
+    if (hw >= PAGODA_CPU_ISA_AVX512) pagoda_cpu_fill_avx512_256(&t_avx512_256);
+    t_avx512.lanes8 = pagoda_cpu_hw_avx_vnni() ? &t_avxvnni : &t_avx512_256;
 }
 
 const pagoda_vecdot_table *pagoda_cpu_vecdot_level(int isa)

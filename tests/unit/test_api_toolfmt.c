@@ -483,6 +483,47 @@ END_TEST
 /* The Hermes rendering, and the memo's bounds: the latest writing of a
  * call wins, the oldest of CALLMEMO_SIZE + 1 written calls is gone, the
  * newest kept. */
+/* The memo reads a written XML call with the request's tools, as the
+ * reader did for the client: a string parameter the model wrote as True
+ * reached the client as the text "True", so the memo must not hold that
+ * span for a call whose argument is the boolean true (or the text "abc"'s
+ * span for abc written with quotes). */
+START_TEST(call_memo_typed_like_the_reader)
+{
+    json_error_t je;
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get\", \"parameters\": "
+                               "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]",
+                               0, &je);
+    ck_assert_ptr_nonnull(tools);
+    static const char *outs[] = {
+        "<tool_call>\n<function=get>\n<parameter=city>\nTrue</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get>\n<parameter=city>\n\"abc\"</parameter>\n</function>\n</tool_call>",
+    };
+    static const char *untyped[] = {"{\"city\": true}", "{\"city\": \"abc\"}"};
+    static const char *typed[] = {"{\"city\": \"True\"}", "{\"city\": \"\\\"abc\\\"\"}"};
+    for (int i = 0; i < 2; i++) {
+        callmemo_clear();
+        fmt_norm f;
+        fmt_init(&f, FMT_QWEN3CODER);
+        fmt_set_tools(&f, tools);
+        sbuf o = {0};
+        fmt_feed(&f, outs[i], strlen(outs[i]), &o);
+        fmt_end(&f, &o);
+        fmt_free(&f);
+        free(o.p);
+        char *w = memo_for(FMT_QWEN3CODER, "get", untyped[i], 0);
+        ck_assert_msg(!w, "case %d: the untyped reading's key holds %s", i, w);
+        /* the client's own (typed) arguments find the span the model wrote */
+        w = memo_for(FMT_QWEN3CODER, "get", typed[i], 0);
+        ck_assert_msg(w && strstr(w, i ? "\"abc\"</parameter>" : "True</parameter>"), "case %d: %s", i,
+                      w ? w : "(miss)");
+        free(w);
+    }
+    callmemo_clear();
+    json_decref(tools);
+}
+END_TEST
+
 START_TEST(call_memo_bounds)
 {
     callmemo_clear();
@@ -544,6 +585,7 @@ int main(void)
     tcase_add_test(tc, harmony_tools_reference);
     tcase_add_test(tc, call_memo_families);
     tcase_add_test(tc, call_memo_bounds);
+    tcase_add_test(tc, call_memo_typed_like_the_reader);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

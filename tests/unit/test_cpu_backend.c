@@ -554,7 +554,7 @@ START_TEST(test_two_backends_own_settings)
     tu_rng r;
     tu_rng_seed(&r, 91);
     float *x = malloc(sizeof(float) * T * K), *wf = malloc(sizeof(float) * N * K);
-    float *full = malloc(sizeof(float) * T * N), *other = malloc(sizeof(float) * T * N), one[N];
+    float *full = malloc(sizeof(float) * T * N), *other = malloc(sizeof(float) * T * N), one[N], oneb[N];
     tu_fill_normal(&r, x, T * K, 1.0f);
     uint16_t *w = tu_half_weights(&r, PAGODA_DTYPE_F16, N, K, wf);
     size_t off_x = 0, off_o = sizeof(float) * T * K, bytes = off_o + sizeof(float) * T * N;
@@ -569,7 +569,7 @@ START_TEST(test_two_backends_own_settings)
     size_t off_row = sizeof(float) * T0 * K;
     f16_matmul(&A, act[0], wb[0], off_x, off_o, T, K, N, full);
     f16_matmul(&B, act[1], wb[1], off_x, off_o, T, K, N, other);
-    f16_matmul(&B, act[1], wb[1], off_row, off_o, 1, K, N, one);
+    f16_matmul(&B, act[1], wb[1], off_row, off_o, 1, K, N, oneb);
     f16_matmul(&A, act[0], wb[0], off_row, off_o, 1, K, N, one);
     if (pagoda_cpu_kernel_isa() >= PAGODA_CPU_ISA_AVX2)
         ck_assert_msg(!memcmp(one, full + T0 * N, sizeof one),
@@ -581,6 +581,7 @@ START_TEST(test_two_backends_own_settings)
         double mag, e = tu_dot_exact(x + T0 * K, wf + n * K, K, &mag);
         ck_assert(fabs(full[T0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
         ck_assert(fabs(other[T0 * N + n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
+        ck_assert(fabs(oneb[n] - e) <= 2.0 * (K + 1) * 0x1p-24 * mag);
     }
     for (int i = 0; i < 2; i++) {
         be[i]->ops->buffer_free(be[i]->ctx, act[i]);

@@ -249,6 +249,12 @@ START_TEST(test_bf16_matmul_dispatch)
         ck_assert(pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_F16, T, K));
         ck_assert(!pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_F16, T));
         ck_assert(!pagoda_cpu_matmul_exact(&ex, PAGODA_DTYPE_BF16, T));
+        /* ... but never under batch_invariant (F16 stays on the lanes
+         * kernels at every T; BF16 is not covered by the mode) */
+        ex.batch_invariant = true;
+        ck_assert(!pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_F16, T, K));
+        ck_assert(pagoda_cpu_bf16_applies(&ex, PAGODA_DTYPE_BF16, T, K));
+        ex.batch_invariant = false;
         ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * (size_t)K, T, K, w, PAGODA_DTYPE_BF16,
                                            2 * (size_t)K, N, NULL, out, sizeof(float) * (size_t)N), PAGODA_OK);
         check_out(x, T, K, wf, PAGODA_DTYPE_BF16, N, NULL, out, N, "matmul");

@@ -67,9 +67,10 @@ bool pagoda_cpu_has_avx512_bf16(void);
  * dpbf16, gemm_fma.h): F16 / BF16, K even, T >=
  * pagoda_cpu_bf16_min_t(dtype), the CPU has AVX512-BF16 and the active level
  * (PAGODA_CPU_ISA, pagoda_cpu_force_isa) is AVX-512 or above.
- * PAGODA_CPU_BF16 in the environment: 0 turns the path off (exact F32
- * everywhere, the AVX2 kernels), 1 (the default) takes BF16 weights only,
- * 2 F16 weights too (rounded to BF16: three bits of each lost). */
+ * Unset PAGODA_CPU_BF16: BF16 weights, and F16 too (rounded to BF16: three
+ * bits of each lost) where ex->f16_gemm is dpbf16 said explicitly; set: 0
+ * turns the path off (exact F32 everywhere, the AVX2 kernels), 1 BF16
+ * weights only, 2 F16 weights too. F16 never under ex->batch_invariant. */
 bool pagoda_cpu_bf16_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T, int64_t K);
 
 /* The smallest T the path takes for this weight type: 16 for BF16, 32

@@ -7,10 +7,11 @@
  * before this file, those batches took AVX2's maddubs kernels. The
  * arithmetic is kernels/avxvnni's (same source, the VEX instruction's
  * EVEX twin); only the encoding, and so the CPUID bit, differs.
- * Compiled with the kernels/avx512 flags by folder (not against SIMDe,
+ * Compiled with the AVX-512 flags its _avx512.c name gets
+ * (core/cmake/PagodaPlugin.cmake; not against SIMDe,
  * where it would be kernels/avxvnni's copy: the tests run it natively on
- * AVX-512 hosts, tests/unit/cpu_paths.h); called only after CPUID says
- * AVX-512 VNNI. Not for: CPUs with AVX-VNNI (they take kernels/avxvnni's
+ * AVX-512 hosts, tests/unit/cpu_paths.h); its fill and kernels run only
+ * after CPUID says AVX-512 VNNI (dispatch.c). Not for: CPUs with AVX-VNNI (they take kernels/avxvnni's
  * table) or batches of 9 tokens and up (lanes_avx512.c).
  */
 #include "vecdot.h"

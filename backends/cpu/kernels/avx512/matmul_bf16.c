@@ -72,6 +72,9 @@ bool pagoda_cpu_bf16_applies(const pagoda_cpu_exec *ex, int dtype, int64_t T, in
 {
     if (dtype != PAGODA_DTYPE_F16 && dtype != PAGODA_DTYPE_BF16) return false;
     if (K % 2 || T < pagoda_cpu_bf16_min_t(dtype)) return false;
+    /* batch_invariant: F16 stays exact at every T (the lanes kernels),
+     * whatever f16_gemm or PAGODA_CPU_BF16 ask, as gemm_fma's rule */
+    if (dtype == PAGODA_DTYPE_F16 && ex->batch_invariant) return false;
     /* f16_gemm (gemm_fma.h): this GEMM only where it says dpbf16 */
     if (pagoda_cpu_f16_gemm_path(ex, dtype) != PAGODA_F16GEMM_DPBF16) return false;
     return pagoda_cpu_active_isa() >= PAGODA_CPU_ISA_AVX512 && pagoda_cpu_has_avx512_bf16() &&

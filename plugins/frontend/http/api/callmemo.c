@@ -194,7 +194,8 @@ static bool harmony_header_ok(const char *h, size_t n, const char *name)
 
 /* The one call a written span holds (callmemo_render's spans, in any form
  * the family's reader takes): its name, arguments object and index */
-static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char **name, json_t **args, int *index)
+static bool parse_span(int fmt, const json_t *tools, const char *hname, const char *s, size_t n, char **name,
+                       json_t **args, int *index)
 {
     *index = 0;
     const char *t = s;
@@ -238,7 +239,7 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
     }
     /* the other forms: what the family's reader makes of them */
     sbuf j = {0};
-    if (fmt_call_read(fmt, NULL, s, n, &j) < 0) {
+    if (fmt_call_read(fmt, tools, s, n, &j) < 0) {
         free(j.p);
         return false;
     }
@@ -247,14 +248,14 @@ static bool parse_span(int fmt, const char *hname, const char *s, size_t n, char
     return ok;
 }
 
-void callmemo_note(int fmt, const char *hname, const char *span, size_t n)
+void callmemo_note(int fmt, const json_t *tools, const char *hname, const char *span, size_t n)
 {
     if (!memo_on || !span || n == 0 || n > CALLMEMO_MAX_BODY || fmt < 0 || fmt >= FMT_COUNT) return;
     if (memchr(span, 0, n)) return; /* a NUL inside: not a span to write back */
     char *name = NULL, *atxt = NULL, *rendered = NULL, *written = NULL;
     json_t *args = NULL;
     int index;
-    if (!parse_span(fmt, hname, span, n, &name, &args, &index)) goto out;
+    if (!parse_span(fmt, tools, hname, span, n, &name, &args, &index)) goto out;
     atxt = json_dumps(args, JSON_ENCODE_ANY); /* as the prompt writes a client's arguments */
     rendered = atxt ? callmemo_render(fmt, name, atxt, index) : NULL;
     if (!rendered || (strlen(rendered) == n && !memcmp(rendered, span, n)))

@@ -30,6 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #define CALLMEMO_SIZE 256       /* calls remembered */
 #define CALLMEMO_MAX_BODY 4096  /* a longer call is not remembered */
 
@@ -64,8 +66,10 @@ char *callmemo_render(int fmt, const char *name, const char *args, int index);
  * for the others). Remembered when it parses as one call of the family
  * and differs from its rendering; harmony's header must name
  * to=functions.NAME once and hold no markup but <|channel|> and
- * <|constrain|>. */
-void callmemo_note(int fmt, const char *name, const char *span, size_t n);
+ * <|constrain|>. tools: the request's (NULL: none), so an XML family's
+ * values are typed as the reader typed them for the client (a string
+ * parameter's "abc" stays the text "abc" in the memo's key too). */
+void callmemo_note(int fmt, const json_t *tools, const char *name, const char *span, size_t n);
 
 /* The span the model wrote for the call of family fmt named name whose
  * rendering is rendered (malloc'd), or NULL when none is remembered. */

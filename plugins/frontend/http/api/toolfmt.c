@@ -388,7 +388,7 @@ static void call_out(const fmt_norm *f, const char *open, const char *body, size
     int fmt = f->fmt;
     sbuf j = {0};
     if (fmt_call_read(fmt, f->tools, body, n, &j) == 0) {
-        callmemo_note(fmt, NULL, body, n); /* as the model wrote it, for the next turn's prompt */
+        callmemo_note(fmt, f->tools, NULL, body, n); /* as the model wrote it, for the next turn's prompt */
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -477,7 +477,7 @@ static void feed_llama3(fmt_norm *f, sbuf *out, bool end)
         const char *e = h + len;
         while (b < e && isspace((unsigned char)*b)) b++;
         while (e > b && isspace((unsigned char)e[-1])) e--;
-        callmemo_note(FMT_LLAMA3, NULL, b, (size_t)(e - b));
+        callmemo_note(FMT_LLAMA3, NULL, NULL, b, (size_t)(e - b));
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
         sb_str(out, "\n</tool_call>");
@@ -565,7 +565,7 @@ static void body_end(fmt_norm *f, const char *p, size_t n, sbuf *out)
         int bad = sb_put(&w, f->raw.p ? f->raw.p : "", f->raw.len);
         bad |= sb_str(&w, "<|message|>");
         bad |= sb_put(&w, p, n);
-        if (!bad) callmemo_note(FMT_HARMONY, f->hdr.p, w.p, w.len);
+        if (!bad) callmemo_note(FMT_HARMONY, NULL, f->hdr.p, w.p, w.len);
         free(w.p);
         sb_str(out, "<tool_call>\n");
         sb_put(out, j.p, j.len);
@@ -664,7 +664,7 @@ static size_t mistral_calls(const char *s, size_t n, sbuf *out)
         if (ok && j.p) {
             sb_put(out, j.p, j.len);
             /* one call: as the model wrote it (its leading space too), for the next turn's prompt */
-            if (k == 1) callmemo_note(FMT_MISTRAL, NULL, s, lead + used);
+            if (k == 1) callmemo_note(FMT_MISTRAL, NULL, NULL, s, lead + used);
         }
         free(j.p);
         return ok ? lead + used : 0;
@@ -681,7 +681,7 @@ static size_t mistral_calls(const char *s, size_t n, sbuf *out)
         free(j.p);
         return 0;
     }
-    callmemo_note(FMT_MISTRAL, NULL, s, end); /* its leading space too: the prompt writes it after [TOOL_CALLS] */
+    callmemo_note(FMT_MISTRAL, NULL, NULL, s, end); /* its leading space too: the prompt writes it after [TOOL_CALLS] */
     sb_str(out, "<tool_call>\n");
     sb_put(out, j.p, j.len);
     sb_str(out, "\n</tool_call>");
