@@ -682,8 +682,20 @@ START_TEST(test_lanes_same_bits_every_level)
         free(w);
     }
     cpu_path_reset();
-    /* every AVX2 host has at least the two SIMDe tables to compare */
-    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) ck_assert_int_ge(checked, 2 * 6 * 3);
+    /* every path but scalar and AVX2 compared, for each type and T; every
+     * AVX2 host has at least the two SIMDe tables among them, but under
+     * TSan, which runs the native paths alone (cpu_paths.h): there an
+     * AVX2-only host (Zen 3) has none and Zen 4 one */
+    int others = 0;
+    for (int ii = 0; ii < N_ISAS; ii++)
+        if (PATHS[ii].isa != PAGODA_CPU_ISA_SCALAR && !(PATHS[ii].isa == PAGODA_CPU_ISA_AVX2 && !PATHS[ii].tab))
+            others++;
+    if (pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2) {
+        ck_assert_int_eq(checked, others * 6 * 3);
+#if !defined(__SANITIZE_THREAD__)
+        ck_assert_int_ge(others, 2);
+#endif
+    }
     pagoda_cpu_exec_release(&ex);
     pagoda_threadpool_destroy(tp);
     free(x);
