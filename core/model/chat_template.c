@@ -226,34 +226,18 @@ static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
 
 /* Qwen3: ChatML, where assistant turns before the last user message keep
  * only their answer (the reasoning of earlier turns is dropped) and the
- * generation prompt leaves the model to think (enable_thinking's default). */
-static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking)
+ * generation prompt leaves the model to think (enable_thinking's default).
+ * Qwen3-Coder (xml_tools): the same, but tool results are a user turn,
+ * each inside <tool_response> on a line of its own, a run of them one
+ * turn, and no empty think block (Qwen3-Coder writes no reasoning; the
+ * dropping of earlier turns' reasoning only matters to the later templates
+ * that write calls its way and think, which that family takes in too). */
+static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking,
+                         bool xml_tools)
 {
     int32_t u = last_user(msgs, n);
     for (int32_t i = 0; i < n; i++) {
-        sb_add(b, "<|im_start|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "\n");
-        if (is_role(&msgs[i], "assistant") && i < u) sb_add(b, split_think(content_of(&msgs[i])).c);
-        else sb_add(b, content_of(&msgs[i]));
-        sb_add(b, "<|im_end|>\n");
-    }
-    if (gen) sb_add(b, "<|im_start|>assistant\n");
-    /* enable_thinking false: Qwen3's template writes an empty think block */
-    if (gen && thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
-}
-
-/* Qwen3-Coder: ChatML, but tool results are a user turn, each inside
- * <tool_response> on a line of its own, a run of them one turn; an
- * assistant turn before the last user message keeps only its answer, as
- * Qwen3's (Qwen3-Coder writes no reasoning, so this only matters to the
- * later templates that write calls its way and think, which this family
- * takes in too). */
-static void render_qwen3_coder(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
-{
-    int32_t u = last_user(msgs, n);
-    for (int32_t i = 0; i < n; i++) {
-        if (is_role(&msgs[i], "tool")) {
+        if (xml_tools && is_role(&msgs[i], "tool")) {
             if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user\n");
             tool_response(b, &msgs[i]);
             sb_add(b, "\n");
@@ -268,6 +252,8 @@ static void render_qwen3_coder(sbuf *b, const pagoda_chat_message *msgs, int32_t
         sb_add(b, "<|im_end|>\n");
     }
     if (gen) sb_add(b, "<|im_start|>assistant\n");
+    /* enable_thinking false: Qwen3's template writes an empty think block */
+    if (gen && thinking == 0 && !xml_tools) sb_add(b, "<think>\n\n</think>\n\n");
 }
 
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
@@ -701,7 +687,7 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
     case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
     case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
     case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
-    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking); break;
+    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, false); break;
     case PAGODA_CHAT_DEEPSEEK3:
     case PAGODA_CHAT_DEEPSEEK_R1:
         render_deepseek(&b, msgs, n, add_generation_prompt, f == PAGODA_CHAT_DEEPSEEK_R1, thinking,
@@ -715,7 +701,7 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
         }
         break;
     case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
-    case PAGODA_CHAT_QWEN3_CODER: render_qwen3_coder(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_QWEN3_CODER: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true); break;
     case PAGODA_CHAT_CHATML:
     case PAGODA_CHAT_UNKNOWN:
     default: render_chatml(&b, msgs, n, add_generation_prompt); break;

@@ -84,6 +84,12 @@ double tu_dot_exact(const float *x, const float *w, int64_t K, double *mag)
     return s;
 }
 
+bool tu_near_exact_f32(float got, const float *x, const float *w, int64_t K)
+{
+    double mag, e = tu_dot_exact(x, w, K, &mag);
+    return fabs(got - e) <= 2.0 * (double)(K + 1) * 0x1p-24 * mag;
+}
+
 int tu_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -4,6 +4,7 @@
 #ifndef PAGODA_TESTUTIL_H
 #define PAGODA_TESTUTIL_H
 #include <check.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -36,6 +37,9 @@ uint16_t *tu_half_weights(tu_rng *r, int dtype, int64_t N, int64_t K, float *wf)
  * any F32 kernel), and in *mag (when not NULL) sum |x[k] w[k]|, the scale
  * the kernels' error bounds are relative to. */
 double tu_dot_exact(const float *x, const float *w, int64_t K, double *mag);
+/* got within an F32 sum's bound of the exact dot of x and w (K terms, any
+ * order: 2 (K + 1) 2^-24 sum |x w|). */
+bool tu_near_exact_f32(float got, const float *x, const float *w, int64_t K);
 
 /* Run one suite; returns the process exit code. */
 int tu_run(Suite *s);

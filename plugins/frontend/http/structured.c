@@ -596,40 +596,29 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
         if (sr->tool_choice == ST_TOOLS_NAMED && strcmp(name, sr->named)) continue;
         json_t *params = json_object_get(fn, "parameters");
         *strict |= json_is_true(json_object_get(fn, "strict"));
-        if (c->par_a) { /* Qwen3-Coder, GLM-4.5: head, parameters, tail */
-            snprintf(buf, sizeof buf, "fn%zu ::= ", i);
-            sb_str(&g, buf);
-            sbuf head = {0};
-            sb_str(&head, c->head_a);
-            sb_str(&head, name);
-            sb_str(&head, c->head_b);
-            mlit(&g, head.p ? head.p : "");
-            free(head.p);
-            json_t *none = json_object();
-            text_value |= xml_params(&g, c, params && json_is_object(params) ? params : none);
-            json_decref(none);
-            if (*c->tail) sb_str(&g, " ");
-            if (*c->tail) mlit(&g, c->tail);
-            sb_str(&g, "\n");
-            continue;
-        }
-        char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
-                                                     : strdup("{\"type\":\"object\"}");
         snprintf(buf, sizeof buf, "fn%zu ::= ", i);
         sb_str(&g, buf);
-        /* names are [A-Za-z0-9_-]: nothing to escape but the markup's own */
+        /* the head; names are [A-Za-z0-9_-]: nothing to escape but the markup's own */
         sbuf head = {0};
         sb_str(&head, c->head_a);
         sb_str(&head, name);
         sb_str(&head, c->head_b);
         mlit(&g, head.p ? head.p : "");
         free(head.p);
-        sb_str(&g, " %json ");
-        sb_str(&g, ptxt ? ptxt : "{}");
+        if (c->par_a) { /* Qwen3-Coder, GLM-4.5: the parameters one by one */
+            json_t *none = json_object();
+            text_value |= xml_params(&g, c, params && json_is_object(params) ? params : none);
+            json_decref(none);
+        } else { /* the arguments as one JSON value of the schema */
+            char *ptxt = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT)
+                                                         : strdup("{\"type\":\"object\"}");
+            sb_str(&g, " %json ");
+            sb_str(&g, ptxt ? ptxt : "{}");
+            free(ptxt);
+        }
         if (*c->tail) sb_str(&g, " ");
         if (*c->tail) mlit(&g, c->tail);
         sb_str(&g, "\n");
-        free(ptxt);
     }
     if (text_value) text_rules(&g, "v", c->stop); /* a string's text: anything but the stop */
     return g.p;
