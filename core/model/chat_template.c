@@ -27,10 +27,16 @@ pagoda_chat_family pagoda_chat_detect(const char *t)
      * and <|user|> (Zephyr, but also Phi-3, which ends turns with <|end|>). */
     if (strstr(t, "<|channel|>") && strstr(t, "<|start|>")) return PAGODA_CHAT_HARMONY;
     if (strstr(t, "<|im_middle|>")) return PAGODA_CHAT_KIMI_K2;
+    /* DeepSeek-V3.1 closes the reasoning in its generation prompt and writes
+     * calls N<｜tool▁sep｜>{...} (V3.2's DSML calls are not this family) */
+    if (strstr(t, DS_ASSISTANT "<think></think>") && strstr(t, "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>") &&
+        !strstr(t, "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C"))
+        return PAGODA_CHAT_DEEPSEEK31;
     if (strstr(t, DS_ASSISTANT)) return strstr(t, "<think>") ? PAGODA_CHAT_DEEPSEEK_R1 : PAGODA_CHAT_DEEPSEEK3;
-    /* Qwen3-Coder's template writes past calls as <function=N><parameter=P> */
+    /* Qwen3-Coder's template writes past calls as <function=N><parameter=P>;
+     * Qwen3.5's too, and it thinks */
     if (strstr(t, "<|im_start|>") && strstr(t, "<function=") && strstr(t, "<parameter="))
-        return PAGODA_CHAT_QWEN3_CODER;
+        return strstr(t, "<think>") ? PAGODA_CHAT_QWEN35 : PAGODA_CHAT_QWEN3_CODER;
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML;
     if (strstr(t, "[gMASK]")) return PAGODA_CHAT_GLM4;
     if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
@@ -47,7 +53,9 @@ static const char *const family_names[] = {
     [PAGODA_CHAT_QWEN3] = "qwen3", [PAGODA_CHAT_GLM4] = "glm4",
     [PAGODA_CHAT_DEEPSEEK3] = "deepseek3", [PAGODA_CHAT_DEEPSEEK_R1] = "deepseek-r1",
     [PAGODA_CHAT_KIMI_K2] = "kimi-k2", [PAGODA_CHAT_HARMONY] = "harmony",
-    [PAGODA_CHAT_QWEN3_CODER] = "qwen3-coder", [PAGODA_CHAT_UNKNOWN] = "unknown",
+    [PAGODA_CHAT_QWEN3_CODER] = "qwen3-coder", [PAGODA_CHAT_QWEN35] = "qwen3.5",
+    [PAGODA_CHAT_DEEPSEEK31] = "deepseek-v3.1",
+    [PAGODA_CHAT_UNKNOWN] = "unknown",
 };
 
 const char *pagoda_chat_family_name(pagoda_chat_family f)
@@ -78,7 +86,8 @@ int pagoda_chat_select(const char *config_value, const char *jinja_template,
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
-                     "llama3, mistral, zephyr, gemma, qwen3, qwen3-coder, glm4, deepseek3, deepseek-r1, kimi-k2 "
+                     "llama3, mistral, zephyr, gemma, qwen3, qwen3-coder, qwen3.5, glm4, deepseek3, deepseek-r1, "
+                     "deepseek-v3.1, kimi-k2 "
                      "or harmony",
                      config_value);
         return PAGODA_ERR_INVALID;
@@ -180,10 +189,11 @@ static void render_chatml(sbuf *b, const pagoda_chat_message *msgs, int32_t n, b
 
 /* A tool result as Qwen3-Coder's (and GLM-4.5's) template writes it:
  * inside <tool_response>, on lines of its own. */
-static void tool_response(sbuf *b, const pagoda_chat_message *m)
+static void tool_response(sbuf *b, const pagoda_chat_message *m, bool trimmed)
 {
     sb_add(b, "<tool_response>\n");
-    sb_add(b, content_of(m));
+    if (trimmed) sb_add_trimmed(b, content_of(m));
+    else sb_add(b, content_of(m));
     sb_add(b, "\n</tool_response>");
 }
 
@@ -227,33 +237,58 @@ static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
 /* Qwen3: ChatML, where assistant turns before the last user message keep
  * only their answer (the reasoning of earlier turns is dropped) and the
  * generation prompt leaves the model to think (enable_thinking's default).
- * Qwen3-Coder (xml_tools): the same, but tool results are a user turn,
- * each inside <tool_response> on a line of its own, a run of them one
- * turn, and no empty think block (Qwen3-Coder writes no reasoning; the
- * dropping of earlier turns' reasoning only matters to the later templates
- * that write calls its way and think, which that family takes in too). */
+ * Qwen3-Coder (xml_tools): ChatML, but tool results are a user turn, each
+ * inside <tool_response> on a line of its own, a run of them one turn (its
+ * template has no reasoning to drop and no think block).
+ * Qwen3.5 (xml_tools, thinks): Qwen3-Coder's results (a newline before
+ * each, none before <|im_end|>), every text trimmed, earlier turns'
+ * reasoning dropped, an assistant turn after the last user message opening
+ * with its reasoning block (the empty one when it has none: the template
+ * writes one always), and the generation prompt opening the block
+ * (closing it empty, thinking off). */
 static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking,
-                         bool xml_tools)
+                         bool xml_tools, bool thinks)
 {
     int32_t u = last_user(msgs, n);
     for (int32_t i = 0; i < n; i++) {
         if (xml_tools && is_role(&msgs[i], "tool")) {
-            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user\n");
-            tool_response(b, &msgs[i]);
-            sb_add(b, "\n");
+            if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, thinks ? "<|im_start|>user" : "<|im_start|>user\n");
+            if (thinks) sb_add(b, "\n");
+            tool_response(b, &msgs[i], thinks);
+            if (!thinks) sb_add(b, "\n");
             if (i + 1 == n || !is_role(&msgs[i + 1], "tool")) sb_add(b, "<|im_end|>\n");
             continue;
         }
         sb_add(b, "<|im_start|>");
         sb_add(b, msgs[i].role);
         sb_add(b, "\n");
-        if (is_role(&msgs[i], "assistant") && i < u) sb_add(b, split_think(content_of(&msgs[i])).c);
-        else sb_add(b, content_of(&msgs[i]));
+        /* Qwen3.5 trims every text before it splits it */
+        sbuf t = {0};
+        if (thinks) sb_add_trimmed(&t, content_of(&msgs[i]));
+        if (t.oom) b->oom = true;
+        const char *c = thinks ? (t.p ? t.p : "") : content_of(&msgs[i]);
+        bool assistant = is_role(&msgs[i], "assistant");
+        if (assistant && i < u && (!xml_tools || thinks)) {
+            sb_add(b, split_think(c).c);
+        } else if (assistant && thinks) {
+            think_split ts = split_think(c);
+            sb_add(b, "<think>\n");
+            while (ts.rn && is_space(ts.r[ts.rn - 1])) ts.rn--;
+            while (ts.rn && is_space(*ts.r)) ts.r++, ts.rn--;
+            sb_addn(b, ts.r, ts.rn);
+            sb_add(b, "\n</think>\n\n");
+            sb_add(b, ts.c);
+        } else {
+            sb_add(b, c);
+        }
+        free(t.p);
         sb_add(b, "<|im_end|>\n");
     }
     if (gen) sb_add(b, "<|im_start|>assistant\n");
-    /* enable_thinking false: Qwen3's template writes an empty think block */
-    if (gen && thinking == 0 && !xml_tools) sb_add(b, "<think>\n\n</think>\n\n");
+    /* enable_thinking false: Qwen3's and Qwen3.5's templates write an empty
+     * think block; Qwen3.5's opens it otherwise */
+    if (gen && thinking == 0 && (!xml_tools || thinks)) sb_add(b, "<think>\n\n</think>\n\n");
+    else if (gen && thinks) sb_add(b, "<think>\n");
 }
 
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
@@ -287,7 +322,7 @@ static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, boo
         if (is_role(&msgs[i], "tool")) { /* <|observation|> once for a run of results */
             if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|observation|>");
             sb_add(b, "\n");
-            tool_response(b, &msgs[i]);
+            tool_response(b, &msgs[i], false);
             continue;
         }
         sb_add(b, "<|");
@@ -430,6 +465,7 @@ static void render_gemma(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
 #define DS_OUTS_END "<\xEF\xBD\x9Ctool\xE2\x96\x81outputs\xE2\x96\x81" "end\xEF\xBD\x9C>"
 #define DS_OUT_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "begin\xEF\xBD\x9C>"
 #define DS_OUT_END "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "end\xEF\xBD\x9C>"
+#define DS_CALLS_BEGIN "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
 
 /* DeepSeek-V3 (r1 false) and R1 (r1 true): the system texts first (V3
  * joins them with a blank line, R1 keeps the last), then <｜User｜> and
@@ -492,6 +528,50 @@ static void render_deepseek(sbuf *b, const pagoda_chat_message *msgs, int32_t n,
         sb_add(b, DS_ASSISTANT);
         if (r1) sb_add(b, thinking == 0 ? "<think>\n</think>" : "<think>\n");
     }
+}
+
+/* DeepSeek-V3.1: deepseek3's system texts and user turns; an assistant
+ * turn right after a user message opens with the closed, empty reasoning
+ * (<｜Assistant｜><think></think>), one after a tool result has no marker
+ * (the model answers straight after the output), and its text is what
+ * follows the first </think> (a turn with calls, which the frontend writes
+ * into the content, or one after a result, is as given); results follow one another, each in
+ * <｜tool▁output▁begin｜>...<｜tool▁output▁end｜>; the generation prompt
+ * only after a user message, closed unless thinking is on. */
+static void render_deepseek31(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking,
+                              const char *bos)
+{
+    bool first_sp = true, last_user = false, after_tool = false;
+    sb_add(b, bos);
+    for (int32_t i = 0; i < n; i++) {
+        if (!is_role(&msgs[i], "system")) continue;
+        if (!first_sp) sb_add(b, "\n\n");
+        sb_add(b, content_of(&msgs[i]));
+        first_sp = false;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *c = content_of(&msgs[i]);
+        if (is_role(&msgs[i], "user")) {
+            sb_add(b, DS_USER);
+            sb_add(b, c);
+            last_user = true;
+            after_tool = false;
+        } else if (is_role(&msgs[i], "assistant")) {
+            if (last_user) sb_add(b, DS_ASSISTANT "<think></think>");
+            const char *e = strstr(c, "</think>");
+            if (e && !after_tool && !strstr(c, DS_CALLS_BEGIN)) c = e + 8;
+            sb_add(b, c);
+            sb_add(b, DS_EOS);
+            last_user = after_tool = false;
+        } else if (is_role(&msgs[i], "tool")) {
+            sb_add(b, DS_OUT_BEGIN);
+            sb_add(b, c);
+            sb_add(b, DS_OUT_END);
+            last_user = false;
+            after_tool = true;
+        }
+    }
+    if (gen && last_user) sb_add(b, thinking == 1 ? DS_ASSISTANT "<think>" : DS_ASSISTANT "<think></think>");
 }
 
 /* Kimi K2: <|im_system|> / <|im_user|> / <|im_assistant|> with the role
@@ -687,11 +767,14 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
     case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
     case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
     case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
-    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, false); break;
+    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, false, false); break;
     case PAGODA_CHAT_DEEPSEEK3:
     case PAGODA_CHAT_DEEPSEEK_R1:
         render_deepseek(&b, msgs, n, add_generation_prompt, f == PAGODA_CHAT_DEEPSEEK_R1, thinking,
                         bos_text ? bos_text : DS_BOS);
+        break;
+    case PAGODA_CHAT_DEEPSEEK31:
+        render_deepseek31(&b, msgs, n, add_generation_prompt, thinking, bos_text ? bos_text : DS_BOS);
         break;
     case PAGODA_CHAT_KIMI_K2: render_kimi(&b, msgs, n, add_generation_prompt); break;
     case PAGODA_CHAT_HARMONY:
@@ -701,7 +784,8 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
         }
         break;
     case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
-    case PAGODA_CHAT_QWEN3_CODER: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true); break;
+    case PAGODA_CHAT_QWEN3_CODER: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true, false); break;
+    case PAGODA_CHAT_QWEN35: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true, true); break;
     case PAGODA_CHAT_CHATML:
     case PAGODA_CHAT_UNKNOWN:
     default: render_chatml(&b, msgs, n, add_generation_prompt); break;
@@ -727,7 +811,8 @@ const char *const *pagoda_chat_stop_strings(pagoda_chat_family f)
     static const char *const harmony[] = {"<|return|>", "<|call|>", NULL};
     switch (f) {
     case PAGODA_CHAT_DEEPSEEK3:
-    case PAGODA_CHAT_DEEPSEEK_R1: return deepseek;
+    case PAGODA_CHAT_DEEPSEEK_R1:
+    case PAGODA_CHAT_DEEPSEEK31: return deepseek;
     case PAGODA_CHAT_HARMONY: return harmony;
     case PAGODA_CHAT_GLM4: return glm4;
     case PAGODA_CHAT_LLAMA3: return llama3;

@@ -3,8 +3,8 @@
  * common template families, recognised from the GGUF's
  * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
  * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
- * mistral|zephyr|gemma|qwen3|qwen3-coder|glm4|deepseek3|deepseek-r1|kimi-k2|
- * harmony`). Also names the stop strings each family implies.
+ * mistral|zephyr|gemma|qwen3|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|
+ * deepseek-v3.1|kimi-k2|harmony`). Also names the stop strings each family implies.
  * Not for: tokenizing (the engine tokenizes the rendered text with
  * parse_special = true, add_special = false), tool calls, or templates
  * outside these families (they fall back to ChatML with a warning).
@@ -33,8 +33,13 @@
  *            <tool_response>\nR\n</tool_response>\n<|im_end|>\n, a run of
  *            results one turn, an earlier assistant turn's reasoning dropped
  *            as qwen3's (recognised by the template's <function= and
- *            <parameter=, how Qwen3-Coder writes a call; a later template
- *            that also thinks is taken in too)
+ *            <parameter=, how Qwen3-Coder writes a call, and no <think>)
+ *   qwen3.5  qwen3-coder's calls and results, and it thinks: an assistant
+ *            turn after the last user message opens with its reasoning,
+ *            <think>\nR\n</think>\n\n (R empty when it has none), one before
+ *            it keeps its answer only; +gen <|im_start|>assistant\n<think>\n
+ *            (thinking off: <think>\n\n</think>\n\n) (recognised as
+ *            qwen3-coder's markers and <think>)
  *   glm4     [gMASK]<sop><|system|>\nS<|user|>\nU<|assistant|>\n<think></think>\nA
  *            ... +gen <|assistant|> (GLM-4.5/4.6: an assistant turn after the
  *            last user message keeps its reasoning inside <think></think>,
@@ -47,6 +52,15 @@
  *   deepseek-r1 as deepseek3, but the last system text only, an earlier
  *            assistant turn's text after its last </think>, +gen
  *            <｜Assistant｜><think>\n (thinking off: <think>\n</think>)
+ *   deepseek-v3.1 as deepseek3's system and user turns, but an assistant turn
+ *            after a user message opens <｜Assistant｜><think></think>, one
+ *            after a tool result has no marker, a turn's text is what follows
+ *            its first </think> (a turn with calls as given), results are
+ *            <｜tool▁output▁begin｜>R<｜tool▁output▁end｜> one after another,
+ *            and +gen (after a user message only) <｜Assistant｜><think></think>
+ *            (thinking on: <think>; V3.1's default is off) (recognised by
+ *            <｜Assistant｜><think></think> and <｜tool▁sep｜> in the template,
+ *            without V3.2's ｜DSML｜ markup)
  *   kimi-k2  <|im_system|>system<|im_middle|>S<|im_end|><|im_user|>user<|im_middle|>U
  *            <|im_end|><|im_assistant|>assistant<|im_middle|>A<|im_end|> +gen
  *            <|im_assistant|>assistant<|im_middle|> (Kimi's default system
@@ -116,6 +130,8 @@ typedef enum pagoda_chat_family {
     PAGODA_CHAT_KIMI_K2,
     PAGODA_CHAT_HARMONY,
     PAGODA_CHAT_QWEN3_CODER,
+    PAGODA_CHAT_QWEN35,
+    PAGODA_CHAT_DEEPSEEK31,
     PAGODA_CHAT_UNKNOWN
 } pagoda_chat_family;
 
@@ -150,7 +166,8 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
 /* What a request passes to the template beside the messages (Jinja's
  * chat_template_kwargs). A NULL opts is all defaults. */
 typedef struct pagoda_chat_opts {
-    int enable_thinking;          /* -1 the template's default, 0 off, 1 on (qwen3, deepseek-r1) */
+    int enable_thinking;          /* -1 the template's default, 0 off, 1 on (qwen3, qwen3.5, deepseek-r1,
+                                   * deepseek-v3.1, whose default is off) */
     const char *reasoning_effort; /* harmony: "low", "medium" or "high"; NULL or "": a
                                    * "Reasoning: X" line of the system message, else medium */
     const char *date;             /* harmony's "Current date:" (YYYY-MM-DD); NULL: today, UTC */

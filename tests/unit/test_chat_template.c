@@ -109,10 +109,10 @@ START_TEST(render_qwen3_coder)
                   "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"
                   "<tool_response>\nr2\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
                   "<|im_start|>user\n<tool_response>\nr3\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n");
-    /* an earlier turn's reasoning (a later template of this family thinks) goes */
+    /* its template has no reasoning to drop: an earlier turn is as given */
     expect_render(PAGODA_CHAT_QWEN3_CODER, think_conv + 1, 3, false, NULL, NULL,
-                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
-                  "<|im_start|>user\n2+2?<|im_end|>\n");
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nThey greet.\n</think>\n\n"
+                  "Hello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n");
     /* without tool results it is ChatML */
     expect_render(PAGODA_CHAT_QWEN3_CODER, conv, 4, true, NULL, NULL,
                   "<|im_start|>system\nYou are terse.<|im_end|>\n"
@@ -120,6 +120,27 @@ START_TEST(render_qwen3_coder)
                   "<|im_start|>assistant\nHello!<|im_end|>\n"
                   "<|im_start|>user\n2+2?<|im_end|>\n"
                   "<|im_start|>assistant\n");
+}
+END_TEST
+
+/* Qwen3.5: Qwen3-Coder's results and calls, and it thinks (the cases
+ * without reasoning after the last user message are renders.json's, from
+ * its own template); these outputs are that template's, by jinja2 */
+START_TEST(render_qwen35)
+{
+    /* after the last user message: the reasoning block, trimmed, the text
+     * after it (its leading space kept, its end trimmed) */
+    expect_render(PAGODA_CHAT_QWEN35, think_conv + 3, 2, false, NULL, NULL,
+                  "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nAdd.\n</think>\n\n 4<|im_end|>\n");
+    const pagoda_chat_message m[] = {{"user", "2+2?"}, {"assistant", "<think>\n Add. \n</think>\n\n 4 "}, {"tool", " r "}};
+    pagoda_chat_opts off = {.enable_thinking = 0};
+    char *out = NULL, err[128];
+    ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_QWEN35, m, 3, true, NULL, NULL, &off, &out, err, sizeof err),
+                     PAGODA_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nAdd.\n</think>\n\n 4"
+                          "<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(out);
 }
 END_TEST
 
@@ -298,6 +319,22 @@ static const char *T_QWEN3_CODER =
     "{%- for args_name, args_value in tool_call.arguments|items %}{{- '<parameter=' + args_name + '>\\n' }}"
     "{{- args_value }}{{- '\\n</parameter>\\n' }}{%- endfor %}{{- '</function>\\n</tool_call>' }}{%- endfor %}"
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}";
+/* Qwen3.5's (excerpt: a past call, and the generation prompt opening the
+ * reasoning) */
+static const char *T_QWEN35 =
+    "{{- '<|im_start|>' + message.role + '\\n' + content }}{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+    "{{- '<parameter=' + args_name + '>\\n' }}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}";
+/* DeepSeek-V3.1's (excerpt: the closed reasoning of its generation
+ * prompt, a call's separator) and V3.2's (the same, and DSML calls) */
+static const char *T_DEEPSEEK31 =
+    "{%- if ns.is_last_user -%}{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think></think>'}}{%- endif -%}"
+    "{{'<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>'+ tool['function']['name'] + "
+    "'<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>'}}";
+static const char *T_DEEPSEEK32 =
+    "{%- set dsml_token = '\xEF\xBD\x9C" "DSML\xEF\xBD\x9C' -%}{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think></think>'}}"
+    "{{'<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>'}}{{'<think>'}}";
 static const char *T_PHI3 =
     "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
     "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
@@ -317,6 +354,9 @@ START_TEST(detect_families)
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN3), PAGODA_CHAT_QWEN3);
     ck_assert_int_eq(pagoda_chat_detect(T_GLM45), PAGODA_CHAT_GLM4);
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN3_CODER), PAGODA_CHAT_QWEN3_CODER);
+    ck_assert_int_eq(pagoda_chat_detect(T_QWEN35), PAGODA_CHAT_QWEN35);
+    ck_assert_int_eq(pagoda_chat_detect(T_DEEPSEEK31), PAGODA_CHAT_DEEPSEEK31);
+    ck_assert_int_eq(pagoda_chat_detect(T_DEEPSEEK32), PAGODA_CHAT_DEEPSEEK_R1); /* DSML calls: not V3.1's */
     ck_assert_int_eq(pagoda_chat_detect(NULL), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect(""), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect("{{ messages }}"), PAGODA_CHAT_UNKNOWN);
@@ -339,6 +379,11 @@ START_TEST(names_and_select)
     ck_assert_int_eq(pagoda_chat_family_from_name("qwen3-coder", &f), PAGODA_OK);
     ck_assert_int_eq(f, PAGODA_CHAT_QWEN3_CODER);
     ck_assert_str_eq(pagoda_chat_family_name(f), "qwen3-coder");
+    ck_assert_int_eq(pagoda_chat_family_from_name("qwen3.5", &f), PAGODA_OK);
+    ck_assert_int_eq(f, PAGODA_CHAT_QWEN35);
+    ck_assert_str_eq(pagoda_chat_family_name(f), "qwen3.5");
+    ck_assert_int_eq(pagoda_chat_family_from_name("deepseek-v3.1", &f), PAGODA_OK);
+    ck_assert_int_eq(f, PAGODA_CHAT_DEEPSEEK31);
 
     char msg[256];
     ck_assert_int_eq(pagoda_chat_select("auto", T_GEMMA, &f, msg, sizeof msg), PAGODA_OK);
@@ -567,6 +612,7 @@ static Suite *suite(void)
     tcase_add_test(tc, render_qwen3);
     tcase_add_test(tc, render_glm4);
     tcase_add_test(tc, render_qwen3_coder);
+    tcase_add_test(tc, render_qwen35);
     tcase_add_test(tc, render_llama3);
     tcase_add_test(tc, render_mistral);
     tcase_add_test(tc, render_tool_result_as_user_turn);

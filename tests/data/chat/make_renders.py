@@ -22,6 +22,9 @@ FAMILIES = {
                     {"bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>"}),
     "kimi-k2": ("moonshotai-Kimi-K2.jinja", {}),
     "harmony": ("openai-gpt-oss-120b.jinja", {}),
+    "qwen3-coder": ("Qwen3-Coder.jinja", {}),
+    "qwen3.5": ("Qwen3.5-4B.jinja", {}),
+    "deepseek-v3.1": ("deepseek-ai-DeepSeek-V3.1.jinja", {"bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>"}),
 }
 U = lambda c: {"role": "user", "content": c}
 A = lambda c: {"role": "assistant", "content": c}
@@ -52,6 +55,7 @@ CALL = {"id": "functions.get:0", "type": "function", "function": {"name": "get",
 TOOL_JINJA = [U("weather?"), {"role": "assistant", "content": "", "tool_calls": [CALL]},
               {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny \"22C\""}, A("Sunny."),
               U("thanks")]
+XML_CALL = "<tool_call>\n<function=get>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
 TOOL_PAGODA = {
     "deepseek-r1": [U("weather?"), A(DS["calls_begin"] + DS["call_begin"] + "function" + DS["sep"] + "get\n```json\n"
                                    + '{"city": "Paris"}' + "\n```" + DS["call_end"] + DS["calls_end"]),
@@ -62,6 +66,11 @@ TOOL_PAGODA = {
                 T("## Return of functions.get:0\\nsunny \"22C\""), A("Sunny."), U("thanks")],
     "harmony": [U("weather?"), {"role": "assistant to=functions.get", "content": '{"city": "Paris"}'},
                 {"role": "functions.get", "content": "sunny \"22C\""}, A("Sunny."), U("thanks")],
+    "deepseek-v3.1": [U("weather?"), A(DS["calls_begin"] + DS["call_begin"] + "get" + DS["sep"] + '{"city": "Paris"}'
+                                       + DS["call_end"] + DS["calls_end"]), T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    # the XML families: the call as structured.c's write_call writes it
+    "qwen3-coder": [U("weather?"), A(XML_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    "qwen3.5": [U("weather?"), A(XML_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
 }
 
 
