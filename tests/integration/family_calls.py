@@ -24,7 +24,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"],
         "additionalProperties": False}}}]
 MARKUP = ["<|", "<\uff5c", "<tool_call>", "functions.", "[TOOL_CALLS]", "<function=", "<parameter=", "<arg_key>",
-          "<arg_value>"]
+          "<arg_value>", "think>"]
 
 
 def post(body):

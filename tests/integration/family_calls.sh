@@ -19,7 +19,7 @@ n=16 mode=
 [ -n "${PAGODA_SANITIZER:-}" ] && n=4 # the sanitizer builds check the path, the Release one the count
 [ -n "${PAGODA_FAMILY_CALLS:-}" ] && n=$PAGODA_FAMILY_CALLS mode=stream
 rc=0
-for fam in ${PAGODA_FAMILIES:-chatml llama3 deepseek3 kimi-k2 harmony mistral qwen3-coder glm4}; do
+for fam in ${PAGODA_FAMILIES:-chatml llama3 deepseek3 deepseek-v3.1 kimi-k2 harmony mistral qwen3-coder qwen3.5 glm4}; do
     start_server "$tmp/$fam.log" "$tmp/$fam.port" --config "$PAGODA_SOURCE_DIR/configs/cpu-ci.ini" \
         --set engine.model="$model" --set engine.max_seq_len=512 --set engine.chat_template="$fam" --set backend.cpu.threads=1 ||
         { echo "FAIL: the server did not start ($fam)"; cat "$tmp/$fam.log"; exit 1; }

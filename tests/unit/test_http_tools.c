@@ -135,6 +135,10 @@ START_TEST(test_bad_fields)
                ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "no way to call a tool");
     expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
                "\"tool_calls\":[{\"function\":{\"name\":3}}]}]}", "messages", "tool_calls[0] must be");
+    /* arguments text that is no JSON would be lost from the prompt: refused */
+    expect_400("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+               "\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{x: 1\"}}]}]}", "messages",
+               "tool_calls[0].function.arguments is not JSON");
     ck_assert_int_eq(S.f->n_log, 0); /* none reached the engine */
 }
 END_TEST
@@ -459,6 +463,18 @@ START_TEST(test_family_history)
         ck_assert_msg(i >= 4 || !strstr(p, "<tool_call>"), "%s: Hermes markup in %s", fam[i].gen, p);
         ck_assert_msg(i < 4 || !strstr(p, "<tool_response>"), "%s: Hermes result in %s", fam[i].gen, p);
         ck_assert_msg(i < 4 || !strstr(p, "\"arguments\""), "%s: a Hermes call in %s", fam[i].gen, p);
+        /* a list has no parameters to be written as: the XML families refuse it, the rest write it */
+        static const char listed[] =
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":null,"
+            "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+            "\"[1, 2]\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"max_tokens\":2}";
+        if (i >= 4) {
+            expect_400("/v1/chat/completions", listed, "messages", "tool_calls[0].function.arguments must be a JSON object");
+        } else {
+            json_decref(post_expect("/v1/chat/completions", listed, 200));
+            ck_assert_msg(strstr(last_logged()->prompt, "[1, 2]"), "%s: the listed arguments lost in %s", fam[i].gen,
+                          last_logged()->prompt);
+        }
         srv_stop(&S);
         g_chat_family = NULL;
     }
@@ -1085,6 +1101,233 @@ START_TEST(test_harmony_bad_channel)
 }
 END_TEST
 
+/* A template whose generation prompt opens the reasoning (DeepSeek-R1's,
+ * Qwen3.5's "<think>\n") and closes it empty when enable_thinking is false:
+ * the user turns, then the generation prompt. The echo then writes the
+ * user's words, then the prompt's tags. */
+static _Thread_local int g_think_off;
+
+static int think_render(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n, bool gen, char **out,
+                        int32_t *stop_ids, int32_t cap, int32_t *n_stop)
+{
+    pagoda_chat_message users[16];
+    int32_t k = 0;
+    for (int32_t i = 0; i < n && k < 16; i++)
+        if (!strcmp(msgs[i].role, "user")) users[k++] = msgs[i];
+    int st = fake_chat_render(h, users, k, false, out, stop_ids, cap, n_stop);
+    if (st || !gen) return st;
+    const char *g = g_think_off ? " <think>\n</think>\n\n" : " <think>\n";
+    size_t l = strlen(*out);
+    char *s = realloc(*out, l + strlen(g) + 1);
+    ck_assert_ptr_nonnull(s);
+    strcpy(s + l, g);
+    *out = s;
+    return PAGODA_OK;
+}
+
+static int think_render_opts(const pagoda_host *h, const pagoda_chat_message *msgs, int32_t n,
+                             const pagoda_chat_options *opts, bool gen, char **out, int32_t *stop_ids, int32_t cap,
+                             int32_t *n_stop)
+{
+    g_think_off = opts && opts->enable_thinking == 0;
+    int st = think_render(h, msgs, n, gen, out, stop_ids, cap, n_stop);
+    g_think_off = 0;
+    return st;
+}
+
+static void think_tweak(fake_engine *f)
+{
+    f->host.chat_render = think_render;
+    f->host.chat_render_opts = think_render_opts;
+}
+
+/* Whether the reply starts inside the reasoning is each request's own
+ * prompt's say: with thinking off the prompt closes the block, and the
+ * answer is content (it was all reasoning when the probe's default
+ * rendering decided). */
+START_TEST(test_think_open_per_request)
+{
+    srv_start_with(&S, NULL, 0, think_tweak);
+    json_t *j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello world\"}],"
+                            "\"max_tokens\":2}", 200);
+    const char *rc = jget_str(j, "choices.0.message.reasoning_content");
+    ck_assert_msg(rc && strstr(rc, "Hello world"), "thinking on: reasoning %s", rc ? rc : "null");
+    json_decref(j);
+    j = post_expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello world\"}],"
+                    "\"max_tokens\":2,\"chat_template_kwargs\":{\"enable_thinking\":false}}", 200);
+    const char *c = jget_str(j, "choices.0.message.content");
+    rc = jget_str(j, "choices.0.message.reasoning_content");
+    ck_assert_msg(c && strstr(c, "Hello world"), "thinking off: content %s", c ? c : "null");
+    ck_assert_msg(!rc || !strstr(rc, "Hello"), "thinking off: reasoning %s", rc);
+    json_decref(j);
+    /* Messages: thinking disabled, the answer is a text block */
+    j = post_expect("/v1/messages", "{\"max_tokens\":2,\"thinking\":{\"type\":\"disabled\"},\"messages\":"
+                    "[{\"role\":\"user\",\"content\":\"Hello world\"}]}", 200);
+    const char *t0 = jget_str(j, "content.0.type"), *x0 = jget_str(j, "content.0.text");
+    ck_assert_msg(t0 && !strcmp(t0, "text") && x0 && strstr(x0, "Hello world"), "messages: %s %s", t0 ? t0 : "null",
+                  x0 ? x0 : "null");
+    json_decref(j);
+    srv_stop(&S);
+}
+END_TEST
+
+/* Qwen3.5 (the engine's template name): Qwen3-Coder's calls, and a prompt
+ * that opens the reasoning, so a required call's grammar closes it first
+ * (empty, as the template writes a turn without reasoning back), unless
+ * the request turns thinking off; a family that does not open it has no
+ * such lead. */
+START_TEST(test_qwen35_family)
+{
+    static const char req[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\","
+                              "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
+                              "{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}}]},{\"role\":\"tool\","
+                              "\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS ",\"tool_choice\":\"required\","
+                              "\"max_tokens\":2%s}";
+    static const struct {
+        const char *family, *gen, *kwargs;
+        bool lead;
+    } cases[] = {
+        {"qwen3.5", "<think>\n", "", true},
+        {"qwen3.5", "<think>\n", ",\"chat_template_kwargs\":{\"enable_thinking\":false}", false},
+        {"qwen3-coder", "", "", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_gen_prompt = cases[i].gen;
+        g_chat_family = cases[i].family;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        char body[1024];
+        snprintf(body, sizeof body, req, cases[i].kwargs);
+        json_decref(post_expect("/v1/chat/completions", body, 200));
+        const fake_logged *l = last_logged();
+        ck_assert_msg(strstr(l->prompt, "<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>"),
+                      "%s: the past call not in Qwen3-Coder's form: %s", cases[i].family, l->prompt);
+        ck_assert_int_eq(l->req.constraint_type, PAGODA_CONSTRAINT_GRAMMAR);
+        const char *lead = strstr(l->constraint, "</think>"), *call = strstr(l->constraint, "<function=");
+        ck_assert_msg(call, "%s: no call in the grammar", cases[i].family);
+        ck_assert_msg(cases[i].lead ? lead && lead < call : !lead, "%s%s: the grammar's lead is wrong:\n%s",
+                      cases[i].family, cases[i].kwargs, l->constraint);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+}
+END_TEST
+
+/* An assistant message's reasoning_content reaches the history as the
+ * <think> block the template writes, where the template writes one back
+ * (qwen3, qwen3.5, glm4: the renderer keeps it after the last user
+ * message only); other families never see it, and a block already in the
+ * content is not written twice. */
+START_TEST(test_reasoning_into_history)
+{
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":\"%s\","
+        "\"reasoning_content\":\"R1\"%s},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS
+        ",\"max_tokens\":2}";
+    static const char call[] = ",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                               "\"arguments\":\"{}\"}}]";
+    static const struct {
+        const char *family, *content, *calls, *want;
+    } cases[] = {
+        {"qwen3", "A1", "", "<|assistant|><think>\nR1\n</think>\n\nA1\n"},
+        {"qwen3.5", "", call, "<|assistant|><think>\nR1\n</think>\n\n<tool_call>\n<function=f>\n</function>\n"},
+        {"glm4", "A1", "", "<|assistant|><think>\nR1\n</think>\n\nA1\n"},
+        {"qwen3", "<think>mine</think>A1", "", "<|assistant|><think>mine</think>A1\n"},
+        {"chatml", "A1", "", "<|assistant|>A1\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_gen_prompt = "";
+        g_chat_family = cases[i].family;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        char b[1024];
+        snprintf(b, sizeof b, body, cases[i].content, cases[i].calls);
+        if (!*cases[i].calls) { /* a result needs its call: drop it */
+            char *t = strstr(b, ",{\"role\":\"tool\"");
+            char *e = t ? strstr(t, "}]") : NULL;
+            ck_assert_ptr_nonnull(e);
+            memmove(t, e + 1, strlen(e + 1) + 1);
+        }
+        json_decref(post_expect("/v1/chat/completions", b, 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(strstr(p, cases[i].want), "%s: no '%s' in %s", cases[i].family, cases[i].want, p);
+        ck_assert_msg(!strstr(p, "R1") || strstr(cases[i].want, "R1"), "%s: the reasoning written in %s",
+                      cases[i].family, p);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+    static const char *const fams[] = {"qwen3", "chatml"}, *const *fams_r = fams;
+    /* Responses: a reasoning item is the next assistant turn's reasoning,
+     * given as input or kept in a stored response */
+    for (int i = 0; i < 2; i++) {
+        g_chat_family = fams_r[i];
+        srv_start_with(&S, NULL, 0, family_tweak);
+        json_decref(post_expect("/v1/responses", "{\"input\":[{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                                "\"add\"},{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[],\"content\":[{\"type\":"
+                                "\"reasoning_text\",\"text\":\"R1\"}]},{\"type\":\"message\",\"role\":\"assistant\","
+                                "\"content\":[{\"type\":\"output_text\",\"text\":\"A1\"}]}],\"max_output_tokens\":2}", 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(i ? strstr(p, "<|assistant|>A1") && !strstr(p, "R1")
+                        : strstr(p, "<|assistant|><think>\nR1\n</think>\n\nA1") != NULL,
+                      "responses, %s: %s", fams_r[i], p);
+        /* the fake echoes the prompt's words: its reply reasons " R2 " */
+        json_t *j = post_expect("/v1/responses", "{\"input\":\"<think> R2 </think> A2\",\"max_output_tokens\":8}", 200);
+        const char *id = jget_str(j, "id");
+        ck_assert_ptr_nonnull(id);
+        char b[256];
+        snprintf(b, sizeof b, "{\"previous_response_id\":\"%s\",\"input\":\"more\",\"max_output_tokens\":2}", id);
+        json_decref(j);
+        json_decref(post_expect("/v1/responses", b, 200));
+        p = last_logged()->prompt;
+        const char *turn = strstr(p, "<|assistant|>"), *kept = "<|assistant|><think>\n R2 \n</think>";
+        ck_assert_msg(turn && (i ? !strstr(turn, "R2") : !strncmp(turn, kept, strlen(kept))),
+                      "responses, stored, %s: %s", fams_r[i], p);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+    /* Messages: an assistant's thinking blocks are its reasoning */
+    for (int i = 0; i < 2; i++) {
+        g_chat_family = fams[i];
+        srv_start_with(&S, NULL, 0, family_tweak);
+        json_decref(post_expect("/v1/messages", "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":"
+                                "\"add\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":"
+                                "\"R1\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"A1\"}]}]}", 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(i ? strstr(p, "<|assistant|>A1") && !strstr(p, "R1")
+                        : strstr(p, "<|assistant|><think>\nR1\n</think>\n\nA1") != NULL,
+                      "messages, %s: %s", fams[i], p);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+}
+END_TEST
+
+/* DeepSeek-V3.1 (its probe closes the reasoning): a past call is written
+ * N<｜tool▁sep｜>{...} between the call markers, calls back to back; a
+ * required call is held to it. */
+START_TEST(test_deepseek31_family)
+{
+#define DSB(x) "<\xEF\xBD\x9Ctool\xE2\x96\x81" x "\xEF\xBD\x9C>"
+    g_gen_prompt = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think></think>";
+    srv_start_with(&S, NULL, 0, family_tweak);
+    static const char body[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"add\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"x\\\": 1}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"x\\\": 2}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]," TOOLS
+        ",\"tool_choice\":\"required\",\"max_tokens\":2}";
+    json_decref(post_expect("/v1/chat/completions", body, 200));
+    const fake_logged *l = last_logged();
+    static const char want[] = DSB("calls\xE2\x96\x81" "begin") DSB("call\xE2\x96\x81" "begin") "f" DSB("sep")
+        "{\"x\": 1}" DSB("call\xE2\x96\x81" "end") DSB("call\xE2\x96\x81" "begin") "f" DSB("sep") "{\"x\": 2}"
+        DSB("call\xE2\x96\x81" "end") DSB("calls\xE2\x96\x81" "end");
+    ck_assert_msg(strstr(l->prompt, want), "no V3.1 calls in %s", l->prompt);
+    ck_assert_msg(!strstr(l->prompt, "```json"), "V3's call form in %s", l->prompt);
+    ck_assert_msg(strstr(l->constraint, DSB("sep")) && !strstr(l->constraint, "```json"), "the grammar: %s",
+                  l->constraint);
+    srv_stop(&S);
+#undef DSB
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_tools");
@@ -1114,6 +1357,10 @@ static Suite *suite(void)
     tcase_add_test(fm, test_family_auto);
     tcase_add_test(fm, test_harmony_history);
     tcase_add_test(fm, test_harmony_call_memo);
+    tcase_add_test(fm, test_think_open_per_request);
+    tcase_add_test(fm, test_qwen35_family);
+    tcase_add_test(fm, test_reasoning_into_history);
+    tcase_add_test(fm, test_deepseek31_family);
     suite_add_tcase(s, fm);
     return s;
 }

@@ -120,6 +120,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
     char **owned = NULL;
     int n_msgs = 0;
     char *rendered = NULL;
+    int think_open = 0; /* this request's prompt opens the reply's reasoning */
     int32_t stop_ids[16];
     int32_t n_stop_ids = 0;
     enum MHD_Result ret;
@@ -141,7 +142,18 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         goto out;
     }
     /* response_format, grammar, regex, choice, tools (structured.c) */
-    if (st_parse(h, root, kind, kind == KIND_CHAT ? api_template_fmt(fe) : FMT_HERMES, &sr, &pe) < 0) goto bad;
+    pagoda_chat_options co;
+    memset(&co, 0, sizeof co);
+    int think = 0, probed_open = 0; /* probed (once) before this request's rendering */
+    if (kind == KIND_CHAT) {
+        if (parse_chat_options(root, &co, &pe) < 0) goto bad;
+        api_template_thinks(fe, &think, &probed_open);
+    }
+    /* the template's default opening, unless this request turns thinking
+     * off (the rendered prompt decides below; the grammar is made first) */
+    bool opens = think && probed_open && co.enable_thinking != 0;
+    if (st_parse(h, root, kind, kind == KIND_CHAT ? api_template_fmt(fe) : FMT_HERMES, opens, &sr, &pe) < 0)
+        goto bad;
     if (sr.type && p.echo) {
         ret = BAD(conn, sr.field, "'%s' cannot be combined with 'echo'", sr.field);
         goto out;
@@ -154,15 +166,13 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
     } else {
         if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
-        if (st_chat_messages(root, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
+        if (st_chat_messages(root, &sr, api_template_fmt(fe), api_template_keeps_reasoning(fe), &msgs, &owned, &n_msgs,
+                             &pe) < 0)
+            goto bad;
         if (!h->chat_render) {
             ret = BAD(conn, "messages", "this server cannot render chat templates");
             goto out;
         }
-        pagoda_chat_options co;
-        if (parse_chat_options(root, &co, &pe) < 0) goto bad;
-        int think, think_open; /* probed (once) before this request's rendering */
-        api_template_thinks(fe, &think, &think_open);
         (void)api_template_fmt(fe);
         bool has_opts = co.enable_thinking >= 0 || co.reasoning_effort;
         if (has_opts && !PAGODA_HOST_HAS(h, chat_render_opts)) {
@@ -179,6 +189,8 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         }
         if (n_stop_ids > 16) n_stop_ids = 16;
         n_prompts = 1;
+        think_open = think && api_prompt_opens_think(rendered);
+        if (as) as->think_open = think_open;
     }
     if (n_prompts * p.n > MAX_CHOICES) {
         ret = BAD(conn, "n", "prompts x n must be at most %d, got %d", MAX_CHOICES, n_prompts * p.n);
@@ -200,7 +212,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         hr->as = as;
         as = NULL;
     }
-    if (kind == KIND_CHAT && !hr->as) reasoning_setup(hr); /* <think> apart from content */
+    if (kind == KIND_CHAT && !hr->as) reasoning_setup(hr, think_open); /* <think> apart from content */
     hr->stream = p.stream;
     hr->include_usage = p.stream && p.include_usage;
     hr->logprobs = p.logprobs;

@@ -155,6 +155,7 @@ struct http_fe {
     struct resp_store *store; /* /v1/responses' stored turns (api/store.h), made on first use */
     atomic_int template_thinks; /* api.c's probe: 0 not yet, 1 no, 2 the generation prompt opens <think> */
     atomic_int template_fmt;    /* api.c's probe: 0 not yet, else the FMT_* (api/toolfmt.h) + 1 */
+    atomic_int template_keeps;  /* api.c: 0 not yet, 1 no, 2 the template writes a turn's reasoning back */
 };
 
 /* What MHD keeps for one HTTP request on a connection (*con_cls). */

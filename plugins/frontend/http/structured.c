@@ -374,6 +374,8 @@ static const struct call_syntax {
     [FMT_LLAMA3] = {"", "", "", "", "", "{\"name\": \"", "\", \"parameters\": ", "}", "", true},
     [FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, "\n", DS_CALL_BEGIN "function" DS_SEP, DS_CALL_END, "",
                       "\n```json\n", "\n```", DS_CALLS_BEGIN, false},
+    [FMT_DEEPSEEK31] = {DS_CALLS_BEGIN, DS_CALLS_END, "", DS_CALL_BEGIN, DS_CALL_END, "", DS_SEP, "", DS_CALLS_BEGIN,
+                        false},
     [FMT_KIMI] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "", "<|tool_call_begin|>functions.",
                   "<|tool_call_end|>", "", ":0<|tool_call_argument_begin|>", "", "<|tool_calls_section_begin|>", false},
     [FMT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.", "", "", " <|constrain|>json<|message|>", "",
@@ -540,7 +542,7 @@ static bool xml_params(sbuf *g, const struct call_syntax *c, json_t *params)
  * opener (<tool_call>, DeepSeek's and Kimi's section markers, harmony's
  * commentary to=functions.), and from that code point on the calls are
  * held to the syntax (Llama 3: a reply that starts as a call is one). */
-static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
+static char *calls_grammar(const st_req *sr, int fmt, bool think_open, bool *strict)
 {
     bool autoc = sr->tool_choice == ST_TOOLS_AUTO;
     const struct call_syntax *c = &SYNTAX[fmt > FMT_HERMES && fmt < FMT_COUNT ? fmt : FMT_HERMES];
@@ -560,6 +562,11 @@ static char *calls_grammar(const st_req *sr, int fmt, bool *strict)
     }
     if (!autoc || *c->sec_open || !*c->opener) { /* the calls together: all a required reply holds */
         sb_str(&g, autoc ? "calls ::= " : "root ::= ");
+        /* a prompt that opened the reasoning (DeepSeek-R1's, Qwen3.5's):
+         * closed empty first, as Qwen3.5's template writes a turn without
+         * reasoning back, so the calls are read as calls */
+        if (!autoc && think_open)
+            lit_sp(&g, fmt == FMT_DEEPSEEK || fmt == FMT_DEEPSEEK31 ? "</think>" : "\n</think>\n\n");
         if (!autoc && c->lead) lit_sp(&g, c->lead);
         lit_sp(&g, c->sec_open);
         sb_str(&g, "call");
@@ -629,7 +636,7 @@ static const char *const guided[][2] = {
     {"choice", "c"}, {"guided_choice", "c"}, {"guided_json", "j"},
 };
 
-int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe)
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, bool think_open, st_req *sr, perr *pe)
 {
     memset(sr, 0, sizeof *sr);
     json_t *rf = json_object_get(o, "response_format");
@@ -671,14 +678,14 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, per
             return rf_fail(pe, sr->field, "'%s' cannot be combined with a tool_choice that requires a call",
                            sr->field);
         bool strict;
-        char *g = calls_grammar(sr, fmt, &strict);
+        char *g = calls_grammar(sr, fmt, think_open, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     } else if (sr->tool_choice == ST_TOOLS_AUTO && sr->type) {
         return rf_fail(pe, sr->field, "'%s' leaves the model no way to call a tool: with 'tools', set "
                        "'tool_choice' to \"none\" or drop '%s'", sr->field, sr->field);
     } else if (sr->tool_choice == ST_TOOLS_AUTO && h->check_constraint) {
         bool strict;
-        char *g = calls_grammar(sr, fmt, &strict);
+        char *g = calls_grammar(sr, fmt, think_open, &strict);
         if (set_spec(sr, PAGODA_CONSTRAINT_GRAMMAR, g, strict, "tool_choice", pe) < 0) return -1;
     }
     if (!sr->type || !h->check_constraint) return 0;
@@ -729,7 +736,8 @@ static void write_call(sbuf *b, int fmt, const char *name, const char *args, int
     const char *s = written ? written : span ? span : "";
     switch (fmt) {
     case FMT_DEEPSEEK:
-        if (k) sb_str(b, "\n");
+    case FMT_DEEPSEEK31: /* V3 puts a newline between calls, V3.1 none */
+        if (k && fmt == FMT_DEEPSEEK) sb_str(b, "\n");
         sb_str(b, DS_CALL_BEGIN);
         sb_str(b, s);
         sb_str(b, DS_CALL_END);
@@ -761,7 +769,15 @@ static void write_call(sbuf *b, int fmt, const char *name, const char *args, int
         }
         break;
     default:
-        if (b->len) sb_str(b, "\n");
+        if (fmt == FMT_QWEN3CODER && !k) {
+            /* Qwen3-Coder's and Qwen3.5's templates: a blank line after the
+             * turn's text (after its reasoning block), none without one */
+            const char *t = b->p ? b->p : "", *e;
+            while ((e = strstr(t, "</think>"))) t = e + 8;
+            if (t[strspn(t, " \t\r\n")]) sb_str(b, "\n\n");
+        } else if (b->len) {
+            sb_str(b, "\n");
+        }
         sb_str(b, OPEN_TAG);
         sb_str(b, s);
         sb_str(b, CLOSE_TAG);
@@ -810,15 +826,35 @@ static const char *reasoning_of(json_t *m)
 }
 
 /* A call's name and arguments (a string or an object) out of
- * messages[i].tool_calls[k]; 0, or -1 with pe filled. */
-static int call_fields(json_t *call, int i, size_t k, json_t **name, json_t **args, perr *pe)
+ * messages[i].tool_calls[k]; 0, or -1 with pe filled. Arguments text that
+ * is no JSON is refused (the prompt writes a call's arguments as JSON, or
+ * in the XML families as one parameter per key, and would lose it); an
+ * empty string is a call without arguments. In the XML families the
+ * arguments must be an object: their templates have nowhere to write a
+ * list or a bare value. */
+static int call_fields(json_t *call, int fmt, int i, size_t k, json_t **name, json_t **args, perr *pe)
 {
     json_t *fn = json_object_get(call, "function");
     *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
     *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-    if (json_is_string(*name) && (!*args || json_is_string(*args) || json_is_object(*args))) return 0;
-    return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
-                   "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+    if (!json_is_string(*name) || !(!*args || json_is_string(*args) || json_is_object(*args)))
+        return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu] must be {\"function\": "
+                       "{\"name\": ..., \"arguments\": \"...\"}}", i, k);
+    if (!json_is_string(*args)) return 0;
+    const char *t = json_string_value(*args);
+    t += strspn(t, " \t\r\n");
+    if (!*t) return 0;
+    json_t *v = json_loads(t, JSON_DECODE_ANY, NULL);
+    bool xml = fmt == FMT_QWEN3CODER || fmt == FMT_GLM45;
+    int bad = !v ? 1 : xml && !json_is_object(v) ? 2 : 0;
+    json_decref(v);
+    if (bad == 1)
+        return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu].function.arguments is not JSON: give the "
+                       "call's arguments as a JSON object, as text or as an object", i, k);
+    if (bad == 2)
+        return rf_fail(pe, "messages", "messages[%d].tool_calls[%zu].function.arguments must be a JSON object: "
+                       "this model's template writes each argument as a parameter of the call", i, k);
+    return 0;
 }
 
 /* The earlier call a tool message m answers: the one its tool_call_id
@@ -907,7 +943,7 @@ static int harmony_messages(json_t *o, const st_req *sr, pagoda_chat_message **m
             json_t *call;
             json_array_foreach(calls, c, call) {
                 json_t *name, *args;
-                if ((st = call_fields(call, i, c, &name, &args, pe))) goto out;
+                if ((st = call_fields(call, FMT_HARMONY, i, c, &name, &args, pe))) goto out;
                 char *at = call_args(args);
                 /* the call message as the model wrote it when it did
                  * (callmemo.h): header and arguments, as role "assistant
@@ -985,8 +1021,8 @@ out:
     return st;
 }
 
-int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
-                     perr *pe)
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, pagoda_chat_message **msgs,
+                     char ***owned, int *n, perr *pe)
 {
     if (fmt == FMT_HARMONY) return harmony_messages(o, sr, msgs, owned, n, pe);
     json_t *arr = json_object_get(o, "messages");
@@ -996,18 +1032,32 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
         json_t *m = json_array_get(arr, (size_t)i);
         const char *role = (*msgs)[i].role;
         json_t *calls = json_object_get(m, "tool_calls");
+        const char *reason = keep_reasoning && !strcmp(role, "assistant") ? reasoning_of(m) : NULL;
+        const char *content = (*msgs)[i].content ? (*msgs)[i].content : "";
+        if (reason && !strstr(content, "</think>")) {
+            /* the block the template writes from reasoning_content (which
+             * the renderer keeps after the last user message only) */
+            sbuf b = {0};
+            sb_str(&b, "<think>\n");
+            sb_str(&b, reason);
+            sb_str(&b, "\n</think>\n\n");
+            sb_str(&b, content);
+            if (own(owned, *n, i, b.p) < 0) return rf_fail(pe, "messages", "out of memory");
+            (*msgs)[i].content = b.p;
+        }
         if (!strcmp(role, "assistant") && calls && !json_is_null(calls)) {
             if (!json_is_array(calls))
                 return rf_fail(pe, "messages", "messages[%d].tool_calls must be a list", i);
             sbuf b = {0};
             sb_str(&b, (*msgs)[i].content ? (*msgs)[i].content : "");
-            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_BEGIN);
+            bool ds = fmt == FMT_DEEPSEEK || fmt == FMT_DEEPSEEK31;
+            if (ds && json_array_size(calls)) sb_str(&b, DS_CALLS_BEGIN);
             if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_begin|>");
             size_t k;
             json_t *c;
             json_array_foreach(calls, k, c) {
                 json_t *name, *args;
-                if (call_fields(c, i, k, &name, &args, pe)) {
+                if (call_fields(c, fmt, i, k, &name, &args, pe)) {
                     free(b.p);
                     return -1;
                 }
@@ -1023,7 +1073,7 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
                     past[n_past++] = (past_call){json_is_string(id) ? json_string_value(id) : NULL,
                                                  json_string_value(name), (int)k};
             }
-            if (fmt == FMT_DEEPSEEK && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
+            if (ds && json_array_size(calls)) sb_str(&b, DS_CALLS_END);
             if (fmt == FMT_KIMI && json_array_size(calls)) sb_str(&b, "<|tool_calls_section_end|>");
             if (fmt == FMT_MISTRAL && json_array_size(calls) > 1) sb_str(&b, "]");
             if (!b.p) sb_str(&b, "");
@@ -1047,7 +1097,7 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
                 }
                 sb_str(&b, "\\n"); /* the template's text holds a backslash and n */
                 sb_str(&b, content);
-            } else if (fmt == FMT_DEEPSEEK || fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) {
+            } else if (fmt == FMT_DEEPSEEK || fmt == FMT_DEEPSEEK31 || fmt == FMT_QWEN3CODER || fmt == FMT_GLM45) {
                 sb_str(&b, content); /* the template wraps it (Qwen3-Coder's, GLM-4.5's <tool_response>) */
             } else {
                 sb_str(&b, "<tool_response>\n");
@@ -1085,6 +1135,9 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message *
     case FMT_DEEPSEEK:
         sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name>\n```json\n<args-json-object>\n```"
                    DS_CALL_END DS_CALLS_END);
+        break;
+    case FMT_DEEPSEEK31:
+        sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "<function-name>" DS_SEP "<args-json-object>" DS_CALL_END DS_CALLS_END);
         break;
     case FMT_KIMI:
         sb_str(&b, "<|tool_calls_section_begin|><|tool_call_begin|>functions.<function-name>:0"

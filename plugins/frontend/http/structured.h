@@ -35,8 +35,10 @@ typedef struct st_req {
  * once here through host->check_constraint, so a bad one is a 400 naming
  * its field (tools with a bad parameters schema included, whatever
  * tool_choice says); a required or named call is held to the family
- * fmt's own syntax (FMT_*, api/toolfmt.h). 0, or -1 with pe filled. */
-int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, perr *pe);
+ * fmt's own syntax (FMT_*, api/toolfmt.h), after "\n</think>\n\n" when
+ * think_open (the prompt leaves the reply inside its reasoning:
+ * api_prompt_opens_think). 0, or -1 with pe filled. */
+int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, bool think_open, st_req *sr, perr *pe);
 
 /* Chat with tools: msgs[0..*n) (from parse_messages, one per entry of the
  * body's "messages", contents in owned[]) become what the template
@@ -49,10 +51,13 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, st_req *sr, per
  * TypeScript namespace, api/harmony.h), a
  * "tool" message's content in <tool_response> (Hermes, Llama 3), as is
  * (DeepSeek), after "## Return of functions.N:I\n" (Kimi) or with the
- * role functions.N (harmony), the call found by tool_call_id. msgs and
- * owned may be reallocated (one more entry). 0 or -1 with pe. */
-int st_chat_messages(json_t *o, const st_req *sr, int fmt, pagoda_chat_message **msgs, char ***owned, int *n,
-                     perr *pe);
+ * role functions.N (harmony), the call found by tool_call_id. With
+ * keep_reasoning (api_template_keeps_reasoning) an assistant message's
+ * reasoning_content (or reasoning, thinking) opens its content as
+ * <think>\nR\n</think>\n\n, unless the content holds a block already.
+ * msgs and owned may be reallocated (one more entry). 0 or -1 with pe. */
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, pagoda_chat_message **msgs,
+                     char ***owned, int *n, perr *pe);
 
 void st_free(st_req *sr);
 

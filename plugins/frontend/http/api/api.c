@@ -88,6 +88,13 @@ int64_t api_count_tokens(const pagoda_host *h, const char *text)
     return n;
 }
 
+int api_prompt_opens_think(const char *prompt)
+{
+    size_t len = prompt ? strlen(prompt) : 0;
+    while (len && (prompt[len - 1] == '\n' || prompt[len - 1] == ' ')) len--;
+    return len >= 7 && !memcmp(prompt + len - 7, "<think>", 7);
+}
+
 void api_template_thinks(http_fe *fe, int *think, int *think_open)
 {
     /* a block the template opens in the prompt is seen in a rendered
@@ -107,11 +114,21 @@ void api_template_thinks(http_fe *fe, int *think, int *think_open)
     char *r = NULL;
     int32_t ids[16], n = 0;
     if (h->chat_render(h, &m, 1, true, &r, ids, 16, &n) != PAGODA_OK || !r) return;
-    size_t len = strlen(r);
-    while (len && (r[len - 1] == '\n' || r[len - 1] == ' ')) len--;
-    if (len >= 7 && !memcmp(r + len - 7, "<think>", 7)) *think_open = 1;
+    *think_open = api_prompt_opens_think(r);
     h->free(h, r);
     atomic_store(&fe->template_thinks, *think_open ? 2 : 1);
+}
+
+/* Is the engine's chat template family (ABI 1.17) one of names (NULL-ended)? */
+static bool template_named(const pagoda_host *h, const char *const *names)
+{
+    pagoda_model_info mi = {.struct_size = sizeof mi};
+    if (!h->model_info || h->model_info(h, &mi) != PAGODA_OK ||
+        mi.struct_size < offsetof(pagoda_model_info, chat_template) + sizeof mi.chat_template)
+        return false;
+    for (; *names; names++)
+        if (!strcmp(mi.chat_template, *names)) return true;
+    return false;
 }
 
 int api_template_fmt(http_fe *fe)
@@ -119,14 +136,17 @@ int api_template_fmt(http_fe *fe)
     int known = atomic_load(&fe->template_fmt);
     if (known) return known - 1;
     const pagoda_host *h = fe->host;
-    /* Qwen3-Coder renders one turn as ChatML does: the engine's template
-     * name says it (ABI 1.17) */
-    pagoda_model_info mi = {.struct_size = sizeof mi};
-    if (h->model_info && h->model_info(h, &mi) == PAGODA_OK &&
-        mi.struct_size >= offsetof(pagoda_model_info, chat_template) + sizeof mi.chat_template &&
-        !strcmp(mi.chat_template, "qwen3-coder")) {
+    /* Qwen3-Coder renders one turn as ChatML does, and Qwen3.5 as Qwen3:
+     * the engine's template name says it */
+    static const char *const xml[] = {"qwen3-coder", "qwen3.5", NULL};
+    if (template_named(h, xml)) {
         atomic_store(&fe->template_fmt, FMT_QWEN3CODER + 1);
         return FMT_QWEN3CODER;
+    }
+    static const char *const v31[] = {"deepseek-v3.1", NULL};
+    if (template_named(h, v31)) {
+        atomic_store(&fe->template_fmt, FMT_DEEPSEEK31 + 1);
+        return FMT_DEEPSEEK31;
     }
     if (!h->chat_render) return FMT_HERMES;
     pagoda_chat_message m = {.role = "user", .content = "hi"};
@@ -147,6 +167,16 @@ int api_template_fmt(http_fe *fe)
     h->free(h, r);
     atomic_store(&fe->template_fmt, fmt + 1);
     return fmt;
+}
+
+int api_template_keeps_reasoning(http_fe *fe)
+{
+    int known = atomic_load(&fe->template_keeps);
+    if (known) return known == 2;
+    static const char *const keeping[] = {"qwen3", "qwen3.5", "glm4", NULL};
+    bool keeps = template_named(fe->host, keeping);
+    atomic_store(&fe->template_keeps, keeps ? 2 : 1);
+    return keeps;
 }
 
 void api_norm_setup(hreq *hr, int tools, const json_t *tool_list)

@@ -75,11 +75,23 @@ int64_t api_count_tokens(const pagoda_host *h, const char *text);
 /* Is <think> reasoning (always), and does the template's generation
  * prompt open the block (a probe rendering, once per server)? */
 void api_template_thinks(http_fe *fe, int *think, int *think_open);
+/* Does this rendered prompt leave the reply inside a <think> block? (It
+ * ends in <think>: DeepSeek-R1's and Qwen3.5's generation prompt with
+ * thinking on; with enable_thinking false they write the closed, empty
+ * block instead, and the reply starts as text.) Each request's own
+ * prompt decides, not the probe's default rendering. */
+int api_prompt_opens_think(const char *prompt);
 
 /* The template's output format (FMT_*, toolfmt.h), from a rendered probe
  * as above (Qwen3-Coder's, which renders one turn as ChatML does, from the
  * engine's template name, pagoda_model_info.chat_template); probed once. */
 int api_template_fmt(http_fe *fe);
+
+/* Does the model's template write an assistant turn's reasoning back
+ * (Qwen3's, Qwen3.5's and GLM-4.5's, after the last user message: the
+ * engine's template name, ABI 1.17)? Then a message's reasoning_content
+ * goes into the history as the <think> block the template writes. */
+int api_template_keeps_reasoning(http_fe *fe);
 
 /* [generate.c] chat: each choice's output goes through its family's
  * normalizer (toolfmt.h) when the family writes channels (harmony) or the

@@ -107,6 +107,7 @@ char *callmemo_render(int fmt, const char *name, const char *args, int index)
     switch (fmt) {
     case FMT_LLAMA3: r = asprintf(&s, "{\"name\": %s, \"parameters\": %s}", q, args); break;
     case FMT_DEEPSEEK: r = asprintf(&s, "function" DS_SEP "%s\n```json\n%s\n```", name, args); break;
+    case FMT_DEEPSEEK31: r = asprintf(&s, "%s" DS_SEP "%s", name, args); break;
     case FMT_KIMI: r = asprintf(&s, "functions.%s:%d" KIMI_ARG "%s", name, index, args); break;
     case FMT_HARMONY: r = asprintf(&s, " to=functions.%s" HARMONY_TAIL "%s", name, args); break;
     case FMT_MISTRAL: r = asprintf(&s, "[{\"name\": %s, \"arguments\": %s}]", q, args); break;

@@ -64,8 +64,10 @@ static int known_id(json_t *ids, const char *id)
     return 0;
 }
 
-/* one Anthropic message into chat messages appended to out */
-static int one_message(json_t *m, size_t k, json_t *out, json_t *ids, perr *pe)
+/* one Anthropic message into chat messages appended to out; an
+ * assistant's thinking blocks become its reasoning_content when keep (the
+ * template writes a turn's reasoning back: api_template_keeps_reasoning) */
+static int one_message(json_t *m, size_t k, json_t *out, json_t *ids, int keep, perr *pe)
 {
     char f[64];
     snprintf(f, sizeof f, "messages.%zu", k);
@@ -82,7 +84,7 @@ static int one_message(json_t *m, size_t k, json_t *out, json_t *ids, perr *pe)
     }
     if (!json_is_array(content))
         return rf_fail(pe, "messages", "%s.content: must be a string or a list of content blocks", f);
-    sbuf text = {0};
+    sbuf text = {0}, thought = {0};
     json_t *calls = json_array();
     int rc = 0;
     size_t i;
@@ -142,8 +144,11 @@ static int one_message(json_t *m, size_t k, json_t *out, json_t *ids, perr *pe)
                                                  "content", res.p ? res.p : "", res.len));
             free(res.p);
         } else if (!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking")) {
-            /* earlier reasoning is not shown to the model again (the
-             * thinking templates drop it too) */
+            /* shown again only where the template writes it back (after
+             * the last user message: the renderer drops earlier turns');
+             * a redacted block has no text to show */
+            json_t *th = json_object_get(blk, "thinking");
+            if (keep && !user && is_str(th)) sb_put(&thought, json_string_value(th), json_string_length(th));
         } else {
             rc = rf_fail(pe, "messages", "%s.content.%zu.type: '%s' content is not supported by this server%s", f,
                          i, t, !strcmp(t, "tool_use") || !strcmp(t, "tool_result") ? " in this role" : "");
@@ -154,10 +159,12 @@ static int one_message(json_t *m, size_t k, json_t *out, json_t *ids, perr *pe)
                     (!user && !json_array_size(calls)))) {
         json_t *msg = json_pack("{s:s,s:s%}", "role", r, "content", text.p ? text.p : "", text.len);
         if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
+        if (thought.len) json_object_set_new(msg, "reasoning_content", json_stringn(thought.p, thought.len));
         json_array_append_new(out, msg);
     }
     json_decref(calls);
     free(text.p);
+    free(thought.p);
     return rc;
 }
 
@@ -224,7 +231,7 @@ static int tools_of(json_t *a, json_t *chat, int *has_tools, perr *pe)
 
 /* The Anthropic body a as a chat-completions body (*out, new); count: for
  * count_tokens (max_tokens not needed). 0, or -1 with pe filled. */
-static int to_chat(json_t *a, int count, json_t **out, int *has_tools, perr *pe)
+static int to_chat(json_t *a, int count, int keep, json_t **out, int *has_tools, perr *pe)
 {
     *out = NULL;
     if (!json_is_object(a)) return rf_fail(pe, NULL, "the body must be a JSON object");
@@ -263,7 +270,7 @@ static int to_chat(json_t *a, int count, json_t **out, int *has_tools, perr *pe)
     }
     size_t k;
     json_t *e;
-    json_array_foreach(m, k, e) if (one_message(e, k, msgs, ids, pe) < 0) goto out;
+    json_array_foreach(m, k, e) if (one_message(e, k, msgs, ids, keep, pe) < 0) goto out;
     static const char *const same[] = {"temperature", "top_p", "top_k", "stream"};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         v = json_object_get(a, same[i]);
@@ -312,7 +319,7 @@ enum MHD_Result route_messages(http_fe *fe, struct MHD_Connection *conn, conn_st
     if (!a) return BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
     json_t *chat = NULL;
     int has_tools = 0;
-    int rc = to_chat(a, 0, &chat, &has_tools, &pe);
+    int rc = to_chat(a, 0, api_template_keeps_reasoning(fe), &chat, &has_tools, &pe);
     json_decref(a);
     if (rc < 0) return bad(conn, &pe);
     api_state *as = api_state_new(API_MESSAGES, "msg_");
@@ -340,11 +347,12 @@ enum MHD_Result route_count_tokens(http_fe *fe, struct MHD_Connection *conn, con
     json_t *a = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &jerr);
     if (!a) return BAD(conn, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
     json_t *chat = NULL;
-    int rc = to_chat(a, 1, &chat, &has_tools, &pe);
+    int rc = to_chat(a, 1, api_template_keeps_reasoning(fe), &chat, &has_tools, &pe);
     json_decref(a);
     if (rc < 0) return bad(conn, &pe);
-    if (st_parse(h, chat, KIND_CHAT, api_template_fmt(fe), &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
-        st_chat_messages(chat, &sr, api_template_fmt(fe), &msgs, &owned, &n_msgs, &pe) < 0) {
+    if (st_parse(h, chat, KIND_CHAT, api_template_fmt(fe), false, &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
+        st_chat_messages(chat, &sr, api_template_fmt(fe), api_template_keeps_reasoning(fe), &msgs, &owned, &n_msgs,
+                         &pe) < 0) {
         ret = bad(conn, &pe);
         goto out;
     }

@@ -15,10 +15,10 @@
 #include "api.h"
 #include "reasoning.h"
 
-void reasoning_setup(hreq *hr)
+void reasoning_setup(hreq *hr, int open)
 {
-    int think, open;
-    api_template_thinks(hr->fe, &think, &open);
+    int think, probed;
+    api_template_thinks(hr->fe, &think, &probed);
     if (!think) return;
     for (int i = 0; i < hr->n_choices; i++) {
         splitter *s = calloc(1, sizeof *s);

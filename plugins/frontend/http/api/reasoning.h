@@ -16,8 +16,9 @@
 #include "../hreq.h"
 
 /* [generate.c] A chat completion: each choice gets its reasoning splitter
- * (nothing when out of memory: the text then stays whole). */
-void reasoning_setup(hreq *hr);
+ * (nothing when out of memory: the text then stays whole), starting inside
+ * the reasoning when think_open (api_prompt_opens_think of its prompt). */
+void reasoning_setup(hreq *hr, int think_open);
 
 /* [output.c, streaming] e's text becomes its answer part; the reasoning
  * part goes out now as reasoning deltas. */

@@ -71,8 +71,35 @@ static int has_call(json_t *msgs, const char *id)
     return 0;
 }
 
-/* input items appended to msgs as chat messages */
-static int input_items(json_t *input, json_t *msgs, perr *pe)
+/* the text of a reasoning item's reasoning_text parts */
+static void reasoning_text(json_t *it, sbuf *b)
+{
+    size_t j;
+    json_t *p;
+    json_array_foreach(json_object_get(it, "content"), j, p) {
+        json_t *tx = json_object_get(p, "text");
+        if (is_str(tx)) sb_put(b, json_string_value(tx), json_string_length(tx));
+    }
+}
+
+/* the last message when it is an assistant turn of reasoning alone (a
+ * reasoning item's), which the turn's text or calls that follow join */
+static json_t *thought_only(json_t *msgs)
+{
+    size_t n = json_array_size(msgs);
+    json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+    json_t *c = json_object_get(last, "content");
+    if (!last || strcmp(json_string_value(json_object_get(last, "role")), "assistant") ||
+        !json_object_get(last, "reasoning_content") || json_object_get(last, "tool_calls") ||
+        (json_is_string(c) && json_string_length(c)))
+        return NULL;
+    return last;
+}
+
+/* input items appended to msgs as chat messages; a reasoning item is the
+ * next assistant turn's reasoning_content when keep (the template writes
+ * a turn's reasoning back: api_template_keeps_reasoning), else dropped */
+static int input_items(json_t *input, json_t *msgs, int keep, perr *pe)
 {
     if (json_is_string(input)) {
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
@@ -95,8 +122,12 @@ static int input_items(json_t *input, json_t *msgs, perr *pe)
                 free(b.p);
                 return -1;
             }
-            json_array_append_new(msgs, json_pack("{s:s,s:s%}", "role", !strcmp(r, "developer") ? "system" : r,
-                                                  "content", b.p ? b.p : "", b.len));
+            json_t *th = !strcmp(r, "assistant") ? thought_only(msgs) : NULL;
+            if (th)
+                json_object_set_new(th, "content", json_stringn(b.p ? b.p : "", b.len));
+            else
+                json_array_append_new(msgs, json_pack("{s:s,s:s%}", "role", !strcmp(r, "developer") ? "system" : r,
+                                                      "content", b.p ? b.p : "", b.len));
             free(b.p);
         } else if (!strcmp(t, "function_call")) {
             json_t *cid = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
@@ -135,7 +166,12 @@ static int input_items(json_t *input, json_t *msgs, perr *pe)
                                                   b.p ? b.p : "", b.len));
             free(b.p);
         } else if (!strcmp(t, "reasoning")) {
-            /* earlier reasoning is not shown to the model again */
+            sbuf b = {0};
+            if (keep) reasoning_text(it, &b);
+            if (b.len)
+                json_array_append_new(msgs, json_pack("{s:s,s:s,s:s%}", "role", "assistant", "content", "",
+                                                      "reasoning_content", b.p, b.len));
+            free(b.p);
         } else {
             return rf_fail(pe, "input", "input[%zu].type: '%s' items are not supported by this server", k, t);
         }
@@ -277,7 +313,7 @@ enum MHD_Result route_responses(http_fe *fe, struct MHD_Connection *conn, conn_s
         }
     }
     json_t *hmsgs = hist ? json_copy(hist) : json_array(); /* this turn's whole conversation, instructions apart */
-    if (input_items(json_object_get(r, "input"), hmsgs, &pe) < 0) {
+    if (input_items(json_object_get(r, "input"), hmsgs, api_template_keeps_reasoning(fe), &pe) < 0) {
         json_decref(hmsgs);
         goto bad;
     }
@@ -522,13 +558,16 @@ static void keep(hreq *hr)
 {
     api_state *as = hr->as;
     if (!as->store) return;
-    sbuf text = {0};
+    sbuf text = {0}, thought = {0};
     json_t *calls = json_array();
     size_t i, j;
     json_t *it, *p;
+    int keep = api_template_keeps_reasoning(hr->fe);
     json_array_foreach(as->out_items, i, it) {
         const char *t = json_string_value(json_object_get(it, "type"));
-        if (!strcmp(t, "message")) {
+        if (!strcmp(t, "reasoning") && keep) {
+            reasoning_text(it, &thought);
+        } else if (!strcmp(t, "message")) {
             json_array_foreach(json_object_get(it, "content"), j, p) {
                 json_t *tx = json_object_get(p, "text");
                 sb_put(&text, json_string_value(tx), json_string_length(tx));
@@ -541,6 +580,7 @@ static void keep(hreq *hr)
     }
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", text.p ? text.p : "", text.len);
     if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
+    if (thought.len) json_object_set_new(msg, "reasoning_content", json_stringn(thought.p, thought.len));
     json_t *conv = json_copy(as->history);
     json_array_append_new(conv, msg);
     pthread_mutex_lock(&hr->fe->mu);
@@ -551,6 +591,7 @@ static void keep(hreq *hr)
     json_decref(conv);
     json_decref(calls);
     free(text.p);
+    free(thought.p);
 }
 
 static const char *status_of(const choice *c)

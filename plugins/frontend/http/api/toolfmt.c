@@ -40,6 +40,7 @@ static const struct marks {
 } MARKS[FMT_COUNT] = {
     [FMT_HERMES] = {"<tool_call>", "</tool_call>", {NULL, NULL}},
     [FMT_DEEPSEEK] = {DS_CALL_BEGIN, DS_CALL_END, {DS_CALLS_BEGIN, DS_CALLS_END}},
+    [FMT_DEEPSEEK31] = {DS_CALL_BEGIN, DS_CALL_END, {DS_CALLS_BEGIN, DS_CALLS_END}},
     [FMT_KIMI] = {"<|tool_call_begin|>", "<|tool_call_end|>",
                   {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"}},
     [FMT_QWEN3CODER] = {"<tool_call>", "</tool_call>", {NULL, NULL}},
@@ -61,6 +62,7 @@ int fmt_from_probe(const char *r)
     if (n >= sizeof harmony - 1 && !memcmp(r + n - (sizeof harmony - 1), harmony, sizeof harmony - 1))
         return FMT_HARMONY;
     if (strstr(r, "<|im_assistant|>")) return FMT_KIMI;
+    if (strstr(r, DS_ASSISTANT "<think></think>")) return FMT_DEEPSEEK31; /* V3.1 closes the reasoning */
     if (strstr(r, DS_ASSISTANT)) return FMT_DEEPSEEK;
     if (strstr(r, "<|start_header_id|>")) return FMT_LLAMA3;
     if (strstr(r, "[INST]") && !strstr(r, "<<SYS>>")) return FMT_MISTRAL;
@@ -71,7 +73,7 @@ int fmt_from_probe(const char *r)
 const char *fmt_name(int fmt)
 {
     static const char *const names[FMT_COUNT] = {"hermes", "llama3", "deepseek", "kimi", "harmony", "mistral",
-                                                  "qwen3-coder", "glm45"};
+                                                  "qwen3-coder", "glm45", "deepseek-v3.1"};
     return fmt >= 0 && fmt < FMT_COUNT ? names[fmt] : "hermes";
 }
 

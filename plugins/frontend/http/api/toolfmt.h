@@ -29,6 +29,9 @@
  *   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *             \n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜> (V3, R1;
  *             V3.1's N<｜tool▁sep｜>{...} too)
+ *   deepseek-v3.1 the same markers around N<｜tool▁sep｜>{...}, calls back to
+ *             back (<｜Assistant｜><think></think> in the probe, or the
+ *             engine's template name); V3's form read too
  *   kimi      <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0
  *             <|tool_call_argument_begin|>{...}<|tool_call_end|>
  *             <|tool_calls_section_end|>
@@ -59,7 +62,7 @@
 #include "request_fields.h"
 
 enum { FMT_HERMES = 0, FMT_LLAMA3, FMT_DEEPSEEK, FMT_KIMI, FMT_HARMONY, FMT_MISTRAL, FMT_QWEN3CODER, FMT_GLM45,
-       FMT_COUNT };
+       FMT_DEEPSEEK31, FMT_COUNT };
 
 typedef struct fmt_norm {
     int fmt;                 /* FMT_* */
