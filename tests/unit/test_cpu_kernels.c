@@ -704,6 +704,81 @@ START_TEST(test_lanes_same_bits_every_level)
 }
 END_TEST
 
+/* Q8_0 weights of -128 (valid int8 the quantizer never writes, but a GGUF
+ * file may hold) against negative activations, on every path and at every
+ * T that picks another kernel (per-row dots, row x token tiles, tokens in
+ * lanes, the repacked GEMM, AMX tiles where granted). The AVX2 tiles put
+ * a sign onto one operand and take the other's magnitude: the sign of x
+ * put onto -128 overflows int8 (-(-128) = -128) and flips the product,
+ * so the weight must be the magnitude. The inputs make every path exact:
+ * each 32-value block of a token holds +-127 (activation scale 1, its
+ * values integers), the weight scale is 1/64, and |sum| < 2^17, so every
+ * partial sum is a multiple of 1/64 below 2^18: a float holds it exactly
+ * in any order. */
+START_TEST(test_q8_0_minus128_every_path)
+{
+    static const int64_t Ts[] = {1, 3, 8, 16, 27, 64};
+    enum { K = 512, N = 16, TMAX = 64, NB = K / 32 };
+    tu_rng r;
+    tu_rng_seed(&r, 128);
+    pagoda_threadpool *tp = NULL;
+    ck_assert_int_eq(pagoda_threadpool_create(2, &tp), PAGODA_OK);
+    pagoda_cpu_exec ex = {.pool = tp};
+    size_t rb = pagoda_dtype_row_bytes(PAGODA_DTYPE_Q8_0, K);
+    ck_assert_uint_eq(rb, NB * sizeof(pagoda_blk_q8_0));
+    pagoda_blk_q8_0 *w = tu_xmalloc(rb * N);
+    int8_t *wq = tu_xmalloc((size_t)N * K);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < K; i++) {
+            /* a quarter -128, the rest any int8 value */
+            int v = tu_rng_u64(&r) % 4 == 0 ? -128 : (int)(tu_rng_u64(&r) % 256) - 128;
+            wq[n * K + i] = (int8_t)v;
+            w[n * NB + i / 32].qs[i % 32] = (int8_t)v;
+            w[n * NB + i / 32].d = pagoda_fp32_to_fp16(1.0f / 64);
+        }
+    float *x = tu_xmalloc(sizeof(float) * TMAX * K);
+    for (int64_t i = 0; i < TMAX * K; i++)
+        x[i] = i % 32 == 0 ? (tu_rng_u64(&r) % 2 ? 127.0f : -127.0f) : (float)((int)(tu_rng_u64(&r) % 255) - 127);
+    float *ref = tu_xmalloc(sizeof(float) * TMAX * N), *out = tu_xmalloc(sizeof(float) * TMAX * N);
+    int64_t neg = 0;
+    for (int64_t t = 0; t < TMAX; t++)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t s = 0;
+            for (int64_t i = 0; i < K; i++) {
+                s += (int64_t)wq[n * K + i] * (int64_t)x[t * K + i];
+                neg += wq[n * K + i] == -128 && x[t * K + i] < 0;
+            }
+            ck_assert(llabs(s) < (1 << 23));
+            ref[t * N + n] = (float)s / 64.0f;
+        }
+    ck_assert_int_gt(neg, 1000); /* the case the sign trick gets wrong */
+    int checked = 0;
+    for (int ii = 0; ii < N_ISAS; ii++) {
+        cpu_path_use(&PATHS[ii]);
+        for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+            int64_t T = Ts[k];
+            memset(out, 0xff, sizeof(float) * TMAX * N);
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, w, PAGODA_DTYPE_Q8_0, rb, N, NULL,
+                                               out, sizeof(float) * N),
+                             PAGODA_OK);
+            for (int64_t j = 0; j < T * N; j++)
+                ck_assert_msg(out[j] == ref[j], "Q8_0 with -128 weights, T=%lld path %s [t %lld, n %lld]: %.9g, exact %.9g",
+                              (long long)T, PATHS[ii].name, (long long)(j / N), (long long)(j % N), out[j], ref[j]);
+            checked++;
+        }
+    }
+    cpu_path_reset();
+    ck_assert_int_eq(checked, N_ISAS * (int)(sizeof Ts / sizeof Ts[0]));
+    pagoda_cpu_exec_release(&ex);
+    pagoda_threadpool_destroy(tp);
+    free(w);
+    free(wq);
+    free(x);
+    free(ref);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_matmul_q5_0) { check_matmul_type(PAGODA_DTYPE_Q5_0); }
 END_TEST
 START_TEST(test_matmul_q5_1) { check_matmul_type(PAGODA_DTYPE_Q5_1); }
@@ -1592,6 +1667,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_matmul_q4_0);
     tcase_add_test(tc, test_matmul_q4_1);
     tcase_add_test(tc, test_lanes_same_bits_every_level);
+    tcase_add_test(tc, test_q8_0_minus128_every_path);
     tcase_add_test(tc, test_matmul_q6_k);
     tcase_add_test(tc, test_matmul_q2_k);
     tcase_add_test(tc, test_matmul_q3_k);

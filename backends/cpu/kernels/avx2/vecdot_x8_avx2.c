@@ -37,10 +37,22 @@ FORCE_INLINE void tile_q8_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
                                int nt, int64_t nb, float *out, size_t os)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    /* The weight is the magnitude (maddubs' unsigned side) and x takes
+     * its sign: a weight of -128, which a file may hold, is 128 as
+     * unsigned, while x's sign put onto it would overflow int8
+     * (-(-128) = -128). x is the activations' -127..127. The rows'
+     * magnitudes are made a block ahead into aw (one abs per 32 values,
+     * not one per broadcast), as IQ4_NL's values below. */
+    int8_t aw[2][8][32] __attribute__((aligned(32)));
     __m256 acc[8];
-    UNROLL(8) for (int r = 0; r < RB; r++) acc[r] = _mm256_setzero_ps();
+    UNROLL(8) for (int r = 0; r < RB; r++) {
+        acc[r] = _mm256_setzero_ps();
+        __m256i v = _mm256_loadu_si256((const __m256i *)((const pagoda_blk_q8_0 *)(w + r * ws))->qs);
+        _mm256_store_si256((__m256i *)aw[0][r], _mm256_sign_epi8(v, v));
+    }
     for (int64_t b = 0; b < nb; b++) {
         const pagoda_q8x8_block *xb = &x[b];
+        int8_t (*a)[32] = aw[b & 1];
         __m256i ia[8];
         UNROLL(8) for (int r = 0; r < RB; r++) {
             ia[r] = _mm256_setzero_si256();
@@ -48,13 +60,16 @@ FORCE_INLINE void tile_q8_0_x8(const uint8_t *w, size_t ws, int RB, const pagoda
              * hundred bytes: too short a stream for the hardware
              * prefetcher; 8 tokens, 110M: 30 -> see docs/backend-cpu.md). */
             _mm_prefetch((const char *)((const pagoda_blk_q8_0 *)(w + (r + RB) * ws) + b), _MM_HINT_T0);
+            if (b + 1 < nb) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)((const pagoda_blk_q8_0 *)(w + r * ws) + b + 1)->qs);
+                _mm256_store_si256((__m256i *)aw[(b + 1) & 1][r], _mm256_sign_epi8(v, v));
+            }
         }
         UNROLL(2) for (int g = 0; g < 8; g++) {
             __m256i xv = _mm256_load_si256((const __m256i *)xb->qs[g]);
-            __m256i ax = _mm256_sign_epi8(xv, xv);
             UNROLL(8) for (int r = 0; r < RB; r++) {
                 const pagoda_blk_q8_0 *wb = (const pagoda_blk_q8_0 *)(w + r * ws) + b;
-                __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(bcast4(wb->qs + 4 * g), xv));
+                __m256i p = _mm256_maddubs_epi16(bcast4(a[r] + 4 * g), _mm256_sign_epi8(xv, bcast4(wb->qs + 4 * g)));
                 ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(p, ones));
             }
         }
