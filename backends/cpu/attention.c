@@ -36,6 +36,9 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu_features.h"
 #include "vecdot.h"
@@ -52,9 +55,16 @@
  * context: 8 splits of 256 keys, every head in each). */
 #define SPLIT_KEYS 256
 #define MAX_SPLITS 8
+/* The tile path (attend_tile): head_dim up to this, and the floats of
+ * its key / value scratch (64 keys of 128 values; fewer keys a chunk for
+ * wider heads). */
+#define TILE_MAX_HD 256
+#define TILE_KV_FLOATS 8192
+_Static_assert(Q_CHUNK == PAGODA_ATTN_TILE_Q, "a full query chunk is one tile");
 
 typedef struct attn_task {
     const pagoda_vecdot_table *vt;
+    bool tile;                   /* full query chunks through vt->attn_f16_tile */
     const float *q;
     size_t q_stride;
     const uint8_t *pool;
@@ -224,6 +234,60 @@ static void attend_row(const attn_task *a, const pagoda_seq_view *sv, int h0, in
     }
 }
 
+/* Query rows [i0, i1) of sequence sv (at most PAGODA_ATTN_TILE_Q) for
+ * heads [h0, h1) through the level's F16 tile: per head, the rows' keys
+ * (from the first row's first to the last row's own) in chunks of at most
+ * 64 inside a block, each chunk converted and scored once for all rows;
+ * each row masked to its own keys (causal, and the window's start). The
+ * same sums as attend_row (the max, e^(s - m), the rescale per chunk),
+ * in another float order. */
+static void attend_tile(const attn_task *a, const pagoda_seq_view *sv, int h0, int h1, int32_t i0, int32_t i1)
+{
+    const pagoda_kv_layout *L = a->L;
+    int hd = L->head_dim, per_kv = a->n_heads / L->n_kv_heads, nq = i1 - i0;
+    size_t head_bytes = pagoda_kv_head_bytes(L), slot_bytes = pagoda_kv_slot_bytes(L);
+    float qt[TILE_MAX_HD * PAGODA_ATTN_TILE_Q] __attribute__((aligned(64)));
+    float acc[PAGODA_ATTN_TILE_Q * TILE_MAX_HD] __attribute__((aligned(64)));
+    float kv[TILE_KV_FLOATS] __attribute__((aligned(64)));
+    pagoda_attn_tile t = {.nq = nq, .hd = hd, .scale = a->scale, .qt = qt, .acc = acc, .kv = kv};
+    for (int i = 0; i < PAGODA_ATTN_TILE_Q; i++) {
+        int32_t pos = sv->ctx_len - sv->n_q + i0 + i;
+        t.lo[i] = i < nq ? first_key(a->window, pos) : INT32_MAX;
+        t.hi[i] = i < nq ? pos : -1;
+    }
+    int32_t kc = TILE_KV_FLOATS / hd < KEY_CHUNK ? TILE_KV_FLOATS / hd : KEY_CHUNK;
+    int32_t jend = t.hi[nq - 1] + 1;
+    for (int head = h0; head < h1; head++) {
+        int kvh = head / per_kv;
+        for (int i = 0; i < PAGODA_ATTN_TILE_Q; i++) {
+            const float *qh = (const float *)((const uint8_t *)a->q + (sv->q_start + i0 + i) * a->q_stride) +
+                              (size_t)head * hd;
+            for (int d = 0; d < hd; d++) qt[d * PAGODA_ATTN_TILE_Q + i] = i < nq ? qh[d] : 0.0f;
+            t.m[i] = -INFINITY;
+            t.l[i] = 0.0f;
+        }
+        for (int i = 0; i < nq * hd; i++) acc[i] = 0.0f;
+        for (int32_t j0 = t.lo[0]; j0 < jend;) {
+            int32_t blk = sv->block_table[j0 / L->block_size];
+            int32_t s0 = j0 % L->block_size;
+            int32_t cnt = L->block_size - s0;
+            if (cnt > jend - j0) cnt = jend - j0;
+            if (cnt > kc) cnt = kc;
+            const uint8_t *kb = a->pool + pagoda_kv_offset(L, a->layer, 0, blk) + (size_t)s0 * slot_bytes +
+                                (size_t)kvh * head_bytes;
+            const uint8_t *vb = a->pool + pagoda_kv_offset(L, a->layer, pagoda_kv_planes(L) - 1, blk) +
+                                (size_t)s0 * slot_bytes + (size_t)kvh * head_bytes;
+            a->vt->attn_f16_tile(&t, (const uint16_t *)kb, (const uint16_t *)vb, slot_bytes, cnt, j0);
+            j0 += cnt;
+        }
+        for (int i = 0; i < nq; i++) {
+            float *oh = (float *)((uint8_t *)a->out + (sv->q_start + i0 + i) * a->out_stride) + (size_t)head * hd;
+            float inv = normalizer(a, head, t.m[i], t.l[i]);
+            for (int d = 0; d < hd; d++) oh[d] = acc[(size_t)i * hd + d] * inv;
+        }
+    }
+}
+
 /* A split row's output from its splits' partial sums: with M the largest
  * m, o = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s (an empty split
  * has m = -inf and adds nothing). */
@@ -278,6 +342,10 @@ static void attn_worker(void *arg, int ith, int nth)
             continue;
         }
         int32_t i0 = (int32_t)(u * Q_CHUNK), i1 = i0 + Q_CHUNK < sv->n_q ? i0 + Q_CHUNK : sv->n_q;
+        if (a->tile && i1 - i0 == Q_CHUNK) {
+            attend_tile(a, sv, h0, h1, i0, i1);
+            continue;
+        }
         for (int32_t i = i0; i < i1; i++) {
             int32_t pos = sv->ctx_len - sv->n_q + i;
             attend_row(a, sv, h0, h1, sv->q_start + i, first_key(a->window, pos), pos + 1, NULL);
@@ -335,8 +403,21 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
     while (group * L->head_dim > MAX_GROUP_FLOATS || group > MAX_GROUP_FLOATS / 8) group--;
     if (group < 1) group = 1;
     n_groups = (n_heads + group - 1) / group;
+    /* Full chunks of 16 query rows (prefill) take the level's F16 tile
+     * where it has one; never under batch_invariant (a row's sums would
+     * then depend on whether its chunk was full), never for the rows of
+     * a speculative verify step (at most 9 rows: not a full chunk), so a
+     * verify row sums in the order of the decode row it replaces. */
+    const pagoda_vecdot_table *vt = pagoda_cpu_vecdot();
+    static _Atomic int tile_env = -1;   /* PAGODA_CPU_ATTN_TILE=0: the row path (benchmarks) */
+    if (tile_env < 0) {
+        const char *e = getenv("PAGODA_CPU_ATTN_TILE");
+        tile_env = !(e && !strcmp(e, "0"));
+    }
+    bool tile = tile_env && vt->attn_f16_tile && L->dtype == PAGODA_DTYPE_F16 && !bi && L->head_dim % 16 == 0 &&
+                L->head_dim <= TILE_MAX_HD;
     attn_task a = {
-        .vt = pagoda_cpu_vecdot(), .q = q, .q_stride = q_stride, .pool = pool, .L = L,
+        .vt = vt, .tile = tile, .q = q, .q_stride = q_stride, .pool = pool, .L = L,
         .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window,
         .sinks = sinks, .out = out,
         .out_stride = out_stride, .unit_start = cs, .n_splits = nsp, .part_start = ps,

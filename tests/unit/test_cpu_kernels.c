@@ -1250,9 +1250,11 @@ static void check_attention_ctx(int kv_dtype, int head_dim, int block_size, int 
     tu_rng r;
     tu_rng_seed(&r, 1000 + (uint64_t)kv_dtype * 7 + (uint64_t)head_dim + (uint64_t)block_size);
     const int n_heads = 8, n_kv = 2, n_layers = 2, layer = 1;
-    /* Prefill from scratch, a decode token, a later prefill chunk. */
-    const seq_spec spec[3] = {{13, 13}, {1, decode_ctx}, {9, 29}};
-    const int n_blocks = 16 + (decode_ctx + block_size - 1) / block_size;
+    /* Prefill from scratch, a decode token, a later prefill chunk. Each
+     * prefill has a full chunk of 16 rows (the AVX-512 level's F16 tile,
+     * attention.c attend_tile) and a partial one (the row path). */
+    const seq_spec spec[3] = {{21, 21}, {1, decode_ctx}, {20, 45}};
+    const int n_blocks = 32 + (decode_ctx + block_size - 1) / block_size;
     pagoda_kv_layout L = {.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
                           .n_kv_heads = n_kv, .head_dim = head_dim, .dtype = kv_dtype};
     uint8_t *pool = tu_xmalloc(pagoda_kv_pool_bytes(&L));

@@ -977,13 +977,19 @@ START_TEST(smollm2_greedy_identical)
     smollm2_run_pair(_i != 0, false, r);
     /* The same tokens, or (verify rows are batches of 1 + drafts where
      * decode runs one row: another kernel, another float order) the same
-     * up to a near tie, scored by the reference forward pass: 0.1 nats
-     * (a probability ratio of 1.1). A float-order difference that moves an
+     * up to a near tie, scored by the reference forward pass: 0.5 nats
+     * (a probability ratio of 1.65). A float-order difference that moves an
      * activation across an int8 rounding boundary changes it by a whole
      * step (amax / 127), so int8-activation models part by more than
-     * float noise (seen here: 0.021 at token 33, two choices of p ~ 0.16
-     * each; the batched-draft test below sees roundings to 0.35 after
-     * several rounds of drift). */
+     * float noise, and the reference (the plain F32 forward pass) is
+     * itself that far from both runs (test_smollm2: logits 0.15 apart on
+     * average, 1.0 at most). Seen here: 0.021 at token 33, two choices of
+     * p ~ 0.16 each; 0.20 at token 18 once the prompt's attention took the
+     * AVX-512 F16 tile (accurate to 3e-6 of the double reference, as the
+     * row path: test_cpu_kernels), the decode run's choice the lower; the
+     * batched-draft test below sees roundings to 0.35 after several
+     * rounds of drift and allows 1.0. A broken verify path parts by whole
+     * nats. */
     const char *settings[] = {"engine.max_seq_len=512", "engine.kv_dtype=f32", NULL};
     pagoda_config *cfg;
     pagoda_runtime *rt = et_open_model(&cfg, tu_src(SMOLLM2_REL), settings);
@@ -991,7 +997,7 @@ START_TEST(smollm2_greedy_identical)
     int32_t ids[512], n_ids = 0;
     ck_assert_int_eq(pagoda_tokenize(rt->model->tok, SMOLLM2_PROMPT, strlen(SMOLLM2_PROMPT), req.add_special, true, ids, 512, &n_ids), 0);
     ck_assert_int_le(n_ids, 512);
-    int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.1, "SmolLM2, ngram vs off");
+    int parted = et_assert_same_or_near_tie(rt, ids, n_ids, r[0], r[1], 2, 0.5, "SmolLM2, ngram vs off");
     et_close(rt, cfg);
     for (int i = 0; i < 2 && !parted; i++) ck_assert_str_eq(r[0][i].text, r[1][i].text);
     ck_assert_int_gt(r[0][0].n_tokens, 10);

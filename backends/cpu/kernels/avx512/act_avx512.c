@@ -1,12 +1,19 @@
 /*
- * act_avx512.c: the AVX-512 gated activation of the table (vecdot.h
- * swiglu_oai, gpt-oss's clamped SwiGLU): sixteen values a zmm, exp by the
- * same Cephes polynomial as the AVX2 level's (exp_poly.h), the
- * tails by the scalar formula (pagoda_swiglu_oai1). AVX-512F only.
+ * act_avx512.c: the AVX-512 kernels built on exp (exp_poly.h's Cephes
+ * polynomial, sixteen values a zmm): the gated activation of the table
+ * (vecdot.h swiglu_oai, gpt-oss's clamped SwiGLU; the tails by the scalar
+ * formula, pagoda_swiglu_oai1) and the F16 attention tile of prefill
+ * (vecdot.h attn_f16_tile: sixteen query rows in the lanes of a zmm, so a
+ * chunk of keys and values is converted from F16 once for all sixteen,
+ * scored by broadcasting each key's values against the transposed
+ * queries, and the softmax step (max, rescale, exp) runs on all sixteen
+ * rows at once, where attention.c's row path converts every key again
+ * for each query row and runs exp one key at a time). AVX-512F only.
  * Compiled with the AVX-512 flags by file name (and a second time against
  * SIMDe on AVX2 alone, PAGODA_SIMDE, for the tests); called only after the
  * CPUID + XCR0 check. Not for: swiglu / geglu (the AVX2 entries run at
- * this level), the scalar reference (scalar/vecdot.c).
+ * this level), the scalar reference (scalar/vecdot.c), decode rows
+ * (attention.c keeps them on the row kernels).
  */
 #include "vecdot.h"
 
@@ -20,6 +27,7 @@
 #ifdef PAGODA_SIMDE
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
 #define ACT_FN(name) name##_simde
 #else
 #define ACT_FN(name) name
@@ -61,9 +69,106 @@ static void swiglu_oai_avx512(const float *g, const float *u, float alpha, float
     for (; i < n; i++) out[i] = pagoda_swiglu_oai1(g[i], u[i], alpha, limit);
 }
 
+/* ------------------------------------------------ the F16 attention tile */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* n rows of hd halves (stride bytes apart) to floats, [n][hd]. */
+static void f16_rows(const uint16_t *src, size_t stride, int n, int hd, float *dst)
+{
+    for (int j = 0; j < n; j++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)j * stride);
+        float *d = dst + (size_t)j * hd;
+        for (int e = 0; e < hd; e += 8) _mm256_store_ps(d + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + e))));
+    }
+}
+
+/* s[b] = the sixteen rows' dots with key b's floats kf[b][0..hd): one
+ * query load per value, KB broadcasts and FMAs. */
+ALWAYS_INLINE void tile_scores(const float *qt, const float *kf, int hd, int KB, float *s)
+{
+    __m512 a[8];
+    for (int b = 0; b < KB; b++) a[b] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 q = _mm512_load_ps(qt + 16 * d);
+        for (int b = 0; b < KB; b++) a[b] = _mm512_fmadd_ps(q, _mm512_set1_ps(kf[(size_t)b * hd + d]), a[b]);
+    }
+    for (int b = 0; b < KB; b++) _mm512_store_ps(s + 16 * b, a[b]);
+}
+
+/* acc rows i0 .. i0 + QB - 1, values d0 .. d0 + 16 DB - 1: acc * alpha +
+ * sum_j p[j][i] v[j][d], QB x DB sums in registers over the n keys. */
+ALWAYS_INLINE void tile_accum(float *acc, int hd, const float *al, const float *p, const float *vf, int n, int i0,
+                              int QB, int d0, int DB)
+{
+    __m512 c[4][4];
+    for (int i = 0; i < QB; i++)
+        for (int b = 0; b < DB; b++)
+            c[i][b] = _mm512_mul_ps(_mm512_load_ps(acc + (size_t)(i0 + i) * hd + d0 + 16 * b), _mm512_set1_ps(al[i0 + i]));
+    for (int j = 0; j < n; j++) {
+        __m512 v[4];
+        for (int b = 0; b < DB; b++) v[b] = _mm512_load_ps(vf + (size_t)j * hd + d0 + 16 * b);
+        for (int i = 0; i < QB; i++) {
+            __m512 w = _mm512_set1_ps(p[16 * j + i0 + i]);
+            for (int b = 0; b < DB; b++) c[i][b] = _mm512_fmadd_ps(w, v[b], c[i][b]);
+        }
+    }
+    for (int i = 0; i < QB; i++)
+        for (int b = 0; b < DB; b++) _mm512_store_ps(acc + (size_t)(i0 + i) * hd + d0 + 16 * b, c[i][b]);
+}
+
+static void attn_f16_tile_avx512(pagoda_attn_tile *t, const uint16_t *k, const uint16_t *v, size_t stride, int n,
+                                 int32_t j0)
+{
+    const int hd = t->hd;
+    float p[64 * 16] __attribute__((aligned(64)));
+    float al[16] __attribute__((aligned(64)));
+    __mmask16 seen[64];
+    f16_rows(k, stride, n, hd, t->kv);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) tile_scores(t->qt, t->kv + (size_t)j * hd, hd, 8, p + 16 * j);
+    for (; j < n; j++) tile_scores(t->qt, t->kv + (size_t)j * hd, hd, 1, p + 16 * j);
+    const __m512i lo = _mm512_load_si512((const void *)t->lo), hi = _mm512_load_si512((const void *)t->hi);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(t->scale);
+    __m512 cm = ninf;
+    for (j = 0; j < n; j++) {
+        __m512i jj = _mm512_set1_epi32(j0 + j);
+        seen[j] = _mm512_cmpge_epi32_mask(jj, lo) & _mm512_cmpge_epi32_mask(hi, jj);
+        __m512 s = _mm512_mask_mov_ps(ninf, seen[j], _mm512_mul_ps(_mm512_load_ps(p + 16 * j), scale));
+        _mm512_store_ps(p + 16 * j, s);
+        cm = _mm512_max_ps(cm, s);
+    }
+    /* The online step per row: nm = max(m, this chunk's max); rows that
+     * have seen no key yet (nm = -inf) take 0 as their max so no -inf -
+     * -inf is formed; keys a row does not see weigh 0. */
+    __m512 m = _mm512_load_ps(t->m), nm = _mm512_max_ps(m, cm);
+    __m512 base = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(nm, ninf, _CMP_NEQ_OQ), nm);
+    __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, ninf, _CMP_NEQ_OQ), exp512(_mm512_sub_ps(m, base)));
+    __m512 l = _mm512_mul_ps(_mm512_load_ps(t->l), alpha);
+    for (j = 0; j < n; j++) {
+        __m512 e = _mm512_maskz_mov_ps(seen[j], exp512(_mm512_sub_ps(_mm512_load_ps(p + 16 * j), base)));
+        l = _mm512_add_ps(l, e);
+        _mm512_store_ps(p + 16 * j, e);
+    }
+    _mm512_store_ps(t->m, nm);
+    _mm512_store_ps(t->l, l);
+    _mm512_store_ps(al, alpha);
+    f16_rows(v, stride, n, hd, t->kv);
+    for (int i0 = 0; i0 < t->nq; i0 += 4) {
+        int qb = t->nq - i0 < 4 ? t->nq - i0 : 4;
+        int d0 = 0;
+        for (; d0 + 64 <= hd; d0 += 64) {
+            if (qb == 4) tile_accum(t->acc, hd, al, p, t->kv, n, i0, 4, d0, 4);
+            else tile_accum(t->acc, hd, al, p, t->kv, n, i0, qb, d0, 4);
+        }
+        for (; d0 < hd; d0 += 16) tile_accum(t->acc, hd, al, p, t->kv, n, i0, qb, d0, 1);
+    }
+}
+
 void ACT_FN(pagoda_cpu_fill_avx512_act)(pagoda_vecdot_table *t)
 {
     t->swiglu_oai = swiglu_oai_avx512;
+    t->attn_f16_tile = attn_f16_tile_avx512;
 }
 #else
 /* A compiler without the flags: the AVX2 entry runs at this level. */
