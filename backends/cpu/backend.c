@@ -268,19 +268,19 @@ static void log_repack(const pagoda_host *host, const pagoda_cpu_exec *ex)
     if (!min_t) {
         host->log(host, PAGODA_LOG_INFO,
                   "cpu backend: repacked GEMMs off (PAGODA_CPU_REPACK_MIN_T=0): no copies beside the "
-                  "weights, Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls on the row kernels; AMX tiles %s: %s",
+                  "weights, Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K matmuls on the row kernels; AMX tiles %s: %s",
                   amx ? "usable" : "not used", why);
         return;
     }
     if (!rp) {
         host->log(host, PAGODA_LOG_INFO,
-                  "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s (not on this "
+                  "cpu backend: Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s (not on this "
                   "level: the row kernels, no copies beside the weights); AMX tiles %s: %s",
                   min_t, pagoda_rp_path_name(rp), amx ? "usable" : "not used", why);
         return;
     }
     host->log(host, PAGODA_LOG_INFO,
-              "cpu backend: Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s on weights repacked "
+              "cpu backend: Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K matmuls of >= %lld tokens: %s%s on weights repacked "
               "at first use: a weight's copy (1.22-1.39 bytes a weight, beside the file's) is made when "
               "it first meets a batch of >= %lld tokens, the output head's when %lld rows of logits are "
               "computed in one call (the memory plan counts every copy); PAGODA_CPU_REPACK_MIN_T=0 "

@@ -1,7 +1,7 @@
 /* test_cpu_repack.c: the row-interleaved int8 layout and its GEMMs
  * (kernels/repack/, kernels/amx/): the plain-C AMX tile emulation against
  * naive products (int8 both signednesses, bf16) and its refusals; Q8_0 /
- * Q4_0 repacked and multiplied by the plain-C, AVX-512 VNNI (where the
+ * Q4_0 / Q4_1 repacked and multiplied by the plain-C, AVX-512 VNNI (where the
  * host has it), emulated-AMX and real-AMX (where granted) GEMMs against a
  * double-precision reference of the same quantized values, over shapes
  * that are no multiple of the tiles (rows, K, T = 16..100); the matmul
@@ -16,6 +16,7 @@
 #include "amx/amx.h"
 #include "amx/tile.h"
 #include "cpu_features.h"
+#include "cpu_paths.h"
 #include "kernels.h"
 #include "quant.h"
 #include "repack/repack.h"
@@ -203,6 +204,22 @@ static void reference(const mat *m, const float *x, int64_t T, double *ref, doub
         for (int64_t n = 0; n < m->N; n++) {
             double s = 0, a = 0;
             for (int64_t b = 0; b < nb; b++) {
+                if (m->dtype == PAGODA_DTYPE_Q4_1) {
+                    /* from the block's integers (wf's d q + m is rounded): the
+                     * scale and min terms' sizes both bound the float steps */
+                    pagoda_block_q4_1 blk;
+                    memcpy(&blk, m->w + (size_t)n * m->stride + (size_t)b * sizeof blk, sizeof blk);
+                    double dot = 0, sx = 0;
+                    for (int k = 0; k < 32; k++) {
+                        int v = k < 16 ? blk.qs[k] & 0xF : blk.qs[k - 16] >> 4;
+                        dot += (double)v * q[b].qs[k];
+                        sx += q[b].qs[k];
+                    }
+                    double ds = pagoda_fp16_to_fp32(blk.d) * dot * q[b].d, dm = pagoda_fp16_to_fp32(blk.m) * sx * q[b].d;
+                    s += ds + dm;
+                    a += fabs(ds) + fabs(dm);
+                    continue;
+                }
                 double d = 0;
                 for (int k = 0; k < 32; k++) d += (double)m->wf[n * m->K + b * 32 + k] * q[b].qs[k];
                 s += d * q[b].d;
@@ -228,6 +245,8 @@ static void check_out(const mat *m, int64_t T, const float *out, const double *r
         }
 }
 
+typedef void (*rp_gemm_fn)(const pagoda_rp_matrix *, int64_t, int64_t, const pagoda_rp_acts *, float *, size_t);
+
 static const int64_t SHAPES[][3] = {  /* N, K, T */
     {16, 64, 16}, {37, 96, 17}, {100, 320, 33}, {5, 32, 100}, {48, 160, 64}, {33, 2048, 21},
 };
@@ -235,19 +254,26 @@ static const int64_t SHAPES[][3] = {  /* N, K, T */
 
 START_TEST(test_repacked_gemms)
 {
-    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0};
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1};
     tu_rng r;
     tu_rng_seed(&r, 21);
     bool vnni = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
     bool amx = pagoda_amx_usable(NULL, 0);
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
         for (int s = 0; s < N_SHAPES; s++) {
             int64_t N = SHAPES[s][0], K = SHAPES[s][1], T = SHAPES[s][2];
             mat m = make_mat(&r, types[ti], N, K);
+            bool q41 = m.dtype == PAGODA_DTYPE_Q4_1;
             pagoda_rp_matrix rp = {.dtype = m.dtype, .N = N, .K = K, .ng = (N + 15) / 16, .nb = K / 32};
-            ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K), sizeof(pagoda_rp_block) * (size_t)(rp.ng * rp.nb));
-            rp.blk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
+            ck_assert(pagoda_rp_type_supported(m.dtype) && !pagoda_rp_type_kquant(m.dtype));
+            ck_assert_uint_eq(pagoda_rp_bytes(m.dtype, N, K),
+                              (q41 ? sizeof(pagoda_rp_q41block) : sizeof(pagoda_rp_block)) * (size_t)(rp.ng * rp.nb));
+            void *blk = xmalloc(pagoda_rp_bytes(m.dtype, N, K));
+            if (q41) rp.q41blk = blk;
+            else rp.blk = blk;
             pagoda_rp_pack_groups(&rp, m.w, m.stride, 0, rp.ng);
+            rp_gemm_fn ref_fn = q41 ? pagoda_rp_gemm_q41_ref : pagoda_rp_gemm_ref;
+            rp_gemm_fn vnni_fn = q41 ? pagoda_rp_gemm_q41_vnni : pagoda_rp_gemm_vnni;
             float *x = xmalloc(sizeof(float) * (size_t)(T * K));
             tu_fill_normal(&r, x, (size_t)(T * K), 1.0f);
             double *ref = xmalloc(sizeof(double) * (size_t)(T * N)), *mag = xmalloc(sizeof(double) * (size_t)(T * N));
@@ -259,25 +285,33 @@ START_TEST(test_repacked_gemms)
                 pagoda_rp_acts_init(&a, scratch, T, K, us, false);
                 pagoda_rp_prep_acts(&a, x, sizeof(float) * (size_t)K, 0, a.Tpad);
                 memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                pagoda_rp_gemm_ref(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
+                ref_fn(&rp, 0, N, &a, out, sizeof(float) * (size_t)N);
                 check_out(&m, T, out, ref, mag, us ? "ref (unsigned)" : "ref (signed)");
                 if (us && vnni) {
                     /* two halves, split inside a group pair: each writes only its rows */
                     int64_t half = (N / 2 + 15) / 16 * 16;
                     if (half > N) half = N;
                     memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                    pagoda_rp_gemm_vnni(&rp, 0, half, &a, out, sizeof(float) * (size_t)N);
-                    if (half < N) pagoda_rp_gemm_vnni(&rp, half, N, &a, out, sizeof(float) * (size_t)N);
+                    vnni_fn(&rp, 0, half, &a, out, sizeof(float) * (size_t)N);
+                    if (half < N) vnni_fn(&rp, half, N, &a, out, sizeof(float) * (size_t)N);
                     check_out(&m, T, out, ref, mag, "AVX-512 VNNI");
                 }
                 if (!us) {
                     memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                    pagoda_rp_gemm_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, T, out, sizeof(float) * (size_t)N);
+                    if (q41)
+                        pagoda_rp_gemm_q41_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xm, T, out,
+                                                   sizeof(float) * (size_t)N);
+                    else
+                        pagoda_rp_gemm_amx_emu(&rp, 0, N, (const int8_t *)a.xq, a.xd, T, out, sizeof(float) * (size_t)N);
                     ck_assert_int_eq(pagoda_tile_emu_faults(), 0);
                     check_out(&m, T, out, ref, mag, "emulated AMX");
                     if (amx) {
                         memset(out, 0xff, sizeof(float) * (size_t)(T * N));
-                        pagoda_rp_gemm_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, T, out, sizeof(float) * (size_t)N);
+                        if (q41)
+                            pagoda_rp_gemm_q41_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, a.xm, T, out,
+                                                   sizeof(float) * (size_t)N);
+                        else
+                            pagoda_rp_gemm_amx(&rp, 0, N, (const int8_t *)a.xq, a.xd, T, out, sizeof(float) * (size_t)N);
                         check_out(&m, T, out, ref, mag, "AMX");
                     }
                 }
@@ -287,7 +321,7 @@ START_TEST(test_repacked_gemms)
             free(ref);
             free(mag);
             free(x);
-            free(rp.blk);
+            free(blk);
             free_mat(&m);
         }
 }
@@ -395,7 +429,6 @@ static void reference_q6(const mat *m, const float *x, int64_t T, double *ref, d
     free(q);
 }
 
-typedef void (*rp_gemm_fn)(const pagoda_rp_matrix *, int64_t, int64_t, const pagoda_rp_acts *, float *, size_t);
 typedef void (*rp_amx_fn)(const pagoda_rp_matrix *, int64_t, int64_t, const int8_t *, const float *,
                           const int16_t *, int64_t, float *, size_t);
 
@@ -498,16 +531,19 @@ START_TEST(test_amx_type_rule)
     ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T), amx);
     int below = pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, PAGODA_RP_AMX_MIN_T - 1);
     ck_assert(below == vnni || below == PAGODA_RP_PATH_NONE);
-    static const int others[] = {PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K};
-    for (int i = 0; i < 4; i++) ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, others[i], 512), below);
+    static const int others[] = {PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K,
+                                 PAGODA_DTYPE_Q6_K};
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, others[i], 512), below);
     ck_assert_int_eq(pagoda_rp_path_for(&ex, vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
     ck_assert_int_eq(pagoda_rp_path_for(&ex, emu, PAGODA_DTYPE_Q4_0, 512), emu);
     setenv("PAGODA_CPU_AMX_ALL", "1", 1);
     ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q4_K, 16), amx);
+    ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q4_1, 16), amx);
     /* a batch-invariant exec: the VNNI GEMM at the AMX level whatever the
      * type, size or PAGODA_CPU_AMX_ALL, while the other exec keeps the tiles */
     ck_assert_int_eq(pagoda_rp_path_for(&bi, amx, PAGODA_DTYPE_Q8_0, 512), vnni);
     ck_assert_int_eq(pagoda_rp_path_for(&bi, amx, PAGODA_DTYPE_Q4_K, 16), vnni);
+    ck_assert_int_eq(pagoda_rp_path_for(&bi, amx, PAGODA_DTYPE_Q4_1, 512), vnni);
     ck_assert_int_eq(pagoda_rp_path_for(&ex, amx, PAGODA_DTYPE_Q8_0, 512), amx);
     ck_assert_int_eq(pagoda_rp_path_for(&bi, vnni, PAGODA_DTYPE_Q8_0, 512), vnni);
     unsetenv("PAGODA_CPU_AMX_ALL");
@@ -607,6 +643,131 @@ START_TEST(test_matmul_hook)
         free(lanes[i]);
         free_mat(&m[i]);
     }
+    free(x);
+    free(bias);
+    pagoda_threadpool_destroy(ex.pool);
+    pagoda_cpu_exec_release(&ex);
+}
+END_TEST
+
+/* Q4_1 through pagoda_cpu_matmul at T >= 16 (two matrices, one with a
+ * bias, N no multiple of 16): on the VNNI repacked GEMM the bits of the
+ * lanes kernels (the AVX2 tile_q4_1_x8 and every other path cpu_paths.h
+ * runs, on an unregistered copy of the weights the repack never takes),
+ * so a batch_invariant token's logits do not depend on its batch; the
+ * emulated (and real, where granted) AMX tiles within the scalar
+ * kernels' tolerance; one copy per weight, the planned bytes held. */
+START_TEST(test_matmul_hook_q4_1)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 41);
+    pagoda_cpu_exec ex = {0};
+    ck_assert_int_eq(pagoda_threadpool_create(2, &ex.pool), PAGODA_OK);
+    ex.repack = pagoda_rp_cache_create();
+    ck_assert_ptr_nonnull(ex.repack);
+    const int64_t K = 256, Ns[2] = {70, 32}, Ts[2] = {16, 37};
+    mat m[2];
+    uint8_t *copy[2];
+    float *bias = xmalloc(sizeof(float) * 70);
+    tu_fill_normal(&r, bias, 70, 1.0f);
+    for (int i = 0; i < 2; i++) {
+        m[i] = make_mat(&r, PAGODA_DTYPE_Q4_1, Ns[i], K);
+        ck_assert_int_eq(pagoda_rp_cache_add_region(ex.repack, m[i].w, m[i].stride * (size_t)Ns[i]), PAGODA_OK);
+        copy[i] = xmalloc(m[i].stride * (size_t)Ns[i]);
+        memcpy(copy[i], m[i].w, m[i].stride * (size_t)Ns[i]);
+    }
+    const int64_t TM = 37;
+    float *x = xmalloc(sizeof(float) * (size_t)(TM * K));
+    tu_fill_normal(&r, x, (size_t)(TM * K), 1.0f);
+    for (int64_t k = 0; k < K; k++) x[3 * K + k] += 2.0f;  /* a token whose sums are far from 0: a large min term */
+    float *want[2], *got[2], *lanes[2], *other = xmalloc(sizeof(float) * (size_t)(TM * 70));
+    for (int i = 0; i < 2; i++) {
+        want[i] = xmalloc(sizeof(float) * (size_t)(TM * Ns[i]));
+        got[i] = xmalloc(sizeof(float) * (size_t)(TM * Ns[i]));
+        lanes[i] = xmalloc(sizeof(float) * (size_t)(TM * Ns[i]));
+    }
+    bool avx2 = pagoda_cpu_detect_isa() >= PAGODA_CPU_ISA_AVX2;
+    int paths[2] = {PAGODA_RP_PATH_AMX_EMU, pagoda_rp_path()};
+    int n_bits = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const int64_t T = Ts[ti];
+        pagoda_cpu_force_isa(PAGODA_CPU_ISA_SCALAR);
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, m[i].w, m[i].dtype, m[i].stride,
+                                               Ns[i], i ? NULL : bias, want[i], sizeof(float) * (size_t)Ns[i]),
+                             PAGODA_OK);
+        /* the AVX2 lanes kernel (tile_q4_1_x8): the bits to meet */
+        pagoda_cpu_force_isa(PAGODA_CPU_ISA_AVX2);
+        for (int i = 0; i < 2 && avx2; i++)
+            ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, copy[i], m[i].dtype, m[i].stride,
+                                               Ns[i], i ? NULL : bias, lanes[i], sizeof(float) * (size_t)Ns[i]),
+                             PAGODA_OK);
+        /* and every other path's lanes kernels give them (XT_Q4_1 of lanes_vnni.h among them) */
+        for (int p = 1; p < cpu_paths_count() && avx2; p++) {
+            cpu_path_use(&PATHS[p]);
+            for (int i = 0; i < 2; i++) {
+                ck_assert_int_eq(pagoda_cpu_matmul(&ex, x, sizeof(float) * K, T, K, copy[i], m[i].dtype,
+                                                   m[i].stride, Ns[i], i ? NULL : bias, other,
+                                                   sizeof(float) * (size_t)Ns[i]),
+                                 PAGODA_OK);
+                ck_assert_msg(memcmp(other, lanes[i], sizeof(float) * (size_t)(T * Ns[i])) == 0,
+                              "Q4_1 T=%lld: the %s lanes kernels are not the AVX2 ones bit for bit", (long long)T,
+                              PATHS[p].name);
+            }
+        }
+        cpu_path_reset();
+        int count;
+        ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count), 0);  /* no lanes call repacked anything */
+        setenv("PAGODA_CPU_AMX_ALL", "1", 1);   /* the real tiles for Q4_1 too, where granted */
+        for (int p = 0; p < 2; p++) {
+            if (p == 1 && paths[1] == PAGODA_RP_PATH_NONE) break;  /* an AVX2 host: nothing native */
+            pagoda_rp_force_amx_emulation(p == 0);
+            ck_assert_int_eq(pagoda_rp_path(), paths[p]);
+            pagoda_cpu_mat mm[2];
+            for (int i = 0; i < 2; i++) {
+                memset(got[i], 0xff, sizeof(float) * (size_t)(T * Ns[i]));
+                mm[i] = (pagoda_cpu_mat){.w = m[i].w, .dtype = m[i].dtype, .w_stride = m[i].stride, .N = Ns[i],
+                                         .bias = i ? NULL : bias, .out = got[i],
+                                         .out_stride = sizeof(float) * (size_t)Ns[i]};
+            }
+            ck_assert_int_eq(pagoda_cpu_matmul_multi(&ex, x, sizeof(float) * K, T, K, mm, 2), PAGODA_OK);
+            ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, &count),
+                              pagoda_rp_bytes(PAGODA_DTYPE_Q4_1, 70, K) + pagoda_rp_bytes(PAGODA_DTYPE_Q4_1, 32, K));
+            ck_assert_int_eq(count, 2);  /* made once, found after */
+            if (paths[1] != PAGODA_RP_PATH_NONE)  /* what the memory plan counts is what is held */
+                ck_assert_uint_eq(pagoda_rp_cache_bytes(ex.repack, NULL),
+                                  pagoda_rp_planned_bytes(PAGODA_DTYPE_Q4_1, 70, K) +
+                                      pagoda_rp_planned_bytes(PAGODA_DTYPE_Q4_1, 32, K));
+            for (int i = 0; i < 2; i++)
+                for (int64_t j = 0; j < T * Ns[i]; j++)
+                    ck_assert_msg(fabsf(got[i][j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
+                                  "Q4_1 T=%lld path %s [%lld]: %g vs %g", (long long)T, pagoda_rp_path_name(paths[p]),
+                                  (long long)j, got[i][j], want[i][j]);
+            if (paths[p] == PAGODA_RP_PATH_VNNI && avx2) {  /* the lanes kernels' bits */
+                for (int i = 0; i < 2; i++)
+                    for (int64_t j = 0; j < T * Ns[i]; j++)
+                        ck_assert_msg(memcmp(&got[i][j], &lanes[i][j], sizeof(float)) == 0,
+                                      "Q4_1 T=%lld N=%lld: VNNI on the repacked layout [%lld][%lld] = %.9g, the "
+                                      "AVX2 lanes kernel %.9g",
+                                      (long long)T, (long long)Ns[i], (long long)(j / Ns[i]), (long long)(j % Ns[i]),
+                                      got[i][j], lanes[i][j]);
+                n_bits++;
+            }
+        }
+        pagoda_rp_force_amx_emulation(false);
+        unsetenv("PAGODA_CPU_AMX_ALL");
+        for (int i = 0; i < 2; i++) pagoda_rp_cache_invalidate(ex.repack, m[i].w, 1);  /* made again next T */
+    }
+    if (paths[1] == PAGODA_RP_PATH_VNNI) ck_assert_int_eq(n_bits, 2);
+    else printf("test_matmul_hook_q4_1: no AVX-512 VNNI here: the bit-for-bit check did not run\n");
+    for (int i = 0; i < 2; i++) {
+        free(want[i]);
+        free(got[i]);
+        free(lanes[i]);
+        free(copy[i]);
+        free_mat(&m[i]);
+    }
+    free(other);
     free(x);
     free(bias);
     pagoda_threadpool_destroy(ex.pool);
@@ -734,7 +895,7 @@ START_TEST(test_batch_invariant_rows)
 END_TEST
 
 /* One call with matrices of both activation kinds (per 32, per 256) and
- * one the layout lacks (Q4_1), Q6_K among them: each gets its own path, all equal the
+ * one the layout lacks (Q5_0), Q6_K among them: each gets its own path, all equal the
  * scalar kernels, and the VNNI ones the AVX2 lanes kernels bit for bit; both kinds end up repacked over two calls. */
 START_TEST(test_matmul_hook_kinds)
 {
@@ -743,7 +904,7 @@ START_TEST(test_matmul_hook_kinds)
     pagoda_cpu_exec ex = {0};
     ck_assert_int_eq(pagoda_threadpool_create(2, &ex.pool), PAGODA_OK);
     ex.repack = pagoda_rp_cache_create();
-    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q5_K};
+    static const int types[] = {PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q5_0, PAGODA_DTYPE_Q5_K};
     const int64_t K = 512, T = 19, N = 40;
     mat m[5];
     float *want[5], *got[5], *lanes[5];
@@ -866,6 +1027,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_amx_type_rule);
     tcase_add_test(tc, test_matmul_hook);
     tcase_add_test(tc, test_matmul_hook_kinds);
+    tcase_add_test(tc, test_matmul_hook_q4_1);
     tcase_add_test(tc, test_batch_invariant_rows);
     tcase_add_test(tc, test_amx_fallback);
     suite_add_tcase(s, tc);

@@ -62,8 +62,8 @@ static void case_bytes_unsupported(cf *c)
  * the types below that the backend takes: at most what the plan counts. */
 static void case_held(cf *c)
 {
-    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_K, PAGODA_DTYPE_Q5_K,
-                                PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_F16, PAGODA_DTYPE_F32};
+    static const int types[] = {PAGODA_DTYPE_Q8_0, PAGODA_DTYPE_Q4_0, PAGODA_DTYPE_Q4_1, PAGODA_DTYPE_Q4_K,
+                                PAGODA_DTYPE_Q5_K, PAGODA_DTYPE_Q6_K, PAGODA_DTYPE_F16, PAGODA_DTYPE_F32};
     enum { NT = sizeof types / sizeof types[0] };
     const int64_t T = 64, K = 512, N = 48;
     uint64_t held = 1;
@@ -117,7 +117,7 @@ static void case_held(cf *c)
         if (o < sizeof shape - 8) o += (size_t)snprintf(shape + o, sizeof shape - o, " %s", pagoda_dtype_name(dt));
     }
     if (!used) {
-        cf_record(c, OP, "held after matmuls", 0, 0, CF_SKIP, "none of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, "
+        cf_record(c, OP, "held after matmuls", 0, 0, CF_SKIP, "none of Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, F16, "
                   "F32 in info.weight_types");
         goto out;
     }

@@ -44,6 +44,11 @@ void pagoda_rp_gemm_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1
                         const float *xd, int64_t T, float *out, size_t out_stride);
 void pagoda_rp_gemm_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
                             const float *xd, int64_t T, float *out, size_t out_stride);
+/* The same for Q4_1, with xm [Tpad][nb] (pagoda_rp_acts' xm) for its mins. */
+void pagoda_rp_gemm_q41_amx(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                            const float *xd, const float *xm, int64_t T, float *out, size_t out_stride);
+void pagoda_rp_gemm_q41_amx_emu(const struct pagoda_rp_matrix *w, int64_t n0, int64_t n1, const int8_t *xq,
+                                const float *xd, const float *xm, int64_t T, float *out, size_t out_stride);
 /* The same for Q4_K / Q5_K (TDPBSUD: signed activations, unsigned
  * weights) with K-quant activations: xd [Tpad][K / 256], xs [Tpad][K / 32]
  * sums of 32. */

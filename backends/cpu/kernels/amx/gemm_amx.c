@@ -10,4 +10,5 @@
 #define PAGODA_AMX_GEMM_NAME pagoda_rp_gemm_amx
 #define PAGODA_AMX_GEMM_K_NAME pagoda_rp_gemm_k_amx
 #define PAGODA_AMX_GEMM_Q6_NAME pagoda_rp_gemm_q6_amx
+#define PAGODA_AMX_GEMM_Q41_NAME pagoda_rp_gemm_q41_amx
 #include "amx_gemm.inc"

@@ -12,6 +12,8 @@
  * (../amx/).
  */
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "repack.h"
@@ -95,8 +97,12 @@ static inline __attribute__((always_inline)) void pair_sums(__m512i M[2][4], con
     }
 }
 
-void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
-                         float *out, size_t out_stride)
+/* The per-32 GEMM over blocks bsz bytes apart (pagoda_rp_block, or
+ * pagoda_rp_q41block, whose first fields are the same); q41: each block
+ * then adds m_w x xm, the lanes kernels' second FMA (Q4_1's min). */
+static inline __attribute__((always_inline)) void gemm32(const pagoda_rp_matrix *w, const uint8_t *base,
+                                                         size_t bsz, bool q41, int64_t n0, int64_t n1,
+                                                         const pagoda_rp_acts *a, float *out, size_t out_stride)
 {
     const int64_t nb = w->nb, kp = a->kp, T = a->T;
     const int64_t g0 = n0 / PAGODA_RP_ROWS, g1 = (n1 + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS;
@@ -104,14 +110,15 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
         const int64_t gg[2] = {g, g + 1 < g1 ? g + 1 : g};
         __mmask16 mk[2];
         group_masks(gg, n0, n1, mk);
-        const pagoda_rp_block *W0 = &w->blk[gg[0] * nb], *W1 = &w->blk[gg[1] * nb];
+        const uint8_t *W0 = base + (size_t)(gg[0] * nb) * bsz, *W1 = base + (size_t)(gg[1] * nb) * bsz;
         for (int64_t t0 = 0; t0 < T; t0 += 4) {
             const uint8_t *x0 = a->xq + t0 * kp, *x1 = x0 + kp, *x2 = x1 + kp, *x3 = x2 + kp;
-            const float *d0 = a->xd + t0 * nb;
+            const float *d0 = a->xd + t0 * nb, *m0 = a->xm + t0 * nb;
             __m512 f00 = _mm512_setzero_ps(), f01 = f00, f02 = f00, f03 = f00;
             __m512 f10 = f00, f11 = f00, f12 = f00, f13 = f00;
             for (int64_t b = 0; b < nb; b++) {
-                const pagoda_rp_block *B0 = &W0[b], *B1 = &W1[b];
+                const pagoda_rp_block *B0 = (const pagoda_rp_block *)(W0 + (size_t)b * bsz);
+                const pagoda_rp_block *B1 = (const pagoda_rp_block *)(W1 + (size_t)b * bsz);
                 __m512i i00 = _mm512_setzero_si512(), i01 = i00, i02 = i00, i03 = i00;
                 __m512i i10 = i00, i11 = i00, i12 = i00, i13 = i00;
                 const int64_t kb = b * 32;
@@ -144,11 +151,46 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
                 PAGODA_RP_ACC(f12, i12, s1, wd1, 2);
                 PAGODA_RP_ACC(f13, i13, s1, wd1, 3);
 #undef PAGODA_RP_ACC
+                if (q41) {
+                    /* acc = fma(m_w, d_x / 8 x s8, acc): tile_q4_1_x8's rounding (and the VNNI lanes') */
+                    const __m512 wm0 = _mm512_load_ps(((const pagoda_rp_q41block *)B0)->m);
+                    const __m512 wm1 = _mm512_load_ps(((const pagoda_rp_q41block *)B1)->m);
+#define PAGODA_RP_MIN(f, wm, j) f = _mm512_fmadd_ps(wm, _mm512_set1_ps(m0[(j) * nb + b]), f)
+                    PAGODA_RP_MIN(f00, wm0, 0);
+                    PAGODA_RP_MIN(f01, wm0, 1);
+                    PAGODA_RP_MIN(f02, wm0, 2);
+                    PAGODA_RP_MIN(f03, wm0, 3);
+                    PAGODA_RP_MIN(f10, wm1, 0);
+                    PAGODA_RP_MIN(f11, wm1, 1);
+                    PAGODA_RP_MIN(f12, wm1, 2);
+                    PAGODA_RP_MIN(f13, wm1, 3);
+#undef PAGODA_RP_MIN
+                }
             }
             const __m512 f0[4] = {f00, f01, f02, f03}, f1[4] = {f10, f11, f12, f13};
             store_pair(out, out_stride, t0, T, gg, mk, f0, f1);
         }
     }
+}
+
+_Static_assert(offsetof(pagoda_rp_q41block, q) == offsetof(pagoda_rp_block, q) &&
+                   offsetof(pagoda_rp_q41block, d) == offsetof(pagoda_rp_block, d) &&
+                   offsetof(pagoda_rp_q41block, s128) == offsetof(pagoda_rp_block, s128),
+               "a Q4_1 block begins as a Q8_0 / Q4_0 one");
+
+void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                         float *out, size_t out_stride)
+{
+    gemm32(w, (const uint8_t *)w->blk, sizeof(pagoda_rp_block), false, n0, n1, a, out, out_stride);
+}
+
+/* Q4_1: the nibbles 0..15 as Q4_0's signed side (x + 128 against them,
+ * the 128 x row sum off), then per block the lanes kernels' two FMAs:
+ * fma(int32, d_w d_x) and fma(m_w, xm). */
+void pagoda_rp_gemm_q41_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                             float *out, size_t out_stride)
+{
+    gemm32(w, (const uint8_t *)w->q41blk, sizeof(pagoda_rp_q41block), true, n0, n1, a, out, out_stride);
 }
 
 /* Q4_K / Q5_K: the weights are the unsigned operand (0..15 / 0..31) and

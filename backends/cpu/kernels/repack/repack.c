@@ -1,5 +1,5 @@
 /*
- * repack.c: Q8_0 / Q4_0 weights into the row-interleaved int8 layout of
+ * repack.c: Q8_0 / Q4_0 / Q4_1 (and the K-quants') weights into the row-interleaved int8 layout of
  * repack.h, the activations into the layout its GEMMs read, the plain-C
  * GEMM on that layout (the arithmetic every faster one matches), and the
  * cache that repacks each weight matrix once, on first use.
@@ -23,7 +23,8 @@ bool pagoda_rp_type_kquant(int dtype)
 
 bool pagoda_rp_type_supported(int dtype)
 {
-    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0 || pagoda_rp_type_kquant(dtype);
+    return dtype == PAGODA_DTYPE_Q8_0 || dtype == PAGODA_DTYPE_Q4_0 || dtype == PAGODA_DTYPE_Q4_1 ||
+           pagoda_rp_type_kquant(dtype);
 }
 
 size_t pagoda_rp_bytes(int dtype, int64_t N, int64_t K)
@@ -31,16 +32,28 @@ size_t pagoda_rp_bytes(int dtype, int64_t N, int64_t K)
     size_t ng = (size_t)((N + PAGODA_RP_ROWS - 1) / PAGODA_RP_ROWS);
     if (dtype == PAGODA_DTYPE_Q6_K) return ng * (size_t)(K / 256) * sizeof(pagoda_rp_q6block);
     if (pagoda_rp_type_kquant(dtype)) return ng * (size_t)(K / 256) * sizeof(pagoda_rp_kblock);
+    if (dtype == PAGODA_DTYPE_Q4_1) return ng * (size_t)(K / PAGODA_RP_QK) * sizeof(pagoda_rp_q41block);
     return ng * (size_t)(K / PAGODA_RP_QK) * sizeof(pagoda_rp_block);
 }
 
-/* Row n's 32 values of block b as int8, and their scale. */
-static float unpack_block(int dtype, const uint8_t *row, int64_t b, int8_t v[32])
+/* Row n's 32 values of block b as int8, and their scale (and Q4_1's min
+ * into *m). */
+static float unpack_block(int dtype, const uint8_t *row, int64_t b, int8_t v[32], float *m)
 {
     if (dtype == PAGODA_DTYPE_Q8_0) {
         pagoda_block_q8_0 q;
         memcpy(&q, row + b * sizeof q, sizeof q);
         memcpy(v, q.qs, 32);
+        return pagoda_fp16_to_fp32(q.d);
+    }
+    if (dtype == PAGODA_DTYPE_Q4_1) {
+        pagoda_block_q4_1 q;
+        memcpy(&q, row + b * sizeof q, sizeof q);
+        for (int j = 0; j < 16; j++) {
+            v[j] = (int8_t)(q.qs[j] & 0xF);
+            v[j + 16] = (int8_t)(q.qs[j] >> 4);
+        }
+        *m = pagoda_fp16_to_fp32(q.m);
         return pagoda_fp16_to_fp32(q.d);
     }
     pagoda_block_q4_0 q;
@@ -140,21 +153,30 @@ void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, 
         pack_kgroups(m, w, w_stride, g0, g1);
         return;
     }
+    const bool q41 = m->dtype == PAGODA_DTYPE_Q4_1;
     for (int64_t g = g0; g < g1; g++)
         for (int64_t b = 0; b < m->nb; b++) {
-            pagoda_rp_block *o = &m->blk[g * m->nb + b];
-            memset(o, 0, sizeof *o);
+            /* Q4_1's block begins with pagoda_rp_block's fields */
+            pagoda_rp_q41block *o4 = q41 ? &m->q41blk[g * m->nb + b] : NULL;
+            pagoda_rp_block *o = q41 ? NULL : &m->blk[g * m->nb + b];
+            int8_t (*oq)[4 * PAGODA_RP_ROWS] = q41 ? o4->q : o->q;
+            float *od = q41 ? o4->d : o->d;
+            int32_t *os = q41 ? o4->s128 : o->s128;
+            if (q41) memset(o4, 0, sizeof *o4);
+            else memset(o, 0, sizeof *o);
             for (int n = 0; n < PAGODA_RP_ROWS; n++) {
                 int64_t row = g * PAGODA_RP_ROWS + n;
-                if (row >= m->N) break;  /* padding rows stay zero (scale 0) */
+                if (row >= m->N) break;  /* padding rows stay zero (scale 0, min 0) */
                 int8_t v[32];
-                o->d[n] = unpack_block(m->dtype, (const uint8_t *)w + (size_t)row * w_stride, b, v);
+                float mn = 0.0f;
+                od[n] = unpack_block(m->dtype, (const uint8_t *)w + (size_t)row * w_stride, b, v, &mn);
+                if (q41) o4->m[n] = mn;
                 int32_t s = 0;
                 for (int k = 0; k < 32; k++) {
-                    o->q[k / 4][4 * n + k % 4] = v[k];
+                    oq[k / 4][4 * n + k % 4] = v[k];
                     s += v[k];
                 }
-                o->s128[n] = 128 * s;
+                os[n] = 128 * s;
             }
         }
 }
@@ -170,7 +192,8 @@ size_t pagoda_rp_acts_bytes(int64_t T, int64_t K)
 {
     int64_t tp = round_up(T, PAGODA_RP_ROWS), kp = round_up(K, 64);
     return (size_t)round_up(tp * kp, 64) + (size_t)round_up(tp * (K / PAGODA_RP_QK) * 4, 64) +
-           (size_t)round_up(tp * (K / PAGODA_RP_QK) * 2, 64) + (size_t)(tp * (K / 16)) * sizeof(int16_t);
+           (size_t)round_up(tp * (K / PAGODA_RP_QK) * 2, 64) + (size_t)round_up(tp * (K / 16) * 2, 64) +
+           (size_t)(tp * (K / PAGODA_RP_QK)) * sizeof(float);
 }
 
 void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K, bool is_unsigned, bool kq)
@@ -186,6 +209,7 @@ void pagoda_rp_acts_init(pagoda_rp_acts *a, void *scratch, int64_t T, int64_t K,
     a->xd = (float *)((uint8_t *)scratch + round_up(a->Tpad * a->kp, 64));
     a->xs = (int16_t *)((uint8_t *)a->xd + round_up(a->Tpad * (K / PAGODA_RP_QK) * 4, 64));
     a->xs16 = (int16_t *)((uint8_t *)a->xs + round_up(a->Tpad * (K / PAGODA_RP_QK) * 2, 64));
+    a->xm = (float *)((uint8_t *)a->xs16 + round_up(a->Tpad * (K / 16) * 2, 64));
 }
 
 /* One token's K-quant activations: the q8k quantizer's bytes and scale
@@ -211,10 +235,12 @@ void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int
         uint8_t *q = a->xq + t * a->kp;
         float *d = a->xd + t * a->nb;
         int16_t *xs = a->xs + t * (a->K / PAGODA_RP_QK), *xs16 = a->xs16 + t * (a->K / 16);
+        float *xm = a->xm + t * (a->K / PAGODA_RP_QK);
         memset(q + a->K, flip, (size_t)(a->kp - a->K));
         if (t >= a->T) {
             memset(q, flip, (size_t)a->K);
             memset(d, 0, sizeof(float) * (size_t)a->nb);
+            memset(xm, 0, sizeof(float) * (size_t)(a->K / PAGODA_RP_QK));
             memset(xs, 0, sizeof(int16_t) * (size_t)(a->K / PAGODA_RP_QK));
             memset(xs16, 0, sizeof(int16_t) * (size_t)(a->K / 16));
             continue;
@@ -231,7 +257,13 @@ void pagoda_rp_prep_acts(pagoda_rp_acts *a, const float *x, size_t x_stride, int
             vt->quant_q8a(xr + b0 * 32, blk, nb * 32);
             for (int64_t i = 0; i < nb; i++) {
                 d[b0 + i] = blk[i].d;
-                for (int j = 0; j < 32; j++) q[(b0 + i) * 32 + j] = (uint8_t)blk[i].qs[j] ^ flip;
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) {
+                    q[(b0 + i) * 32 + j] = (uint8_t)blk[i].qs[j] ^ flip;
+                    sum += blk[i].qs[j];
+                }
+                /* the lanes kernels' d_x / 8 x s8 (s8 = 8 sum: pagoda_q8x8_block) */
+                xm[b0 + i] = (blk[i].d * 0.125f) * (float)(8 * sum);
             }
         }
     }
@@ -269,6 +301,32 @@ void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const
                     }
                     if (off) s -= blk->s128[n];
                     acc[n] += (float)s * (blk->d[n] * dx);
+                }
+            }
+            store_rows(out, out_stride, t, g, n0, n1, acc);
+        }
+}
+
+void pagoda_rp_gemm_q41_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                            float *out, size_t out_stride)
+{
+    int off = a->is_unsigned ? 128 : 0;
+    for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
+        for (int64_t t = 0; t < a->T; t++) {
+            float acc[PAGODA_RP_ROWS] = {0};
+            const uint8_t *xq = a->xq + t * a->kp;
+            for (int64_t b = 0; b < w->nb; b++) {
+                const pagoda_rp_q41block *blk = &w->q41blk[g * w->nb + b];
+                float dx = a->xd[t * a->nb + b], xm = a->xm[t * a->nb + b];
+                for (int n = 0; n < PAGODA_RP_ROWS; n++) {
+                    int32_t s = 0;
+                    for (int k = 0; k < 32; k++) {
+                        int xv = a->is_unsigned ? xq[b * 32 + k] : (int8_t)xq[b * 32 + k];
+                        s += xv * blk->q[k / 4][4 * n + k % 4];
+                    }
+                    if (off) s -= blk->s128[n];
+                    acc[n] += (float)s * (blk->d[n] * dx);
+                    acc[n] += blk->m[n] * xm;
                 }
             }
             store_rows(out, out_stride, t, g, n0, n1, acc);
@@ -359,6 +417,7 @@ void pagoda_rp_cache_destroy(pagoda_rp_cache *c)
         free(c->entries[i]->m.blk);
         free(c->entries[i]->m.kblk);
         free(c->entries[i]->m.q6blk);
+        free(c->entries[i]->m.q41blk);
         free(c->entries[i]);
     }
     free(c->entries);
@@ -390,6 +449,7 @@ void pagoda_rp_cache_invalidate(pagoda_rp_cache *c, const void *base, size_t siz
             free(e->m.blk);
             free(e->m.kblk);
             free(e->m.q6blk);
+            free(e->m.q41blk);
             free(e);
             c->entries[i] = c->entries[--c->n_entries];
         } else {
@@ -466,6 +526,8 @@ const pagoda_rp_matrix *pagoda_rp_cache_get(pagoda_rp_cache *c, struct pagoda_th
     void *blk = aligned_alloc(64, bytes);
     if (dtype == PAGODA_DTYPE_Q6_K)
         m.q6blk = blk;
+    else if (dtype == PAGODA_DTYPE_Q4_1)
+        m.q41blk = blk;
     else if (kq)
         m.kblk = blk;
     else

@@ -14,7 +14,8 @@
  * takes the activations as unsigned (x + 128).
  * Size: 640 bytes per 16 x 32 values, 1.25 bytes a weight: 1.18x a Q8_0
  * matrix, 2.2x a Q4_0 one, held beside the mmap'd original. The K-quants
- * have a block of their own (pagoda_rp_kblock).
+ * have a block of their own (pagoda_rp_kblock); Q4_1 adds its mins
+ * (pagoda_rp_q41block).
  * Not for: the GEMMs themselves (gemm_vnni_avx512.c, ../amx/), choosing
  * one (repack_matmul.c).
  */
@@ -35,6 +36,20 @@ typedef struct pagoda_rp_block {
 } pagoda_rp_block;
 
 _Static_assert(sizeof(pagoda_rp_block) == 640, "a repacked block is 640 bytes");
+
+/* Q4_1 (value d q + m, q 0..15): pagoda_rp_block's fields with the raw
+ * nibbles 0..15 as int8 (the 128 x row sum as for Q4_0), and each row's
+ * min m, which meets the activations' xm (dx x sum of the token's block)
+ * in one float step per block, as the lanes kernels round it. 704 bytes
+ * per 16 x 32, 1.375 bytes a weight (2.2x a Q4_1 matrix). */
+typedef struct pagoda_rp_q41block {
+    int8_t q[PAGODA_RP_QK / 4][4 * PAGODA_RP_ROWS]; /* q[r][4n+i]: row n, value 4r+i, 0..15 */
+    float d[PAGODA_RP_ROWS];                         /* row scales */
+    int32_t s128[PAGODA_RP_ROWS];                    /* 128 * sum of row n's 32 values */
+    float m[PAGODA_RP_ROWS];                         /* row mins */
+} pagoda_rp_q41block;
+
+_Static_assert(sizeof(pagoda_rp_q41block) == 704, "a repacked Q4_1 block is 704 bytes");
 
 /* The K-quants (Q4_K, Q5_K): one block per 16 rows x 256-value
  * super-block, the values unsigned (0..15 / 0..31) in the same VNNI
@@ -68,15 +83,16 @@ typedef struct pagoda_rp_q6block {
 _Static_assert(sizeof(pagoda_rp_q6block) == 5696, "a repacked Q6_K block is 5696 bytes");
 
 typedef struct pagoda_rp_matrix {
-    int dtype;            /* the original's type (Q8_0, Q4_0, Q4_K, Q5_K) */
+    int dtype;            /* the original's type (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) */
     int64_t N, K;         /* rows, values per row */
     int64_t ng, nb;       /* groups of 16 rows, blocks (32 values; 256 for K) per row */
     pagoda_rp_block *blk; /* [ng][nb], 64-byte aligned (Q8_0, Q4_0) */
     pagoda_rp_kblock *kblk; /* [ng][nb] (Q4_K, Q5_K) */
     pagoda_rp_q6block *q6blk; /* [ng][nb] (Q6_K) */
+    pagoda_rp_q41block *q41blk; /* [ng][nb] (Q4_1) */
 } pagoda_rp_matrix;
 
-/* Can this type be repacked? (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) */
+/* Can this type be repacked? (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) */
 bool pagoda_rp_type_supported(int dtype);
 /* Is it one of the super-block types (activations per 256)? */
 bool pagoda_rp_type_kquant(int dtype);
@@ -95,7 +111,9 @@ void pagoda_rp_pack_groups(pagoda_rp_matrix *m, const void *w, size_t w_stride, 
  * signed (AMX, and the K-quants everywhere, whose weights are the
  * unsigned side). K-quant activations (kq) are per 256 values (the q8k
  * quantizer's), with xs [Tpad][K / 32] their int16 sums of 32 and xs16
- * [Tpad][K / 16] their sums of 16. */
+ * [Tpad][K / 16] their sums of 16. Per-32 activations also have xm
+ * [Tpad][nb], dx x the block's sum of qs for Q4_1's min, rounded as the
+ * lanes kernels round it: (dx / 8) x (8 sum). */
 typedef struct pagoda_rp_acts {
     int64_t T, Tpad, K, kp, nb;
     bool is_unsigned, kq;
@@ -103,6 +121,7 @@ typedef struct pagoda_rp_acts {
     float *xd;
     int16_t *xs;
     int16_t *xs16;
+    float *xm;
 } pagoda_rp_acts;
 
 /* Bytes of scratch pagoda_rp_acts_init needs for T x K. */
@@ -122,6 +141,11 @@ void pagoda_rp_gemm_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, cons
                          float *out, size_t out_stride);
 void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                         float *out, size_t out_stride);
+/* The same for Q4_1 (per-32 activations, with xm). */
+void pagoda_rp_gemm_q41_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                             float *out, size_t out_stride);
+void pagoda_rp_gemm_q41_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                            float *out, size_t out_stride);
 /* The same for the K-quants (signed kq activations; Q4_K / Q5_K and Q6_K). */
 void pagoda_rp_gemm_k_vnni(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                            float *out, size_t out_stride);

@@ -1,6 +1,6 @@
 /*
  * repack_matmul.c: the repacked GEMMs' share of a CPU matmul. For T >=
- * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weight inside a registered
+ * pagoda_rp_min_t() tokens, a Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weight inside a registered
  * weights region, and a level with a GEMM on the layout (AMX tiles, else
  * AVX-512 VNNI), matmul.c hands the matrix here: its repacked copy comes
  * from the exec's cache (made on first use), the activations are
@@ -140,6 +140,14 @@ static void gemm_task(void *arg, int part, int n_parts)
                                      w->out_stride);
         else
             pagoda_rp_gemm_k_vnni(m, n0, n1, a, w->out, w->out_stride);
+    } else if (m->dtype == PAGODA_DTYPE_Q4_1) {
+        if (j->path == PAGODA_RP_PATH_AMX)
+            pagoda_rp_gemm_q41_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xm, a->T, w->out, w->out_stride);
+        else if (j->path == PAGODA_RP_PATH_AMX_EMU)
+            pagoda_rp_gemm_q41_amx_emu(m, n0, n1, (const int8_t *)a->xq, a->xd, a->xm, a->T, w->out,
+                                       w->out_stride);
+        else
+            pagoda_rp_gemm_q41_vnni(m, n0, n1, a, w->out, w->out_stride);
     } else switch (j->path) {
     case PAGODA_RP_PATH_AMX:
         pagoda_rp_gemm_amx(m, n0, n1, (const int8_t *)a->xq, a->xd, a->T, w->out, w->out_stride);

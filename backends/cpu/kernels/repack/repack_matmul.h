@@ -18,8 +18,8 @@ enum {
     PAGODA_RP_PATH_AMX_EMU = 3  /* the same on the plain-C tiles: tests only */
 };
 
-/* From this many tokens the repacked GEMMs take Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K
- * matrices
+/* From this many tokens the repacked GEMMs take Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K /
+ * Q6_K matrices
  * (docs/backend-cpu.md has the measurement). PAGODA_CPU_REPACK_MIN_T in
  * the environment overrides it (read once); 0 turns them off. */
 #define PAGODA_RP_MIN_T 16
@@ -41,7 +41,8 @@ int pagoda_rp_path(void);
  * AVX-512 VNNI GEMM on the first AMX host (docs/benchmarks.md, "Issue 27 on
  * the AMX host"): Q8_0 from PAGODA_RP_AMX_MIN_T tokens (96.7 against 68.9
  * tok/s at 512; Q4_0 53.6 against 74.8, Q4_K_M 76.6 against 99.3, 16
- * sequences of the 110M Q8_0 shape 198 against 308); the rest VNNI.
+ * sequences of the 110M Q8_0 shape 198 against 308); the rest VNNI (Q4_1
+ * too: unmeasured on AMX, taken as Q4_0).
  * PAGODA_CPU_AMX_ALL=1 sends every type and size to the tiles. */
 #define PAGODA_RP_AMX_MIN_T 64
 #define PAGODA_RP_AMX_MIN_T_STR "64"
