@@ -38,9 +38,10 @@
  * kernels.
  *
  * Every level also has the activation quantizers, dequant, the gated
- * activations, to_f16 and the attention helpers (the AVX2 ones above
- * AVX2, but for the AVX-512 level's swiglu_oai and its F16 prefill
- * attention tile, attn_f16_tile: kernels/avx512/act_avx512.c). The AMX level's table is the AVX-512 one; apart from every table,
+ * activations, to_f16 and the attention helpers, the F16 prefill tile
+ * attn_f16_tile among them but on the scalar level (the AVX2 ones above
+ * AVX2, but for the AVX-512 level's swiglu_oai and attn_f16_tile:
+ * kernels/avx512/act_avx512.c). The AMX level's table is the AVX-512 one; apart from every table,
  * for T >= 16 Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K go to the row-interleaved
  * layout (kernels/repack/): the AMX-INT8 tile GEMM on the AMX level, the
  * AVX-512 VNNI one on AVX-512 (kernels/repack/repack_matmul.c picks;

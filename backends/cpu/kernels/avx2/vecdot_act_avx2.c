@@ -2,7 +2,9 @@
  * vecdot_act_avx2.c: the gated activations of the AVX2 table (vecdot.h
  * swiglu, geglu, swiglu_oai): out = act(g) * u, eight values at a time, with exp by a
  * polynomial instead of a libm call per value (the FFN's T x ffn values,
- * on the engine thread while the pool waits). Compiled with AVX2 + FMA +
+ * on the engine thread while the pool waits), and the table's other exp
+ * kernel, the F16 attention tile of prefill (attn_f16_tile, at the end).
+ * Compiled with AVX2 + FMA +
  * F16C by file name; called only after CPUID says so.
  * Not for: the scalar references (vecdot.c), matmul kernels
  * (vecdot_avx2.c, vecdot_x8_avx2.c).
@@ -82,5 +84,114 @@ void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
     }
     for (; i < n; i++) out[i] = pagoda_gelu_tanh(g[i]) * u[i];
+}
+/* ------------------------------------------------ the F16 attention tile
+ * vecdot.h attn_f16_tile at eight lanes: the tile's 16 query rows as two
+ * registers (rows 0-7, 8-15), so a chunk of keys and values is converted
+ * from F16 once for all 16 rows (the row path converts every key again
+ * for each row) and the softmax step runs eight rows an instruction; the
+ * AVX-512 level's (kernels/avx512/act_avx512.c) at sixteen. */
+#define ATT_INLINE static inline __attribute__((always_inline))
+
+static void att_f16_rows(const uint16_t *src, size_t stride, int n, int hd, float *dst)
+{
+    for (int j = 0; j < n; j++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)j * stride);
+        float *d = dst + (size_t)j * hd;
+        for (int e = 0; e < hd; e += 8) _mm256_store_ps(d + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + e))));
+    }
+}
+
+/* s[b] = the 16 rows' dots with key b (two registers a key), KB <= 4. */
+ATT_INLINE void att_scores(const float *qt, const float *kf, int hd, int KB, float *s)
+{
+    __m256 a[4][2];
+    for (int b = 0; b < KB; b++) a[b][0] = a[b][1] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m256 q0 = _mm256_load_ps(qt + 16 * d), q1 = _mm256_load_ps(qt + 16 * d + 8);
+        for (int b = 0; b < KB; b++) {
+            __m256 k = _mm256_broadcast_ss(kf + (size_t)b * hd + d);
+            a[b][0] = _mm256_fmadd_ps(q0, k, a[b][0]);
+            a[b][1] = _mm256_fmadd_ps(q1, k, a[b][1]);
+        }
+    }
+    for (int b = 0; b < KB; b++) {
+        _mm256_store_ps(s + 16 * b, a[b][0]);
+        _mm256_store_ps(s + 16 * b + 8, a[b][1]);
+    }
+}
+
+/* acc rows i0 .. i0 + QB - 1, values d0 .. d0 + 8 DB - 1 (QB x DB <= 8
+ * sums in registers over the n keys). */
+ATT_INLINE void att_accum(float *acc, int hd, const float *al, const float *p, const float *vf, int n, int i0,
+                          int QB, int d0, int DB)
+{
+    __m256 c[4][2];
+    for (int i = 0; i < QB; i++)
+        for (int b = 0; b < DB; b++)
+            c[i][b] = _mm256_mul_ps(_mm256_load_ps(acc + (size_t)(i0 + i) * hd + d0 + 8 * b), _mm256_set1_ps(al[i0 + i]));
+    for (int j = 0; j < n; j++) {
+        __m256 v[2];
+        for (int b = 0; b < DB; b++) v[b] = _mm256_load_ps(vf + (size_t)j * hd + d0 + 8 * b);
+        for (int i = 0; i < QB; i++) {
+            __m256 w = _mm256_broadcast_ss(p + 16 * j + i0 + i);
+            for (int b = 0; b < DB; b++) c[i][b] = _mm256_fmadd_ps(w, v[b], c[i][b]);
+        }
+    }
+    for (int i = 0; i < QB; i++)
+        for (int b = 0; b < DB; b++) _mm256_store_ps(acc + (size_t)(i0 + i) * hd + d0 + 8 * b, c[i][b]);
+}
+
+void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const uint16_t *k, const uint16_t *v, size_t stride, int n,
+                                   int32_t j0)
+{
+    const int hd = t->hd;
+    float p[64 * 16] __attribute__((aligned(32)));
+    float al[16] __attribute__((aligned(32)));
+    att_f16_rows(k, stride, n, hd, t->kv);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 4, p + 16 * j);
+    for (; j < n; j++) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 1, p + 16 * j);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(t->scale);
+    __m256 base[2], alpha[2], l[2], nm[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256i lo = _mm256_load_si256((const __m256i *)(t->lo + 8 * h));
+        const __m256i hi = _mm256_load_si256((const __m256i *)(t->hi + 8 * h));
+        __m256 cm = ninf;
+        for (j = 0; j < n; j++) {
+            /* unseen: j < lo or j > hi */
+            __m256i jj = _mm256_set1_epi32(j0 + j);
+            __m256 off = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(lo, jj), _mm256_cmpgt_epi32(jj, hi)));
+            __m256 s = _mm256_blendv_ps(_mm256_mul_ps(_mm256_load_ps(p + 16 * j + 8 * h), scale), ninf, off);
+            _mm256_store_ps(p + 16 * j + 8 * h, s);
+            cm = _mm256_max_ps(cm, s);
+        }
+        /* as the AVX-512 tile: a row with no key yet takes 0 as its max;
+         * unseen keys (score -inf) weigh 0 */
+        __m256 m = _mm256_load_ps(t->m + 8 * h);
+        nm[h] = _mm256_max_ps(m, cm);
+        base[h] = _mm256_and_ps(nm[h], _mm256_cmp_ps(nm[h], ninf, _CMP_NEQ_OQ));
+        alpha[h] = _mm256_and_ps(exp_ps(_mm256_sub_ps(m, base[h])), _mm256_cmp_ps(m, ninf, _CMP_NEQ_OQ));
+        l[h] = _mm256_mul_ps(_mm256_load_ps(t->l + 8 * h), alpha[h]);
+        for (j = 0; j < n; j++) {
+            __m256 s = _mm256_load_ps(p + 16 * j + 8 * h);
+            __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(s, base[h])), _mm256_cmp_ps(s, ninf, _CMP_NEQ_OQ));
+            l[h] = _mm256_add_ps(l[h], e);
+            _mm256_store_ps(p + 16 * j + 8 * h, e);
+        }
+        _mm256_store_ps(t->m + 8 * h, nm[h]);
+        _mm256_store_ps(t->l + 8 * h, l[h]);
+        _mm256_store_ps(al + 8 * h, alpha[h]);
+    }
+    att_f16_rows(v, stride, n, hd, t->kv);
+    for (int i0 = 0; i0 < t->nq; i0 += 4) {
+        int qb = t->nq - i0 < 4 ? t->nq - i0 : 4;
+        int d0 = 0;
+        for (; d0 + 16 <= hd; d0 += 16) {
+            if (qb == 4) att_accum(t->acc, hd, al, p, t->kv, n, i0, 4, d0, 2);
+            else att_accum(t->acc, hd, al, p, t->kv, n, i0, qb, d0, 2);
+        }
+        for (; d0 < hd; d0 += 8) att_accum(t->acc, hd, al, p, t->kv, n, i0, qb, d0, 1);
+    }
 }
 #endif

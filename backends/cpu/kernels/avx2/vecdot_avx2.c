@@ -759,6 +759,7 @@ const pagoda_vecdot_table pagoda_vecdot_avx2 = {
     .swiglu = pagoda_cpu_swiglu_avx2,
     .geglu = pagoda_cpu_geglu_avx2,
     .swiglu_oai = pagoda_cpu_swiglu_oai_avx2,
+    .attn_f16_tile = pagoda_cpu_attn_f16_tile_avx2,
     .dequant = dequant_avx2,
     .quant_q8a = quant_q8a_avx2,
     .quant_q8k = quant_q8k_avx2,
