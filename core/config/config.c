@@ -82,7 +82,7 @@ static const engine_key engine_keys[] = {
     EK("mla_decompress_ctx", PAGODA_KEY_INT, "4096", 0, 16777216,
        "MLA models: the longest context (cached prefix + chunk) a decompressed chunk may have, at most max_seq_len and never below max_batched_tokens; it sizes the scratch K/V pool; a longer context stays absorbed"),
     { { "chat_template", PAGODA_KEY_STRING, "auto", 0, 0, "chat template; auto: from the model" },
-      "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|deepseek-v3.1|kimi-k2|harmony",
+      "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|chatml-think|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|deepseek-v3.1|kimi-k2|harmony",
       false },
     EK("default_max_tokens", PAGODA_KEY_INT, "256", 0, 16777216, "max_tokens of a request that gives none; 0: up to the context"),
     EK("temperature", PAGODA_KEY_FLOAT, "1.0", 0, 100, "default sampling temperature; 0: greedy"),

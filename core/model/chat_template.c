@@ -37,7 +37,11 @@ pagoda_chat_family pagoda_chat_detect(const char *t)
      * Qwen3.5's too, and it thinks */
     if (strstr(t, "<|im_start|>") && strstr(t, "<function=") && strstr(t, "<parameter="))
         return strstr(t, "<think>") ? PAGODA_CHAT_QWEN35 : PAGODA_CHAT_QWEN3_CODER;
-    if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML;
+    /* Qwen3 reads an assistant's reasoning_content; QwQ's template thinks
+     * (its generation prompt opens <think>) without it */
+    if (strstr(t, "<|im_start|>") && strstr(t, "<think>"))
+        return strstr(t, "reasoning_content") ? PAGODA_CHAT_QWEN3 : PAGODA_CHAT_CHATML_THINK;
+    if (strstr(t, "<|im_start|>")) return PAGODA_CHAT_CHATML;
     if (strstr(t, "[gMASK]")) return PAGODA_CHAT_GLM4;
     if (strstr(t, "<|start_header_id|>")) return PAGODA_CHAT_LLAMA3;
     if (strstr(t, "<start_of_turn>")) return PAGODA_CHAT_GEMMA;
@@ -54,7 +58,7 @@ static const char *const family_names[] = {
     [PAGODA_CHAT_DEEPSEEK3] = "deepseek3", [PAGODA_CHAT_DEEPSEEK_R1] = "deepseek-r1",
     [PAGODA_CHAT_KIMI_K2] = "kimi-k2", [PAGODA_CHAT_HARMONY] = "harmony",
     [PAGODA_CHAT_QWEN3_CODER] = "qwen3-coder", [PAGODA_CHAT_QWEN35] = "qwen3.5",
-    [PAGODA_CHAT_DEEPSEEK31] = "deepseek-v3.1",
+    [PAGODA_CHAT_DEEPSEEK31] = "deepseek-v3.1", [PAGODA_CHAT_CHATML_THINK] = "chatml-think",
     [PAGODA_CHAT_UNKNOWN] = "unknown",
 };
 
@@ -86,9 +90,8 @@ int pagoda_chat_select(const char *config_value, const char *jinja_template,
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "engine.chat_template: unknown value '%s'; expected auto, chatml, llama2, "
-                     "llama3, mistral, zephyr, gemma, qwen3, qwen3-coder, qwen3.5, glm4, deepseek3, deepseek-r1, "
-                     "deepseek-v3.1, kimi-k2 "
-                     "or harmony",
+                     "llama3, mistral, zephyr, gemma, qwen3, chatml-think, qwen3-coder, qwen3.5, glm4, "
+                     "deepseek3, deepseek-r1, deepseek-v3.1, kimi-k2 or harmony",
                      config_value);
         return PAGODA_ERR_INVALID;
     }
@@ -175,6 +178,13 @@ static const char *content_of(const pagoda_chat_message *m) { return m->content 
 
 static bool is_role(const pagoda_chat_message *m, const char *r) { return strcmp(m->role, r) == 0; }
 
+/* s begins with head and ends with tail */
+static bool starts_ends(const char *s, const char *head, const char *tail)
+{
+    size_t n = strlen(s), h = strlen(head), t = strlen(tail);
+    return n >= h && n >= t && !strncmp(s, head, h) && !strcmp(s + n - t, tail);
+}
+
 static void render_chatml(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
 {
     for (int32_t i = 0; i < n; i++) {
@@ -234,10 +244,80 @@ static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
     return u;
 }
 
-/* Qwen3: ChatML, where assistant turns before the last user message keep
- * only their answer (the reasoning of earlier turns is dropped) and the
- * generation prompt leaves the model to think (enable_thinking's default).
- * Qwen3-Coder (xml_tools): ChatML, but tool results are a user turn, each
+/* A run of tool results as Qwen3's and QwQ's templates
+ * write them: one user turn, each result "\n<tool_response>\nR\n
+ * </tool_response>". A result the caller already wrapped so (the HTTP
+ * frontend does for the JSON-call families) is written as given, not
+ * wrapped twice: the text is the same. */
+static void qwen_tool_result(sbuf *b, const pagoda_chat_message *msgs, int32_t n, int32_t i)
+{
+    const char *c = content_of(&msgs[i]);
+    if (i == 0 || !is_role(&msgs[i - 1], "tool")) sb_add(b, "<|im_start|>user");
+    sb_add(b, "\n");
+    if (starts_ends(c, "<tool_response>\n", "\n</tool_response>")) sb_add(b, c);
+    else tool_response(b, &msgs[i], false);
+    if (i + 1 == n || !is_role(&msgs[i + 1], "tool")) sb_add(b, "<|im_end|>\n");
+}
+
+/* Qwen3 (Qwen3-0.6B's template) and QwQ (chatml-think): ChatML turns,
+ * tool results as qwen_tool_result writes them.
+ * Qwen3: the last query is the last user message whose text is not a
+ * wrapped tool response (<tool_response>...</tool_response>); an assistant
+ * turn before it keeps only its answer (the text after its last </think>,
+ * leading newlines stripped), one after it opens with its reasoning block
+ * <think>\nR\n</think>\n\n when it has reasoning or is the last message
+ * (the empty block then); +gen <|im_start|>assistant\n, and the empty
+ * block after it with thinking off.
+ * QwQ: every assistant turn but the last keeps only its answer (the last
+ * is as given); a turn with calls whose answer is empty beside its
+ * reasoning keeps the template's blank line before the first call; +gen
+ * <|im_start|>assistant\n<think>\n, closed by </think> unless thinking is
+ * on (the template closes it when enable_thinking is unset too). */
+static void render_qwen3_think(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking,
+                               bool qwq)
+{
+    int32_t q = n - 1;
+    for (int32_t i = n - 1; i >= 0; i--)
+        if (is_role(&msgs[i], "user") && !starts_ends(content_of(&msgs[i]), "<tool_response>", "</tool_response>")) {
+            q = i;
+            break;
+        }
+    for (int32_t i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "tool")) {
+            qwen_tool_result(b, msgs, n, i);
+            continue;
+        }
+        sb_add(b, "<|im_start|>");
+        sb_add(b, msgs[i].role);
+        sb_add(b, "\n");
+        const char *c = content_of(&msgs[i]);
+        bool last = i == n - 1;
+        if (is_role(&msgs[i], "assistant") && qwq) {
+            think_split t = split_think(c);
+            if (!last && strstr(c, "</think>") && !strncmp(t.c, "<tool_call>", 11)) sb_add(b, "\n");
+            sb_add(b, last ? c : t.c);
+        } else if (is_role(&msgs[i], "assistant")) {
+            think_split t = split_think(c);
+            const char *a = t.c;
+            if (i > q && (last || t.rn)) {
+                sb_add(b, "<think>\n");
+                sb_addn(b, t.r, t.rn);
+                sb_add(b, "\n</think>\n\n");
+                while (*a == '\n') a++;
+            }
+            sb_add(b, a);
+        } else {
+            sb_add(b, c);
+        }
+        sb_add(b, "<|im_end|>\n");
+    }
+    if (!gen) return;
+    sb_add(b, "<|im_start|>assistant\n");
+    if (qwq) sb_add(b, thinking == 1 ? "<think>\n" : "<think>\n</think>");
+    else if (thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
+}
+
+/* Qwen3-Coder (xml_tools): ChatML, but tool results are a user turn, each
  * inside <tool_response> on a line of its own, a run of them one turn (its
  * template has no reasoning to drop and no think block).
  * Qwen3.5 (xml_tools, thinks): Qwen3-Coder's results (a newline before
@@ -245,7 +325,7 @@ static int32_t last_user(const pagoda_chat_message *msgs, int32_t n)
  * reasoning dropped, an assistant turn after the last user message opening
  * with its reasoning block (the empty one when it has none: the template
  * writes one always), and the generation prompt opening the block
- * (closing it empty, thinking off). */
+ * (closing it empty, thinking off). Qwen3 itself: render_qwen3_think. */
 static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking,
                          bool xml_tools, bool thinks)
 {
@@ -294,8 +374,10 @@ static void render_qwen3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bo
 /* GLM-4.5/4.6: [gMASK]<sop>, then <|role|>\n and the text; an assistant
  * turn opens with its reasoning in <think></think> (empty before the last
  * user message) and its answer stripped; the generation prompt is the bare
- * <|assistant|> (thinking on). */
-static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen)
+ * <|assistant|> (thinking on). Thinking off (enable_thinking false) puts
+ * /nothink after each user text not already ending with it, and the
+ * generation prompt closes the reasoning: <|assistant|>\n<think></think>. */
+static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, int thinking)
 {
     int32_t u = last_user(msgs, n);
     sb_add(b, "[gMASK]<sop>");
@@ -329,8 +411,11 @@ static void render_glm4(sbuf *b, const pagoda_chat_message *msgs, int32_t n, boo
         sb_add(b, msgs[i].role);
         sb_add(b, "|>\n");
         sb_add(b, content_of(&msgs[i]));
+        /* thinking off: the template asks each user turn for no thinking */
+        if (thinking == 0 && is_role(&msgs[i], "user") && !starts_ends(content_of(&msgs[i]), "", "/nothink"))
+            sb_add(b, "/nothink");
     }
-    if (gen) sb_add(b, "<|assistant|>");
+    if (gen) sb_add(b, thinking == 0 ? "<|assistant|>\n<think></think>" : "<|assistant|>");
 }
 
 static void render_llama3(sbuf *b, const pagoda_chat_message *msgs, int32_t n, bool gen, const char *bos)
@@ -767,7 +852,8 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
     case PAGODA_CHAT_MISTRAL: render_mistral(&b, msgs, n, bos_text ? bos_text : "<s>", eos); break;
     case PAGODA_CHAT_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt, eos); break;
     case PAGODA_CHAT_GEMMA: render_gemma(&b, msgs, n, add_generation_prompt, bos_text ? bos_text : "<bos>"); break;
-    case PAGODA_CHAT_QWEN3: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, false, false); break;
+    case PAGODA_CHAT_QWEN3: render_qwen3_think(&b, msgs, n, add_generation_prompt, thinking, false); break;
+    case PAGODA_CHAT_CHATML_THINK: render_qwen3_think(&b, msgs, n, add_generation_prompt, thinking, true); break;
     case PAGODA_CHAT_DEEPSEEK3:
     case PAGODA_CHAT_DEEPSEEK_R1:
         render_deepseek(&b, msgs, n, add_generation_prompt, f == PAGODA_CHAT_DEEPSEEK_R1, thinking,
@@ -783,7 +869,7 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
             goto out;
         }
         break;
-    case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt); break;
+    case PAGODA_CHAT_GLM4: render_glm4(&b, msgs, n, add_generation_prompt, thinking); break;
     case PAGODA_CHAT_QWEN3_CODER: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true, false); break;
     case PAGODA_CHAT_QWEN35: render_qwen3(&b, msgs, n, add_generation_prompt, thinking, true, true); break;
     case PAGODA_CHAT_CHATML:

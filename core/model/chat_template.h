@@ -3,7 +3,7 @@
  * common template families, recognised from the GGUF's
  * `tokenizer.chat_template` by marker substrings (no Jinja engine), or
  * forced by name (`engine.chat_template = auto|chatml|llama2|llama3|
- * mistral|zephyr|gemma|qwen3|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|
+ * mistral|zephyr|gemma|qwen3|chatml-think|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|
  * deepseek-v3.1|kimi-k2|harmony`). Also names the stop strings each family implies.
  * Not for: tokenizing (the engine tokenizes the rendered text with
  * parse_special = true, add_special = false), tool calls, or templates
@@ -25,10 +25,23 @@
  *   gemma    <bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
  *            +gen <start_of_turn>model\n  (system folded into the first user
  *            turn, assistant named model, contents trimmed)
- *   qwen3    ChatML, but an assistant turn before the last user message keeps
- *            only the text after its last </think> (leading newlines
- *            stripped); +gen <|im_start|>assistant\n (thinking on, the
- *            template's enable_thinking default)
+ *   qwen3    Qwen3's template: ChatML, but a run of tool results is one user
+ *            turn, each \n<tool_response>\nR\n</tool_response>, and with
+ *            the last query the last user message whose text is not a
+ *            wrapped <tool_response>...</tool_response>, an assistant turn
+ *            before it keeps only the text after its last </think> (leading
+ *            newlines stripped), one after it opens with its reasoning,
+ *            <think>\nR\n</think>\n\n, when it has some or is the last
+ *            message (R empty then); +gen <|im_start|>assistant\n (thinking
+ *            on, the template's enable_thinking default; thinking off adds
+ *            <think>\n\n</think>\n\n) (recognised by <|im_start|>, <think>
+ *            and reasoning_content)
+ *   chatml-think QwQ-32B's template: qwen3's tool results; every assistant
+ *            turn but the last keeps only its text after </think>; +gen
+ *            <|im_start|>assistant\n<think>\n, closed by </think> unless
+ *            thinking is on (the template closes it when enable_thinking is
+ *            unset too) (recognised by <|im_start|> and <think> without
+ *            reasoning_content)
  *   qwen3-coder ChatML, but a tool result is a user turn: <|im_start|>user\n
  *            <tool_response>\nR\n</tool_response>\n<|im_end|>\n, a run of
  *            results one turn, an earlier assistant turn's reasoning dropped
@@ -45,7 +58,9 @@
  *            last user message keeps its reasoning inside <think></think>,
  *            stripped; the answer is stripped and omitted when empty; tool
  *            results <|observation|>\n<tool_response>\nR\n</tool_response>,
- *            one <|observation|> for a run of them)
+ *            one <|observation|> for a run of them; thinking off: /nothink
+ *            after each user text not ending with it, +gen
+ *            <|assistant|>\n<think></think>)
  *   deepseek3 <｜begin▁of▁sentence｜>S<｜User｜>U<｜Assistant｜>A<｜end▁of▁sentence｜>
  *            ... +gen <｜Assistant｜> (system texts joined by a blank line;
  *            tool results in <｜tool▁outputs▁begin｜>...<｜tool▁outputs▁end｜>)
@@ -132,6 +147,7 @@ typedef enum pagoda_chat_family {
     PAGODA_CHAT_QWEN3_CODER,
     PAGODA_CHAT_QWEN35,
     PAGODA_CHAT_DEEPSEEK31,
+    PAGODA_CHAT_CHATML_THINK,
     PAGODA_CHAT_UNKNOWN
 } pagoda_chat_family;
 
@@ -139,7 +155,7 @@ typedef enum pagoda_chat_family {
  * NULL, empty or unrecognised -> PAGODA_CHAT_UNKNOWN. */
 pagoda_chat_family pagoda_chat_detect(const char *jinja_template);
 
-/* "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "qwen3", "glm4" -> *out and
+/* A family's name above ("chatml", "qwen3", "chatml-think", "glm4", ...) -> *out and
  * PAGODA_OK; anything else (including "auto", NULL) -> PAGODA_ERR_INVALID. */
 int pagoda_chat_family_from_name(const char *name, pagoda_chat_family *out);
 
@@ -166,8 +182,8 @@ int pagoda_chat_render(pagoda_chat_family f, const pagoda_chat_message *msgs, in
 /* What a request passes to the template beside the messages (Jinja's
  * chat_template_kwargs). A NULL opts is all defaults. */
 typedef struct pagoda_chat_opts {
-    int enable_thinking;          /* -1 the template's default, 0 off, 1 on (qwen3, qwen3.5, deepseek-r1,
-                                   * deepseek-v3.1, whose default is off) */
+    int enable_thinking;          /* -1 the template's default, 0 off, 1 on (qwen3, qwen3.5, glm4,
+                                   * chatml-think, deepseek-r1, deepseek-v3.1, whose default is off) */
     const char *reasoning_effort; /* harmony: "low", "medium" or "high"; NULL or "": a
                                    * "Reasoning: X" line of the system message, else medium */
     const char *date;             /* harmony's "Current date:" (YYYY-MM-DD); NULL: today, UTC */
@@ -181,7 +197,7 @@ int pagoda_chat_render_opts(pagoda_chat_family f, const pagoda_chat_message *msg
                             const pagoda_chat_opts *opts, char **out, char *err, size_t err_len);
 
 /* NULL-terminated list of stop strings the family implies (static storage):
- * chatml/qwen3/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
+ * chatml/qwen3/chatml-think/unknown "<|im_end|>", llama3 "<|eot_id|>", gemma "<end_of_turn>",
  * llama2/mistral/zephyr "</s>", glm4 "<|user|>", "<|observation|>", "<|endoftext|>",
  * deepseek3/deepseek-r1 "<｜end▁of▁sentence｜>", kimi-k2 "<|im_end|>", harmony
  * "<|return|>", "<|call|>" (not <|end|>, which ends a channel's message). */

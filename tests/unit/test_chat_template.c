@@ -65,6 +65,20 @@ START_TEST(render_qwen3)
     expect_render(PAGODA_CHAT_QWEN3, think_conv + 3, 2, false, NULL, NULL,
                   "<|im_start|>user\n2+2?<|im_end|>\n"
                   "<|im_start|>assistant\n<think>\nAdd.\n</think>\n\n 4 <|im_end|>\n");
+    /* a tool result the HTTP frontend already wrapped in <tool_response>
+     * renders as a raw one does (not wrapped twice); a run is one user
+     * turn; the answer before it, neither last nor reasoning, has no block */
+    const pagoda_chat_message tr[] = {{"user", "x"}, {"assistant", "y"}, {"tool", "r1"},
+                                      {"tool", "<tool_response>\nr2\n</tool_response>"}};
+    const char *tr_want = "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\ny<|im_end|>\n"
+                          "<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n"
+                          "</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    expect_render(PAGODA_CHAT_QWEN3, tr, 4, true, NULL, NULL, tr_want);
+    /* QwQ writes results alike (its earlier turn as given: no think block) */
+    expect_render(PAGODA_CHAT_CHATML_THINK, tr, 4, false, NULL, NULL,
+                  "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\ny<|im_end|>\n"
+                  "<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n"
+                  "</tool_response><|im_end|>\n");
     /* without reasoning it is ChatML */
     expect_render(PAGODA_CHAT_QWEN3, conv, 4, true, NULL, NULL,
                   "<|im_start|>system\nYou are terse.<|im_end|>\n"
@@ -335,6 +349,13 @@ static const char *T_DEEPSEEK31 =
 static const char *T_DEEPSEEK32 =
     "{%- set dsml_token = '\xEF\xBD\x9C" "DSML\xEF\xBD\x9C' -%}{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think></think>'}}"
     "{{'<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>'}}{{'<think>'}}";
+/* QwQ-32B's (excerpt: it thinks, its generation prompt opening the
+ * block, but reads no reasoning_content) */
+static const char *T_QWQ =
+    "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}"
+    "{%- if not enable_thinking -%}{{- '</think>' -}}{%- endif -%}{%- endif %}";
 static const char *T_PHI3 =
     "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
     "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
@@ -352,6 +373,7 @@ START_TEST(detect_families)
     ck_assert_int_eq(pagoda_chat_detect(T_GEMMA), PAGODA_CHAT_GEMMA);
     ck_assert_int_eq(pagoda_chat_detect(T_PHI3), PAGODA_CHAT_UNKNOWN);
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN3), PAGODA_CHAT_QWEN3);
+    ck_assert_int_eq(pagoda_chat_detect(T_QWQ), PAGODA_CHAT_CHATML_THINK);
     ck_assert_int_eq(pagoda_chat_detect(T_GLM45), PAGODA_CHAT_GLM4);
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN3_CODER), PAGODA_CHAT_QWEN3_CODER);
     ck_assert_int_eq(pagoda_chat_detect(T_QWEN35), PAGODA_CHAT_QWEN35);
@@ -384,6 +406,10 @@ START_TEST(names_and_select)
     ck_assert_str_eq(pagoda_chat_family_name(f), "qwen3.5");
     ck_assert_int_eq(pagoda_chat_family_from_name("deepseek-v3.1", &f), PAGODA_OK);
     ck_assert_int_eq(f, PAGODA_CHAT_DEEPSEEK31);
+    ck_assert_int_eq(pagoda_chat_family_from_name("chatml-think", &f), PAGODA_OK);
+    ck_assert_int_eq(f, PAGODA_CHAT_CHATML_THINK);
+    ck_assert_str_eq(pagoda_chat_family_name(f), "chatml-think");
+    ck_assert_str_eq(pagoda_chat_stop_strings(f)[0], "<|im_end|>");
 
     char msg[256];
     ck_assert_int_eq(pagoda_chat_select("auto", T_GEMMA, &f, msg, sizeof msg), PAGODA_OK);
@@ -450,8 +476,9 @@ END_TEST
 #define DS_B "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 
 /* The reference templates (llama.cpp's models/templates: DeepSeek-R1
- * Distill, Kimi K2, gpt-oss) rendered by jinja2:
- * tests/data/chat/make_renders.py wrote renders.json. */
+ * Distill, DeepSeek-V3.1, Kimi K2, gpt-oss, Qwen3-Coder, Qwen3.5, Qwen3,
+ * QwQ, GLM-4.6) rendered by jinja2: tests/data/chat/make_renders.py wrote
+ * renders.json; each case must match byte for byte. */
 START_TEST(render_reference_templates)
 {
     json_error_t je;
@@ -459,7 +486,7 @@ START_TEST(render_reference_templates)
     ck_assert_msg(root != NULL, "renders.json: %s", je.text);
     const char *date = json_string_value(json_object_get(root, "date"));
     json_t *cases = json_object_get(root, "cases");
-    ck_assert_int_ge((int)json_array_size(cases), 15);
+    ck_assert_int_ge((int)json_array_size(cases), 107);
     size_t i;
     json_t *c;
     json_array_foreach(cases, i, c) {

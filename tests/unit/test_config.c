@@ -272,7 +272,7 @@ START_TEST(test_bad_engine_values)
               "bad value for engine.kv_dtype: 'f8'; expected one of f16|q8_0|f32");
     assert_at(load_err("[engine]\nchat_template = vicuna\n"), 2,
               "bad value for engine.chat_template: 'vicuna'; expected one of "
-              "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|deepseek-v3.1|kimi-k2|harmony");
+              "auto|chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|chatml-think|qwen3-coder|qwen3.5|glm4|deepseek3|deepseek-r1|deepseek-v3.1|kimi-k2|harmony");
     assert_at(load_err("[engine]\ntemperature = hot\n"), 2,
               "bad value for engine.temperature: 'hot'; expected a number from 0 to 100");
     assert_at(load_err("[engine]\ntop_p = 1.5\n"), 2,

@@ -6,8 +6,9 @@ lstrip_blocks, a sandbox, raise_exception and strftime_now), written to
 renders.json beside this script. Only the expected text is committed;
 the templates stay in llama.cpp.
 
-Usage: /work/venv-ref/bin/python tests/data/chat/make_renders.py \
-           --templates /work/llama.cpp/models/templates
+Usage: python3 tests/data/chat/make_renders.py \
+           --templates /path/to/llama.cpp/models/templates
+(jinja2 3.1)
 """
 import argparse
 import json
@@ -25,6 +26,9 @@ FAMILIES = {
     "qwen3-coder": ("Qwen3-Coder.jinja", {}),
     "qwen3.5": ("Qwen3.5-4B.jinja", {}),
     "deepseek-v3.1": ("deepseek-ai-DeepSeek-V3.1.jinja", {"bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>"}),
+    "qwen3": ("Qwen-Qwen3-0.6B.jinja", {}),
+    "glm4": ("GLM-4.6.jinja", {}),
+    "chatml-think": ("Qwen-QwQ-32B.jinja", {}),
 }
 U = lambda c: {"role": "user", "content": c}
 A = lambda c: {"role": "assistant", "content": c}
@@ -43,6 +47,27 @@ CONVERSATIONS = [
     ("multiline and unicode", [S("line1\nline2"), U("caf\u00e9 \u6211 \U0001F600\n\n  spaced  ")], True, {}),
 ]
 
+# More for the thinking families with a built-in renderer of their own
+# (qwen3, glm4, chatml-think): reasoning after the last query, a last turn
+# without any, a run of results between thinking turns, a user text that
+# is a wrapped tool response (Qwen3 does not count it as the last query),
+# thinking off over several turns (GLM's /nothink).
+THINK_FAMILIES = ("qwen3", "glm4", "chatml-think")
+THINK_CONVERSATIONS = [
+    ("reasoning after the last query", [U("Q"), A("<think>\nR\n</think>\n\nA")], False, {}),
+    ("last turn without reasoning", [U("Q"), A("A")], False, {}),
+    ("results between thinking turns",
+     [U("weather?"), A("<think>\nlook\n</think>\n\nLet me look."), T("sunny"), T("22C"),
+      A("<think>\nsum up\n</think>\n\nSunny, 22C.")], False, {}),
+    ("wrapped response as a user turn",
+     [U("Q"), A("<think>\nR\n</think>\n\nA"), U("<tool_response>\nx\n</tool_response>")], True, {}),
+    ("thinking off, several turns", [S("Be brief."), U("Q1"), A("A1"), U("Q2 /nothink")], True,
+     {"enable_thinking": False}),
+    ("thinking off, tool results", [U("weather?"), A("Let me look."), T("sunny"), T("22C")], True,
+     {"enable_thinking": False}),
+    ("thinking on, earlier reasoning", [U("Q1"), A("<think>\nsome thought\n</think>\n\nA1"), U("Q2")], True,
+     {"enable_thinking": True}),
+]
 
 # A tool conversation per family: the messages as a client sends them (for
 # the Jinja template; arguments as objects, as llama.cpp passes them to
@@ -55,6 +80,8 @@ CALL = {"id": "functions.get:0", "type": "function", "function": {"name": "get",
 TOOL_JINJA = [U("weather?"), {"role": "assistant", "content": "", "tool_calls": [CALL]},
               {"role": "tool", "tool_call_id": "functions.get:0", "content": "sunny \"22C\""}, A("Sunny."),
               U("thanks")]
+JSON_CALL = '<tool_call>\n{"name": "get", "arguments": {"city": "Paris"}}\n</tool_call>'
+GLM_CALL = "<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
 XML_CALL = "<tool_call>\n<function=get>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
 TOOL_PAGODA = {
     "deepseek-r1": [U("weather?"), A(DS["calls_begin"] + DS["call_begin"] + "function" + DS["sep"] + "get\n```json\n"
@@ -71,6 +98,10 @@ TOOL_PAGODA = {
     # the XML families: the call as structured.c's write_call writes it
     "qwen3-coder": [U("weather?"), A(XML_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
     "qwen3.5": [U("weather?"), A(XML_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    # Qwen3's and QwQ's JSON calls (structured.c's hermes format), GLM-4.6's arg_key/arg_value
+    "qwen3": [U("weather?"), A(JSON_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    "chatml-think": [U("weather?"), A(JSON_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
+    "glm4": [U("weather?"), A(GLM_CALL), T("sunny \"22C\""), A("Sunny."), U("thanks")],
 }
 
 
@@ -171,6 +202,20 @@ def main():
             text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
             cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
                           "kwargs": kw, "expected": text})
+        if fam in THINK_FAMILIES:
+            for name, msgs, gen, kw in THINK_CONVERSATIONS:
+                text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
+                cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
+                              "kwargs": kw, "expected": text})
+            # a call in the middle of a tool loop: after the last query, with reasoning
+            msgs = [U("weather?"), {"role": "assistant", "content": "<think>\nlook\n</think>\n\n",
+                                    "tool_calls": [CALL]}, T("sunny")]
+            text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra)
+            call = GLM_CALL if fam == "glm4" else JSON_CALL
+            # structured.c writes the reasoning block, then the call after a newline
+            cases.append({"family": fam, "name": "call after reasoning, in a tool loop",
+                          "messages": [U("weather?"), A("<think>\nlook\n</think>\n\n\n" + call), T("sunny")],
+                          "add_generation_prompt": True, "kwargs": {}, "expected": text})
         kw = {"enable_thinking": True} if fam == "deepseek-r1" else {}
         msgs = [dict(m) for m in TOOL_JINJA]
         if fam == "deepseek-r1":
