@@ -419,6 +419,45 @@ static void family_big_tweak(fake_engine *f)
     f->n_ctx = 4096;
 }
 
+/* Qwen3's and QwQ's tools text: their templates' own words around the
+ * tools (renders.json's "tools with/without a system message" cases show
+ * the renderer turning these messages into the templates' text); QwQ's
+ * blank line comes before it even without a system message */
+START_TEST(test_qwen_tools_text)
+{
+#define QWEN_TOOLS "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are " \
+                   "provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": " \
+                   "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", " \
+                   "\"properties\": {\"x\": {\"type\": \"integer\"}}}}}\n</tools>\n\nFor each function call, " \
+                   "return a json object with function name and arguments within <tool_call></tool_call> XML " \
+                   "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n" \
+                   "</tool_call>\n<|user|>add\n"
+    static const struct {
+        const char *family, *sys, *want;
+    } cases[] = {
+        {"qwen3", "{\"role\":\"system\",\"content\":\"Be brief.\"},", "<|system|>Be brief.\n\n" QWEN_TOOLS},
+        {"qwen3", "", "<|system|>" QWEN_TOOLS},
+        {"chatml-think", "{\"role\":\"system\",\"content\":\"Be brief.\"},", "<|system|>Be brief.\n\n" QWEN_TOOLS},
+        {"chatml-think", "", "<|system|>\n\n" QWEN_TOOLS},
+    };
+#undef QWEN_TOOLS
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_gen_prompt = "";
+        g_chat_family = cases[i].family;
+        srv_start_with(&S, NULL, 0, family_tweak);
+        char b[512];
+        snprintf(b, sizeof b, "{\"messages\":[%s{\"role\":\"user\",\"content\":\"add\"}]," TOOLS ",\"max_tokens\":2}",
+                 cases[i].sys);
+        json_decref(post_expect("/v1/chat/completions", b, 200));
+        const char *p = last_logged()->prompt;
+        ck_assert_msg(!strncmp(p, cases[i].want, strlen(cases[i].want)), "%s, case %zu:\n got  '%s'\n want '%s'",
+                      cases[i].family, i, p, cases[i].want);
+        srv_stop(&S);
+        g_chat_family = NULL;
+    }
+}
+END_TEST
+
 START_TEST(test_family_history)
 {
     static const char body[] =
@@ -1360,6 +1399,7 @@ static Suite *suite(void)
     tcase_add_test(fm, test_think_open_per_request);
     tcase_add_test(fm, test_qwen35_family);
     tcase_add_test(fm, test_reasoning_into_history);
+    tcase_add_test(fm, test_qwen_tools_text);
     tcase_add_test(fm, test_deepseek31_family);
     suite_add_tcase(s, fm);
     return s;

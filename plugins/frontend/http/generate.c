@@ -166,7 +166,7 @@ enum MHD_Result generate_body(http_fe *fe, struct MHD_Connection *conn, conn_sta
         if (parse_prompts(root, &prompts, &n_prompts, &pe) < 0) goto bad;
     } else {
         if (parse_messages(root, &msgs, &owned, &n_msgs, &pe) < 0) goto bad;
-        if (st_chat_messages(root, &sr, api_template_fmt(fe), api_template_keeps_reasoning(fe), &msgs, &owned, &n_msgs,
+        if (st_chat_messages(root, &sr, api_template_fmt(fe), api_template_chat_flags(fe), &msgs, &owned, &n_msgs,
                              &pe) < 0)
             goto bad;
         if (!h->chat_render) {

@@ -1021,9 +1021,10 @@ out:
     return st;
 }
 
-int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, pagoda_chat_message **msgs,
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagoda_chat_message **msgs,
                      char ***owned, int *n, perr *pe)
 {
+    bool keep_reasoning = flags & ST_KEEP_REASONING;
     if (fmt == FMT_HARMONY) return harmony_messages(o, sr, msgs, owned, n, pe);
     json_t *arr = json_object_get(o, "messages");
     past_call past[64];
@@ -1116,11 +1117,17 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, 
     if (!sr->tools || !json_array_size(sr->tools)) return 0;
     sbuf b = {0};
     bool has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
-    if (has_sys && (*msgs)[0].content && *(*msgs)[0].content) {
-        sb_str(&b, (*msgs)[0].content);
+    const char *sys = has_sys && (*msgs)[0].content ? (*msgs)[0].content : "";
+    bool qwen = flags & (ST_TOOLS_QWEN3 | ST_TOOLS_QWQ);
+    if (*sys || (flags & ST_TOOLS_QWQ) || (qwen && has_sys)) {
+        /* Qwen3's template: the system text and a blank line when there
+         * is a system message; QwQ's: the blank line always */
+        sb_str(&b, sys);
         sb_str(&b, "\n\n");
     }
-    sb_str(&b, "# Tools\n\nYou may call these functions:\n<tools>");
+    sb_str(&b, qwen ? "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+                      "provided with function signatures within <tools></tools> XML tags:\n<tools>"
+                    : "# Tools\n\nYou may call these functions:\n<tools>");
     size_t i;
     json_t *t;
     json_array_foreach(sr->tools, i, t) {
@@ -1129,9 +1136,11 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, 
         sb_str(&b, txt ? txt : "{}");
         free(txt);
     }
-    sb_str(&b, "\n</tools>\nTo call one, write:\n");
+    sb_str(&b, qwen ? "\n</tools>\n\nFor each function call, return a json object with function name and "
+                      "arguments within <tool_call></tool_call> XML tags:\n"
+                    : "\n</tools>\nTo call one, write:\n");
     /* the family's own call syntax (what toolfmt.c reads back) */
-    switch (fmt) {
+    switch (qwen ? FMT_HERMES : fmt) {
     case FMT_DEEPSEEK:
         sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name>\n```json\n<args-json-object>\n```"
                    DS_CALL_END DS_CALLS_END);

@@ -55,8 +55,16 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, bool think_open
  * keep_reasoning (api_template_keeps_reasoning) an assistant message's
  * reasoning_content (or reasoning, thinking) opens its content as
  * <think>\nR\n</think>\n\n, unless the content holds a block already.
- * msgs and owned may be reallocated (one more entry). 0 or -1 with pe. */
-int st_chat_messages(json_t *o, const st_req *sr, int fmt, bool keep_reasoning, pagoda_chat_message **msgs,
+ * flags: ST_KEEP_REASONING (api_template_keeps_reasoning) as above;
+ * ST_TOOLS_QWEN3 / ST_TOOLS_QWQ (api_template_chat_flags): the tools in
+ * the system turn in the words of Qwen3's / QwQ's own template (its
+ * "# Tools" text, the tools one a line as JSON), not pagoda's shorter
+ * text. msgs and owned may be reallocated (one more entry). 0 or -1 with
+ * pe. */
+#define ST_KEEP_REASONING 1u
+#define ST_TOOLS_QWEN3 2u
+#define ST_TOOLS_QWQ 4u
+int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagoda_chat_message **msgs,
                      char ***owned, int *n, perr *pe);
 
 void st_free(st_req *sr);

@@ -152,6 +152,27 @@ HARMONY_TOOLS = [
 ]
 
 
+QWEN_TOOLS_TEXT = ("qwen3", "chatml-think")
+F_TOOL = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"x": {"type": "integer"}}}}}
+
+
+def qwen_tools_pagoda(fam, msgs, tools):
+    """msgs with the tools text in the system turn, as the HTTP frontend
+    writes it for Qwen3 and QwQ."""
+    has_sys = msgs[0]["role"] == "system"
+    head = msgs[0]["content"] + "\n\n" if has_sys else ""
+    if fam == "chatml-think":
+        head = (msgs[0]["content"] if has_sys else "") + "\n\n"
+    text = (head + "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+            + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+            + "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+            "\"arguments\": <args-json-object>}\n</tool_call>")
+    return [S(text)] + (msgs[1:] if has_sys else msgs)
+
+
 def harmony_pagoda(msgs, ns):
     """msgs as the HTTP frontend hands them to the core (see above)."""
     out = [{"role": "tools", "content": ns}] if ns else []
@@ -216,6 +237,15 @@ def main():
             cases.append({"family": fam, "name": "call after reasoning, in a tool loop",
                           "messages": [U("weather?"), A("<think>\nlook\n</think>\n\n\n" + call), T("sunny")],
                           "add_generation_prompt": True, "kwargs": {}, "expected": text})
+        if fam in QWEN_TOOLS_TEXT:
+            # the tools in the system turn, as structured.c writes them for
+            # these two (ST_TOOLS_QWEN3 / ST_TOOLS_QWQ; test_http_tools
+            # checks its text for this tool)
+            for name, msgs in (("tools with a system message", [S("Be brief."), U("add")]),
+                               ("tools without a system message", [U("add")])):
+                text = tmpl.render(messages=msgs, tools=[F_TOOL], add_generation_prompt=True, **extra)
+                cases.append({"family": fam, "name": name, "messages": qwen_tools_pagoda(fam, msgs, [F_TOOL]),
+                              "tools": [F_TOOL], "add_generation_prompt": True, "kwargs": {}, "expected": text})
         kw = {"enable_thinking": True} if fam == "deepseek-r1" else {}
         msgs = [dict(m) for m in TOOL_JINJA]
         if fam == "deepseek-r1":

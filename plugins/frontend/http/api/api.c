@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "../reply.h"
+#include "../structured.h"
 #include "api.h"
 #include "toolfmt.h"
 
@@ -177,6 +178,15 @@ int api_template_keeps_reasoning(http_fe *fe)
     bool keeps = template_named(fe->host, keeping);
     atomic_store(&fe->template_keeps, keeps ? 2 : 1);
     return keeps;
+}
+
+unsigned api_template_chat_flags(http_fe *fe)
+{
+    static const char *const qwen3[] = {"qwen3", NULL}, *const qwq[] = {"chatml-think", NULL};
+    unsigned f = api_template_keeps_reasoning(fe) ? ST_KEEP_REASONING : 0;
+    if (template_named(fe->host, qwen3)) f |= ST_TOOLS_QWEN3;
+    else if (template_named(fe->host, qwq)) f |= ST_TOOLS_QWQ;
+    return f;
 }
 
 void api_norm_setup(hreq *hr, int tools, const json_t *tool_list)

@@ -93,6 +93,11 @@ int api_template_fmt(http_fe *fe);
  * goes into the history as the <think> block the template writes. */
 int api_template_keeps_reasoning(http_fe *fe);
 
+/* st_chat_messages' flags for the model's template: ST_KEEP_REASONING as
+ * above, ST_TOOLS_QWEN3 / ST_TOOLS_QWQ for the engine's qwen3 /
+ * chatml-think families (their templates' own tools text). */
+unsigned api_template_chat_flags(http_fe *fe);
+
 /* [generate.c] chat: each choice's output goes through its family's
  * normalizer (toolfmt.h) when the family writes channels (harmony) or the
  * request has tools (tool_list, the request's "tools", copied so the

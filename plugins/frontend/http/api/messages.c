@@ -351,7 +351,7 @@ enum MHD_Result route_count_tokens(http_fe *fe, struct MHD_Connection *conn, con
     json_decref(a);
     if (rc < 0) return bad(conn, &pe);
     if (st_parse(h, chat, KIND_CHAT, api_template_fmt(fe), false, &sr, &pe) < 0 || parse_messages(chat, &msgs, &owned, &n_msgs, &pe) < 0 ||
-        st_chat_messages(chat, &sr, api_template_fmt(fe), api_template_keeps_reasoning(fe), &msgs, &owned, &n_msgs,
+        st_chat_messages(chat, &sr, api_template_fmt(fe), api_template_chat_flags(fe), &msgs, &owned, &n_msgs,
                          &pe) < 0) {
         ret = bad(conn, &pe);
         goto out;
