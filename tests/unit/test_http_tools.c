@@ -488,7 +488,15 @@ START_TEST(test_family_history)
         {"", "<|assistant|><tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n",
          "<|tool|>5\n", "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>"},
         {"[gMASK]<|assistant|>", "<|assistant|><tool_call>f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n",
-         "<|tool|>5\n", "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>"},
+         /* GLM-4.6's tools text, a system turn of its own before the conversation
+          * (the fake renders no [gMASK]) */
+         "<|tool|>5\n", "<|system|># Tools\n\nYou may call one or more functions to assist with the user query."
+         "\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
+         "{\"x\": {\"type\": \"integer\"}}}}}\n</tools>\n\nFor each function call, output the function name and "
+         "arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+         "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}"
+         "</arg_value>\n...\n</tool_call>\n<|user|>add\n"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         g_gen_prompt = fam[i].gen;

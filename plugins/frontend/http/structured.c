@@ -1116,7 +1116,10 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagod
      * --exclude-tools-when-tool-choice-none) */
     if (!sr->tools || !json_array_size(sr->tools)) return 0;
     sbuf b = {0};
-    bool has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
+    /* GLM-4.5/4.6's template: a system turn of its own before the
+     * conversation, in its words, the tools one a line */
+    bool glm = fmt == FMT_GLM45;
+    bool has_sys = !glm && *n > 0 && !strcmp((*msgs)[0].role, "system");
     const char *sys = has_sys && (*msgs)[0].content ? (*msgs)[0].content : "";
     bool qwen = flags & (ST_TOOLS_QWEN3 | ST_TOOLS_QWQ);
     if (*sys || (flags & ST_TOOLS_QWQ) || (qwen && has_sys)) {
@@ -1125,7 +1128,7 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagod
         sb_str(&b, sys);
         sb_str(&b, "\n\n");
     }
-    sb_str(&b, qwen ? "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    sb_str(&b, qwen || glm ? "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
                       "provided with function signatures within <tools></tools> XML tags:\n<tools>"
                     : "# Tools\n\nYou may call these functions:\n<tools>");
     size_t i;
@@ -1138,9 +1141,14 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagod
     }
     sb_str(&b, qwen ? "\n</tools>\n\nFor each function call, return a json object with function name and "
                       "arguments within <tool_call></tool_call> XML tags:\n"
-                    : "\n</tools>\nTo call one, write:\n");
+               : glm ? "\n</tools>\n\nFor each function call, output the function name and arguments within the "
+                       "following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+                       "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n"
+                       "<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
+                     : "\n</tools>\nTo call one, write:\n");
     /* the family's own call syntax (what toolfmt.c reads back) */
-    switch (qwen ? FMT_HERMES : fmt) {
+    switch (glm ? -1 : qwen ? FMT_HERMES : fmt) {
+    case -1: break; /* GLM's example: its template's, above */
     case FMT_DEEPSEEK:
         sb_str(&b, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "<function-name>\n```json\n<args-json-object>\n```"
                    DS_CALL_END DS_CALLS_END);
@@ -1163,12 +1171,6 @@ int st_chat_messages(json_t *o, const st_req *sr, int fmt, unsigned flags, pagod
                    "</parameter>\n<parameter=example_parameter_2>\nvalue_2\n</parameter>\n</function>\n</tool_call>\n"
                    "with the function's name, and a parameter each argument (a string value as its text, any other "
                    "as JSON), each closed by </parameter>.");
-        break;
-    case FMT_GLM45:
-        sb_str(&b, "<tool_call>example_function_name\n<arg_key>example_key_1</arg_key>\n<arg_value>value_1</arg_value>\n"
-                   "<arg_key>example_key_2</arg_key>\n<arg_value>value_2</arg_value>\n</tool_call>\nwith the "
-                   "function's name, and a key and a value each argument (a string value as its text, any other as "
-                   "JSON), each value closed by </arg_value>.");
         break;
     default:
         sb_str(&b, "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");

@@ -152,14 +152,22 @@ HARMONY_TOOLS = [
 ]
 
 
-QWEN_TOOLS_TEXT = ("qwen3", "chatml-think")
+QWEN_TOOLS_TEXT = ("qwen3", "chatml-think", "glm4")
 F_TOOL = {"type": "function", "function": {"name": "f", "parameters": {
     "type": "object", "properties": {"x": {"type": "integer"}}}}}
 
 
 def qwen_tools_pagoda(fam, msgs, tools):
     """msgs with the tools text in the system turn, as the HTTP frontend
-    writes it for Qwen3 and QwQ."""
+    writes it for Qwen3 and QwQ (GLM: a system turn of its own first)."""
+    if fam == "glm4":
+        return [S("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                  "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+                  + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+                  + "\n</tools>\n\nFor each function call, output the function name and arguments within the "
+                  "following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+                  "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n"
+                  "<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>")] + msgs
     has_sys = msgs[0]["role"] == "system"
     head = msgs[0]["content"] + "\n\n" if has_sys else ""
     if fam == "chatml-think":
@@ -204,7 +212,9 @@ def main():
 
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: DATE
-    env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
+    # transformers' tojson: never ASCII-escaped (GLM-4.6 passes ensure_ascii=False itself)
+    env.filters["tojson"] = lambda v, indent=None, ensure_ascii=False: json.dumps(v, ensure_ascii=False,
+                                                                                 indent=indent)
     cases = []
     for fam, (fname, extra) in FAMILIES.items():
         with open(os.path.join(a.templates, fname), encoding="utf-8") as fp:
@@ -239,7 +249,7 @@ def main():
                           "add_generation_prompt": True, "kwargs": {}, "expected": text})
         if fam in QWEN_TOOLS_TEXT:
             # the tools in the system turn, as structured.c writes them for
-            # these two (ST_TOOLS_QWEN3 / ST_TOOLS_QWQ; test_http_tools
+            # these (ST_TOOLS_QWEN3 / ST_TOOLS_QWQ, FMT_GLM45; test_http_tools
             # checks its text for this tool)
             for name, msgs in (("tools with a system message", [S("Be brief."), U("add")]),
                                ("tools without a system message", [U("add")])):
