@@ -43,7 +43,8 @@ int st_parse(const pagoda_host *h, json_t *o, int kind, int fmt, bool think_open
 /* Chat with tools: msgs[0..*n) (from parse_messages, one per entry of the
  * body's "messages", contents in owned[]) become what the template
  * renders, in the family fmt's syntax (FMT_*, api/toolfmt.h): the tools
- * listed in the system turn with the family's call example, an
+ * listed in the system turn with the family's call example (GLM: in
+ * GLM-4.6's words, a system turn of its own before the conversation), an
  * assistant's tool_calls as the family writes them (Hermes <tool_call>
  * blocks, Llama 3 JSON, DeepSeek's and Kimi's markers; harmony: its text
  * as an "analysis" message, each call a message "assistant to=functions.N"
