@@ -313,7 +313,9 @@ static void render_qwen3_think(sbuf *b, const pagoda_chat_message *msgs, int32_t
     }
     if (!gen) return;
     sb_add(b, "<|im_start|>assistant\n");
-    if (qwq) sb_add(b, thinking == 1 ? "<think>\n" : "<think>\n</think>");
+    /* QwQ's own template always opens the block; llama.cpp's copy closes it
+     * unless enable_thinking is true: open by default, closed when off */
+    if (qwq) sb_add(b, thinking == 0 ? "<think>\n</think>" : "<think>\n");
     else if (thinking == 0) sb_add(b, "<think>\n\n</think>\n\n");
 }
 

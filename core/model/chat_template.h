@@ -38,10 +38,9 @@
  *            and reasoning_content)
  *   chatml-think QwQ-32B's template: qwen3's tool results; every assistant
  *            turn but the last keeps only its text after </think>; +gen
- *            <|im_start|>assistant\n<think>\n, closed by </think> unless
- *            thinking is on (the template closes it when enable_thinking is
- *            unset too) (recognised by <|im_start|> and <think> without
- *            reasoning_content)
+ *            <|im_start|>assistant\n<think>\n (thinking on, the model's
+ *            own template; off closes it with </think>) (recognised by
+ *            <|im_start|> and <think> without reasoning_content)
  *   qwen3-coder ChatML, but a tool result is a user turn: <|im_start|>user\n
  *            <tool_response>\nR\n</tool_response>\n<|im_end|>\n, a run of
  *            results one turn, an earlier assistant turn's reasoning dropped

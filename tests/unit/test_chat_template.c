@@ -551,6 +551,19 @@ START_TEST(render_thinking_and_effort)
                      PAGODA_OK);
     ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     free(out);
+    /* QwQ (chatml-think): thinking on unless asked off, as the model's own
+     * template (renders.json's cases pass the option explicitly: llama.cpp's
+     * copy of the template closes the block when it is unset) */
+    static const char *qwq_want[] = {"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n</think>",
+                                     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"};
+    for (int th = -1; th <= 1; th++) {
+        pagoda_chat_opts o = {.enable_thinking = th};
+        ck_assert_int_eq(pagoda_chat_render_opts(PAGODA_CHAT_CHATML_THINK, u, 1, true, NULL, NULL, &o, &out, err,
+                                                 sizeof err),
+                         PAGODA_OK);
+        ck_assert_str_eq(out, qwq_want[th != 0]);
+        free(out);
+    }
     /* harmony: the effort from the system prompt's "Reasoning:" line when the
      * request gives none; the request's wins */
     static const pagoda_chat_message sys[] = {{"system", "Be kind.\nReasoning: low"}, {"user", "hi"}};

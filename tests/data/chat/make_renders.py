@@ -53,6 +53,17 @@ CONVERSATIONS = [
 # is a wrapped tool response (Qwen3 does not count it as the last query),
 # thinking off over several turns (GLM's /nothink).
 THINK_FAMILIES = ("qwen3", "glm4", "chatml-think")
+
+
+def model_default(fam, kw):
+    """The options a case renders with. llama.cpp's copies of the DeepSeek-R1
+    and QwQ templates add an enable_thinking switch that closes <think>
+    unless it is true; the models' own templates (what a GGUF carries)
+    always leave it open, so their default, thinking on, is these files
+    with it true (pagoda's default for both families)."""
+    if fam in ("deepseek-r1", "chatml-think") and "enable_thinking" not in kw:
+        return dict(kw, enable_thinking=True)
+    return kw
 THINK_CONVERSATIONS = [
     ("reasoning after the last query", [U("Q"), A("<think>\nR\n</think>\n\nA")], False, {}),
     ("last turn without reasoning", [U("Q"), A("A")], False, {}),
@@ -226,37 +237,37 @@ def main():
                 continue
             if fam != "harmony" and "reasoning_effort" in kw:
                 continue
-            if fam == "deepseek-r1" and "enable_thinking" not in kw:
-                # the file closes <think> unless enable_thinking is true; the
-                # DeepSeek-R1 default (thinking on) is this file with it true
-                kw = dict(kw, enable_thinking=True)
+            kw = model_default(fam, kw)
             text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
             cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
                           "kwargs": kw, "expected": text})
         if fam in THINK_FAMILIES:
             for name, msgs, gen, kw in THINK_CONVERSATIONS:
+                kw = model_default(fam, kw)
                 text = tmpl.render(messages=msgs, add_generation_prompt=gen, **extra, **kw)
                 cases.append({"family": fam, "name": name, "messages": msgs, "add_generation_prompt": gen,
                               "kwargs": kw, "expected": text})
             # a call in the middle of a tool loop: after the last query, with reasoning
             msgs = [U("weather?"), {"role": "assistant", "content": "<think>\nlook\n</think>\n\n",
                                     "tool_calls": [CALL]}, T("sunny")]
-            text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra)
+            kw = model_default(fam, {})
+            text = tmpl.render(messages=msgs, add_generation_prompt=True, **extra, **kw)
             call = GLM_CALL if fam == "glm4" else JSON_CALL
             # structured.c writes the reasoning block, then the call after a newline
             cases.append({"family": fam, "name": "call after reasoning, in a tool loop",
                           "messages": [U("weather?"), A("<think>\nlook\n</think>\n\n\n" + call), T("sunny")],
-                          "add_generation_prompt": True, "kwargs": {}, "expected": text})
+                          "add_generation_prompt": True, "kwargs": kw, "expected": text})
         if fam in QWEN_TOOLS_TEXT:
             # the tools in the system turn, as structured.c writes them for
             # these (ST_TOOLS_QWEN3 / ST_TOOLS_QWQ, FMT_GLM45; test_http_tools
             # checks its text for this tool)
             for name, msgs in (("tools with a system message", [S("Be brief."), U("add")]),
                                ("tools without a system message", [U("add")])):
-                text = tmpl.render(messages=msgs, tools=[F_TOOL], add_generation_prompt=True, **extra)
+                kw = model_default(fam, {})
+                text = tmpl.render(messages=msgs, tools=[F_TOOL], add_generation_prompt=True, **extra, **kw)
                 cases.append({"family": fam, "name": name, "messages": qwen_tools_pagoda(fam, msgs, [F_TOOL]),
-                              "tools": [F_TOOL], "add_generation_prompt": True, "kwargs": {}, "expected": text})
-        kw = {"enable_thinking": True} if fam == "deepseek-r1" else {}
+                              "tools": [F_TOOL], "add_generation_prompt": True, "kwargs": kw, "expected": text})
+        kw = model_default(fam, {})
         msgs = [dict(m) for m in TOOL_JINJA]
         if fam == "deepseek-r1":
             msgs[1]["content"] = None  # OpenAI's null beside tool_calls (that template renders "" as a turn)
