@@ -304,7 +304,9 @@ START_TEST(harmony_tools_reference)
     json_t *c;
     json_array_foreach(json_object_get(root, "cases"), i, c) {
         json_t *tools = json_object_get(c, "tools");
-        if (!json_array_size(tools)) continue;
+        /* the other families' tools cases (Qwen3's, QwQ's and GLM's tools
+         * text) are test_chat_template's and test_http_tools' */
+        if (!json_array_size(tools) || strcmp(json_string_value(json_object_get(c, "family")), "harmony")) continue;
         const char *want = NULL;
         size_t k;
         json_t *m;
