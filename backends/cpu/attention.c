@@ -249,7 +249,8 @@ static void attend_tile(const attn_task *a, const pagoda_seq_view *sv, int h0, i
     float qt[TILE_MAX_HD * PAGODA_ATTN_TILE_Q] __attribute__((aligned(64)));
     float acc[PAGODA_ATTN_TILE_Q * TILE_MAX_HD] __attribute__((aligned(64)));
     float kv[TILE_KV_FLOATS] __attribute__((aligned(64)));
-    pagoda_attn_tile t = {.nq = nq, .hd = hd, .scale = a->scale, .qt = qt, .acc = acc, .kv = kv};
+    pagoda_attn_tile t = {.nq = nq, .hd = hd, .q8 = L->dtype == PAGODA_DTYPE_Q8_0, .scale = a->scale, .qt = qt,
+                          .acc = acc, .kv = kv};
     for (int i = 0; i < PAGODA_ATTN_TILE_Q; i++) {
         int32_t pos = sv->ctx_len - sv->n_q + i0 + i;
         t.lo[i] = i < nq ? first_key(a->window, pos) : INT32_MAX;
@@ -277,7 +278,7 @@ static void attend_tile(const attn_task *a, const pagoda_seq_view *sv, int h0, i
                                 (size_t)kvh * head_bytes;
             const uint8_t *vb = a->pool + pagoda_kv_offset(L, a->layer, pagoda_kv_planes(L) - 1, blk) +
                                 (size_t)s0 * slot_bytes + (size_t)kvh * head_bytes;
-            a->vt->attn_f16_tile(&t, (const uint16_t *)kb, (const uint16_t *)vb, slot_bytes, cnt, j0);
+            a->vt->attn_f16_tile(&t, kb, vb, slot_bytes, cnt, j0);
             j0 += cnt;
         }
         for (int i = 0; i < nq; i++) {
@@ -403,7 +404,7 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
     while (group * L->head_dim > MAX_GROUP_FLOATS || group > MAX_GROUP_FLOATS / 8) group--;
     if (group < 1) group = 1;
     n_groups = (n_heads + group - 1) / group;
-    /* Full chunks of 16 query rows (prefill) take the level's F16 tile
+    /* Full chunks of 16 query rows (prefill) over an F16 or Q8_0 cache take the level's tile
      * where it has one; never under batch_invariant (a row's sums would
      * then depend on whether its chunk was full), never for the rows of
      * a speculative verify step (at most 9 rows: not a full chunk), so a
@@ -414,8 +415,9 @@ int pagoda_cpu_attention_sinks(pagoda_cpu_exec *ex, const float *q, size_t q_str
         const char *e = getenv("PAGODA_CPU_ATTN_TILE");
         tile_env = !(e && !strcmp(e, "0"));
     }
-    bool tile = tile_env && vt->attn_f16_tile && L->dtype == PAGODA_DTYPE_F16 && !bi && L->head_dim % 16 == 0 &&
-                L->head_dim <= TILE_MAX_HD;
+    bool tile = tile_env && vt->attn_f16_tile && !bi && L->head_dim <= TILE_MAX_HD &&
+                ((L->dtype == PAGODA_DTYPE_F16 && L->head_dim % 16 == 0) ||
+                 (L->dtype == PAGODA_DTYPE_Q8_0 && L->head_dim % 32 == 0));
     attn_task a = {
         .vt = vt, .tile = tile, .q = q, .q_stride = q_stride, .pool = pool, .L = L,
         .layer = layer, .b = b, .n_heads = n_heads, .scale = scale, .window = window,

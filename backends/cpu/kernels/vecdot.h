@@ -116,14 +116,15 @@ typedef struct pagoda_blk_q6_k {
 } pagoda_blk_q6_k;
 
 /* A tile of up to 16 query rows of one attention head over an F16
- * cache (the table's attn_f16_tile): the queries transposed (qt[d][i],
+ * or Q8_0 cache (the table's attn_f16_tile): the queries transposed (qt[d][i],
  * lanes >= nq zero), each row's visible keys (key j is seen by query i
  * iff lo[i] <= j <= hi[i]: causal and sliding-window masks alike; rows
  * >= nq have lo > hi), and the rows' running softmax sums (max m, sum l,
  * unnormalized output acc[i][hd]); kv: scratch of n x hd floats. */
 #define PAGODA_ATTN_TILE_Q 16
 typedef struct pagoda_attn_tile {
-    int nq, hd;            /* rows (<= 16); head_dim, a multiple of 16 */
+    int nq, hd;            /* rows (<= 16); head_dim, a multiple of 16 (of 32 for Q8_0) */
+    int q8;                /* the cache's rows: 0 F16, 1 Q8_0 blocks (pagoda_blk_q8_0) */
     float scale;
     const float *qt;       /* [hd][16], 64-byte aligned */
     float *acc;            /* [16][hd], 64-byte aligned */
@@ -203,13 +204,12 @@ typedef struct pagoda_vecdot_table {
                        float *sc);
     void (*accum_f16)(float *acc, float alpha, const float *p, const uint16_t *v, size_t stride,
                       int n, int hd);
-    /* Prefill over an F16 cache, a tile of query rows at once: keys
+    /* Prefill over an F16 or Q8_0 cache (t->q8), a tile of query rows at once: keys
      * j0 .. j0 + n - 1 (n <= 64, rows stride bytes apart, hd values each)
      * scored against all of t's rows, the online softmax step, the values
      * summed into t->acc. NULL where the level has none (attention.c then
      * takes one row at a time through scores_f16 / accum_f16). */
-    void (*attn_f16_tile)(pagoda_attn_tile *t, const uint16_t *k, const uint16_t *v, size_t stride, int n,
-                          int32_t j0);
+    void (*attn_f16_tile)(pagoda_attn_tile *t, const void *k, const void *v, size_t stride, int n, int32_t j0);
     /* K-quants and IQ4_XS (vecdot_k*.c): one row of nb super-blocks
      * against one token's q8k blocks (dot_q6_k above is the sixth). */
     float (*dot_q2_k)(const void *w, const pagoda_q8k_block *x, int64_t nb);

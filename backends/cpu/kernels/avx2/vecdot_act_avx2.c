@@ -102,6 +102,28 @@ static void att_f16_rows(const uint16_t *src, size_t stride, int n, int hd, floa
     }
 }
 
+/* Q8_0 rows (hd / 32 blocks) to floats, q x d as the row path's dots. */
+static void att_q8_rows(const void *src, size_t stride, int n, int hd, float *dst)
+{
+    for (int j = 0; j < n; j++) {
+        const pagoda_blk_q8_0 *r = (const pagoda_blk_q8_0 *)(const void *)((const uint8_t *)src + (size_t)j * stride);
+        float *d = dst + (size_t)j * hd;
+        for (int b = 0; b < hd / 32; b++) {
+            __m256 s = _mm256_set1_ps(f16(r[b].d));
+            for (int e = 0; e < 32; e += 8) {
+                __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(r[b].qs + e)));
+                _mm256_store_ps(d + 32 * b + e, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
+            }
+        }
+    }
+}
+
+static void att_kv_rows(const pagoda_attn_tile *t, const void *src, size_t stride, int n)
+{
+    if (t->q8) att_q8_rows(src, stride, n, t->hd, t->kv);
+    else att_f16_rows(src, stride, n, t->hd, t->kv);
+}
+
 /* s[b] = the 16 rows' dots with key b (two registers a key), KB <= 4. */
 ATT_INLINE void att_scores(const float *qt, const float *kf, int hd, int KB, float *s)
 {
@@ -142,13 +164,12 @@ ATT_INLINE void att_accum(float *acc, int hd, const float *al, const float *p, c
         for (int b = 0; b < DB; b++) _mm256_store_ps(acc + (size_t)(i0 + i) * hd + d0 + 8 * b, c[i][b]);
 }
 
-void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const uint16_t *k, const uint16_t *v, size_t stride, int n,
-                                   int32_t j0)
+void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const void *k, const void *v, size_t stride, int n, int32_t j0)
 {
     const int hd = t->hd;
     float p[64 * 16] __attribute__((aligned(32)));
     float al[16] __attribute__((aligned(32)));
-    att_f16_rows(k, stride, n, hd, t->kv);
+    att_kv_rows(t, k, stride, n);
     int j = 0;
     for (; j + 4 <= n; j += 4) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 4, p + 16 * j);
     for (; j < n; j++) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 1, p + 16 * j);
@@ -183,7 +204,7 @@ void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const uint16_t *k, const
         _mm256_store_ps(t->l + 8 * h, l[h]);
         _mm256_store_ps(al + 8 * h, alpha[h]);
     }
-    att_f16_rows(v, stride, n, hd, t->kv);
+    att_kv_rows(t, v, stride, n);
     for (int i0 = 0; i0 < t->nq; i0 += 4) {
         int qb = t->nq - i0 < 4 ? t->nq - i0 : 4;
         int d0 = 0;

@@ -145,8 +145,7 @@ void pagoda_cpu_gemm_iq4_nl_avx2(const void *w, size_t ws, int64_t nr, const voi
 /* The gated activations (vecdot_act_avx2.c), signatures as vecdot.h's
  * swiglu / geglu. */
 void pagoda_cpu_swiglu_avx2(const float *g, const float *u, float *out, int64_t n);
-void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const uint16_t *k, const uint16_t *v, size_t stride, int n,
-                                   int32_t j0);
+void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const void *k, const void *v, size_t stride, int n, int32_t j0);
 void pagoda_cpu_geglu_avx2(const float *g, const float *u, float *out, int64_t n);
 void pagoda_cpu_swiglu_oai_avx2(const float *g, const float *u, float alpha, float limit, float *out,
                                int64_t n);
