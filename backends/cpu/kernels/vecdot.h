@@ -355,6 +355,11 @@ void pagoda_cpu_fill_avxvnni_simde(pagoda_vecdot_table *t);
  * AVX-VNNI (no SIMDe copy: under SIMDe it is the AVX-VNNI file's). */
 void pagoda_cpu_fill_avx512_256(pagoda_vecdot_table *t);
 
+/* The attention tiles' converter (kernels/avx2/vecdot_act_avx2.c, 256-bit
+ * code the AVX-512 tile and its SIMDe copy call too): t->kv = n cache
+ * rows (F16, or Q8_0 blocks when t->q8) as floats. */
+void pagoda_cpu_attn_kv_rows_avx2(const pagoda_attn_tile *t, const void *src, size_t stride, int n);
+
 /* The table for the active ISA. */
 const pagoda_vecdot_table *pagoda_cpu_vecdot(void);
 

@@ -118,7 +118,9 @@ static void att_q8_rows(const void *src, size_t stride, int n, int hd, float *ds
     }
 }
 
-static void att_kv_rows(const pagoda_attn_tile *t, const void *src, size_t stride, int n)
+/* t's scratch t->kv = n rows of the cache (F16 or Q8_0, t->q8) as
+ * floats; the AVX-512 tile's converter too. */
+void pagoda_cpu_attn_kv_rows_avx2(const pagoda_attn_tile *t, const void *src, size_t stride, int n)
 {
     if (t->q8) att_q8_rows(src, stride, n, t->hd, t->kv);
     else att_f16_rows(src, stride, n, t->hd, t->kv);
@@ -169,7 +171,7 @@ void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const void *k, const voi
     const int hd = t->hd;
     float p[64 * 16] __attribute__((aligned(32)));
     float al[16] __attribute__((aligned(32)));
-    att_kv_rows(t, k, stride, n);
+    pagoda_cpu_attn_kv_rows_avx2(t, k, stride, n);
     int j = 0;
     for (; j + 4 <= n; j += 4) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 4, p + 16 * j);
     for (; j < n; j++) att_scores(t->qt, t->kv + (size_t)j * hd, hd, 1, p + 16 * j);
@@ -204,7 +206,7 @@ void pagoda_cpu_attn_f16_tile_avx2(pagoda_attn_tile *t, const void *k, const voi
         _mm256_store_ps(t->l + 8 * h, l[h]);
         _mm256_store_ps(al + 8 * h, alpha[h]);
     }
-    att_kv_rows(t, v, stride, n);
+    pagoda_cpu_attn_kv_rows_avx2(t, v, stride, n);
     for (int i0 = 0; i0 < t->nq; i0 += 4) {
         int qb = t->nq - i0 < 4 ? t->nq - i0 : 4;
         int d0 = 0;

@@ -73,39 +73,6 @@ static void swiglu_oai_avx512(const float *g, const float *u, float alpha, float
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* n rows of hd halves (stride bytes apart) to floats, [n][hd]. */
-static void f16_rows(const uint16_t *src, size_t stride, int n, int hd, float *dst)
-{
-    for (int j = 0; j < n; j++) {
-        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)j * stride);
-        float *d = dst + (size_t)j * hd;
-        for (int e = 0; e < hd; e += 8) _mm256_store_ps(d + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + e))));
-    }
-}
-
-/* n rows of hd / 32 Q8_0 blocks (stride bytes apart) to floats, [n][hd]:
- * q x d, the value the row path's dots use. */
-static void q8_rows(const void *src, size_t stride, int n, int hd, float *dst)
-{
-    for (int j = 0; j < n; j++) {
-        const pagoda_blk_q8_0 *r = (const pagoda_blk_q8_0 *)(const void *)((const uint8_t *)src + (size_t)j * stride);
-        float *d = dst + (size_t)j * hd;
-        for (int b = 0; b < hd / 32; b++) {
-            __m256 s = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(r[b].d))));
-            for (int e = 0; e < 32; e += 8) {
-                __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(r[b].qs + e)));
-                _mm256_store_ps(d + 32 * b + e, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
-            }
-        }
-    }
-}
-
-static void kv_rows(const pagoda_attn_tile *t, const void *src, size_t stride, int n)
-{
-    if (t->q8) q8_rows(src, stride, n, t->hd, t->kv);
-    else f16_rows(src, stride, n, t->hd, t->kv);
-}
-
 /* s[b] = the sixteen rows' dots with key b's floats kf[b][0..hd): one
  * query load per value, KB broadcasts and FMAs. */
 ALWAYS_INLINE void tile_scores(const float *qt, const float *kf, int hd, int KB, float *s)
@@ -146,7 +113,7 @@ static void attn_f16_tile_avx512(pagoda_attn_tile *t, const void *k, const void 
     float p[64 * 16] __attribute__((aligned(64)));
     float al[16] __attribute__((aligned(64)));
     __mmask16 seen[64];
-    kv_rows(t, k, stride, n);
+    pagoda_cpu_attn_kv_rows_avx2(t, k, stride, n); /* the AVX2 level's converter */
     int j = 0;
     for (; j + 8 <= n; j += 8) tile_scores(t->qt, t->kv + (size_t)j * hd, hd, 8, p + 16 * j);
     for (; j < n; j++) tile_scores(t->qt, t->kv + (size_t)j * hd, hd, 1, p + 16 * j);
@@ -175,7 +142,7 @@ static void attn_f16_tile_avx512(pagoda_attn_tile *t, const void *k, const void 
     _mm512_store_ps(t->m, nm);
     _mm512_store_ps(t->l, l);
     _mm512_store_ps(al, alpha);
-    kv_rows(t, v, stride, n);
+    pagoda_cpu_attn_kv_rows_avx2(t, v, stride, n);
     for (int i0 = 0; i0 < t->nq; i0 += 4) {
         int qb = t->nq - i0 < 4 ? t->nq - i0 : 4;
         int d0 = 0;
