@@ -282,8 +282,11 @@ static void store_rows(float *out, size_t out_stride, int64_t t, int64_t g, int6
     }
 }
 
-void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
-                        float *out, size_t out_stride)
+/* The 32-value blocks' reference: Q8_0 / Q4_0 (pagoda_rp_block) and Q4_1
+ * (pagoda_rp_q41block: the same fields, then the mins, added after the
+ * scale step as the lanes kernels do). */
+static void gemm_ref32(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a, float *out,
+                       size_t out_stride, bool q41)
 {
     int off = a->is_unsigned ? 128 : 0;
     for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
@@ -291,46 +294,42 @@ void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const
             float acc[PAGODA_RP_ROWS] = {0};
             const uint8_t *xq = a->xq + t * a->kp;
             for (int64_t b = 0; b < w->nb; b++) {
-                const pagoda_rp_block *blk = &w->blk[g * w->nb + b];
-                float dx = a->xd[t * a->nb + b];
+                const int8_t (*q)[4 * PAGODA_RP_ROWS];
+                const float *d, *m = NULL;
+                const int32_t *s128;
+                if (q41) {
+                    const pagoda_rp_q41block *blk = &w->q41blk[g * w->nb + b];
+                    q = blk->q, d = blk->d, s128 = blk->s128, m = blk->m;
+                } else {
+                    const pagoda_rp_block *blk = &w->blk[g * w->nb + b];
+                    q = blk->q, d = blk->d, s128 = blk->s128;
+                }
+                float dx = a->xd[t * a->nb + b], xm = m ? a->xm[t * a->nb + b] : 0.0f;
                 for (int n = 0; n < PAGODA_RP_ROWS; n++) {
                     int32_t s = 0;
                     for (int k = 0; k < 32; k++) {
                         int xv = a->is_unsigned ? xq[b * 32 + k] : (int8_t)xq[b * 32 + k];
-                        s += xv * blk->q[k / 4][4 * n + k % 4];
+                        s += xv * q[k / 4][4 * n + k % 4];
                     }
-                    if (off) s -= blk->s128[n];
-                    acc[n] += (float)s * (blk->d[n] * dx);
+                    if (off) s -= s128[n];
+                    acc[n] += (float)s * (d[n] * dx);
+                    if (m) acc[n] += m[n] * xm;
                 }
             }
             store_rows(out, out_stride, t, g, n0, n1, acc);
         }
 }
 
+void pagoda_rp_gemm_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
+                        float *out, size_t out_stride)
+{
+    gemm_ref32(w, n0, n1, a, out, out_stride, false);
+}
+
 void pagoda_rp_gemm_q41_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
                             float *out, size_t out_stride)
 {
-    int off = a->is_unsigned ? 128 : 0;
-    for (int64_t g = n0 / PAGODA_RP_ROWS; g * PAGODA_RP_ROWS < n1; g++)
-        for (int64_t t = 0; t < a->T; t++) {
-            float acc[PAGODA_RP_ROWS] = {0};
-            const uint8_t *xq = a->xq + t * a->kp;
-            for (int64_t b = 0; b < w->nb; b++) {
-                const pagoda_rp_q41block *blk = &w->q41blk[g * w->nb + b];
-                float dx = a->xd[t * a->nb + b], xm = a->xm[t * a->nb + b];
-                for (int n = 0; n < PAGODA_RP_ROWS; n++) {
-                    int32_t s = 0;
-                    for (int k = 0; k < 32; k++) {
-                        int xv = a->is_unsigned ? xq[b * 32 + k] : (int8_t)xq[b * 32 + k];
-                        s += xv * blk->q[k / 4][4 * n + k % 4];
-                    }
-                    if (off) s -= blk->s128[n];
-                    acc[n] += (float)s * (blk->d[n] * dx);
-                    acc[n] += blk->m[n] * xm;
-                }
-            }
-            store_rows(out, out_stride, t, g, n0, n1, acc);
-        }
+    gemm_ref32(w, n0, n1, a, out, out_stride, true);
 }
 
 void pagoda_rp_gemm_k_ref(const pagoda_rp_matrix *w, int64_t n0, int64_t n1, const pagoda_rp_acts *a,
